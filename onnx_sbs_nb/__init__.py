@@ -1,0 +1,43 @@
+"""onnx_sbs_nb: run a torch ExportedProgram and its ONNX export side by side, node by node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .records import RECORD_FIELDS, Record, RunStatus
+
+__version__ = "0.1.0"
+
+# Heavy or optional parts load on first use, so `import onnx_sbs_nb` stays cheap and the
+# engine never pulls in the widget, pandas or plotly.
+_LAZY = {
+    "run_aligned": ("onnx_sbs_nb.align.run", "run_aligned"),
+    "AlignedRun": ("onnx_sbs_nb.align.run", "AlignedRun"),
+    "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
+    "summarize": ("onnx_sbs_nb.summary", "summarize"),
+    "Summary": ("onnx_sbs_nb.summary", "Summary"),
+    "ReplayConfig": ("onnx_sbs_nb.align.replay", "ReplayConfig"),
+    "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
+    "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'onnx_sbs_nb' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext onnx_sbs_nb` registers the `%sbs` magic."""
+    from .magic import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+__all__ = ["RECORD_FIELDS", "Record", "RunStatus", "load_ipython_extension", *_LAZY]

@@ -1,0 +1,101 @@
+"""Kernel registry of the torch evaluator.
+
+A kernel implements one ONNX operator (from one since-version on) with torch:
+
+    from onnx_sbs_nb.evaluator.registry import op
+
+    @op("Add", since=7)
+    def add(a, b):
+        return a + b
+
+Calling convention (the same for built-in kernels and for ``custom_kernels``):
+
+- inputs come positionally, as ``torch.Tensor`` (or ``list`` of tensors for sequence
+  values); a missing optional input is ``None`` (trailing missing ones may be omitted,
+  so give optional inputs a default of ``None``);
+- attributes come as keyword arguments, under their ONNX names, already converted:
+  INT -> int, FLOAT -> float, STRING -> str, INTS -> list[int], FLOATS -> list[float],
+  STRINGS -> list[str], TENSOR -> torch.Tensor, GRAPH -> onnx.GraphProto,
+  TYPE_PROTO -> onnx.TypeProto; an attribute absent from the node is not passed, so
+  defaults are the Python defaults of the kernel's signature (write the spec's default);
+- a kernel registered with ``context=True`` also receives ``ctx=`` (a KernelContext:
+  device, opsets, subgraph execution);
+- it returns a tensor for a single-output op, a ``tuple`` for a multi-output op
+  (``None`` for an optional output it does not produce), and a ``list`` of tensors for a
+  sequence value.
+
+The implementation chosen for a node is the one with the highest ``since`` that is not
+above the opset the model imports for that domain, so a model keeps the semantics of
+its own opset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Kernel = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    domain: str
+    op_type: str
+    since: int
+    fn: Kernel
+    context: bool = False
+
+
+_REGISTRY: dict[tuple[str, str], list[KernelEntry]] = {}
+
+
+def normalize_domain(domain: str | None) -> str:
+    return "" if domain in (None, "", "ai.onnx") else domain
+
+
+def op(
+    op_type: str, since: int = 1, domain: str = "", context: bool = False
+) -> Callable[[Kernel], Kernel]:
+    """Registers ``fn`` as the kernel of ``(domain, op_type)`` from opset ``since`` on."""
+
+    def deco(fn: Kernel) -> Kernel:
+        key = (normalize_domain(domain), op_type)
+        entries = _REGISTRY.setdefault(key, [])
+        entries[:] = [e for e in entries if e.since != since]
+        entries.append(KernelEntry(key[0], op_type, since, fn, context))
+        entries.sort(key=lambda e: e.since)
+        return fn
+
+    return deco
+
+
+def get_kernel(domain: str, op_type: str, version: int | None) -> KernelEntry | None:
+    """The kernel for an op at a given opset version (None: the newest)."""
+    entries = _REGISTRY.get((normalize_domain(domain), op_type))
+    if not entries:
+        return None
+    if version is None:
+        return entries[-1]
+    best = None
+    for e in entries:
+        if e.since <= version:
+            best = e
+    return best
+
+
+def supported_ops() -> list[tuple[str, str, int]]:
+    """Every (domain, op_type, since_version) with a kernel, sorted."""
+    _load_kernels()
+    return sorted((e.domain, e.op_type, e.since) for es in _REGISTRY.values() for e in es)
+
+
+_LOADED = False
+
+
+def _load_kernels() -> None:
+    global _LOADED
+    if not _LOADED:
+        from . import kernels  # noqa: F401  (importing registers every kernel module)
+
+        _LOADED = True

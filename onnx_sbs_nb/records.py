@@ -1,0 +1,153 @@
+"""The record yielded by :func:`onnx_sbs_nb.run_aligned`: one per aligned pair of values.
+
+Field names follow the ones users of ``onnx-diagnostic`` know (``ep_*``, ``onnx_*``,
+``err_*``); the fields after ``comment`` are ours.  Every field is a plain Python value
+(``str``, ``int``, ``float``, ``bool`` or ``None``) so that records serialise to JSON and
+``pandas.DataFrame(list(run_aligned(...)))`` works with no extra step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Values of Record.kind
+KIND_INPUT = "input"  # a graph input of both sides
+KIND_WEIGHT = "weight"  # parameter / buffer / constant vs ONNX initializer
+KIND_NODE = "node"  # an intermediate result
+KIND_OUTPUT = "output"  # a graph output
+
+# Values of Record.paired_by
+PAIRED_BY_NAME = "name"  # same value name on both sides
+PAIRED_BY_METADATA = "metadata"  # ONNX node metadata (pkg.torch.onnx.fx_node, ...)
+PAIRED_BY_POSITION = "position"  # graph inputs / outputs by position
+PAIRED_BY_STATE_DICT = "state_dict"  # weight through the state-dict name
+UNPAIRED = "unpaired"
+
+# Values of Record.status
+STATUS_OK = "ok"  # compared, within tolerance
+STATUS_FAIL = "fail"  # compared, beyond tolerance
+STATUS_SHAPE_MISMATCH = "shape_mismatch"
+STATUS_DTYPE_MISMATCH = "dtype_mismatch"
+STATUS_ERROR = "error"  # a node failed to run (message in Record.error)
+STATUS_UNPAIRED_EP = "unpaired_ep"  # only the torch side has this value
+STATUS_UNPAIRED_ONNX = "unpaired_onnx"  # only the ONNX side has this value
+STATUS_NOT_COMPARED = "not_compared"  # paired but not a tensor (e.g. a symbolic int)
+
+FAILING_STATUSES = frozenset(
+    {STATUS_FAIL, STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR}
+)
+
+
+@dataclass
+class Record:
+    """One aligned pair (or one unpaired value) of a side-by-side run.
+
+    ``err_*2`` fields hold the second comparison, made when the ONNX node is rerun on the
+    torch values of its inputs (``rerun_with_torch_inputs=True``): that is the node's own
+    error, as opposed to the error it inherits from upstream.
+    """
+
+    # --- identification (onnx-diagnostic names) ---
+    ep_id_node: int | None = None  # position of the fx node in the program's graph
+    onnx_id_node: int | None = None  # position of the ONNX node (-1: graph input/initializer)
+    ep_name: str | None = None
+    onnx_name: str | None = None
+    ep_target: str | None = None  # e.g. "aten.linear.default", "placeholder"
+    onnx_op_type: str | None = None  # e.g. "Gemm", "initializer", "input"
+    onnx_id_output: int | None = None  # which output of the ONNX node
+    ep_shape_type: str | None = None  # e.g. "float32[2x3]"
+    onnx_shape_type: str | None = None
+    # --- first comparison ---
+    err_abs: float | None = None
+    err_rel: float | None = None
+    err_dev: float | None = None  # 0 when both sides ran on the same device, else 1
+    err_nan: float | None = None  # positions where NaN/Inf differ between the two sides
+    err_h01: float | None = None  # elements with |diff| > 0.1
+    err_h001: float | None = None  # elements with |diff| > 0.01
+    ep_time_run: float | None = None  # seconds
+    onnx_time_run: float | None = None
+    # --- second comparison: ONNX node rerun on the torch inputs (own error) ---
+    err_abs2: float | None = None
+    err_rel2: float | None = None
+    err_nan2: float | None = None
+    err_h012: float | None = None
+    err_h0012: float | None = None
+    comment: str | None = None
+    # --- ours ---
+    kind: str = KIND_NODE
+    paired_by: str = UNPAIRED
+    status: str = STATUS_OK
+    passed: bool | None = None  # verdict of the first comparison against atol/rtol
+    passed2: bool | None = None  # verdict of the own-error comparison, when rerun
+    error: str | None = None  # what went wrong when a node failed to run
+    atol: float | None = None  # tolerance used for the verdict (dtype-aware)
+    rtol: float | None = None
+    onnx_domain: str | None = None
+    ep_device: str | None = None
+    onnx_device: str | None = None
+    reset: bool = False  # the ONNX side continued from the torch value after this pair
+    step: int = 0  # position of the record in the stream
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (NaN and infinities become strings)."""
+        d = dataclasses.asdict(self)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = str(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Record:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {}
+        for k, v in d.items():
+            if k not in names:
+                continue
+            if isinstance(v, str) and v in ("nan", "inf", "-inf") and k.startswith("err_"):
+                v = float(v)
+            kw[k] = v
+        return cls(**kw)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILING_STATUSES
+
+    @property
+    def own_error(self) -> float | None:
+        """The node's own error when it was rerun on torch inputs, else None."""
+        return self.err_abs2
+
+
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Record))
+
+
+@dataclass
+class RunStatus:
+    """Progress of a run, readable by any view while the engine runs (plain attributes)."""
+
+    total_onnx_nodes: int = 0
+    done_onnx_nodes: int = 0
+    total_ep_nodes: int = 0
+    done_ep_nodes: int = 0
+    records: int = 0
+    failures: int = 0  # records whose status is failing
+    errors: int = 0  # nodes that failed to run
+    max_err_abs: float = 0.0
+    max_err_name: str | None = None
+    elapsed: float = 0.0
+    finished: bool = False
+    stopped: bool = False
+    current: str | None = None  # name of the ONNX node being run
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def fraction(self) -> float:
+        if not self.total_onnx_nodes:
+            return 1.0 if self.finished else 0.0
+        return self.done_onnx_nodes / self.total_onnx_nodes
