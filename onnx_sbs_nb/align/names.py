@@ -1,0 +1,257 @@
+"""Pairing values of the fx graph with values of the ONNX graph.
+
+Rules, in order (each record says which one paired it):
+
+1. ``name``: the ONNX value carries the fx node's name (the dynamo exporter names the
+   value that implements an fx node after it);
+2. ``state_dict``: an initializer named after a parameter, buffer or constant, or one
+   whose ``pkg.torch.onnx.original_node_name`` says so; an initializer consumed by the
+   ONNX node of an fx node whose weight argument has the same number of elements (the
+   exporter folds ``weight.T`` of a linear into a new initializer) pairs with that weight,
+   compared through the same transposition;
+3. ``metadata``: an fx node not paired by name pairs with the last output of the ONNX
+   nodes that carry it in ``pkg.torch.onnx.fx_node`` whose declared type matches;
+4. ``position``: graph inputs and outputs left over pair by position.
+
+A pair is only made between values whose declared element type and rank agree, so a
+pairing can never be the cause of a shape mismatch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import torch
+
+from ..dtypes import ONNX_TO_TORCH
+from ..records import (
+    KIND_INPUT,
+    KIND_NODE,
+    KIND_OUTPUT,
+    KIND_WEIGHT,
+    PAIRED_BY_METADATA,
+    PAIRED_BY_NAME,
+    PAIRED_BY_POSITION,
+    PAIRED_BY_STATE_DICT,
+)
+
+FX_NODE_KEY = "pkg.torch.onnx.fx_node"
+ORIGINAL_NAME_KEY = "pkg.torch.onnx.original_node_name"
+_FX_NAME = re.compile(r"^%([^\s:]+)\s*:")
+
+TRANSFORM_TRANSPOSE = "transpose"
+TRANSFORM_RESHAPE = "reshape"
+
+
+@dataclass
+class Pair:
+    onnx_name: str
+    fx_name: str
+    rule: str
+    kind: str
+    transform: str | None = None  # how to turn the fx value into the ONNX one
+
+
+@dataclass
+class Pairing:
+    by_onnx: dict[str, Pair] = field(default_factory=dict)
+    by_fx: dict[str, list[Pair]] = field(default_factory=dict)
+
+    def add(self, pair: Pair) -> None:
+        self.by_onnx[pair.onnx_name] = pair
+        self.by_fx.setdefault(pair.fx_name, []).append(pair)
+
+    def __len__(self) -> int:
+        return len(self.by_onnx)
+
+
+def fx_name_from_metadata(node: onnx.NodeProto) -> str | None:
+    for p in node.metadata_props:
+        if p.key == FX_NODE_KEY:
+            m = _FX_NAME.match(p.value)
+            return m.group(1) if m else None
+    return None
+
+
+def _metadata(proto: Any, key: str) -> str | None:
+    for p in getattr(proto, "metadata_props", ()):
+        if p.key == key:
+            return p.value
+    return None
+
+
+def onnx_value_types(model: onnx.ModelProto) -> dict[str, tuple[int, int | None]]:
+    """Declared (elem_type, rank or None) of every typed value in the main graph."""
+    types: dict[str, tuple[int, int | None]] = {}
+    g = model.graph
+    for vi in [*g.input, *g.output, *g.value_info]:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.elem_type:
+            rank = len(tt.shape.dim) if tt.HasField("shape") else None
+            types[vi.name] = (tt.elem_type, rank)
+    for init in g.initializer:
+        types[init.name] = (init.data_type, len(init.dims))
+    return types
+
+
+def fx_value_type(node: torch.fx.Node) -> tuple[torch.dtype, int] | None:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return val.dtype, val.dim()
+    return None
+
+
+def types_compatible(fx_type: tuple[torch.dtype, int] | None, onnx_type: Any) -> bool:
+    """False only when both types are known and disagree."""
+    if fx_type is None or onnx_type is None:
+        return True
+    elem, rank = onnx_type
+    dtype = ONNX_TO_TORCH.get(elem)
+    if dtype is not None and dtype != fx_type[0]:
+        return False
+    return rank is None or rank == fx_type[1]
+
+
+def pair_values(
+    graph: torch.fx.Graph,
+    model: onnx.ModelProto,
+    weights: dict[str, str],
+    user_inputs: list[str],
+) -> Pairing:
+    """Pairs fx values (by node name) with ONNX values (by value name)."""
+    g = model.graph
+    fx_nodes = {n.name: n for n in graph.nodes}
+    onnx_types = onnx_value_types(model)
+    initializers = {i.name: i for i in g.initializer}
+    produced: dict[str, int] = {}
+    for i, node in enumerate(g.node):
+        for o in node.output:
+            if o:
+                produced[o] = i
+    graph_inputs = [i.name for i in g.input if i.name not in initializers]
+    graph_outputs = [o.name for o in g.output]
+    out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
+    fx_outputs = [
+        a.name
+        for a in torch.utils._pytree.tree_leaves(out_node.args)
+        if isinstance(a, torch.fx.Node)
+    ]
+    fx_output_set = set(fx_outputs)
+    weight_by_target = {t: ph for ph, t in weights.items()}
+
+    pairing = Pairing()
+
+    def kind_of(fx_name: str, onnx_name: str) -> str:
+        if fx_name in weights or onnx_name in initializers and fx_name not in fx_nodes:
+            return KIND_WEIGHT
+        node = fx_nodes.get(fx_name)
+        if node is not None and node.op == "placeholder":
+            return KIND_WEIGHT if fx_name in weights else KIND_INPUT
+        if fx_name in fx_output_set or onnx_name in graph_outputs:
+            return KIND_OUTPUT
+        return KIND_NODE
+
+    def try_pair(onnx_name: str, fx_name: str, rule: str, transform: str | None = None) -> bool:
+        if onnx_name in pairing.by_onnx:
+            return False
+        node = fx_nodes.get(fx_name)
+        if node is None:
+            return False
+        if transform is None and not types_compatible(
+            fx_value_type(node), onnx_types.get(onnx_name)
+        ):
+            return False
+        pairing.add(Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform))
+        return True
+
+    # 1. exact names (node outputs, graph inputs, folded constants named after fx nodes)
+    for name in [*graph_inputs, *produced, *initializers]:
+        if name in fx_nodes and fx_nodes[name].op != "output":
+            try_pair(name, name, PAIRED_BY_NAME)
+
+    # 2. weights through state-dict names
+    for name, init in initializers.items():
+        if name in pairing.by_onnx:
+            continue
+        target = _metadata(init, ORIGINAL_NAME_KEY) or name
+        ph = weight_by_target.get(target)
+        if ph is not None:
+            try_pair(name, ph, PAIRED_BY_STATE_DICT)
+    # weights folded into new initializers (e.g. the transposed weight of a linear)
+    for node in g.node:
+        fx_name = fx_name_from_metadata(node)
+        fx_node = fx_nodes.get(fx_name) if fx_name else None
+        if fx_node is None:
+            continue
+        weight_args = [
+            a
+            for a in torch.utils._pytree.tree_leaves((fx_node.args, fx_node.kwargs))
+            if isinstance(a, torch.fx.Node) and a.name in weights
+        ]
+        for inp in node.input:
+            if inp not in initializers or inp in pairing.by_onnx:
+                continue
+            dims = list(initializers[inp].dims)
+            numel = 1
+            for d in dims:
+                numel *= d
+            cands = []
+            for w in weight_args:
+                val = w.meta.get("val")
+                if isinstance(val, torch.Tensor) and val.numel() == numel and numel > 1:
+                    cands.append((w, list(val.shape)))
+            if len(cands) != 1:
+                continue
+            w, shape = cands[0]
+            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer
+            transposed = (
+                len(dims) == 2
+                and shape == dims[::-1]
+                and (shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target)))
+            )
+            if transposed:
+                try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
+            elif shape == dims:
+                try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
+
+    # 3. node metadata: the last ONNX node implementing an unpaired fx node
+    last_by_fx: dict[str, onnx.NodeProto] = {}
+    for node in g.node:
+        fx_name = fx_name_from_metadata(node)
+        if fx_name:
+            last_by_fx[fx_name] = node
+    for fx_name, node in last_by_fx.items():
+        if fx_name in pairing.by_fx or fx_name not in fx_nodes:
+            continue
+        fx_type = fx_value_type(fx_nodes[fx_name])
+        if fx_type is None:
+            continue
+        candidates = [
+            o
+            for o in node.output
+            if o
+            and o not in pairing.by_onnx
+            and o in onnx_types
+            and types_compatible(fx_type, onnx_types[o])
+        ]
+        if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
+            candidates = [node.output[0]] if node.output[0] not in onnx_types else []
+        if candidates:
+            try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
+
+    # 4. inputs and outputs by position
+    for onnx_list, fx_list in ((graph_inputs, user_inputs), (graph_outputs, fx_outputs)):
+        if len(onnx_list) != len(fx_list):
+            continue
+        for o, f in zip(onnx_list, fx_list):
+            if o not in pairing.by_onnx and f not in pairing.by_fx:
+                try_pair(o, f, PAIRED_BY_POSITION)
+    # graph outputs always show as outputs
+    for o in graph_outputs:
+        p = pairing.by_onnx.get(o)
+        if p is not None:
+            p.kind = KIND_OUTPUT
+    return pairing

@@ -1,0 +1,311 @@
+"""Replay bundles: a folder per suspect node that anyone can rerun with ``python replay.py``.
+
+:class:`ReplayConfig` selects the nodes (by name, op type, error threshold) and saves to
+JSON so a selection can be reapplied to a new export; :func:`write_replay_bundle` writes
+one folder.  Folder names come from model-supplied names, which are untrusted: they are
+sanitised and the final path is checked to stay inside the chosen root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from ..dtypes import np_to_onnx_dtype, onnx_to_torch_dtype, torch_to_onnx_dtype
+from ..records import KIND_INPUT, KIND_WEIGHT, Record
+from .submodel import extract_submodel, find_node, prefix_model, submodel_inputs
+
+TEMPLATE = pathlib.Path(__file__).with_name("replay_template.py")
+PROTOBUF_LIMIT = 1_800_000_000  # bytes; protobuf refuses to serialise 2 GB
+MAX_DIRNAME = 64  # characters kept from the node name, before the hash
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass
+class ReplayConfig:
+    """Which nodes get a replay bundle.
+
+    A record is selected when it comes from an ONNX node and
+
+    - it matches ``names`` or ``op_types`` (either; when both are empty every node
+      matches), and
+    - when ``threshold`` is set, its own error (``err_abs2``, else ``err_abs``) is above
+      it (NaN counts as above).
+
+    A config with no names, no op types and no threshold selects nothing.  At most
+    ``max_nodes`` nodes are selected; ``prefix_model`` also writes the model from the
+    original inputs to each selected node.
+    """
+
+    names: list[str] = field(default_factory=list)  # ONNX node or value names, or fx names
+    op_types: list[str] = field(default_factory=list)
+    threshold: float | None = None
+    prefix_model: bool = False
+    max_nodes: int = 50
+
+    def __post_init__(self) -> None:
+        for attr in ("names", "op_types"):
+            value = getattr(self, attr)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"ReplayConfig.{attr} must be a list of str, not {value!r}")
+            setattr(self, attr, list(value))
+        if self.threshold is not None:
+            if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)):
+                raise TypeError(
+                    f"ReplayConfig.threshold must be a float or None, not {self.threshold!r}"
+                )
+            self.threshold = float(self.threshold)
+        if (
+            isinstance(self.max_nodes, bool)
+            or not isinstance(self.max_nodes, int)
+            or self.max_nodes < 0
+        ):
+            raise ValueError(f"ReplayConfig.max_nodes must be an int >= 0, not {self.max_nodes!r}")
+        if not isinstance(self.prefix_model, bool):
+            raise TypeError(f"ReplayConfig.prefix_model must be a bool, not {self.prefix_model!r}")
+
+    @property
+    def empty(self) -> bool:
+        return not self.names and not self.op_types and self.threshold is None
+
+    def selects(self, record: Record, node_name: str | None = None) -> bool:
+        """Whether ``record`` (whose ONNX node is ``node_name`` when known) is selected."""
+        if self.empty or record.kind in (KIND_INPUT, KIND_WEIGHT):
+            return False
+        if record.onnx_op_type is None or record.onnx_name is None:
+            return False  # only ONNX nodes can be replayed
+        if self.names or self.op_types:
+            names = set(self.names)
+            by_name = bool(names & {record.onnx_name, record.ep_name, node_name} - {None})
+            if not by_name and record.onnx_op_type not in self.op_types:
+                return False
+        if self.threshold is not None:
+            err = record.err_abs2 if record.err_abs2 is not None else record.err_abs
+            if err is None:
+                return False
+            if not (math.isnan(err) or err > self.threshold):
+                return False
+        return True
+
+    def select(self, records: Iterable[Record]) -> list[Record]:
+        """Selected records, one per ONNX node (its first output), at most ``max_nodes``."""
+        out: list[Record] = []
+        seen: set[Any] = set()
+        for rec in records:
+            if len(out) >= self.max_nodes:
+                break
+            key = rec.onnx_id_node if rec.onnx_id_node is not None else rec.onnx_name
+            if key in seen or not self.selects(rec):
+                continue
+            seen.add(key)
+            out.append(rec)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ReplayConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown ReplayConfig keys {unknown}; expected some of {sorted(known)}"
+            )
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplayConfig:
+        d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError(f"a ReplayConfig JSON must be an object, not {type(d).__name__}")
+        return cls.from_dict(d)
+
+    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        path = pathlib.Path(path)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ReplayConfig:
+        return cls.from_json(pathlib.Path(path).read_text(encoding="utf-8"))
+
+
+def safe_dirname(name: str) -> str:
+    """A folder name from an untrusted node name: [A-Za-z0-9._-] only, bounded, unique.
+
+    A short hash of the original name keeps two names that sanitise alike apart.
+    """
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    stem = _UNSAFE.sub("_", name)[:MAX_DIRNAME].strip("._-")
+    return f"{stem or 'node'}-{digest}"
+
+
+def safe_child(root: str | os.PathLike[str], name: str) -> pathlib.Path:
+    """``root/<safe_dirname(name)>``, verified to resolve inside ``root``."""
+    root_path = pathlib.Path(root).resolve()
+    child = (root_path / safe_dirname(name)).resolve()
+    if child.parent != root_path:
+        raise ValueError(f"refusing to write {child}: it is not directly inside {root_path}")
+    return child
+
+
+def _as_tensor(value: Any, name: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+    elif isinstance(value, np.ndarray):
+        elem = np_to_onnx_dtype(value.dtype)
+        dtype = onnx_to_torch_dtype(elem)
+        arr = np.ascontiguousarray(value)
+        if arr.dtype.name == "bfloat16" or arr.dtype.name.startswith("float8"):
+            # ml_dtypes arrays: reinterpret the bits, numpy cannot hand them to torch
+            bits = {1: np.uint8, 2: np.int16}[arr.dtype.itemsize]
+            t = torch.from_numpy(arr.view(bits).copy()).view(dtype)
+        else:
+            t = torch.from_numpy(arr.copy())
+    elif isinstance(value, (int, float, bool)):
+        t = torch.tensor(value)
+    else:
+        raise TypeError(f"value {name!r} is a {type(value).__name__}, expected a tensor or array")
+    # a compact CPU copy: saving a view would save its whole storage
+    return t.to("cpu").clone()
+
+
+def _save_tensors(path: pathlib.Path, tensors: Mapping[str, Any]) -> None:
+    torch.save({str(k): _as_tensor(v, k) for k, v in tensors.items()}, path)
+
+
+def _save_model(model: onnx.ModelProto, path: pathlib.Path) -> None:
+    if model.ByteSize() < PROTOBUF_LIMIT:
+        onnx.save_model(model, str(path))
+        return
+    # beyond protobuf's 2 GB the weights go to a file next to the model, in the bundle
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data",
+    )
+
+
+def _write_json(path: pathlib.Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=1, default=str), encoding="utf-8")
+
+
+def write_replay_bundle(
+    root: str | os.PathLike[str],
+    *,
+    model: onnx.ModelProto,
+    node_name: str,
+    torch_inputs: Mapping[str, torch.Tensor],
+    onnx_inputs: Mapping[str, np.ndarray | torch.Tensor],
+    expected: Mapping[str, torch.Tensor],
+    mapping: Mapping[str, str],
+    record: Record | None = None,
+    prefix_inputs: Mapping[str, Any] | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> pathlib.Path:
+    """Write the replay bundle of ``node_name`` in ``root/<sanitised name>`` and return it.
+
+    ``torch_inputs`` / ``onnx_inputs`` are keyed by ONNX value names: the values with a
+    torch partner the sub-model starts from (it walks back from the node's inputs to the
+    nearest names present in ``torch_inputs``; initializers stay inside the sub-model).
+    ``expected`` holds the torch values of the node's outputs, keyed by ONNX output name;
+    ``mapping`` maps ONNX value names to fx node names.  ``prefix_inputs`` (the original
+    model inputs, by ONNX name) also writes ``prefix_model.onnx``.  ``base_dir`` is where
+    the model's external data lives, if any.
+    """
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"model must be an onnx.ModelProto, not {type(model).__name__}")
+    _, node = find_node(model, node_name)
+    inputs = submodel_inputs(model, node.name or node_name, lambda n: n in torch_inputs)
+    missing_t = [n for n in inputs if n not in torch_inputs]
+    missing_o = [n for n in inputs if n not in onnx_inputs]
+    if missing_t or missing_o:
+        raise ValueError(
+            f"the sub-model of {node_name!r} starts from {inputs}; torch_inputs lacks "
+            f"{missing_t} and onnx_inputs lacks {missing_o}"
+        )
+    outputs = [o for o in node.output if o]
+    missing_e = [n for n in outputs if n not in expected]
+    if missing_e:
+        raise ValueError(f"expected lacks the outputs {missing_e} of node {node_name!r}")
+
+    t_inputs = {n: _as_tensor(torch_inputs[n], n) for n in inputs}
+    o_inputs = {n: _as_tensor(onnx_inputs[n], n) for n in inputs}
+    exp = {n: _as_tensor(expected[n], n) for n in outputs}
+    # real shapes from the run; element types as the ONNX side has them
+    value_shapes: dict[str, tuple[int, list[int]]] = {
+        n: (torch_to_onnx_dtype(o_inputs[n].dtype), list(o_inputs[n].shape)) for n in inputs
+    }
+    known = {vi.name: vi for vi in (*model.graph.value_info, *model.graph.output)}
+    for n in outputs:
+        elem = known[n].type.tensor_type.elem_type if n in known else 0
+        value_shapes[n] = (elem or torch_to_onnx_dtype(exp[n].dtype), list(exp[n].shape))
+
+    sub = extract_submodel(model, node.name or node_name, inputs, value_shapes, base_dir=base_dir)
+    prefix = None
+    p_inputs: dict[str, torch.Tensor] = {}
+    if prefix_inputs is not None:
+        prefix = prefix_model(model, node.name or node_name, base_dir=base_dir)
+        needed = [i.name for i in prefix.graph.input]
+        lacking = [n for n in needed if n not in prefix_inputs]
+        if lacking:
+            raise ValueError(f"prefix_inputs lacks the model inputs {lacking}")
+        p_inputs = {n: _as_tensor(prefix_inputs[n], n) for n in needed}
+
+    folder = safe_child(root, node.name or node_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    # re-check after creation: a symlink planted at that name must not redirect writes
+    if folder.resolve() != folder or folder.is_symlink():
+        raise ValueError(f"refusing to write into {folder}: it resolves elsewhere")
+    for leftover in folder.iterdir():
+        # files planted as links must not redirect what follows
+        if leftover.is_symlink():
+            leftover.unlink()
+    _save_model(sub, folder / "model.onnx")
+    _save_tensors(folder / "torch_inputs.pt", t_inputs)
+    _save_tensors(folder / "onnx_inputs.pt", o_inputs)
+    _save_tensors(folder / "expected.pt", exp)
+    _write_json(folder / "mapping.json", {str(k): v for k, v in mapping.items()})
+    _write_json(folder / "record.json", None if record is None else record.to_dict())
+    _write_json(
+        folder / "node.json",
+        {
+            "node_name": node.name,
+            "op_type": node.op_type,
+            "domain": node.domain,
+            "inputs": inputs,
+            "outputs": outputs,
+            "versions": {
+                "torch": torch.__version__,
+                "onnx": onnx.__version__,
+            },
+        },
+    )
+    if prefix is not None:
+        _save_model(prefix, folder / "prefix_model.onnx")
+        _save_tensors(folder / "prefix_inputs.pt", p_inputs)
+    shutil.copyfile(TEMPLATE, folder / "replay.py")
+    return folder
+
+
+__all__ = ["ReplayConfig", "safe_child", "safe_dirname", "write_replay_bundle"]

@@ -1,0 +1,335 @@
+"""Node runners: how the engine executes one ONNX node.
+
+A runner implements ``prepare(node, ctx) -> callable(inputs) -> outputs``; the callable
+takes the node's inputs (``None`` for an empty optional input) followed by the values of
+the outer scope its subgraphs read (``ctx.free_variables(node)``), and returns one value
+per node output.  ``value_kind`` tells the engine in which form it wants values:
+``"numpy"`` (onnxruntime, reference evaluator) or ``"torch"`` (the torch evaluator).
+
+The onnxruntime runner builds one session per distinct node *signature* (op, domain,
+attributes, input element types and ranks), once, and reuses it for every node and
+every run with that signature: a Llama has hundreds of nodes but a few dozen signatures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import torch
+
+from ..dtypes import np_to_onnx_dtype, torch_to_onnx_dtype
+
+NodeFn = Callable[[Sequence[Any]], list[Any]]
+
+
+@dataclass
+class ModelContext:
+    """What a runner may need besides the node: opsets, local functions, devices."""
+
+    opsets: dict[str, int]
+    functions: dict[tuple[str, str], onnx.FunctionProto] = field(default_factory=dict)
+    ir_version: int = 10
+    device: str = "cpu"
+    _free: dict[int, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_model(cls, model: onnx.ModelProto, device: str = "cpu") -> ModelContext:
+        return cls(
+            opsets={o.domain: o.version for o in model.opset_import},
+            functions={(f.domain, f.name): f for f in model.functions},
+            ir_version=max(model.ir_version, 8),
+            device=device,
+        )
+
+    def free_variables(self, node: onnx.NodeProto) -> list[str]:
+        """Outer-scope names read by the node's subgraphs, in a stable order."""
+        key = id(node)
+        if key not in self._free:
+            self._free[key] = _free_variables(node)
+        return self._free[key]
+
+
+def _free_variables(node: onnx.NodeProto) -> list[str]:
+    free: list[str] = []
+    seen: set[str] = set(node.input)
+
+    def visit(graph: onnx.GraphProto, defined: set[str]) -> None:
+        local = set(defined)
+        local.update(i.name for i in graph.input)
+        local.update(i.name for i in graph.initializer)
+        local.update(i.name for i in graph.sparse_initializer)
+        for n in graph.node:
+            for i in n.input:
+                if i and i not in local and i not in seen:
+                    seen.add(i)
+                    free.append(i)
+            for att in n.attribute:
+                for sub in _subgraphs(att):
+                    visit(sub, local)
+            local.update(o for o in n.output if o)
+
+    for att in node.attribute:
+        for sub in _subgraphs(att):
+            visit(sub, set())
+    return free
+
+
+def _subgraphs(att: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    if att.type == onnx.AttributeProto.GRAPH:
+        return [att.g]
+    if att.type == onnx.AttributeProto.GRAPHS:
+        return list(att.graphs)
+    return []
+
+
+class NodeRunner(Protocol):
+    name: str
+    value_kind: str  # "numpy" | "torch"
+
+    def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn: ...
+
+
+def _elem_and_rank(v: Any) -> tuple[int, int] | None:
+    if v is None:
+        return None
+    if isinstance(v, torch.Tensor):
+        return torch_to_onnx_dtype(v.dtype), v.dim()
+    if isinstance(v, np.ndarray | np.generic):
+        return np_to_onnx_dtype(v.dtype), v.ndim
+    if isinstance(v, list):  # a sequence value
+        first = _elem_and_rank(v[0]) if v else None
+        return (-1, first[0] if first else onnx.TensorProto.FLOAT, first[1] if first else 0)
+    raise TypeError(f"cannot feed a {type(v).__name__} to an ONNX node")
+
+
+def one_node_model(
+    node: onnx.NodeProto,
+    inputs: Sequence[Any],
+    ctx: ModelContext,
+    rename: bool,
+) -> tuple[onnx.ModelProto, list[str]]:
+    """A model running ``node`` alone; returns it and the names to feed."""
+    n_in = len(node.input)
+    free = ctx.free_variables(node)
+    in_names = [f"i{k}" if rename and name else name for k, name in enumerate(node.input)]
+    out_names = [f"o{k}" if rename and name else name for k, name in enumerate(node.output)]
+    new = onnx.NodeProto()
+    new.CopyFrom(node)
+    if rename:
+        del new.input[:]
+        new.input.extend(in_names)
+        del new.output[:]
+        new.output.extend(out_names)
+    new.ClearField("metadata_props")
+    graph_inputs = []
+    feed_names = []
+    for name, value in zip([*in_names, *free], inputs):
+        if not name:
+            continue
+        feed_names.append(name)
+        t = _elem_and_rank(value)
+        if t is None:
+            continue
+        if len(t) == 3:
+            graph_inputs.append(
+                oh.make_value_info(
+                    name,
+                    oh.make_sequence_type_proto(oh.make_tensor_type_proto(t[1], [None] * t[2])),
+                )
+            )
+        else:
+            graph_inputs.append(
+                oh.make_tensor_value_info(name, t[0], [f"{name}_d{i}" for i in range(t[1])])
+            )
+    assert len(inputs) >= n_in
+    outputs = [oh.make_value_info(o, onnx.TypeProto()) for o in out_names if o]
+    graph = oh.make_graph([new], "node", graph_inputs, outputs)
+    model = oh.make_model(
+        graph,
+        opset_imports=[oh.make_opsetid(d, v) for d, v in ctx.opsets.items()],
+        ir_version=ctx.ir_version,
+        functions=list(ctx.functions.values()),
+    )
+    return model, feed_names
+
+
+LARGE_NODE_ELEMENTS = 1 << 18
+
+
+def _is_large(inputs: Sequence[Any]) -> bool:
+    """Whether a node is worth a multi-threaded session (any input of 256K+ elements)."""
+    for v in inputs:
+        if getattr(v, "size", 0) >= LARGE_NODE_ELEMENTS if isinstance(v, np.ndarray) else False:
+            return True
+    return False
+
+
+class _CachedRunner:
+    """Shared logic: a model per node signature, built at first use and reused."""
+
+    name = "base"
+    value_kind = "numpy"
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, Any] = {}
+        self.sessions_built = 0
+
+    def _build(self, model: onnx.ModelProto, large: bool) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def _run(self, sess: Any, feeds: dict[str, Any]) -> list[Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
+        has_subgraph = any(_subgraphs(a) for a in node.attribute)
+        # Nodes with subgraphs keep their names: the subgraphs refer to outer names.
+        rename = not has_subgraph
+        attrs = b"".join(a.SerializeToString() for a in node.attribute)
+        static_key = (
+            node.domain,
+            node.op_type,
+            attrs,
+            len(node.output),
+            tuple(bool(i) for i in node.input),
+        )
+        if not rename:
+            static_key = (*static_key, tuple(node.input), tuple(node.output), id(node))
+        cache = self._cache
+
+        def run(inputs: Sequence[Any]) -> list[Any]:
+            large = _is_large(inputs)
+            key = (static_key, large, tuple(_elem_and_rank(v) for v in inputs))
+            entry = cache.get(key)
+            if entry is None:
+                model, names = one_node_model(node, inputs, ctx, rename)
+                entry = (self._build(model, large), names)
+                cache[key] = entry
+                self.sessions_built += 1
+            sess, names = entry
+            feeds = {n: v for n, v in zip(names, (v for v in inputs if v is not None))}
+            return self._run(sess, feeds)
+
+        return run
+
+
+class OnnxruntimeRunner(_CachedRunner):
+    name = "onnxruntime"
+    value_kind = "numpy"
+
+    def __init__(self, providers: Sequence[str] | None = None, threads: int | None = None):
+        super().__init__()
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.providers = list(providers or ["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        # One node per session: graph optimisations have nothing to fuse and cost time.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        if threads:
+            so.intra_op_num_threads = threads
+        self._options = so
+        # A session with its own thread pool costs ~15x more to build than a
+        # single-threaded one; small nodes gain nothing from threads.
+        single = ort.SessionOptions()
+        single.graph_optimization_level = so.graph_optimization_level
+        single.log_severity_level = 3
+        single.intra_op_num_threads = 1
+        single.inter_op_num_threads = 1
+        self._single = single
+
+    def _build(self, model: onnx.ModelProto, large: bool = True) -> Any:
+        return self._ort.InferenceSession(
+            model.SerializeToString(),
+            self._options if large else self._single,
+            providers=self.providers,
+        )
+
+    def _run(self, sess: Any, feeds: dict[str, Any]) -> list[Any]:
+        return sess.run(None, feeds)
+
+
+class ReferenceRunner(_CachedRunner):
+    name = "reference"
+    value_kind = "numpy"
+
+    def _build(self, model: onnx.ModelProto, large: bool) -> Any:
+        from onnx.reference import ReferenceEvaluator
+
+        return ReferenceEvaluator(model)
+
+    def _run(self, sess: Any, feeds: dict[str, Any]) -> list[Any]:
+        return [np.asarray(v) if not isinstance(v, list) else v for v in sess.run(None, feeds)]
+
+
+class TorchRunner:
+    """Runs each node with the torch evaluator (on CPU or CUDA)."""
+
+    name = "torch"
+    value_kind = "torch"
+
+    def __init__(self, device: str | torch.device = "cpu", custom_kernels: dict | None = None):
+        self.device = torch.device(device)
+        self.custom_kernels = custom_kernels
+
+    def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
+        from ..evaluator.evaluator import compile_node
+
+        fn = compile_node(
+            node,
+            ctx.opsets,
+            ctx.functions,
+            device=self.device,
+            custom_kernels=self.custom_kernels,
+            outer_scope=ctx.free_variables(node) or None,
+        )
+        return fn
+
+
+class CallableRunner:
+    """Wraps a user callable ``f(node, inputs) -> outputs`` (numpy in, numpy out)."""
+
+    value_kind = "numpy"
+
+    def __init__(self, fn: Callable[[onnx.NodeProto, list[Any]], list[Any]], kind: str = "numpy"):
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "custom")
+        self.value_kind = kind
+
+    def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
+        return lambda inputs: list(self.fn(node, list(inputs)))
+
+
+def make_runner(runner: Any, device: str = "cpu") -> Any:
+    """A runner from a name, a runner object, a runner class or a callable."""
+    if isinstance(runner, str):
+        if runner == "onnxruntime":
+            providers = ["CPUExecutionProvider"]
+            if device.startswith("cuda"):
+                import onnxruntime as ort
+
+                if "CUDAExecutionProvider" not in ort.get_available_providers():
+                    # no GPU build of onnxruntime: the torch evaluator runs the ONNX side
+                    return TorchRunner(device)
+                providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            return OnnxruntimeRunner(providers)
+        if runner == "reference":
+            return ReferenceRunner()
+        if runner == "torch":
+            return TorchRunner(device)
+        raise ValueError(
+            f"unknown runner {runner!r}: use 'onnxruntime', 'reference', 'torch', "
+            "a runner object with prepare(node, ctx), or a callable f(node, inputs)"
+        )
+    if isinstance(runner, type):
+        runner = runner()
+    if hasattr(runner, "prepare") and hasattr(runner, "value_kind"):
+        return runner
+    if callable(runner):
+        return CallableRunner(runner)
+    raise TypeError(f"cannot use {type(runner).__name__} as a node runner")

@@ -1,0 +1,364 @@
+"""``onnx-sbs``: run a side-by-side comparison from a terminal or a CI job.
+
+Exit codes: 0 every pair passes, 1 a pair fails its tolerance (or a node fails to run),
+2 bad input (a missing file, a wrong option), 130 interrupted (reports still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from .records import Record
+from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+DEFAULT_JSONL = "onnx_sbs_run.jsonl"
+DEMO_REPORTS = ("report.html", "report.xlsx", "report.csv")
+
+
+class CliError(Exception):
+    """Bad input found by the command line itself; the message says what to fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse exits with 2 too; this keeps the usage line and names the command.
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"onnx-sbs: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="onnx-sbs",
+        description="Run a torch ExportedProgram and its ONNX export side by side, node by node.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="compare model.pt2 and model.onnx on the same inputs")
+    run.add_argument("--ep", required=True, help="exported program (torch.export.save, .pt2)")
+    run.add_argument("--onnx", required=True, help="ONNX model exported from it (.onnx)")
+    run.add_argument(
+        "--inputs",
+        required=True,
+        help="inputs saved with torch.save: tuple, dict or (args, kwargs)",
+    )
+    _add_outputs(run)
+    run.add_argument(
+        "--runner", default="onnxruntime", choices=["onnxruntime", "torch", "reference"]
+    )
+    run.add_argument(
+        "--atol", type=float, default=None, help="absolute tolerance (default: per dtype)"
+    )
+    run.add_argument(
+        "--rtol", type=float, default=None, help="relative tolerance (default: per dtype)"
+    )
+    run.add_argument(
+        "--rerun",
+        action="store_true",
+        help="rerun each ONNX node on the torch inputs too, to measure its own error",
+    )
+    reset = run.add_mutually_exclusive_group()
+    reset.add_argument(
+        "--reset", nargs="+", metavar="NAME", help="ONNX values replaced by their torch value"
+    )
+    reset.add_argument(
+        "--reset-all", action="store_true", help="every ONNX node runs on the torch inputs"
+    )
+    run.add_argument("--replay-dir", help="folder where replay bundles are written")
+    run.add_argument("--replay-config", help="replay selection saved as JSON (by the widget)")
+    run.add_argument("--replay-names", nargs="+", metavar="NAME", help="ONNX nodes to dump")
+    run.add_argument("--replay-op-types", nargs="+", metavar="OP", help="op types to dump")
+    run.add_argument(
+        "--replay-threshold", type=float, help="dump every node whose error exceeds this"
+    )
+    run.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    rep = sub.add_parser("report", help="rebuild reports from a records file (.jsonl)")
+    rep.add_argument("records", help="records written by `onnx-sbs run` (.jsonl, .csv, .xlsx)")
+    rep.add_argument("-o", "--output", nargs="+", required=True, metavar="FILE", help=_OUT_HELP)
+
+    demo = sub.add_parser("demo", help="build a small model with a known bug and find it")
+    demo.add_argument("-o", "--output", default="onnx_sbs_demo", metavar="DIR", help="folder")
+    demo.add_argument("--no-progress", action="store_true")
+
+    nb = sub.add_parser("notebook", help="an executed notebook as an offline HTML report")
+    nb.add_argument("notebook", help="executed notebook (.ipynb) holding SbsWidget outputs")
+    nb.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
+    return p
+
+
+_OUT_HELP = f"report files; the format follows the suffix ({', '.join(REPORT_SUFFIXES)})"
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", nargs="+", default=[], metavar="FILE", help=_OUT_HELP)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "demo":
+            return cmd_demo(args)
+        if args.command == "notebook":
+            return cmd_notebook(args)
+    except (CliError, ReportFormatError) as e:
+        print(f"onnx-sbs: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        if _is_input_error(e):
+            print(f"onnx-sbs: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
+    raise AssertionError(args.command)  # argparse rejects unknown commands
+
+
+def _is_input_error(e: BaseException) -> bool:
+    try:
+        from .align.loading import SbsInputError
+    except ImportError:
+        return False
+    return isinstance(e, SbsInputError)
+
+
+# ---- outputs ---------------------------------------------------------------------------
+
+
+def check_outputs(outputs: Sequence[str]) -> list[pathlib.Path]:
+    paths = [pathlib.Path(o) for o in outputs]
+    for p in paths:
+        if p.suffix.lower() not in REPORT_SUFFIXES:
+            raise CliError(
+                f"cannot write {str(p)!r}: the report format follows the suffix, "
+                f"use one of {', '.join(REPORT_SUFFIXES)}"
+            )
+        if p.exists() and p.is_dir():
+            raise CliError(f"{str(p)!r} is a folder: give a file name such as report.html")
+    return paths
+
+
+def jsonl_path(outputs: Sequence[pathlib.Path]) -> pathlib.Path:
+    """Where records stream to: the .jsonl among the outputs, else next to the first one."""
+    for p in outputs:
+        if p.suffix.lower() == ".jsonl":
+            return p
+    if outputs:
+        return outputs[0].with_suffix(".jsonl")
+    return pathlib.Path(DEFAULT_JSONL)
+
+
+def write_reports(
+    records: list[Record], outputs: Sequence[pathlib.Path], summary: Any, stream: TextIO
+) -> None:
+    from .report_html import BundleMissingError
+
+    for p in outputs:
+        if p.suffix.lower() == ".jsonl" and p.exists():
+            continue  # the streamed file already is this report
+        try:
+            write_report(records, p, summary, title=p.stem)
+        except BundleMissingError as e:
+            # an install problem with one format must not cost the user the other reports
+            print(f"onnx-sbs: cannot write {p}: {e}", file=sys.stderr)
+            continue
+        print(f"wrote {p}", file=stream)
+
+
+# ---- run -------------------------------------------------------------------------------
+
+
+def replay_config_from_args(args: argparse.Namespace) -> Any:
+    """A ReplayConfig from --replay-config and/or --replay-names/op-types/threshold, or None."""
+    wants = args.replay_config or args.replay_names or args.replay_op_types
+    wants = wants or args.replay_threshold is not None
+    if not wants:
+        if args.replay_dir:
+            raise CliError(
+                "--replay-dir needs a selection: --replay-names, --replay-op-types, "
+                "--replay-threshold or --replay-config"
+            )
+        return None
+    from .align.replay import ReplayConfig
+
+    if args.replay_config:
+        path = pathlib.Path(args.replay_config)
+        if not path.is_file():
+            raise CliError(f"replay configuration {str(path)!r} does not exist")
+        config = ReplayConfig.load(path)
+    else:
+        config = ReplayConfig()
+    if args.replay_names:
+        config.names = list(args.replay_names)
+    if args.replay_op_types:
+        config.op_types = list(args.replay_op_types)
+    if args.replay_threshold is not None:
+        config.threshold = args.replay_threshold
+    if not args.replay_dir:
+        raise CliError("a replay selection needs --replay-dir DIR: where bundles are written")
+    return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    for flag, value in (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs)):
+        if not pathlib.Path(value).is_file():
+            raise CliError(f"{flag} {value!r}: no such file")
+    outputs = check_outputs(args.output)
+    replay = replay_config_from_args(args)
+    options: dict[str, Any] = dict(
+        runner=args.runner,
+        atol=args.atol,
+        rtol=args.rtol,
+        rerun_with_torch_inputs=args.rerun,
+        reset_names=args.reset,
+        reset="all" if args.reset_all else None,
+        replay=replay,
+        replay_dir=args.replay_dir,
+        device=args.device,
+    )
+    return run_and_report(
+        args.ep, args.onnx, args.inputs, outputs, options, progress=not args.no_progress
+    )
+
+
+def run_and_report(
+    ep: Any,
+    onx: Any,
+    inputs: Any,
+    outputs: Sequence[pathlib.Path],
+    options: dict[str, Any],
+    *,
+    progress: bool = True,
+    stdout: TextIO | None = None,
+) -> int:
+    """Runs, streams records to the .jsonl, writes the other reports, prints the summary."""
+    from .align.run import AlignedRun
+    from .summary import summarize
+
+    stdout = stdout or sys.stdout
+    jsonl = jsonl_path(outputs)
+    run = AlignedRun(ep, onx, inputs, **options)
+    interrupted = False
+    with JsonlWriter(jsonl) as writer, _Progress(run, enabled=progress) as bar:
+        try:
+            for rec in run:
+                writer.write(rec)
+                bar.update()
+        except KeyboardInterrupt:
+            interrupted = True
+            run.stop()
+    records = read_jsonl(jsonl)
+    summary = summarize(records, node_inputs=run_onnx_model(run, onx))
+    print(f"records: {jsonl}", file=stdout)
+    write_reports(records, outputs, summary, stdout)
+    print(summary.to_text(), file=stdout)
+    if interrupted:
+        print("interrupted: the reports hold the records computed so far", file=stdout)
+        return EXIT_INTERRUPTED
+    return EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS
+
+
+def run_onnx_model(run: Any, onx: Any) -> Any:
+    """The ModelProto for the summary's inputs rule, without loading the file a second time."""
+    for attr in ("onx", "model", "onnx_model"):
+        model = getattr(run, attr, None)
+        if model is not None and hasattr(model, "graph"):
+            return model
+    return onx if hasattr(onx, "graph") else None
+
+
+class _Progress:
+    """A tqdm bar over ONNX nodes, driven by ``run.status`` (the engine has no tqdm)."""
+
+    def __init__(self, run: Any, enabled: bool) -> None:
+        self.run = run
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def update(self) -> None:
+        if not self.enabled:
+            return
+        st = self.run.status
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            # created on the first record: the engine knows the node count by then
+            self.bar = tqdm(
+                total=st.total_onnx_nodes or None, unit="node", desc="onnx-sbs", file=sys.stderr
+            )
+        if st.total_onnx_nodes and self.bar.total != st.total_onnx_nodes:
+            self.bar.total = st.total_onnx_nodes
+        self.bar.set_postfix(fail=st.failures, max_err=f"{st.max_err_abs:.2g}", refresh=False)
+        # update() honours tqdm's mininterval, so a fast run does not flood the terminal
+        self.bar.update(st.done_onnx_nodes - self.bar.n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.n = self.run.status.done_onnx_nodes
+            self.bar.refresh()
+            self.bar.close()
+
+
+# ---- report / demo / notebook ----------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import read_records
+    from .summary import summarize
+
+    outputs = check_outputs(args.output)
+    records = read_records(args.records)
+    summary = summarize(records)
+    write_reports(records, outputs, summary, sys.stdout)
+    print(summary.to_text())
+    return EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import write_demo
+
+    folder = pathlib.Path(args.output)
+    if folder.exists() and not folder.is_dir():
+        raise CliError(f"{str(folder)!r} is a file: give a folder for the demo files")
+    print(f"building the demo model into {folder}/ ...")
+    files = write_demo(folder)
+    print(f"the ONNX node {files.culprit!r} was made wrong on purpose; finding it:")
+    outputs = [folder / name for name in (*DEMO_REPORTS, "report.jsonl")]
+    code = run_and_report(
+        files.ep,
+        files.onnx,
+        files.inputs,
+        outputs,
+        dict(rerun_with_torch_inputs=True),
+        progress=not args.no_progress,
+    )
+    print(f"open {folder / 'report.html'} in a browser to explore the run")
+    return code
+
+
+def cmd_notebook(args: argparse.Namespace) -> int:
+    from .notebook_export import export_notebook
+
+    src = pathlib.Path(args.notebook)
+    if not src.is_file():
+        raise CliError(f"notebook {str(src)!r} does not exist")
+    out = pathlib.Path(args.output)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise CliError(f"{str(out)!r}: the notebook report is HTML, name it report.html")
+    export_notebook(src, out)
+    print(f"wrote {out}")
+    return EXIT_PASS

@@ -1,0 +1,210 @@
+"""Comparing a torch value with an ONNX value: errors, NaN/Inf disagreement, verdict.
+
+Both sides may be torch tensors (any device) or numpy arrays.  CPU values go through
+numpy, which costs about a microsecond per reduction on the small tensors that dominate
+a node-by-node run; other devices stay on their device (the ONNX value moves to the
+torch value's device, never to a hard-coded one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# (atol, rtol) per dtype when the user gives none: accumulated float32 rounding between
+# two runtimes stays well below 1e-4 on exported models; half types carry ~3 digits.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 5e-2),
+    "complex64": (1e-4, 1e-4),
+    "complex128": (1e-7, 1e-7),
+}
+_FP8 = (1.25e-1, 1.25e-1)
+EXACT = (0.0, 0.0)
+
+
+def default_tolerance(dtype_name: str) -> tuple[float, float]:
+    if dtype_name in DEFAULT_TOLERANCES:
+        return DEFAULT_TOLERANCES[dtype_name]
+    if dtype_name.startswith("float8"):
+        return _FP8
+    return EXACT
+
+
+@dataclass
+class Diff:
+    err_abs: float | None = None
+    err_rel: float | None = None
+    err_nan: float | None = None
+    err_h01: float | None = None
+    err_h001: float | None = None
+    passed: bool | None = None
+    shape_mismatch: bool = False
+    dtype_mismatch: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    note: str | None = None
+
+
+def value_dtype_name(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return str(v.dtype).replace("torch.", "")
+    return np.asarray(v).dtype.name
+
+
+def shape_type(v) -> str:
+    """'float32[2x3]' for a tensor, the type name otherwise."""
+    if isinstance(v, torch.Tensor | np.ndarray | np.generic):
+        shape = "x".join(str(d) for d in v.shape)
+        return f"{value_dtype_name(v)}[{shape}]"
+    if isinstance(v, list | tuple):
+        return f"{type(v).__name__}[{len(v)}]"
+    if v is None:
+        return "None"
+    return type(v).__name__
+
+
+def _as_numpy(v) -> np.ndarray | None:
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, np.generic | int | float | bool):
+        return np.asarray(v)
+    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dtype != torch.bfloat16:
+        if v.is_conj() or v.is_neg():
+            v = v.resolve_conj().resolve_neg()
+        return v.detach().numpy()
+    return None
+
+
+def _as_torch(v, device: torch.device) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v.detach().to(device)
+    a = np.asarray(v)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(device)
+    if not a.flags.writeable:
+        a = a.copy()
+    return torch.from_numpy(a).to(device)
+
+
+def compare(
+    expected, got, atol: float | None = None, rtol: float | None = None
+) -> Diff:
+    """Compares ``got`` (ONNX side) with ``expected`` (torch side).
+
+    err_abs: max |got - expected| over positions where both are finite;
+    err_rel: max |got - expected| / (|expected| + atol): bounded near zero, unlike a
+    plain relative error, and equal to it where |expected| >> atol;
+    err_nan: positions where one side is NaN/Inf and the other is not (or differs);
+    err_h01 / err_h001: elements whose difference exceeds 0.1 / 0.01.
+    passed: |got - expected| <= atol + rtol * |expected| everywhere and err_nan == 0.
+    """
+    exp_dtype = value_dtype_name(expected)
+    got_dtype = value_dtype_name(got)
+    d_atol, d_rtol = default_tolerance(exp_dtype)
+    is_float = exp_dtype.startswith(("float", "bfloat", "complex"))
+    atol = d_atol if atol is None or not is_float else atol
+    rtol = d_rtol if rtol is None or not is_float else rtol
+    result = Diff(atol=atol, rtol=rtol)
+    e_shape = tuple(expected.shape)
+    g_shape = tuple(got.shape)
+    if e_shape != g_shape:
+        result.shape_mismatch = True
+        result.passed = False
+        result.note = f"shape {e_shape} vs {g_shape}"
+        return result
+    if exp_dtype != got_dtype:
+        result.dtype_mismatch = True
+        result.note = f"dtype {exp_dtype} vs {got_dtype}"
+    ea, ga = _as_numpy(expected), _as_numpy(got)
+    if ea is not None and ga is not None:
+        _compare_numpy(ea, ga, atol, rtol, result)
+    else:
+        dev = expected.device if isinstance(expected, torch.Tensor) else torch.device("cpu")
+        _compare_torch(_as_torch(expected, dev), _as_torch(got, dev), atol, rtol, result)
+    if result.dtype_mismatch:
+        result.passed = False
+    return result
+
+
+def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:
+    if e.size == 0:
+        r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
+        r.passed = True
+        return
+    if e.dtype.kind in "biu" and g.dtype.kind in "biu":
+        d = np.abs(e.astype(np.float64) - g.astype(np.float64))
+        ae = np.abs(e.astype(np.float64))
+        nan = 0
+    else:
+        if e.dtype.kind == "c" or g.dtype.kind == "c":
+            ef, gf = e.astype(np.complex128), g.astype(np.complex128)
+        else:
+            work = np.float64 if np.float64 in (e.dtype, g.dtype) else np.float32
+            ef, gf = e.astype(work, copy=False), g.astype(work, copy=False)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(ef - gf)
+        m = d.max()
+        if np.isfinite(m):
+            nan = 0
+            ae = np.abs(ef)
+        else:
+            fe, fg = np.isfinite(ef), np.isfinite(gf)
+            both = fe & fg
+            # non-finite on both sides agree only when they are the same value
+            same_special = ~fe & ~fg & ((ef == gf) | (np.isnan(ef) & np.isnan(gf)))
+            nan = int((~both & ~same_special).sum())
+            d = np.where(both, d, 0.0)
+            ae = np.where(both, np.abs(ef), 0.0)
+    err_abs = float(d.max())
+    r.err_abs = err_abs
+    r.err_nan = float(nan)
+    r.err_rel = float((d / (ae + (atol if atol > 0 else 1e-12))).max())
+    r.err_h01 = float(np.count_nonzero(d > 0.1))
+    r.err_h001 = float(np.count_nonzero(d > 0.01))
+    if nan:
+        r.passed = False
+    elif err_abs <= atol:
+        r.passed = True
+    else:
+        r.passed = bool((d <= atol + rtol * ae).all())
+
+
+def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r: Diff) -> None:
+    if e.numel() == 0:
+        r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
+        r.passed = True
+        return
+    if e.is_complex() or g.is_complex():
+        ef, gf = e.to(torch.complex128), g.to(torch.complex128)
+    elif e.is_floating_point() or g.is_floating_point():
+        work = torch.float64 if torch.float64 in (e.dtype, g.dtype) else torch.float32
+        ef, gf = e.to(work), g.to(work)
+    else:
+        ef, gf = e.to(torch.float64), g.to(torch.float64)
+    d = (ef - gf).abs()
+    fe, fg = torch.isfinite(ef), torch.isfinite(gf)
+    both = fe & fg
+    same_special = ~fe & ~fg & ((ef == gf) | (torch.isnan(ef) & torch.isnan(gf)))
+    nan_t = (~both & ~same_special).sum()
+    d = torch.where(both, d, torch.zeros_like(d)).real if d.is_complex() else torch.where(
+        both, d, torch.zeros_like(d)
+    )
+    ae = torch.where(both, ef.abs(), torch.zeros_like(d))
+    stats = torch.stack(
+        [
+            d.max().double(),
+            (d / (ae + (atol if atol > 0 else 1e-12))).max().double(),
+            nan_t.double(),
+            (d > 0.1).sum().double(),
+            (d > 0.01).sum().double(),
+            (d <= atol + rtol * ae).all().double(),
+        ]
+    ).cpu()  # one device synchronisation for all metrics
+    err_abs, err_rel, nan, h01, h001, ok = stats.tolist()
+    r.err_abs, r.err_rel, r.err_nan, r.err_h01, r.err_h001 = err_abs, err_rel, nan, h01, h001
+    r.passed = bool(ok) and nan == 0

@@ -1,0 +1,553 @@
+"""Compiles an ONNX graph body into a flat list of steps over numbered value slots.
+
+Everything that does not depend on the tensors is decided once here: which kernel runs
+each node (by the since-version of the opset the graph imports), the converted
+attributes, the slot of every value, the step after which each value is released, and,
+on an accelerator, which values are shapes that stay on the host. ``CompiledGraph.execute``
+is then a tight loop.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import onnx
+import torch
+
+from .convert import attribute_value, sparse_to_dense, tensor_from_proto
+from .registry import _load_kernels, get_kernel, normalize_domain
+
+# Inputs that kernels read as Python shapes/axes/counts (``tolist()``): on an accelerator
+# they may stay on the host, so reading them does not synchronise the device.
+SHAPE_INPUTS: dict[str, frozenset[int]] = {
+    k: frozenset(v)
+    for k, v in {
+        "Reshape": (1,),
+        "Expand": (1,),
+        "ConstantOfShape": (0,),
+        "Slice": (1, 2, 3, 4),
+        "Tile": (1,),
+        "Unsqueeze": (1,),
+        "Squeeze": (1,),
+        "Split": (1,),
+        "Pad": (1, 2, 3),
+        "TopK": (1,),
+        "OneHot": (1,),
+        "Resize": (1, 2, 3),
+        "Upsample": (1,),
+        "Range": (0, 1, 2),
+        "CumSum": (1,),
+        "Trilu": (1,),
+        "Loop": (0, 1),
+        "SplitToSequence": (1,),
+        "SequenceAt": (1,),
+        "SequenceErase": (1,),
+        "SequenceInsert": (2,),
+        "CenterCropPad": (1,),
+        "Col2Im": (1, 2),
+        "ReduceSum": (1,),
+        "ReduceMean": (1,),
+        "ReduceMax": (1,),
+        "ReduceMin": (1,),
+        "ReduceProd": (1,),
+        "ReduceL1": (1,),
+        "ReduceL2": (1,),
+        "ReduceLogSum": (1,),
+        "ReduceLogSumExp": (1,),
+        "ReduceSumSquare": (1,),
+        "AffineGrid": (1,),
+    }.items()
+}
+_NO_SHAPE: frozenset[int] = frozenset()
+
+# Ops computing shape arithmetic: with only host inputs their output stays on the host.
+HOST_OPS = frozenset(
+    """Add Sub Mul Div Mod Neg Abs Max Min Gather Concat Unsqueeze Squeeze Slice Reshape
+    Cast CastLike Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Where Range
+    Identity ReduceProd ReduceSum ReduceMax ReduceMin Expand Tile Ceil Floor Sqrt
+    Sign Flatten Transpose""".split()
+)
+HOST_SOURCES = frozenset({"Shape", "Size"})
+# Small constants are kept on the host (and twinned on the device when a kernel needs them there).
+_HOST_CONST_NUMEL = 64
+
+
+def _is_managed(device: torch.device | None) -> bool:
+    return device is not None and device.type != "cpu"
+
+
+class KernelContext:
+    """What a kernel registered with ``context=True`` receives as ``ctx``.
+
+    ``device``: the evaluator's device (None: follow the inputs); ``opsets``: the opsets of
+    the graph the node belongs to; ``outer``: the values of the enclosing scopes the node's
+    subgraphs read; ``run_graph(graph, inputs)`` runs a subgraph attribute and returns
+    its outputs as a list; ``graph_runner(graph)`` compiles it once for repeated calls.
+    """
+
+    __slots__ = ("device", "opsets", "outer", "node", "_compiler", "_attr_env")
+
+    def __init__(self, compiler: Compiler, node: onnx.NodeProto, opsets, attr_env) -> None:
+        self.device = compiler.device
+        self.opsets = opsets
+        self.outer: dict[str, Any] = {}
+        self.node = node
+        self._compiler = compiler
+        self._attr_env = attr_env
+
+    def graph_runner(
+        self, graph: onnx.GraphProto, outer_values: dict[str, Any] | None = None
+    ) -> Callable[[Sequence[Any]], list[Any]]:
+        cg = self._compiler.compile_graph(graph, self.opsets, self._attr_env)
+        outer = self.outer if outer_values is None else outer_values
+        outer_list = [outer.get(n) for n in cg.outer_names]
+        return functools.partial(cg.execute, outer=outer_list)
+
+    def run_graph(
+        self,
+        graph: onnx.GraphProto,
+        inputs: Sequence[Any],
+        outer_values: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        return self.graph_runner(graph, outer_values)(inputs)
+
+    def default_device(self, *tensors: Any) -> torch.device:
+        """The device to create new tensors on: the evaluator's, else the inputs'."""
+        if self.device is not None:
+            return self.device
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                return t.device
+        return torch.device("cpu")
+
+
+def graph_free_names(graph: onnx.GraphProto) -> list[str]:
+    """Names a graph reads from enclosing scopes (through nested subgraphs too)."""
+    defined = {i.name for i in graph.input}
+    defined.update(i.name for i in graph.initializer)
+    defined.update(i.values.name for i in graph.sparse_initializer)
+    free: dict[str, None] = {}
+    for node in graph.node:
+        for name in [*node.input, *node_implicit_inputs(node)]:
+            if name and name not in defined:
+                free[name] = None
+        defined.update(node.output)
+    for o in graph.output:
+        if o.name not in defined:
+            free[o.name] = None
+    return list(free)
+
+
+def node_implicit_inputs(node: onnx.NodeProto) -> list[str]:
+    names: dict[str, None] = {}
+    for att in node.attribute:
+        if att.type == onnx.AttributeProto.GRAPH:
+            names.update(dict.fromkeys(graph_free_names(att.g)))
+        elif att.type == onnx.AttributeProto.GRAPHS:
+            for g in att.graphs:
+                names.update(dict.fromkeys(graph_free_names(g)))
+    return list(names)
+
+
+class CompiledGraph:
+    """Steps over slots; ``execute(inputs, outer)`` returns the outputs as a list."""
+
+    __slots__ = (
+        "input_names",
+        "outer_names",
+        "output_names",
+        "input_slots",
+        "outer_slots",
+        "output_slots",
+        "template",
+        "steps",
+        "nodes",
+        "move_inputs",
+        "device",
+    )
+
+    def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
+        vals = self.template.copy()
+        for s, v in zip(self.input_slots, inputs):
+            vals[s] = v
+        for s, v in zip(self.outer_slots, outer):
+            vals[s] = v
+        for fn, ins, outs, attrs, free in self.steps:
+            res = fn(*[vals[i] for i in ins], **attrs)
+            if type(res) is tuple:
+                for o, r in zip(outs, res):
+                    vals[o] = r
+            else:
+                vals[outs[0]] = res
+            for f in free:
+                vals[f] = None
+        return [vals[i] for i in self.output_slots]
+
+    def execute_debug(
+        self,
+        inputs: Sequence[Any],
+        outer: Sequence[Any] = (),
+        hook: Callable[[int, onnx.NodeProto, list[Any]], None] | None = None,
+    ) -> list[Any]:
+        """Like execute, calling ``hook(step_index, node, live_values)`` after each step."""
+        vals = self.template.copy()
+        for s, v in zip(self.input_slots, inputs):
+            vals[s] = v
+        for s, v in zip(self.outer_slots, outer):
+            vals[s] = v
+        for k, (fn, ins, outs, attrs, free) in enumerate(self.steps):
+            try:
+                res = fn(*[vals[i] for i in ins], **attrs)
+            except Exception as e:
+                node = self.nodes[k]
+                raise RuntimeError(
+                    f"node {node.name!r} ({node.domain or 'ai.onnx'}::{node.op_type}) "
+                    f"failed: {type(e).__name__}: {e}"
+                ) from e
+            if type(res) is tuple:
+                for o, r in zip(outs, res):
+                    vals[o] = r
+            else:
+                vals[outs[0]] = res
+            for f in free:
+                vals[f] = None
+            if hook is not None:
+                hook(k, self.nodes[k], [v for v in vals if v is not None])
+        return [vals[i] for i in self.output_slots]
+
+
+class MissingKernelError(NotImplementedError):
+    """No kernel implements an op at the opset version a model imports."""
+
+
+def _resolve_attributes(node: onnx.NodeProto, attr_env) -> list[onnx.AttributeProto]:
+    atts = []
+    for att in node.attribute:
+        if att.ref_attr_name:
+            if attr_env is None or att.ref_attr_name not in attr_env:
+                continue  # the caller did not set it: the op's default applies
+            ref = onnx.AttributeProto()
+            ref.CopyFrom(attr_env[att.ref_attr_name])
+            ref.name = att.name
+            atts.append(ref)
+        else:
+            atts.append(att)
+    return atts
+
+
+def constant_value(attrs: list[onnx.AttributeProto]) -> torch.Tensor:
+    """The tensor a Constant node holds, whichever attribute carries it."""
+    for att in attrs:
+        n = att.name
+        if n == "value":
+            return tensor_from_proto(att.t)
+        if n == "sparse_value":
+            return sparse_to_dense(att.sparse_tensor)
+        if n == "value_float":
+            return torch.tensor(att.f, dtype=torch.float32)
+        if n == "value_floats":
+            return torch.tensor(list(att.floats), dtype=torch.float32)
+        if n == "value_int":
+            return torch.tensor(att.i, dtype=torch.int64)
+        if n == "value_ints":
+            return torch.tensor(list(att.ints), dtype=torch.int64)
+        if n in ("value_string", "value_strings"):
+            raise TypeError("string constants are not supported by the torch evaluator")
+    raise ValueError("Constant node without a value attribute")
+
+
+class Compiler:
+    """Compiles graphs, subgraphs and function bodies sharing one configuration."""
+
+    def __init__(
+        self,
+        opsets: dict[str, int],
+        functions: dict[tuple[str, str], onnx.FunctionProto] | None = None,
+        custom_kernels: dict[tuple[str, str], Callable[..., Any]] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        _load_kernels()
+        self.opsets = {normalize_domain(k): v for k, v in opsets.items()}
+        self.functions = {
+            (normalize_domain(d), n): f for (d, n), f in (functions or {}).items()
+        }
+        self.custom = {(normalize_domain(d), n): f for (d, n), f in (custom_kernels or {}).items()}
+        self.device = torch.device(device) if isinstance(device, str) else device
+        self._graph_cache: dict[tuple, tuple[Any, CompiledGraph]] = {}
+
+    # -- entry points ---------------------------------------------------------------------
+
+    def compile_graph(
+        self,
+        graph: onnx.GraphProto,
+        opsets: dict[str, int] | None = None,
+        attr_env: dict[str, onnx.AttributeProto] | None = None,
+        outputs: Sequence[str] | None = None,
+        top_level: bool = False,
+    ) -> CompiledGraph:
+        opsets = self.opsets if opsets is None else opsets
+        key = (id(graph), id(attr_env), tuple(sorted(opsets.items())), tuple(outputs or ()))
+        hit = self._graph_cache.get(key)
+        if hit is not None:
+            return hit[1]
+        inits: dict[str, torch.Tensor] = {i.name: tensor_from_proto(i) for i in graph.initializer}
+        for sp in graph.sparse_initializer:
+            inits[sp.values.name] = sparse_to_dense(sp)
+        input_names = [i.name for i in graph.input if i.name not in inits]
+        cg = self.compile(
+            list(graph.node),
+            input_names,
+            list(outputs) if outputs else [o.name for o in graph.output],
+            inits,
+            outer_names=[] if top_level else graph_free_names(graph),
+            opsets=opsets,
+            attr_env=attr_env,
+            inputs_on_device=top_level,
+        )
+        self._graph_cache[key] = (graph, cg)
+        return cg
+
+    def compile(
+        self,
+        nodes: list[onnx.NodeProto],
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        initializers: dict[str, torch.Tensor] | None = None,
+        outer_names: Sequence[str] = (),
+        opsets: dict[str, int] | None = None,
+        attr_env: dict[str, onnx.AttributeProto] | None = None,
+        inputs_on_device: bool = False,
+    ) -> CompiledGraph:
+        opsets = self.opsets if opsets is None else opsets
+        managed = _is_managed(self.device)
+        dev = self.device
+        template: list[Any] = [None]  # slot 0 is the missing optional value
+        slots: dict[str, int] = {}
+        state: dict[str, str] = {}  # h: host, d: device, u: unknown (only when managed)
+
+        def new_slot(value: Any = None) -> int:
+            template.append(value)
+            return len(template) - 1
+
+        for name in input_names:
+            slots[name] = new_slot()
+            state[name] = "d" if inputs_on_device else "u"
+        for name in outer_names:
+            if name not in slots:
+                slots[name] = new_slot()
+                state[name] = "u"
+
+        device_twin: dict[str, int] = {}
+        host_consts: set[str] = set()
+
+        def add_constant(name: str, value: torch.Tensor) -> None:
+            if managed and value.numel() <= _HOST_CONST_NUMEL:
+                slots[name] = new_slot(value)
+                state[name] = "h"
+                host_consts.add(name)
+            else:
+                slots[name] = new_slot(value.to(dev) if dev is not None else value)
+                state[name] = "d"
+
+        for name, value in (initializers or {}).items():
+            if name not in slots:
+                add_constant(name, value)
+
+        steps: list[tuple] = []
+        step_nodes: list[onnx.NodeProto] = []
+        step_inputs: list[list[int]] = []
+        missing: list[str] = []
+
+        def device_slot(name: str) -> int:
+            if name not in device_twin:
+                device_twin[name] = new_slot(template[slots[name]].to(dev))
+            return device_twin[name]
+
+        for node in nodes:
+            domain = normalize_domain(node.domain)
+            key = (domain, node.op_type)
+            atts = _resolve_attributes(node, attr_env)
+            if key == ("", "Constant") and key not in self.custom:
+                add_constant(node.output[0], constant_value(atts))
+                continue
+            fn, is_function = self._make_callable(node, key, atts, opsets, attr_env, missing)
+            if fn is None:
+                continue
+            explicit = list(node.input)
+            while explicit and not explicit[-1]:
+                explicit.pop()
+            implicit = node_implicit_inputs(node)
+            for name in [*explicit, *implicit]:
+                if name and name not in slots:
+                    raise ValueError(
+                        f"node {node.name!r} ({node.op_type}) reads {name!r}, "
+                        "which no input, initializer or earlier node defines"
+                    )
+            ins = [slots[n] if n else 0 for n in explicit]
+            if implicit:
+                ins += [slots[n] for n in implicit]
+                fn = _bind_outer(fn, len(explicit), implicit)
+            if managed:
+                fn, ins, out_state = self._place(
+                    node, fn, explicit, ins, state, device_slot, host_consts
+                )
+            attrs = {} if is_function else self._kernel_attrs(node, atts)
+            outs = []
+            for o in node.output:
+                s = new_slot()
+                if o:
+                    slots[o] = s
+                    if managed:
+                        state[o] = out_state
+                outs.append(s)
+            steps.append((fn, tuple(ins), tuple(outs), attrs))
+            step_nodes.append(node)
+            step_inputs.append(ins)
+
+        if missing:
+            raise MissingKernelError(
+                "no kernel for "
+                + "; ".join(dict.fromkeys(missing))
+                + ". The supported ops are listed by "
+                "onnx_sbs_nb.evaluator.supported_ops(); pass "
+                "custom_kernels={(domain, op_type): fn} to add one."
+            )
+
+        for name in output_names:
+            if name not in slots:
+                raise ValueError(f"output {name!r} is not produced by the graph")
+        output_slots = [slots[n] for n in output_names]
+        protected = set(output_slots)
+        last_use: dict[int, int] = {}
+        for k, ins in enumerate(step_inputs):
+            for s in ins:
+                last_use[s] = k
+        free_at: list[list[int]] = [[] for _ in steps]
+        for s, k in last_use.items():
+            if s and s not in protected:
+                free_at[k].append(s)
+        for k, (_, _, outs, _) in enumerate(steps):
+            for s in outs:
+                if s not in last_use and s not in protected:
+                    free_at[k].append(s)
+        cg = CompiledGraph()
+        cg.input_names = list(input_names)
+        cg.outer_names = list(outer_names)
+        cg.output_names = list(output_names)
+        cg.input_slots = [slots[n] for n in input_names]
+        cg.outer_slots = [slots[n] for n in outer_names]
+        cg.output_slots = output_slots
+        cg.template = template
+        cg.steps = [
+            (fn, ins, outs, attrs, tuple(free_at[k]))
+            for k, (fn, ins, outs, attrs) in enumerate(steps)
+        ]
+        cg.nodes = step_nodes
+        cg.device = dev
+        return cg
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _make_callable(self, node, key, atts, opsets, attr_env, missing):
+        """(callable, is_function_call) for a node; (None, False) records a missing kernel."""
+        if key in self.custom:
+            return self.custom[key], False
+        if key in self.functions:
+            return self._function_call(node, self.functions[key], atts, opsets), True
+        version = opsets.get(key[0])
+        entry = get_kernel(key[0], node.op_type, version)
+        if entry is None:
+            missing.append(
+                f"{node.op_type!r} (domain {key[0] or 'ai.onnx'!r}, opset {version}) "
+                f"in node {node.name!r}"
+            )
+            return None, False
+        if entry.context:
+            ctx = KernelContext(self, node, opsets, attr_env)
+            return functools.partial(entry.fn, ctx=ctx), False
+        return entry.fn, False
+
+    def _kernel_attrs(self, node, atts) -> dict[str, Any]:
+        try:
+            return {a.name: attribute_value(a) for a in atts}
+        except Exception as e:
+            raise ValueError(f"node {node.name!r} ({node.op_type}): {e}") from e
+
+    def _function_call(self, node, fproto: onnx.FunctionProto, atts, opsets) -> Callable:
+        env: dict[str, onnx.AttributeProto] = {}
+        for a in fproto.attribute_proto:
+            env[a.name] = a
+        for a in atts:
+            env[a.name] = a
+        f_opsets = dict(opsets)
+        f_opsets.update({normalize_domain(o.domain): o.version for o in fproto.opset_import})
+        body = self.compile(
+            list(fproto.node),
+            list(fproto.input),
+            list(fproto.output),
+            opsets=f_opsets,
+            attr_env=env,
+        )
+        n = len(fproto.input)
+        execute = body.execute
+
+        def call_function(*args: Any) -> tuple:
+            args = list(args[:n]) + [None] * max(0, n - len(args))
+            return tuple(execute(args))
+
+        return call_function
+
+    def _place(self, node, fn, explicit, ins, state, device_slot, host_consts):
+        """Host/device placement of one step (accelerator only)."""
+        dev = self.device
+        shape_pos = SHAPE_INPUTS.get(node.op_type, _NO_SHAPE)
+        in_states = [state.get(n, "u") for n in explicit if n]
+        if node.op_type in HOST_SOURCES:
+            return fn, ins, "h"
+        if node.op_type in HOST_OPS and in_states and all(s == "h" for s in in_states):
+            return fn, ins, "h"
+        to_move: list[int] = []
+        for i, name in enumerate(explicit):
+            if not name or i in shape_pos:
+                continue
+            st = state.get(name, "u")
+            if st == "h" and name in host_consts:
+                ins[i] = device_slot(name)
+            elif st != "d":
+                to_move.append(i)
+        if to_move:
+            fn = _mover(fn, to_move, dev)
+        return fn, ins, "d"
+
+
+def _bind_outer(fn: Callable, n_explicit: int, names: list[str]) -> Callable:
+    """Hands the values of the enclosing scope a node's subgraphs read to its context."""
+    ctx = fn.keywords["ctx"] if isinstance(fn, functools.partial) else None
+    if ctx is None:
+        # custom kernels and function calls see only their explicit inputs
+        def call_plain(*args: Any, **kw: Any) -> Any:
+            return fn(*args[:n_explicit], **kw)
+
+        return call_plain
+
+    def call_with_outer(*args: Any, **kw: Any) -> Any:
+        ctx.outer = dict(zip(names, args[n_explicit:]))
+        return fn(*args[:n_explicit], **kw)
+
+    return call_with_outer
+
+
+def _mover(fn: Callable, positions: list[int], dev: torch.device) -> Callable:
+    """Moves the inputs a device kernel reads as data to the device when they are elsewhere."""
+
+    def call_moved(*args: Any, **kw: Any) -> Any:
+        args = list(args)
+        for i in positions:
+            a = args[i] if i < len(args) else None
+            if isinstance(a, torch.Tensor) and a.device != dev:
+                args[i] = a.to(dev, non_blocking=True)
+        return fn(*args, **kw)
+
+    return call_moved

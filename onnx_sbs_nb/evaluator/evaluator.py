@@ -1,0 +1,369 @@
+"""TorchOnnxEvaluator: runs an ONNX model (or one node) with torch kernels."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from .compiler import (
+    CompiledGraph,
+    Compiler,
+    MissingKernelError,
+    graph_free_names,
+    node_implicit_inputs,
+)
+from .convert import numpy_to_torch, torch_to_numpy
+from .registry import normalize_domain, supported_ops
+
+__all__ = [
+    "MissingKernelError",
+    "NodeArg",
+    "TorchOnnxEvaluator",
+    "compile_node",
+    "supported_ops",
+]
+
+Kernel = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output description, like onnxruntime's ``NodeArg``."""
+
+    name: str
+    type: str
+    shape: list[int | str | None]
+
+
+def _type_string(tp: onnx.TypeProto) -> str:
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        return f"tensor({_elem_name(tp.tensor_type.elem_type)})"
+    if which == "sequence_type":
+        return f"seq({_type_string(tp.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({_type_string(tp.optional_type.elem_type)})"
+    if which == "map_type":
+        return "map"
+    return "unknown"
+
+
+def _elem_name(elem: int) -> str:
+    if elem == 0:
+        return "undefined"
+    name = onnx.TensorProto.DataType.Name(elem).lower()
+    return {"float": "float", "double": "double"}.get(name, name)
+
+
+def _shape(tp: onnx.TypeProto) -> list[int | str | None]:
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return []
+    return [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        for d in tp.tensor_type.shape.dim
+    ]
+
+
+def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
+    return NodeArg(vi.name, _type_string(vi.type), _shape(vi.type))
+
+
+def resolve_device(
+    device: str | torch.device | None, providers: Sequence[str] | None
+) -> torch.device:
+    """The torch device of an evaluator: explicit ``device`` wins over ``providers``."""
+    if device is None:
+        providers = providers or ()
+        names = [p[0] if isinstance(p, tuple) else p for p in providers]
+        device = "cuda" if "CUDAExecutionProvider" in names else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "CUDA was requested (device or CUDAExecutionProvider) but torch sees no GPU"
+            )
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _opsets_of(proto: Any) -> dict[str, int]:
+    return {normalize_domain(o.domain): o.version for o in proto.opset_import}
+
+
+class TorchOnnxEvaluator:
+    """Runs an ONNX model with torch kernels, with onnxruntime's ``run`` interface.
+
+    ``model``: a ModelProto, a path to one, a GraphProto or a NodeProto (pass
+    ``opsets={"": 18}``), or a FunctionProto (its own opset imports are used).
+    ``providers=("CUDAExecutionProvider",)`` or ``device="cuda"`` runs on the GPU:
+    weights move there once; shapes stay on the CPU so that shape arithmetic never
+    synchronises the device.
+
+    ``run(output_names, feeds)`` takes torch tensors (used where they are, without a copy
+    when already on the evaluator's device; results are torch tensors) or numpy arrays
+    (results are numpy arrays).
+
+    ``custom_kernels={(domain, op_type): fn}`` replaces the implementation of any op
+    (the calling convention is the one of ``onnx_sbs_nb.evaluator.registry``: inputs
+    positionally, attributes as keyword arguments under their ONNX names)::
+
+        def my_gelu(x, approximate="none"):
+            return torch.nn.functional.gelu(x.double(), approximate=approximate).to(x.dtype)
+
+        ev = TorchOnnxEvaluator(onx, custom_kernels={("", "Gelu"): my_gelu})
+        (y,) = ev.run(None, {"x": torch.randn(2, 3)})
+
+    A node whose op has no kernel at the model's opset raises ``MissingKernelError`` at
+    construction; ``supported_ops()`` lists what exists.
+    """
+
+    def __init__(
+        self,
+        model: onnx.ModelProto | onnx.GraphProto | onnx.FunctionProto | onnx.NodeProto | str,
+        *,
+        providers: Sequence[str] | None = ("CPUExecutionProvider",),
+        device: str | torch.device | None = None,
+        custom_kernels: dict[tuple[str, str], Kernel] | None = None,
+        opsets: dict[str, int] | int | None = None,
+        functions: Sequence[onnx.FunctionProto] | None = None,
+        verbose: int = 0,
+    ) -> None:
+        if isinstance(model, (str, os.PathLike)):
+            model = onnx.load(os.fspath(model))
+        self.device = resolve_device(device, providers)
+        self.verbose = verbose
+        if isinstance(opsets, int):
+            opsets = {"": opsets}
+        funcs: list[onnx.FunctionProto] = list(functions or [])
+        if isinstance(model, onnx.ModelProto):
+            model_opsets = _opsets_of(model)
+            funcs = [*model.functions, *funcs]
+            graph = model.graph
+        elif isinstance(model, onnx.GraphProto):
+            if opsets is None:
+                raise ValueError("a GraphProto needs opsets=, e.g. opsets={'': 18}")
+            model_opsets = dict(opsets)
+            graph = model
+        elif isinstance(model, onnx.FunctionProto):
+            model_opsets = {**(opsets or {}), **_opsets_of(model)}
+            graph = _function_as_graph(model)
+        elif isinstance(model, onnx.NodeProto):
+            if opsets is None:
+                raise ValueError("a NodeProto needs opsets=, e.g. opsets={'': 18}")
+            model_opsets = dict(opsets)
+            graph = _node_as_graph(model)
+        else:
+            raise TypeError(
+                f"model must be a ModelProto, GraphProto, FunctionProto, NodeProto or a "
+                f"path, not {type(model).__name__}"
+            )
+        if opsets and isinstance(model, onnx.ModelProto):
+            model_opsets.update(opsets)
+        self.opsets = {normalize_domain(k): v for k, v in model_opsets.items()}
+        self.graph = graph
+        self._compiler = Compiler(
+            self.opsets,
+            {(f.domain, f.name): f for f in funcs},
+            custom_kernels,
+            self.device,
+        )
+        inits = {i.name for i in graph.initializer}
+        self._inputs = [_node_arg(i) for i in graph.input if i.name not in inits]
+        self._outputs = [_node_arg(o) for o in graph.output]
+        self._output_names = [o.name for o in graph.output]
+        free = graph_free_names(graph)
+        if free:
+            raise ValueError(f"the graph reads undefined values {free[:5]}")
+        self._plans: dict[tuple[str, ...], CompiledGraph] = {}
+        self._plan_for(tuple(self._output_names))
+
+    # -- onnxruntime-like interface ---------------------------------------------------------
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._output_names)
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        feeds: dict[str, Any],
+        *,
+        hook: Callable[[int, onnx.NodeProto, list[Any]], None] | None = None,
+    ) -> list[Any]:
+        """Runs the model; ``hook(step, node, live_values)`` is called after each node."""
+        names = tuple(output_names) if output_names else tuple(self._output_names)
+        plan = self._plans.get(names) or self._plan_for(names)
+        as_numpy = False
+        inputs: list[Any] = []
+        dev = self.device
+        for name in plan.input_names:
+            v = feeds.get(name, _MISSING)
+            if v is _MISSING:
+                raise KeyError(f"missing feed {name!r}; the model expects {self.input_names}")
+            if not isinstance(v, (torch.Tensor, list)) and v is not None:
+                as_numpy = True
+                v = numpy_to_torch(v)
+            elif isinstance(v, list) and v and not isinstance(v[0], torch.Tensor):
+                as_numpy = True
+                v = numpy_to_torch(v)
+            inputs.append(_to_device(v, dev))
+        if len(feeds) > len(inputs):
+            unknown = set(feeds) - set(self.input_names)
+            if unknown:
+                raise KeyError(f"unknown feeds {sorted(unknown)}; inputs are {self.input_names}")
+        if hook is not None or self.verbose:
+            res = plan.execute_debug(inputs, (), hook or self._verbose_hook)
+        else:
+            res = plan.execute(inputs)
+        if as_numpy:
+            return [torch_to_numpy(r) for r in res]
+        return res
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _plan_for(self, names: tuple[str, ...]) -> CompiledGraph:
+        known = set(self._output_names) | {n for node in self.graph.node for n in node.output}
+        known |= {i.name for i in self.graph.input} | {i.name for i in self.graph.initializer}
+        for n in names:
+            if n not in known:
+                raise ValueError(f"{n!r} is not a value of the model")
+        graph = self.graph
+        if set(names) != set(self._output_names):
+            graph = _pruned(graph, names)
+        plan = self._compiler.compile_graph(graph, outputs=names, top_level=True)
+        self._plans[names] = plan
+        return plan
+
+    def _verbose_hook(self, k: int, node: onnx.NodeProto, live: list[Any]) -> None:
+        if self.verbose:
+            print(f"[TorchOnnxEvaluator] {k}: {node.op_type}({node.name}) live={len(live)}")
+
+
+_MISSING = object()
+
+
+def _to_device(v: Any, dev: torch.device) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v if v.device == dev else v.to(dev)
+    if isinstance(v, list):
+        return [_to_device(x, dev) for x in v]
+    return v
+
+
+def _pruned(graph: onnx.GraphProto, names: Sequence[str]) -> onnx.GraphProto:
+    """The graph restricted to the nodes the requested values depend on."""
+    needed = set(names)
+    keep = []
+    for node in reversed(graph.node):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(n for n in node.input if n)
+            needed.update(node_implicit_inputs(node))
+    g = onnx.GraphProto()
+    g.name = graph.name
+    g.input.extend(graph.input)
+    g.initializer.extend(i for i in graph.initializer if i.name in needed)
+    g.sparse_initializer.extend(graph.sparse_initializer)
+    g.node.extend(reversed(keep))
+    by_name = {o.name: o for o in graph.output}
+    by_name.update({v.name: v for v in graph.value_info})
+    for n in names:
+        g.output.append(by_name.get(n) or onnx.helper.make_empty_tensor_value_info(n))
+    return g
+
+
+def _node_as_graph(node: onnx.NodeProto) -> onnx.GraphProto:
+    return onnx.helper.make_graph(
+        [node],
+        node.name or node.op_type,
+        [onnx.helper.make_empty_tensor_value_info(n) for n in node.input if n],
+        [onnx.helper.make_empty_tensor_value_info(n) for n in node.output if n],
+    )
+
+
+def _function_as_graph(f: onnx.FunctionProto) -> onnx.GraphProto:
+    return onnx.helper.make_graph(
+        list(f.node),
+        f.name,
+        [onnx.helper.make_empty_tensor_value_info(n) for n in f.input],
+        [onnx.helper.make_empty_tensor_value_info(n) for n in f.output],
+    )
+
+
+def compile_node(
+    node: onnx.NodeProto,
+    opsets: dict[str, int],
+    functions: dict[tuple[str, str], onnx.FunctionProto] | None = None,
+    device: str | torch.device | None = None,
+    custom_kernels: dict[tuple[str, str], Kernel] | None = None,
+) -> Callable[[list[torch.Tensor | None]], list[torch.Tensor]]:
+    """A callable running one node on a list of inputs (positional, None for missing ones).
+
+    When the node's subgraphs read values of the enclosing graph, pass them after the
+    inputs, in the order of ``callable.outer_names``.
+
+    The kernel, attributes and (for function calls) the body are prepared once; the call
+    costs one kernel dispatch. Results are those of the same node inside its graph.
+    ``device=None`` computes where the inputs are.
+    """
+    dev = torch.device(device) if isinstance(device, str) else device
+    if dev is not None and dev.type == "cuda" and dev.index is None:
+        dev = resolve_device(dev, None)
+    compiler = Compiler(opsets, functions, custom_kernels, dev)
+    names = [f"__in{i}" if n else "" for i, n in enumerate(node.input)]
+    outs = [f"__out{i}" if n else "" for i, n in enumerate(node.output)]
+    renamed = onnx.NodeProto()
+    renamed.CopyFrom(node)
+    del renamed.input[:]
+    renamed.input.extend(names)
+    del renamed.output[:]
+    renamed.output.extend(outs)
+    # Values the node's subgraphs read from the enclosing graph come after its inputs.
+    outer = node_implicit_inputs(node)
+    cg = compiler.compile(
+        [renamed],
+        [n for n in names if n],
+        [n for n in outs if n],
+        outer_names=outer,
+        inputs_on_device=False,
+    )
+    n_in = len(node.input)
+    execute = cg.execute
+    positions = [i for i, n in enumerate(names) if n]
+    if len(positions) == n_in and not outer:
+
+        def run_node(inputs: list[Any]) -> list[Any]:
+            if len(inputs) != n_in:
+                inputs = list(inputs) + [None] * (n_in - len(inputs))
+            return execute(inputs)
+
+    else:
+
+        def run_node(inputs: list[Any]) -> list[Any]:
+            inputs = list(inputs) + [None] * (n_in + len(outer) - len(inputs))
+            return execute([inputs[i] for i in positions], inputs[n_in:])
+
+    run_node.outer_names = outer  # type: ignore[attr-defined]
+    return run_node
+
+
+def as_numpy(values: list[Any]) -> list[np.ndarray]:
+    """Converts evaluator results to numpy (ml_dtypes for bfloat16/float8)."""
+    return [torch_to_numpy(v) for v in values]

@@ -1,0 +1,49 @@
+"""Small helpers shared by kernel modules (no kernels here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# Unsigned types wider than 8 bits exist in torch but most CPU kernels lack them.
+WIDE_UNSIGNED = frozenset(
+    getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)
+)
+
+
+def as_ints(t: Any) -> list[int]:
+    """A shape/axes argument (tensor, list or None) as a list of Python ints."""
+    if t is None:
+        return []
+    if isinstance(t, torch.Tensor):
+        return [int(v) for v in t.reshape(-1).tolist()]
+    return [int(v) for v in t]
+
+
+def widen(*ts: torch.Tensor | None) -> tuple[list[torch.Tensor | None], torch.dtype | None]:
+    """Unsigned 16/32/64-bit inputs computed in int64 (the caller casts back)."""
+    dtype = next((t.dtype for t in ts if t is not None), None)
+    if dtype in WIDE_UNSIGNED:
+        return [t.to(torch.int64) if t is not None else None for t in ts], dtype
+    return list(ts), None
+
+
+def unsigned_safe(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """Wraps a kernel of tensors so that wide unsigned inputs go through int64."""
+
+    def wrapped(*ts: torch.Tensor, **kw: Any) -> torch.Tensor:
+        if ts and ts[0] is not None and ts[0].dtype in WIDE_UNSIGNED:
+            dtype = ts[0].dtype
+            res = fn(*[t.to(torch.int64) if t is not None else None for t in ts], **kw)
+            return res.to(dtype) if res.dtype == torch.int64 else res
+        return fn(*ts, **kw)
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis

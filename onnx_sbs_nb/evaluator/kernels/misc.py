@@ -1,0 +1,77 @@
+"""Softmax/LogSoftmax/Hardmax (with the 2-D coercion of opsets < 13) and Dropout (ai.onnx)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..registry import op
+from ._helpers import norm_axis
+
+
+def _coerced(fn, x: torch.Tensor, axis: int) -> torch.Tensor:
+    """Opsets < 13 flatten the input to 2-D at ``axis`` and normalise each row."""
+    if x.dim() == 0:
+        return fn(x.reshape(1, 1), 1).reshape(())
+    axis = norm_axis(axis, x.dim())
+    rows = math.prod(x.shape[:axis])
+    return fn(x.reshape(rows, -1), 1).reshape(x.shape)
+
+
+def _hardmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    idx = torch.argmax(x, dim=dim, keepdim=True)
+    return torch.zeros_like(x).scatter(dim, idx, 1)
+
+
+for _name, _fn in (
+    ("Softmax", lambda x, d: torch.softmax(x, d)),
+    ("LogSoftmax", lambda x, d: torch.log_softmax(x, d)),
+    ("Hardmax", _hardmax),
+):
+
+    def _old(x, axis=1, _fn=_fn):
+        return _coerced(_fn, x, axis)
+
+    def _new(x, axis=-1, _fn=_fn):
+        if x.dim() == 0:
+            return _fn(x.reshape(1), 0).reshape(())
+        return _fn(x, axis)
+
+    _old.__name__ = _new.__name__ = _name.lower()
+    op(_name, since=1)(_old)
+    op(_name, since=13)(_new)
+
+
+def _dropout(x, ratio: float, training: bool, with_mask_bool: bool, seed=None):
+    if not training or ratio == 0:
+        mask = torch.ones(x.shape, dtype=torch.bool, device=x.device)
+        return x, mask if with_mask_bool else mask.to(x.dtype)
+    gen = None
+    if seed is not None:
+        gen = torch.Generator(device=x.device).manual_seed(int(seed))
+    keep = torch.rand(x.shape, generator=gen, device=x.device) >= ratio
+    y = torch.where(keep, x / (1 - ratio), torch.zeros((), dtype=x.dtype, device=x.device))
+    return y, keep if with_mask_bool else keep.to(x.dtype)
+
+
+@op("Dropout", since=1)
+def dropout_v1(x, is_test=0, ratio=0.5):
+    return _dropout(x, ratio, False, False)
+
+
+@op("Dropout", since=7)
+def dropout_v7(x, ratio=0.5):
+    return _dropout(x, ratio, False, False)
+
+
+@op("Dropout", since=10)
+def dropout_v10(x, ratio=0.5):
+    return _dropout(x, ratio, False, True)
+
+
+@op("Dropout", since=12)
+def dropout(x, ratio=None, training_mode=None, seed=None):
+    r = float(ratio.item()) if ratio is not None else 0.5
+    training = bool(training_mode.item()) if training_mode is not None else False
+    return _dropout(x, r, training, True, seed)

@@ -1,0 +1,281 @@
+"""Recurrent layers: RNN, LSTM, GRU (every direction, layout, sequence_lens, clip,
+activation list with alpha/beta; peepholes and input_forget for LSTM,
+linear_before_reset for GRU)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..registry import op
+
+Act = Callable[[torch.Tensor], torch.Tensor]
+
+# name -> (uses alpha, uses beta, default alpha, default beta)
+_ACT_PARAMS = {
+    "affine": (True, True, 1.0, 0.0),
+    "leakyrelu": (True, False, 0.01, 0.0),
+    "thresholdedrelu": (True, False, 1.0, 0.0),
+    "scaledtanh": (True, True, 1.0, 1.0),
+    "hardsigmoid": (True, True, 0.2, 0.5),
+    "elu": (True, False, 1.0, 0.0),
+}
+
+
+def _activation(name: str, alpha: float, beta: float) -> Act:
+    n = name.lower()
+    if n == "sigmoid":
+        return torch.sigmoid
+    if n == "tanh":
+        return torch.tanh
+    if n == "relu":
+        return torch.relu
+    if n == "affine":
+        return lambda x: alpha * x + beta
+    if n == "leakyrelu":
+        return lambda x: F.leaky_relu(x, alpha)
+    if n == "thresholdedrelu":
+        return lambda x: torch.where(x > alpha, x, torch.zeros_like(x))
+    if n == "scaledtanh":
+        return lambda x: alpha * torch.tanh(beta * x)
+    if n == "hardsigmoid":
+        return lambda x: torch.clamp(alpha * x + beta, 0, 1)
+    if n == "elu":
+        return lambda x: torch.where(x > 0, x, alpha * torch.expm1(x))
+    if n == "softsign":
+        return lambda x: x / (1 + x.abs())
+    if n == "softplus":
+        return lambda x: torch.logaddexp(x, torch.zeros_like(x))
+    raise ValueError(f"unknown recurrent activation {name!r}")
+
+
+def _activations(names, alphas, betas, defaults: list[str], num_dir: int) -> list[list[Act]]:
+    """One list of activation functions per direction."""
+    names = list(names) if names else defaults * num_dir
+    if len(names) == len(defaults) and num_dir == 2:
+        names = names * 2
+    alphas = list(alphas or [])
+    betas = list(betas or [])
+    fns: list[Act] = []
+    for name in names:
+        ua, ub, da, db = _ACT_PARAMS.get(name.lower(), (False, False, 0.0, 0.0))
+        a = alphas.pop(0) if ua and alphas else da
+        b = betas.pop(0) if ub and betas else db
+        fns.append(_activation(name, a, b))
+    k = len(defaults)
+    return [fns[d * k : (d + 1) * k] for d in range(num_dir)]
+
+
+def _directions(direction: str) -> list[bool]:
+    """Reverse flag of each direction."""
+    if direction == "forward":
+        return [False]
+    if direction == "reverse":
+        return [True]
+    if direction == "bidirectional":
+        return [False, True]
+    raise ValueError(f"unknown direction {direction!r}")
+
+
+def _run(x, seq_lens, layout, direction, states0, step, hidden_size):
+    """Shared driver: ``step(d, x_t, states) -> (h, *other states)`` for direction d.
+
+    Returns Y (seq, num_dir, batch, hidden) and the final states, all in layout 0;
+    positions past a sequence's length output zeros and keep the state.
+    """
+    if layout == 1:
+        x = x.transpose(0, 1)
+        states0 = [s.transpose(0, 1) if s is not None else None for s in states0]
+    T, B = x.shape[0], x.shape[1]
+    revs = _directions(direction)
+    H = hidden_size
+    masks = None
+    if seq_lens is not None:
+        lens = seq_lens.to(x.device, torch.int64)
+        masks = (torch.arange(T, device=x.device).unsqueeze(1) < lens.unsqueeze(0)).unsqueeze(-1)
+    ys, finals = [], []
+    for d, rev in enumerate(revs):
+        states = [
+            (s[d] if s is not None else torch.zeros((B, H), dtype=x.dtype, device=x.device))
+            for s in states0
+        ]
+        out: list[torch.Tensor | None] = [None] * T
+        for t in (reversed(range(T)) if rev else range(T)):
+            new = step(d, t, states)
+            if masks is not None:
+                m = masks[t]
+                out[t] = torch.where(m, new[0], torch.zeros_like(new[0]))
+                states = [torch.where(m, n, s) for n, s in zip(new, states)]
+            else:
+                out[t] = new[0]
+                states = list(new)
+        ys.append(torch.stack(out, 0) if T else x.new_zeros((0, B, H)))
+        finals.append(states)
+    y = torch.stack(ys, 1)
+    final = [torch.stack([f[k] for f in finals], 0) for k in range(len(states0))]
+    if layout == 1:
+        y = y.permute(2, 0, 1, 3)
+        final = [f.transpose(0, 1) for f in final]
+    return (y, *final)
+
+
+def _gates_input(x, w, b_w, layout):
+    """X @ W^T + Wb for every time step at once: (T, B, G*H)."""
+    if layout == 1:
+        x = x.transpose(0, 1)
+    g = torch.matmul(x, w.t())
+    return g + b_w if b_w is not None else g
+
+
+def _clip(v, clip):
+    return v if clip is None else v.clamp(-clip, clip)
+
+
+def _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta, activations,
+         clip, direction, hidden_size, layout):
+    nd = w.shape[0]
+    H = hidden_size or r.shape[-1]
+    acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], nd)
+    bw = b[:, :H] + b[:, H:] if b is not None else [None] * nd
+    xw = [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
+    rt = [r[d].t() for d in range(nd)]
+
+    def step(d, t, states):
+        return (acts[d][0](_clip(xw[d][t] + states[0] @ rt[d], clip)),)
+
+    y, yh = _run(x, sequence_lens, layout, direction, [initial_h], step, H)
+    return y, yh
+
+
+def _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha, activation_beta,
+          activations, clip, direction, hidden_size, input_forget, layout):
+    nd = w.shape[0]
+    H = hidden_size or r.shape[-1]
+    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], nd)
+    bw = b[:, : 4 * H] + b[:, 4 * H :] if b is not None else [None] * nd
+    xw = [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
+    rt = [r[d].t() for d in range(nd)]
+
+    def step(d, t, states):
+        h, c = states
+        f_, g_, h_ = acts[d]
+        gi, go, gf, gc = (xw[d][t] + h @ rt[d]).split(H, -1)
+        if p is not None:
+            pi, po, pf = p[d].split(H)
+            gi = gi + pi * c
+            gf = gf + pf * c
+        i = f_(_clip(gi, clip))
+        f = 1 - i if input_forget else f_(_clip(gf, clip))
+        c_new = f * c + i * g_(_clip(gc, clip))
+        if p is not None:
+            go = go + po * c_new
+        o = f_(_clip(go, clip))
+        return o * h_(c_new), c_new
+
+    return _run(x, sequence_lens, layout, direction, [initial_h, initial_c], step, H)
+
+
+def _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta, activations,
+         clip, direction, hidden_size, layout, linear_before_reset):
+    nd = w.shape[0]
+    H = hidden_size or r.shape[-1]
+    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], nd)
+    if b is not None:
+        wb, rb = b[:, : 3 * H], b[:, 3 * H :]
+    else:
+        wb = rb = None
+    xw = [_gates_input(x, w[d], None if wb is None else wb[d], layout) for d in range(nd)]
+    rzr = [r[d][: 2 * H].t() for d in range(nd)]
+    rh = [r[d][2 * H :].t() for d in range(nd)]
+
+    def step(d, t, states):
+        (h,) = states
+        f_, g_ = acts[d]
+        xz, xr, xh = xw[d][t].split(H, -1)
+        hzr = h @ rzr[d]
+        if rb is not None:
+            hzr = hzr + rb[d][: 2 * H]
+        hz, hr = hzr.split(H, -1)
+        z = f_(_clip(xz + hz, clip))
+        rr = f_(_clip(xr + hr, clip))
+        rbh = rb[d][2 * H :] if rb is not None else 0
+        if linear_before_reset:
+            ht = g_(_clip(xh + rr * (h @ rh[d] + rbh), clip))
+        else:
+            ht = g_(_clip(xh + (rr * h) @ rh[d] + rbh, clip))
+        return ((1 - z) * ht + z * h,)
+
+    return _run(x, sequence_lens, layout, direction, [initial_h], step, H)
+
+
+@op("RNN", since=1)
+def rnn_1(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+          output_sequence=0):
+    return _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
+                activations, clip, direction, hidden_size, 0)
+
+
+@op("RNN", since=7)
+def rnn_7(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None):
+    return _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
+                activations, clip, direction, hidden_size, 0)
+
+
+@op("RNN", since=14)
+def rnn_14(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
+           activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+           layout=0):
+    return _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
+                activations, clip, direction, hidden_size, layout)
+
+
+@op("LSTM", since=1)
+def lstm_1(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
+           activation_alpha=None, activation_beta=None, activations=None, clip=None,
+           direction="forward", hidden_size=None, input_forget=0, output_sequence=0):
+    return _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha,
+                 activation_beta, activations, clip, direction, hidden_size, input_forget, 0)
+
+
+@op("LSTM", since=7)
+def lstm_7(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
+           activation_alpha=None, activation_beta=None, activations=None, clip=None,
+           direction="forward", hidden_size=None, input_forget=0):
+    return _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha,
+                 activation_beta, activations, clip, direction, hidden_size, input_forget, 0)
+
+
+@op("LSTM", since=14)
+def lstm_14(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
+            activation_alpha=None, activation_beta=None, activations=None, clip=None,
+            direction="forward", hidden_size=None, input_forget=0, layout=0):
+    return _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha,
+                 activation_beta, activations, clip, direction, hidden_size, input_forget, layout)
+
+
+@op("GRU", since=1)
+def gru_1(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+          output_sequence=0, linear_before_reset=0):
+    return _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
+                activations, clip, direction, hidden_size, 0, linear_before_reset)
+
+
+@op("GRU", since=7)
+def gru_7(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+          linear_before_reset=0):
+    return _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
+                activations, clip, direction, hidden_size, 0, linear_before_reset)
+
+
+@op("GRU", since=14)
+def gru_14(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
+           activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+           layout=0, linear_before_reset=0):
+    return _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
+                activations, clip, direction, hidden_size, layout, linear_before_reset)

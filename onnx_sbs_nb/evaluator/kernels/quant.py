@@ -1,0 +1,182 @@
+"""Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+QLinearConv, QLinearMatMul.
+
+Integer types torch has (uint8, int8, uint16, int16, int32) and float8 types are
+supported; 4-bit and 2-bit types have no torch dtype to compute with.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...dtypes import onnx_to_torch_dtype
+from ..registry import op
+from .nn_conv import conv as conv_kernel
+
+_INT_RANGES = {
+    torch.uint8: (0, 255),
+    torch.int8: (-128, 127),
+    torch.int16: (-32768, 32767),
+    torch.int32: (-(2**31), 2**31 - 1),
+}
+if hasattr(torch, "uint16"):
+    _INT_RANGES[torch.uint16] = (0, 65535)
+
+_FLOAT8 = {
+    getattr(torch, n): float(torch.finfo(getattr(torch, n)).max)
+    for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    if hasattr(torch, n)
+}
+
+
+def _broadcast_param(v: torch.Tensor, x: torch.Tensor, axis: int, block_size: int) -> torch.Tensor:
+    """Reshapes a scale / zero point so it broadcasts against x (per tensor, axis, block)."""
+    if v.dim() == 0 or v.numel() == 1:
+        return v.reshape(())
+    axis = axis % x.dim()
+    if not block_size:
+        shape = [1] * x.dim()
+        shape[axis] = v.numel()
+        return v.reshape(shape)
+    v = v.repeat_interleave(block_size, dim=axis)
+    if v.shape[axis] != x.shape[axis]:
+        v = v.narrow(axis, 0, x.shape[axis])
+    return v
+
+
+def _work_dtype(*ts: torch.Tensor) -> torch.dtype:
+    dt = torch.float32
+    for t in ts:
+        if t.dtype == torch.float64:
+            dt = torch.float64
+    return dt
+
+
+def saturate_to(v: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> torch.Tensor:
+    """Rounds half to even and saturates to an integer type, or casts to a float8 type."""
+    if dtype in _INT_RANGES:
+        lo, hi = _INT_RANGES[dtype]
+        return v.clamp(lo, hi).to(dtype)
+    if dtype in _FLOAT8:
+        if saturate:
+            m = _FLOAT8[dtype]
+            v = v.clamp(-m, m)
+        return v.to(dtype)
+    raise TypeError(f"{dtype} is not a quantized type the torch evaluator supports")
+
+
+def _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, precision):
+    if y_zero_point is not None:
+        out_dt = y_zero_point.dtype
+    elif output_dtype:
+        out_dt = onnx_to_torch_dtype(output_dtype)
+    else:
+        out_dt = torch.uint8
+    wdt = onnx_to_torch_dtype(precision) if precision else _work_dtype(x, y_scale)
+    s = _broadcast_param(y_scale, x, axis, block_size).to(wdt)
+    v = x.to(wdt) / s
+    if out_dt in _FLOAT8:
+        # the zero point of float8 types is zero by definition
+        return saturate_to(v, out_dt, bool(saturate))
+    v = torch.round(v)
+    if y_zero_point is not None:
+        v = v + _broadcast_param(y_zero_point, x, axis, block_size).to(wdt)
+    return saturate_to(v, out_dt)
+
+
+@op("QuantizeLinear", since=10)
+def quantize_linear_10(x, y_scale, y_zero_point=None, axis=1):
+    return _quantize(x, y_scale, y_zero_point, axis, 1, 0, 0, 0)
+
+
+@op("QuantizeLinear", since=19)
+def quantize_linear_19(x, y_scale, y_zero_point=None, axis=1, saturate=1):
+    return _quantize(x, y_scale, y_zero_point, axis, saturate, 0, 0, 0)
+
+
+@op("QuantizeLinear", since=21)
+def quantize_linear_21(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0,
+                       saturate=1):
+    return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, 0)
+
+
+@op("QuantizeLinear", since=23)
+def quantize_linear_23(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0,
+                       precision=0, saturate=1):
+    return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, precision)
+
+
+def _dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype):
+    wdt = _work_dtype(x_scale)
+    v = x.to(wdt)
+    if x_zero_point is not None and x.dtype not in _FLOAT8:
+        v = v - _broadcast_param(x_zero_point, x, axis, block_size).to(wdt)
+    v = v * _broadcast_param(x_scale, x, axis, block_size).to(wdt)
+    out = onnx_to_torch_dtype(output_dtype) if output_dtype else x_scale.dtype
+    return v.to(out)
+
+
+@op("DequantizeLinear", since=10)
+def dequantize_linear_10(x, x_scale, x_zero_point=None, axis=1):
+    return _dequantize(x, x_scale, x_zero_point, axis, 0, 0)
+
+
+@op("DequantizeLinear", since=21)
+def dequantize_linear_21(x, x_scale, x_zero_point=None, axis=1, block_size=0):
+    return _dequantize(x, x_scale, x_zero_point, axis, block_size, 0)
+
+
+@op("DequantizeLinear", since=23)
+def dequantize_linear_23(x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=0):
+    return _dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype)
+
+
+@op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(x):
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    rmin = torch.minimum(x.min(), zero) if x.numel() else zero
+    rmax = torch.maximum(x.max(), zero) if x.numel() else zero
+    scale = (rmax - rmin) / 255
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+    zp = torch.round((0 - rmin) / safe).clamp(0, 255)
+    y = (torch.round(x / safe) + zp).clamp(0, 255)
+    return y.to(torch.uint8), scale, zp.to(torch.uint8)
+
+
+def _per_row(s: torch.Tensor, rank: int) -> torch.Tensor:
+    # a 1-D scale of a QLinearMatMul's left operand is per row
+    return s.reshape(-1, 1) if s.dim() == 1 and s.numel() > 1 else s
+
+
+@op("QLinearMatMul", since=10)
+def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    # float64 keeps every int32 accumulator exact
+    af = a.to(torch.float64) - _per_row(a_zero_point, a.dim()).to(torch.float64)
+    bf = b.to(torch.float64) - b_zero_point.to(torch.float64)
+    acc = torch.matmul(af, bf)
+    sa = _per_row(a_scale, a.dim()).to(torch.float64)
+    scale = sa * b_scale.to(torch.float64) / y_scale.to(torch.float64)
+    # onnxruntime rounds the rescaled value computed in float32
+    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(torch.float64)
+    return saturate_to(v, y_zero_point.dtype)
+
+
+@op("QLinearConv", since=10)
+def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None,
+                 auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                 strides=None):
+    xf = x.to(torch.float64) - x_zero_point.to(torch.float64)
+    wz = w_zero_point.to(torch.float64)
+    if wz.numel() > 1:
+        wz = wz.reshape(-1, *([1] * (w.dim() - 1)))
+    wf = w.to(torch.float64) - wz
+    acc = conv_kernel(xf, wf, None, auto_pad=auto_pad, dilations=dilations, group=group,
+                      kernel_shape=kernel_shape, pads=pads, strides=strides)
+    if b is not None:
+        acc = acc + b.to(torch.float64).reshape(1, -1, *([1] * (x.dim() - 2)))
+    ws = w_scale.to(torch.float64)
+    if ws.numel() > 1:
+        ws = ws.reshape(1, -1, *([1] * (x.dim() - 2)))
+    scale = x_scale.to(torch.float64) * ws / y_scale.to(torch.float64)
+    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(torch.float64)
+    return saturate_to(v, y_zero_point.dtype)

@@ -1,0 +1,131 @@
+"""``onnx-sbs notebook report.ipynb -o report.html``: an executed notebook as an offline report.
+
+Stock ``nbconvert --to html`` renders widgets with a widget manager loaded from a CDN, so
+offline an SbsWidget output shows nothing.  Here each SbsWidget output whose state was
+saved in the notebook (``metadata.widgets``, written by JupyterLab's "save widget state"
+or ``nbclient`` with ``store_widget_state=True``) is replaced by an offline rendering of
+that state (the widget bundle's ``renderStatic``, inlined once); every other output is what
+nbconvert shows.  Widget outputs without a saved state fall back to their ``text/html``
+(or ``text/plain``) representation, and no widget-manager script from a CDN is left.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .report import ReportFormatError
+from .report_html import loader_html
+
+WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+#: anywidget names each model after the class that made it (``_anywidget_id``).
+SBS_WIDGET_ID_PREFIX = "onnx_sbs_nb."
+
+
+@dataclass
+class ExportResult:
+    html: str
+    views: int  # SbsWidget outputs rendered from their saved state
+    fallbacks: int  # widget outputs shown through their static representation
+
+
+def saved_widget_states(nb: Any) -> dict[str, dict[str, Any]]:
+    """``{model_id: state}`` of the SbsWidget models saved in the notebook's metadata."""
+    saved = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE_MIME, {})
+    result = {}
+    for model_id, model in saved.get("state", {}).items():
+        state = model.get("state", {})
+        if str(state.get("_anywidget_id", "")).startswith(SBS_WIDGET_ID_PREFIX):
+            result[model_id] = state
+    return result
+
+
+def static_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The part of a saved widget state that ``renderStatic`` reads (the synced traits)."""
+    from .widget import STATE_TRAITS
+
+    return {k: state[k] for k in STATE_TRAITS if k in state}
+
+
+def _bundle_for(states: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """(js, css): the bundle that saved the state when it has renderStatic, else ours."""
+    for state in states.values():
+        esm = state.get("_esm")
+        if isinstance(esm, str) and "renderStatic" in esm:
+            return esm, str(state.get("_css") or "")
+    from .widget import bundle_js
+
+    return bundle_js(), ""
+
+
+def _text(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
+    """Renders a notebook node (nbformat v4) to one offline HTML document."""
+    import nbconvert
+
+    from .report_html import view_html
+
+    nb = copy.deepcopy(nb)
+    states = saved_widget_states(nb)
+    views = fallbacks = 0
+    has_js = False
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            data = out.get("data")
+            if not data:
+                continue
+            has_js = has_js or "application/javascript" in data
+            view = data.pop(WIDGET_VIEW_MIME, None)
+            if view is None:
+                continue
+            fallback = _text(data.get("text/html", ""))
+            model_id = view.get("model_id") if isinstance(view, dict) else None
+            if model_id in states:
+                data["text/html"] = view_html(
+                    static_state(states[model_id]), f"onnx-sbs-state-{views}", fallback
+                )
+                views += 1
+            else:
+                fallbacks += 1
+                if not fallback and "text/plain" not in data:
+                    data["text/plain"] = "(a widget whose state was not saved in the notebook)"
+    # Without widget metadata nbconvert adds no widget manager from a CDN.
+    nb.get("metadata", {}).pop("widgets", None)
+    exporter = nbconvert.HTMLExporter(template_name=template)
+    body, _ = exporter.from_notebook_node(nb)
+    if not has_js:  # require.js (from a CDN) only serves application/javascript outputs
+        body = re.sub(r'<script src="[^"]*require(\.min)?\.js"></script>\s*', "", body)
+    if views:
+        js, css = _bundle_for(states)
+        extra = loader_html(js)
+        if css:
+            # "<\/style" reads as "</style" in CSS but cannot close the element
+            css = re.sub(r"</(?=style)", r"<\\/", css, flags=re.IGNORECASE)
+            extra = f"<style>{css}</style>\n{extra}"
+        i = body.lower().rfind("</body>")
+        body = body[:i] + extra + "\n" + body[i:] if i >= 0 else body + extra
+    return ExportResult(body, views, fallbacks)
+
+
+def export_notebook(src: str | pathlib.Path, out: str | pathlib.Path) -> ExportResult:
+    """Reads ``src`` (.ipynb), writes the offline HTML report to ``out``."""
+    import nbformat
+
+    src, out = pathlib.Path(src), pathlib.Path(out)
+    try:
+        nb = nbformat.read(src, as_version=4)
+    except Exception as e:
+        raise ReportFormatError(
+            f"{str(src)!r} is not a readable notebook ({type(e).__name__}: {e})"
+        ) from e
+    result = notebook_html(nb)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(result.html, encoding="utf-8")
+    return result

@@ -1,0 +1,478 @@
+"""SbsSession: the one stateful controller of a side-by-side run.
+
+It owns one :class:`~onnx_sbs_nb.align.run.AlignedRun`, consumes it (in the caller's thread
+or in a background thread), keeps every record, and offers the post-run actions.  Views
+(the widget, the magic) never compute: they subscribe with :meth:`SbsSession.add_listener`
+and call the actions.
+
+Listeners receive ``(event, payload)`` from whichever thread runs the stream:
+
+- ``"rows"``: ``{"start": int, "records": list[Record]}`` — records appended since the
+  previous batch (batches are at most every ``batch_interval`` seconds, so a view never
+  has to throttle on its own);
+- ``"status"``: ``{"status": dict}`` — sent with every batch;
+- ``"finished"``: ``{"status": dict, "summary": dict}`` — once, when the stream ends,
+  whatever the reason (end, stop, interrupt, error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .records import FAILING_STATUSES, Record, RunStatus
+
+# Values of SbsSession.state
+IDLE = "idle"
+RUNNING = "running"
+FINISHED = "finished"
+STOPPED = "stopped"
+FAILED = "error"
+
+DEVICES = ("cpu", "cuda")
+
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+class ActionError(RuntimeError):
+    """An action cannot run now; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class SavedReplay:
+    """What :meth:`SbsSession.save_replay` wrote."""
+
+    bundle: Path  # the replay bundle folder of the node
+    config: Path  # the ReplayConfig JSON selecting that node, reusable on a new export
+
+    def to_dict(self) -> dict[str, str]:
+        return {"bundle": str(self.bundle), "config": str(self.config)}
+
+
+def split_inputs(inputs: Any) -> tuple[Any, Any]:
+    """``(args, kwargs)`` for AlignedRun from what a user passes as *inputs*.
+
+    A dict is keyword inputs, a tuple/list positional ones, a path a saved ``.pt`` file,
+    a single tensor one positional input.
+    """
+    if inputs is None:
+        return None, None
+    if isinstance(inputs, dict):
+        return None, inputs
+    if isinstance(inputs, list | tuple):
+        return tuple(inputs), None
+    if isinstance(inputs, str | Path):
+        return inputs, None
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        torch = None
+    if torch is not None and isinstance(inputs, torch.Tensor):
+        return (inputs,), None
+    raise TypeError(
+        f"inputs must be a tuple or list of tensors, a dict of named tensors, a tensor or "
+        f"the path of a torch.save'd file, not {type(inputs).__name__}"
+    )
+
+
+def cuda_availability() -> tuple[bool, str]:
+    """Whether CUDA can be used, and the reason shown to the user when it cannot."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False, "torch is not installed"
+    if not torch.cuda.is_available():
+        return False, "no CUDA device is visible (torch.cuda.is_available() is False)"
+    return True, ""
+
+
+def _status_dict(status: RunStatus | None) -> dict[str, Any]:
+    return status.to_dict() if status is not None else RunStatus().to_dict()
+
+
+def summary_dict(records: list[Record]) -> dict[str, Any]:
+    """The run's summary as a JSON-safe dict.
+
+    Uses :func:`onnx_sbs_nb.summary.summarize` when that module is present; otherwise
+    counts, so views always have something to show.
+    """
+    try:
+        from .summary import summarize
+    except ImportError:
+        summarize = None
+    if summarize is not None:
+        return summarize(records).to_dict()
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    first_own = next((r for r in records if r.passed2 is False), None)
+    first = next((r for r in records if r.status in FAILING_STATUSES), None)
+    return {
+        "totals": {"records": len(records), **counts},
+        "first_own_failure": _brief(first_own),
+        "first_failure": _brief(first),
+    }
+
+
+def _brief(rec: Record | None) -> dict[str, Any] | None:
+    if rec is None:
+        return None
+    d = rec.to_dict()
+    keep = ("step", "ep_name", "onnx_name", "onnx_op_type", "err_abs", "err_abs2", "status")
+    return {k: d[k] for k in keep}
+
+
+class SbsSession:
+    """Owns one side-by-side run and the actions on it.
+
+    ``SbsSession(ep, onx, inputs, atol=..., rerun_with_torch_inputs=True, ...)`` builds the
+    :class:`AlignedRun` at once (so bad inputs fail in the calling cell), then
+    :meth:`start` consumes it: in the calling thread by default (an executed notebook
+    then always holds the finished run), in a daemon thread with ``background=True``.
+    A ``KeyboardInterrupt`` during an in-thread run stops it and keeps every record.
+    """
+
+    def __init__(
+        self,
+        ep: Any,
+        onx: Any,
+        inputs: Any = None,
+        *,
+        background: bool = False,
+        batch_interval: float = 0.25,
+        replay_root: str | Path | None = None,
+        **run_options: Any,
+    ) -> None:
+        from .align.run import AlignedRun
+
+        args, kwargs = split_inputs(inputs)
+        device = run_options.pop("device", None)
+        if device is not None:
+            self._check_device(device)
+        self._factory: Callable[[str | None], Any] = lambda dev: AlignedRun(
+            ep, onx, args, kwargs, device=dev, **run_options
+        )
+        self._init(self._factory(device), background, batch_interval, replay_root)
+        self.device = device or "cpu"
+        self.run_options = dict(run_options)
+
+    @classmethod
+    def from_run(
+        cls,
+        run: Any,
+        *,
+        background: bool = False,
+        batch_interval: float = 0.25,
+        replay_root: str | Path | None = None,
+    ) -> SbsSession:
+        """A session over an existing run: an AlignedRun, or any iterable of Records
+        (the actions then say they are not available)."""
+        self = cls.__new__(cls)
+        self._factory = None
+        self._init(run, background, batch_interval, replay_root)
+        self.device = getattr(run, "device", None) or "cpu"
+        self.run_options = {}
+        return self
+
+    def _init(
+        self, run: Any, background: bool, batch_interval: float, replay_root: Any
+    ) -> None:
+        if batch_interval < 0:
+            raise ValueError(f"batch_interval must be >= 0, got {batch_interval}")
+        self.run = run
+        self.background = bool(background)
+        self.batch_interval = float(batch_interval)
+        self.replay_root = Path(replay_root) if replay_root is not None else Path("sbs_replays")
+        self._lock = threading.RLock()
+        self._records: list[Record] = []
+        self._listeners: list[Listener] = []
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._state = IDLE
+        self._error: str | None = None
+        self._summary: dict[str, Any] | None = None
+        self._stop_requested = False
+        self._t0: float | None = None
+        self._elapsed = 0.0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def running(self) -> bool:
+        return self._state == RUNNING
+
+    @property
+    def finished(self) -> bool:
+        """True once the stream ended, whatever the reason."""
+        return self._state in (FINISHED, STOPPED, FAILED)
+
+    @property
+    def error(self) -> str | None:
+        """The traceback of an exception that ended the run, if any."""
+        return self._error
+
+    @property
+    def records(self) -> list[Record]:
+        """A snapshot of the records so far (safe to read while the run goes on)."""
+        with self._lock:
+            return list(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The run's progress (RunStatus fields) plus ``state``, ``error``, ``rows``."""
+        d = _status_dict(getattr(self.run, "status", None))
+        with self._lock:
+            n = len(self._records)
+            failures = sum(1 for r in self._records if r.status in FAILING_STATUSES)
+        if not d.get("records"):
+            # a plain iterable has no RunStatus: derive what can be derived
+            d["records"] = n
+            d["failures"] = failures
+        if self._t0 is not None and not d.get("elapsed"):
+            d["elapsed"] = (time.perf_counter() - self._t0) if self.running else self._elapsed
+        d["state"] = self._state
+        d["error"] = self._error
+        d["rows"] = n
+        d["device"] = self.device
+        if self.finished:
+            d["finished"] = True
+            d["stopped"] = d.get("stopped") or self._state == STOPPED
+        return d
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The summary dict (final once the run ended, of the records so far before)."""
+        if self._summary is not None:
+            return self._summary
+        return summary_dict(self.records)
+
+    # -------------------------------------------------------------- listeners
+    def add_listener(self, fn: Listener) -> None:
+        with self._lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    def _notify(self, event: str, payload: dict[str, Any]) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(event, payload)
+            except Exception:  # a broken view must not kill the run
+                traceback.print_exc()
+
+    # ---------------------------------------------------------------- running
+    def start(self) -> SbsSession:
+        """Start consuming the run: returns at once with ``background=True``, at the
+        end of the run otherwise.  Calling it again does nothing."""
+        with self._lock:
+            if self._state != IDLE:
+                return self
+            self._state = RUNNING
+            self._t0 = time.perf_counter()
+        if self.background:
+            self._thread = threading.Thread(target=self._consume, name="sbs-run", daemon=True)
+            self._thread.start()
+        else:
+            self._consume()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ended (starting it in this thread if not started).
+        Returns False on timeout."""
+        if self._state == IDLE:
+            self.start()
+        return self._done.wait(timeout)
+
+    def _consume(self) -> None:
+        state = FINISHED
+        sent = 0
+        last = time.perf_counter()
+        try:
+            it: Iterator[Record] = iter(self.run)
+            for rec in it:
+                with self._lock:
+                    self._records.append(rec)
+                now = time.perf_counter()
+                if now - last >= self.batch_interval:
+                    sent = self._flush(sent)
+                    last = now
+                if self._stop_requested and not hasattr(self.run, "stop"):
+                    break  # a plain iterable cannot be told to stop: leave it here
+            if self._stop_requested or getattr(getattr(self.run, "status", None), "stopped", False):
+                state = STOPPED
+        except KeyboardInterrupt:
+            # the interrupt is how a busy kernel stops the run: keep what was computed
+            self._stop_requested = True
+            self._stop_run()
+            state = STOPPED
+        except Exception:
+            self._error = traceback.format_exc()
+            state = FAILED
+        finally:
+            self._elapsed = time.perf_counter() - (self._t0 or time.perf_counter())
+            self._flush(sent)
+            try:
+                self._summary = summary_dict(self.records)
+            except Exception:
+                self._summary = {"error": traceback.format_exc()}
+            self._state = state
+            self._done.set()
+            self._notify("finished", {"status": self.status, "summary": self._summary})
+
+    def _flush(self, sent: int) -> int:
+        with self._lock:
+            batch = self._records[sent:]
+        if batch:
+            self._notify("rows", {"start": sent, "records": batch})
+        self._notify("status", {"status": self.status})
+        return sent + len(batch)
+
+    def _stop_run(self) -> None:
+        stop = getattr(self.run, "stop", None)
+        if callable(stop):
+            stop()
+
+    # ---------------------------------------------------------------- actions
+    def stop(self) -> None:
+        """End the run after the current node; every record is kept.  Thread-safe."""
+        self._stop_requested = True
+        self._stop_run()
+
+    def _require_engine(self, action: str) -> Any:
+        fn = getattr(self.run, action, None)
+        if not callable(fn):
+            raise ActionError(
+                f"{action} needs an AlignedRun; this session wraps a {type(self.run).__name__}"
+            )
+        return fn
+
+    def _require_idle_run(self, action: str) -> None:
+        if self.running:
+            raise ActionError(f"{action}: the run is still going; press Stop or wait for it to end")
+
+    def _node_name(self, name: str | Record) -> str:
+        if isinstance(name, Record):
+            if not name.onnx_name or name.kind != "node" and name.onnx_id_node in (None, -1):
+                raise ActionError(
+                    f"{name.ep_name or name.onnx_name!r} is not the output of an ONNX node"
+                )
+            return name.onnx_name
+        if not isinstance(name, str) or not name:
+            raise ActionError(f"expected the name of an ONNX node, got {name!r}")
+        return name
+
+    def node_detail(self, name: str | Record) -> dict[str, Any]:
+        """ONNX op, attributes, inputs with their pairing, fx target and stack trace."""
+        fn = self._require_engine("node_detail")
+        return fn(self._node_name(name))
+
+    def rerun_node(self, name: str | Record, device: str | None = None) -> dict[str, Any]:
+        """Rerun one ONNX node in the torch evaluator on the torch inputs (after the run)."""
+        fn = self._require_engine("rerun_node")
+        self._require_idle_run("rerun")
+        dev = device or self.device
+        self._check_device(dev)
+        return fn(self._node_name(name), device=dev)
+
+    def save_replay(self, name: str | Record, root: str | Path | None = None) -> SavedReplay:
+        """Write the node's replay bundle inside *root*, plus the ReplayConfig JSON that
+        selects the same node (reusable with ``run_aligned(replay=...)`` and the CLI)."""
+        fn = self._require_engine("save_replay")
+        self._require_idle_run("save replay")
+        node = self._node_name(name)
+        root = Path(root) if root is not None else self.replay_root
+        root.mkdir(parents=True, exist_ok=True)
+        bundle = Path(fn(node, root))
+        config = self._save_replay_config(node, root, bundle)
+        return SavedReplay(bundle=bundle, config=config)
+
+    def _save_replay_config(self, node: str, root: Path, bundle: Path) -> Path:
+        from .align.replay import ReplayConfig
+
+        cfg = _make_replay_config(ReplayConfig, node)
+        # the bundle folder name is already sanitised by the engine: reuse it
+        path = root / f"{bundle.name}.replay.json"
+        _write_replay_config(cfg, path)
+        return path
+
+    def set_device(self, device: str) -> None:
+        """Where actions (and a new run, :meth:`restart`) execute: ``"cpu"`` or ``"cuda"``."""
+        self._check_device(device)
+        self.device = device
+
+    @staticmethod
+    def _check_device(device: str) -> None:
+        if device not in DEVICES:
+            raise ActionError(f"device must be one of {DEVICES}, got {device!r}")
+        if device == "cuda":
+            ok, why = cuda_availability()
+            if not ok:
+                raise ActionError(f"cannot use CUDA: {why}")
+
+    def restart(self) -> SbsSession:
+        """A new session running the same comparison on the current device."""
+        if self._factory is None:
+            raise ActionError("restart needs a session built from ep, onx and inputs")
+        self._require_idle_run("restart")
+        new = SbsSession.__new__(SbsSession)
+        new._factory = self._factory
+        new._init(self._factory(self.device), self.background, self.batch_interval, self.replay_root)
+        new.device = self.device
+        new.run_options = dict(self.run_options)
+        return new
+
+    def __repr__(self) -> str:
+        s = self.status
+        return (
+            f"SbsSession(state={self._state!r}, rows={s['rows']}, failures={s.get('failures', 0)}, "
+            f"max_err_abs={s.get('max_err_abs', 0.0):.3g}, device={self.device!r})"
+        )
+
+
+def _make_replay_config(cls: Any, node: str) -> Any:
+    """A ReplayConfig selecting one node by name, whatever the field is called."""
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    for key in ("names", "node_names", "onnx_names"):
+        if key in fields or not fields:
+            try:
+                return cls(**{key: [node]})
+            except TypeError:
+                continue
+    raise ActionError(f"cannot build a ReplayConfig selecting {node!r}: unknown fields {fields}")
+
+
+def _write_replay_config(cfg: Any, path: Path) -> None:
+    for meth in ("save", "to_json_file", "dump"):
+        fn = getattr(cfg, meth, None)
+        if callable(fn):
+            fn(path)
+            return
+    to_json = getattr(cfg, "to_json", None)
+    if callable(to_json):
+        path.write_text(to_json(), encoding="utf-8")
+        return
+    import json
+
+    path.write_text(json.dumps(dataclasses.asdict(cfg), indent=2), encoding="utf-8")
+
+
+def iter_records(source: Iterable[Record]) -> Iterator[Record]:
+    """Records from any iterable (kept tiny: lets views accept lists and generators)."""
+    yield from source

@@ -1,0 +1,417 @@
+"""The answer over a stream of records: which node is wrong, and what else went wrong.
+
+:func:`summarize` is what every view (widget, magic, CLI, reports) shows first.  It is
+pure Python over :class:`~onnx_sbs_nb.records.Record` objects (no pandas, no widget), and
+linear in the number of records, so a view can call it again on a growing list, or feed
+records one at a time to a :class:`Summarizer`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import (
+    FAILING_STATUSES,
+    KIND_INPUT,
+    KIND_WEIGHT,
+    STATUS_ERROR,
+    STATUS_FAIL,
+    STATUS_OK,
+    STATUS_UNPAIRED_EP,
+    STATUS_UNPAIRED_ONNX,
+    Record,
+)
+
+TOP_SUSPECTS = 10
+
+# How Summary.first_own_failure was chosen (Summary.first_own_failure_rule).
+RULE_RERUN = "rerun"  # the ONNX node rerun on torch inputs failed (passed2 is False)
+RULE_ERROR = "error"  # the ONNX node failed to run
+RULE_LEAF = "leaf"  # a graph input or weight differs: nothing upstream to blame
+RULE_INPUTS_PASSED = "inputs_passed"  # failed while every compared input of its node passed
+RULE_FIRST_FAILURE = "first_failure"  # no graph given: the first failure in execution order
+
+_LEAF_KINDS = frozenset({KIND_INPUT, KIND_WEIGHT})
+
+
+def _failed(rec: Record) -> bool:
+    """The first comparison (or running the node) failed."""
+    return rec.passed is False or rec.status in FAILING_STATUSES
+
+
+def _own_error(rec: Record) -> float | None:
+    """Own error when the node was rerun on torch inputs, else the first error."""
+    value = rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
+    if value is None:
+        return None
+    if isinstance(value, str):  # records rebuilt from JSON by hand may keep "nan"
+        value = float(value)
+    return math.inf if math.isnan(value) else float(value)
+
+
+def _has_nan(rec: Record) -> bool:
+    for value in (rec.err_nan, rec.err_nan2):
+        if value is not None and (value > 0 or math.isnan(value)):
+            return True
+    if rec.err_abs is not None and not math.isfinite(rec.err_abs):
+        return True
+    return "nan" in (rec.status or "").lower()
+
+
+def node_inputs_from_model(model: Any) -> dict[str, list[str]]:
+    """Map each ONNX value name produced by a node to the names of that node's inputs.
+
+    ``model`` is an ``onnx.ModelProto`` (or a ``GraphProto``); only attribute access is
+    used, so this module does not import onnx.  Give the result to :func:`summarize` to
+    apply the ``inputs_passed`` rule when no rerun on torch inputs was done.
+    """
+    graph = getattr(model, "graph", model)
+    result: dict[str, list[str]] = {}
+    for node in graph.node:
+        inputs = [name for name in node.input if name]
+        for out in node.output:
+            if out:
+                result[out] = inputs
+    return result
+
+
+@dataclass
+class Summary:
+    """What a run found; see :func:`summarize` for how each part is chosen."""
+
+    first_own_failure: Record | None = None
+    first_own_failure_rule: str | None = None
+    first_failure: Record | None = None
+    top_suspects: list[Record] = field(default_factory=list)
+    first_nan: Record | None = None
+    unpaired_ep: list[str] = field(default_factory=list)
+    unpaired_onnx: list[str] = field(default_factory=list)
+    errors: list[Record] = field(default_factory=list)
+    totals: dict[str, Any] = field(default_factory=dict)
+    max_err_abs: float | None = None
+    max_err_name: str | None = None
+    max_own_err: float | None = None
+    max_own_err_name: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """ "fail" when any comparison or own-error comparison failed, else "pass"."""
+        return (
+            "fail" if self.totals.get("failed", 0) or self.totals.get("own_failed", 0) else "pass"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
+
+        def rec(r: Record | None) -> dict[str, Any] | None:
+            return None if r is None else r.to_dict()
+
+        return {
+            "verdict": self.verdict,
+            "first_own_failure": rec(self.first_own_failure),
+            "first_own_failure_rule": self.first_own_failure_rule,
+            "first_failure": rec(self.first_failure),
+            "top_suspects": [r.to_dict() for r in self.top_suspects],
+            "first_nan": rec(self.first_nan),
+            "unpaired_ep": list(self.unpaired_ep),
+            "unpaired_onnx": list(self.unpaired_onnx),
+            "n_unpaired_ep": len(self.unpaired_ep),
+            "n_unpaired_onnx": len(self.unpaired_onnx),
+            "errors": [r.to_dict() for r in self.errors],
+            "totals": _json_safe(self.totals),
+            "max_err_abs": _json_float(self.max_err_abs),
+            "max_err_name": self.max_err_name,
+            "max_own_err": _json_float(self.max_own_err),
+            "max_own_err_name": self.max_own_err_name,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Summary:
+        def rec(v: Any) -> Record | None:
+            return None if v is None else Record.from_dict(v)
+
+        return cls(
+            first_own_failure=rec(d.get("first_own_failure")),
+            first_own_failure_rule=d.get("first_own_failure_rule"),
+            first_failure=rec(d.get("first_failure")),
+            top_suspects=[Record.from_dict(r) for r in d.get("top_suspects", [])],
+            first_nan=rec(d.get("first_nan")),
+            unpaired_ep=list(d.get("unpaired_ep", [])),
+            unpaired_onnx=list(d.get("unpaired_onnx", [])),
+            errors=[Record.from_dict(r) for r in d.get("errors", [])],
+            totals=dict(d.get("totals", {})),
+            max_err_abs=_float_or_none(d.get("max_err_abs")),
+            max_err_name=d.get("max_err_name"),
+            max_own_err=_float_or_none(d.get("max_own_err")),
+            max_own_err_name=d.get("max_own_err_name"),
+        )
+
+    def to_text(self, max_suspects: int = 5) -> str:
+        """A few lines for a terminal: verdict, first own failure, top suspects, counts."""
+        t = self.totals
+        lines = [
+            f"verdict: {self.verdict.upper()}  "
+            f"({t.get('records', 0)} records, {t.get('compared', 0)} compared, "
+            f"{t.get('failed', 0)} failed, {len(self.errors)} errors)"
+        ]
+        if self.first_own_failure is not None:
+            r = self.first_own_failure
+            lines.append(
+                f"first own failure: {_label(r)} [{r.onnx_op_type or r.kind}] "
+                f"err={_fmt(_own_error(r))} (rule: {self.first_own_failure_rule})"
+            )
+        elif self.first_failure is not None:
+            lines.append(f"first failure: {_label(self.first_failure)}")
+        if self.first_nan is not None:
+            lines.append(f"first NaN/Inf: {_label(self.first_nan)}")
+        if self.top_suspects:
+            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<16} name")
+            for r in self.top_suspects[:max_suspects]:
+                own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
+                lines.append(
+                    f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
+                    f"{(r.onnx_op_type or r.kind or '')[:16]:<16} {_label(r)}"
+                )
+        if self.unpaired_ep or self.unpaired_onnx:
+            lines.append(
+                f"unpaired: {len(self.unpaired_ep)} torch-only, {len(self.unpaired_onnx)} onnx-only"
+            )
+        if self.max_err_abs is not None:
+            lines.append(f"max err_abs: {_fmt(self.max_err_abs)} at {self.max_err_name}")
+        return "\n".join(lines)
+
+
+class Summarizer:
+    """Builds a :class:`Summary` one record at a time (O(1) per record).
+
+    Records must arrive in execution order (increasing ``step``), as the engine yields
+    them; :func:`summarize` sorts them first when they do not.
+    """
+
+    def __init__(
+        self,
+        node_inputs: Mapping[str, Sequence[str]] | None = None,
+        top: int = TOP_SUSPECTS,
+    ) -> None:
+        self._node_inputs = node_inputs
+        self._top = top
+        self._s = Summary()
+        # verdict of each ONNX value compared so far (True: correct), for the inputs rule
+        self._onnx_ok: dict[str, bool] = {}
+        self._heap: list[tuple[float, int, int, Record]] = []  # min-heap of suspects
+        self._count = 0
+        self._totals: dict[str, Any] = {
+            "records": 0,
+            "compared": 0,
+            "passed": 0,
+            "failed": 0,
+            "reran": 0,
+            "own_failed": 0,
+            "errors": 0,
+            "unpaired_ep": 0,
+            "unpaired_onnx": 0,
+            "by_status": {},
+            "by_kind": {},
+        }
+
+    def add(self, rec: Record) -> None:
+        s, t = self._s, self._totals
+        self._count += 1
+        t["records"] += 1
+        t["by_status"][rec.status] = t["by_status"].get(rec.status, 0) + 1
+        t["by_kind"][rec.kind] = t["by_kind"].get(rec.kind, 0) + 1
+        if rec.status in (STATUS_OK, STATUS_FAIL):
+            t["compared"] += 1
+        if rec.passed is True:
+            t["passed"] += 1
+        failed = _failed(rec)
+        if failed:
+            t["failed"] += 1
+        if rec.passed2 is not None:
+            t["reran"] += 1
+        if rec.passed2 is False:
+            t["own_failed"] += 1
+        if rec.status == STATUS_ERROR:
+            t["errors"] += 1
+            s.errors.append(rec)
+        if rec.status == STATUS_UNPAIRED_EP:
+            t["unpaired_ep"] += 1
+            s.unpaired_ep.append(rec.ep_name or "")
+        elif rec.status == STATUS_UNPAIRED_ONNX:
+            t["unpaired_onnx"] += 1
+            s.unpaired_onnx.append(rec.onnx_name or "")
+
+        rule = self._own_failure_rule(rec, failed)
+        if rule is not None and s.first_own_failure is None:
+            s.first_own_failure, s.first_own_failure_rule = rec, rule
+        if failed and s.first_failure is None:
+            s.first_failure = rec
+        if s.first_nan is None and _has_nan(rec):
+            s.first_nan = rec
+        if rec.onnx_name:
+            self._onnx_ok[rec.onnx_name] = not failed
+
+        if rec.err_abs is not None and (s.max_err_abs is None or _gt(rec.err_abs, s.max_err_abs)):
+            s.max_err_abs, s.max_err_name = rec.err_abs, _label(rec)
+        if rec.err_abs2 is not None and (s.max_own_err is None or _gt(rec.err_abs2, s.max_own_err)):
+            s.max_own_err, s.max_own_err_name = rec.err_abs2, _label(rec)
+
+        own = _own_error(rec)
+        if (failed or rec.passed2 is False) and own is not None:
+            # ties keep the earlier record: the heap pops the smallest (own, -count)
+            item = (own, -self._count, self._count, rec)
+            if len(self._heap) < self._top:
+                heapq.heappush(self._heap, item)
+            elif item[:2] > self._heap[0][:2]:
+                heapq.heapreplace(self._heap, item)
+
+    def _own_failure_rule(self, rec: Record, failed: bool) -> str | None:
+        if rec.status == STATUS_ERROR:
+            return RULE_ERROR
+        if rec.passed2 is not None:
+            return RULE_RERUN if rec.passed2 is False else None
+        if not failed:
+            return None
+        if rec.kind in _LEAF_KINDS:
+            return RULE_LEAF
+        if self._node_inputs is not None and rec.onnx_name in self._node_inputs:
+            inputs = self._node_inputs[rec.onnx_name]
+            # an input nobody compared (no torch partner) cannot be blamed: the error is
+            # then located between the compared values and this node
+            if all(self._onnx_ok.get(name, True) for name in inputs):
+                return RULE_INPUTS_PASSED
+            return None
+        # Without the graph: in execution order, every value computed before the first
+        # failure passed, so its inputs did.
+        return RULE_FIRST_FAILURE if self._s.first_failure is None else None
+
+    def extend(self, records: Iterable[Record]) -> Summarizer:
+        for rec in records:
+            self.add(rec)
+        return self
+
+    def summary(self) -> Summary:
+        """A snapshot: later :meth:`add` calls do not change the returned object."""
+        s = self._s
+        suspects = [item[3] for item in sorted(self._heap, key=lambda i: i[:2], reverse=True)]
+        return Summary(
+            first_own_failure=s.first_own_failure,
+            first_own_failure_rule=s.first_own_failure_rule,
+            first_failure=s.first_failure,
+            top_suspects=suspects,
+            first_nan=s.first_nan,
+            unpaired_ep=list(s.unpaired_ep),
+            unpaired_onnx=list(s.unpaired_onnx),
+            errors=list(s.errors),
+            totals=_copy_totals(self._totals),
+            max_err_abs=s.max_err_abs,
+            max_err_name=s.max_err_name,
+            max_own_err=s.max_own_err,
+            max_own_err_name=s.max_own_err_name,
+        )
+
+
+def summarize(
+    records: Iterable[Record],
+    *,
+    node_inputs: Mapping[str, Sequence[str]] | Any | None = None,
+    top: int = TOP_SUSPECTS,
+) -> Summary:
+    """Summarise records of a side-by-side run.
+
+    Records are taken in execution order (sorted by ``step`` when they are not).
+
+    - ``first_own_failure``: the first record whose *own* error fails the tolerance,
+      i.e. the node that makes an error rather than inherits one.  A record qualifies when
+
+      1. its node failed to run (status ``error``; rule ``"error"``), or
+      2. it was rerun on torch inputs and that comparison failed (``passed2 is False``;
+         rule ``"rerun"``; a record with ``passed2 is True`` never qualifies), or, for
+         records without a rerun whose first comparison failed:
+      3. it is a graph input or weight (rule ``"leaf"``: nothing upstream to blame), or
+      4. ``node_inputs`` is given (``{onnx value: [input values of its node]}`` or an
+         ``onnx.ModelProto``) and every input already compared passed (rule
+         ``"inputs_passed"``; inputs with no torch partner count as passing, so the
+         culprit is between the last compared values and this node), or
+      5. without ``node_inputs``: it is the first failure overall (rule
+         ``"first_failure"``): in execution order all values before it passed, so did its
+         inputs.
+
+    - ``first_failure``: the first record whose first comparison failed (or errored).
+    - ``top_suspects``: failing records ranked by own error (``err_abs2``, else
+      ``err_abs``; NaN ranks highest), at most ``top``.
+    - ``first_nan``: the first record with NaN/Inf differences (``err_nan > 0``,
+      ``err_nan2 > 0`` or a non-finite ``err_abs``).
+    - ``unpaired_ep`` / ``unpaired_onnx``: names of values only one side has.
+    - ``errors``: records of nodes that failed to run.
+    - ``totals``: records, compared, passed, failed, reran, own_failed, errors,
+      by_status, by_kind.
+    """
+    if node_inputs is not None and not isinstance(node_inputs, Mapping):
+        node_inputs = node_inputs_from_model(node_inputs)
+    recs = records if isinstance(records, list) else list(records)
+    if any(recs[i].step > recs[i + 1].step for i in range(len(recs) - 1)):
+        recs = sorted(recs, key=lambda r: r.step)
+    return Summarizer(node_inputs=node_inputs, top=top).extend(recs).summary()
+
+
+def first_own_failure(records: Iterable[Record], **kwargs: Any) -> Record | None:
+    """Shortcut: ``summarize(records).first_own_failure``."""
+    return summarize(records, **kwargs).first_own_failure
+
+
+def _label(rec: Record) -> str:
+    return rec.onnx_name or rec.ep_name or f"step {rec.step}"
+
+
+def _gt(a: float, b: float) -> bool:
+    """a > b with NaN larger than anything (a NaN error is the worst error)."""
+    if math.isnan(b):
+        return False
+    return math.isnan(a) or a > b
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}"
+
+
+def _json_float(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return _json_float(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _copy_totals(totals: dict[str, Any]) -> dict[str, Any]:
+    out = dict(totals)
+    out["by_status"] = dict(totals["by_status"])
+    out["by_kind"] = dict(totals["by_kind"])
+    return out
+
+
+__all__ = [
+    "Summarizer",
+    "Summary",
+    "first_own_failure",
+    "node_inputs_from_model",
+    "summarize",
+]
