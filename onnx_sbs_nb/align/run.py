@@ -304,18 +304,23 @@ class AlignedRun:
             elif name in self._initializers:
                 # a weight belongs to the model: the node is judged with its own constants
                 values.append(self._initializer(name))
-            elif name in shadow:
+            elif name in self.pairing.by_onnx:
+                pair = self.pairing.by_onnx[name]
+                key = ("torch", name)
+                if key not in shadow:
+                    if pair.fx_name not in fx_env:
+                        return None
+                    shadow[key] = convert(
+                        self._fx_as_onnx(pair, fx_env[pair.fx_name]), kind, self.device
+                    )
+                values.append(shadow[key])
+            elif name in shadow and not isinstance(shadow[name], _Failure):
+                # an intermediate value without torch partner, computed from torch inputs
                 values.append(shadow[name])
+            elif name in env and name in self._graph_inputs:
+                values.append(env[name])
             else:
-                pair = self.pairing.by_onnx.get(name)
-                if pair is not None and pair.fx_name in fx_env:
-                    v = convert(self._fx_as_onnx(pair, fx_env[pair.fx_name]), kind, self.device)
-                    shadow[name] = v
-                    values.append(v)
-                elif name in env and name in self._graph_inputs:
-                    values.append(env[name])
-                else:
-                    return None
+                return None
         return values
 
     def _fx_as_onnx(self, pair: Pair, value: Any) -> Any:
@@ -452,7 +457,9 @@ class AlignedRun:
                     fx_env.pop(name, None)
                 for name in plan.free_onnx_at.get(s, ()):
                     env.pop(name, None)
-                    shadow.pop(name, None)
+                    if use_shadow:
+                        shadow.pop(name, None)
+                        shadow.pop(("torch", name), None)
                 status.elapsed = time.perf_counter() - t0
         finally:
             status.elapsed = time.perf_counter() - t0

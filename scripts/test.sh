@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up everything the test suite needs on a fresh machine, then runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+# Browser tests drive Debian's Chromium (Playwright's own browser downloads do not work here).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+.venv/bin/python -m ruff check onnx_sbs_nb tests benchmarks
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"

@@ -1,0 +1,341 @@
+"""Engine behaviour: fault injection, streaming, status, stop, reset, rerun, bad input."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import threading
+import weakref
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.loading import SbsInputError
+from onnx_sbs_nb.align.run import AlignedRun, SbsMismatchError
+from onnx_sbs_nb.records import (
+    KIND_WEIGHT,
+    STATUS_ERROR,
+    STATUS_FAIL,
+    STATUS_OK,
+    STATUS_SHAPE_MISMATCH,
+)
+
+from .models import MLP, Chain, export
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(0)
+    x = torch.randn(5, 8)
+    ep, onx = export(MLP(), (x,))
+    return ep, onx, (x,)
+
+
+@pytest.fixture(scope="module")
+def softmax_model():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            y = torch.softmax(self.lin(x), dim=-1)
+            return torch.nn.functional.leaky_relu(y - 0.1, 0.2) * 3
+
+    x = torch.randn(4, 6)
+    ep, onx = export(M(), (x,))
+    return ep, onx, (x,)
+
+
+def _first_failure(records):
+    return next(r for r in records if r.failed)
+
+
+def _set_initializer(onx, name, fn):
+    model = copy.deepcopy(onx)
+    for init in model.graph.initializer:
+        if init.name == name:
+            arr = fn(numpy_helper.to_array(init).copy())
+            init.CopyFrom(numpy_helper.from_array(arr, name))
+            return model
+    raise KeyError(name)
+
+
+def test_corrupted_weight_is_first_failure(mlp):
+    ep, onx, args = mlp
+
+    def corrupt(a):
+        a[0, 0] += 1.0
+        return a
+
+    # fc2's weight is folded by the exporter (transposed or not): find its initializer
+    recs = list(run_aligned(ep, onx, args))
+    w = next(r for r in recs if r.kind == KIND_WEIGHT and r.ep_name == "p_fc2_weight")
+    bad = _set_initializer(onx, w.onnx_name, corrupt)
+    recs = list(run_aligned(ep, bad, args))
+    first = _first_failure(recs)
+    assert first.onnx_name == w.onnx_name and first.status == STATUS_FAIL
+    assert first.err_abs == pytest.approx(1.0, rel=1e-5)
+    # the node consuming the weight is the first failing node; every node before it passes
+    nodes = [r for r in recs if r.kind in ("node", "output") and r.status not in ("unpaired_ep", "unpaired_onnx")]
+    first_node = next(r for r in nodes if r.failed)
+    assert first_node.ep_name == "linear_1"
+    assert all(r.status == STATUS_OK for r in nodes[: nodes.index(first_node)])
+
+
+def test_changed_attribute_is_first_failing_node(softmax_model):
+    ep, onx, args = softmax_model
+    bad = copy.deepcopy(onx)
+    node = next(n for n in bad.graph.node if n.op_type == "LeakyRelu")
+    for a in node.attribute:
+        if a.name == "alpha":
+            a.f = 0.5
+    recs = list(run_aligned(ep, bad, args))
+    first = _first_failure(recs)
+    assert first.onnx_op_type == "LeakyRelu" and first.status == STATUS_FAIL
+    before = [r for r in recs[: recs.index(first)] if r.passed is not None]
+    assert before and all(r.passed for r in before)
+
+
+def test_rerun_separates_own_from_inherited_error(softmax_model):
+    ep, onx, args = softmax_model
+    bad = copy.deepcopy(onx)
+    node = next(n for n in bad.graph.node if n.op_type == "Softmax")
+    for a in node.attribute:
+        if a.name == "axis":
+            a.i = 0
+    recs = list(run_aligned(ep, bad, args, rerun_with_torch_inputs=True))
+    soft = next(r for r in recs if r.onnx_op_type == "Softmax")
+    assert soft.passed is False and soft.passed2 is False  # makes the error
+    downstream = [r for r in recs if r.step > soft.step and r.err_abs2 is not None]
+    assert downstream
+    inherited = [r for r in downstream if r.passed is False]
+    assert inherited and all(r.passed2 for r in inherited)  # inherit it
+
+
+def test_reset_stops_propagation(softmax_model):
+    ep, onx, args = softmax_model
+    bad = copy.deepcopy(onx)
+    node = next(n for n in bad.graph.node if n.op_type == "Softmax")
+    for a in node.attribute:
+        if a.name == "axis":
+            a.i = 0
+    out = node.output[0]
+    recs = list(run_aligned(ep, bad, args, reset_names=[out]))
+    soft = next(r for r in recs if r.onnx_name == out)
+    assert soft.failed and soft.reset
+    after = [r for r in recs if r.step > soft.step and r.passed is not None]
+    assert after and all(r.passed for r in after)
+    recs_all = list(run_aligned(ep, bad, args, reset="all"))
+    assert [r.onnx_name for r in recs_all if r.failed] == [out]
+
+
+def test_exc_raises_naming_both_nodes(softmax_model):
+    ep, onx, args = softmax_model
+    bad = copy.deepcopy(onx)
+    node = next(n for n in bad.graph.node if n.op_type == "LeakyRelu")
+    for a in node.attribute:
+        if a.name == "alpha":
+            a.f = 0.5
+    with pytest.raises(SbsMismatchError) as info:
+        list(run_aligned(ep, bad, args, exc=True))
+    msg = str(info.value)
+    assert "leaky_relu" in msg and "LeakyRelu" in msg
+
+
+def test_stream_is_lazy_and_status_live(mlp):
+    ep, onx, args = mlp
+    run = AlignedRun(ep, onx, args)
+    it = iter(run)
+    first = next(it)
+    assert run.status.done_onnx_nodes < run.status.total_onnx_nodes
+    assert run.status.records == 1 and run.records == [first]
+    rest = list(it)
+    assert run.status.finished and run.status.done_onnx_nodes == run.status.total_onnx_nodes
+    assert run.status.records == 1 + len(rest)
+
+
+def test_stop_keeps_what_was_yielded(mlp):
+    ep, onx, args = mlp
+    run = AlignedRun(ep, onx, args)
+    got = []
+    for rec in run:
+        got.append(rec)
+        if len(got) == 3:
+            run.stop()
+    assert run.status.stopped and run.records == got
+    assert run.status.done_onnx_nodes < run.status.total_onnx_nodes
+
+
+def test_stop_from_another_thread(mlp):
+    ep, onx, args = mlp
+    run = AlignedRun(ep, onx, args)
+    started = threading.Event()
+    out = []
+
+    def consume():
+        for rec in run:
+            out.append(rec)
+            started.set()
+            threading.Event().wait(0.01)
+
+    th = threading.Thread(target=consume)
+    th.start()
+    started.wait(30)
+    run.stop()
+    th.join(30)
+    assert not th.is_alive() and out and run.status.stopped
+
+
+def test_node_failure_becomes_record_and_run_goes_on():
+    x = torch.randn(3, 4)
+    ep, onx = export(Chain(), (x,))
+    bad = copy.deepcopy(onx)
+    node = next(n for n in bad.graph.node if n.op_type == "Exp")
+    node.op_type = "NoSuchOp"
+    recs = list(run_aligned(ep, bad, (x,)))
+    err = next(r for r in recs if r.status == STATUS_ERROR)
+    assert "NoSuchOp" in err.error and err.ep_name == "exp"
+    assert any(r.status == STATUS_OK and r.ep_name == "abs_1" for r in recs)
+    later = [r for r in recs if r.step > err.step and r.onnx_name]
+    assert later and all(r.status == STATUS_ERROR for r in later if r.passed is None and r.ep_name)
+
+
+def test_shape_bug_reported_as_shape_mismatch():
+    x = torch.randn(3, 4)
+    ep, onx = export(Chain(), (x,))
+    bad = copy.deepcopy(onx)
+    # make the Abs node reduce over the last axis: a real shape bug in the export
+    node = next(n for n in bad.graph.node if n.op_type == "Abs")
+    out = node.output[0]
+    node.output[0] = out + "_full"
+    bad.graph.node.insert(
+        list(bad.graph.node).index(node) + 1,
+        onnx.helper.make_node("ReduceMax", [out + "_full", "bug_axes"], [out], keepdims=1),
+    )
+    bad.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "bug_axes"))
+    assert bad.opset_import[0].version >= 18
+    recs = list(run_aligned(ep, bad, (x,)))
+    rec = next(r for r in recs if r.onnx_name == out)
+    assert rec.status == STATUS_SHAPE_MISMATCH and rec.failed
+
+
+def test_values_released_after_last_use(mlp):
+    """Activations are freed as the run goes: a weakref to an early one dies mid-run."""
+    ep, onx, args = mlp
+    run = AlignedRun(ep, onx, args, runner="reference")
+    refs = {}
+    orig = run._run_fx_node
+
+    def spy(node, env):
+        v = orig(node, env)
+        if isinstance(v, torch.Tensor) and node.op == "call_function":
+            refs[node.name] = weakref.ref(v)
+        return v
+
+    run._run_fx_node = spy
+    for rec in run:
+        if rec.ep_name == "linear_2":
+            gc.collect()
+            assert refs["relu"]() is None  # relu (fc1) is no longer needed at fc3
+    assert refs
+
+
+def test_dtype_aware_tolerance_and_user_tolerance(mlp):
+    ep, onx, args = mlp
+    recs = list(run_aligned(ep, onx, args, atol=0.0, rtol=0.0))
+    floats = [r for r in recs if r.atol is not None and r.ep_shape_type.startswith("float32")]
+    assert floats and all(r.atol == 0.0 for r in floats)
+    default = list(run_aligned(ep, onx, args))
+    assert all(r.atol == 1e-4 for r in default if r.ep_shape_type and r.ep_shape_type.startswith("float32") and r.atol is not None)
+
+
+def test_nan_disagreement_counted(mlp):
+    ep, onx, args = mlp
+    recs = list(run_aligned(ep, onx, args))
+    w = next(r for r in recs if r.kind == KIND_WEIGHT and r.ep_name == "p_fc1_bias")
+
+    def poison(a):
+        a[:3] = np.nan
+        return a
+
+    bad = _set_initializer(onx, w.onnx_name, poison)
+    recs = list(run_aligned(ep, bad, args))
+    r = next(r for r in recs if r.onnx_name == w.onnx_name)
+    assert r.err_nan == 3 and r.failed
+
+
+# ------------------------------------------------------------------ bad input
+def test_missing_paths(tmp_path, mlp):
+    ep, onx, args = mlp
+    with pytest.raises(SbsInputError, match="does not exist"):
+        run_aligned(tmp_path / "nope.pt2", onx, args)
+    with pytest.raises(SbsInputError, match="does not exist"):
+        run_aligned(ep, tmp_path / "nope.onnx", args)
+    with pytest.raises(SbsInputError, match="does not exist"):
+        run_aligned(ep, onx, tmp_path / "nope.pt")
+
+
+def test_files_that_are_not_models(tmp_path, mlp):
+    ep, onx, args = mlp
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"not a model at all")
+    with pytest.raises(SbsInputError, match="not an exported program"):
+        run_aligned(junk, onx, args)
+    with pytest.raises(SbsInputError, match="ONNX"):
+        run_aligned(ep, junk, args)
+
+
+def test_paths_work(tmp_path, mlp):
+    ep, onx, args = mlp
+    torch.export.save(ep, tmp_path / "m.pt2")
+    onnx.save(onx, tmp_path / "m.onnx")
+    torch.save(args, tmp_path / "inputs.pt")
+    recs = list(run_aligned(tmp_path / "m.pt2", str(tmp_path / "m.onnx"), tmp_path / "inputs.pt"))
+    assert any(r.kind == "output" and r.status == STATUS_OK for r in recs)
+
+
+def test_wrong_inputs(mlp):
+    ep, onx, args = mlp
+    with pytest.raises(SbsInputError, match="1 input.*2 were given"):
+        run_aligned(ep, onx, (args[0], args[0]))
+    with pytest.raises(SbsInputError, match="dtype torch.float64"):
+        run_aligned(ep, onx, (args[0].double(),))
+    with pytest.raises(SbsInputError, match="rank 3"):
+        run_aligned(ep, onx, (args[0][None],))
+    with pytest.raises(SbsInputError, match="ExportedProgram"):
+        run_aligned(MLP(), onx, args)
+
+
+def test_unrelated_model_is_rejected(mlp):
+    ep, _, args = mlp
+    x = torch.randn(3, 4)
+    _, other = export(Chain(), (x,))
+    for node in other.graph.node:
+        del node.metadata_props[:]
+        node.output[:] = [f"renamed_{o}" for o in node.output]
+        node.input[:] = [i if i == "x" else f"renamed_{i}" for i in node.input]
+    other.graph.output[0].name = "renamed_" + other.graph.output[0].name
+    other.graph.input[0].name = "ids"
+    for node in other.graph.node:
+        node.input[:] = ["ids" if i == "x" else i for i in node.input]
+    with pytest.raises(SbsInputError, match="shares no value name"):
+        run_aligned(ep, other, args)
+
+
+def test_reset_names_must_exist(mlp):
+    ep, onx, args = mlp
+    with pytest.raises(SbsInputError, match="reset_names"):
+        run_aligned(ep, onx, args, reset_names=["definitely_not_there"])
+
+
+def test_cuda_request_without_gpu(mlp):
+    ep, onx, args = mlp
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the error path is for machines without one")
+    with pytest.raises(SbsInputError, match="no CUDA device"):
+        run_aligned(ep, onx, args, device="cuda")
