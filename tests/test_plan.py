@@ -1,0 +1,100 @@
+"""The plan and the pairing are pure: tested on hand-built graphs, without running anything."""
+
+from __future__ import annotations
+
+import onnx
+import onnx.helper as oh
+import torch
+
+from onnx_sbs_nb.align.names import PAIRED_BY_METADATA, PAIRED_BY_NAME, pair_values
+from onnx_sbs_nb.align.plan import FX, ONNX, build_plan
+
+
+def _fx_graph():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(2, 3)
+    a = g.call_function(torch.ops.aten.abs.default, (x,))
+    a.name = "abs_1"
+    a.meta["val"] = torch.empty(2, 3)
+    e = g.call_function(torch.ops.aten.exp.default, (a,))
+    e.name = "exp"
+    e.meta["val"] = torch.empty(2, 3)
+    n = g.call_function(torch.ops.aten.neg.default, (e,))
+    n.name = "neg"
+    n.meta["val"] = torch.empty(2, 3)
+    g.output((n,))
+    return g
+
+
+def _onnx_model(metadata_for_neg=True):
+    t = onnx.TensorProto.FLOAT
+    neg = oh.make_node("Neg", ["exp"], ["renamed"])
+    if metadata_for_neg:
+        p = neg.metadata_props.add()
+        p.key, p.value = "pkg.torch.onnx.fx_node", "%neg : [num_users=1] = call_function[...]"
+    nodes = [
+        oh.make_node("Abs", ["x"], ["abs_1"]),
+        oh.make_node("Exp", ["abs_1"], ["exp"]),
+        neg,
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", t, [2, 3])],
+        [oh.make_tensor_value_info("renamed", t, [2, 3])],
+        value_info=[oh.make_tensor_value_info(n, t, [2, 3]) for n in ("abs_1", "exp")],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+
+
+def test_pairing_rules():
+    pairing = pair_values(_fx_graph(), _onnx_model(), {}, ["x"])
+    assert pairing.by_onnx["abs_1"].rule == PAIRED_BY_NAME
+    assert pairing.by_onnx["renamed"].fx_name == "neg"
+    assert pairing.by_onnx["renamed"].rule == PAIRED_BY_METADATA
+    assert pairing.by_onnx["renamed"].kind == "output"
+    assert pairing.by_onnx["x"].kind == "input"
+
+
+def test_outputs_pair_by_position_without_metadata():
+    pairing = pair_values(_fx_graph(), _onnx_model(False), {}, ["x"])
+    assert pairing.by_onnx["renamed"].fx_name == "neg"
+    assert pairing.by_onnx["renamed"].rule == "position"
+
+
+def test_type_mismatch_never_pairs():
+    g = _fx_graph()
+    for n in g.nodes:
+        if n.name == "exp":
+            n.meta["val"] = torch.empty(2, 3, dtype=torch.float16)
+    pairing = pair_values(g, _onnx_model(), {}, ["x"])
+    assert "exp" not in pairing.by_onnx
+
+
+def test_schedule_orders_and_frees():
+    g = _fx_graph()
+    model = _onnx_model()
+    pairing = pair_values(g, model, {}, ["x"])
+    plan = build_plan(g, model, pairing, lambda n: [], needs_torch_inputs=False)
+    kinds = [(side, idx) for side, idx in plan.steps]
+    # the placeholder first, then each ONNX node right after the fx node it pairs with
+    assert kinds == [(FX, 0), (FX, 1), (ONNX, 0), (FX, 2), (ONNX, 1), (FX, 3), (ONNX, 2)]
+    # every comparison happens at the step where the later of the two values appears
+    compared = {name: s for s, names in plan.compare_at.items() for name in names}
+    assert compared == {"x": 0, "abs_1": 2, "exp": 4, "renamed": 6}
+    # abs_1 (fx) is last used by exp (fx, step 3); on the ONNX side by Exp (step 4)
+    freed_fx = {name: s for s, names in plan.free_fx_at.items() for name in names}
+    freed_onnx = {name: s for s, names in plan.free_onnx_at.items() for name in names}
+    assert freed_fx["abs_1"] == 3 and freed_onnx["abs_1"] == 4
+    assert freed_fx["neg"] == 6 and freed_onnx["renamed"] == 6
+
+
+def test_rerun_waits_for_torch_inputs():
+    g = _fx_graph()
+    model = _onnx_model()
+    pairing = pair_values(g, model, {}, ["x"])
+    plan = build_plan(g, model, pairing, lambda n: [], needs_torch_inputs=True)
+    freed_fx = {name: s for s, names in plan.free_fx_at.items() for name in names}
+    # the torch value of exp feeds the rerun of Neg (step 6): kept until then
+    assert freed_fx["exp"] == 6
