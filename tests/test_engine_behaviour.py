@@ -81,7 +81,11 @@ def test_corrupted_weight_is_first_failure(mlp):
     assert first.onnx_name == w.onnx_name and first.status == STATUS_FAIL
     assert first.err_abs == pytest.approx(1.0, rel=1e-5)
     # the node consuming the weight is the first failing node; every node before it passes
-    nodes = [r for r in recs if r.kind in ("node", "output") and r.status not in ("unpaired_ep", "unpaired_onnx")]
+    nodes = [
+        r
+        for r in recs
+        if r.kind in ("node", "output") and r.status not in ("unpaired_ep", "unpaired_onnx")
+    ]
     first_node = next(r for r in nodes if r.failed)
     assert first_node.ep_name == "linear_1"
     assert all(r.status == STATUS_OK for r in nodes[: nodes.index(first_node)])
@@ -251,7 +255,11 @@ def test_dtype_aware_tolerance_and_user_tolerance(mlp):
     floats = [r for r in recs if r.atol is not None and r.ep_shape_type.startswith("float32")]
     assert floats and all(r.atol == 0.0 for r in floats)
     default = list(run_aligned(ep, onx, args))
-    assert all(r.atol == 1e-4 for r in default if r.ep_shape_type and r.ep_shape_type.startswith("float32") and r.atol is not None)
+    assert all(
+        r.atol == 1e-4
+        for r in default
+        if r.ep_shape_type and r.ep_shape_type.startswith("float32") and r.atol is not None
+    )
 
 
 def test_nan_disagreement_counted(mlp):

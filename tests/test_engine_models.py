@@ -36,7 +36,11 @@ def _check_faithful(records, *, n_weights=0):
     """Every paired value agrees; outputs and inputs pair; no pair is a mismatch."""
     paired = [r for r in records if r.status not in UNPAIRED]
     assert paired, "nothing was paired"
-    bad = [(r.ep_name, r.onnx_name, r.status, r.err_abs, r.comment) for r in paired if r.status != STATUS_OK]
+    bad = [
+        (r.ep_name, r.onnx_name, r.status, r.err_abs, r.comment)
+        for r in paired
+        if r.status != STATUS_OK
+    ]
     assert not bad, bad
     kinds = {r.kind for r in paired}
     assert KIND_OUTPUT in kinds
@@ -121,9 +125,7 @@ def test_torch_cond():
     ep, onx = export(Cond(), (x,))
     recs = list(run_aligned(ep, onx, (x,)))
     paired = _check_faithful(recs)
-    assert any(r.onnx_op_type == "If" for r in paired) or any(
-        r.onnx_op_type == "If" for r in recs
-    )
+    assert any(r.onnx_op_type == "If" for r in paired) or any(r.onnx_op_type == "If" for r in recs)
 
 
 def test_clone_memory_format_argument():

@@ -210,7 +210,9 @@ def pair_values(
             transposed = (
                 len(dims) == 2
                 and shape == dims[::-1]
-                and (shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target)))
+                and (
+                    shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target))
+                )
             )
             if transposed:
                 try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)

@@ -228,7 +228,8 @@ def write_replay_bundle(
     ``torch_inputs`` / ``onnx_inputs`` are keyed by ONNX value names: the values with a
     torch partner the sub-model starts from (it walks back from the node's inputs to the
     nearest names present in ``torch_inputs``; initializers stay inside the sub-model).
-    ``expected`` holds the torch values of the node's outputs, keyed by ONNX output name;
+    ``expected`` holds the torch values of the node's outputs, keyed by ONNX output name
+    (outputs without a torch partner may be left out);
     ``mapping`` maps ONNX value names to fx node names.  ``prefix_inputs`` (the original
     model inputs, by ONNX name) also writes ``prefix_model.onnx``.  ``base_dir`` is where
     the model's external data lives, if any.
@@ -245,19 +246,27 @@ def write_replay_bundle(
             f"{missing_t} and onnx_inputs lacks {missing_o}"
         )
     outputs = [o for o in node.output if o]
-    missing_e = [n for n in outputs if n not in expected]
-    if missing_e:
-        raise ValueError(f"expected lacks the outputs {missing_e} of node {node_name!r}")
+    unknown = [n for n in expected if n not in outputs]
+    if unknown:
+        raise ValueError(
+            f"expected has {unknown}, which are not outputs of node {node_name!r}: {outputs}"
+        )
+    if not expected:
+        raise ValueError(
+            f"expected holds no output of node {node_name!r}: give the torch values of some of {outputs}"
+        )
 
     t_inputs = {n: _as_tensor(torch_inputs[n], n) for n in inputs}
     o_inputs = {n: _as_tensor(onnx_inputs[n], n) for n in inputs}
-    exp = {n: _as_tensor(expected[n], n) for n in outputs}
+    # an output without a torch partner has no expected value: replay.py still compares
+    # the run on torch inputs with the run on ONNX inputs for it
+    exp = {n: _as_tensor(expected[n], n) for n in outputs if n in expected}
     # real shapes from the run; element types as the ONNX side has them
     value_shapes: dict[str, tuple[int, list[int]]] = {
         n: (torch_to_onnx_dtype(o_inputs[n].dtype), list(o_inputs[n].shape)) for n in inputs
     }
     known = {vi.name: vi for vi in (*model.graph.value_info, *model.graph.output)}
-    for n in outputs:
+    for n in exp:
         elem = known[n].type.tensor_type.elem_type if n in known else 0
         value_shapes[n] = (elem or torch_to_onnx_dtype(exp[n].dtype), list(exp[n].shape))
 

@@ -111,6 +111,14 @@ class AlignedRun:
         self.args, self.kwargs = load_inputs(args, kwargs)
         if reset not in (None, "all"):
             raise SbsInputError(f"reset must be None or 'all', got {reset!r}")
+        if device is None:
+            # inputs already on a GPU mean "run there"
+            devices = {
+                str(t.device)
+                for t in torch.utils._pytree.tree_leaves((self.args, self.kwargs))
+                if isinstance(t, torch.Tensor)
+            }
+            device = next((d for d in sorted(devices) if d.startswith("cuda")), None)
         self.device = self._resolve_device(device)
         self.atol, self.rtol = atol, rtol
         self.exc = exc
@@ -120,7 +128,9 @@ class AlignedRun:
         self.replay = replay
         self.replay_dir = Path(replay_dir) if replay_dir is not None else None
         if replay is not None and replay_dir is None:
-            raise SbsInputError("replay=ReplayConfig(...) needs replay_dir= (the folder to write to)")
+            raise SbsInputError(
+                "replay=ReplayConfig(...) needs replay_dir= (the folder to write to)"
+            )
         self.runner = make_runner(runner, self.device)
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
@@ -137,9 +147,11 @@ class AlignedRun:
         self._initializers = {i.name: i for i in self.model.graph.initializer}
         self._init_cache: dict[str, Any] = {}
         self._fx_nodes_by_name = {n.name: n for n in self.program.graph.nodes}
-        unknown = self.reset_names - set(self.pairing.by_onnx) - {
-            p.fx_name for p in self.pairing.by_onnx.values()
-        }
+        unknown = (
+            self.reset_names
+            - set(self.pairing.by_onnx)
+            - {p.fx_name for p in self.pairing.by_onnx.values()}
+        )
         if unknown:
             raise SbsInputError(
                 f"reset_names {sorted(unknown)[:5]} name no paired value: use ONNX value names "
@@ -447,8 +459,11 @@ class AlignedRun:
                         raise SbsMismatchError(rec)
                     yield self._emit(rec)
                     pair = by_onnx[onnx_name]
-                    if (self.reset_all or onnx_name in self.reset_names
-                            or pair.fx_name in self.reset_names) and pair.fx_name in fx_env:
+                    if (
+                        self.reset_all
+                        or onnx_name in self.reset_names
+                        or pair.fx_name in self.reset_names
+                    ) and pair.fx_name in fx_env:
                         env[onnx_name] = convert(
                             self._fx_as_onnx(pair, fx_env[pair.fx_name]), kind, self.device
                         )
@@ -618,7 +633,9 @@ class AlignedRun:
         any node's values with memory bounded like a run, at the cost of a partial rerun.
         """
         if upto_onnx is None:
-            producers = [self.plan.onnx_producer[n] for n in onnx_names if n in self.plan.onnx_producer]
+            producers = [
+                self.plan.onnx_producer[n] for n in onnx_names if n in self.plan.onnx_producer
+            ]
             upto_onnx = max(producers, default=-1)
         plan = build_plan(
             self.program.graph,
@@ -742,8 +759,11 @@ class AlignedRun:
                 entry["ep_name"] = p.fx_name
                 if e is not None:
                     d = _cmp(e, g, self.atol, self.rtol)
-                    entry.update(err_abs_vs_torch=d.err_abs, err_rel_vs_torch=d.err_rel,
-                                 passed_vs_torch=d.passed)
+                    entry.update(
+                        err_abs_vs_torch=d.err_abs,
+                        err_rel_vs_torch=d.err_rel,
+                        passed_vs_torch=d.passed,
+                    )
             if o in onnx_vals:
                 e, g = _comparable(to_torch(onnx_vals[o]), v)
                 if e is not None:
@@ -778,8 +798,12 @@ class AlignedRun:
             "inputs": [
                 {
                     "name": i,
-                    "ep_name": self.pairing.by_onnx[i].fx_name if i in self.pairing.by_onnx else None,
-                    "paired_by": self.pairing.by_onnx[i].rule if i in self.pairing.by_onnx else None,
+                    "ep_name": self.pairing.by_onnx[i].fx_name
+                    if i in self.pairing.by_onnx
+                    else None,
+                    "paired_by": self.pairing.by_onnx[i].rule
+                    if i in self.pairing.by_onnx
+                    else None,
                     "initializer": i in self._initializers,
                 }
                 for i in node.input
@@ -787,8 +811,12 @@ class AlignedRun:
             "outputs": [
                 {
                     "name": o,
-                    "ep_name": self.pairing.by_onnx[o].fx_name if o in self.pairing.by_onnx else None,
-                    "paired_by": self.pairing.by_onnx[o].rule if o in self.pairing.by_onnx else None,
+                    "ep_name": self.pairing.by_onnx[o].fx_name
+                    if o in self.pairing.by_onnx
+                    else None,
+                    "paired_by": self.pairing.by_onnx[o].rule
+                    if o in self.pairing.by_onnx
+                    else None,
                 }
                 for o in node.output
             ],
@@ -848,7 +876,8 @@ class AlignedRun:
         kwargs: dict[str, Any] = {}
         if prefix:
             kwargs["prefix_inputs"] = {
-                i.name: to_torch(self._initializer(i.name)) if i.name in self._initializers
+                i.name: to_torch(self._initializer(i.name))
+                if i.name in self._initializers
                 else to_torch(self.bound.values[self.pairing.by_onnx[i.name].fx_name])
                 for i in self.model.graph.input
                 if i.name in self.pairing.by_onnx
@@ -905,8 +934,9 @@ def _comparable(expected: Any, got: Any) -> tuple[Any, Any]:
 
     if isinstance(expected, bool | int | float | torch.SymInt | torch.SymFloat | torch.SymBool):
         try:
-            expected = np.asarray(expected if isinstance(expected, bool | int | float)
-                                  else expected.node.hint)
+            expected = np.asarray(
+                expected if isinstance(expected, bool | int | float) else expected.node.hint
+            )
         except Exception:
             return None, None
         if hasattr(got, "reshape") and getattr(got, "size", None) is not None:

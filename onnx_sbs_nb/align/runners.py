@@ -281,14 +281,22 @@ class TorchRunner:
         from ..evaluator.evaluator import compile_node
 
         fn = compile_node(
-            node,
-            ctx.opsets,
-            ctx.functions,
-            device=self.device,
-            custom_kernels=self.custom_kernels,
-            outer_scope=ctx.free_variables(node) or None,
+            node, ctx.opsets, ctx.functions, device=self.device, custom_kernels=self.custom_kernels
         )
-        return fn
+        n_in = len(node.input)
+        ours = ctx.free_variables(node)
+        theirs = list(getattr(fn, "outer_names", ()))
+        if not ours or theirs == ours:
+            return fn
+        # the evaluator wants the outer values in its own order
+        order = [ours.index(name) for name in theirs]
+
+        def run(inputs: Sequence[Any]) -> list[Any]:
+            inputs = list(inputs)
+            outer = inputs[n_in:]
+            return fn(inputs[:n_in] + [outer[i] for i in order])
+
+        return run
 
 
 class CallableRunner:

@@ -1,0 +1,88 @@
+"""The same ONNX model run two ways, and the CUDA paths (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.devices import run_onnx_on_two_devices
+from onnx_sbs_nb.align.loading import SbsInputError
+
+from .models import MLP, export, tiny_llama
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (none visible to torch)")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    x = torch.randn(4, 8)
+    ep, onx = export(MLP(), (x,))
+    return ep, onx, x
+
+
+def test_two_runtimes_agree_node_by_node(mlp):
+    _, onx, x = mlp
+    recs = list(
+        run_onnx_on_two_devices(
+            onx, {"x": x}, reference=("onnxruntime", "cpu"), candidate=("torch", "cpu")
+        )
+    )
+    nodes = [r for r in recs if r.onnx_id_node is not None]
+    assert len(nodes) == sum(len(n.output) for n in onx.graph.node)
+    assert all(r.passed and r.passed2 for r in nodes), [(r.onnx_name, r.err_abs) for r in nodes]
+    assert recs[-1].kind == "output"
+
+
+def test_two_runtimes_find_a_broken_kernel(mlp):
+    """A kernel swapped in the candidate shows as its own error, the rest inherits it."""
+    _, onx, x = mlp
+    from onnx_sbs_nb.align.runners import TorchRunner
+
+    broken = TorchRunner("cpu", custom_kernels={("", "Relu"): lambda a: torch.relu(a) * 1.5})
+    recs = list(run_onnx_on_two_devices(onx, {"x": x}, candidate=(broken, "cpu")))
+    first = next(r for r in recs if r.passed is False)
+    assert first.onnx_op_type == "Relu" and first.passed2 is False
+    later = [r for r in recs if r.step > first.step and r.onnx_op_type != "Relu"]
+    assert any(r.passed is False and r.passed2 for r in later)
+
+
+def test_cuda_devices_need_a_gpu(mlp):
+    _, onx, x = mlp
+    if CUDA:
+        pytest.skip("a GPU is visible: the error path is for machines without one")
+    with pytest.raises(SbsInputError, match="no CUDA device"):
+        run_onnx_on_two_devices(onx, {"x": x}, candidate=("torch", "cuda"))
+
+
+@needs_cuda
+def test_tiny_llama_on_cuda():
+    ep, onx, args = tiny_llama()
+    cuda_args = tuple(a.cuda() for a in args)
+    recs = list(run_aligned(ep, onx, cuda_args, rerun_with_torch_inputs=True))
+    paired = [r for r in recs if r.status not in ("unpaired_ep", "unpaired_onnx")]
+    assert paired and all(r.status == "ok" for r in paired)
+    nodes = [r for r in paired if r.kind == "node"]
+    assert all(r.ep_device.startswith("cuda") and r.onnx_device.startswith("cuda") for r in nodes)
+
+
+@needs_cuda
+def test_cpu_versus_cuda_of_the_same_model(mlp):
+    _, onx, x = mlp
+    recs = list(
+        run_onnx_on_two_devices(
+            onx, {"x": x}, reference=("torch", "cpu"), candidate=("torch", "cuda")
+        )
+    )
+    assert all(r.err_dev == 1.0 for r in recs if r.onnx_id_node is not None)
+    assert all(r.passed for r in recs)
+
+
+def test_torch_runner_stays_on_cpu_by_default(mlp):
+    ep, onx, x = mlp
+    bad = copy.deepcopy(onx)
+    recs = list(run_aligned(ep, bad, (x,), runner="torch"))
+    assert recs and all(r.ep_device == "cpu" for r in recs if r.ep_device)

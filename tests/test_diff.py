@@ -1,0 +1,66 @@
+"""Comparison metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from onnx_sbs_nb.diff import compare, default_tolerance, shape_type
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_metrics(as_torch):
+    e = np.array([0.0, 1.0, 2.0, 100.0], np.float32)
+    g = np.array([0.0, 1.05, 2.0, 100.5], np.float32)
+    if as_torch:  # the torch path is the one used off-CPU
+        e, g = torch.from_numpy(e).to(torch.bfloat16).float(), torch.from_numpy(g)
+        e = e.to(torch.float32)
+    d = compare(e, g, atol=1e-3, rtol=1e-3)
+    assert d.err_abs == pytest.approx(0.5)
+    assert d.err_h01 == 1 and d.err_h001 == 2
+    assert d.err_rel == pytest.approx(0.05 / (1 + 1e-3), rel=1e-3)
+    assert d.passed is False and d.err_nan == 0
+
+
+def test_rel_error_bounded_near_zero():
+    d = compare(np.zeros(3, np.float32), np.full(3, 1e-6, np.float32))
+    assert d.err_rel == pytest.approx(1e-6 / 1e-4, rel=1e-3)
+    assert d.passed
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_nan_positions(as_torch):
+    e = np.array([np.nan, 1.0, np.inf, 2.0], np.float32)
+    g = np.array([np.nan, np.nan, np.inf, -np.inf], np.float32)
+    if as_torch:
+        e, g = torch.from_numpy(e), torch.from_numpy(g).to(torch.float64)
+    d = compare(e, g)
+    assert d.err_nan == 2 and d.passed is False
+    assert d.err_abs == 0
+
+
+def test_shape_and_dtype_mismatch():
+    d = compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32))
+    assert d.shape_mismatch and d.passed is False
+    d = compare(np.zeros(3, np.float32), np.zeros(3, np.float64))
+    assert d.dtype_mismatch and d.passed is False and d.err_abs == 0
+
+
+def test_integers_exact_and_tolerances_by_dtype():
+    d = compare(np.array([1, 2, 3]), np.array([1, 2, 4]), atol=10, rtol=10)
+    assert d.err_abs == 1 and d.passed is False and d.atol == 0
+    assert default_tolerance("float16") == (1e-2, 1e-2)
+    assert default_tolerance("bfloat16")[0] > default_tolerance("float16")[0]
+    assert default_tolerance("float32") == (1e-4, 1e-4)
+
+
+def test_bfloat16_compared_on_torch_path():
+    e = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    d = compare(e, e.clone())
+    assert d.passed and d.err_abs == 0 and d.atol == default_tolerance("bfloat16")[0]
+
+
+def test_shape_type():
+    assert shape_type(torch.zeros(2, 3)) == "float32[2x3]"
+    assert shape_type(np.zeros((), np.int64)) == "int64[]"
