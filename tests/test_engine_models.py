@@ -140,3 +140,40 @@ def test_other_runners_agree(runner):
     ep, onx = export(MLP(), (x,))
     recs = list(run_aligned(ep, onx, (x,), runner=runner))
     _check_faithful(recs, n_weights=6)
+
+
+def test_exporter_preparation_is_reproduced():
+    """The private preparation step exists in the installed torch and is what we run."""
+    from onnx_sbs_nb.align.program import PREPARED_BY_EXPORTER, prepare_program
+
+    x = torch.randn(3, 4)
+    ep, _ = export(CloneMemoryFormat(), (x,))
+    assert prepare_program(ep).source == PREPARED_BY_EXPORTER
+    assert prepare_program(ep) is prepare_program(ep)  # cached per program
+
+
+def test_onnx_program_carries_its_prepared_program():
+    """Passing what torch.onnx.export returns skips the preparation and pairs the same."""
+    import warnings
+
+    x = torch.randn(2, 5, 16)
+    model = Attention().eval()
+    ep = torch.export.export(model, (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(ep, (x,), dynamo=True, verbose=False)
+    from onnx_sbs_nb.align.run import AlignedRun
+
+    run = AlignedRun(ep, prog, (x,))
+    assert run.prepared.source == "onnx_program"
+    a = [(r.ep_name, r.onnx_name, r.status) for r in run]
+    b = [(r.ep_name, r.onnx_name, r.status) for r in run_aligned(ep, prog.model_proto, (x,))]
+    assert a == b
+
+
+def test_tiny_llama_own_errors_pass():
+    ep, onx, args = tiny_llama()
+    recs = list(run_aligned(ep, onx, args, rerun_with_torch_inputs=True))
+    reruns = [r for r in recs if r.err_abs2 is not None]
+    assert len(reruns) >= 60
+    assert all(r.passed2 for r in reruns)
