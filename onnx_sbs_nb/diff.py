@@ -89,14 +89,9 @@ def _as_numpy(v) -> np.ndarray | None:
 
 
 def _as_torch(v, device: torch.device) -> torch.Tensor:
-    if isinstance(v, torch.Tensor):
-        return v.detach().to(device)
-    a = np.asarray(v)
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(device)
-    if not a.flags.writeable:
-        a = a.copy()
-    return torch.from_numpy(a).to(device)
+    from .align.convert import to_torch
+
+    return to_torch(v, device).detach()
 
 
 def compare(expected, got, atol: float | None = None, rtol: float | None = None) -> Diff:

@@ -177,3 +177,14 @@ def test_tiny_llama_own_errors_pass():
     reruns = [r for r in recs if r.err_abs2 is not None]
     assert len(reruns) >= 60
     assert all(r.passed2 for r in reruns)
+
+
+def test_bfloat16_model_falls_back_to_torch_kernels():
+    """onnxruntime has no CPU bfloat16 kernels: those nodes run in the torch evaluator."""
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    ep, onx = export(MLP().to(torch.bfloat16), (x,))
+    recs = list(run_aligned(ep, onx, (x,)))
+    paired = _check_faithful(recs)
+    nodes = [r for r in paired if r.kind in ("node", "output")]
+    assert nodes and all(r.ep_shape_type.startswith("bfloat16") for r in nodes)
+    assert any(r.comment and "torch evaluator" in r.comment for r in nodes)

@@ -36,11 +36,11 @@ def to_torch(v: Any, device: torch.device | str | None = None) -> Any:
         return v if device is None else v.to(device)
     if isinstance(v, np.ndarray | np.generic):
         a = np.asarray(v)
+        if not a.flags.writeable:  # torch tensors are writable views: never alias read-only data
+            a = a.copy()
         if a.dtype.name == "bfloat16":
             t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
         else:
-            if not a.flags.writeable:
-                a = a.copy()
             t = torch.from_numpy(a)
         return t if device is None else t.to(device)
     if isinstance(v, list | tuple):

@@ -353,6 +353,8 @@ class AlignedRun:
         onnx_times: dict[str, float] = {}
         fx_errors: dict[str, str] = {}
         onnx_errors: dict[str, str] = {}
+        onnx_notes: dict[str, str] = {}
+        self._onnx_notes = onnx_notes
         kind = self.runner.value_kind
         use_shadow = self.rerun or self.reset_all
         by_onnx = self.pairing.by_onnx
@@ -426,6 +428,10 @@ class AlignedRun:
                     elapsed = time.perf_counter() - t
                     for o in node.output:
                         onnx_times[o] = elapsed
+                    note = getattr(self._prepared_fns.get(idx), "fallback_reason", None)
+                    if note:
+                        for o in node.output:
+                            onnx_notes[o] = note
                     if use_shadow:
                         self._run_shadow(idx, node, env, fx_env, shadow, inputs)
                     status.done_onnx_nodes += 1
@@ -472,6 +478,8 @@ class AlignedRun:
                     fx_env.pop(name, None)
                 for name in plan.free_onnx_at.get(s, ()):
                     env.pop(name, None)
+                    # our copy of a weight goes too: the ModelProto still holds its bytes
+                    self._init_cache.pop(name, None)
                     if use_shadow:
                         shadow.pop(name, None)
                         shadow.pop(("torch", name), None)
@@ -568,6 +576,7 @@ class AlignedRun:
         )
         if pair.transform:
             rec.comment = f"compared with the {pair.transform}d torch weight"
+        rec.comment = _join(rec.comment, self._onnx_notes.get(onnx_name))
         err = fx_errors.get(pair.fx_name) or onnx_errors.get(onnx_name)
         if err:
             rec.status, rec.error = STATUS_ERROR, err
@@ -676,6 +685,7 @@ class AlignedRun:
                     fx_env.pop(name, None)
                 for name in plan.free_onnx_at.get(s, ()):
                     env.pop(name, None)
+                    self._init_cache.pop(name, None)
         onnx_values = {}
         for n in onnx_names:
             if n in env:

@@ -158,6 +158,33 @@ def one_node_model(
     return model, feed_names
 
 
+class _Fallback:
+    """Runs a node with the torch evaluator on numpy values, returning numpy values."""
+
+    def __init__(self, fn: NodeFn, reason: str):
+        self.fn = fn
+        self.reason = reason
+
+    def __call__(self, inputs: Sequence[Any]) -> list[Any]:
+        from .convert import to_numpy, to_torch
+
+        outs = self.fn([to_torch(v) if v is not None else None for v in inputs])
+        return [to_numpy(v) for v in outs]
+
+
+def _unsupported_dtype(inputs: Sequence[Any]) -> str | None:
+    for v in inputs:
+        name = getattr(getattr(v, "dtype", None), "name", "")
+        if name == "bfloat16" or name.startswith("float8"):
+            return f"no {name} input through numpy"
+    return None
+
+
+def _is_missing_kernel(e: Exception) -> bool:
+    msg = str(e)
+    return "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg
+
+
 LARGE_NODE_ELEMENTS = 1 << 18
 
 
@@ -175,9 +202,10 @@ class _CachedRunner:
     name = "base"
     value_kind = "numpy"
 
-    def __init__(self) -> None:
+    def __init__(self, fallback: bool = True) -> None:
         self._cache: dict[Any, Any] = {}
         self.sessions_built = 0
+        self.fallback = fallback
 
     def _build(self, model: onnx.ModelProto, large: bool) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -206,23 +234,47 @@ class _CachedRunner:
             key = (static_key, large, tuple(_elem_and_rank(v) for v in inputs))
             entry = cache.get(key)
             if entry is None:
-                model, names = one_node_model(node, inputs, ctx, rename)
-                entry = (self._build(model, large), names)
+                entry = self._entry(node, ctx, inputs, rename, large)
                 cache[key] = entry
-                self.sessions_built += 1
             sess, names = entry
+            if isinstance(sess, _Fallback):
+                run.fallback_reason = sess.reason
+                return sess(inputs)
             feeds = {n: v for n, v in zip(names, (v for v in inputs if v is not None))}
             return self._run(sess, feeds)
 
+        run.fallback_reason = None
         return run
+
+    def _entry(self, node, ctx, inputs, rename: bool, large: bool) -> tuple[Any, list[str]]:
+        reason = _unsupported_dtype(inputs) if self.fallback else None
+        if reason is None:
+            model, names = one_node_model(node, inputs, ctx, rename)
+            try:
+                sess = self._build(model, large)
+                self.sessions_built += 1
+                return sess, names
+            except Exception as e:
+                if not (self.fallback and _is_missing_kernel(e)):
+                    raise
+                reason = str(e).split("\n")[0][-200:]
+        # The runtime has no kernel for these types (bfloat16 on CPU, say): the torch
+        # evaluator runs this node instead, and the records say so.
+        fn = TorchRunner("cpu").prepare(node, ctx)
+        return _Fallback(fn, f"run by the torch evaluator ({self.name}: {reason})"), []
 
 
 class OnnxruntimeRunner(_CachedRunner):
     name = "onnxruntime"
     value_kind = "numpy"
 
-    def __init__(self, providers: Sequence[str] | None = None, threads: int | None = None):
-        super().__init__()
+    def __init__(
+        self,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+        fallback: bool = True,
+    ):
+        super().__init__(fallback)
         import onnxruntime as ort
 
         self._ort = ort
