@@ -347,3 +347,23 @@ def test_cuda_request_without_gpu(mlp):
         pytest.skip("this machine has a GPU: the error path is for machines without one")
     with pytest.raises(SbsInputError, match="no CUDA device"):
         run_aligned(ep, onx, args, device="cuda")
+
+
+def test_keyword_inputs_in_any_order():
+    class KW(torch.nn.Module):
+        def forward(self, x, *, scale, shift):
+            return x * scale + shift
+
+    x, scale, shift = torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3)
+    ep = torch.export.export(KW(), (x,), {"scale": scale, "shift": shift})
+    onx = torch.onnx.export(
+        ep, (x,), kwargs={"scale": scale, "shift": shift}, dynamo=True
+    ).model_proto
+    recs = list(run_aligned(ep, onx, (x,), {"shift": shift, "scale": scale}))
+    assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
+    out = [r for r in recs if r.kind == "output"]
+    assert out and out[0].err_abs < 1e-6
+    with pytest.raises(SbsInputError, match="missing"):
+        run_aligned(ep, onx, (x,), {"scale": scale})
+    with pytest.raises(SbsInputError, match="not inputs"):
+        run_aligned(ep, onx, (x,), {"scale": scale, "shift": shift, "bias": x})

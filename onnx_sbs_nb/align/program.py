@@ -89,6 +89,7 @@ def bind_inputs(
     """
     from torch.export.graph_signature import InputKind
 
+    kwargs = _order_kwargs(ep, kwargs)
     flat, _ = torch.utils._pytree.tree_flatten((args, kwargs))
     sig = ep.graph_signature
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
@@ -146,6 +147,26 @@ def bind_inputs(
         if target is not None:
             weights[name] = target
     return ProgramInputs(values, user_names, weights)
+
+
+def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword inputs in the order the program flattens them (its signature's order)."""
+    spec = getattr(getattr(ep, "call_spec", None), "in_spec", None)
+    try:
+        expected = list(spec.children_specs[1].context)
+    except Exception:
+        return kwargs
+    missing = [k for k in expected if k not in kwargs]
+    extra = [k for k in kwargs if k not in expected]
+    if extra:
+        raise SbsInputError(
+            f"keyword input(s) {extra} are not inputs of the program (it takes {expected})"
+        )
+    if missing:
+        raise SbsInputError(
+            f"keyword input(s) {missing} are missing: the program was exported with {expected}"
+        )
+    return {k: kwargs[k] for k in expected}
 
 
 def _describe(t: torch.Tensor) -> str:
