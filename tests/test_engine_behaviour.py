@@ -367,3 +367,26 @@ def test_keyword_inputs_in_any_order():
         run_aligned(ep, onx, (x,), {"scale": scale})
     with pytest.raises(SbsInputError, match="not inputs"):
         run_aligned(ep, onx, (x,), {"scale": scale, "shift": shift, "bias": x})
+
+
+@pytest.mark.parametrize("rerun", [False, True])
+def test_live_values_do_not_grow_with_depth(rerun):
+    class Deep(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(n))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.tanh(layer(x)) + x
+            return x
+
+    peaks = []
+    for depth in (4, 16):
+        x = torch.randn(2, 8)
+        ep, onx = export(Deep(depth), (x,))
+        run = AlignedRun(ep, onx, (x,), rerun_with_torch_inputs=rerun)
+        recs = list(run)
+        assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
+        peaks.append(run.status.extra["peak_live_values"])
+    assert peaks[1] <= peaks[0] + 2, peaks

@@ -365,6 +365,9 @@ class AlignedRun:
             if pair is not None and name not in self._initializers:
                 env[name] = convert(self._fx_placeholder_value(pair.fx_name), kind, self.device)
         step_counter = 0
+        peak_live = 0
+        fx_weights_live = 0
+        weights = self.bound.weights
         try:
             # initializers without a torch partner: listed once, up front
             for name in self._initializers:
@@ -391,6 +394,8 @@ class AlignedRun:
                     try:
                         value = self._run_fx_node(node, fx_env)
                         fx_env[node.name] = value
+                        if node.name in weights:
+                            fx_weights_live += 1
                     except Exception as e:
                         fx_errors[node.name] = f"{type(e).__name__}: {e}"
                         status.errors += 1
@@ -475,7 +480,8 @@ class AlignedRun:
                         )
                         rec.reset = True
                 for name in plan.free_fx_at.get(s, ()):
-                    fx_env.pop(name, None)
+                    if fx_env.pop(name, None) is not None and name in weights:
+                        fx_weights_live -= 1
                 for name in plan.free_onnx_at.get(s, ()):
                     env.pop(name, None)
                     # our copy of a weight goes too: the ModelProto still holds its bytes
@@ -483,6 +489,11 @@ class AlignedRun:
                     if use_shadow:
                         shadow.pop(name, None)
                         shadow.pop(("torch", name), None)
+                # activations only: weights are references to the program's own tensors
+                live = len(env) + len(fx_env) - fx_weights_live + len(shadow)
+                if live > peak_live:
+                    peak_live = live
+                    status.extra["peak_live_values"] = live
                 status.elapsed = time.perf_counter() - t0
         finally:
             status.elapsed = time.perf_counter() - t0
