@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from .records import Record
 from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
+from .report_html import BundleMissingError
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -114,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_demo(args)
         if args.command == "notebook":
             return cmd_notebook(args)
-    except (CliError, ReportFormatError) as e:
+    except (CliError, ReportFormatError, BundleMissingError) as e:
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:
@@ -162,8 +163,6 @@ def jsonl_path(outputs: Sequence[pathlib.Path]) -> pathlib.Path:
 def write_reports(
     records: list[Record], outputs: Sequence[pathlib.Path], summary: Any, stream: TextIO
 ) -> None:
-    from .report_html import BundleMissingError
-
     for p in outputs:
         if p.suffix.lower() == ".jsonl" and p.exists():
             continue  # the streamed file already is this report
@@ -243,6 +242,22 @@ def run_and_report(
     stdout: TextIO | None = None,
 ) -> int:
     """Runs, streams records to the .jsonl, writes the other reports, prints the summary."""
+    return run_report_summary(ep, onx, inputs, outputs, options, progress=progress, stdout=stdout)[
+        0
+    ]
+
+
+def run_report_summary(
+    ep: Any,
+    onx: Any,
+    inputs: Any,
+    outputs: Sequence[pathlib.Path],
+    options: dict[str, Any],
+    *,
+    progress: bool = True,
+    stdout: TextIO | None = None,
+) -> tuple[int, Any]:
+    """:func:`run_and_report`, also returning the Summary."""
     from .align.run import AlignedRun
     from .summary import summarize
 
@@ -258,24 +273,17 @@ def run_and_report(
         except KeyboardInterrupt:
             interrupted = True
             run.stop()
+    # the other formats come from the streamed file, the record of the run that survives
     records = read_jsonl(jsonl)
-    summary = summarize(records, node_inputs=run_onnx_model(run, onx))
+    model = getattr(run, "model", None)
+    summary = summarize(records, node_inputs=model if hasattr(model, "graph") else None)
     print(f"records: {jsonl}", file=stdout)
     write_reports(records, outputs, summary, stdout)
     print(summary.to_text(), file=stdout)
     if interrupted:
         print("interrupted: the reports hold the records computed so far", file=stdout)
-        return EXIT_INTERRUPTED
-    return EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS
-
-
-def run_onnx_model(run: Any, onx: Any) -> Any:
-    """The ModelProto for the summary's inputs rule, without loading the file a second time."""
-    for attr in ("onx", "model", "onnx_model"):
-        model = getattr(run, attr, None)
-        if model is not None and hasattr(model, "graph"):
-            return model
-    return onx if hasattr(onx, "graph") else None
+        return EXIT_INTERRUPTED, summary
+    return (EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS), summary
 
 
 class _Progress:
@@ -329,6 +337,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Exit 0 when the run names the node broken on purpose, 1 when it does not."""
     from .demo import write_demo
 
     folder = pathlib.Path(args.output)
@@ -338,7 +347,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     files = write_demo(folder)
     print(f"the ONNX node {files.culprit!r} was made wrong on purpose; finding it:")
     outputs = [folder / name for name in (*DEMO_REPORTS, "report.jsonl")]
-    code = run_and_report(
+    code, summary = run_report_summary(
         files.ep,
         files.onnx,
         files.inputs,
@@ -346,8 +355,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
         dict(rerun_with_torch_inputs=True),
         progress=not args.no_progress,
     )
+    if code == EXIT_INTERRUPTED:
+        return code
+    found = summary.first_own_failure
     print(f"open {folder / 'report.html'} in a browser to explore the run")
-    return code
+    if found is not None and found.onnx_name == files.culprit_output:
+        print(
+            f"found it: {files.culprit!r} ({found.onnx_op_type}) is the first node "
+            "whose own error fails"
+        )
+        return EXIT_PASS
+    print(f"the run did not single out {files.culprit!r}: this is a bug in onnx-sbs")
+    return EXIT_FAIL
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .report import ReportFormatError
-from .report_html import loader_html
+from .report_html import load_bundle, loader_html
 
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -57,13 +57,18 @@ def _bundle_for(states: dict[str, dict[str, Any]]) -> tuple[str, str]:
         esm = state.get("_esm")
         if isinstance(esm, str) and "renderStatic" in esm:
             return esm, str(state.get("_css") or "")
-    from .widget import bundle_js
-
-    return bundle_js(), ""
+    return load_bundle(), ""
 
 
 def _text(value: Any) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
+
+
+def _has_math(nb: Any) -> bool:
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown" and re.search(r"\$|\\\(|\\\[", _text(cell.source)):
+            return True
+    return False
 
 
 def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
@@ -100,8 +105,12 @@ def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
     nb.get("metadata", {}).pop("widgets", None)
     exporter = nbconvert.HTMLExporter(template_name=template)
     body, _ = exporter.from_notebook_node(nb)
-    if not has_js:  # require.js (from a CDN) only serves application/javascript outputs
+    # Remote scripts nothing here needs: require.js serves application/javascript outputs
+    # only, MathJax math in markdown only; offline they would just fail to load.
+    if not has_js:
         body = re.sub(r'<script src="[^"]*require(\.min)?\.js"></script>\s*', "", body)
+    if not _has_math(nb):
+        body = re.sub(r'<script src="[^"]*mathjax[^"]*">\s*</script>\s*', "", body, flags=re.I)
     if views:
         js, css = _bundle_for(states)
         extra = loader_html(js)

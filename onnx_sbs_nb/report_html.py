@@ -184,13 +184,20 @@ BUNDLE_ID = "onnx-sbs-bundle"
 # The bundle is an ES module: it is kept as inert text and imported through a Blob URL,
 # which works from file:// and needs no network, so one copy serves every view on the page.
 _LOADER = """
+async function readState(node) {
+  const text = node.textContent;
+  if (node.dataset.encoding !== "gzip+base64") return JSON.parse(text);
+  const bytes = Uint8Array.from(atob(JSON.parse(text)), (c) => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return JSON.parse(await new Response(stream).text());
+}
 const views = document.querySelectorAll(".__VIEW__");
 try {
   const src = document.getElementById("__BUNDLE__").textContent;
   const url = URL.createObjectURL(new Blob([src], {type: "text/javascript"}));
   const mod = await import(url);
   for (const el of views) {
-    const state = JSON.parse(document.getElementById(el.dataset.stateId).textContent);
+    const state = await readState(document.getElementById(el.dataset.stateId));
     const fallback = el.querySelector(".onnx-sbs-fallback");
     try {
       const target = document.createElement("div");
@@ -234,16 +241,32 @@ def script_js(source: str) -> str:
     return source.replace("<!--", "\\x3C!--")
 
 
-def view_html(state: dict[str, Any], view_id: str, fallback: str = "") -> str:
+#: States larger than this (bytes of JSON) are gzipped: 20,000 rows shrink about tenfold.
+COMPRESS_ABOVE = 1_000_000
+
+
+def view_html(
+    state: dict[str, Any], view_id: str, fallback: str = "", compress_above: int = COMPRESS_ABOVE
+) -> str:
     """A placeholder the loader renders ``state`` into, and the state as inert JSON.
 
     ``fallback`` (script-free HTML) stays visible until the view renders, or for good where
-    scripts do not run.
+    scripts do not run.  A large state is stored gzipped (base64 in a JSON string) and
+    inflated by the browser's DecompressionStream.
     """
+    data = script_json(state)
+    encoding = ""
+    if len(data) > compress_above:
+        import base64
+        import gzip
+
+        raw = json.dumps(state, allow_nan=False, separators=(",", ":"), default=str)
+        packed = base64.b64encode(gzip.compress(raw.encode("utf-8"), mtime=0)).decode("ascii")
+        data, encoding = json.dumps(packed), ' data-encoding="gzip+base64"'
+    vid = html.escape(view_id)
     return (
-        f'<div class="{VIEW_CLASS}" data-state-id="{html.escape(view_id)}">{fallback}</div>\n'
-        f'<script type="application/json" id="{html.escape(view_id)}">'
-        f"{script_json(state)}</script>"
+        f'<div class="{VIEW_CLASS}" data-state-id="{vid}">{fallback}</div>\n'
+        f'<script type="application/json" id="{vid}"{encoding}>{data}</script>'
     )
 
 
@@ -286,14 +309,11 @@ def report_state(records: Sequence[Record], summary: Any = None) -> dict[str, An
     """The widget state (same keys as SbsWidget's synced traits) of a finished run."""
     from .widget import widget_state
 
-    records = list(records)
     if summary is None:
         from .summary import summarize
 
         summary = summarize(records)
-    state = widget_state(records)
-    state["summary"] = summary.to_dict() if hasattr(summary, "to_dict") else summary
-    return state
+    return widget_state(records, summary=summary)
 
 
 def report_html(

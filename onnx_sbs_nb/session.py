@@ -17,11 +17,11 @@ Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,10 @@ def cuda_availability() -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, "no CUDA device is visible (torch.cuda.is_available() is False)"
     return True, ""
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _status_dict(status: RunStatus | None) -> dict[str, Any]:
@@ -180,9 +184,7 @@ class SbsSession:
         self.run_options = {}
         return self
 
-    def _init(
-        self, run: Any, background: bool, batch_interval: float, replay_root: Any
-    ) -> None:
+    def _init(self, run: Any, background: bool, batch_interval: float, replay_root: Any) -> None:
         if batch_interval < 0:
             raise ValueError(f"batch_interval must be >= 0, got {batch_interval}")
         self.run = run
@@ -232,14 +234,19 @@ class SbsSession:
     @property
     def status(self) -> dict[str, Any]:
         """The run's progress (RunStatus fields) plus ``state``, ``error``, ``rows``."""
-        d = _status_dict(getattr(self.run, "status", None))
+        run_status = getattr(self.run, "status", None)
+        d = _status_dict(run_status)
         with self._lock:
             n = len(self._records)
-            failures = sum(1 for r in self._records if r.status in FAILING_STATUSES)
-        if not d.get("records"):
-            # a plain iterable has no RunStatus: derive what can be derived
-            d["records"] = n
-            d["failures"] = failures
+            if run_status is None:
+                # a plain iterable has no RunStatus: derive what can be derived
+                d["records"] = n
+                d["failures"] = sum(1 for r in self._records if r.status in FAILING_STATUSES)
+                finite = [r for r in self._records if _finite(r.err_abs)]
+                if finite:
+                    worst = max(finite, key=lambda r: r.err_abs)
+                    d["max_err_abs"] = worst.err_abs
+                    d["max_err_name"] = worst.onnx_name or worst.ep_name
         if self._t0 is not None and not d.get("elapsed"):
             d["elapsed"] = (time.perf_counter() - self._t0) if self.running else self._elapsed
         d["state"] = self._state
@@ -369,9 +376,10 @@ class SbsSession:
 
     def _node_name(self, name: str | Record) -> str:
         if isinstance(name, Record):
-            if not name.onnx_name or name.kind != "node" and name.onnx_id_node in (None, -1):
+            if not name.onnx_name or name.onnx_id_node is None or name.onnx_id_node < 0:
                 raise ActionError(
-                    f"{name.ep_name or name.onnx_name!r} is not the output of an ONNX node"
+                    f"{name.ep_name or name.onnx_name!r} is not the output of an ONNX node "
+                    "(graph inputs and initializers cannot be rerun or replayed)"
                 )
             return name.onnx_name
         if not isinstance(name, str) or not name:
@@ -406,11 +414,9 @@ class SbsSession:
     def _save_replay_config(self, node: str, root: Path, bundle: Path) -> Path:
         from .align.replay import ReplayConfig
 
-        cfg = _make_replay_config(ReplayConfig, node)
+        cfg = ReplayConfig(names=[node])
         # the bundle folder name is already sanitised by the engine: reuse it
-        path = root / f"{bundle.name}.replay.json"
-        _write_replay_config(cfg, path)
-        return path
+        return cfg.save(root.resolve() / f"{bundle.name}.replay.json")
 
     def set_device(self, device: str) -> None:
         """Where actions (and a new run, :meth:`restart`) execute: ``"cpu"`` or ``"cuda"``."""
@@ -433,7 +439,9 @@ class SbsSession:
         self._require_idle_run("restart")
         new = SbsSession.__new__(SbsSession)
         new._factory = self._factory
-        new._init(self._factory(self.device), self.background, self.batch_interval, self.replay_root)
+        new._init(
+            self._factory(self.device), self.background, self.batch_interval, self.replay_root
+        )
         new.device = self.device
         new.run_options = dict(self.run_options)
         return new
@@ -444,35 +452,3 @@ class SbsSession:
             f"SbsSession(state={self._state!r}, rows={s['rows']}, failures={s.get('failures', 0)}, "
             f"max_err_abs={s.get('max_err_abs', 0.0):.3g}, device={self.device!r})"
         )
-
-
-def _make_replay_config(cls: Any, node: str) -> Any:
-    """A ReplayConfig selecting one node by name, whatever the field is called."""
-    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-    for key in ("names", "node_names", "onnx_names"):
-        if key in fields or not fields:
-            try:
-                return cls(**{key: [node]})
-            except TypeError:
-                continue
-    raise ActionError(f"cannot build a ReplayConfig selecting {node!r}: unknown fields {fields}")
-
-
-def _write_replay_config(cfg: Any, path: Path) -> None:
-    for meth in ("save", "to_json_file", "dump"):
-        fn = getattr(cfg, meth, None)
-        if callable(fn):
-            fn(path)
-            return
-    to_json = getattr(cfg, "to_json", None)
-    if callable(to_json):
-        path.write_text(to_json(), encoding="utf-8")
-        return
-    import json
-
-    path.write_text(json.dumps(dataclasses.asdict(cfg), indent=2), encoding="utf-8")
-
-
-def iter_records(source: Iterable[Record]) -> Iterator[Record]:
-    """Records from any iterable (kept tiny: lets views accept lists and generators)."""
-    yield from source

@@ -161,27 +161,29 @@ class Summary:
         if self.first_own_failure is not None:
             r = self.first_own_failure
             lines.append(
-                f"first own failure: {_label(r)} [{r.onnx_op_type or r.kind}] "
+                f"first own failure: {_printable_label(r)} [{_printable(r.onnx_op_type or r.kind)}] "
                 f"err={_fmt(_own_error(r))} (rule: {self.first_own_failure_rule})"
             )
         elif self.first_failure is not None:
-            lines.append(f"first failure: {_label(self.first_failure)}")
+            lines.append(f"first failure: {_printable_label(self.first_failure)}")
         if self.first_nan is not None:
-            lines.append(f"first NaN/Inf: {_label(self.first_nan)}")
+            lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
             lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<16} name")
             for r in self.top_suspects[:max_suspects]:
                 own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
                 lines.append(
                     f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
-                    f"{(r.onnx_op_type or r.kind or '')[:16]:<16} {_label(r)}"
+                    f"{_printable(r.onnx_op_type or r.kind or '')[:16]:<16} {_printable_label(r)}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
             lines.append(
                 f"unpaired: {len(self.unpaired_ep)} torch-only, {len(self.unpaired_onnx)} onnx-only"
             )
         if self.max_err_abs is not None:
-            lines.append(f"max err_abs: {_fmt(self.max_err_abs)} at {self.max_err_name}")
+            lines.append(
+                f"max err_abs: {_fmt(self.max_err_abs)} at {_printable(self.max_err_name or '')}"
+            )
         return "\n".join(lines)
 
 
@@ -261,6 +263,8 @@ class Summarizer:
             s.max_own_err, s.max_own_err_name = rec.err_abs2, _label(rec)
 
         own = _own_error(rec)
+        if failed and own is None:
+            own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
         if (failed or rec.passed2 is False) and own is not None:
             # ties keep the earlier record: the heap pops the smallest (own, -count)
             item = (own, -self._count, self._count, rec)
@@ -343,7 +347,8 @@ def summarize(
 
     - ``first_failure``: the first record whose first comparison failed (or errored).
     - ``top_suspects``: failing records ranked by own error (``err_abs2``, else
-      ``err_abs``; NaN ranks highest), at most ``top``.
+      ``err_abs``; NaN, mismatched shapes or dtypes and crashes rank highest), at most
+      ``top``.
     - ``first_nan``: the first record with NaN/Inf differences (``err_nan > 0``,
       ``err_nan2 > 0`` or a non-finite ``err_abs``).
     - ``unpaired_ep`` / ``unpaired_onnx``: names of values only one side has.
@@ -366,6 +371,17 @@ def first_own_failure(records: Iterable[Record], **kwargs: Any) -> Record | None
 
 def _label(rec: Record) -> str:
     return rec.onnx_name or rec.ep_name or f"step {rec.step}"
+
+
+def _printable_label(rec: Record) -> str:
+    return _printable(_label(rec))
+
+
+def _printable(text: str) -> str:
+    """Model-supplied names with control characters escaped, safe to print in a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _gt(a: float, b: float) -> bool:

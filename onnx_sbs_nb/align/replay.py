@@ -32,6 +32,23 @@ TEMPLATE = pathlib.Path(__file__).with_name("replay_template.py")
 PROTOBUF_LIMIT = 1_800_000_000  # bytes; protobuf refuses to serialise 2 GB
 MAX_DIRNAME = 64  # characters kept from the node name, before the hash
 
+BUNDLE_FILES = frozenset(
+    {
+        "model.onnx",
+        "model.onnx.data",
+        "prefix_model.onnx",
+        "prefix_model.onnx.data",
+        "torch_inputs.pt",
+        "onnx_inputs.pt",
+        "expected.pt",
+        "prefix_inputs.pt",
+        "mapping.json",
+        "record.json",
+        "node.json",
+        "replay.py",
+    }
+)
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -203,6 +220,7 @@ def _save_model(model: onnx.ModelProto, path: pathlib.Path) -> None:
         save_as_external_data=True,
         all_tensors_to_one_file=True,
         location=path.name + ".data",
+        size_threshold=0,
     )
 
 
@@ -251,10 +269,6 @@ def write_replay_bundle(
         raise ValueError(
             f"expected has {unknown}, which are not outputs of node {node_name!r}: {outputs}"
         )
-    if not expected:
-        raise ValueError(
-            f"expected holds no output of node {node_name!r}: give the torch values of some of {outputs}"
-        )
 
     t_inputs = {n: _as_tensor(torch_inputs[n], n) for n in inputs}
     o_inputs = {n: _as_tensor(onnx_inputs[n], n) for n in inputs}
@@ -287,8 +301,9 @@ def write_replay_bundle(
     if folder.resolve() != folder or folder.is_symlink():
         raise ValueError(f"refusing to write into {folder}: it resolves elsewhere")
     for leftover in folder.iterdir():
-        # files planted as links must not redirect what follows
-        if leftover.is_symlink():
+        # a link planted there must not redirect what follows, and a bundle written again
+        # must not keep files of the previous one (a stale prefix model)
+        if leftover.is_symlink() or leftover.name in BUNDLE_FILES:
             leftover.unlink()
     _save_model(sub, folder / "model.onnx")
     _save_tensors(folder / "torch_inputs.pt", t_inputs)

@@ -82,7 +82,7 @@ def _from_ort(value, elem_type):
 
 def run_model(path, feeds, provider="cpu"):
     """Run an ONNX file on torch tensors; returns {output name: torch tensor}."""
-    model = onnx.load(path)
+    model = onnx.load(path, load_external_data=False)  # only the signature is read
     providers = ["CPUExecutionProvider"]
     if provider == "cuda":
         providers.insert(0, "CUDAExecutionProvider")
@@ -130,6 +130,12 @@ def compare(got, expected):
         max_abs = float(diff.max())
         max_rel = float((diff / (b.abs()[finite] + REL_EPS)).max())
     return {"max_abs": max_abs, "max_rel": max_rel, "nan": nan_mismatch, "error": None}
+
+
+def _clean(text):
+    """Model-supplied names with control characters escaped before they reach a terminal."""
+    text = str(text)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _fmt(v):
@@ -200,9 +206,9 @@ def main(argv=None):
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"node {out['node']} ({out['op_type']}): {model_path}")
+    print(f"node {_clean(out['node'])} ({_clean(out['op_type'])}): {_clean(model_path)}")
     for e in out["outputs"]:
-        print(f"  output {e['name']} (fx: {e['fx_name']})")
+        print(f"  output {_clean(e['name'])} (fx: {_clean(e['fx_name'])})")
         for label in ("torch_inputs", "onnx_inputs"):
             c = e.get(label)
             if not e["has_expected"]:

@@ -174,16 +174,29 @@ class CompiledGraph:
             vals[s] = v
         for s, v in zip(self.outer_slots, outer):
             vals[s] = v
-        for fn, ins, outs, attrs, free in self.steps:
-            res = fn(*[vals[i] for i in ins], **attrs)
-            if type(res) is tuple:
-                for o, r in zip(outs, res):
-                    vals[o] = r
-            else:
-                vals[outs[0]] = res
-            for f in free:
-                vals[f] = None
+        try:
+            for step in self.steps:
+                fn, ins, outs, attrs, free = step
+                res = fn(*[vals[i] for i in ins], **attrs)
+                if type(res) is tuple:
+                    for o, r in zip(outs, res):
+                        vals[o] = r
+                else:
+                    vals[outs[0]] = res
+                for f in free:
+                    vals[f] = None
+        except Exception as e:
+            raise self._node_error(step, e) from e
         return [vals[i] for i in self.output_slots]
+
+    def _node_error(self, step: tuple, e: Exception) -> Exception:
+        if isinstance(e, NodeError):
+            return e
+        node = self.nodes[next(k for k, s in enumerate(self.steps) if s is step)]
+        return NodeError(
+            f"node {node.name!r} ({node.domain or 'ai.onnx'}::{node.op_type}) "
+            f"failed: {type(e).__name__}: {e}"
+        )
 
     def execute_debug(
         self,
@@ -201,11 +214,7 @@ class CompiledGraph:
             try:
                 res = fn(*[vals[i] for i in ins], **attrs)
             except Exception as e:
-                node = self.nodes[k]
-                raise RuntimeError(
-                    f"node {node.name!r} ({node.domain or 'ai.onnx'}::{node.op_type}) "
-                    f"failed: {type(e).__name__}: {e}"
-                ) from e
+                raise self._node_error(self.steps[k], e) from e
             if type(res) is tuple:
                 for o, r in zip(outs, res):
                     vals[o] = r
@@ -216,6 +225,10 @@ class CompiledGraph:
             if hook is not None:
                 hook(k, self.nodes[k], [v for v in vals if v is not None])
         return [vals[i] for i in self.output_slots]
+
+
+class NodeError(RuntimeError):
+    """A kernel failed: the message names the node, its op and the original error."""
 
 
 class MissingKernelError(NotImplementedError):
@@ -374,6 +387,8 @@ class Compiler:
                 continue
             fn, is_function = self._make_callable(node, key, atts, opsets, attr_env, missing)
             if fn is None:
+                for o in node.output:
+                    slots[o] = 0  # keeps collecting the other missing kernels
                 continue
             explicit = list(node.input)
             while explicit and not explicit[-1]:

@@ -27,7 +27,7 @@ def numpy_to_torch(a: Any) -> Any:
     if a.dtype == np.object_ or a.dtype.kind in "SU":
         raise TypeError("string tensors are not supported by the torch evaluator")
     if not a.flags.writeable or not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a).copy()
+        a = np.array(a, copy=True, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
     if a.dtype.kind == "V" or a.dtype.type.__module__.startswith("ml_dtypes"):
         elem = np_to_onnx_dtype(a.dtype)
         if elem not in ONNX_TO_TORCH:

@@ -55,5 +55,6 @@ def bitwise_xor(a, b):
 
 
 @op("BitwiseNot", since=18)
+@unsigned_safe
 def bitwise_not(x):
     return torch.bitwise_not(x)

@@ -20,7 +20,7 @@ def gather(x, indices, axis=0):
     axis = norm_axis(axis, x.dim())
     idx = _fix_neg(indices, x.shape[axis])
     out = x.index_select(axis, idx.reshape(-1))
-    return out.reshape(*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :])
+    return out.reshape((*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]))
 
 
 @op("GatherElements", since=11)
@@ -46,7 +46,7 @@ def _nd_index(x: torch.Tensor, indices: torch.Tensor, batch_dims: int):
 def gather_nd(x, indices, batch_dims=0):
     xr, index, k = _nd_index(x, indices, batch_dims)
     out = xr[index]
-    return out.reshape(*indices.shape[:-1], *x.shape[batch_dims + k :])
+    return out.reshape((*indices.shape[:-1], *x.shape[batch_dims + k :]))
 
 
 _SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}

@@ -75,3 +75,40 @@ def dropout(x, ratio=None, training_mode=None, seed=None):
     r = float(ratio.item()) if ratio is not None else 0.5
     training = bool(training_mode.item()) if training_mode is not None else False
     return _dropout(x, r, training, True, seed)
+
+
+@op("BitCast", since=26)
+def bitcast(x, to):
+    from ...dtypes import onnx_to_torch_dtype
+
+    dtype = onnx_to_torch_dtype(to)
+    if dtype.itemsize != x.dtype.itemsize:
+        raise ValueError(f"BitCast: {x.dtype} and {dtype} have different bit widths")
+    # torch views between these widths are bit-exact reinterpretations (little endian)
+    return x.contiguous().view(dtype)
+
+
+@op("SwiGLU", since=28)
+def swiglu(a, b, alpha=1.0):
+    return a * torch.sigmoid(alpha * a) * b
+
+
+@op("TensorScatter", since=24)
+def tensor_scatter(past_cache, update, write_indices=None, mode="linear", axis=-2):
+    axis = norm_axis(axis, past_cache.dim())
+    batch, seq, max_seq = update.shape[0], update.shape[axis], past_cache.shape[axis]
+    start = (
+        write_indices.to(torch.int64).reshape(batch, 1)
+        if write_indices is not None
+        else torch.zeros((batch, 1), dtype=torch.int64)
+    ).to(update.device)
+    pos = start + torch.arange(seq, device=update.device).reshape(1, seq)
+    if mode == "circular":
+        pos = pos.remainder(max_seq)
+    view = [1] * update.dim()
+    view[0], view[axis] = batch, seq
+    if axis == 0:
+        view[0] = seq
+        pos = pos[0]
+    index = pos.reshape(view).expand(update.shape)
+    return past_cache.scatter(axis, index, update)

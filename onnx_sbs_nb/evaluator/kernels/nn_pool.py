@@ -22,20 +22,16 @@ def _pool_geometry(in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mo
     the ``declared`` list keeps the pads that count as padding for count_include_pad.
     """
     n = len(in_shape)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
-        if auto_pad == "VALID":
-            out = [(in_shape[i] - ((kernel[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(n)]
-            pads = [0] * (2 * n)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [(in_shape[i] - 1) // strides[i] + 1 for i in range(n)]
+        tot = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_shape[i]) for i in range(n)]
+        if auto_pad == "SAME_UPPER":
+            pads = [t // 2 for t in tot] + [t - t // 2 for t in tot]
         else:
-            out = [(in_shape[i] - 1) // strides[i] + 1 for i in range(n)]
-            pads = []
-            tot = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_shape[i]) for i in range(n)]
-            if auto_pad == "SAME_UPPER":
-                pads = [t // 2 for t in tot] + [t - t // 2 for t in tot]
-            else:
-                pads = [t - t // 2 for t in tot] + [t // 2 for t in tot]
+            pads = [t - t // 2 for t in tot] + [t // 2 for t in tot]
     else:
-        pads = list(pads) if pads else [0] * (2 * n)
+        # VALID is NOTSET without pads (with ceil_mode too, as onnxruntime computes it)
+        pads = list(pads) if pads and auto_pad != "VALID" else [0] * (2 * n)
         out = []
         for i in range(n):
             span = in_shape[i] + pads[i] + pads[i + n] - (kernel[i] - 1) * dilations[i] - 1

@@ -19,13 +19,16 @@ _TORCH_LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 
 def _source_coords(mode, out_idx, scale, in_len, out_len, roi):
-    """Input coordinate of each output index along one axis (float64), and the
-    extrapolation mask for tf_crop_and_resize."""
+    """Input coordinate of each output index along one axis, and the extrapolation mask
+    for tf_crop_and_resize. float32 like onnxruntime: float64 rounds some coordinates
+    that land on integers to the other side of floor/round."""
     out_w = scale * in_len
     y = out_idx
     extra = None
     if mode == "align_corners":
-        x = torch.zeros_like(y) if out_w == 1 else y * (in_len - 1) / (out_w - 1)
+        # the spec (and onnxruntime, and torch) divide by the integer resized length; the
+        # ONNX reference uses the fractional scale * length and disagrees with all three
+        x = torch.zeros_like(y) if out_len == 1 else y * (in_len - 1) / (out_len - 1)
     elif mode == "asymmetric":
         x = y / scale
     elif mode == "tf_crop_and_resize":
@@ -37,7 +40,8 @@ def _source_coords(mode, out_idx, scale, in_len, out_len, roi):
         x = x + r0 * (in_len - 1)
         extra = (x < 0) | (x > in_len - 1)
     elif mode == "pytorch_half_pixel":
-        x = torch.full_like(y, -0.5) if out_w == 1 else (y + 0.5) / scale - 0.5
+        # the spec and onnxruntime map a length-1 output to 0 (the reference to -0.5)
+        x = torch.zeros_like(y) if out_len == 1 else (y + 0.5) / scale - 0.5
     elif mode == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     elif mode == "half_pixel_symmetric":
@@ -95,7 +99,7 @@ def _resize_axis(data, axis, scale, out_len, mode, ctm, nearest_mode, a, exclude
                  antialias, roi, extrapolation_value):
     in_len = data.shape[axis]
     dev = data.device
-    y = torch.arange(out_len, dtype=torch.float64, device=dev)
+    y = torch.arange(out_len, dtype=torch.float32, device=dev)
     x, extra = _source_coords(ctm, y, scale, in_len, out_len, roi)
     if mode == "nearest":
         idx = _nearest_index(x, nearest_mode, scale).long().clamp(0, in_len - 1)
@@ -224,9 +228,6 @@ def _fast_path(x, moved, scale, out, mode, ctm, nearest_mode, a, exclude_outside
     if any(d < 2 for d in moved) or ctm == "tf_crop_and_resize":
         return None
     spatial = out[2:]
-    if ctm == "align_corners" and any(scale[d] * x.shape[d] != out[d] for d in moved):
-        # ONNX maps with the fractional length scale * in, torch with the integer size
-        return None
     if by_sizes:
         kw = {"size": spatial}
     else:

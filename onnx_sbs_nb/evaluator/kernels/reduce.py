@@ -11,6 +11,8 @@ from ._helpers import WIDE_UNSIGNED, as_ints, norm_axis
 
 
 def _empty_fill(name: str, x: torch.Tensor) -> float:
+    if x.dtype == torch.bool:
+        return name in ("ReduceMin", "ReduceProd")
     if name in ("ReduceMax",):
         return -math.inf if x.is_floating_point() else torch.iinfo(x.dtype).min
     if name in ("ReduceMin",):
@@ -133,4 +135,4 @@ def cumprod(x, axis, exclusive=0, reverse=0):
         y = torch.cumprod(x, dim=a)
     if reverse:
         y = torch.flip(y, [a])
-    return y
+    return y.to(x.dtype)

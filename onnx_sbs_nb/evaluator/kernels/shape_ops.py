@@ -300,10 +300,11 @@ def depth_to_space(x, blocksize, mode="DCR"):
 
 
 @op("SpaceToDepth", since=1)
-def space_to_depth(x, blocksize):
+def space_to_depth(x, blocksize, mode="DCR"):
     b, c, h, w = x.shape
     bs = blocksize
-    t = x.reshape(b, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4)
+    t = x.reshape(b, c, h // bs, bs, w // bs, bs)
+    t = t.permute(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.permute(0, 1, 3, 5, 2, 4)
     return t.reshape(b, c * bs * bs, h // bs, w // bs)
 
 

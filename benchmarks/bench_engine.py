@@ -1,0 +1,578 @@
+"""Engine benchmark (issue 2): our run_aligned against the floor and against the prior art.
+
+For each tiny Llama (random weights, exported once into a temporary folder):
+
+* floor: one eager run of the program (``ep.module()(*args)``, module built beforehand)
+  plus one whole-model onnxruntime run (session built beforehand; its build time is
+  printed separately);
+* our engine (``runner="onnxruntime"``, with and without ``rerun_with_torch_inputs``):
+  cold = a new AlignedRun on a freshly loaded ExportedProgram (includes the program
+  preparation), warm = a new AlignedRun on an ExportedProgram already prepared once;
+* onnx-diagnostic's ``run_aligned`` (OnnxruntimeEvaluator, ``use_tensor=True``) when
+  ``onnx_diagnostic`` is importable (use ``.venv-bench``), else its columns are skipped;
+* peak memory of each variant, each in a fresh subprocess (see common.PeakRss), compared
+  with a whole-model onnxruntime run (session creation + run) measured the same way.
+
+Every time is measured several times; the machine may be shared, so medians are the
+headline and minimums the best case.  Usage::
+
+    .venv/bin/python benchmarks/bench_engine.py                     # ours only
+    PYTHONPATH=$PWD .venv-bench/bin/python benchmarks/bench_engine.py   # + prior art
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import ctypes
+import gc
+import io
+import pstats
+import shutil
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import (  # noqa: E402
+    LlamaSpec,
+    ModelFiles,
+    PeakRss,
+    Timings,
+    emit_result,
+    export_llama,
+    fmt_mb,
+    fmt_ratio,
+    fmt_s,
+    has_onnx_diagnostic,
+    load_exported,
+    median_of,
+    model_files,
+    print_table,
+    ratio,
+    repeat_timed,
+    run_child,
+    time_call,
+)
+
+SMALL = LlamaSpec("small", hidden=64, layers=2, seq=12)
+LARGE = LlamaSpec("large", hidden=256, layers=4, seq=64, intermediate=1024)
+SPECS = {"small": SMALL, "large": LARGE}
+
+# Our variants: name -> AlignedRun options.
+OURS = {
+    "ours": {"runner": "onnxruntime"},
+    "ours_rerun": {"runner": "onnxruntime", "rerun_with_torch_inputs": True},
+}
+# The ONNXProgram returned by torch.onnx.export carries the program the exporter lowered:
+# passing it instead of its ModelProto skips our preparation (no re-trace at all).
+OURS_ONNX_PROGRAM = "ours_onnxprogram"
+THEIRS = "onnx-diagnostic"
+# float32 tolerance given to both tools (our dtype-aware default for float32).
+ATOL = RTOL = 1e-4
+MEMORY_BASE = "ort_whole_model"
+
+
+# ---------------------------------------------------------------- measurements
+@dataclass
+class Floor:
+    eager: Timings
+    ort_build: Timings
+    ort_run: Timings
+
+    @property
+    def median(self) -> float:
+        return self.eager.median + self.ort_run.median
+
+    @property
+    def min(self) -> float:
+        return self.eager.min + self.ort_run.min
+
+
+@dataclass
+class VariantResult:
+    name: str
+    cold: Timings
+    warm: Timings | None = None
+    records: int = 0
+    paired: int = 0
+    failing: int = 0
+    flagged: int | None = None  # the prior art's own verdict (abs <= atol and rel <= rtol)
+    note: str = ""
+
+
+@dataclass
+class MemoryResult:
+    name: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def first(self) -> float:
+        return median_of(self.runs, "first")
+
+    @property
+    def steady(self) -> float:
+        return median_of(self.runs, "steady")
+
+
+@dataclass
+class ModelResult:
+    files: ModelFiles
+    floor: Floor
+    variants: list[VariantResult]
+    memory: list[MemoryResult]
+    skipped: list[str]
+
+
+def measure_floor(files: ModelFiles, repeats: int) -> Floor:
+    import onnxruntime as ort
+    import torch
+
+    ep, _, args = files.load()
+    module = ep.module()
+    with torch.no_grad():
+        module(*args)  # first call pays lazy initialisation; the floor is steady state
+        eager, _ = repeat_timed(lambda: module(*args), repeats)
+
+    def build() -> Any:
+        return ort.InferenceSession(str(files.onnx_path), providers=["CPUExecutionProvider"])
+
+    ort_build, sess = repeat_timed(build, repeats)
+    feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
+    sess.run(None, feeds)
+    ort_run, _ = repeat_timed(lambda: sess.run(None, feeds), repeats)
+    return Floor(eager, ort_build, ort_run)
+
+
+def run_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> list[Any]:
+    from onnx_sbs_nb.align.run import AlignedRun
+
+    return list(AlignedRun(ep, onx, args, **options))
+
+
+def run_theirs(ep: Any, onx: Any, args: tuple) -> list[Any]:
+    from onnx_diagnostic.reference import OnnxruntimeEvaluator
+    from onnx_diagnostic.torch_onnx.sbs import run_aligned
+
+    return list(
+        run_aligned(
+            ep,
+            onx,
+            OnnxruntimeEvaluator,
+            args=args,
+            use_tensor=True,
+            atol=ATOL,
+            rtol=RTOL,
+            exc=False,
+            verbose=0,
+        )
+    )
+
+
+def count_ours(records: list[Any]) -> tuple[int, int]:
+    from onnx_sbs_nb.records import UNPAIRED
+
+    paired = sum(1 for r in records if r.paired_by != UNPAIRED)
+    return paired, sum(1 for r in records if r.failed)
+
+
+def _shape_type(s: str | None) -> str:
+    # the prior art prefixes the device ("CT1s2x3" / "GT1s2x3"): compare dtype and shape only
+    return (s or "")[1:] if (s or "")[:1] in ("C", "G") else (s or "")
+
+
+def count_theirs(records: list[Any]) -> tuple[int, int, int]:
+    """(paired, failing, flagged): failing = different shape/type or err_abs > ATOL (the
+    verdict our engine applies to float32); flagged = its own test (abs<=atol and rel<=rtol)."""
+    paired = failing = flagged = 0
+    for r in records:
+        if r.ep_name is None or r.onnx_name is None:
+            continue
+        paired += 1
+        err_abs = r.err_abs
+        mismatch = _shape_type(r.ep_shape_type) != _shape_type(r.onnx_shape_type)
+        bad_abs = err_abs is None or not (err_abs <= ATOL)
+        failing += mismatch or bad_abs
+        err_rel = r.err_rel
+        flagged += bad_abs or err_rel is None or not (err_rel <= RTOL)
+    return paired, failing, flagged
+
+
+def measure_ours(files: ModelFiles, name: str, repeats: int) -> VariantResult:
+    options = OURS[name]
+    cold, records = repeat_timed(
+        lambda x: run_ours(*x, options), repeats, setup=lambda: files.load()
+    )
+    ep, onx, args = files.load()
+    run_ours(ep, onx, args, options)  # prepares this ep once: the warm runs reuse it
+    warm, records = repeat_timed(lambda: run_ours(ep, onx, args, options), repeats)
+    paired, failing = count_ours(records)
+    return VariantResult(name, cold, warm, len(records), paired, failing)
+
+
+def measure_ours_onnx_program(files: ModelFiles, repeats: int) -> VariantResult:
+    """Our engine given the ONNXProgram: nothing to prepare, so cold == warm (one protocol).
+    Needs an export in this process (untimed); not measured for memory (not picklable)."""
+    import torch
+
+    ep, _, args = files.load()
+    program = torch.onnx.export(ep, args, dynamo=True, verbose=False)
+    options = OURS["ours"]
+    cold, records = repeat_timed(lambda: run_ours(ep, program, args, options), repeats)
+    paired, failing = count_ours(records)
+    return VariantResult(OURS_ONNX_PROGRAM, cold, None, len(records), paired, failing)
+
+
+def measure_theirs(files: ModelFiles, repeats: int) -> VariantResult:
+    # no preparation to cache: every run costs the same, so only the cold protocol
+    cold, records = repeat_timed(lambda x: run_theirs(*x), repeats, setup=lambda: files.load())
+    paired, failing, flagged = count_theirs(records)
+    return VariantResult(THEIRS, cold, None, len(records), paired, failing, flagged)
+
+
+def warm_up_process(files: ModelFiles, with_theirs: bool) -> dict[str, float]:
+    """First calls in a process pay one-time costs (imports, the exporter's decomposition
+    registry, onnxruntime environment): paid here, on the smallest model, and reported."""
+    first: dict[str, float] = {}
+    first["ours"], _ = time_call(lambda: run_ours(*files.load(), OURS["ours"]))
+    if with_theirs:
+        first[THEIRS], _ = time_call(lambda: run_theirs(*files.load()))
+    return first
+
+
+# ---------------------------------------------------------------- peak memory (children)
+def memory_variants(with_theirs: bool) -> list[str]:
+    names = [MEMORY_BASE, "eager", *OURS]
+    return names + [THEIRS] if with_theirs else names
+
+
+def _run_variant(name: str, files: ModelFiles, ep: Any, onx: Any, args: tuple) -> None:
+    if name == MEMORY_BASE:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(files.onnx_path), providers=["CPUExecutionProvider"])
+        sess.run(None, {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)})
+        del sess
+    elif name == "eager":
+        import torch
+
+        with torch.no_grad():
+            ep.module()(*args)
+    elif name == THEIRS:
+        run_theirs(ep, onx, args)
+    else:
+        run_ours(ep, onx, args, OURS[name])
+
+
+def _trim_heap() -> None:
+    # returns freed heap pages to the OS so that the next baseline is the live memory
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def child_memory(name: str, folder: Path) -> dict[str, Any]:
+    """In a fresh process: peak RSS increase of one variant above the baseline taken after
+    imports and model loading.  ``first``: the first run in the process (lazy imports and
+    one-time initialisation count); ``steady``: a second run on another, unprepared copy
+    of the program, after the first run's memory was released."""
+    import onnxruntime  # noqa: F401
+    import torch  # noqa: F401
+
+    import onnx_sbs_nb.align.run  # noqa: F401
+
+    if name == THEIRS:
+        import onnx_diagnostic.torch_onnx.sbs  # noqa: F401
+    files = model_files(folder)
+    ep1, onx, args = load_exported(folder)
+    ep2, _, _ = load_exported(folder)
+    warnings.simplefilter("ignore")
+    _trim_heap()
+    with PeakRss() as first:
+        _run_variant(name, files, ep1, onx, args)
+    _trim_heap()
+    with PeakRss() as steady:
+        _run_variant(name, files, ep2, onx, args)
+    return {
+        "variant": name,
+        "first": first.increase,
+        "steady": steady.increase,
+        "baseline": first.baseline,
+        "peak_first": first.peak,
+        "method": first.method,
+    }
+
+
+def measure_memory(files: ModelFiles, names: list[str], repeats: int) -> list[MemoryResult]:
+    script = Path(__file__).resolve()
+    results = []
+    for name in names:
+        m = MemoryResult(name)
+        for _ in range(max(1, repeats)):
+            m.runs.append(run_child(script, ["--child", name, "--files", str(files.folder)]))
+        results.append(m)
+    return results
+
+
+# ---------------------------------------------------------------- one model
+def bench_model(
+    files: ModelFiles,
+    *,
+    repeats: int = 3,
+    theirs_repeats: int = 2,
+    memory_repeats: int = 2,
+    with_theirs: bool | None = None,
+    with_memory: bool = True,
+    with_onnx_program: bool = True,
+    memory_names: list[str] | None = None,
+) -> ModelResult:
+    """All measurements for one exported model (the core the smoke test runs)."""
+    if with_theirs is None:
+        with_theirs = has_onnx_diagnostic()
+    skipped = [] if with_theirs else [f"{THEIRS} (not importable: run in .venv-bench)"]
+    floor = measure_floor(files, repeats)
+    variants = [measure_ours(files, name, repeats) for name in OURS]
+    if with_onnx_program:
+        variants.append(measure_ours_onnx_program(files, repeats))
+    if with_theirs:
+        variants.append(measure_theirs(files, theirs_repeats))
+    memory = []
+    if with_memory:
+        names = memory_names or memory_variants(with_theirs)
+        memory = measure_memory(files, names, memory_repeats)
+    else:
+        skipped.append("peak memory (--no-memory)")
+    return ModelResult(files, floor, variants, memory, skipped)
+
+
+# ---------------------------------------------------------------- printing
+def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> None:
+    rows = []
+    for r in results:
+        f = r.floor
+        rows.append(
+            [
+                r.files.spec.label,
+                f"{fmt_s(f.eager.median)} / {fmt_s(f.eager.min)}",
+                f"{fmt_s(f.ort_build.median)} / {fmt_s(f.ort_build.min)}",
+                f"{fmt_s(f.ort_run.median)} / {fmt_s(f.ort_run.min)}",
+                f"{fmt_s(f.median)} / {fmt_s(f.min)}",
+            ]
+        )
+    print_table(
+        "Floor (median / min)",
+        ["model", "eager ep.module()", "ORT session build", "ORT run", "floor = eager + ORT run"],
+        rows,
+    )
+
+    rows = []
+    for r in results:
+        fl = r.floor
+        for v in r.variants:
+            warm = v.warm
+            rows.append(
+                [
+                    r.files.spec.name,
+                    v.name,
+                    f"{fmt_s(v.cold.median)} / {fmt_s(v.cold.min)}",
+                    f"{fmt_s(warm.median)} / {fmt_s(warm.min)}" if warm else "-",
+                    fmt_ratio(ratio(v.cold.median, fl.median)),
+                    fmt_ratio(ratio(warm.median, fl.median)) if warm else "-",
+                    fmt_ratio(ratio(warm.min, fl.min))
+                    if warm
+                    else fmt_ratio(ratio(v.cold.min, fl.min)),
+                    len(v.cold.values),
+                ]
+            )
+    print_table(
+        "Wall time (median / min); ratios to the floor",
+        [
+            "model",
+            "variant",
+            "cold",
+            "warm",
+            "cold/floor (med)",
+            "warm/floor (med)",
+            "best/floor (min)",
+            "repeats",
+        ],
+        rows,
+    )
+
+    rows = [
+        [
+            r.files.spec.name,
+            v.name,
+            v.records,
+            v.paired,
+            v.failing,
+            "-" if v.flagged is None else v.flagged,
+        ]
+        for r in results
+        for v in r.variants
+    ]
+    print_table(
+        "Records",
+        ["model", "variant", "records", "paired", "failing pairs", "flagged by its own test"],
+        rows,
+    )
+
+    rows = []
+    for r in results:
+        base = {m.name: m for m in r.memory}.get(MEMORY_BASE)
+        for m in r.memory:
+            rows.append(
+                [
+                    r.files.spec.name,
+                    m.name,
+                    fmt_mb(m.first),
+                    fmt_mb(m.steady),
+                    fmt_ratio(ratio(m.first, base.first)) if base else "-",
+                    fmt_ratio(ratio(m.steady, base.steady)) if base else "-",
+                    fmt_mb(median_of(m.runs, "baseline")),
+                    len(m.runs),
+                ]
+            )
+    if rows:
+        method = results[0].memory[0].runs[0]["method"]
+        print_table(
+            f"Peak RSS increase above the loaded baseline (median of runs, {method}); "
+            f"ratios to {MEMORY_BASE}",
+            [
+                "model",
+                "variant",
+                "first run",
+                "steady run",
+                "first / ORT",
+                "steady / ORT",
+                "baseline RSS",
+                "runs",
+            ],
+            rows,
+        )
+
+    if first_calls:
+        print(
+            "\nFirst call in the process (small model; one-time imports and registries): "
+            + ", ".join(f"{k} {fmt_s(v)}" for k, v in first_calls.items())
+        )
+    for r in results:
+        for s in r.skipped:
+            print(f"skipped for {r.files.spec.name}: {s}")
+    print_goals(results)
+
+
+def print_goals(results: list[ModelResult]) -> None:
+    by_name = {r.files.spec.name: r for r in results}
+    target = by_name.get(LARGE.name) or results[-1]
+    ours = {v.name: v for v in target.variants}
+    lines = [f"\nGoals ({target.files.spec.name} model):"]
+    v = ours["ours"]
+    if v.warm is not None:
+        lines.append(
+            f"  wall <= 3x floor: warm {fmt_ratio(ratio(v.warm.median, target.floor.median))}, "
+            f"cold {fmt_ratio(ratio(v.cold.median, target.floor.median))} (medians)"
+        )
+    fails = {r.files.spec.name: {v.name: v.failing for v in r.variants} for r in results}
+    onnx_program = ours.get(OURS_ONNX_PROGRAM)
+    if onnx_program is not None:
+        lines.append(
+            "  given the ONNXProgram (no preparation): "
+            f"{fmt_ratio(ratio(onnx_program.cold.median, target.floor.median))}"
+        )
+    lines.append(f"  zero failing pairs: {fails}")
+    theirs = ours.get(THEIRS)
+    if theirs is not None:
+        lines.append(f"  paired >= prior art: ours {v.paired} vs {theirs.paired}")
+    mem = {m.name: m for m in target.memory}
+    if MEMORY_BASE in mem and "ours" in mem:
+        lines.append(
+            "  peak memory <= 1.10x whole-model ORT: steady "
+            f"{fmt_ratio(ratio(mem['ours'].steady, mem[MEMORY_BASE].steady))}, first "
+            f"{fmt_ratio(ratio(mem['ours'].first, mem[MEMORY_BASE].first))}"
+        )
+    print("\n".join(lines))
+
+
+def profile_ours(files: ModelFiles, name: str = "ours", top: int = 25) -> str:
+    """cProfile of one cold and one warm run (cold first, then warm on the same program)."""
+    options = OURS[name]
+    out = io.StringIO()
+    ep, onx, args = files.load()
+    for label in ("cold", "warm"):
+        prof = cProfile.Profile()
+        prof.enable()
+        run_ours(ep, onx, args, options)
+        prof.disable()
+        for key in ("tottime", "cumulative"):
+            out.write(f"\n--- {name} {label} run, {files.spec.name} model, sorted by {key}\n")
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", default="small,large", help="comma-separated: small,large")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement")
+    p.add_argument("--theirs-repeats", type=int, default=3, help="timed runs of the prior art")
+    p.add_argument("--memory-repeats", type=int, default=2, help="subprocesses per variant")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
+    p.add_argument("--no-theirs", action="store_true", help="skip onnx-diagnostic")
+    p.add_argument("--profile", action="store_true", help="cProfile our engine on each model")
+    p.add_argument("--workdir", help="folder for the exported models (default: a temp folder)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--files", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    warnings.simplefilter("ignore")
+    if a.child:
+        emit_result(child_memory(a.child, Path(a.files)))
+        return 0
+
+    with_theirs = not a.no_theirs and has_onnx_diagnostic()
+    if not with_theirs:
+        why = "--no-theirs" if a.no_theirs else "onnx_diagnostic is not importable"
+        print(f"note: {why}: the prior-art columns are skipped (use .venv-bench, see README)")
+    unknown = [m for m in a.models.split(",") if m not in SPECS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}: choose from {sorted(SPECS)}")
+    tmp = None
+    root = Path(a.workdir) if a.workdir else Path(tmp := tempfile.mkdtemp(prefix="sbs_bench_"))
+    try:
+        all_files = []
+        for m in a.models.split(","):
+            print(f"exporting {SPECS[m].label} ...", flush=True)
+            all_files.append(export_llama(SPECS[m], root))
+        first_calls = warm_up_process(all_files[0], with_theirs)
+        results = []
+        for files in all_files:
+            print(f"measuring {files.spec.label} ...", flush=True)
+            results.append(
+                bench_model(
+                    files,
+                    repeats=a.repeats,
+                    theirs_repeats=a.theirs_repeats,
+                    memory_repeats=a.memory_repeats,
+                    with_theirs=with_theirs,
+                    with_memory=not a.no_memory,
+                )
+            )
+        print_results(results, first_calls)
+        if a.profile:
+            for files in all_files:
+                print(profile_ours(files))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

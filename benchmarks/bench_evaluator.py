@@ -1,0 +1,197 @@
+"""Benchmark: onnx_sbs_nb's TorchOnnxEvaluator vs onnxruntime (CPU) vs onnx-diagnostic's.
+
+    python benchmarks/bench_evaluator.py [--repeat 30] [--device cpu|cuda] [--quick]
+
+Everything runs in the same process on the same inputs: a tiny Llama (hidden 64,
+2 layers, seq 8), a larger one (hidden 256, 4 layers, seq 64), and a chain of 500 Add
+nodes on 4-element tensors that measures the per-node dispatch cost. onnx-diagnostic is
+optional (``pip install onnx-diagnostic``); without it its column is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+
+from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
+
+
+def _timeit(fn: Callable[[], Any], repeat: int, warmup: int = 3, sync: bool = False) -> float:
+    """Median wall time of one call, in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        if sync:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if sync:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def _llama(hidden: int, layers: int, seq: int, batch: int = 2):
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=hidden * 2,
+        vocab_size=1000,
+        max_position_embeddings=max(128, seq * 2),
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=input_ids, use_cache=False).logits
+
+    wrapper = Logits().eval()
+    ids = torch.randint(0, 1000, (batch, seq))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(wrapper, (ids,), dynamo=True, verbose=False).model_proto
+    return wrapper, ids, onx
+
+
+def _add_chain(n: int) -> onnx.ModelProto:
+    nodes = [
+        oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}" if i < n - 1 else "y"])
+        for i in range(n)
+    ]
+    vi = oh.make_tensor_value_info
+    g = oh.make_graph(
+        nodes, "chain", [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])]
+    )
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+
+
+def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], Any] | str]:
+    """name -> run(feeds as torch tensors), or a string saying why it is skipped."""
+    import onnxruntime as ort
+
+    res: dict[str, Callable[[dict], Any] | str] = {}
+    ours = TorchOnnxEvaluator(onx, device=device)
+    res["onnx_sbs_nb"] = lambda feeds: ours.run(None, feeds)
+    if device == "cpu":
+        sess = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+        res["onnxruntime"] = lambda feeds: sess.run(
+            None, {k: v.numpy() for k, v in feeds.items()}
+        )
+    else:
+        provs = ort.get_available_providers()
+        if "CUDAExecutionProvider" in provs:
+            sess = ort.InferenceSession(
+                onx.SerializeToString(), providers=["CUDAExecutionProvider"]
+            )
+            res["onnxruntime"] = lambda feeds: sess.run(
+                None, {k: v.cpu().numpy() for k, v in feeds.items()}
+            )
+        else:
+            res["onnxruntime"] = "skipped: this onnxruntime build has no CUDAExecutionProvider"
+    try:
+        from onnx_diagnostic.reference import TorchOnnxEvaluator as DiagEvaluator
+    except ImportError:
+        res["onnx_diagnostic"] = "skipped: onnx-diagnostic is not installed in this environment"
+    else:
+        providers = ("CUDAExecutionProvider",) if device == "cuda" else ("CPUExecutionProvider",)
+        diag = DiagEvaluator(onx, providers=providers)
+        res["onnx_diagnostic"] = lambda feeds: diag.run(None, feeds)
+    return res
+
+
+def _report(title: str, times: dict[str, float | str], baseline: str = "onnxruntime") -> None:
+    print(f"\n== {title}")
+    base = times.get(baseline)
+    for name, t in times.items():
+        if isinstance(t, str):
+            print(f"  {name:<16} {t}")
+            continue
+        ratio = f"  x{t / base:.2f} vs {baseline}" if isinstance(base, float) else ""
+        print(f"  {name:<16} {t:9.3f} ms{ratio}")
+
+
+def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[str, float | str]:
+    sync = device == "cuda"
+    model = model.to(device)
+    ids = ids.to(device)
+    feeds_name = onx.graph.input[0].name
+    times: dict[str, float | str] = {}
+    with torch.no_grad():
+        times["eager torch"] = _timeit(lambda: model(ids), repeat, sync=sync)
+        for name, run in _runners(onx, device).items():
+            if isinstance(run, str):
+                times[name] = run
+                continue
+            times[name] = _timeit(lambda run=run: run({feeds_name: ids}), repeat, sync=sync)
+    n_nodes = len(onx.graph.node)
+    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times)
+    return times
+
+
+def bench_dispatch(repeat: int, n: int = 500) -> None:
+    onx = _add_chain(n)
+    x = torch.randn(4)
+    times: dict[str, float | str] = {}
+    for name, run in _runners(onx, "cpu").items():
+        if isinstance(run, str):
+            times[name] = run
+            continue
+        times[name] = _timeit(lambda run=run: run({"x": x}), repeat) * 1e3 / n
+    raw = _timeit(lambda: [x + x for _ in range(n)], repeat) * 1e3 / n
+    times["bare torch add"] = raw
+    f = compile_node(onx.graph.node[0], {"": 18})
+    times["compile_node call"] = _timeit(lambda: [f([x, x]) for _ in range(n)], repeat) * 1e3 / n
+    print(f"\n== per-node dispatch: chain of {n} Add on 4 floats (microseconds per node)")
+    base = times.get("onnxruntime")
+    for name, t in times.items():
+        if isinstance(t, str):
+            print(f"  {name:<18} {t}")
+        else:
+            ratio = f"  x{t / base:.2f} vs onnxruntime" if isinstance(base, float) else ""
+            print(f"  {name:<18} {t:8.2f} us{ratio}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--quick", action="store_true", help="only the tiny Llama and dispatch")
+    args = parser.parse_args(argv)
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, numpy {np.__version__}, "
+        f"onnx {onnx.__version__}"
+    )
+    bench_model("tiny Llama hidden 64, 2 layers, seq 8", *_llama(64, 2, 8), args.repeat, args.device)
+    if not args.quick:
+        bench_model(
+            "Llama hidden 256, 4 layers, seq 64",
+            *_llama(256, 4, 64),
+            max(5, args.repeat // 3),
+            args.device,
+        )
+    bench_dispatch(args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

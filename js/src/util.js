@@ -1,0 +1,66 @@
+// Small helpers shared by the views. Every string that comes from the model (node names,
+// targets, messages) is untrusted: it only ever reaches the DOM through textContent.
+
+/** Create an element; `text` goes through textContent, never innerHTML. */
+export function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = String(v);
+    else if (k === "style") e.style.cssText = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === undefined || c === null || c === false) continue;
+    e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+/** Numbers arrive as JSON numbers, or as "nan"/"inf"/"-inf" strings (JSON has none). */
+export function num(v) {
+  if (v === null || v === undefined || v === "") return null;
+  if (typeof v === "number") return v;
+  if (v === "nan") return NaN;
+  if (v === "inf") return Infinity;
+  if (v === "-inf") return -Infinity;
+  const x = Number(v);
+  return Number.isNaN(x) ? null : x;
+}
+
+export function fmtNum(v) {
+  const x = num(v);
+  if (x === null) return "";
+  if (Number.isNaN(x)) return "nan";
+  if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  if (a >= 1e-3 && a < 1e5) return String(Number(x.toPrecision(4)));
+  return x.toExponential(2);
+}
+
+export function fmtTime(s) {
+  const x = num(s);
+  if (x === null) return "";
+  if (x < 60) return `${x.toFixed(1)} s`;
+  return `${Math.floor(x / 60)} min ${Math.round(x % 60)} s`;
+}
+
+/** Escape for plotly text, which parses a few HTML-like tags: the names must show as text. */
+export function plotlyText(s) {
+  return String(s ?? "")
+    .replace(/&/g, "&amp;")
+    .replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;");
+}
+
+export const FAILING = new Set(["fail", "shape_mismatch", "dtype_mismatch", "error"]);
+
+/** Column accessors over the row arrays, by field name. */
+export function columnIndex(columns) {
+  const ci = {};
+  (columns || []).forEach((c, i) => (ci[c] = i));
+  return ci;
+}

@@ -1,0 +1,197 @@
+"""Attention (opsets 23-25) and RotaryEmbedding (opset 23)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...dtypes import onnx_to_torch_dtype
+from ..registry import op
+
+_NEG_INF = float("-inf")
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, s, h = x.shape
+    return x.reshape(b, s, heads, h // heads).transpose(1, 2)
+
+
+def _causal_bias(base, offset, dtype, device):
+    """base + (0 where key j <= query i + offset, -inf elsewhere); offset scalar or (batch,)."""
+    q, kv = base.shape[-2:]
+    i = torch.arange(q, device=device).reshape(q, 1)
+    j = torch.arange(kv, device=device).reshape(1, kv)
+    if isinstance(offset, torch.Tensor):
+        allowed = j <= i + offset.reshape(-1, 1, 1).to(device)
+        allowed = allowed.unsqueeze(1)
+    else:
+        allowed = j <= i + int(offset)
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return base + torch.where(allowed, zero, torch.full((), _NEG_INF, dtype=dtype, device=device))
+
+
+def _window_bias(base, left, right, offset, dtype, device):
+    q, kv = base.shape[-2:]
+    i = torch.arange(q, device=device).reshape(q, 1)
+    j = torch.arange(kv, device=device).reshape(1, kv)
+    if isinstance(offset, torch.Tensor):
+        diff = (i + offset.reshape(-1, 1, 1).to(device) - j).unsqueeze(1)
+    else:
+        diff = i + int(offset) - j
+    allowed = torch.ones_like(diff, dtype=torch.bool)
+    if left >= 0:
+        allowed &= diff <= left
+    if right >= 0:
+        allowed &= -diff <= right
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return base + torch.where(allowed, zero, torch.full((), _NEG_INF, dtype=dtype, device=device))
+
+
+def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *,
+              is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None,
+              softcap=0.0, softmax_precision=None, left_window_size=-1, right_window_size=-1):
+    """The ONNX Attention function (the reference's computation, with torch)."""
+    if (past_key is None) != (past_value is None):
+        raise ValueError("Attention: past_key and past_value must be given together")
+    rank3 = q.dim() == 3
+    if rank3:
+        if q_num_heads is None or kv_num_heads is None:
+            raise ValueError("Attention: 3-D inputs need q_num_heads and kv_num_heads")
+        q = _split_heads(q, q_num_heads)
+        k = _split_heads(k, kv_num_heads)
+        v = _split_heads(v, kv_num_heads)
+    dt, dev = q.dtype, q.device
+    if scale is None:
+        scale = 1 / math.sqrt(q.shape[3])
+    root = math.sqrt(scale)
+    if past_key is not None:
+        k = torch.cat([past_key, k], 2)
+        v = torch.cat([past_value, v], 2)
+    present_key, present_value = k, v
+    lq, lkv = q.shape[2], k.shape[2]
+    bias = torch.zeros((lq, lkv), dtype=dt, device=dev)
+    if attn_mask is not None:
+        pad = lkv - attn_mask.shape[-1]
+        if pad > 0:
+            fill = False if attn_mask.dtype == torch.bool else _NEG_INF
+            attn_mask = torch.nn.functional.pad(attn_mask, (0, pad), value=fill)
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.where(attn_mask, torch.zeros((), dtype=dt, device=dev),
+                                    torch.full((), _NEG_INF, dtype=dt, device=dev))
+    windowed = left_window_size >= 0 or right_window_size >= 0
+    external = past_key is None and nonpad_kv_seqlen is not None
+    offset = (nonpad_kv_seqlen.reshape(-1).to(dev) - lq) if external else (
+        past_key.shape[2] if past_key is not None else 0
+    )
+    if is_causal:
+        base = bias if attn_mask is None else attn_mask.to(dt)
+        if windowed:
+            base = bias + base
+        bias = _causal_bias(base, offset, dt, dev)
+    elif attn_mask is not None:
+        bias = bias + attn_mask.to(dt)
+    if windowed:
+        bias = _window_bias(torch.zeros((lq, lkv), dtype=dt, device=dev) + bias, left_window_size,
+                            right_window_size, offset, dt, dev)
+    if nonpad_kv_seqlen is not None:
+        keep = torch.arange(lkv, device=dev) < nonpad_kv_seqlen.to(dev).reshape(-1, 1)
+        pm = torch.where(keep, torch.zeros((), dtype=dt, device=dev), torch.full((), _NEG_INF, dtype=dt, device=dev))
+        bias = bias + pm.reshape(-1, 1, 1, lkv)
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk:
+        if hq % hk:
+            raise ValueError(f"Attention: {hq} query heads are not a multiple of {hk} key heads")
+        k = k.repeat_interleave(hq // hk, 1)
+        v = v.repeat_interleave(hq // hk, 1)
+    qk = torch.matmul(q * root, (k * root).transpose(-1, -2))
+    if softcap and softcap > 0:
+        qk = torch.tanh(qk / softcap) * softcap
+    with_bias = qk + bias
+    qk_out = with_bias if qk_matmul_output_mode == 2 else qk
+    sm_in = with_bias
+    if softmax_precision:
+        sm_in = sm_in.to(onnx_to_torch_dtype(softmax_precision))
+    row_max = sm_in.amax(-1, keepdim=True)
+    safe = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+    e = torch.exp(sm_in - safe)
+    s = e.sum(-1, keepdim=True)
+    probs = e / torch.where(s == 0, torch.ones_like(s), s)
+    all_masked = torch.isneginf(bias.amax(-1, keepdim=True))
+    probs = torch.where(all_masked, torch.zeros_like(probs), probs)
+    if qk_matmul_output_mode == 3:
+        qk_out = probs
+    probs = probs.to(dt)
+    y = torch.matmul(probs, v)
+    if rank3:
+        y = y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1)
+    return y, present_key, present_value, qk_out.to(dt)
+
+
+@op("Attention", since=23)
+def attention_23(q, k, v, attn_mask=None, past_key=None, past_value=None, is_causal=0,
+                 kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None,
+                 softcap=0.0, softmax_precision=None):
+    return attention(q, k, v, attn_mask, past_key, past_value, None, is_causal=is_causal,
+                     kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+                     qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+                     softmax_precision=softmax_precision)
+
+
+@op("Attention", since=24)
+def attention_24(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None,
+                 is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0,
+                 scale=None, softcap=0.0, softmax_precision=None):
+    return attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen,
+                     is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+                     qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+                     softmax_precision=softmax_precision)
+
+
+@op("Attention", since=25)
+def attention_25(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None,
+                 is_causal=0, kv_num_heads=None, left_window_size=-1, q_num_heads=None,
+                 qk_matmul_output_mode=0, right_window_size=-1, scale=None, softcap=0.0,
+                 softmax_precision=None):
+    if q.dim() == 4 and (q_num_heads is not None or kv_num_heads is not None):
+        raise ValueError("Attention: q_num_heads and kv_num_heads must not be set for 4-D inputs")
+    return attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen,
+                     is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+                     qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+                     softmax_precision=softmax_precision, left_window_size=left_window_size,
+                     right_window_size=right_window_size)
+
+
+@op("RotaryEmbedding", since=23)
+def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, interleaved=0, num_heads=0,
+                     rotary_embedding_dim=0):
+    shape = x.shape
+    if x.dim() == 4:
+        x = x.transpose(1, 2)  # (batch, seq, heads, head)
+    else:
+        if not num_heads:
+            raise ValueError("RotaryEmbedding: 3-D input needs num_heads")
+        x = x.reshape(shape[0], shape[1], num_heads, shape[2] // num_heads)
+    rd = rotary_embedding_dim or x.shape[3]
+    rot, rest = x[..., :rd], x[..., rd:]
+    if position_ids is not None:
+        cos_cache = cos_cache[position_ids.long()]
+        sin_cache = sin_cache[position_ids.long()]
+    if cos_cache.shape[-1] != rd // 2 or sin_cache.shape[-1] != rd // 2:
+        raise ValueError(f"RotaryEmbedding: caches' last dimension must be {rd // 2}")
+    cos = cos_cache.unsqueeze(2)
+    sin = sin_cache.unsqueeze(2)
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot.chunk(2, -1)
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    if interleaved:
+        rot = torch.stack([real, imag], -1).reshape(rot.shape)
+    else:
+        rot = torch.cat([real, imag], -1)
+    out = torch.cat([rot, rest], -1).to(x.dtype)
+    if len(shape) == 3:
+        return out.reshape(shape)
+    return out.transpose(1, 2)

@@ -1,0 +1,593 @@
+"""SbsWidget: watch a side-by-side run live in Jupyter, click a node, act on it.
+
+The widget is a view over an :class:`~onnx_sbs_nb.session.SbsSession`; it renders with
+the ES module built from ``js/`` (``onnx_sbs_nb/static/widget.js``).  The same bundle's
+``renderStatic(el, state)`` renders HTML reports, from :func:`widget_state`.
+
+Everything a saved notebook needs lives in the synced traits named by
+:data:`STATE_TRAITS` (schema documented at the top of ``js/src/index.js``):
+
+- ``columns``: Record field names, the order of the values of each row;
+- ``rows``: one list per Record (JSON-safe values, see :func:`record_row`); streamed to
+  the browser in appended batches by custom messages while the run goes on, and synced in
+  full once when it ends (so the executed notebook holds every row);
+- ``status``: RunStatus fields + ``state``, ``error``, ``rows``, ``device``;
+- ``summary``: ``Summary.to_dict()`` once the run ended, else None;
+- ``atol``, ``rtol``: the tolerances the user gave (None: dtype-aware defaults);
+- ``selected``: selected row index (-1: none), set by the browser;
+- ``details``: ``{row, node, node_error, rerun, replay}`` for the selected row;
+- ``action``: ``{name, seq, state: working|done|error, message}`` of the last action;
+- ``device``, ``cuda_available``, ``cuda_reason``: the CUDA toggle.
+
+Actions come from the browser as custom messages ``{type: "action", name, row, seq}`` and
+run in a worker thread, so the kernel never freezes; their errors are shown, not raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import traceback
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .records import FAILING_STATUSES, RECORD_FIELDS, Record
+from .session import IDLE, ActionError, SbsSession, cuda_availability
+
+BUNDLE_PATH = Path(__file__).with_name("static") / "widget.js"
+
+#: The synced traits, i.e. the keys of the state ``renderStatic(el, state)`` takes.
+STATE_TRAITS: tuple[str, ...] = (
+    "columns",
+    "rows",
+    "status",
+    "summary",
+    "atol",
+    "rtol",
+    "selected",
+    "details",
+    "action",
+    "device",
+    "cuda_available",
+    "cuda_reason",
+)
+
+_bundle_cache: dict[str, Any] = {}
+
+
+def bundle_js() -> str:
+    """The built front-end bundle (one ES module: anywidget ``render`` + ``renderStatic``)."""
+    try:
+        st = BUNDLE_PATH.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"the widget bundle {BUNDLE_PATH} is not built: run `cd js && npm ci && npm run "
+            "build` in the source tree (or reinstall with `pip install -e .`, which builds it; "
+            "needs node >= 18)"
+        ) from None
+    key = (st.st_mtime_ns, st.st_size)
+    if _bundle_cache.get("key") != key:
+        _bundle_cache["text"] = BUNDLE_PATH.read_text(encoding="utf-8")
+        _bundle_cache["key"] = key
+    return _bundle_cache["text"]
+
+
+def record_row(rec: Record) -> list[Any]:
+    """One row of the ``rows`` trait: the record's JSON-safe values in RECORD_FIELDS order."""
+    row = []
+    for name in RECORD_FIELDS:
+        v = getattr(rec, name)
+        if isinstance(v, float) and not math.isfinite(v):
+            v = str(v)
+        row.append(v)
+    return row
+
+
+def jsonable(obj: Any) -> Any:
+    """A JSON-safe copy: non-finite floats as strings, paths and unknown objects as str."""
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, Record):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        return jsonable(to_dict())
+    return str(obj)
+
+
+def widget_state(
+    records: Iterable[Record],
+    *,
+    summary: Any = None,
+    status: dict[str, Any] | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    selected: int = -1,
+    details: dict[str, Any] | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """The state ``renderStatic(el, state)`` takes: the widget's traits for a finished run.
+
+    ``summary`` may be a Summary, its dict, or None (then computed when the summary module
+    is available).
+    """
+    records = list(records)
+    if summary is None:
+        from .session import summary_dict
+
+        summary = summary_dict(records)
+    if status is None:
+        failures = sum(1 for r in records if r.status in FAILING_STATUSES)
+        finite = [(r.err_abs, r) for r in records if _finite(r.err_abs)]
+        worst = max(finite, key=lambda t: t[0], default=(0.0, None))
+        status = {
+            "state": "finished",
+            "finished": True,
+            "records": len(records),
+            "rows": len(records),
+            "failures": failures,
+            "max_err_abs": worst[0],
+            "max_err_name": worst[1].onnx_name if worst[1] is not None else None,
+        }
+    return {
+        "columns": list(RECORD_FIELDS),
+        "rows": [record_row(r) for r in records],
+        "status": jsonable(status),
+        "summary": jsonable(summary),
+        "atol": atol,
+        "rtol": rtol,
+        "selected": selected,
+        "details": jsonable(details or {}),
+        "action": {},
+        "device": device,
+        "cuda_available": False,
+        "cuda_reason": "",
+    }
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fallback_html(records: Sequence[Record], summary: Any = None) -> str:
+    """Script-free HTML (summary, worst rows, small chart) for viewers without widgets."""
+    try:
+        from .report_html import fallback_html as _fallback
+    except ImportError:
+        _fallback = None
+    if _fallback is not None:
+        return _fallback(records, summary)
+    import html
+
+    rows = sorted(
+        (r for r in records if _finite(r.err_abs)), key=lambda r: r.err_abs, reverse=True
+    )[:20]
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v if v is not None else ''))}</td>"
+            for v in (r.ep_name, r.onnx_name, r.onnx_op_type, f"{r.err_abs:.3g}", r.status)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        f"<div><b>onnx-sbs</b>: {len(records)} records</div>"
+        "<table><tr><th>fx node</th><th>ONNX value</th><th>op</th><th>err_abs</th>"
+        f"<th>status</th></tr>{body}</table>"
+    )
+
+
+try:  # the widget is optional (extra "widget"); the helpers above are not
+    import anywidget
+    import traitlets as t
+except ImportError as _e:  # pragma: no cover - exercised only without the extra
+    anywidget = None
+    _IMPORT_ERROR: ImportError | None = _e
+else:
+    _IMPORT_ERROR = None
+
+
+if anywidget is not None:
+
+    class SbsWidget(anywidget.AnyWidget):
+        """Live view of a side-by-side run: status, table, chart, detail, actions.
+
+        ``SbsWidget(ep, onx, inputs, atol=..., rerun_with_torch_inputs=True, ...)`` builds
+        the run (bad inputs fail here); displaying the widget runs it in the cell while
+        rows stream to the browser (``background=True`` starts it at once in a thread, so
+        every button works during the run).  ``SbsWidget(session=...)`` views an existing
+        session, ``SbsWidget(records=[...])`` a list of records.
+        """
+
+        columns = t.List(t.Unicode()).tag(sync=True)
+        rows = t.List().tag(sync=True)
+        status = t.Dict().tag(sync=True)
+        summary = t.Dict(default_value=None, allow_none=True).tag(sync=True)
+        atol = t.Float(default_value=None, allow_none=True).tag(sync=True)
+        rtol = t.Float(default_value=None, allow_none=True).tag(sync=True)
+        selected = t.Int(-1).tag(sync=True)
+        details = t.Dict().tag(sync=True)
+        action = t.Dict().tag(sync=True)
+        device = t.Unicode("cpu").tag(sync=True)
+        cuda_available = t.Bool(False).tag(sync=True)
+        cuda_reason = t.Unicode("").tag(sync=True)
+
+        def __init__(
+            self,
+            ep: Any = None,
+            onx: Any = None,
+            inputs: Any = None,
+            *,
+            session: SbsSession | None = None,
+            records: Iterable[Record] | None = None,
+            background: bool = False,
+            batch_interval: float = 0.25,
+            replay_root: str | Path | None = None,
+            **run_options: Any,
+        ) -> None:
+            if session is None:
+                if records is not None:
+                    session = SbsSession.from_run(
+                        records,
+                        background=background,
+                        batch_interval=batch_interval,
+                        replay_root=replay_root,
+                    )
+                elif ep is None or onx is None:
+                    raise TypeError(
+                        "SbsWidget needs ep and onx (plus inputs), or session=SbsSession(...), "
+                        "or records=[...]"
+                    )
+                else:
+                    session = SbsSession(
+                        ep,
+                        onx,
+                        inputs,
+                        background=background,
+                        batch_interval=batch_interval,
+                        replay_root=replay_root,
+                        **run_options,
+                    )
+            cuda_ok, cuda_why = cuda_availability()
+            super().__init__(
+                _esm=bundle_js(),
+                columns=list(RECORD_FIELDS),
+                status=jsonable(session.status),
+                atol=run_options.get("atol"),
+                rtol=run_options.get("rtol"),
+                device=session.device,
+                cuda_available=cuda_ok,
+                cuda_reason=cuda_why,
+            )
+            self.session = session
+            self._lock = threading.RLock()
+            self._row_cache: list[list[Any]] = []  # rows already streamed, in order
+            self._details_cache: dict[int, dict[str, Any]] = {}
+            self._handles: list[Any] = []
+            self._executor: ThreadPoolExecutor | None = None
+            self._finished_synced = False
+            self.on_msg(self._on_custom)
+            self.observe(self._on_selected, names="selected")
+            session.add_listener(self._on_event)
+            if session.finished:
+                self._on_finished()
+            elif session.background:
+                session.start()
+
+        # ------------------------------------------------------------ run events
+        def _on_event(self, event: str, payload: dict[str, Any]) -> None:
+            if event == "rows":
+                rows = [record_row(r) for r in payload["records"]]
+                with self._lock:
+                    start = payload["start"]
+                    if start != len(self._row_cache):  # only ever appended: resync if not
+                        start = len(self._row_cache)
+                        rows = [record_row(r) for r in self.session.records[start:]]
+                    self._row_cache.extend(rows)
+                    self.send({"type": "rows", "start": start, "rows": rows})
+            elif event == "status":
+                self.status = jsonable(payload["status"])
+            elif event == "finished":
+                self._on_finished()
+
+        def _on_finished(self) -> None:
+            records = self.session.records
+            with self._lock:
+                if len(self._row_cache) < len(records):
+                    self._row_cache.extend(record_row(r) for r in records[len(self._row_cache) :])
+                rows = list(self._row_cache)
+                with self.hold_sync():
+                    self.rows = rows  # the one full sync: what a saved notebook keeps
+                    self.summary = jsonable(self.session.summary)
+                    self.status = jsonable(self.session.status)
+                self._finished_synced = True
+            bundle = self._bundle()
+            for handle in self._handles:
+                try:
+                    handle.update(bundle, raw=True)
+                except Exception:
+                    traceback.print_exc()
+
+        # ------------------------------------------------------- browser messages
+        def _on_custom(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
+            self.handle_message(content)
+
+        def handle_message(self, content: Any) -> Future | None:
+            """Handle one message from the browser; returns the Future of a worker action."""
+            if not isinstance(content, dict):
+                return None
+            kind = content.get("type")
+            if kind == "hello":
+                have = content.get("have", 0)
+                have = have if isinstance(have, int) and have >= 0 else 0
+                with self._lock:
+                    rows = self._row_cache[have:]
+                    if rows:
+                        self.send({"type": "rows", "start": have, "rows": rows})
+                return None
+            if kind == "action":
+                return self.act(
+                    str(content.get("name")),
+                    row=content.get("row", -1),
+                    seq=content.get("seq"),
+                    device=content.get("device"),
+                )
+            return None
+
+        def _set_action(self, name: str, state: str, message: str = "", seq: Any = None) -> None:
+            self.action = {"name": name, "state": state, "message": message, "seq": seq}
+
+        def act(
+            self, name: str, row: Any = -1, seq: Any = None, device: str | None = None
+        ) -> Future | None:
+            """Run one action (``stop``, ``rerun``, ``save_replay``, ``device``) as the
+            buttons do: its progress and any error go to the ``action`` trait, never raised.
+            Long actions run in a worker thread; their Future is returned."""
+            self._set_action(name, "working", "", seq)
+            try:
+                if name == "stop":
+                    self.session.stop()
+                    self._set_action(name, "done", "stopping after the current node", seq)
+                    return None
+                if name == "device":
+                    self.session.set_device(device or "cpu")
+                    self.device = self.session.device
+                    self._set_action(name, "done", f"actions now run on {self.device}", seq)
+                    return None
+                if name in ("rerun", "save_replay"):
+                    rec = self._record(row)
+                    self.session._node_name(rec)  # a clear error now, not in the worker
+                    return self._submit(self._node_action, name, int(row), rec, seq)
+                raise ActionError(f"unknown action {name!r}")
+            except Exception as e:
+                self._set_action(name, "error", _message(e), seq)
+                return None
+
+        def _record(self, row: Any) -> Record:
+            records = self.session.records
+            if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(records):
+                raise ActionError("select a row first")
+            return records[row]
+
+        def _submit(self, fn: Any, *args: Any) -> Future:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="sbs-action")
+                return self._executor.submit(fn, *args)
+
+        def _node_action(self, name: str, row: int, rec: Record, seq: Any) -> None:
+            try:
+                if name == "rerun":
+                    result = jsonable(self.session.rerun_node(rec))
+                    self._update_details(row, rerun=result)
+                    if result.get("error"):
+                        self._set_action(name, "error", str(result["error"]), seq)
+                    else:
+                        self._set_action(name, "done", _rerun_message(result), seq)
+                else:
+                    saved = self.session.save_replay(rec)
+                    self._update_details(row, replay=saved.to_dict())
+                    self._set_action(
+                        name, "done", f"bundle {saved.bundle} · config {saved.config}", seq
+                    )
+            except Exception as e:
+                self._set_action(name, "error", _message(e), seq)
+
+        # ------------------------------------------------------------- selection
+        def _on_selected(self, change: dict[str, Any]) -> None:
+            row = change["new"]
+            with self._lock:
+                cached = self._details_cache.get(row)
+            if cached is not None:
+                self.details = dict(cached)
+                return
+            records = self.session.records
+            if not 0 <= row < len(records):
+                return
+            self._submit(self._load_details, row, records[row])
+
+        def _load_details(self, row: int, rec: Record) -> None:
+            try:
+                name = self.session._node_name(rec)
+                node = jsonable(self.session.node_detail(name))
+                self._update_details(row, node=node, node_error=None)
+            except Exception as e:
+                self._update_details(row, node=None, node_error=_message(e))
+
+        def _update_details(self, row: int, **parts: Any) -> None:
+            with self._lock:
+                d = self._details_cache.setdefault(row, {"row": row})
+                d.update(parts)
+                if self.selected == row:
+                    self.details = dict(d)
+
+        def wait_actions(self, timeout: float | None = None) -> None:
+            """Block until every queued action ended (for scripts and tests)."""
+            if self._executor is not None:
+                self._submit(lambda: None).result(timeout)
+
+        # ------------------------------------------------------------ display
+        def _bundle(self) -> dict[str, Any]:
+            data = super()._repr_mimebundle_()
+            if isinstance(data, tuple):
+                data = data[0]
+            data = dict(data or {})
+            data["text/plain"] = repr(self)
+            summary = None
+            if self.session.finished:
+                try:
+                    from .summary import summarize
+
+                    summary = summarize(self.session.records)
+                except Exception:
+                    summary = self.session.summary
+            data["text/html"] = fallback_html(self.session.records, summary)
+            return data
+
+        def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            return self._bundle(), {}
+
+        def _ipython_display_(self, **kwargs: Any) -> None:
+            from IPython.display import display
+
+            handle = display(self._bundle(), raw=True, display_id=True)
+            if handle is not None:
+                self._handles.append(handle)
+            if self.session.state == IDLE and not self.session.background:
+                self.session.start()  # in the cell: rows stream while it runs
+
+        # --------------------------------------------------------- Python API
+        def _ensure_started(self) -> None:
+            if self.session.state == IDLE:
+                self.session.start()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            """Block until the run ended (running it here if it was not started)."""
+            return self.session.wait(timeout)
+
+        def stop(self) -> None:
+            self.session.stop()
+
+        @property
+        def records(self) -> list[Record]:
+            """The records so far (the run is executed first if it was never started)."""
+            self._ensure_started()
+            return self.session.records
+
+        def to_frame(self) -> Any:
+            """The records as a pandas DataFrame (one row per Record)."""
+            try:
+                import pandas as pd
+            except ImportError as e:
+                raise ImportError("SbsWidget.to_frame needs pandas: pip install pandas") from e
+            recs = self.records
+            return pd.DataFrame([dataclasses.asdict(r) for r in recs], columns=RECORD_FIELDS)
+
+        def get_summary(self) -> Any:
+            """The :class:`~onnx_sbs_nb.summary.Summary` of the records so far."""
+            from .summary import summarize
+
+            return summarize(self.records)
+
+        def figure(self) -> Any:
+            """A plotly Figure of the errors along execution order (log scale)."""
+            try:
+                import plotly.graph_objects as go
+            except ImportError as e:
+                raise ImportError("SbsWidget.figure needs plotly: pip install plotly") from e
+            recs = self.records
+            return build_figure(go, recs)
+
+        def state(self) -> dict[str, Any]:
+            """The synced traits as a plain dict (what ``renderStatic`` takes)."""
+            return {k: getattr(self, k) for k in STATE_TRAITS}
+
+        def __repr__(self) -> str:
+            s = self.session.status
+            worst = s.get("max_err_abs") or 0.0
+            where = f" at {s['max_err_name']!r}" if s.get("max_err_name") else ""
+            head = (
+                f"SbsWidget({s['state']}: {s['rows']} records, "
+                f"{s.get('failures', 0)} failing, worst err_abs {worst:.3g}{where}"
+            )
+            sm = self.session.summary if self.session.finished else None
+            first = sm.get("first_own_failure") if isinstance(sm, dict) else None
+            if isinstance(first, dict):
+                name = first.get("onnx_name") or first.get("ep_name")
+                head += f", first own failure {name!r}"
+            return head + ")"
+
+else:  # pragma: no cover
+
+    class SbsWidget:  # type: ignore[no-redef]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise ImportError(
+                f"SbsWidget needs anywidget: pip install 'onnx_sbs_nb[widget]' ({_IMPORT_ERROR})"
+            )
+
+
+def build_figure(go: Any, records: Sequence[Record]) -> Any:
+    """Plotly figure: error and own error per record, tolerance, failures (log y)."""
+    xs, ys, names, own_x, own_y, tol_x, tol_y, fx, fy = ([] for _ in range(9))
+    for i, r in enumerate(records):
+        label = f"{r.ep_name} / {r.onnx_name} ({r.onnx_op_type})"
+        if _finite(r.err_abs):
+            xs.append(i)
+            ys.append(max(r.err_abs, 1e-12))
+            names.append(label)
+            if r.status in FAILING_STATUSES:
+                fx.append(i)
+                fy.append(max(r.err_abs, 1e-12))
+        if _finite(r.err_abs2):
+            own_x.append(i)
+            own_y.append(max(r.err_abs2, 1e-12))
+        if _finite(r.atol) and r.atol > 0:
+            tol_x.append(i)
+            tol_y.append(r.atol)
+    fig = go.Figure()
+    fig.add_scatter(x=xs, y=ys, mode="lines+markers", name="error vs torch", hovertext=names)
+    fig.add_scatter(x=own_x, y=own_y, mode="lines+markers", name="own error")
+    fig.add_scatter(x=tol_x, y=tol_y, mode="lines", name="atol", line={"dash": "dot"})
+    fig.add_scatter(x=fx, y=fy, mode="markers", name="failing", marker={"symbol": "x"})
+    fig.update_layout(
+        yaxis_type="log",
+        xaxis_title="record (execution order)",
+        yaxis_title="abs error",
+        height=320,
+    )
+    return fig
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, ActionError):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
+
+
+def _rerun_message(result: dict[str, Any]) -> str:
+    parts = []
+    for out in result.get("outputs") or []:
+        bits = [str(out.get("onnx_name"))]
+        if out.get("err_abs_vs_torch") is not None:
+            bits.append(f"vs torch {_fmt(out['err_abs_vs_torch'])}")
+        if out.get("err_abs_vs_first_run") is not None:
+            bits.append(f"vs first run {_fmt(out['err_abs_vs_first_run'])}")
+        parts.append(" ".join(bits))
+    dev = result.get("device", "?")
+    return f"reran on {dev}: " + ("; ".join(parts) if parts else "no output compared")
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)

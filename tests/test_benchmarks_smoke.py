@@ -1,0 +1,95 @@
+"""The benchmark scripts run end to end on a tiny Llama, so they cannot rot.
+
+Nothing here asserts on time: only that every measurement was taken and that the
+engine reports no failing pair on a faithful export.  The prior-art columns run only
+where onnx_diagnostic is importable (the bench venv), and are skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_engine, bench_memory
+from benchmarks.common import LlamaSpec, export_llama, has_onnx_diagnostic
+
+TINY = LlamaSpec("tiny", hidden=32, layers=1, seq=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    return export_llama(TINY, tmp_path_factory.mktemp("bench"))
+
+
+@pytest.mark.slow
+def test_bench_engine_core(tiny_files, capsys):
+    with_theirs = has_onnx_diagnostic()
+    result = bench_engine.bench_model(
+        tiny_files,
+        repeats=1,
+        theirs_repeats=1,
+        memory_repeats=1,
+        with_theirs=with_theirs,
+        memory_names=[bench_engine.MEMORY_BASE, "ours"],
+    )
+    floor = result.floor
+    assert len(floor.eager.values) == len(floor.ort_run.values) == len(floor.ort_build.values) == 1
+    variants = {v.name: v for v in result.variants}
+    assert set(variants) >= {*bench_engine.OURS, bench_engine.OURS_ONNX_PROGRAM}
+    for name in (*bench_engine.OURS, bench_engine.OURS_ONNX_PROGRAM):
+        v = variants[name]
+        assert v.paired > 0 and v.records >= v.paired, name
+        assert v.failing == 0, name
+    assert variants["ours"].warm is not None and len(variants["ours"].warm.values) == 1
+    # the ONNXProgram carries the exporter's program: pairing is the same
+    assert variants[bench_engine.OURS_ONNX_PROGRAM].paired == variants["ours"].paired
+    if with_theirs:
+        assert variants[bench_engine.THEIRS].paired > 0
+    else:
+        assert any("onnx-diagnostic" in s for s in result.skipped)
+    memory = {m.name: m for m in result.memory}
+    assert set(memory) == {bench_engine.MEMORY_BASE, "ours"}
+    for m in memory.values():
+        (run,) = m.runs
+        assert run["method"] in ("VmHWM", "psutil-sampling")
+        assert run["first"] >= 0 and run["steady"] >= 0 and run["baseline"] > 0
+    bench_engine.print_results([result], {"ours": 0.0})
+    out = capsys.readouterr().out
+    for title in ("Floor", "Wall time", "Records", "Peak RSS", "Goals"):
+        assert title in out
+
+
+def test_count_theirs_verdicts():
+    """The prior art's records are judged like ours: shape/type mismatch or err_abs > atol."""
+
+    class Rec:
+        def __init__(self, ep, onx, shape_ep="CT1s2", shape_onnx="CT1s2", err_abs=0.0, err_rel=0.0):
+            self.ep_name, self.onnx_name = ep, onx
+            self.ep_shape_type, self.onnx_shape_type = shape_ep, shape_onnx
+            self.err_abs, self.err_rel = err_abs, err_rel
+
+    records = [
+        Rec("a", "a"),
+        Rec("b", "b", shape_onnx="CT1s3"),
+        Rec("c", "c", err_abs=1.0, err_rel=1.0),
+        Rec("d", "d", err_rel=1.0),
+        Rec("e", None),
+    ]
+    assert bench_engine.count_theirs(records) == (4, 2, 2)
+
+
+def test_profile_ours(tiny_files):
+    text = bench_engine.profile_ours(tiny_files, top=5)
+    assert "cold run" in text and "warm run" in text and "cumulative" in text
+
+
+@pytest.mark.slow
+def test_bench_memory_core(tmp_path, capsys):
+    specs = [TINY, LlamaSpec("tiny2", hidden=32, layers=2, seq=4)]
+    points = bench_memory.bench_depth(specs, tmp_path, repeats=1, variants=["ours"])
+    assert [p.files.spec.layers for p in points] == [1, 2]
+    assert points[1].files.weight_bytes > points[0].files.weight_bytes
+    assert points[1].activation_bytes > points[0].activation_bytes > 0
+    diffs = bench_memory.print_depth(points)
+    assert diffs["extra_weights"] == points[1].files.weight_bytes - points[0].files.weight_bytes
+    assert set(diffs["ours"]) == {"first", "steady"}
+    assert "extra weights" in capsys.readouterr().out

@@ -1,0 +1,567 @@
+"""TorchOnnxEvaluator core: API, feeds, kernels by opset, subgraphs, functions, memory."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as onh
+
+from onnx_sbs_nb.evaluator import supported_ops as supported_ops_pkg
+from onnx_sbs_nb.evaluator.compiler import MissingKernelError, NodeError
+from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node, supported_ops
+
+F = TP.FLOAT
+
+
+def _vi(name, elem=F, shape=None):
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=18, functions=(), extra_opsets=()):
+    g = oh.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return oh.make_model(
+        g,
+        opset_imports=[oh.make_opsetid("", opset), *extra_opsets],
+        functions=list(functions),
+        ir_version=10,
+    )
+
+
+def _run1(nodes, feeds, opset=18, inits=(), outputs=("y",)):
+    m = _model(nodes, [_vi(k) for k in feeds], [_vi(o) for o in outputs], inits, opset)
+    return TorchOnnxEvaluator(m).run(None, feeds)
+
+
+@pytest.fixture
+def small_model():
+    w = onh.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "w")
+    nodes = [
+        oh.make_node("Add", ["x", "x"], ["t"]),
+        oh.make_node("MatMul", ["t", "w"], ["m"]),
+        oh.make_node("Shape", ["m"], ["s"]),
+        oh.make_node("Relu", ["m"], ["y"]),
+    ]
+    return _model(nodes, [_vi("x", F, ["N", 4])], [_vi("y", F, ["N", 3]), _vi("s", TP.INT64)], [w])
+
+
+# -- API ----------------------------------------------------------------------------------
+
+
+def test_api_like_onnxruntime(small_model, tmp_path):
+    ev = TorchOnnxEvaluator(small_model)
+    (inp,) = ev.get_inputs()
+    assert (inp.name, inp.type, inp.shape) == ("x", "tensor(float)", ["N", 4])
+    assert [o.name for o in ev.get_outputs()] == ["y", "s"]
+    x = np.random.randn(2, 4).astype(np.float32)
+    y, s = ev.run(None, {"x": x})
+    assert isinstance(y, np.ndarray) and isinstance(s, np.ndarray)
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    np.testing.assert_allclose(y, np.maximum((x + x) @ w, 0), rtol=1e-6)
+    assert s.tolist() == [2, 3]
+    yt, st = ev.run(None, {"x": torch.from_numpy(x)})
+    assert isinstance(yt, torch.Tensor) and isinstance(st, torch.Tensor)
+    (only_s,) = ev.run(["s"], {"x": torch.from_numpy(x)})
+    assert only_s.tolist() == [2, 3]
+    path = tmp_path / "m.onnx"
+    onnx.save(small_model, str(path))
+    (y2, _) = TorchOnnxEvaluator(str(path)).run(None, {"x": x})
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_bad_feeds_are_named(small_model):
+    ev = TorchOnnxEvaluator(small_model)
+    with pytest.raises(KeyError, match="missing feed 'x'"):
+        ev.run(None, {})
+    with pytest.raises(KeyError, match="unknown feeds"):
+        ev.run(None, {"x": np.zeros((1, 4), np.float32), "z": np.zeros(1)})
+    with pytest.raises(ValueError, match="not a value of the model"):
+        ev.run(["nope"], {"x": np.zeros((1, 4), np.float32)})
+
+
+def test_torch_feeds_not_copied():
+    m = _model([oh.make_node("Identity", ["x"], ["y"])], [_vi("x")], [_vi("y")])
+    x = torch.randn(3)
+    (y,) = TorchOnnxEvaluator(m).run(None, {"x": x})
+    assert y.data_ptr() == x.data_ptr()
+
+
+def test_second_run_other_shapes_and_dtypes():
+    nodes = [
+        oh.make_node("Mul", ["x", "x"], ["t"]),
+        oh.make_node("ReduceSum", ["t"], ["y"], keepdims=0),
+    ]
+    m = _model(nodes, [_vi("x")], [_vi("y")])
+    ev = TorchOnnxEvaluator(m)
+    (a,) = ev.run(None, {"x": torch.ones(2, 3)})
+    (b,) = ev.run(None, {"x": torch.ones(5, dtype=torch.float64)})
+    (c,) = ev.run(None, {"x": torch.arange(4, dtype=torch.int32)})
+    assert a.item() == 6 and b.dtype == torch.float64 and b.item() == 5
+    assert c.dtype == torch.int32 and c.item() == 14
+
+
+def test_graph_node_and_function_models():
+    node = oh.make_node("Sub", ["a", "b"], ["c"])
+    (c,) = TorchOnnxEvaluator(node, opsets={"": 18}).run(
+        None, {"a": torch.tensor([3.0]), "b": torch.tensor([1.0])}
+    )
+    assert c.tolist() == [2.0]
+    g = oh.make_graph([node], "g", [_vi("a"), _vi("b")], [_vi("c")])
+    (c,) = TorchOnnxEvaluator(g, opsets=18).run(
+        None, {"a": torch.tensor([3.0]), "b": torch.tensor([1.0])}
+    )
+    assert c.tolist() == [2.0]
+    f = oh.make_function("local", "f", ["a", "b"], ["c"], [node], [oh.make_opsetid("", 18)])
+    (c,) = TorchOnnxEvaluator(f).run(None, {"a": torch.tensor([3.0]), "b": torch.tensor([1.0])})
+    assert c.tolist() == [2.0]
+    with pytest.raises(ValueError, match="opsets"):
+        TorchOnnxEvaluator(node)
+
+
+# -- kernels: lookup, custom, missing ---------------------------------------------------------
+
+
+def test_custom_kernels_override_and_extend():
+    nodes = [
+        oh.make_node("Add", ["x", "x"], ["t"]),
+        oh.make_node("Twice", ["t"], ["y"], domain="my.domain", factor=3),
+    ]
+    m = _model(nodes, [_vi("x")], [_vi("y")], extra_opsets=[oh.make_opsetid("my.domain", 1)])
+    with pytest.raises(MissingKernelError) as err:
+        TorchOnnxEvaluator(m)
+    msg = str(err.value)
+    assert "'Twice'" in msg and "my.domain" in msg and "opset 1" in msg
+    assert "supported_ops()" in msg
+
+    def twice(x, factor=2):
+        return x * factor
+
+    def sub_instead_of_add(a, b):
+        return a - b
+
+    ev = TorchOnnxEvaluator(
+        m,
+        custom_kernels={("my.domain", "Twice"): twice, ("", "Add"): sub_instead_of_add},
+    )
+    (y,) = ev.run(None, {"x": torch.tensor([1.0, 2.0])})
+    assert y.tolist() == [0.0, 0.0]
+    ev = TorchOnnxEvaluator(m, custom_kernels={("my.domain", "Twice"): twice})
+    (y,) = ev.run(None, {"x": torch.tensor([1.0, 2.0])})
+    assert y.tolist() == [6.0, 12.0]
+
+
+def test_supported_ops_listing():
+    ops = supported_ops()
+    assert ops == supported_ops_pkg()
+    assert ("", "Add", 7) in ops and ("", "Split", 13) in ops
+    assert all(isinstance(v, int) for _, _, v in ops)
+
+
+def test_kernel_failure_names_the_node():
+    nodes = [oh.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape")]
+    m = _model(nodes, [_vi("x"), _vi("s", TP.INT64)], [_vi("y")])
+    with pytest.raises(NodeError, match="bad_reshape.*Reshape"):
+        TorchOnnxEvaluator(m).run(None, {"x": torch.ones(6), "s": torch.tensor([4, 4])})
+
+
+# -- semantics of older opsets ---------------------------------------------------------------
+
+
+def test_split_forms():
+    x = torch.arange(6.0)
+    old = _run1(
+        [oh.make_node("Split", ["x"], ["a", "b"], axis=0, split=[2, 4])],
+        {"x": x},
+        opset=11,
+        outputs=("a", "b"),
+    )
+    assert [t.tolist() for t in old] == [[0, 1], [2, 3, 4, 5]]
+    new = _run1(
+        [oh.make_node("Split", ["x", "sp"], ["a", "b"])],
+        {"x": x},
+        opset=13,
+        outputs=("a", "b"),
+        inits=[onh.from_array(np.array([4, 2], dtype=np.int64), "sp")],
+    )
+    assert [t.tolist() for t in new] == [[0, 1, 2, 3], [4, 5]]
+    even = _run1([oh.make_node("Split", ["x"], ["a", "b", "c"])], {"x": x}, 13, outputs=("a", "b", "c"))
+    assert [len(t) for t in even] == [2, 2, 2]
+    uneven = _run1(
+        [oh.make_node("Split", ["x"], ["a", "b", "c", "d"], num_outputs=4)],
+        {"x": torch.arange(7.0)},
+        opset=18,
+        outputs=("a", "b", "c", "d"),
+    )
+    assert [len(t) for t in uneven] == [2, 2, 2, 1]
+
+
+def test_squeeze_unsqueeze_forms():
+    x = torch.ones(1, 3, 1)
+    (y,) = _run1([oh.make_node("Squeeze", ["x"], ["y"], axes=[0])], {"x": x}, opset=11)
+    assert tuple(y.shape) == (3, 1)
+    axes = onh.from_array(np.array([-1], dtype=np.int64), "ax")
+    (y,) = _run1([oh.make_node("Squeeze", ["x", "ax"], ["y"])], {"x": x}, opset=13, inits=[axes])
+    assert tuple(y.shape) == (1, 3)
+    (y,) = _run1([oh.make_node("Squeeze", ["x"], ["y"])], {"x": x}, opset=13)
+    assert tuple(y.shape) == (3,)
+    (y,) = _run1([oh.make_node("Unsqueeze", ["x"], ["y"], axes=[0, 4])], {"x": x}, opset=11)
+    assert tuple(y.shape) == (1, 1, 3, 1, 1)
+    (y,) = _run1(
+        [oh.make_node("Unsqueeze", ["x", "ax"], ["y"])], {"x": x}, opset=13, inits=[axes]
+    )
+    assert tuple(y.shape) == (1, 3, 1, 1)
+
+
+def test_reduce_forms():
+    x = torch.arange(6.0).reshape(2, 3)
+    (y,) = _run1([oh.make_node("ReduceSum", ["x"], ["y"], axes=[1], keepdims=0)], {"x": x}, 11)
+    assert y.tolist() == [3.0, 12.0]
+    ax = onh.from_array(np.array([0], dtype=np.int64), "ax")
+    (y,) = _run1([oh.make_node("ReduceSum", ["x", "ax"], ["y"])], {"x": x}, 13, [ax])
+    assert y.tolist() == [[3.0, 5.0, 7.0]]
+    (y,) = _run1([oh.make_node("ReduceMean", ["x"], ["y"], axes=[0])], {"x": x}, 13)
+    assert y.tolist() == [[1.5, 2.5, 3.5]]
+    (y,) = _run1([oh.make_node("ReduceMean", ["x", "ax"], ["y"], keepdims=0)], {"x": x}, 18, [ax])
+    assert y.tolist() == [1.5, 2.5, 3.5]
+    (y,) = _run1([oh.make_node("ReduceMax", ["x"], ["y"], noop_with_empty_axes=1)], {"x": x}, 18)
+    assert torch.equal(y, x)
+    (y,) = _run1([oh.make_node("ReduceMax", ["x"], ["y"], keepdims=0)], {"x": x}, 18)
+    assert y.item() == 5.0
+
+
+def test_clip_pad_slice_forms():
+    x = torch.tensor([-2.0, 0.5, 3.0])
+    (y,) = _run1([oh.make_node("Clip", ["x"], ["y"], min=-1.0, max=1.0)], {"x": x}, opset=6)
+    assert y.tolist() == [-1.0, 0.5, 1.0]
+    lo = onh.from_array(np.array(0.0, dtype=np.float32), "lo")
+    (y,) = _run1([oh.make_node("Clip", ["x", "lo"], ["y"])], {"x": x}, 13, [lo])
+    assert y.tolist() == [0.0, 0.5, 3.0]
+    v = torch.tensor([1.0, 2.0, 3.0])
+    (y,) = _run1(
+        [oh.make_node("Pad", ["x"], ["y"], pads=[2, 1], mode="reflect")], {"x": v}, opset=2
+    )
+    assert y.tolist() == [3.0, 2.0, 1.0, 2.0, 3.0, 2.0]
+    pads = onh.from_array(np.array([1, 2], dtype=np.int64), "p")
+    cv = onh.from_array(np.array(9.0, dtype=np.float32), "cv")
+    (y,) = _run1([oh.make_node("Pad", ["x", "p", "cv"], ["y"])], {"x": v}, 13, [pads, cv])
+    assert y.tolist() == [9.0, 1.0, 2.0, 3.0, 9.0, 9.0]
+    (y,) = _run1([oh.make_node("Pad", ["x", "p"], ["y"], mode="edge")], {"x": v}, 13, [pads])
+    assert y.tolist() == [1.0, 1.0, 2.0, 3.0, 3.0, 3.0]
+    (y,) = _run1([oh.make_node("Pad", ["x", "p"], ["y"], mode="wrap")], {"x": v}, 19, [pads])
+    assert y.tolist() == [3.0, 1.0, 2.0, 3.0, 1.0, 2.0]
+    x = torch.arange(10.0)
+    (y,) = _run1(
+        [oh.make_node("Slice", ["x"], ["y"], starts=[1], ends=[-1], axes=[0])], {"x": x}, 9
+    )
+    assert y.tolist() == list(range(1, 9))
+    inits = [
+        onh.from_array(np.array([-1], dtype=np.int64), "s"),
+        onh.from_array(np.array([-(2**63)], dtype=np.int64), "e"),
+        onh.from_array(np.array([-3], dtype=np.int64), "st"),
+    ]
+    (y,) = _run1([oh.make_node("Slice", ["x", "s", "e", "", "st"], ["y"])], {"x": x}, 13, inits)
+    assert y.tolist() == [9.0, 6.0, 3.0, 0.0]
+
+
+def test_softmax_axis_semantics_before_13():
+    x = torch.randn(2, 3, 4)
+    (old,) = _run1([oh.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": x}, opset=11)
+    (new,) = _run1([oh.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": x}, opset=13)
+    # opset 11 normalises over the flattened [3*4] block, opset 13 over axis 1 only
+    torch.testing.assert_close(old, torch.softmax(x.reshape(2, 12), 1).reshape(2, 3, 4))
+    torch.testing.assert_close(new, torch.softmax(x, 1))
+
+
+def test_integer_semantics():
+    a = torch.tensor([-7, 7, -7, 7], dtype=torch.int64)
+    b = torch.tensor([2, -2, -2, 2], dtype=torch.int64)
+    (d,) = _run1([oh.make_node("Div", ["a", "b"], ["y"])], {"a": a, "b": b})
+    assert d.tolist() == [-3, -3, 3, 3]
+    (m,) = _run1([oh.make_node("Mod", ["a", "b"], ["y"])], {"a": a, "b": b})
+    assert m.tolist() == [1, -1, -1, 1]
+    (m,) = _run1([oh.make_node("Mod", ["a", "b"], ["y"], fmod=1)], {"a": a, "b": b})
+    assert m.tolist() == [-1, 1, -1, 1]
+    (r,) = _run1([oh.make_node("Round", ["x"], ["y"])], {"x": torch.tensor([0.5, 1.5, 2.5])})
+    assert r.tolist() == [0.0, 2.0, 2.0]
+    x = torch.tensor([1000.0, -1000.0, float("inf")])
+    f8 = TP.FLOAT8E4M3FN
+    (sat,) = _run1([oh.make_node("Cast", ["x"], ["y"], to=f8)], {"x": x}, opset=19)
+    assert sat.float().tolist() == [448.0, -448.0, 448.0]
+    (nosat,) = _run1([oh.make_node("Cast", ["x"], ["y"], to=f8, saturate=0)], {"x": x}, 19)
+    assert torch.isnan(nosat.float()).all()
+    (p,) = _run1(
+        [oh.make_node("Pow", ["a", "e"], ["y"])],
+        {"a": torch.tensor([2, 3], dtype=torch.int32), "e": torch.tensor([2.0, 0.5])},
+    )
+    assert p.dtype == torch.int32 and p.tolist() == [4, 1]
+
+
+# -- subgraphs and functions -----------------------------------------------------------------
+
+
+def _const(name, value, dtype=np.float32):
+    return oh.make_node(
+        "Constant", [], [name], value=onh.from_array(np.array(value, dtype=dtype), name + "_v")
+    )
+
+
+def test_nested_loop_if_scan_with_outer_scope():
+    # Loop 3 times: acc = acc + (iter is even ? bias : -bias), where bias lives two scopes out;
+    # the scan output stacks acc at each iteration.
+    then_g = oh.make_graph(
+        [oh.make_node("Identity", ["bias"], ["r"])], "then", [], [_vi("r")]
+    )
+    else_g = oh.make_graph([oh.make_node("Neg", ["bias"], ["r"])], "else", [], [_vi("r")])
+    body = oh.make_graph(
+        [
+            _const("two", 2, np.int64),
+            oh.make_node("Mod", ["i", "two"], ["m"]),
+            _const("zero", 0, np.int64),
+            oh.make_node("Equal", ["m", "zero"], ["even"]),
+            oh.make_node("If", ["even"], ["delta"], then_branch=then_g, else_branch=else_g),
+            oh.make_node("Add", ["acc", "delta"], ["acc2"]),
+            oh.make_node("Identity", ["cond"], ["cond2"]),
+            oh.make_node("Identity", ["acc2"], ["scan_out"]),
+        ],
+        "body",
+        [_vi("i", TP.INT64, []), _vi("cond", TP.BOOL, []), _vi("acc")],
+        [_vi("cond2", TP.BOOL, []), _vi("acc2"), _vi("scan_out")],
+    )
+    nodes = [
+        _const("n", 3, np.int64),
+        _const("true", True, np.bool_),
+        oh.make_node("Loop", ["n", "true", "x"], ["final", "stacked"], body=body),
+    ]
+    m = _model(nodes, [_vi("x"), _vi("bias")], [_vi("final"), _vi("stacked")])
+    x, bias = torch.zeros(2), torch.tensor([1.0, 10.0])
+    final, stacked = TorchOnnxEvaluator(m).run(None, {"x": x, "bias": bias})
+    assert final.tolist() == [1.0, 10.0]
+    assert stacked.tolist() == [[1.0, 10.0], [0.0, 0.0], [1.0, 10.0]]  # stacked, not concat
+
+    # Scan: running sum over rows plus an outer-scope offset
+    sbody = oh.make_graph(
+        [
+            oh.make_node("Add", ["s", "row"], ["s2"]),
+            oh.make_node("Add", ["s2", "offset"], ["out"]),
+        ],
+        "sbody",
+        [_vi("s"), _vi("row")],
+        [_vi("s2"), _vi("out")],
+    )
+    nodes = [oh.make_node("Scan", ["init", "rows"], ["last", "outs"], body=sbody, num_scan_inputs=1)]
+    m = _model(nodes, [_vi("init"), _vi("rows"), _vi("offset")], [_vi("last"), _vi("outs")])
+    rows = torch.arange(6.0).reshape(3, 2)
+    last, outs = TorchOnnxEvaluator(m).run(
+        None, {"init": torch.zeros(2), "rows": rows, "offset": torch.tensor(100.0)}
+    )
+    assert last.tolist() == [6.0, 9.0]
+    assert outs.tolist() == [[100.0, 101.0], [102.0, 104.0], [106.0, 109.0]]
+
+
+def _attr_ref(name, ref, attr_type):
+    att = onnx.AttributeProto()
+    att.name, att.ref_attr_name, att.type = name, ref, attr_type
+    return att
+
+
+def test_local_functions_with_attribute_refs_and_nesting():
+    # inner(x) = x * alpha (alpha refers to the caller's attribute)
+    alpha_const = oh.make_node("Constant", [], ["a"])
+    alpha_const.attribute.append(
+        _attr_ref("value_float", "alpha", onnx.AttributeProto.FLOAT)
+    )
+    inner = oh.make_function(
+        "local",
+        "Scale",
+        ["x"],
+        ["y"],
+        [alpha_const, oh.make_node("Mul", ["x", "a"], ["y"])],
+        [oh.make_opsetid("", 18)],
+        attributes=["alpha"],
+    )
+    # outer(x) = Scale<alpha=beta>(x) + 1 with its own default beta=2
+    call = oh.make_node("Scale", ["x"], ["s"], domain="local")
+    call.attribute.append(_attr_ref("alpha", "beta", onnx.AttributeProto.FLOAT))
+    outer = oh.make_function(
+        "local",
+        "Outer",
+        ["x"],
+        ["y"],
+        [call, _const("one", 1.0), oh.make_node("Add", ["s", "one"], ["y"])],
+        [oh.make_opsetid("", 18), oh.make_opsetid("local", 1)],
+        attribute_protos=[oh.make_attribute("beta", 2.0)],
+    )
+    nodes = [
+        oh.make_node("Outer", ["x"], ["y1"], domain="local", beta=5.0),
+        oh.make_node("Outer", ["x"], ["y2"], domain="local"),
+    ]
+    m = _model(
+        nodes,
+        [_vi("x")],
+        [_vi("y1"), _vi("y2")],
+        functions=[inner, outer],
+        extra_opsets=[oh.make_opsetid("local", 1)],
+    )
+    y1, y2 = TorchOnnxEvaluator(m).run(None, {"x": torch.tensor([1.0, 2.0])})
+    assert y1.tolist() == [6.0, 11.0]
+    assert y2.tolist() == [3.0, 5.0]
+    # compile_node on a function call gives the same result
+    f = compile_node(nodes[0], {"": 18, "local": 1}, {("local", "Scale"): inner, ("local", "Outer"): outer})
+    assert f([torch.tensor([1.0, 2.0])])[0].tolist() == [6.0, 11.0]
+
+
+def test_function_uses_its_own_opset():
+    # ReduceSum with an axes attribute is only valid before opset 13: the function says 11
+    body = [oh.make_node("ReduceSum", ["x"], ["y"], axes=[0], keepdims=0)]
+    f = oh.make_function("local", "Old", ["x"], ["y"], body, [oh.make_opsetid("", 11)])
+    m = _model(
+        [oh.make_node("Old", ["x"], ["y"], domain="local")],
+        [_vi("x")],
+        [_vi("y")],
+        opset=18,
+        functions=[f],
+        extra_opsets=[oh.make_opsetid("local", 1)],
+    )
+    (y,) = TorchOnnxEvaluator(m).run(None, {"x": torch.ones(3, 2)})
+    assert y.tolist() == [3.0, 3.0]
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def test_intermediates_released_after_last_use():
+    n = 30
+    nodes = [oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}"]) for i in range(n)]
+    nodes.append(oh.make_node("Identity", [f"t{n - 1}"], ["y"]))
+    m = _model(nodes, [_vi("x")], [_vi("y")])
+    ev = TorchOnnxEvaluator(m)
+    live: list[int] = []
+    ev.run(None, {"x": torch.ones(4)}, hook=lambda k, node, values: live.append(len(values)))
+    # at any time: x and the last intermediate (the chain never holds more)
+    assert max(live) <= 2, live
+
+    refs: list[weakref.ref] = []
+
+    def tracking_add(a, b):
+        out = a + b
+        refs.append(weakref.ref(out))
+        return out
+
+    ev = TorchOnnxEvaluator(m, custom_kernels={("", "Add"): tracking_add})
+    (y,) = ev.run(None, {"x": torch.ones(4)})
+    gc.collect()
+    alive = [r for r in refs if r() is not None]
+    assert len(alive) == 1 and alive[0]() is y  # only the output survives the run
+    assert y.tolist() == [31.0] * 4
+
+
+def test_unused_outputs_released():
+    seen: list[weakref.ref] = []
+
+    def split_spy(x, axis=0, num_outputs=None, split=None):
+        parts = torch.split(x.clone(), 2, dim=axis)
+        seen.extend(weakref.ref(p) for p in parts)
+        return tuple(parts)
+
+    m = _model(
+        [oh.make_node("Split", ["x"], ["a", "b"]), oh.make_node("Neg", ["a"], ["y"])],
+        [_vi("x")],
+        [_vi("y")],
+    )
+    ev = TorchOnnxEvaluator(m, custom_kernels={("", "Split"): split_spy})
+    live: list[int] = []
+    ev.run(None, {"x": torch.ones(4)}, hook=lambda k, n, v: live.append(len(v)))
+    assert live == [1, 1]  # 'b' is dropped right away, 'a' after Neg
+
+
+# -- compile_node ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "inputs"),
+    [
+        (oh.make_node("Softmax", ["x"], ["y"], axis=1), [torch.randn(2, 3, 4)]),
+        (oh.make_node("Split", ["x"], ["a", "b"], axis=1), [torch.randn(2, 4)]),
+        (oh.make_node("Gather", ["x", "i"], ["y"], axis=1), [torch.randn(3, 4), torch.tensor([[0, -1]])]),
+        (oh.make_node("Clip", ["x", "", "hi"], ["y"]), [torch.randn(5), torch.tensor(0.1)]),
+        (oh.make_node("Cast", ["x"], ["y"], to=TP.FLOAT16), [torch.randn(5)]),
+    ],
+)
+@pytest.mark.parametrize("opset", [11, 18])
+def test_compile_node_identical_to_graph(node, inputs, opset):
+    names = [n for n in node.input if n]
+    feeds = dict(zip(names, [t for t in inputs]))
+    m = _model([node], [_vi(n) for n in names], [_vi(o) for o in node.output], opset=opset)
+    expected = TorchOnnxEvaluator(m).run(None, feeds)
+    args = []
+    it = iter(inputs)
+    for n in node.input:
+        args.append(next(it) if n else None)
+    got = compile_node(node, {"": opset})(args)
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got):
+        assert e.dtype == g.dtype and torch.equal(e, g)
+
+
+def test_compile_node_with_subgraph_reading_outer_values():
+    then_g = oh.make_graph([oh.make_node("Add", ["a", "b"], ["r"])], "t", [], [_vi("r")])
+    else_g = oh.make_graph([oh.make_node("Sub", ["a", "b"], ["r"])], "e", [], [_vi("r")])
+    node = oh.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    f = compile_node(node, {"": 18})
+    assert f.outer_names == ["a", "b"]
+    a, b = torch.tensor([5.0]), torch.tensor([2.0])
+    assert f([torch.tensor(True), a, b])[0].tolist() == [7.0]
+    assert f([torch.tensor(False), a, b])[0].tolist() == [3.0]
+
+
+# -- sequences / optional ---------------------------------------------------------------------
+
+
+def test_sequence_ops():
+    nodes = [
+        oh.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+        oh.make_node("SequenceLength", ["seq"], ["n"]),
+        _const("pos", -1, np.int64),
+        oh.make_node("SequenceErase", ["seq", "pos"], ["seq2"]),
+        oh.make_node("ConcatFromSequence", ["seq2"], ["y"], axis=0, new_axis=1),
+    ]
+    m = _model(nodes, [_vi("x")], [_vi("n", TP.INT64), _vi("y")])
+    n, y = TorchOnnxEvaluator(m).run(None, {"x": torch.arange(6.0).reshape(3, 2)})
+    assert n.item() == 3 and y.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+
+
+# -- CUDA --------------------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_weights_on_device_shapes_on_host(small_model):
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        oh.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+        oh.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+        oh.make_node("Reshape", ["x", "shape"], ["r"]),
+        oh.make_node("MatMul", ["r", "w"], ["y"]),
+    ]
+    inits = [
+        onh.from_array(np.array(0, dtype=np.int64), "zero"),
+        onh.from_array(np.array([0], dtype=np.int64), "zero1"),
+        onh.from_array(np.array([-1], dtype=np.int64), "minus1"),
+        onh.from_array(np.random.randn(12, 3).astype(np.float32), "w"),
+    ]
+    m = _model(nodes, [_vi("x")], [_vi("y"), _vi("shape", TP.INT64)], inits)
+    ev = TorchOnnxEvaluator(m, providers=["CUDAExecutionProvider"])
+    x = torch.randn(2, 3, 4, device="cuda")
+    y, shape = ev.run(None, {"x": x})
+    assert y.device.type == "cuda" and shape.device.type == "cpu"
+    w = torch.from_numpy(onh.to_array(inits[-1])).cuda()
+    torch.testing.assert_close(y, x.reshape(2, -1) @ w)

@@ -1,0 +1,171 @@
+"""Models exported with ``torch.onnx.export(..., dynamo=True)`` run end to end in the
+torch evaluator and match eager torch: tiny Llama, a ViT-style encoder, a ResNet-style CNN,
+an LSTM and a GRU (random weights, built in code)."""
+
+from __future__ import annotations
+
+import warnings
+
+import onnx
+import pytest
+import torch
+
+from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, supported_ops
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+def _export(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> onnx.ModelProto:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(
+            model, args, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False
+        )
+    return prog.model_proto
+
+
+class TinyLlama(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        cfg = transformers.LlamaConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            intermediate_size=128,
+            vocab_size=100,
+            max_position_embeddings=128,
+        )
+        self.model = transformers.LlamaForCausalLM(cfg).eval()
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+class TinyViT(torch.nn.Module):
+    def __init__(self, dim: int = 32, patch: int = 4, layers: int = 2) -> None:
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, dim))
+        self.pos = torch.nn.Parameter(torch.randn(1, 17, dim))
+        layer = torch.nn.TransformerEncoderLayer(
+            dim, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True, activation="gelu"
+        )
+        self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        p = torch.cat([self.cls.expand(p.shape[0], -1, -1), p], dim=1) + self.pos
+        return self.head(self.norm(self.encoder(p))[:, 0])
+
+
+class TinyResNet(torch.nn.Module):
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, c, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        )
+        self.block = torch.nn.Sequential(
+            torch.nn.Conv2d(c, c, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(c, c, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c),
+        )
+        self.pool = torch.nn.AvgPool2d(2)
+        self.up = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.head = torch.nn.Linear(c, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        h = torch.relu(h + self.block(h))
+        h = self.up(self.pool(h))
+        h = torch.nn.functional.interpolate(h, scale_factor=0.5, mode="nearest")
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+class RNN(torch.nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+        self.rnn = cls(8, 16, num_layers=2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(x)[0]
+
+
+def _build(name: str):
+    torch.manual_seed(0)
+    if name == "llama":
+        return TinyLlama(), (torch.randint(0, 100, (2, 8)),)
+    if name == "vit":
+        return TinyViT(), (torch.randn(2, 3, 16, 16),)
+    if name == "resnet":
+        return TinyResNet(), (torch.randn(2, 3, 16, 16),)
+    return RNN(name), (torch.randn(2, 5, 8),)
+
+
+_CACHE: dict[str, tuple] = {}
+
+
+def _exported(name: str):
+    """Exported once per session; Llama with dynamic batch and sequence (shape ops)."""
+    if name not in _CACHE:
+        model, args = _build(name)
+        model.eval()
+        dyn = None
+        if name == "llama":
+            dyn = ({0: torch.export.Dim("batch", min=1, max=8), 1: torch.export.Dim("seq", min=2, max=64)},)
+        _CACHE[name] = (model, args, _export(model, args, dynamic_shapes=dyn))
+    return _CACHE[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["llama", "vit", "resnet", "lstm", "gru"])
+def test_model_matches_eager(name: str, device: str):
+    model, args, onx = _exported(name)
+    have = {(d, o) for d, o, _ in supported_ops()}
+    missing = sorted(
+        {(n.domain, n.op_type) for n in onx.graph.node} - have - {("", "Constant")}
+    )
+    assert not missing, f"ops without a kernel: {missing}"
+    model = model.to(device)
+    args = tuple(a.to(device) for a in args)
+    with torch.no_grad():
+        expected = model(*args)
+    ev = TorchOnnxEvaluator(onx, device=device)
+    feeds = dict(zip(ev.input_names, args))
+    (got,) = ev.run(None, feeds)
+    assert got.device.type == device
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_llama_dynamic_shapes_second_run():
+    model, _, onx = _exported("llama")
+    assert any(n.op_type == "Shape" for n in onx.graph.node)
+    ev = TorchOnnxEvaluator(onx)
+    for shape in [(2, 8), (3, 5), (1, 17)]:
+        x = torch.randint(0, 100, shape)
+        with torch.no_grad():
+            expected = model(x)
+        (got,) = ev.run(None, {ev.input_names[0]: x})
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,202 @@
+"""The self-contained HTML report in headless Chromium with the network blocked.
+
+A real run of the demo model whose ONNX value names were replaced by markup: the report
+must show it as text, fire no dialog and load nothing from the network.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from onnx_sbs_nb.records import Record
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+EVIL = "<img src=x onerror=alert(1)>"
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium"
+)
+
+
+def rename_value(onx, old: str, new: str) -> None:
+    """Renames an ONNX value everywhere it appears (a hostile but valid model)."""
+    for node in onx.graph.node:
+        node.input[:] = [new if i == old else i for i in node.input]
+        node.output[:] = [new if o == old else o for o in node.output]
+        if old in node.name:
+            node.name = new
+
+
+@pytest.fixture(scope="module")
+def evil_records() -> list[Record]:
+    from onnx_sbs_nb.align.run import run_aligned
+    from onnx_sbs_nb.demo import build_demo
+
+    case = build_demo()
+    rename_value(case.onx, "gelu", EVIL)
+    recs = list(run_aligned(case.ep, case.onx, case.args, rerun_with_torch_inputs=True))
+    assert any(r.onnx_name == EVIL for r in recs), [r.onnx_name for r in recs]
+    return recs
+
+
+@pytest.fixture(scope="module")
+def report_file(evil_records, tmp_path_factory) -> pathlib.Path:
+    from onnx_sbs_nb.report import write_report
+
+    return write_report(evil_records, tmp_path_factory.mktemp("html") / f"{EVIL[:4]}r.html")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page with the network blocked that records dialogs, errors and outside requests."""
+
+    def __init__(self, browser, javascript: bool = True) -> None:
+        self.context = browser.new_context(java_script_enabled=javascript)
+        self.page = self.context.new_page()
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        self.blocked: list[str] = []
+        self.page.on("dialog", self._dialog)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.route("**/*", self._route)
+
+    def _dialog(self, d) -> None:
+        self.dialogs.append(d.message)
+        d.dismiss()
+
+    def _route(self, route) -> None:
+        url = route.request.url
+        if url.startswith(("file:", "blob:", "data:")):
+            route.continue_()
+        else:
+            self.blocked.append(url)
+            route.abort()
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def test_report_renders_offline(report_file, browser):
+    p = Page(browser)
+    try:
+        page = p.page
+        page.goto(report_file.as_uri())
+        page.wait_for_selector(".sbs-root .sbs-tr", timeout=20000)
+        rows = page.locator(".sbs-tr")
+        assert rows.count() > 5
+        # summary: the answer names the broken LayerNormalization's value
+        status = page.locator(".sbs-status").inner_text()
+        assert "layer_norm" in status, status
+        # the chart is drawn (plotly, inlined)
+        page.wait_for_selector(".sbs-chart .main-svg", timeout=20000)
+        assert page.locator(".sbs-chart .main-svg").count() >= 1
+        # the hostile name is text, not markup
+        assert EVIL in page.locator(".sbs-table").inner_text()
+        assert page.locator("img[src='x']").count() == 0
+        # filters narrow the table
+        page.fill(".sbs-f-text", "layer_norm")
+        page.wait_for_function(
+            "() => !document.querySelector('.sbs-tbody').innerText.includes('softmax')",
+            timeout=10000,
+        )
+        assert "layer_norm" in page.locator(".sbs-tbody").inner_text()
+        # the script-free fallback made way for the interactive view
+        assert page.locator(".onnx-sbs-fallback").count() == 0
+        page.wait_for_timeout(200)  # let a late onerror fire, if one were to
+        assert p.dialogs == [] and p.errors == [] and p.blocked == []
+    finally:
+        p.close()
+
+
+def test_report_without_javascript_shows_the_fallback(report_file, browser):
+    p = Page(browser, javascript=False)
+    try:
+        page = p.page
+        page.goto(report_file.as_uri())
+        fallback = page.locator(".onnx-sbs-fallback")
+        assert fallback.is_visible()
+        text = fallback.inner_text()
+        assert "verdict: FAIL" in text and EVIL in text and "layer_norm" in text
+        assert page.locator(".onnx-sbs-fallback svg circle").count() > 5
+        assert page.locator("img").count() == 0
+        assert p.dialogs == [] and p.blocked == []
+    finally:
+        p.close()
+
+
+def test_report_is_one_file_with_nothing_external(report_file):
+    text = report_file.read_text(encoding="utf-8")
+    assert "<img src=x" not in text
+    # scripts and styles only: plotly's bundle holds a plain link to its site
+    for marker in ('src="http', "src='http", "<link", "import('http", 'import("http'):
+        assert marker not in text
+    assert text.count("renderStatic") >= 1
+
+
+def test_large_report_is_compressed_and_renders(browser, tmp_path):
+    """20,000 rows: the state is gzipped in the file and inflated by the browser."""
+    from onnx_sbs_nb.report import write_report
+    from onnx_sbs_nb.report_html import script_json
+    from onnx_sbs_nb.widget import widget_state
+
+    ops = ["MatMul", "Add", "Mul", "Softmax", "Reshape"]
+    recs = [
+        Record(
+            step=i,
+            ep_id_node=i,
+            onnx_id_node=i,
+            ep_name=f"fx_node_{i}",
+            onnx_name=f"val_{i}" if i != 12345 else EVIL,
+            ep_target="aten.mm.default",
+            onnx_op_type=ops[i % 5],
+            ep_shape_type="float32[2x64x64]",
+            onnx_shape_type="float32[2x64x64]",
+            err_abs=1e-7 * (1 + i % 13),
+            err_rel=1e-6,
+            passed=True,
+            atol=1e-4,
+            rtol=1e-4,
+            paired_by="name",
+        )
+        for i in range(20000)
+    ]
+    path = write_report(recs, tmp_path / "big.html")
+    size = path.stat().st_size
+    plain = len(script_json(widget_state(recs)))
+    assert size < plain / 2, (size, plain)
+    p = Page(browser)
+    try:
+        p.page.goto(path.as_uri())
+        p.page.wait_for_selector(".sbs-root .sbs-tr", timeout=30000)
+        assert "20000" in p.page.locator(".sbs-count").inner_text().replace(",", "")
+        p.page.fill(".sbs-f-text", "onerror")
+        p.page.wait_for_function(
+            "() => document.querySelector('.sbs-tbody').innerText.includes('onerror=alert')",
+            timeout=10000,
+        )
+        assert p.page.locator("img").count() == 0
+        assert p.dialogs == [] and p.errors == [] and p.blocked == []
+    finally:
+        p.close()

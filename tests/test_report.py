@@ -1,0 +1,156 @@
+"""Report files: JSON Lines, CSV, Excel round trips and the static HTML fallback."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from onnx_sbs_nb.records import RECORD_FIELDS, Record
+from onnx_sbs_nb.report import (
+    JsonlWriter,
+    ReportFormatError,
+    read_jsonl,
+    read_records,
+    records_to_frame,
+    write_report,
+)
+from onnx_sbs_nb.report_html import error_chart_svg, fallback_html, script_js, script_json
+from onnx_sbs_nb.summary import summarize
+
+EVIL = "<img src=x onerror=alert(1)>"
+
+
+def make_records(n: int = 12) -> list[Record]:
+    recs = []
+    for i in range(n):
+        failed = i == 5
+        recs.append(
+            Record(
+                step=i,
+                ep_id_node=i,
+                onnx_id_node=i - 2,
+                ep_name=f"fx_{i}" if i != 3 else EVIL,
+                onnx_name=f"val_{i}",
+                ep_target="aten.add.Tensor",
+                onnx_op_type="Add" if i != 3 else EVIL,
+                ep_shape_type="float32[2x3]",
+                onnx_shape_type="float32[2x3]",
+                err_abs=10.0 ** (-8 + i % 6) if i != 7 else math.nan,
+                err_rel=1e-6,
+                err_abs2=1e-3 if failed else None,
+                passed=not failed,
+                passed2=False if failed else None,
+                status="fail" if failed else "ok",
+                atol=1e-4,
+                rtol=1e-4,
+                kind="node",
+                paired_by="name",
+                comment="x & y",
+            )
+        )
+    return recs
+
+
+def test_frame_columns_are_record_fields():
+    df = records_to_frame(make_records())
+    assert list(df.columns) == list(RECORD_FIELDS)
+    # onnx-diagnostic's sbs column names come first
+    assert list(df.columns[:8]) == [
+        "ep_id_node",
+        "onnx_id_node",
+        "ep_name",
+        "onnx_name",
+        "ep_target",
+        "onnx_op_type",
+        "onnx_id_output",
+        "ep_shape_type",
+    ]
+    assert math.isnan(df["err_abs"][7])  # "nan" strings from to_dict become numbers again
+
+
+def test_jsonl_round_trip_and_truncated_last_line(tmp_path):
+    recs = make_records()
+    path = tmp_path / "run.jsonl"
+    with JsonlWriter(path) as w:
+        for r in recs[:4]:
+            w.write(r)
+        # flushed line by line: a reader sees the records while the writer is open
+        assert len(read_jsonl(path)) == 4
+        for r in recs[4:]:
+            w.write(r)
+    back = read_jsonl(path)
+    assert [r.to_dict() for r in back] == [r.to_dict() for r in recs]
+    # a run killed mid-line leaves a partial last line: it is skipped, the rest is kept
+    with path.open("a") as f:
+        f.write('{"step": 99, "ep_na')
+    assert len(read_jsonl(path)) == len(recs)
+    with path.open("a") as f:
+        f.write('\n{"step": 100}\n')
+    with pytest.raises(ReportFormatError, match="not a JSON record"):
+        read_jsonl(path)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".xlsx"])
+def test_tabular_round_trip(tmp_path, suffix):
+    recs = make_records()
+    path = write_report(recs, tmp_path / f"r{suffix}", summarize(recs))
+    back = read_records(path)
+    assert len(back) == len(recs)
+    for a, b in zip(recs, back):
+        assert a.ep_name == b.ep_name and a.onnx_op_type == b.onnx_op_type
+        assert a.passed == b.passed and a.step == b.step and a.comment == b.comment
+        if a.err_abs == a.err_abs:
+            assert b.err_abs == pytest.approx(a.err_abs)
+
+
+def test_xlsx_sheets(tmp_path):
+    import openpyxl
+
+    recs = make_records()
+    path = write_report(recs, tmp_path / "r.xlsx", summarize(recs))
+    wb = openpyxl.load_workbook(path)
+    assert wb.sheetnames == ["sbs", "summary"]
+    header = [c.value for c in wb["sbs"][1]]
+    assert header == list(RECORD_FIELDS)
+    text = "\n".join(str(c.value) for c in wb["summary"]["A"])
+    assert "verdict: FAIL" in text
+
+
+def test_unknown_suffix(tmp_path):
+    with pytest.raises(ReportFormatError, match=r"\.html"):
+        write_report(make_records(), tmp_path / "r.pdf")
+    with pytest.raises(ReportFormatError, match="jsonl"):
+        read_records(tmp_path / "r.html")
+
+
+def test_fallback_escapes_and_shows_summary():
+    recs = make_records()
+    text = fallback_html(recs, summarize(recs))
+    assert "<img" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "verdict: FAIL" in text
+    assert "<svg" in text and "<table" in text
+    assert "x &amp; y" not in text  # comments are not in the table, but nothing raw leaks
+    # the failing row comes first in the worst-rows table
+    first_row = text.split("<tbody>")[1].split("</tr>")[0]
+    assert "val_5" in first_row
+    assert fallback_html([], None).count("no records") == 1
+
+
+def test_chart_downsamples_but_keeps_spikes():
+    recs = [Record(step=i, onnx_name=f"v{i}", err_abs=1e-9) for i in range(5000)]
+    recs[4321].err_abs = 5.0
+    recs[4321].status = "fail"
+    svg = error_chart_svg(recs, max_points=100)
+    assert svg.count("<circle") <= 100
+    assert "v4321" in svg and "#d22" in svg
+
+
+def test_script_escapes():
+    s = script_json({"a": "</script><!--<b>&"})
+    assert "<" not in s and ">" not in s and "&" not in s
+    assert json.loads(s) == {"a": "</script><!--<b>&"}
+    js = script_js('const a = "</SCRIPT>", b = "<!--";')
+    assert "</script" not in js.lower() and "<!--" not in js

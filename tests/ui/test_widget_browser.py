@@ -1,0 +1,273 @@
+"""The widget in a real JupyterLab + headless Chromium: live rows, selection, every button.
+
+Also measures, in the same browser, how long the front end takes to render 20,000 rows
+(printed, never asserted: machines differ).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from onnx_sbs_nb import widget as widget_mod
+from onnx_sbs_nb.records import Record
+
+from .conftest import copy_notebook
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not widget_mod.BUNDLE_PATH.is_file(), reason="widget bundle not built (cd js && npm run build)"
+    ),
+]
+
+# A run slowed down by a listener (real engine, in a thread) so Stop can be clicked mid-run.
+STOP_CELL = """\
+import time
+from onnx_sbs_nb.session import SbsSession
+
+slow = SbsSession(ep, onx, x, background=True, batch_interval=0)
+slow.add_listener(lambda ev, p: time.sleep(0.05) if ev == "rows" else None)
+w3 = SbsWidget(session=slow)
+w3"""
+
+# Records every (state, rows) the first widget shows, however briefly.
+OBSERVER = """() => {
+  window.__sbsSeen = [];
+  const look = () => {
+    const root = document.querySelector('.sbs-root');
+    if (!root) return;
+    const badge = root.querySelector('.sbs-badge');
+    const rows = root.querySelector('.sbs-nrows');
+    const entry = [badge ? badge.textContent : '', rows ? parseInt(rows.textContent) : 0];
+    const last = window.__sbsSeen[window.__sbsSeen.length - 1];
+    if (!last || last[0] !== entry[0] || last[1] !== entry[1]) window.__sbsSeen.push(entry);
+  };
+  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def _widget(page, k: int):
+    return page.locator(".sbs-root").nth(k)
+
+
+def _wait_state(root, state: str, timeout: float = 240_000) -> None:
+    root.locator(f".sbs-badge.sbs-{state}").wait_for(timeout=timeout)
+
+
+def test_quickstart_live_in_jupyterlab(lab, page, artifacts):
+    nb_path = copy_notebook("01_quickstart.ipynb", lab.root)
+    nb = nbformat.read(nb_path, 4)
+    nb.cells.append(nbformat.v4.new_code_cell(STOP_CELL))
+    nbformat.write(nb, nb_path)
+
+    page.goto(f"{lab.url}/lab/tree/{nb_path.name}?token={lab.token}&reset")
+    page.locator(".jp-Notebook").first.wait_for(timeout=120_000)
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=120_000)
+    page.evaluate(OBSERVER)
+
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+    first = _widget(page, 0)
+    first.wait_for(timeout=240_000)
+    _wait_state(first, "finished")
+    seen = page.evaluate("window.__sbsSeen")
+    final_rows = int(first.locator(".sbs-nrows").inner_text().split()[0])
+    live = [n for state, n in seen if state == "running" and 0 < n < final_rows]
+    print(f"\nrow counts seen while the cell ran: {[n for s, n in seen if s == 'running']}")
+    assert live, f"no rows appeared while the run was going on: {seen}"
+    assert final_rows > 100
+    # the answer, with a link that selects the node to blame
+    link = first.locator(".sbs-answer .sbs-link")
+    assert link.inner_text() == "gelu_4"
+    link.click()
+    assert first.locator(".sbs-detail-title").inner_text().endswith("gelu_4")
+
+    # click a row (found with the text filter) and get the node detail from the kernel
+    first.locator(".sbs-f-text").fill("layer_norm_3")
+    first.locator(".sbs-count").filter(has_text=re.compile(r"^1 of \d+ rows$")).wait_for()
+    first.locator(".sbs-tr").first.click()
+    assert "layer_norm_3" in first.locator(".sbs-detail-title").inner_text()
+    first.locator(".sbs-node").filter(has_text="LayerNormalization").wait_for(timeout=60_000)
+    first.locator(".sbs-f-text").fill("gelu_4")
+    first.locator(".sbs-count").filter(has_text=re.compile(r"^1 of \d+ rows$")).wait_for()
+    first.locator(".sbs-tr").first.click()
+    first.locator(".sbs-node").filter(has_text="approximate").wait_for(timeout=60_000)
+    assert first.locator(".sbs-tr.sbs-sel").count() == 1
+
+    # Rerun in torch: working state, then the result against torch and the first run
+    first.locator(".sbs-btn-rerun").click()
+    action = first.locator(".sbs-action")
+    action.filter(has_text="reran on cpu").wait_for(timeout=120_000)
+    assert "vs torch" in action.inner_text() and "vs first run" in action.inner_text()
+    first.locator(".sbs-rerun").wait_for()
+
+    # Save replay: both paths shown, and both exist
+    first.locator(".sbs-btn-replay").click()
+    action.filter(has_text="config").wait_for(timeout=120_000)
+    replay = first.locator(".sbs-replay")
+    replay.wait_for()
+    text = action.inner_text()
+    bundle = Path(re.search(r"bundle (\S+)", text).group(1))
+    config = Path(re.search(r"config (\S+)", text).group(1))
+    assert bundle.is_dir() and config.is_file(), text
+    assert lab.root in bundle.parents
+
+    # CUDA toggle: disabled with its reason without a GPU (this machine has none)
+    cuda = first.locator(".sbs-btn-cuda")
+    if cuda.is_disabled():
+        assert "CUDA unavailable" in first.locator(".sbs-reason").inner_text()
+        assert "cuda" in (cuda.get_attribute("title") or "").lower()
+    else:
+        cuda.click()
+        action.filter(has_text="now run on cuda").wait_for(timeout=60_000)
+        assert cuda.inner_text() == "CUDA: on"
+
+    # Stop is only offered while running
+    assert first.locator(".sbs-btn-stop").is_disabled()
+
+    # the chart: click a point, the table follows
+    chart = first.locator(".sbs-chart .main-svg").first
+    chart.wait_for()
+    first.locator(".sbs-f-text").fill("")
+    first.locator(".sbs-count").filter(has_text=re.compile(r"^\d+ rows$")).wait_for()
+    point = first.locator(".sbs-chart .scatterlayer .trace").first.locator(".point").nth(90)
+    box = point.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    first.locator(".sbs-detail-title").filter(has_text=re.compile(r"^#\d+ ")).wait_for()
+    sel = first.locator(".sbs-tr.sbs-sel")
+    sel.wait_for()
+    picked = first.locator(".sbs-detail-title").inner_text().split()[0]
+    assert sel.locator(".sbs-td").first.inner_text() == picked.lstrip("#")
+    first.screenshot(path=str(artifacts / "ui_quickstart_widget.png"))
+
+    # the %sbs widget rendered too
+    _wait_state(_widget(page, 1), "finished")
+
+    # Stop in the background run: state stopped, every row kept
+    third = _widget(page, 2)
+    third.wait_for(timeout=240_000)
+    third.locator(".sbs-btn-stop:not([disabled])").wait_for(timeout=120_000)
+    third.locator(".sbs-nrows").filter(has_text=re.compile(r"^[1-9]\d* records$")).wait_for()
+    third.locator(".sbs-btn-stop").click()
+    _wait_state(third, "stopped", 120_000)
+    kept = int(third.locator(".sbs-nrows").inner_text().split()[0])
+    assert 0 < kept < final_rows
+    third.locator(".sbs-action").filter(has_text="stopping").wait_for()
+    page.screenshot(path=str(artifacts / "ui_quickstart_page.png"))
+    assert not page.js_errors, page.js_errors
+
+
+def _static_page(tmp_path: Path, n: int) -> Path:
+    hostile = '<img src=x onerror="window.__xss=1">'
+    recs = [
+        Record(
+            ep_name=f"fx_{i}{hostile if i % 1000 == 0 else ''}",
+            onnx_name=f"v{i}",
+            onnx_op_type=("Add", "MatMul", "Softmax", "Gelu")[i % 4],
+            onnx_id_node=i,
+            ep_shape_type="float32[4x16x32]",
+            onnx_shape_type="float32[4x16x32]",
+            err_abs=(i % 97) * 1e-7,
+            err_abs2=(i % 13) * 1e-8 if i % 3 == 0 else None,
+            atol=1e-5,
+            rtol=1e-5,
+            status="fail" if i % 97 == 96 and i % 2 else "ok",
+            kind="node",
+            paired_by="name",
+            step=i,
+        )
+        for i in range(n)
+    ]
+    state = widget_mod.widget_state(recs)
+    bundle = base64.b64encode(widget_mod.bundle_js().encode()).decode()
+    state_json = json.dumps(state).replace("<", "\\u003c")
+    html = f"""<!doctype html><html><head><meta charset="utf-8"></head><body>
+<div id="app"></div>
+<script type="text/plain" id="bundle">{bundle}</script>
+<script type="application/json" id="state">{state_json}</script>
+<script type="module">
+const b64 = document.getElementById("bundle").textContent;
+const code = new TextDecoder().decode(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)));
+const mod = await import(URL.createObjectURL(new Blob([code], {{type: "text/javascript"}})));
+const state = JSON.parse(document.getElementById("state").textContent);
+const t0 = performance.now();
+window.view = mod.renderStatic(document.getElementById("app"), state);
+window.mountMs = performance.now() - t0;
+const done = () => {{
+  if (document.querySelector(".sbs-chart .scatterlayer .trace") && document.querySelector(".sbs-tr")) {{
+    window.renderMs = performance.now() - t0;
+  }} else requestAnimationFrame(done);
+}};
+requestAnimationFrame(done);
+</script></body></html>"""
+    path = tmp_path / f"static_{n}.html"
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+SCROLL_BENCH = """async () => {
+  const vp = document.querySelector('.sbs-viewport');
+  const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const times = [];
+  for (let k = 0; k < 40; k++) {
+    const t = performance.now();
+    vp.scrollTop = (vp.scrollHeight * k) / 40;
+    vp.dispatchEvent(new Event('scroll'));
+    await frame();
+    times.push(performance.now() - t);
+  }
+  times.sort((a, b) => a - b);
+  return {median: times[20], max: times[39], domRows: document.querySelectorAll('.sbs-tr').length};
+}"""
+
+
+def test_static_render_20000_rows(page, tmp_path, artifacts):
+    n = 20_000
+    path = _static_page(tmp_path, n)
+    page.goto(path.as_uri())
+    page.wait_for_function("window.renderMs !== undefined", timeout=120_000)
+    mount_ms, render_ms = page.evaluate("[window.mountMs, window.renderMs]")
+    scroll = page.evaluate(SCROLL_BENCH)
+    print(
+        f"\n20,000 rows: mount {mount_ms:.0f} ms, table + chart drawn {render_ms:.0f} ms, "
+        f"scroll frame median {scroll['median']:.1f} ms (max {scroll['max']:.1f} ms), "
+        f"{scroll['domRows']} row elements in the DOM"
+    )
+    root = page.locator(".sbs-root")
+    assert root.locator(".sbs-count").inner_text() == f"{n} rows"
+    assert scroll["domRows"] < 200  # virtualised
+    # model strings are text: the hostile name shows literally and never runs
+    assert page.evaluate("window.__xss") is None
+    assert root.locator("img").count() == 0
+    root.locator(".sbs-f-text").fill("fx_1000<img")
+    root.locator(".sbs-count").filter(has_text=f"1 of {n} rows").wait_for()
+    root.locator(".sbs-tr").first.click()
+    assert "<img src=x" in root.locator(".sbs-detail").inner_text()
+    # filters and sort over 20,000 rows
+    root.locator(".sbs-f-text").fill("")
+    root.locator(".sbs-f-op").select_option("Softmax")
+    root.locator(".sbs-count").filter(has_text=f"{n // 4} of {n} rows").wait_for()
+    root.locator(".sbs-f-verdict").select_option("failing")
+    root.locator(".sbs-count").filter(has_text=re.compile(rf"^\d+ of {n} rows$")).wait_for()
+    root.locator(".sbs-f-op").select_option("")
+    root.locator(".sbs-f-verdict").select_option("")
+    t = time.perf_counter()
+    root.locator(".sbs-th", has_text="err abs").click()
+    first_err = root.locator(".sbs-tr").first.locator(".sbs-td").nth(5)
+    first_err.filter(has_text="9.60e-6").wait_for()
+    print(f"sort 20,000 rows by error: {1000 * (time.perf_counter() - t):.0f} ms (round trip)")
+    # a static view has no kernel: actions are disabled and say why
+    assert root.locator(".sbs-btn-rerun").is_disabled()
+    assert "running kernel" in root.locator(".sbs-reason").inner_text()
+    page.screenshot(path=str(artifacts / "ui_static_20000.png"))
+    assert not page.js_errors, page.js_errors
