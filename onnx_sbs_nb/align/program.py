@@ -153,7 +153,7 @@ def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> d
     """Keyword inputs in the order the program flattens them (its signature's order)."""
     spec = getattr(getattr(ep, "call_spec", None), "in_spec", None)
     try:
-        expected = list(spec.children_specs[1].context)
+        expected = list(spec.child(1).context)
     except Exception:
         return kwargs
     missing = [k for k in expected if k not in kwargs]

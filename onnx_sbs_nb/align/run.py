@@ -916,17 +916,18 @@ class AlignedRun:
         )
 
     def _write_selected_replays(self) -> None:
+        nodes = self.model.graph.node
         selected: list[str] = []
         seen: set[int] = set()
         for rec in self.records:
-            if rec.onnx_id_node is None or rec.onnx_id_node < 0 or rec.onnx_id_node in seen:
+            k = rec.onnx_id_node
+            if k is None or k < 0 or k in seen:
                 continue
-            if self.replay.selects(rec):
-                seen.add(rec.onnx_id_node)
+            if self.replay.selects(rec, node_name=_onnx_node_name(nodes[k], k)):
+                seen.add(k)
                 selected.append(rec.onnx_name)
-        limit = getattr(self.replay, "max_nodes", None)
         written = []
-        for name in selected[: limit or None]:
+        for name in selected[: self.replay.max_nodes]:
             try:
                 written.append(str(self.save_replay(name, self.replay_dir)))
             except Exception as e:
