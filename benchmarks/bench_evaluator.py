@@ -85,6 +85,19 @@ def _add_chain(n: int) -> onnx.ModelProto:
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
 
 
+_ORT_THREADS: int | None = None
+
+
+def _session_options():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    if _ORT_THREADS:
+        so.intra_op_num_threads = _ORT_THREADS
+        so.inter_op_num_threads = 1
+    return so
+
+
 def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], Any] | str]:
     """name -> run(feeds as torch tensors), or a string saying why it is skipped."""
     import onnxruntime as ort
@@ -93,10 +106,10 @@ def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], An
     ours = TorchOnnxEvaluator(onx, device=device)
     res["onnx_sbs_nb"] = lambda feeds: ours.run(None, feeds)
     if device == "cpu":
-        sess = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
-        res["onnxruntime"] = lambda feeds: sess.run(
-            None, {k: v.numpy() for k, v in feeds.items()}
+        sess = ort.InferenceSession(
+            onx.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
         )
+        res["onnxruntime"] = lambda feeds: sess.run(None, {k: v.numpy() for k, v in feeds.items()})
     else:
         provs = ort.get_available_providers()
         if "CUDAExecutionProvider" in provs:
@@ -176,16 +189,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--quick", action="store_true", help="only the tiny Llama and dispatch")
+    parser.add_argument(
+        "--big",
+        action="store_true",
+        help="also Llama hidden 1024, 8 layers, seq 256, batch 2 (the issue's GPU reference)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="intra-op threads for torch and onnxruntime"
+    )
     args = parser.parse_args(argv)
+    if args.threads:
+        global _ORT_THREADS
+        _ORT_THREADS = args.threads
+        torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, numpy {np.__version__}, "
         f"onnx {onnx.__version__}"
     )
-    bench_model("tiny Llama hidden 64, 2 layers, seq 8", *_llama(64, 2, 8), args.repeat, args.device)
+    bench_model(
+        "tiny Llama hidden 64, 2 layers, seq 8", *_llama(64, 2, 8), args.repeat, args.device
+    )
     if not args.quick:
         bench_model(
             "Llama hidden 256, 4 layers, seq 64",
             *_llama(256, 4, 64),
+            max(5, args.repeat // 3),
+            args.device,
+        )
+    if args.big:
+        bench_model(
+            "Llama hidden 1024, 8 layers, seq 256, batch 2",
+            *_llama(1024, 8, 256, batch=2),
             max(5, args.repeat // 3),
             args.device,
         )

@@ -105,7 +105,11 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The console script; returns the exit code (argparse's own exits included)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -119,19 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:
-        if _is_input_error(e):
+        # the engine's own input checks (unreadable model, wrong inputs, no CUDA, ...)
+        from .align.loading import SbsInputError
+
+        if isinstance(e, SbsInputError):
             print(f"onnx-sbs: error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
     raise AssertionError(args.command)  # argparse rejects unknown commands
-
-
-def _is_input_error(e: BaseException) -> bool:
-    try:
-        from .align.loading import SbsInputError
-    except ImportError:
-        return False
-    return isinstance(e, SbsInputError)
 
 
 # ---- outputs ---------------------------------------------------------------------------
@@ -161,13 +160,18 @@ def jsonl_path(outputs: Sequence[pathlib.Path]) -> pathlib.Path:
 
 
 def write_reports(
-    records: list[Record], outputs: Sequence[pathlib.Path], summary: Any, stream: TextIO
+    records: list[Record],
+    outputs: Sequence[pathlib.Path],
+    summary: Any,
+    stream: TextIO,
+    streamed: pathlib.Path | None = None,
+    title: str = "",
 ) -> None:
     for p in outputs:
-        if p.suffix.lower() == ".jsonl" and p.exists():
-            continue  # the streamed file already is this report
+        if streamed is not None and p.resolve() == streamed.resolve():
+            continue  # the records streamed to this file during the run
         try:
-            write_report(records, p, summary, title=p.stem)
+            write_report(records, p, summary, title=title)
         except BundleMissingError as e:
             # an install problem with one format must not cost the user the other reports
             print(f"onnx-sbs: cannot write {p}: {e}", file=sys.stderr)
@@ -278,12 +282,20 @@ def run_report_summary(
     model = getattr(run, "model", None)
     summary = summarize(records, node_inputs=model if hasattr(model, "graph") else None)
     print(f"records: {jsonl}", file=stdout)
-    write_reports(records, outputs, summary, stdout)
+    title = f"onnx-sbs: {_name(onx)} vs {_name(ep)}"
+    write_reports(records, outputs, summary, stdout, streamed=jsonl, title=title)
     print(summary.to_text(), file=stdout)
     if interrupted:
         print("interrupted: the reports hold the records computed so far", file=stdout)
         return EXIT_INTERRUPTED, summary
     return (EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS), summary
+
+
+def _name(obj: Any) -> str:
+    """A short label for a path or an in-memory model in a report title."""
+    if isinstance(obj, str | pathlib.Path):
+        return pathlib.Path(obj).name
+    return type(obj).__name__
 
 
 class _Progress:
@@ -331,7 +343,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     outputs = check_outputs(args.output)
     records = read_records(args.records)
     summary = summarize(records)
-    write_reports(records, outputs, summary, sys.stdout)
+    title = f"onnx-sbs: {pathlib.Path(args.records).name}"
+    write_reports(records, outputs, summary, sys.stdout, title=title)
     print(summary.to_text())
     return EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS
 
@@ -378,6 +391,9 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.output)
     if out.suffix.lower() not in (".html", ".htm"):
         raise CliError(f"{str(out)!r}: the notebook report is HTML, name it report.html")
-    export_notebook(src, out)
-    print(f"wrote {out}")
+    result = export_notebook(src, out)
+    print(
+        f"wrote {out}: {result.views} SbsWidget view(s) rendered from the saved state, "
+        f"{result.fallbacks} widget output(s) shown through their static fallback"
+    )
     return EXIT_PASS

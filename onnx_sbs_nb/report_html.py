@@ -313,6 +313,9 @@ def report_state(records: Sequence[Record], summary: Any = None) -> dict[str, An
         from .summary import summarize
 
         summary = summarize(records)
+    # Summary.to_dict carries the verdict (a property a plain dataclass copy would drop)
+    if hasattr(summary, "to_dict"):
+        summary = summary.to_dict()
     return widget_state(records, summary=summary)
 
 

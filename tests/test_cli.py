@@ -74,11 +74,13 @@ def test_xlsx_columns_are_onnx_diagnostic_names(demo_run, demo_dir):
 
 def test_report_rebuilds_from_jsonl(demo_run, demo_dir, tmp_path, capsys):
     out = tmp_path / "again.csv"
-    code = main(
-        ["report", str(demo_dir / "report.jsonl"), "-o", str(out), str(tmp_path / "r.html")]
-    )
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text("stale\n")  # an older file is replaced, not kept
+    src = str(demo_dir / "report.jsonl")
+    code = main(["report", src, "-o", str(out), str(tmp_path / "r.html"), str(copy)])
     assert code == EXIT_FAIL
     assert read_csv(out) == read_csv(demo_dir / "report.csv")
+    assert read_jsonl(copy) == read_jsonl(src)
     assert (tmp_path / "r.html").stat().st_size > 0
     assert "verdict: FAIL" in capsys.readouterr().out
 
@@ -98,11 +100,13 @@ def test_run_options_reach_the_engine(demo_run, demo_dir, tmp_path, capsys):
     jsonl = tmp_path / "r.jsonl"
     args = ["run", "--ep", str(demo_dir / "model.pt2"), "--onnx", str(demo_dir / "model.onnx")]
     args += ["--inputs", str(demo_dir / "inputs.pt"), "-o", str(jsonl), "--no-progress"]
-    code = main([*args, "--runner", "reference", "--atol", "10", "--rtol", "10"])
-    assert code == EXIT_PASS  # every error is below a tolerance of 10
-    recs = read_jsonl(jsonl)
-    assert {r.atol for r in recs if r.atol is not None} == {10.0}
-    assert all(r.err_abs2 is None for r in recs)  # no --rerun
+    for runner in ("reference", "torch"):
+        code = main([*args, "--runner", runner, "--atol", "10", "--rtol", "10"])
+        assert code == EXIT_PASS, runner  # every error is below a tolerance of 10
+        recs = read_jsonl(jsonl)
+        assert {r.atol for r in recs if r.atol is not None} == {10.0}
+        assert all(r.err_abs2 is None for r in recs)  # no --rerun
+        assert all(r.status != "error" for r in recs), runner
     code = main([*args, "--reset-all"])
     assert code == EXIT_FAIL
     # every ONNX node ran on torch inputs: only the broken node still fails

@@ -136,6 +136,9 @@ def test_reset_stops_propagation(softmax_model):
     assert after and all(r.passed for r in after)
     recs_all = list(run_aligned(ep, bad, args, reset="all"))
     assert [r.onnx_name for r in recs_all if r.failed] == [out]
+    resets = [r for r in recs_all if r.reset]
+    assert resets and all(r.kind != "weight" for r in resets)
+    assert {r.onnx_name for r in resets} >= {out}
 
 
 def test_exc_raises_naming_both_nodes(softmax_model):

@@ -190,7 +190,9 @@ def test_split_forms():
         inits=[onh.from_array(np.array([4, 2], dtype=np.int64), "sp")],
     )
     assert [t.tolist() for t in new] == [[0, 1, 2, 3], [4, 5]]
-    even = _run1([oh.make_node("Split", ["x"], ["a", "b", "c"])], {"x": x}, 13, outputs=("a", "b", "c"))
+    even = _run1(
+        [oh.make_node("Split", ["x"], ["a", "b", "c"])], {"x": x}, 13, outputs=("a", "b", "c")
+    )
     assert [len(t) for t in even] == [2, 2, 2]
     uneven = _run1(
         [oh.make_node("Split", ["x"], ["a", "b", "c", "d"], num_outputs=4)],
@@ -212,9 +214,7 @@ def test_squeeze_unsqueeze_forms():
     assert tuple(y.shape) == (3,)
     (y,) = _run1([oh.make_node("Unsqueeze", ["x"], ["y"], axes=[0, 4])], {"x": x}, opset=11)
     assert tuple(y.shape) == (1, 1, 3, 1, 1)
-    (y,) = _run1(
-        [oh.make_node("Unsqueeze", ["x", "ax"], ["y"])], {"x": x}, opset=13, inits=[axes]
-    )
+    (y,) = _run1([oh.make_node("Unsqueeze", ["x", "ax"], ["y"])], {"x": x}, opset=13, inits=[axes])
     assert tuple(y.shape) == (1, 3, 1, 1)
 
 
@@ -314,9 +314,7 @@ def _const(name, value, dtype=np.float32):
 def test_nested_loop_if_scan_with_outer_scope():
     # Loop 3 times: acc = acc + (iter is even ? bias : -bias), where bias lives two scopes out;
     # the scan output stacks acc at each iteration.
-    then_g = oh.make_graph(
-        [oh.make_node("Identity", ["bias"], ["r"])], "then", [], [_vi("r")]
-    )
+    then_g = oh.make_graph([oh.make_node("Identity", ["bias"], ["r"])], "then", [], [_vi("r")])
     else_g = oh.make_graph([oh.make_node("Neg", ["bias"], ["r"])], "else", [], [_vi("r")])
     body = oh.make_graph(
         [
@@ -354,7 +352,9 @@ def test_nested_loop_if_scan_with_outer_scope():
         [_vi("s"), _vi("row")],
         [_vi("s2"), _vi("out")],
     )
-    nodes = [oh.make_node("Scan", ["init", "rows"], ["last", "outs"], body=sbody, num_scan_inputs=1)]
+    nodes = [
+        oh.make_node("Scan", ["init", "rows"], ["last", "outs"], body=sbody, num_scan_inputs=1)
+    ]
     m = _model(nodes, [_vi("init"), _vi("rows"), _vi("offset")], [_vi("last"), _vi("outs")])
     rows = torch.arange(6.0).reshape(3, 2)
     last, outs = TorchOnnxEvaluator(m).run(
@@ -373,9 +373,7 @@ def _attr_ref(name, ref, attr_type):
 def test_local_functions_with_attribute_refs_and_nesting():
     # inner(x) = x * alpha (alpha refers to the caller's attribute)
     alpha_const = oh.make_node("Constant", [], ["a"])
-    alpha_const.attribute.append(
-        _attr_ref("value_float", "alpha", onnx.AttributeProto.FLOAT)
-    )
+    alpha_const.attribute.append(_attr_ref("value_float", "alpha", onnx.AttributeProto.FLOAT))
     inner = oh.make_function(
         "local",
         "Scale",
@@ -412,7 +410,9 @@ def test_local_functions_with_attribute_refs_and_nesting():
     assert y1.tolist() == [6.0, 11.0]
     assert y2.tolist() == [3.0, 5.0]
     # compile_node on a function call gives the same result
-    f = compile_node(nodes[0], {"": 18, "local": 1}, {("local", "Scale"): inner, ("local", "Outer"): outer})
+    f = compile_node(
+        nodes[0], {"": 18, "local": 1}, {("local", "Scale"): inner, ("local", "Outer"): outer}
+    )
     assert f([torch.tensor([1.0, 2.0])])[0].tolist() == [6.0, 11.0]
 
 
@@ -437,7 +437,9 @@ def test_function_uses_its_own_opset():
 
 def test_intermediates_released_after_last_use():
     n = 30
-    nodes = [oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}"]) for i in range(n)]
+    nodes = [
+        oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}"]) for i in range(n)
+    ]
     nodes.append(oh.make_node("Identity", [f"t{n - 1}"], ["y"]))
     m = _model(nodes, [_vi("x")], [_vi("y")])
     ev = TorchOnnxEvaluator(m)
@@ -459,6 +461,28 @@ def test_intermediates_released_after_last_use():
     alive = [r for r in refs if r() is not None]
     assert len(alive) == 1 and alive[0]() is y  # only the output survives the run
     assert y.tolist() == [31.0] * 4
+
+
+def test_outer_scope_values_not_kept_after_run():
+    refs: list[weakref.ref] = []
+
+    def tracking_neg(x):
+        out = -x
+        refs.append(weakref.ref(out))
+        return out
+
+    then_g = oh.make_graph([oh.make_node("Add", ["n", "n"], ["r"])], "t", [], [_vi("r")])
+    else_g = oh.make_graph([oh.make_node("Sub", ["n", "n"], ["r"])], "e", [], [_vi("r")])
+    nodes = [
+        oh.make_node("Neg", ["x"], ["n"]),
+        oh.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    m = _model(nodes, [_vi("x"), _vi("c", TP.BOOL)], [_vi("y")])
+    ev = TorchOnnxEvaluator(m, custom_kernels={("", "Neg"): tracking_neg})
+    (y,) = ev.run(None, {"x": torch.ones(3), "c": torch.tensor(True)})
+    gc.collect()
+    assert y.tolist() == [-2.0] * 3
+    assert refs and refs[0]() is None  # the If's context released the outer value
 
 
 def test_unused_outputs_released():
@@ -488,7 +512,10 @@ def test_unused_outputs_released():
     [
         (oh.make_node("Softmax", ["x"], ["y"], axis=1), [torch.randn(2, 3, 4)]),
         (oh.make_node("Split", ["x"], ["a", "b"], axis=1), [torch.randn(2, 4)]),
-        (oh.make_node("Gather", ["x", "i"], ["y"], axis=1), [torch.randn(3, 4), torch.tensor([[0, -1]])]),
+        (
+            oh.make_node("Gather", ["x", "i"], ["y"], axis=1),
+            [torch.randn(3, 4), torch.tensor([[0, -1]])],
+        ),
         (oh.make_node("Clip", ["x", "", "hi"], ["y"]), [torch.randn(5), torch.tensor(0.1)]),
         (oh.make_node("Cast", ["x"], ["y"], to=TP.FLOAT16), [torch.randn(5)]),
     ],
@@ -565,3 +592,36 @@ def test_cuda_weights_on_device_shapes_on_host(small_model):
     assert y.device.type == "cuda" and shape.device.type == "cpu"
     w = torch.from_numpy(onh.to_array(inits[-1])).cuda()
     torch.testing.assert_close(y, x.reshape(2, -1) @ w)
+
+
+def test_placement_analysis_keeps_shapes_on_host():
+    """The accelerator placement (exercised on CPU): shape arithmetic is marked host,
+    data device; small constants used as data get a device twin; results are unchanged."""
+    from onnx_sbs_nb.evaluator.compiler import Compiler
+
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        oh.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+        oh.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+        oh.make_node("Reshape", ["x", "shape"], ["r"]),
+        oh.make_node("Add", ["r", "minus1f"], ["a"]),
+        oh.make_node("Cast", ["n1"], ["nf"], to=TP.FLOAT),
+        oh.make_node("Mul", ["a", "nf"], ["y"]),
+    ]
+    inits = [
+        onh.from_array(np.array(0, dtype=np.int64), "zero"),
+        onh.from_array(np.array([0], dtype=np.int64), "zero1"),
+        onh.from_array(np.array([-1], dtype=np.int64), "minus1"),
+        onh.from_array(np.array([-1.0], dtype=np.float32), "minus1f"),
+    ]
+    m = _model(nodes, [_vi("x")], [_vi("y"), _vi("shape", TP.INT64)], inits)
+    compiler = Compiler({"": 18}, device=torch.device("cpu"), manage_placement=True)
+    cg = compiler.compile_graph(m.graph, top_level=True)
+    state = cg.placement
+    assert [state[n] for n in ("s", "n", "n1", "shape", "nf")] == ["h"] * 5
+    assert [state[n] for n in ("r", "a", "y")] == ["d"] * 3
+    x = torch.randn(2, 3, 4)
+    y, shape = cg.execute([x])
+    torch.testing.assert_close(y, (x.reshape(2, -1) - 1) * 2)
+    assert shape.tolist() == [2, -1]

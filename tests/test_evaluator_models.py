@@ -131,7 +131,12 @@ def _exported(name: str):
         model.eval()
         dyn = None
         if name == "llama":
-            dyn = ({0: torch.export.Dim("batch", min=1, max=8), 1: torch.export.Dim("seq", min=2, max=64)},)
+            dyn = (
+                {
+                    0: torch.export.Dim("batch", min=1, max=8),
+                    1: torch.export.Dim("seq", min=2, max=64),
+                },
+            )
         _CACHE[name] = (model, args, _export(model, args, dynamic_shapes=dyn))
     return _CACHE[name]
 
@@ -142,9 +147,7 @@ def _exported(name: str):
 def test_model_matches_eager(name: str, device: str):
     model, args, onx = _exported(name)
     have = {(d, o) for d, o, _ in supported_ops()}
-    missing = sorted(
-        {(n.domain, n.op_type) for n in onx.graph.node} - have - {("", "Constant")}
-    )
+    missing = sorted({(n.domain, n.op_type) for n in onx.graph.node} - have - {("", "Constant")})
     assert not missing, f"ops without a kernel: {missing}"
     model = model.to(device)
     args = tuple(a.to(device) for a in args)
@@ -169,3 +172,23 @@ def test_llama_dynamic_shapes_second_run():
             expected = model(x)
         (got,) = ev.run(None, {ev.input_names[0]: x})
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_llama_with_accelerator_placement_on_cpu():
+    """The placement pass an accelerator uses, exercised on CPU: shapes are host values,
+    every Shape output is one, and the results do not change."""
+    from onnx_sbs_nb.evaluator.compiler import Compiler
+
+    model, _, onx = _exported("llama")
+    opsets = {o.domain: o.version for o in onx.opset_import}
+    compiler = Compiler(opsets, device=torch.device("cpu"), manage_placement=True)
+    plan = compiler.compile_graph(onx.graph, top_level=True)
+    shapes = [n.output[0] for n in onx.graph.node if n.op_type == "Shape"]
+    assert shapes and all(plan.placement[s] == "h" for s in shapes)
+    matmuls = [n.output[0] for n in onx.graph.node if n.op_type == "MatMul"]
+    assert all(plan.placement[s] == "d" for s in matmuls)
+    x = torch.randint(0, 100, (3, 7))
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(plan.execute([x])[0], expected, atol=1e-4, rtol=1e-4)

@@ -54,8 +54,13 @@ for _dt in ("uint4", "int4", "uint2", "int2", "float4e2m1"):
 # The reference computes half-precision attention with numpy's per-operation rounding
 # (bf16/fp16 accumulations); torch accumulates in float32 like onnxruntime and eager.
 for _name in (
-    "4d_fp16", "4d_gqa_with_past_and_present_fp16", "4d_causal_bf16", "4d_causal_fp16",
-    "4d_padded_kv_bf16", "4d_causal_padded_kv_bf16", "4d_attn_mask_causal_bf16",
+    "4d_fp16",
+    "4d_gqa_with_past_and_present_fp16",
+    "4d_causal_bf16",
+    "4d_causal_fp16",
+    "4d_padded_kv_bf16",
+    "4d_causal_padded_kv_bf16",
+    "4d_attn_mask_causal_bf16",
     "3d_causal_bf16",
 ):
     KNOWN_FAILURES[f"test_attention_{_name}"] = "half-precision accumulation order of numpy"
@@ -102,8 +107,12 @@ def test_random_ops_have_the_expected_shapes_and_dtypes():
 
 
 def _random_node(op_type: str, **attrs) -> onnx.ModelProto:
-    node = onnx.helper.make_node(op_type, ["x"] if "Like" in op_type or op_type in (
-        "Bernoulli", "Multinomial") else [], ["y"], **attrs)
+    node = onnx.helper.make_node(
+        op_type,
+        ["x"] if "Like" in op_type or op_type in ("Bernoulli", "Multinomial") else [],
+        ["y"],
+        **attrs,
+    )
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)
     y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)
     graph = onnx.helper.make_graph([node], "g", [x] if node.input else [], [y])
@@ -161,7 +170,12 @@ class _CNN(torch.nn.Module):
         y = self.ln(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         z = self.c1d(F.leaky_relu(y.flatten(2), 0.2))
         v = self.c3d(y[:, :3].unsqueeze(1))
-        return F.adaptive_avg_pool2d(F.silu(y), 1), F.elu(z), F.max_pool3d(v, (1, 2, 2)), torch.sigmoid(y)
+        return (
+            F.adaptive_avg_pool2d(F.silu(y), 1),
+            F.elu(z),
+            F.max_pool3d(v, (1, 2, 2)),
+            torch.sigmoid(y),
+        )
 
 
 class _Recurrent(torch.nn.Module):
@@ -193,7 +207,9 @@ def _exported(name: str) -> tuple[torch.nn.Module, tuple, onnx.ModelProto]:
 
 def _check_against_eager(name: str, device: str, expect_ops: set[str]) -> None:
     model, args, onx = _exported(name)
-    assert expect_ops <= {n.op_type for n in onx.graph.node}, "the exporter changed: update the test"
+    assert expect_ops <= {n.op_type for n in onx.graph.node}, (
+        "the exporter changed: update the test"
+    )
     model = model.to(device)
     args = tuple(a.to(device) for a in args)
     ev = TorchOnnxEvaluator(onx, device=device)
@@ -207,8 +223,17 @@ def _check_against_eager(name: str, device: str, expect_ops: set[str]) -> None:
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
-CNN_OPS = {"Conv", "ConvTranspose", "BatchNormalization", "MaxPool", "AveragePool", "Resize",
-           "LayerNormalization", "Relu", "Sigmoid"}
+CNN_OPS = {
+    "Conv",
+    "ConvTranspose",
+    "BatchNormalization",
+    "MaxPool",
+    "AveragePool",
+    "Resize",
+    "LayerNormalization",
+    "Relu",
+    "Sigmoid",
+}
 RNN_OPS = {"LSTM", "GRU"}
 
 
@@ -229,21 +254,35 @@ def test_exported_models_match_eager_on_cuda(name, ops):
 # -- targeted semantics the node suite does not pin down ----------------------------------
 
 
-def _node_model(op_type: str, inputs: list[tuple[str, np.ndarray]], n_out: int = 1,
-                opset: int = 18, **attrs) -> onnx.ModelProto:
-    node = onnx.helper.make_node(op_type, [n for n, _ in inputs],
-                                 [f"y{i}" for i in range(n_out)], **attrs)
-    ins = [onnx.helper.make_tensor_value_info(
-        n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs]
-    outs = [onnx.helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.UNDEFINED, None)
-            for i in range(n_out)]
+def _node_model(
+    op_type: str,
+    inputs: list[tuple[str, np.ndarray | None]],
+    n_out: int = 1,
+    opset: int = 18,
+    **attrs,
+) -> onnx.ModelProto:
+    """A one-node model; an input named "" is a missing optional input."""
+    node = onnx.helper.make_node(
+        op_type, [n for n, _ in inputs], [f"y{i}" for i in range(n_out)], **attrs
+    )
+    ins = [
+        onnx.helper.make_tensor_value_info(
+            n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape
+        )
+        for n, v in inputs
+        if n
+    ]
+    outs = [
+        onnx.helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.UNDEFINED, None)
+        for i in range(n_out)
+    ]
     graph = onnx.helper.make_graph([node], "g", ins, outs)
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
 
 
 def _run(op_type, inputs, n_out=1, opset=18, **attrs):
     m = _node_model(op_type, inputs, n_out, opset, **attrs)
-    return TorchOnnxEvaluator(m).run(None, {n: torch.from_numpy(v) for n, v in inputs})
+    return TorchOnnxEvaluator(m).run(None, {n: torch.from_numpy(v) for n, v in inputs if n})
 
 
 def test_maxpool_indices_match_torch_and_unpool_inverts_them():
@@ -254,8 +293,13 @@ def test_maxpool_indices_match_torch_and_unpool_inverts_them():
     plane = 7 * 6
     offsets = (torch.arange(6).reshape(2, 3, 1, 1)) * plane
     assert torch.equal(idx, tidx + offsets), "ONNX indices are flat over N, C, H, W"
-    (u,) = _run("MaxUnpool", [("y", y.numpy()), ("i", idx.numpy())], kernel_shape=[3, 2],
-                strides=[2, 2], pads=[1, 0, 1, 0])
+    (u,) = _run(
+        "MaxUnpool",
+        [("y", y.numpy()), ("i", idx.numpy())],
+        kernel_shape=[3, 2],
+        strides=[2, 2],
+        pads=[1, 0, 1, 0],
+    )
     assert u.shape == (2, 3, 7, 6)
     assert torch.equal(u.flatten()[idx.flatten()], y.flatten())
 
@@ -267,7 +311,9 @@ def test_layer_norm_extra_outputs_and_half_precision():
     y, mean, inv = _run("LayerNormalization", [("x", x), ("w", w)], 3, opset=17, axis=1)
     xt = torch.from_numpy(x).float()
     torch.testing.assert_close(mean, xt.mean((1, 2), keepdim=True))
-    torch.testing.assert_close(inv, torch.rsqrt(xt.var((1, 2), unbiased=False, keepdim=True) + 1e-5))
+    torch.testing.assert_close(
+        inv, torch.rsqrt(xt.var((1, 2), unbiased=False, keepdim=True) + 1e-5)
+    )
     ref = F.layer_norm(xt, (4, 5), torch.from_numpy(w).float())
     assert y.dtype == torch.float16
     torch.testing.assert_close(y.float(), ref, rtol=1e-2, atol=1e-2)
@@ -278,8 +324,14 @@ def test_batch_norm_training_mode_updates_running_stats():
     x = rng.standard_normal((4, 3, 5)).astype(np.float32)
     s, b = np.ones(3, np.float32), np.zeros(3, np.float32)
     mean, var = rng.standard_normal(3).astype(np.float32), np.ones(3, np.float32)
-    y, rm, rv = _run("BatchNormalization", [("x", x), ("s", s), ("b", b), ("m", mean), ("v", var)],
-                     3, opset=15, training_mode=1, momentum=0.8)
+    y, rm, rv = _run(
+        "BatchNormalization",
+        [("x", x), ("s", s), ("b", b), ("m", mean), ("v", var)],
+        3,
+        opset=15,
+        training_mode=1,
+        momentum=0.8,
+    )
     xt = torch.from_numpy(x)
     cur_m, cur_v = xt.mean((0, 2)), xt.var((0, 2), unbiased=False)
     torch.testing.assert_close(rm, torch.from_numpy(mean) * 0.8 + cur_m * 0.2)
@@ -290,13 +342,22 @@ def test_batch_norm_training_mode_updates_running_stats():
 def test_resize_opset10_and_antialias_against_torch():
     x = np.arange(2 * 3 * 8 * 8, dtype=np.float32).reshape(2, 3, 8, 8)
     (y,) = _run("Resize", [("x", x), ("s", np.array([1, 1, 2, 3], np.float32))], opset=10)
-    torch.testing.assert_close(y, F.interpolate(torch.from_numpy(x), scale_factor=(2, 3), mode="nearest"))
+    torch.testing.assert_close(
+        y, F.interpolate(torch.from_numpy(x), scale_factor=(2, 3), mode="nearest")
+    )
     sizes = np.array([2, 3, 3, 5], np.int64)
     empty = np.zeros(0, np.float32)
     for mode, tmode in (("linear", "bilinear"), ("cubic", "bicubic")):
         # torch's antialiased filters drop the taps outside the image: exclude_outside=1
-        (y,) = _run("Resize", [("x", x), ("r", empty), ("s", empty), ("sizes", sizes)], opset=18,
-                    mode=mode, antialias=1, exclude_outside=1, cubic_coeff_a=-0.5)
+        (y,) = _run(
+            "Resize",
+            [("x", x), ("r", empty), ("s", empty), ("sizes", sizes)],
+            opset=18,
+            mode=mode,
+            antialias=1,
+            exclude_outside=1,
+            cubic_coeff_a=-0.5,
+        )
         ref = F.interpolate(torch.from_numpy(x), size=(3, 5), mode=tmode, antialias=True)
         torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-3)
 
@@ -306,7 +367,9 @@ def test_lstm_sequence_lens_and_layout_against_torch_packed():
     lstm = torch.nn.LSTM(4, 5, batch_first=True, bidirectional=True)
     x = torch.randn(3, 6, 4)
     lens = torch.tensor([6, 2, 4])
-    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        x, lens, batch_first=True, enforce_sorted=False
+    )
     with torch.no_grad():
         out, (h, c) = lstm(packed)
     ref, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=6)
@@ -316,16 +379,25 @@ def test_lstm_sequence_lens_and_layout_against_torch_packed():
         def reorder(w):
             i, f, g, o = w.chunk(4, 0)
             return torch.cat([i, o, f, g], 0)
-        return [reorder(getattr(lstm, f"{n}_l0{suffix}").detach()) for n in
-                ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+
+        return [
+            reorder(getattr(lstm, f"{n}_l0{suffix}").detach())
+            for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
 
     fw, bw = onnx_weights(""), onnx_weights("_reverse")
     W = torch.stack([fw[0], bw[0]]).numpy()
     R = torch.stack([fw[1], bw[1]]).numpy()
     B = torch.stack([torch.cat([fw[2], fw[3]]), torch.cat([bw[2], bw[3]])]).numpy()
-    y, yh, yc = _run("LSTM", [("x", x.numpy()), ("W", W), ("R", R), ("B", B),
-                              ("L", lens.to(torch.int32).numpy())], 3, opset=14,
-                     hidden_size=5, direction="bidirectional", layout=1)
+    y, yh, yc = _run(
+        "LSTM",
+        [("x", x.numpy()), ("W", W), ("R", R), ("B", B), ("L", lens.to(torch.int32).numpy())],
+        3,
+        opset=14,
+        hidden_size=5,
+        direction="bidirectional",
+        layout=1,
+    )
     assert y.shape == (3, 6, 2, 5) and yh.shape == (3, 2, 5)
     torch.testing.assert_close(y.reshape(3, 6, 10), ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(yh.transpose(0, 1), h, rtol=1e-4, atol=1e-5)
@@ -340,10 +412,100 @@ def test_quantize_dequantize_per_axis_and_float8():
     expect = np.clip(np.rint(x / scale[:, None]) + zp[:, None], -128, 127).astype(np.int8)
     np.testing.assert_array_equal(q.numpy(), expect)
     (d,) = _run("DequantizeLinear", [("q", q.numpy()), ("s", scale), ("z", zp)], axis=0, opset=19)
-    np.testing.assert_allclose(d.numpy(), (expect.astype(np.float32) - zp[:, None]) * scale[:, None])
+    np.testing.assert_allclose(
+        d.numpy(), (expect.astype(np.float32) - zp[:, None]) * scale[:, None]
+    )
     if hasattr(torch, "float8_e4m3fn"):
-        m = _node_model("QuantizeLinear", [("x", x), ("s", np.array(1.0, np.float32))], opset=21,
-                        output_dtype=onnx.TensorProto.FLOAT8E4M3FN)
+        m = _node_model(
+            "QuantizeLinear",
+            [("x", x), ("s", np.array(1.0, np.float32))],
+            opset=21,
+            output_dtype=onnx.TensorProto.FLOAT8E4M3FN,
+        )
         (q8,) = TorchOnnxEvaluator(m).run(None, {"x": torch.from_numpy(x), "s": torch.tensor(1.0)})
         assert q8.dtype == torch.float8_e4m3fn
         assert q8.float().abs().max().item() == 448.0, "saturate=1 clamps to the largest finite"
+
+
+# -- where the ONNX reference and onnxruntime disagree, the kernels follow onnxruntime (and
+# the spec text); each case below is one such choice ---------------------------------------
+
+
+def _against_onnxruntime(op_type, inputs, n_out=1, opset=19, **attrs):
+    import onnxruntime
+
+    m = onnx.shape_inference.infer_shapes(_node_model(op_type, inputs, n_out, opset, **attrs))
+    for out in m.graph.output:
+        if not out.type.tensor_type.elem_type:  # onnxruntime needs a type: the data's
+            out.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(
+                inputs[0][1].dtype
+            )
+    feeds = {n: v for n, v in inputs if n}
+    sess = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = sess.run(None, feeds)
+    got = TorchOnnxEvaluator(m).run(None, feeds)
+    for e, g in zip(expected, got):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+_X57 = np.arange(35, dtype=np.float32).reshape(1, 1, 5, 7)
+_EMPTY = np.zeros(0, np.float32)
+ORT_CHOICES = {
+    # align_corners divides by the integer output length
+    "resize_align_corners_scales": (
+        "Resize",
+        [("x", _X57), ("r", _EMPTY), ("s", np.array([1, 1, 0.6, 0.8], np.float32))],
+        {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+    ),
+    # pytorch_half_pixel maps a length-1 output to coordinate 0
+    "resize_pytorch_half_pixel_length_1": (
+        "Resize",
+        [("x", _X57), ("r", _EMPTY), ("", None), ("z", np.array([1, 1, 1, 5], np.int64))],
+        {"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"},
+    ),
+    # float32 coordinates: 1.5 / 0.6f lands on 2.5, not 2.4999999
+    "resize_nearest_float32_coordinates": (
+        "Resize",
+        [("x", _X57), ("r", _EMPTY), ("s", np.array([1, 1, 0.6, 0.5], np.float32))],
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "half_pixel",
+            "nearest_mode": "floor",
+        },
+    ),
+    # VALID with ceil_mode keeps the last window that starts inside the input
+    "maxpool_valid_ceil": (
+        "MaxPool",
+        [("x", _X57)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "VALID", "ceil_mode": 1},
+    ),
+    # output_shape without auto_pad splits the padding SAME_LOWER-like
+    "convtranspose_output_shape": (
+        "ConvTranspose",
+        [("x", _X57), ("w", np.ones((1, 2, 3, 3), np.float32))],
+        {"strides": [2, 2], "output_shape": [10, 12], "pads": [1, 1, 1, 1]},
+    ),
+    # SAME never pads negatively: the output may be smaller than input * stride
+    "convtranspose_same_short_kernel": (
+        "ConvTranspose",
+        [("x", _X57), ("w", np.ones((1, 1, 2, 3), np.float32))],
+        {"strides": [3, 2], "auto_pad": "SAME_UPPER"},
+    ),
+    # rois scaled in float32 and rounded half away from zero (5 * 0.9f == 4.5 -> 5)
+    "maxroipool_rounding": (
+        "MaxRoiPool",
+        [
+            ("x", np.arange(72, dtype=np.float32).reshape(1, 1, 8, 9)),
+            ("r", np.array([[0, 1, 1, 6, 5]], np.float32)),
+        ],
+        {"pooled_shape": [2, 3], "spatial_scale": 0.9},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORT_CHOICES))
+def test_follows_onnxruntime_where_the_reference_differs(name):
+    op_type, inputs, attrs = ORT_CHOICES[name]
+    opset = 1 if op_type == "MaxRoiPool" else 19
+    _against_onnxruntime(op_type, inputs, opset=opset, **attrs)

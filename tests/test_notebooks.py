@@ -123,7 +123,7 @@ def test_notebook_executes(nb_path, executed):
             if o.get("name") == "stdout"
         )
         assert "verdict: FAIL" in text and "verdict: PASS" in text
-        assert "replay.py" not in text or "bundle:" in text
+        assert "on torch_inputs: max abs" in text  # the replay bundle's script ran
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +133,14 @@ def llama_nb(executed):
     return executed(LLAMA)
 
 
-def test_export_renders_widget_offline(llama_nb, browser, tmp_path):
+def test_export_renders_widget_offline(llama_nb, browser, tmp_path, capsys):
     import nbformat
 
     src = tmp_path / "llama.ipynb"
     nbformat.write(llama_nb, src)
     out = tmp_path / "llama.html"
     assert main(["notebook", str(src), "-o", str(out)]) == EXIT_PASS
+    assert "1 SbsWidget view(s) rendered" in capsys.readouterr().out
     text = out.read_text(encoding="utf-8")
     assert "html-manager" not in text and "unpkg.com" not in text
     assert "application/vnd.jupyter.widget-view+json" not in text

@@ -16,7 +16,13 @@ from onnx_sbs_nb.report import (
     records_to_frame,
     write_report,
 )
-from onnx_sbs_nb.report_html import error_chart_svg, fallback_html, script_js, script_json
+from onnx_sbs_nb.report_html import (
+    error_chart_svg,
+    fallback_html,
+    report_html,
+    script_js,
+    script_json,
+)
 from onnx_sbs_nb.summary import summarize
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -154,3 +160,17 @@ def test_script_escapes():
     assert json.loads(s) == {"a": "</script><!--<b>&"}
     js = script_js('const a = "</SCRIPT>", b = "<!--";')
     assert "</script" not in js.lower() and "<!--" not in js
+
+
+def test_report_page_structure():
+    """One file: the state as inert JSON, the bundle as inert text, one loader module."""
+    recs = make_records()
+    bundle = 'export function renderStatic(el, s) { el.textContent = "</script>"; }'
+    page = report_html(recs, title=EVIL, bundle=bundle)
+    assert "<img" not in page  # title, names and summary all escaped
+    assert page.count('<script type="module">') == 1
+    assert page.count("</script>") == 3  # state, bundle, loader: the bundle's own is escaped
+    state = page.split('<script type="application/json" id="onnx-sbs-state-0">')[1]
+    data = json.loads(state.split("</script>")[0])
+    assert data["columns"] == list(RECORD_FIELDS) and len(data["rows"]) == len(recs)
+    assert data["summary"]["verdict"] == "fail"

@@ -465,20 +465,21 @@ class AlignedRun:
                     )
                     rec.step = step_counter
                     step_counter += 1
+                    pair = by_onnx[onnx_name]
+                    # a weight is the model's own constant: only replaced when named
+                    rec.reset = pair.fx_name in fx_env and (
+                        (self.reset_all and onnx_name not in self._initializers)
+                        or onnx_name in self.reset_names
+                        or pair.fx_name in self.reset_names
+                    )
                     if self.exc and rec.failed:
                         self._emit(rec)
                         raise SbsMismatchError(rec)
                     yield self._emit(rec)
-                    pair = by_onnx[onnx_name]
-                    if (
-                        self.reset_all
-                        or onnx_name in self.reset_names
-                        or pair.fx_name in self.reset_names
-                    ) and pair.fx_name in fx_env:
+                    if rec.reset:
                         env[onnx_name] = convert(
                             self._fx_as_onnx(pair, fx_env[pair.fx_name]), kind, self.device
                         )
-                        rec.reset = True
                 for name in plan.free_fx_at.get(s, ()):
                     if fx_env.pop(name, None) is not None and name in weights:
                         fx_weights_live -= 1

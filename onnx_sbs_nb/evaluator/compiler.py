@@ -58,6 +58,7 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
         "ReduceLogSumExp": (1,),
         "ReduceSumSquare": (1,),
         "AffineGrid": (1,),
+        "Pow": (1,),  # a scalar exponent read on the host takes torch's fast path
     }.items()
 }
 _NO_SHAPE: frozenset[int] = frozenset()
@@ -164,7 +165,7 @@ class CompiledGraph:
         "template",
         "steps",
         "nodes",
-        "move_inputs",
+        "placement",
         "device",
     )
 
@@ -280,15 +281,21 @@ class Compiler:
         functions: dict[tuple[str, str], onnx.FunctionProto] | None = None,
         custom_kernels: dict[tuple[str, str], Callable[..., Any]] | None = None,
         device: torch.device | str | None = None,
+        manage_placement: bool | None = None,
     ) -> None:
+        """``manage_placement``: keep shapes on the host (default: on an accelerator)."""
         _load_kernels()
         self.opsets = {normalize_domain(k): v for k, v in opsets.items()}
-        self.functions = {
-            (normalize_domain(d), n): f for (d, n), f in (functions or {}).items()
-        }
+        self.functions = {(normalize_domain(d), n): f for (d, n), f in (functions or {}).items()}
         self.custom = {(normalize_domain(d), n): f for (d, n), f in (custom_kernels or {}).items()}
         self.device = torch.device(device) if isinstance(device, str) else device
+        self.manage_placement = (
+            _is_managed(self.device) if manage_placement is None else manage_placement
+        )
         self._graph_cache: dict[tuple, tuple[Any, CompiledGraph]] = {}
+        self._init_cache: dict[int, tuple[Any, dict[str, torch.Tensor]]] = {}
+        self._device_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._node_consts: dict[int, tuple[onnx.NodeProto, torch.Tensor]] = {}
 
     # -- entry points ---------------------------------------------------------------------
 
@@ -305,9 +312,7 @@ class Compiler:
         hit = self._graph_cache.get(key)
         if hit is not None:
             return hit[1]
-        inits: dict[str, torch.Tensor] = {i.name: tensor_from_proto(i) for i in graph.initializer}
-        for sp in graph.sparse_initializer:
-            inits[sp.values.name] = sparse_to_dense(sp)
+        inits = self.graph_initializers(graph)
         input_names = [i.name for i in graph.input if i.name not in inits]
         cg = self.compile(
             list(graph.node),
@@ -334,7 +339,7 @@ class Compiler:
         inputs_on_device: bool = False,
     ) -> CompiledGraph:
         opsets = self.opsets if opsets is None else opsets
-        managed = _is_managed(self.device)
+        managed = self.manage_placement
         dev = self.device
         template: list[Any] = [None]  # slot 0 is the missing optional value
         slots: dict[str, int] = {}
@@ -361,7 +366,7 @@ class Compiler:
                 state[name] = "h"
                 host_consts.add(name)
             else:
-                slots[name] = new_slot(value.to(dev) if dev is not None else value)
+                slots[name] = new_slot(self.on_device(value))
                 state[name] = "d"
 
         for name, value in (initializers or {}).items():
@@ -375,7 +380,7 @@ class Compiler:
 
         def device_slot(name: str) -> int:
             if name not in device_twin:
-                device_twin[name] = new_slot(template[slots[name]].to(dev))
+                device_twin[name] = new_slot(self.on_device(template[slots[name]]))
             return device_twin[name]
 
         for node in nodes:
@@ -383,7 +388,7 @@ class Compiler:
             key = (domain, node.op_type)
             atts = _resolve_attributes(node, attr_env)
             if key == ("", "Constant") and key not in self.custom:
-                add_constant(node.output[0], constant_value(atts))
+                add_constant(node.output[0], self._constant(node, atts))
                 continue
             fn, is_function = self._make_callable(node, key, atts, opsets, attr_env, missing)
             if fn is None:
@@ -461,9 +466,40 @@ class Compiler:
         ]
         cg.nodes = step_nodes
         cg.device = dev
+        cg.placement = state if managed else {}
         return cg
 
+    def graph_initializers(self, graph: onnx.GraphProto) -> dict[str, torch.Tensor]:
+        """The initializers of a graph as CPU tensors, converted once per graph."""
+        hit = self._init_cache.get(id(graph))
+        if hit is not None and hit[0] is graph:
+            return hit[1]
+        inits = {i.name: tensor_from_proto(i) for i in graph.initializer}
+        for sp in graph.sparse_initializer:
+            inits[sp.values.name] = sparse_to_dense(sp)
+        self._init_cache[id(graph)] = (graph, inits)
+        return inits
+
+    def on_device(self, value: torch.Tensor) -> torch.Tensor:
+        """The device copy of a constant, made once whatever the number of plans using it."""
+        if self.device is None:
+            return value
+        hit = self._device_copies.get(id(value))
+        if hit is None or hit[0] is not value:
+            hit = (value, value.to(self.device))
+            self._device_copies[id(value)] = hit
+        return hit[1]
+
     # -- helpers -----------------------------------------------------------------------------
+
+    def _constant(self, node: onnx.NodeProto, atts: list[onnx.AttributeProto]) -> torch.Tensor:
+        if any(a.ref_attr_name for a in node.attribute):
+            return constant_value(atts)  # depends on the calling function's attributes
+        hit = self._node_consts.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = (node, constant_value(atts))
+            self._node_consts[id(node)] = hit
+        return hit[1]
 
     def _make_callable(self, node, key, atts, opsets, attr_env, missing):
         """(callable, is_function_call) for a node; (None, False) records a missing kernel."""
@@ -486,7 +522,10 @@ class Compiler:
 
     def _kernel_attrs(self, node, atts) -> dict[str, Any]:
         try:
-            return {a.name: attribute_value(a) for a in atts}
+            # consumed_inputs (opsets < 6) is a memory hint with no effect on results
+            return {a.name: attribute_value(a) for a in atts if a.name != "consumed_inputs"}
+        except TypeError as e:
+            raise TypeError(f"node {node.name!r} ({node.op_type}): {e}") from e
         except Exception as e:
             raise ValueError(f"node {node.name!r} ({node.op_type}): {e}") from e
 
@@ -549,7 +588,10 @@ def _bind_outer(fn: Callable, n_explicit: int, names: list[str]) -> Callable:
 
     def call_with_outer(*args: Any, **kw: Any) -> Any:
         ctx.outer = dict(zip(names, args[n_explicit:]))
-        return fn(*args[:n_explicit], **kw)
+        try:
+            return fn(*args[:n_explicit], **kw)
+        finally:
+            ctx.outer = {}  # the plan must not keep this run's values alive
 
     return call_with_outer
 

@@ -1,7 +1,7 @@
 """Regenerates the coverage table and the baseline of passing cases.
 
-    python -m tests.conformance.report            # writes docs/evaluator_coverage.md
-                                                   # and tests/conformance/passing.txt
+python -m tests.conformance.report            # writes docs/evaluator_coverage.md
+                                               # and tests/conformance/passing.txt
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def render_table(cases, results) -> str:
     for tc, r in zip(cases, results):
         per_op[ops[tc.name]][r.status] += 1
         if r.status != PASS:
-            failures[ops[tc.name]].append(f"{r.name} ({r.status}): {r.message.splitlines()[0][:120]}")
+            failures[ops[tc.name]].append(
+                f"{r.name} ({r.status}): {r.message.splitlines()[0][:120]}"
+            )
     total = collections.Counter(r.status for r in results)
     n = len(results)
     lines = [

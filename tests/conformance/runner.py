@@ -45,7 +45,9 @@ def case_ops(tc: Any) -> list[str]:
 def case_op_map(cases: list[Any]) -> dict[str, str]:
     """The op each case tests: the single node's op, or (for ``*_expanded`` cases, which
     decompose an op into a function body) the op of the case it expands."""
-    single = {tc.name: tc.model.graph.node[0].op_type for tc in cases if len(tc.model.graph.node) == 1}
+    single = {
+        tc.name: tc.model.graph.node[0].op_type for tc in cases if len(tc.model.graph.node) == 1
+    }
     res = {}
     for tc in cases:
         if tc.name in single:

@@ -58,6 +58,10 @@ def _lab_settings(settings: Path) -> None:
     (d / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
+    d = settings / "@jupyterlab" / "notebook-extension"
+    d.mkdir(parents=True, exist_ok=True)
+    # start the notebook's own kernel without the "Select Kernel" dialog
+    (d / "tracker.jupyterlab-settings").write_text(json.dumps({"autoStartDefaultKernel": True}))
 
 
 @pytest.fixture(scope="session")

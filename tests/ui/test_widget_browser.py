@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -54,6 +55,17 @@ OBSERVER = """() => {
 }"""
 
 
+def _accept_kernel_dialog(page) -> None:
+    """Accept a "Select Kernel" dialog if one shows up (the notebook names its kernel)."""
+    dialog = page.locator(".jp-Dialog")
+    try:
+        dialog.wait_for(timeout=3000)
+    except Exception:
+        return
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    dialog.wait_for(state="detached")
+
+
 def _widget(page, k: int):
     return page.locator(".sbs-root").nth(k)
 
@@ -63,6 +75,16 @@ def _wait_state(root, state: str, timeout: float = 240_000) -> None:
 
 
 def test_quickstart_live_in_jupyterlab(lab, page, artifacts):
+    try:
+        _quickstart(lab, page, artifacts)
+    except BaseException:
+        page.screenshot(path=str(artifacts / "ui_failure.png"))
+        print(f"JupyterLab log tail:\n{lab.log.read_text()[-4000:]}")
+        print(f"page errors: {page.js_errors}")
+        raise
+
+
+def _quickstart(lab, page, artifacts):
     nb_path = copy_notebook("01_quickstart.ipynb", lab.root)
     nb = nbformat.read(nb_path, 4)
     nb.cells.append(nbformat.v4.new_code_cell(STOP_CELL))
@@ -71,13 +93,15 @@ def test_quickstart_live_in_jupyterlab(lab, page, artifacts):
     page.goto(f"{lab.url}/lab/tree/{nb_path.name}?token={lab.token}&reset")
     page.locator(".jp-Notebook").first.wait_for(timeout=120_000)
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=120_000)
+    _accept_kernel_dialog(page)
     page.evaluate(OBSERVER)
 
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    _accept_kernel_dialog(page)
 
     first = _widget(page, 0)
-    first.wait_for(timeout=240_000)
+    first.wait_for(timeout=int(os.environ.get("SBS_UI_TIMEOUT_MS", 240_000)))
     _wait_state(first, "finished")
     seen = page.evaluate("window.__sbsSeen")
     final_rows = int(first.locator(".sbs-nrows").inner_text().split()[0])

@@ -31,14 +31,20 @@ def widen(*ts: torch.Tensor | None) -> tuple[list[torch.Tensor | None], torch.dt
 
 
 def unsigned_safe(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """Wraps a kernel of tensors so that wide unsigned inputs go through int64."""
+    """Wraps a kernel of tensors so that wide unsigned inputs go through int64.
+
+    The common path costs a try block only: torch raises for the unsigned types it lacks.
+    """
 
     def wrapped(*ts: torch.Tensor, **kw: Any) -> torch.Tensor:
-        if ts and ts[0] is not None and ts[0].dtype in WIDE_UNSIGNED:
-            dtype = ts[0].dtype
-            res = fn(*[t.to(torch.int64) if t is not None else None for t in ts], **kw)
-            return res.to(dtype) if res.dtype == torch.int64 else res
-        return fn(*ts, **kw)
+        try:
+            return fn(*ts, **kw)
+        except (NotImplementedError, RuntimeError, TypeError):
+            if not ts or ts[0] is None or ts[0].dtype not in WIDE_UNSIGNED:
+                raise
+        dtype = ts[0].dtype
+        res = fn(*[t.to(torch.int64) if t is not None else None for t in ts], **kw)
+        return res.to(dtype) if res.dtype == torch.int64 else res
 
     wrapped.__name__ = fn.__name__
     wrapped.__doc__ = fn.__doc__

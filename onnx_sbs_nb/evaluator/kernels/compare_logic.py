@@ -10,15 +10,12 @@ from .elementwise import legacy_broadcast
 
 
 def _register(name: str, fn, since_legacy: bool = True) -> None:
-    fn = unsigned_safe(fn)
-
-    def modern(a, b):
-        return fn(a, b)
+    modern = fn = unsigned_safe(fn)
 
     def old(a, b, broadcast=0, axis=None):
         return fn(a, legacy_broadcast(b, a, broadcast, axis))
 
-    modern.__name__ = old.__name__ = name.lower()
+    old.__name__ = name.lower()
     if since_legacy:
         op(name, since=1)(old)
     op(name, since=7)(modern)

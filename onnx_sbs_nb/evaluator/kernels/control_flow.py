@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import onnx
 import torch
 
+from ...dtypes import ONNX_TO_TORCH
 from ..registry import op
 
 
@@ -19,12 +23,16 @@ def if_(cond, then_branch=None, else_branch=None, ctx=None):
     return tuple(ctx.run_graph(branch, []))
 
 
-def _stack(values: list, n_expected_shape=None):
-    if not values:
-        return torch.zeros((0,), dtype=torch.float32)
-    if isinstance(values[0], list):
-        return values  # a sequence scan output: keep the last one's structure
-    return torch.stack(values, 0)
+def _stack(values: list, declared: onnx.ValueInfoProto, device: torch.device) -> Any:
+    if values and isinstance(values[0], list):
+        return values  # a sequence scan output: one sequence per iteration
+    if values:
+        return torch.stack(values, 0)
+    # no iteration: an empty stack with the element type and known dims the body declares
+    tt = declared.type.tensor_type
+    dtype = ONNX_TO_TORCH.get(tt.elem_type, torch.float32)
+    dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
+    return torch.zeros((0, *dims), dtype=dtype, device=device)
 
 
 @op("Loop", since=1, context=True)
@@ -34,7 +42,6 @@ def loop(m=None, cond=None, *carried, body=None, ctx=None):
     max_iter = int(m.reshape(-1)[0].item()) if m is not None else None
     keep = _truth(cond) if cond is not None else True
     values = list(carried)
-    scans: list[list] | None = None
     n_scan = len(body.output) - 1 - n_carried
     scans = [[] for _ in range(n_scan)]
     i = 0
@@ -46,7 +53,9 @@ def loop(m=None, cond=None, *carried, body=None, ctx=None):
             scans[k].append(s)
         i += 1
     # Scan outputs are stacked along a new first axis (not concatenated).
-    return (*values, *[_stack(s) for s in scans])
+    declared = list(body.output)[1 + n_carried :]
+    dev = ctx.default_device(*values)
+    return (*values, *[_stack(s, d, dev) for s, d in zip(scans, declared)])
 
 
 def _scan_run(run, states, scan_inputs, n_scan_in, in_axes, in_dirs, out_axes, out_dirs):
@@ -89,10 +98,7 @@ def scan(
     m = num_scan_inputs
     n_states = len(inputs) - m
     states, scan_inputs = list(inputs[:n_states]), list(inputs[n_states:])
-    in_axes = [
-        a + x.dim() if a < 0 else a
-        for a, x in zip(scan_input_axes or [0] * m, scan_inputs)
-    ]
+    in_axes = [a + x.dim() if a < 0 else a for a, x in zip(scan_input_axes or [0] * m, scan_inputs)]
     n_out = len(body.output) - n_states
     states, scan_outs = _scan_run(
         run,

@@ -19,15 +19,13 @@ def legacy_broadcast(b: torch.Tensor, a: torch.Tensor, broadcast: int, axis: int
 
 
 def _binary(name: str, fn, legacy=True) -> None:
-    fn = unsigned_safe(fn)
-
-    def modern(a, b):
-        return fn(a, b)
+    modern = unsigned_safe(fn)
+    fn = modern
 
     def old(a, b, broadcast=0, axis=None):
         return fn(a, legacy_broadcast(b, a, broadcast, axis))
 
-    modern.__name__ = old.__name__ = name.lower()
+    old.__name__ = name.lower()
     if legacy:
         op(name, since=1)(old)
     op(name, since=7)(modern)
@@ -55,6 +53,9 @@ def pow_legacy(a, b, broadcast=0, axis=None):
 def pow_(a, b):
     # The result has the type of the base, whatever the exponent's type.
     if a.is_floating_point():
+        if b.dim() == 0 and b.device.type == "cpu" and not b.dtype.is_complex:
+            # a scalar exponent on the host: torch's scalar path (x*x for 2) is ~20x faster
+            return torch.pow(a, b.item())
         return torch.pow(a, b.to(a.dtype) if b.dtype != a.dtype else b)
     if b.is_floating_point():
         return torch.pow(a.to(torch.float64), b.to(torch.float64)).to(a.dtype)
@@ -78,11 +79,8 @@ def mod(a, b, fmod=0):
 
 
 def _unary(name: str, fn, since: int = 1) -> None:
-    def kernel(x):
-        return fn(x)
-
-    kernel.__name__ = name.lower()
-    op(name, since=since)(kernel)
+    # the torch function itself is the kernel: one call per node
+    op(name, since=since)(fn)
 
 
 for _name, _fn in {

@@ -156,7 +156,9 @@ def topk(x, k, axis=-1, largest=1, sorted=1):  # noqa: A002
 def unique(x, axis=None, sorted=1):  # noqa: A002
     if axis is None:
         flat = x.reshape(-1)
-        y, inverse, counts = torch.unique(flat, sorted=True, return_inverse=True, return_counts=True)
+        y, inverse, counts = torch.unique(
+            flat, sorted=True, return_inverse=True, return_counts=True
+        )
         n = flat.shape[0]
     else:
         axis = norm_axis(axis, x.dim())

@@ -94,10 +94,21 @@ def label_encoder_1(x, classes_strings=None, default_int64=-1, default_string="_
 
 
 @op("LabelEncoder", since=2, domain=ML)
-def label_encoder(x, default_float=-0.0, default_int64=-1, default_string="_Unused",
-                  default_tensor=None, keys_floats=None, keys_int64s=None, keys_strings=None,
-                  keys_tensor=None, values_floats=None, values_int64s=None, values_strings=None,
-                  values_tensor=None):
+def label_encoder(
+    x,
+    default_float=-0.0,
+    default_int64=-1,
+    default_string="_Unused",
+    default_tensor=None,
+    keys_floats=None,
+    keys_int64s=None,
+    keys_strings=None,
+    keys_tensor=None,
+    values_floats=None,
+    values_int64s=None,
+    values_strings=None,
+    values_tensor=None,
+):
     if keys_strings or values_strings:
         raise NotImplementedError("LabelEncoder: string keys or values are not supported")
     keys = _numeric(keys_tensor, None)
@@ -108,7 +119,11 @@ def label_encoder(x, default_float=-0.0, default_int64=-1, default_string="_Unus
     values = _numeric(values_tensor, None)
     default: object
     if values is not None:
-        default = default_tensor.reshape(()) if default_tensor is not None else torch.zeros((), dtype=values.dtype)
+        default = (
+            default_tensor.reshape(())
+            if default_tensor is not None
+            else torch.zeros((), dtype=values.dtype)
+        )
     elif values_floats:
         values, default = _numeric(values_floats, torch.float32), default_float
     else:

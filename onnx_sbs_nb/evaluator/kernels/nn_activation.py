@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
@@ -16,7 +15,7 @@ def relu(x, consumed_inputs=None):
 
 @op("LeakyRelu", since=1)
 def leaky_relu(x, alpha=0.01, consumed_inputs=None):
-    return torch.where(x >= 0, x, x * alpha)
+    return F.leaky_relu(x, alpha)
 
 
 @op("PRelu", since=1)
@@ -27,7 +26,7 @@ def prelu(x, slope, consumed_inputs=None):
 
 @op("Elu", since=1)
 def elu(x, alpha=1.0, consumed_inputs=None):
-    return torch.where(x > 0, x, alpha * torch.expm1(x))
+    return F.elu(x, alpha)
 
 
 @op("Selu", since=1)
@@ -37,7 +36,7 @@ def selu(x, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875, co
 
 @op("Celu", since=12)
 def celu(x, alpha=1.0):
-    return torch.clamp(x, min=0) + torch.clamp(alpha * torch.expm1(x / alpha), max=0)
+    return F.celu(x, alpha)
 
 
 @op("Gelu", since=20)
@@ -52,7 +51,7 @@ def hard_sigmoid(x, alpha=0.2, beta=0.5, consumed_inputs=None):
 
 @op("HardSwish", since=14)
 def hard_swish(x):
-    return x * torch.clamp(x * (1 / 6) + 0.5, 0, 1)
+    return F.hardswish(x)
 
 
 @op("Sigmoid", since=1)
@@ -62,13 +61,13 @@ def sigmoid(x, consumed_inputs=None):
 
 @op("Softplus", since=1)
 def softplus(x):
-    # torch's softplus switches to the identity above a threshold; ONNX is log(exp(x)+1)
-    return torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=x.device))
+    # torch switches to the identity above x=20, where log1p(exp(-x)) < 3e-9 * x
+    return F.softplus(x)
 
 
 @op("Softsign", since=1)
 def softsign(x):
-    return x / (1 + x.abs())
+    return F.softsign(x)
 
 
 @op("Tanh", since=1)
@@ -78,17 +77,17 @@ def tanh(x, consumed_inputs=None):
 
 @op("ThresholdedRelu", since=10)
 def thresholded_relu(x, alpha=1.0):
-    return torch.where(x > alpha, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return F.threshold(x, alpha, 0.0)
 
 
 @op("Mish", since=18)
 def mish(x):
-    return x * torch.tanh(softplus(x))
+    return F.mish(x)
 
 
 @op("Swish", since=24)
 def swish(x, alpha=1.0):
-    return x * torch.sigmoid(x * alpha)
+    return F.silu(x) if alpha == 1.0 else x * torch.sigmoid(x * alpha)
 
 
 # Shrink is an activation-like element-wise op of opset 9
@@ -98,3 +97,6 @@ def shrink(x, bias=0.0, lambd=0.5):
     return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, zero)).to(x.dtype)
 
 
+@op("SwiGLU", since=28)
+def swiglu(a, b, alpha=1.0):
+    return a * torch.sigmoid(alpha * a) * b

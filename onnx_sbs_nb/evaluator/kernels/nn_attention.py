@@ -48,9 +48,25 @@ def _window_bias(base, left, right, offset, dtype, device):
     return base + torch.where(allowed, zero, torch.full((), _NEG_INF, dtype=dtype, device=device))
 
 
-def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *,
-              is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None,
-              softcap=0.0, softmax_precision=None, left_window_size=-1, right_window_size=-1):
+def attention(
+    q,
+    k,
+    v,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    *,
+    is_causal=0,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+    left_window_size=-1,
+    right_window_size=-1,
+):
     """The ONNX Attention function (the reference's computation, with torch)."""
     if (past_key is None) != (past_value is None):
         raise ValueError("Attention: past_key and past_value must be given together")
@@ -77,12 +93,17 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
             fill = False if attn_mask.dtype == torch.bool else _NEG_INF
             attn_mask = torch.nn.functional.pad(attn_mask, (0, pad), value=fill)
         if attn_mask.dtype == torch.bool:
-            attn_mask = torch.where(attn_mask, torch.zeros((), dtype=dt, device=dev),
-                                    torch.full((), _NEG_INF, dtype=dt, device=dev))
+            attn_mask = torch.where(
+                attn_mask,
+                torch.zeros((), dtype=dt, device=dev),
+                torch.full((), _NEG_INF, dtype=dt, device=dev),
+            )
     windowed = left_window_size >= 0 or right_window_size >= 0
     external = past_key is None and nonpad_kv_seqlen is not None
-    offset = (nonpad_kv_seqlen.reshape(-1).to(dev) - lq) if external else (
-        past_key.shape[2] if past_key is not None else 0
+    offset = (
+        (nonpad_kv_seqlen.reshape(-1).to(dev) - lq)
+        if external
+        else (past_key.shape[2] if past_key is not None else 0)
     )
     if is_causal:
         base = bias if attn_mask is None else attn_mask.to(dt)
@@ -92,11 +113,21 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     elif attn_mask is not None:
         bias = bias + attn_mask.to(dt)
     if windowed:
-        bias = _window_bias(torch.zeros((lq, lkv), dtype=dt, device=dev) + bias, left_window_size,
-                            right_window_size, offset, dt, dev)
+        bias = _window_bias(
+            torch.zeros((lq, lkv), dtype=dt, device=dev) + bias,
+            left_window_size,
+            right_window_size,
+            offset,
+            dt,
+            dev,
+        )
     if nonpad_kv_seqlen is not None:
         keep = torch.arange(lkv, device=dev) < nonpad_kv_seqlen.to(dev).reshape(-1, 1)
-        pm = torch.where(keep, torch.zeros((), dtype=dt, device=dev), torch.full((), _NEG_INF, dtype=dt, device=dev))
+        pm = torch.where(
+            keep,
+            torch.zeros((), dtype=dt, device=dev),
+            torch.full((), _NEG_INF, dtype=dt, device=dev),
+        )
         bias = bias + pm.reshape(-1, 1, 1, lkv)
     hq, hk = q.shape[1], k.shape[1]
     if hq != hk:
@@ -129,42 +160,119 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
 
 
 @op("Attention", since=23)
-def attention_23(q, k, v, attn_mask=None, past_key=None, past_value=None, is_causal=0,
-                 kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None,
-                 softcap=0.0, softmax_precision=None):
-    return attention(q, k, v, attn_mask, past_key, past_value, None, is_causal=is_causal,
-                     kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
-                     qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-                     softmax_precision=softmax_precision)
+def attention_23(
+    q,
+    k,
+    v,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    is_causal=0,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+):
+    return attention(
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        None,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+    )
 
 
 @op("Attention", since=24)
-def attention_24(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None,
-                 is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0,
-                 scale=None, softcap=0.0, softmax_precision=None):
-    return attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen,
-                     is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
-                     qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-                     softmax_precision=softmax_precision)
+def attention_24(
+    q,
+    k,
+    v,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    is_causal=0,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+):
+    return attention(
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+    )
 
 
 @op("Attention", since=25)
-def attention_25(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None,
-                 is_causal=0, kv_num_heads=None, left_window_size=-1, q_num_heads=None,
-                 qk_matmul_output_mode=0, right_window_size=-1, scale=None, softcap=0.0,
-                 softmax_precision=None):
+def attention_25(
+    q,
+    k,
+    v,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    is_causal=0,
+    kv_num_heads=None,
+    left_window_size=-1,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    right_window_size=-1,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+):
     if q.dim() == 4 and (q_num_heads is not None or kv_num_heads is not None):
         raise ValueError("Attention: q_num_heads and kv_num_heads must not be set for 4-D inputs")
-    return attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen,
-                     is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
-                     qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-                     softmax_precision=softmax_precision, left_window_size=left_window_size,
-                     right_window_size=right_window_size)
+    return attention(
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+        left_window_size=left_window_size,
+        right_window_size=right_window_size,
+    )
 
 
 @op("RotaryEmbedding", since=23)
-def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, interleaved=0, num_heads=0,
-                     rotary_embedding_dim=0):
+def rotary_embedding(
+    x, cos_cache, sin_cache, position_ids=None, interleaved=0, num_heads=0, rotary_embedding_dim=0
+):
     shape = x.shape
     if x.dim() == 4:
         x = x.transpose(1, 2)  # (batch, seq, heads, head)
@@ -195,3 +303,110 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, interleaved=0, 
     if len(shape) == 3:
         return out.reshape(shape)
     return out.transpose(1, 2)
+
+
+def _heads_4d(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, t, hd = x.shape
+    if hd % heads:
+        raise ValueError(f"last dimension {hd} is not a multiple of {heads} heads")
+    return x.reshape(b, t, heads, hd // heads).transpose(1, 2)
+
+
+@op("LinearAttention", since=27)
+def linear_attention(
+    query,
+    key,
+    value,
+    past_state=None,
+    decay=None,
+    beta=None,
+    chunk_size=64,
+    kv_num_heads=None,
+    q_num_heads=None,
+    scale=0.0,
+    update_rule="gated_delta",
+):
+    """The recurrent form (chunk_size only tunes chunked implementations)."""
+    if update_rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise ValueError(f"LinearAttention: unknown update_rule {update_rule!r}")
+    if not q_num_heads or not kv_num_heads or q_num_heads % kv_num_heads:
+        raise ValueError("LinearAttention: q_num_heads must be a positive multiple of kv_num_heads")
+    gating = update_rule in ("gated", "gated_delta")
+    delta = update_rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise ValueError(f"LinearAttention: update_rule {update_rule!r} and decay/beta disagree")
+    f32 = torch.float32
+    b, t, _ = query.shape
+    dk = query.shape[-1] // q_num_heads
+    dv = value.shape[-1] // kv_num_heads
+    group = q_num_heads // kv_num_heads
+    q4 = _heads_4d(query, q_num_heads).to(f32)
+    k4 = _heads_4d(key, kv_num_heads).to(f32)
+    v4 = _heads_4d(value, kv_num_heads).to(f32)
+    if decay is not None:
+        if decay.shape[-1] == kv_num_heads:
+            decay4 = decay.reshape(b, t, kv_num_heads, 1).transpose(1, 2).to(f32)
+        else:
+            decay4 = _heads_4d(decay, kv_num_heads).to(f32)
+    if beta is not None:
+        beta4 = beta.reshape(b, t, beta.shape[-1], 1).transpose(1, 2).to(f32)
+    if past_state is not None:
+        state_dtype = past_state.dtype
+        state = past_state.to(f32)
+    else:
+        state_dtype = query.dtype
+        state = torch.zeros((b, kv_num_heads, dk, dv), dtype=f32, device=query.device)
+    sc = 1.0 / math.sqrt(dk) if not scale else float(scale)
+    outs = []
+    for i in range(t):
+        k_t, v_t = k4[:, :, i], v4[:, :, i]
+        if gating:
+            state = state * torch.exp(decay4[:, :, i]).unsqueeze(-1)
+        if delta:
+            retrieved = torch.einsum("bhdm,bhd->bhm", state, k_t)
+            v_t = beta4[:, :, i] * (v_t - retrieved)
+        state = state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+        read = state if group == 1 else state.repeat_interleave(group, 1)
+        outs.append(sc * torch.einsum("bhd,bhdm->bhm", q4[:, :, i], read))
+    out = torch.stack(outs, 2) if outs else q4.new_zeros((b, q_num_heads, 0, dv))
+    out = out.transpose(1, 2).reshape(b, t, q_num_heads * dv).to(query.dtype)
+    return out, state.to(state_dtype)
+
+
+@op("FlexAttention", since=1, domain="ai.onnx.preview", context=True)
+def flex_attention(
+    q, k, v, prob_mod=None, scale=None, score_mod=None, softmax_precision=None, ctx=None
+):
+    """Attention whose scores and probabilities pass through optional subgraphs."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("FlexAttention: Q, K and V must be rank 4")
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk:
+        if hq % hk:
+            raise ValueError(f"FlexAttention: {hq} query heads are not a multiple of {hk}")
+        k = k.repeat_interleave(hq // hk, 1)
+        v = v.repeat_interleave(hq // hk, 1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[3])
+    root = torch.tensor(math.sqrt(scale), dtype=torch.float32).to(q.dtype)
+    scores = torch.matmul(q * root.to(q.device), (k * root.to(q.device)).transpose(-1, -2))
+    if softmax_precision:
+        cdt = onnx_to_torch_dtype(softmax_precision)
+    else:
+        cdt = torch.float32 if q.dtype.itemsize < 4 else q.dtype
+    scores = scores.to(cdt)
+    if score_mod is not None:
+        scores = _run_mod(ctx, score_mod, scores).to(cdt)
+    probs = torch.softmax(scores, -1)
+    if prob_mod is not None:
+        probs = _run_mod(ctx, prob_mod, probs).to(cdt)
+    return torch.matmul(probs, v.to(cdt)).to(v.dtype)
+
+
+def _run_mod(ctx, graph, value):
+    if ctx is None:
+        raise ValueError("FlexAttention with score_mod/prob_mod needs the evaluator's context")
+    outs = ctx.run_graph(graph, [value])
+    if len(outs) != 1:
+        raise ValueError("FlexAttention: a modifier graph must have exactly one output")
+    return outs[0]

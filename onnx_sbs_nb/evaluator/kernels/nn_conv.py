@@ -13,9 +13,7 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
-def same_pads(
-    in_shape, kernel, strides, dilations, auto_pad: str
-) -> list[int]:
+def same_pads(in_shape, kernel, strides, dilations, auto_pad: str) -> list[int]:
     """ONNX pads [b1..bn, e1..en] for auto_pad SAME_UPPER / SAME_LOWER / VALID."""
     n = len(in_shape)
     if auto_pad == "VALID":
@@ -59,8 +57,17 @@ def conv_nd(x, w, b, pads, strides, dilations, group):
 
 
 @op("Conv", since=1)
-def conv(x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
-         pads=None, strides=None):
+def conv(
+    x,
+    w,
+    b=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
     n = x.dim() - 2
     kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
     strides = list(strides) if strides else [1] * n
@@ -70,9 +77,19 @@ def conv(x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
 
 
 @op("ConvTranspose", since=1)
-def conv_transpose(x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
-                   kernel_shape=None, output_padding=None, output_shape=None, pads=None,
-                   strides=None):
+def conv_transpose(
+    x,
+    w,
+    b=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    output_padding=None,
+    output_shape=None,
+    pads=None,
+    strides=None,
+):
     n = x.dim() - 2
     if n not in _CONV_T:
         raise NotImplementedError(f"ConvTranspose with {n} spatial dimensions")
@@ -83,21 +100,25 @@ def conv_transpose(x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
     in_shape = list(x.shape[2:])
     full = [strides[i] * (in_shape[i] - 1) + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
     if output_shape or (not pads and auto_pad in ("SAME_UPPER", "SAME_LOWER")):
-        target = list(output_shape)[-n:] if output_shape else [in_shape[i] * strides[i] for i in range(n)]
-        total = [full[i] + opad[i] - target[i] for i in range(n)]
+        # onnxruntime's rule: pads from the total padding the output shape implies
+        # (never negative without an explicit output_shape), SAME_UPPER putting the odd
+        # one at the end and every other mode at the beginning
+        if output_shape:
+            target = list(output_shape)[-n:]
+            total = [full[i] + opad[i] - target[i] for i in range(n)]
+        else:
+            total = [max(0, full[i] + opad[i] - in_shape[i] * strides[i]) for i in range(n)]
         if auto_pad == "SAME_UPPER":
             begins = [t // 2 for t in total]
-        elif auto_pad == "SAME_LOWER":
-            begins = [t - t // 2 for t in total]
         else:
-            # NOTSET with output_shape: the reference (and onnxruntime) pad at the end
-            begins = [0] * n
+            begins = [t - t // 2 for t in total]
         ends = [total[i] - begins[i] for i in range(n)]
     else:
         p = list(pads) if pads else [0] * (2 * n)
         begins, ends = p[:n], p[n:]
-    y = _CONV_T[n](x, w, None, stride=strides, padding=0, output_padding=0, groups=group,
-                   dilation=dilations)
+    y = _CONV_T[n](
+        x, w, None, stride=strides, padding=0, output_padding=0, groups=group, dilation=dilations
+    )
     # F.pad with negative amounts crops: removes pads and appends output_padding in one call
     fpad: list[int] = []
     for i in reversed(range(n)):
@@ -110,8 +131,18 @@ def conv_transpose(x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
 
 
 @op("ConvInteger", since=10)
-def conv_integer(x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET",
-                 dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+def conv_integer(
+    x,
+    w,
+    x_zero_point=None,
+    w_zero_point=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
     # float64 holds every int32 accumulator of realistic sizes exactly, and conv has no
     # integer kernels in torch
     xf = x.to(torch.float64)
@@ -130,8 +161,19 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET",
 
 
 @op("DeformConv", since=19)
-def deform_conv(x, w, offset, b=None, mask=None, dilations=None, group=1,
-                kernel_shape=None, offset_group=1, pads=None, strides=None):
+def deform_conv(
+    x,
+    w,
+    offset,
+    b=None,
+    mask=None,
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    offset_group=1,
+    pads=None,
+    strides=None,
+):
     if x.dim() != 4:
         raise NotImplementedError("DeformConv is implemented for 2-D inputs only")
     N, C, H, W = x.shape
@@ -150,7 +192,9 @@ def deform_conv(x, w, offset, b=None, mask=None, dilations=None, group=1,
     kx = (torch.arange(kw, device=dev, dtype=dt) * dw).reshape(1, 1, 1, kw, 1, 1)
     py = base_y + ky + off[:, :, :, :, 0]
     px = base_x + kx + off[:, :, :, :, 1]
-    sampled = _bilinear_zero(x.reshape(N * G, C // G, H, W), py.reshape(N * G, -1), px.reshape(N * G, -1))
+    sampled = _bilinear_zero(
+        x.reshape(N * G, C // G, H, W), py.reshape(N * G, -1), px.reshape(N * G, -1)
+    )
     sampled = sampled.reshape(N, G, C // G, kh, kw, oh, ow)
     if mask is not None:
         sampled = sampled * mask.reshape(N, G, 1, kh, kw, oh, ow)
@@ -192,15 +236,21 @@ def col2im(x, image_shape, block_shape, dilations=None, pads=None, strides=None)
     N, CK, L = x.shape
     K = math.prod(blk)
     C = CK // K
-    nblocks = [(img[i] + p[i] + p[i + n] - dil[i] * (blk[i] - 1) - 1) // st[i] + 1 for i in range(n)]
+    nblocks = [
+        (img[i] + p[i] + p[i + n] - dil[i] * (blk[i] - 1) - 1) // st[i] + 1 for i in range(n)
+    ]
     if math.prod(nblocks) != L:
         raise ValueError(f"Col2Im: input has {L} blocks, the attributes imply {nblocks}")
     dev = x.device
     # position of every (kernel offset, block) pair in the image, per dimension
     target = torch.zeros((K, L), dtype=torch.int64, device=dev)
     valid = torch.ones((K, L), dtype=torch.bool, device=dev)
-    kgrid = torch.stack(torch.meshgrid(*[torch.arange(b, device=dev) for b in blk], indexing="ij"), 0).reshape(n, K, 1)
-    bgrid = torch.stack(torch.meshgrid(*[torch.arange(b, device=dev) for b in nblocks], indexing="ij"), 0).reshape(n, 1, L)
+    kgrid = torch.stack(
+        torch.meshgrid(*[torch.arange(b, device=dev) for b in blk], indexing="ij"), 0
+    ).reshape(n, K, 1)
+    bgrid = torch.stack(
+        torch.meshgrid(*[torch.arange(b, device=dev) for b in nblocks], indexing="ij"), 0
+    ).reshape(n, 1, L)
     for i in range(n):
         pos = bgrid[i] * st[i] - p[i] + kgrid[i] * dil[i]
         valid &= (pos >= 0) & (pos < img[i])
@@ -209,3 +259,17 @@ def col2im(x, image_shape, block_shape, dilations=None, pads=None, strides=None)
     out = torch.zeros((N, C, math.prod(img)), dtype=x.dtype, device=dev)
     out.index_add_(2, target.reshape(-1), cols)
     return out.reshape(N, C, *img)
+
+
+@op("CausalConvWithState", since=27)
+def causal_conv_with_state(x, w, b=None, past_state=None, activation="none"):
+    if activation not in ("none", "silu", "swish"):
+        raise ValueError(f"CausalConvWithState: unknown activation {activation!r}")
+    k = w.shape[2]
+    if past_state is None:
+        past_state = torch.zeros((x.shape[0], x.shape[1], k - 1), dtype=x.dtype, device=x.device)
+    padded = torch.cat([past_state, x], 2)
+    y = F.conv1d(padded, w, b, groups=x.shape[1])
+    if activation != "none":
+        y = F.silu(y.float()).to(x.dtype)
+    return y, padded[:, :, padded.shape[2] - (k - 1) :]

@@ -29,12 +29,20 @@ def _iou_matrix(boxes: torch.Tensor, center_point_box: int) -> torch.Tensor:
     area = (x1 - x0) * (y1 - y0)
     union = area[:, None] + area[None] - inter
     ok = (iw > 0) & (ih > 0) & (area[:, None] > 0) & (area[None] > 0) & (union > 0)
-    return torch.where(ok, inter / torch.where(union > 0, union, torch.ones_like(union)), torch.zeros_like(inter))
+    return torch.where(
+        ok, inter / torch.where(union > 0, union, torch.ones_like(union)), torch.zeros_like(inter)
+    )
 
 
 @op("NonMaxSuppression", since=10)
-def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
-                        score_threshold=None, center_point_box=0):
+def non_max_suppression(
+    boxes,
+    scores,
+    max_output_boxes_per_class=None,
+    iou_threshold=None,
+    score_threshold=None,
+    center_point_box=0,
+):
     max_out = max(int(_first(max_output_boxes_per_class, 0)), 0)
     iou_thr = float(_first(iou_threshold, 0.0))
     score_thr = _first(score_threshold, None)
@@ -60,9 +68,18 @@ def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_thre
 
 
 @op("TfIdfVectorizer", since=9)
-def tfidf_vectorizer(x, max_gram_length=1, max_skip_count=0, min_gram_length=1, mode="TF",
-                     ngram_counts=(), ngram_indexes=(), pool_int64s=None, pool_strings=None,
-                     weights=None):
+def tfidf_vectorizer(
+    x,
+    max_gram_length=1,
+    max_skip_count=0,
+    min_gram_length=1,
+    mode="TF",
+    ngram_counts=(),
+    ngram_indexes=(),
+    pool_int64s=None,
+    pool_strings=None,
+    weights=None,
+):
     pool = list(pool_int64s if pool_int64s is not None else (pool_strings or []))
     counts = list(ngram_counts)
     indexes = list(ngram_indexes)

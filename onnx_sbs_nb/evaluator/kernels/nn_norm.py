@@ -23,7 +23,9 @@ def _bn_inference(x, scale, bias, mean, var, epsilon):
     if x.dim() >= 2 and scale.dim() == 1:
         return F.batch_norm(x, mean, var, scale, bias, False, 0.0, epsilon)
     r = x.dim()
-    return (x - _channel(mean, r)) / torch.sqrt(_channel(var, r) + epsilon) * _channel(scale, r) + _channel(bias, r)
+    return (x - _channel(mean, r)) / torch.sqrt(_channel(var, r) + epsilon) * _channel(
+        scale, r
+    ) + _channel(bias, r)
 
 
 def _bn_stats(x):
@@ -34,8 +36,19 @@ def _bn_stats(x):
 
 
 @op("BatchNormalization", since=1, context=True)
-def batch_norm_1(x, scale, bias, mean, var, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1,
-                 consumed_inputs=None, ctx=None):
+def batch_norm_1(
+    x,
+    scale,
+    bias,
+    mean,
+    var,
+    epsilon=1e-5,
+    is_test=0,
+    momentum=0.9,
+    spatial=1,
+    consumed_inputs=None,
+    ctx=None,
+):
     if is_test:
         return _bn_inference(x, scale, bias, mean, var, epsilon)
     return _bn_train_legacy(x, scale, bias, mean, var, epsilon, momentum, ctx)
@@ -87,9 +100,13 @@ def layer_norm(x, scale, b=None, axis=-1, epsilon=1e-5, stash_type=1, ctx=None):
     axis = axis % x.dim()
     nshape = list(x.shape[axis:])
     cdt = _stash(x, stash_type)
-    if not _wants(ctx, 1) and not _wants(ctx, 2) and list(scale.shape) == nshape and (
-        b is None or list(b.shape) == nshape
-    ) and (cdt == x.dtype or cdt == torch.float32):
+    if (
+        not _wants(ctx, 1)
+        and not _wants(ctx, 2)
+        and list(scale.shape) == nshape
+        and (b is None or list(b.shape) == nshape)
+        and (cdt == x.dtype or cdt == torch.float32)
+    ):
         # torch already accumulates half inputs in float32
         return F.layer_norm(x, nshape, scale, b, epsilon)
     axes = list(range(axis, x.dim()))
@@ -107,7 +124,9 @@ def layer_norm(x, scale, b=None, axis=-1, epsilon=1e-5, stash_type=1, ctx=None):
 def group_norm_18(x, scale, bias, epsilon=1e-5, num_groups=0):
     # opset 18: scale and bias hold one value per group
     per = x.shape[1] // num_groups
-    return _group_norm(x, scale.repeat_interleave(per), bias.repeat_interleave(per), epsilon, num_groups, 1)
+    return _group_norm(
+        x, scale.repeat_interleave(per), bias.repeat_interleave(per), epsilon, num_groups, 1
+    )
 
 
 @op("GroupNormalization", since=21)

@@ -24,7 +24,10 @@ def _pool_geometry(in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mo
     n = len(in_shape)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = [(in_shape[i] - 1) // strides[i] + 1 for i in range(n)]
-        tot = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_shape[i]) for i in range(n)]
+        tot = [
+            max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_shape[i])
+            for i in range(n)
+        ]
         if auto_pad == "SAME_UPPER":
             pads = [t // 2 for t in tot] + [t - t // 2 for t in tot]
         else:
@@ -72,11 +75,14 @@ def _lowest(dtype):
     return torch.iinfo(dtype).min
 
 
-def _max_pool(x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides,
-              with_indices):
+def _max_pool(
+    x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, with_indices
+):
     n, kernel, strides, dilations = _attrs(x, kernel_shape, strides, dilations)
     in_shape = list(x.shape[2:])
-    out, begins, ends, _ = _pool_geometry(in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mode)
+    out, begins, ends, _ = _pool_geometry(
+        in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mode
+    )
     xp = x
     fp = _fpad(begins, ends)
     if any(fp):
@@ -109,11 +115,22 @@ def max_pool_1(x, auto_pad="NOTSET", kernel_shape=(), pads=None, strides=None):
 
 
 @op("MaxPool", since=8, context=True)
-def max_pool_8(x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=(), pads=None,
-               storage_order=0, strides=None, ctx=None):
+def max_pool_8(
+    x,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    dilations=None,
+    kernel_shape=(),
+    pads=None,
+    storage_order=0,
+    strides=None,
+    ctx=None,
+):
     # Indices cost several extra ops: only computed when the node asks for them
     want = ctx is None or (len(ctx.node.output) > 1 and bool(ctx.node.output[1]))
-    return _max_pool(x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, want)
+    return _max_pool(
+        x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, want
+    )
 
 
 def _window_sum(xp, kernel, strides, dilations):
@@ -155,14 +172,26 @@ def average_pool_1(x, auto_pad="NOTSET", kernel_shape=(), pads=None, strides=Non
 
 
 @op("AveragePool", since=7)
-def average_pool_7(x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
-                   kernel_shape=(), pads=None, strides=None):
-    return _avg_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
+def average_pool_7(
+    x,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    count_include_pad=0,
+    dilations=None,
+    kernel_shape=(),
+    pads=None,
+    strides=None,
+):
+    return _avg_pool(
+        x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides
+    )
 
 
 def _lp_pool(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
     n, kernel, strides, dilations = _attrs(x, kernel_shape, strides, dilations)
-    out, begins, ends, _ = _pool_geometry(list(x.shape[2:]), kernel, strides, dilations, pads, auto_pad, ceil_mode)
+    out, begins, ends, _ = _pool_geometry(
+        list(x.shape[2:]), kernel, strides, dilations, pads, auto_pad, ceil_mode
+    )
     fp = _fpad(begins, ends)
     xp = x.abs().pow(p)
     if any(fp):
@@ -176,8 +205,9 @@ def lp_pool_1(x, auto_pad="NOTSET", kernel_shape=(), p=2.0, pads=None, strides=N
 
 
 @op("LpPool", since=18)
-def lp_pool_18(x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=(), p=2,
-               pads=None, strides=None):
+def lp_pool_18(
+    x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=(), p=2, pads=None, strides=None
+):
     return _lp_pool(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides)
 
 
@@ -224,14 +254,21 @@ def max_unpool(x, indices, output_shape=None, kernel_shape=(), pads=None, stride
     return F.pad(y, _fpad([0] * n, [shape[i + 2] - inferred[i + 2] for i in range(n)]))
 
 
+def _round_half_away(v: float) -> int:
+    # C's round(), as onnxruntime uses (Python's round() goes to even)
+    return int(math.copysign(math.floor(abs(v) + 0.5), v))
+
+
 @op("MaxRoiPool", since=1)
 def max_roi_pool(x, rois, pooled_shape=(), spatial_scale=1.0):
     ph, pw = pooled_shape
     H, W = x.shape[2:]
     out = torch.zeros((rois.shape[0], x.shape[1], ph, pw), dtype=x.dtype, device=x.device)
-    for r, roi in enumerate(rois.tolist()):
+    # scaled in float32 as onnxruntime does: 5 * 0.9f is 4.5 there, 4.4999998 in float64
+    scaled = (rois[:, 1:5].to(torch.float32) * spatial_scale).tolist()
+    for r, (roi, box) in enumerate(zip(rois.tolist(), scaled)):
         b = int(roi[0])
-        x1, y1, x2, y2 = (round(v * spatial_scale) for v in roi[1:5])
+        x1, y1, x2, y2 = (_round_half_away(v) for v in box)
         rh, rw = max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1)
         for i in range(ph):
             hs = min(max(math.floor(i * rh / ph) + y1, 0), H)
@@ -244,10 +281,27 @@ def max_roi_pool(x, rois, pooled_shape=(), spatial_scale=1.0):
     return out
 
 
-def _roi_align(x, rois, batch_indices, half_pixel, mode, output_height, output_width,
-               sampling_ratio, spatial_scale):
+def _roi_tap(img, flat_idx, weight, dtype):
+    """Weighted values of one bilinear corner at every sample point: (C, *weight.shape)."""
+    idx = flat_idx.expand(weight.shape).reshape(-1)
+    return img[:, idx].reshape(img.shape[0], *weight.shape) * weight.to(dtype)
+
+
+def _roi_align(
+    x,
+    rois,
+    batch_indices,
+    half_pixel,
+    mode,
+    output_height,
+    output_width,
+    sampling_ratio,
+    spatial_scale,
+):
     N, C, H, W = x.shape
-    out = torch.empty((rois.shape[0], C, output_height, output_width), dtype=x.dtype, device=x.device)
+    out = torch.empty(
+        (rois.shape[0], C, output_height, output_width), dtype=x.dtype, device=x.device
+    )
     offset = 0.5 if half_pixel else 0.0
     dev, dt = x.device, x.dtype
     for r, (roi, b) in enumerate(zip(rois.tolist(), batch_indices.tolist())):
@@ -259,10 +313,16 @@ def _roi_align(x, rois, batch_indices, half_pixel, mode, output_height, output_w
         gh = int(sampling_ratio) if sampling_ratio > 0 else math.ceil(rh / output_height)
         gw = int(sampling_ratio) if sampling_ratio > 0 else math.ceil(rw / output_width)
         count = max(gh * gw, 1)
-        ys = sh + torch.arange(output_height, device=dev, dtype=torch.float64).reshape(-1, 1) * bh + (
-            torch.arange(gh, device=dev, dtype=torch.float64).reshape(1, -1) + 0.5) * bh / gh
-        xs = sw + torch.arange(output_width, device=dev, dtype=torch.float64).reshape(-1, 1) * bw + (
-            torch.arange(gw, device=dev, dtype=torch.float64).reshape(1, -1) + 0.5) * bw / gw
+        ys = (
+            sh
+            + torch.arange(output_height, device=dev, dtype=torch.float64).reshape(-1, 1) * bh
+            + (torch.arange(gh, device=dev, dtype=torch.float64).reshape(1, -1) + 0.5) * bh / gh
+        )
+        xs = (
+            sw
+            + torch.arange(output_width, device=dev, dtype=torch.float64).reshape(-1, 1) * bw
+            + (torch.arange(gw, device=dev, dtype=torch.float64).reshape(1, -1) + 0.5) * bw / gw
+        )
         y = ys.reshape(-1, 1)  # (oh*gh, 1)
         xx = xs.reshape(1, -1)  # (1, ow*gw)
         outside = (y < -1.0) | (y > H) | (xx < -1.0) | (xx > W)
@@ -282,14 +342,15 @@ def _roi_align(x, rois, batch_indices, half_pixel, mode, output_height, output_w
         hy, hx = 1 - ly, 1 - lx
         keep = (~outside).to(torch.float64)
         img = x[b].reshape(C, H * W)
-
-        def tap(yi, xi, wgt):
-            idx = (yi * W + xi).expand(outside.shape).reshape(-1)
-            v = img[:, idx].reshape(C, *outside.shape)
-            return v * (wgt * keep).to(dt)
-
-        t = [tap(y_low, x_low, hy * hx), tap(y_low, x_high, hy * lx),
-             tap(y_high, x_low, ly * hx), tap(y_high, x_high, ly * lx)]
+        t = [
+            _roi_tap(img, yi * W + xi, wgt * keep, dt)
+            for yi, xi, wgt in (
+                (y_low, x_low, hy * hx),
+                (y_low, x_high, hy * lx),
+                (y_high, x_low, ly * hx),
+                (y_high, x_high, ly * lx),
+            )
+        ]
         shape = (C, output_height, gh, output_width, gw)
         if mode == "avg":
             v = (t[0] + t[1] + t[2] + t[3]).reshape(shape)
@@ -302,14 +363,49 @@ def _roi_align(x, rois, batch_indices, half_pixel, mode, output_height, output_w
 
 
 @op("RoiAlign", since=10)
-def roi_align_10(x, rois, batch_indices, mode="avg", output_height=1, output_width=1,
-                 sampling_ratio=0, spatial_scale=1.0):
-    return _roi_align(x, rois, batch_indices, False, mode, output_height, output_width,
-                      sampling_ratio, spatial_scale)
+def roi_align_10(
+    x,
+    rois,
+    batch_indices,
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
+):
+    return _roi_align(
+        x,
+        rois,
+        batch_indices,
+        False,
+        mode,
+        output_height,
+        output_width,
+        sampling_ratio,
+        spatial_scale,
+    )
 
 
 @op("RoiAlign", since=16)
-def roi_align_16(x, rois, batch_indices, coordinate_transformation_mode="half_pixel", mode="avg",
-                 output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
-    return _roi_align(x, rois, batch_indices, coordinate_transformation_mode == "half_pixel",
-                      mode, output_height, output_width, sampling_ratio, spatial_scale)
+def roi_align_16(
+    x,
+    rois,
+    batch_indices,
+    coordinate_transformation_mode="half_pixel",
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
+):
+    return _roi_align(
+        x,
+        rois,
+        batch_indices,
+        coordinate_transformation_mode == "half_pixel",
+        mode,
+        output_height,
+        output_width,
+        sampling_ratio,
+        spatial_scale,
+    )

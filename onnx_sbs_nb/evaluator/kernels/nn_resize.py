@@ -95,8 +95,20 @@ def _taps(mode, ratio, scale, antialias, a):
     return c / c.sum(1, keepdim=True)
 
 
-def _resize_axis(data, axis, scale, out_len, mode, ctm, nearest_mode, a, exclude_outside,
-                 antialias, roi, extrapolation_value):
+def _resize_axis(
+    data,
+    axis,
+    scale,
+    out_len,
+    mode,
+    ctm,
+    nearest_mode,
+    a,
+    exclude_outside,
+    antialias,
+    roi,
+    extrapolation_value,
+):
     in_len = data.shape[axis]
     dev = data.device
     y = torch.arange(out_len, dtype=torch.float32, device=dev)
@@ -133,7 +145,11 @@ def _resize_axis(data, axis, scale, out_len, mode, ctm, nearest_mode, a, exclude
     if extra is not None and bool(extra.any()):
         mshape = [1] * data.dim()
         mshape[axis] = out_len
-        res = torch.where(extra.reshape(mshape), torch.tensor(extrapolation_value, dtype=res.dtype, device=dev), res)
+        res = torch.where(
+            extra.reshape(mshape),
+            torch.tensor(extrapolation_value, dtype=res.dtype, device=dev),
+            res,
+        )
     return res
 
 
@@ -144,10 +160,22 @@ def _as_list(t) -> list | None:
     return v if len(v) else None
 
 
-def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
-           coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
-           extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
-           nearest_mode="round_prefer_floor"):
+def resize(
+    x,
+    roi=None,
+    scales=None,
+    sizes=None,
+    *,
+    antialias=0,
+    axes=None,
+    coordinate_transformation_mode="half_pixel",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    keep_aspect_ratio_policy="stretch",
+    mode="nearest",
+    nearest_mode="round_prefer_floor",
+):
     """Resize with every attribute of opset 19 (older opsets map onto it)."""
     r = x.dim()
     axes = [a % r for a in axes] if axes else list(range(r))
@@ -179,7 +207,9 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
             elif keep_aspect_ratio_policy == "not_smaller":
                 s = max(sel)
             else:
-                raise ValueError(f"Resize: unknown keep_aspect_ratio_policy {keep_aspect_ratio_policy!r}")
+                raise ValueError(
+                    f"Resize: unknown keep_aspect_ratio_policy {keep_aspect_ratio_policy!r}"
+                )
             for d in axes:
                 scale[d] = s
                 out[d] = int(s * x.shape[d] + 0.5)
@@ -188,16 +218,33 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
             scale[d] = float(scales_l[i])
             out[d] = int(scale[d] * x.shape[d])
     moved = [
-        d for d in range(r)
+        d
+        for d in range(r)
         if not (
-            math.isclose(scale[d], 1.0) and out[d] == x.shape[d]
-            and (full_roi is None or (math.isclose(full_roi[d], 0.0) and math.isclose(full_roi[r + d], 1.0)))
+            math.isclose(scale[d], 1.0)
+            and out[d] == x.shape[d]
+            and (
+                full_roi is None
+                or (math.isclose(full_roi[d], 0.0) and math.isclose(full_roi[r + d], 1.0))
+            )
         )
     ]
     if not moved:
         return x
-    fast = _fast_path(x, moved, scale, out, mode, coordinate_transformation_mode, nearest_mode,
-                      cubic_coeff_a, exclude_outside, antialias, full_roi, sizes_l is not None)
+    fast = _fast_path(
+        x,
+        moved,
+        scale,
+        out,
+        mode,
+        coordinate_transformation_mode,
+        nearest_mode,
+        cubic_coeff_a,
+        exclude_outside,
+        antialias,
+        full_roi,
+        sizes_l is not None,
+    )
     if fast is not None:
         return fast
     data = x
@@ -207,9 +254,18 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
         data = x.to(torch.float32)
     for d in moved:
         data = _resize_axis(
-            data, d, scale[d], out[d], mode, coordinate_transformation_mode, nearest_mode,
-            cubic_coeff_a, exclude_outside, antialias,
-            None if full_roi is None else (full_roi[d], full_roi[r + d]), extrapolation_value,
+            data,
+            d,
+            scale[d],
+            out[d],
+            mode,
+            coordinate_transformation_mode,
+            nearest_mode,
+            cubic_coeff_a,
+            exclude_outside,
+            antialias,
+            None if full_roi is None else (full_roi[d], full_roi[r + d]),
+            extrapolation_value,
         )
     if data.dtype != x.dtype:
         if not x.dtype.is_floating_point:
@@ -219,8 +275,9 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
     return data
 
 
-def _fast_path(x, moved, scale, out, mode, ctm, nearest_mode, a, exclude_outside, antialias,
-               roi, by_sizes):
+def _fast_path(
+    x, moved, scale, out, mode, ctm, nearest_mode, a, exclude_outside, antialias, roi, by_sizes
+):
     """F.interpolate for the patterns it computes exactly like ONNX (spatial axes only)."""
     n = x.dim() - 2
     if not (1 <= n <= 3) or not x.dtype.is_floating_point or antialias or exclude_outside:
@@ -234,8 +291,10 @@ def _fast_path(x, moved, scale, out, mode, ctm, nearest_mode, a, exclude_outside
         kw = {"scale_factor": scale[2:], "recompute_scale_factor": False}
     if mode == "nearest" and ctm == "asymmetric" and nearest_mode == "floor":
         return F.interpolate(x, mode="nearest", **kw)
-    if mode == "linear" and ctm in ("half_pixel", "align_corners") or (
-        mode == "linear" and ctm == "pytorch_half_pixel" and all(o > 1 for o in spatial)
+    if (
+        mode == "linear"
+        and ctm in ("half_pixel", "align_corners")
+        or (mode == "linear" and ctm == "pytorch_half_pixel" and all(o > 1 for o in spatial))
     ):
         return F.interpolate(x, mode=_TORCH_LINEAR[n], align_corners=ctm == "align_corners", **kw)
     if mode == "cubic" and n == 2 and a == -0.75 and ctm in ("half_pixel", "align_corners"):
@@ -245,54 +304,118 @@ def _fast_path(x, moved, scale, out, mode, ctm, nearest_mode, a, exclude_outside
 
 @op("Resize", since=10)
 def resize_10(x, scales, mode="nearest"):
-    return resize(x, None, scales, None, mode=mode, coordinate_transformation_mode="asymmetric",
-                  nearest_mode="simple")
+    return resize(
+        x,
+        None,
+        scales,
+        None,
+        mode=mode,
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="simple",
+    )
 
 
 @op("Resize", since=11)
-def resize_11(x, roi=None, scales=None, sizes=None, coordinate_transformation_mode="half_pixel",
-              cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, mode="nearest",
-              nearest_mode="round_prefer_floor"):
+def resize_11(
+    x,
+    roi=None,
+    scales=None,
+    sizes=None,
+    coordinate_transformation_mode="half_pixel",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    mode="nearest",
+    nearest_mode="round_prefer_floor",
+):
     if scales is not None and scales.numel() == 0:
         scales = None
     if sizes is not None and sizes.numel() == 0:
         sizes = None
-    return resize(x, roi, scales, sizes, coordinate_transformation_mode=coordinate_transformation_mode,
-                  cubic_coeff_a=cubic_coeff_a, exclude_outside=exclude_outside,
-                  extrapolation_value=extrapolation_value, mode=mode, nearest_mode=nearest_mode)
+    return resize(
+        x,
+        roi,
+        scales,
+        sizes,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        cubic_coeff_a=cubic_coeff_a,
+        exclude_outside=exclude_outside,
+        extrapolation_value=extrapolation_value,
+        mode=mode,
+        nearest_mode=nearest_mode,
+    )
 
 
 @op("Resize", since=18)
-def resize_18(x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
-              coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
-              extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
-              nearest_mode="round_prefer_floor"):
+def resize_18(
+    x,
+    roi=None,
+    scales=None,
+    sizes=None,
+    antialias=0,
+    axes=None,
+    coordinate_transformation_mode="half_pixel",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    keep_aspect_ratio_policy="stretch",
+    mode="nearest",
+    nearest_mode="round_prefer_floor",
+):
     if scales is not None and scales.numel() == 0:
         scales = None
     if sizes is not None and sizes.numel() == 0:
         sizes = None
-    return resize(x, roi, scales, sizes, antialias=antialias, axes=axes,
-                  coordinate_transformation_mode=coordinate_transformation_mode,
-                  cubic_coeff_a=cubic_coeff_a, exclude_outside=exclude_outside,
-                  extrapolation_value=extrapolation_value,
-                  keep_aspect_ratio_policy=keep_aspect_ratio_policy, mode=mode,
-                  nearest_mode=nearest_mode)
+    return resize(
+        x,
+        roi,
+        scales,
+        sizes,
+        antialias=antialias,
+        axes=axes,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        cubic_coeff_a=cubic_coeff_a,
+        exclude_outside=exclude_outside,
+        extrapolation_value=extrapolation_value,
+        keep_aspect_ratio_policy=keep_aspect_ratio_policy,
+        mode=mode,
+        nearest_mode=nearest_mode,
+    )
 
 
 @op("Upsample", since=7)
 def upsample_7(x, mode="nearest", scales=()):
-    return resize(x, None, list(scales), None, mode=mode, coordinate_transformation_mode="asymmetric",
-                  nearest_mode="simple")
+    return resize(
+        x,
+        None,
+        list(scales),
+        None,
+        mode=mode,
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="simple",
+    )
 
 
 @op("Upsample", since=9)
 def upsample_9(x, scales, mode="nearest"):
-    return resize(x, None, scales, None, mode=mode, coordinate_transformation_mode="asymmetric",
-                  nearest_mode="simple")
+    return resize(
+        x,
+        None,
+        scales,
+        None,
+        mode=mode,
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="simple",
+    )
 
 
-_GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest",
-               "cubic": "bicubic", "bicubic": "bicubic"}
+_GRID_MODES = {
+    "linear": "bilinear",
+    "bilinear": "bilinear",
+    "nearest": "nearest",
+    "cubic": "bicubic",
+    "bicubic": "bicubic",
+}
 
 
 def _grid_sample(x, grid, align_corners, mode, padding_mode):

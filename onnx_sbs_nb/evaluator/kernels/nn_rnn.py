@@ -102,7 +102,7 @@ def _run(x, seq_lens, layout, direction, states0, step, hidden_size):
             for s in states0
         ]
         out: list[torch.Tensor | None] = [None] * T
-        for t in (reversed(range(T)) if rev else range(T)):
+        for t in reversed(range(T)) if rev else range(T):
             new = step(d, t, states)
             if masks is not None:
                 m = masks[t]
@@ -133,8 +133,21 @@ def _clip(v, clip):
     return v if clip is None else v.clamp(-clip, clip)
 
 
-def _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta, activations,
-         clip, direction, hidden_size, layout):
+def _rnn(
+    x,
+    w,
+    r,
+    b,
+    sequence_lens,
+    initial_h,
+    activation_alpha,
+    activation_beta,
+    activations,
+    clip,
+    direction,
+    hidden_size,
+    layout,
+):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], nd)
@@ -149,11 +162,29 @@ def _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta
     return y, yh
 
 
-def _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha, activation_beta,
-          activations, clip, direction, hidden_size, input_forget, layout):
+def _lstm(
+    x,
+    w,
+    r,
+    b,
+    sequence_lens,
+    initial_h,
+    initial_c,
+    p,
+    activation_alpha,
+    activation_beta,
+    activations,
+    clip,
+    direction,
+    hidden_size,
+    input_forget,
+    layout,
+):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
-    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], nd)
+    acts = _activations(
+        activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], nd
+    )
     bw = b[:, : 4 * H] + b[:, 4 * H :] if b is not None else [None] * nd
     xw = [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
     rt = [r[d].t() for d in range(nd)]
@@ -177,8 +208,22 @@ def _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha, 
     return _run(x, sequence_lens, layout, direction, [initial_h, initial_c], step, H)
 
 
-def _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta, activations,
-         clip, direction, hidden_size, layout, linear_before_reset):
+def _gru(
+    x,
+    w,
+    r,
+    b,
+    sequence_lens,
+    initial_h,
+    activation_alpha,
+    activation_beta,
+    activations,
+    clip,
+    direction,
+    hidden_size,
+    layout,
+    linear_before_reset,
+):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
     acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], nd)
@@ -211,71 +256,318 @@ def _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta
 
 
 @op("RNN", since=1)
-def rnn_1(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
-          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
-          output_sequence=0):
-    return _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
-                activations, clip, direction, hidden_size, 0)
+def rnn_1(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    output_sequence=0,
+):
+    return _rnn(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        0,
+    )
 
 
 @op("RNN", since=7)
-def rnn_7(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
-          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None):
-    return _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
-                activations, clip, direction, hidden_size, 0)
+def rnn_7(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+):
+    return _rnn(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        0,
+    )
 
 
 @op("RNN", since=14)
-def rnn_14(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
-           activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
-           layout=0):
-    return _rnn(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
-                activations, clip, direction, hidden_size, layout)
+def rnn_14(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    layout=0,
+):
+    return _rnn(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        layout,
+    )
 
 
 @op("LSTM", since=1)
-def lstm_1(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
-           activation_alpha=None, activation_beta=None, activations=None, clip=None,
-           direction="forward", hidden_size=None, input_forget=0, output_sequence=0):
-    return _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha,
-                 activation_beta, activations, clip, direction, hidden_size, input_forget, 0)
+def lstm_1(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    input_forget=0,
+    output_sequence=0,
+):
+    return _lstm(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        input_forget,
+        0,
+    )
 
 
 @op("LSTM", since=7)
-def lstm_7(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
-           activation_alpha=None, activation_beta=None, activations=None, clip=None,
-           direction="forward", hidden_size=None, input_forget=0):
-    return _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha,
-                 activation_beta, activations, clip, direction, hidden_size, input_forget, 0)
+def lstm_7(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    input_forget=0,
+):
+    return _lstm(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        input_forget,
+        0,
+    )
 
 
 @op("LSTM", since=14)
-def lstm_14(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
-            activation_alpha=None, activation_beta=None, activations=None, clip=None,
-            direction="forward", hidden_size=None, input_forget=0, layout=0):
-    return _lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha,
-                 activation_beta, activations, clip, direction, hidden_size, input_forget, layout)
+def lstm_14(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    input_forget=0,
+    layout=0,
+):
+    return _lstm(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        input_forget,
+        layout,
+    )
 
 
 @op("GRU", since=1)
-def gru_1(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
-          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
-          output_sequence=0, linear_before_reset=0):
-    return _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
-                activations, clip, direction, hidden_size, 0, linear_before_reset)
+def gru_1(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    output_sequence=0,
+    linear_before_reset=0,
+):
+    return _gru(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        0,
+        linear_before_reset,
+    )
 
 
 @op("GRU", since=7)
-def gru_7(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
-          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
-          linear_before_reset=0):
-    return _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
-                activations, clip, direction, hidden_size, 0, linear_before_reset)
+def gru_7(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    linear_before_reset=0,
+):
+    return _gru(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        0,
+        linear_before_reset,
+    )
 
 
 @op("GRU", since=14)
-def gru_14(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=None,
-           activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
-           layout=0, linear_before_reset=0):
-    return _gru(x, w, r, b, sequence_lens, initial_h, activation_alpha, activation_beta,
-                activations, clip, direction, hidden_size, layout, linear_before_reset)
+def gru_14(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    layout=0,
+    linear_before_reset=0,
+):
+    return _gru(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        activation_alpha,
+        activation_beta,
+        activations,
+        clip,
+        direction,
+        hidden_size,
+        layout,
+        linear_before_reset,
+    )

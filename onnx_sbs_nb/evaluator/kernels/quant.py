@@ -95,14 +95,16 @@ def quantize_linear_19(x, y_scale, y_zero_point=None, axis=1, saturate=1):
 
 
 @op("QuantizeLinear", since=21)
-def quantize_linear_21(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0,
-                       saturate=1):
+def quantize_linear_21(
+    x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0, saturate=1
+):
     return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, 0)
 
 
 @op("QuantizeLinear", since=23)
-def quantize_linear_23(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0,
-                       precision=0, saturate=1):
+def quantize_linear_23(
+    x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0, precision=0, saturate=1
+):
     return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, precision)
 
 
@@ -157,26 +159,53 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     sa = _per_row(a_scale, a.dim()).to(torch.float64)
     scale = sa * b_scale.to(torch.float64) / y_scale.to(torch.float64)
     # onnxruntime rounds the rescaled value computed in float32
-    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(torch.float64)
+    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(
+        torch.float64
+    )
     return saturate_to(v, y_zero_point.dtype)
 
 
 @op("QLinearConv", since=10)
-def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None,
-                 auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
-                 strides=None):
+def qlinear_conv(
+    x,
+    x_scale,
+    x_zero_point,
+    w,
+    w_scale,
+    w_zero_point,
+    y_scale,
+    y_zero_point,
+    b=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
     xf = x.to(torch.float64) - x_zero_point.to(torch.float64)
     wz = w_zero_point.to(torch.float64)
     if wz.numel() > 1:
         wz = wz.reshape(-1, *([1] * (w.dim() - 1)))
     wf = w.to(torch.float64) - wz
-    acc = conv_kernel(xf, wf, None, auto_pad=auto_pad, dilations=dilations, group=group,
-                      kernel_shape=kernel_shape, pads=pads, strides=strides)
+    acc = conv_kernel(
+        xf,
+        wf,
+        None,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
     if b is not None:
         acc = acc + b.to(torch.float64).reshape(1, -1, *([1] * (x.dim() - 2)))
     ws = w_scale.to(torch.float64)
     if ws.numel() > 1:
         ws = ws.reshape(1, -1, *([1] * (x.dim() - 2)))
     scale = x_scale.to(torch.float64) * ws / y_scale.to(torch.float64)
-    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(torch.float64)
+    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(
+        torch.float64
+    )
     return saturate_to(v, y_zero_point.dtype)

@@ -76,5 +76,7 @@ def bernoulli(x, dtype=None, seed=None):
 def multinomial(x, dtype=6, sample_size=1, seed=None):
     # input rows are unnormalised log-probabilities
     probs = torch.softmax(x.to(torch.float64 if x.dtype == torch.float64 else torch.float32), -1)
-    s = torch.multinomial(probs, sample_size, replacement=True, generator=_generator(seed, x.device))
+    s = torch.multinomial(
+        probs, sample_size, replacement=True, generator=_generator(seed, x.device)
+    )
     return s.to(onnx_to_torch_dtype(dtype))

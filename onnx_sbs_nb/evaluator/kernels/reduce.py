@@ -57,13 +57,20 @@ def reduce(name: str, x: torch.Tensor, axes: list[int], keepdims: int, noop: int
     keep = bool(keepdims)
     dtype = x.dtype
     if x.numel() == 0:
-        shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keep else [
-            d for i, d in enumerate(x.shape) if i not in axes
-        ]
+        shape = (
+            [1 if i in axes else d for i, d in enumerate(x.shape)]
+            if keep
+            else [d for i, d in enumerate(x.shape) if i not in axes]
+        )
         return torch.full(shape, _empty_fill(name, x), dtype=dtype, device=x.device)
     if dtype in WIDE_UNSIGNED or (dtype == torch.bool and name in ("ReduceMax", "ReduceMin")):
         return _IMPL[name](x.to(torch.int64), axes, keep).to(dtype)
-    if not x.is_floating_point() and name in ("ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"):
+    if not x.is_floating_point() and name in (
+        "ReduceMean",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+    ):
         return _IMPL[name](x.to(torch.float64), axes, keep).to(dtype)
     res = _IMPL[name](x, axes, keep)
     return res.to(dtype) if res.dtype != dtype else res

@@ -79,33 +79,52 @@ def stft(signal, frame_step, window=None, frame_length=None, onesided=1):
     return _from_complex(r, signal.dtype)
 
 
-def _window(size, periodic, output_datatype, fn):
+def _device(ctx) -> torch.device | None:
+    # generated from host scalars: created where the evaluator computes
+    return ctx.device if ctx is not None else None
+
+
+def _window(size, periodic, output_datatype, fn, ctx):
     n = _scalar(size)
     denom = n if periodic else n - 1
-    k = torch.arange(n, dtype=torch.float64)
+    k = torch.arange(n, dtype=torch.float64, device=_device(ctx))
     return fn(2 * math.pi * k / denom).to(onnx_to_torch_dtype(output_datatype))
 
 
-@op("HannWindow", since=17)
-def hann_window(size, output_datatype=1, periodic=1):
-    return _window(size, periodic, output_datatype, lambda a: 0.5 - 0.5 * torch.cos(a))
+@op("HannWindow", since=17, context=True)
+def hann_window(size, output_datatype=1, periodic=1, ctx=None):
+    return _window(size, periodic, output_datatype, lambda a: 0.5 - 0.5 * torch.cos(a), ctx)
 
 
-@op("HammingWindow", since=17)
-def hamming_window(size, output_datatype=1, periodic=1):
+@op("HammingWindow", since=17, context=True)
+def hamming_window(size, output_datatype=1, periodic=1, ctx=None):
     alpha = 25.0 / 46.0
-    return _window(size, periodic, output_datatype, lambda a: alpha - (1 - alpha) * torch.cos(a))
+    return _window(
+        size, periodic, output_datatype, lambda a: alpha - (1 - alpha) * torch.cos(a), ctx
+    )
 
 
-@op("BlackmanWindow", since=17)
-def blackman_window(size, output_datatype=1, periodic=1):
-    return _window(size, periodic, output_datatype,
-                   lambda a: 0.42 - 0.5 * torch.cos(a) + 0.08 * torch.cos(2 * a))
+@op("BlackmanWindow", since=17, context=True)
+def blackman_window(size, output_datatype=1, periodic=1, ctx=None):
+    return _window(
+        size,
+        periodic,
+        output_datatype,
+        lambda a: 0.42 - 0.5 * torch.cos(a) + 0.08 * torch.cos(2 * a),
+        ctx,
+    )
 
 
-@op("MelWeightMatrix", since=17)
-def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz,
-                      output_datatype=1):
+@op("MelWeightMatrix", since=17, context=True)
+def mel_weight_matrix(
+    num_mel_bins,
+    dft_length,
+    sample_rate,
+    lower_edge_hertz,
+    upper_edge_hertz,
+    output_datatype=1,
+    ctx=None,
+):
     nmel = _scalar(num_mel_bins)
     nfft = _scalar(dft_length)
     sr = _scalar(sample_rate)
@@ -129,4 +148,4 @@ def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, u
                 out[j, i] = (j - left) / (center - left)
         for j in range(center, right):
             out[j, i] = (right - j) / (right - center)
-    return out.to(onnx_to_torch_dtype(output_datatype))
+    return out.to(device=_device(ctx), dtype=onnx_to_torch_dtype(output_datatype))
