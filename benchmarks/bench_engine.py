@@ -29,9 +29,11 @@ import gc
 import io
 import pstats
 import shutil
+import statistics
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,14 +78,20 @@ THEIRS = "onnx-diagnostic"
 # float32 tolerance given to both tools (our dtype-aware default for float32).
 ATOL = RTOL = 1e-4
 MEMORY_BASE = "ort_whole_model"
+FLOOR_INNER = 5  # back-to-back floor runs per round (their minimum is the sample)
 
 
 # ---------------------------------------------------------------- measurements
 @dataclass
 class Floor:
+    """One value per round: each the minimum of FLOOR_INNER back-to-back runs."""
+
     eager: Timings
     ort_build: Timings
     ort_run: Timings
+
+    def at(self, i: int) -> float:
+        return self.eager.values[i] + self.ort_run.values[i]
 
     @property
     def median(self) -> float:
@@ -103,7 +111,8 @@ class VariantResult:
     paired: int = 0
     failing: int = 0
     flagged: int | None = None  # the prior art's own verdict (abs <= atol and rel <= rtol)
-    note: str = ""
+    cold_ratios: list[float] = field(default_factory=list)  # per round, to that round's floor
+    warm_ratios: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -129,24 +138,31 @@ class ModelResult:
     skipped: list[str]
 
 
-def measure_floor(files: ModelFiles, repeats: int) -> Floor:
-    import onnxruntime as ort
-    import torch
+class FloorRunner:
+    """The floor: one eager run of the program (module built beforehand) + one whole-model
+    onnxruntime run (session built beforehand).  Its runs are short, so each sample is the
+    minimum of FLOOR_INNER back-to-back runs."""
 
-    ep, _, args = files.load()
-    module = ep.module()
-    with torch.no_grad():
-        module(*args)  # first call pays lazy initialisation; the floor is steady state
-        eager, _ = repeat_timed(lambda: module(*args), repeats)
+    def __init__(self, files: ModelFiles, builds: int):
+        import onnxruntime as ort
+        import torch
 
-    def build() -> Any:
-        return ort.InferenceSession(str(files.onnx_path), providers=["CPUExecutionProvider"])
+        self._torch = torch
+        ep, _, self.args = files.load()
+        self.module = ep.module()
 
-    ort_build, sess = repeat_timed(build, repeats)
-    feeds = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
-    sess.run(None, feeds)
-    ort_run, _ = repeat_timed(lambda: sess.run(None, feeds), repeats)
-    return Floor(eager, ort_build, ort_run)
+        def build() -> Any:
+            return ort.InferenceSession(str(files.onnx_path), providers=["CPUExecutionProvider"])
+
+        self.ort_build, self.sess = repeat_timed(build, builds)
+        self.feeds = {i.name: a.numpy() for i, a in zip(self.sess.get_inputs(), self.args)}
+        self.sample()  # first calls pay lazy initialisation: the floor is steady state
+
+    def sample(self) -> tuple[float, float]:
+        with self._torch.no_grad():
+            eager, _ = repeat_timed(lambda: self.module(*self.args), FLOOR_INNER)
+        ort_run, _ = repeat_timed(lambda: self.sess.run(None, self.feeds), FLOOR_INNER)
+        return eager.min, ort_run.min
 
 
 def run_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> list[Any]:
@@ -203,19 +219,37 @@ def count_theirs(records: list[Any]) -> tuple[int, int, int]:
     return paired, failing, flagged
 
 
-def measure_ours(files: ModelFiles, name: str, repeats: int) -> VariantResult:
+@dataclass
+class _Protocol:
+    """How one variant is timed: ``cold()`` / ``warm()`` each run once and return
+    (seconds, records); ``rounds`` caps how many rounds include it."""
+
+    name: str
+    cold: Callable[[], tuple[float, list[Any]]]
+    warm: Callable[[], tuple[float, list[Any]]] | None
+    rounds: int
+    count: Callable[[list[Any]], tuple[int, ...]]
+
+
+def _ours_protocol(files: ModelFiles, name: str, repeats: int) -> _Protocol:
     options = OURS[name]
-    cold, records = repeat_timed(
-        lambda x: run_ours(*x, options), repeats, setup=lambda: files.load()
-    )
+
+    def cold() -> tuple[float, list[Any]]:
+        ep, onx, args = files.load()  # a fresh program: the preparation is included
+        gc.collect()
+        return time_call(lambda: run_ours(ep, onx, args, options))
+
     ep, onx, args = files.load()
     run_ours(ep, onx, args, options)  # prepares this ep once: the warm runs reuse it
-    warm, records = repeat_timed(lambda: run_ours(ep, onx, args, options), repeats)
-    paired, failing = count_ours(records)
-    return VariantResult(name, cold, warm, len(records), paired, failing)
+
+    def warm() -> tuple[float, list[Any]]:
+        gc.collect()
+        return time_call(lambda: run_ours(ep, onx, args, options))
+
+    return _Protocol(name, cold, warm, repeats, count_ours)
 
 
-def measure_ours_onnx_program(files: ModelFiles, repeats: int) -> VariantResult:
+def _onnx_program_protocol(files: ModelFiles, repeats: int) -> _Protocol:
     """Our engine given the ONNXProgram: nothing to prepare, so cold == warm (one protocol).
     Needs an export in this process (untimed); not measured for memory (not picklable)."""
     import torch
@@ -223,16 +257,69 @@ def measure_ours_onnx_program(files: ModelFiles, repeats: int) -> VariantResult:
     ep, _, args = files.load()
     program = torch.onnx.export(ep, args, dynamo=True, verbose=False)
     options = OURS["ours"]
-    cold, records = repeat_timed(lambda: run_ours(ep, program, args, options), repeats)
-    paired, failing = count_ours(records)
-    return VariantResult(OURS_ONNX_PROGRAM, cold, None, len(records), paired, failing)
+
+    def cold() -> tuple[float, list[Any]]:
+        gc.collect()
+        return time_call(lambda: run_ours(ep, program, args, options))
+
+    return _Protocol(OURS_ONNX_PROGRAM, cold, None, repeats, count_ours)
 
 
-def measure_theirs(files: ModelFiles, repeats: int) -> VariantResult:
+def _theirs_protocol(files: ModelFiles, repeats: int) -> _Protocol:
     # no preparation to cache: every run costs the same, so only the cold protocol
-    cold, records = repeat_timed(lambda x: run_theirs(*x), repeats, setup=lambda: files.load())
-    paired, failing, flagged = count_theirs(records)
-    return VariantResult(THEIRS, cold, None, len(records), paired, failing, flagged)
+    def cold() -> tuple[float, list[Any]]:
+        ep, onx, args = files.load()
+        gc.collect()
+        return time_call(lambda: run_theirs(ep, onx, args))
+
+    return _Protocol(THEIRS, cold, None, repeats, count_theirs)
+
+
+def measure_timings(
+    files: ModelFiles,
+    *,
+    repeats: int,
+    theirs_repeats: int,
+    with_theirs: bool,
+    with_onnx_program: bool,
+) -> tuple[Floor, list[VariantResult]]:
+    """Round-robin: each round samples the floor, then runs every variant once (cold and
+    warm), so that load changes on a shared machine hit floor and variants alike; each
+    ratio is taken to the floor of its own round."""
+    floor_runner = FloorRunner(files, builds=repeats)
+    protocols = [_ours_protocol(files, name, repeats) for name in OURS]
+    if with_onnx_program:
+        protocols.append(_onnx_program_protocol(files, repeats))
+    if with_theirs:
+        protocols.append(_theirs_protocol(files, theirs_repeats))
+    floor = Floor(Timings(), floor_runner.ort_build, Timings())
+    results = {
+        p.name: VariantResult(p.name, Timings(), Timings() if p.warm else None) for p in protocols
+    }
+    last: dict[str, list[Any]] = {}
+    for i in range(max(1, repeats)):
+        eager, ort_run = floor_runner.sample()
+        floor.eager.values.append(eager)
+        floor.ort_run.values.append(ort_run)
+        for p in protocols:
+            if i >= p.rounds:
+                continue
+            r = results[p.name]
+            t, last[p.name] = p.cold()
+            r.cold.values.append(t)
+            r.cold_ratios.append(t / floor.at(i))
+            if p.warm is not None and r.warm is not None:
+                t, last[p.name] = p.warm()
+                r.warm.values.append(t)
+                r.warm_ratios.append(t / floor.at(i))
+    for p in protocols:
+        r = results[p.name]
+        counts = p.count(last[p.name])
+        r.records = len(last[p.name])
+        r.paired, r.failing = counts[0], counts[1]
+        if len(counts) > 2:
+            r.flagged = counts[2]
+    return floor, [results[p.name] for p in protocols]
 
 
 def warm_up_process(files: ModelFiles, with_theirs: bool) -> dict[str, float]:
@@ -337,12 +424,13 @@ def bench_model(
     if with_theirs is None:
         with_theirs = has_onnx_diagnostic()
     skipped = [] if with_theirs else [f"{THEIRS} (not importable: run in .venv-bench)"]
-    floor = measure_floor(files, repeats)
-    variants = [measure_ours(files, name, repeats) for name in OURS]
-    if with_onnx_program:
-        variants.append(measure_ours_onnx_program(files, repeats))
-    if with_theirs:
-        variants.append(measure_theirs(files, theirs_repeats))
+    floor, variants = measure_timings(
+        files,
+        repeats=repeats,
+        theirs_repeats=theirs_repeats,
+        with_theirs=with_theirs,
+        with_onnx_program=with_onnx_program,
+    )
     memory = []
     if with_memory:
         names = memory_names or memory_variants(with_theirs)
@@ -377,22 +465,22 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
         fl = r.floor
         for v in r.variants:
             warm = v.warm
+            best = warm if warm else v.cold
             rows.append(
                 [
                     r.files.spec.name,
                     v.name,
                     f"{fmt_s(v.cold.median)} / {fmt_s(v.cold.min)}",
                     f"{fmt_s(warm.median)} / {fmt_s(warm.min)}" if warm else "-",
-                    fmt_ratio(ratio(v.cold.median, fl.median)),
-                    fmt_ratio(ratio(warm.median, fl.median)) if warm else "-",
-                    fmt_ratio(ratio(warm.min, fl.min))
-                    if warm
-                    else fmt_ratio(ratio(v.cold.min, fl.min)),
+                    fmt_ratio(_median(v.cold_ratios)),
+                    fmt_ratio(_median(v.warm_ratios)) if warm else "-",
+                    fmt_ratio(ratio(best.min, fl.min)),
                     len(v.cold.values),
                 ]
             )
     print_table(
-        "Wall time (median / min); ratios to the floor",
+        "Wall time (median / min); ratios to the floor: median over rounds of the ratio to "
+        "the same round's floor, and min / min",
         [
             "model",
             "variant",
@@ -401,7 +489,7 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
             "cold/floor (med)",
             "warm/floor (med)",
             "best/floor (min)",
-            "repeats",
+            "rounds",
         ],
         rows,
     )
@@ -469,24 +557,31 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
     print_goals(results)
 
 
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def print_goals(results: list[ModelResult]) -> None:
     by_name = {r.files.spec.name: r for r in results}
     target = by_name.get(LARGE.name) or results[-1]
     ours = {v.name: v for v in target.variants}
     lines = [f"\nGoals ({target.files.spec.name} model):"]
     v = ours["ours"]
+    fl = target.floor
     if v.warm is not None:
         lines.append(
-            f"  wall <= 3x floor: warm {fmt_ratio(ratio(v.warm.median, target.floor.median))}, "
-            f"cold {fmt_ratio(ratio(v.cold.median, target.floor.median))} (medians)"
+            f"  wall <= 3x floor: warm {fmt_ratio(_median(v.warm_ratios))} (median per round), "
+            f"{fmt_ratio(ratio(v.warm.min, fl.min))} (min/min); cold "
+            f"{fmt_ratio(_median(v.cold_ratios))} / {fmt_ratio(ratio(v.cold.min, fl.min))}"
         )
-    fails = {r.files.spec.name: {v.name: v.failing for v in r.variants} for r in results}
     onnx_program = ours.get(OURS_ONNX_PROGRAM)
     if onnx_program is not None:
         lines.append(
             "  given the ONNXProgram (no preparation): "
-            f"{fmt_ratio(ratio(onnx_program.cold.median, target.floor.median))}"
+            f"{fmt_ratio(_median(onnx_program.cold_ratios))} (median per round), "
+            f"{fmt_ratio(ratio(onnx_program.cold.min, fl.min))} (min/min)"
         )
+    fails = {r.files.spec.name: {v.name: v.failing for v in r.variants} for r in results}
     lines.append(f"  zero failing pairs: {fails}")
     theirs = ours.get(THEIRS)
     if theirs is not None:
@@ -528,10 +623,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-theirs", action="store_true", help="skip onnx-diagnostic")
     p.add_argument("--profile", action="store_true", help="cProfile our engine on each model")
     p.add_argument("--workdir", help="folder for the exported models (default: a temp folder)")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        help="torch.set_num_threads(N) for every measurement (default: torch's own choice)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--files", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
+    if a.torch_threads:
+        import torch
+
+        torch.set_num_threads(a.torch_threads)
     if a.child:
         emit_result(child_memory(a.child, Path(a.files)))
         return 0
@@ -550,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
         for m in a.models.split(","):
             print(f"exporting {SPECS[m].label} ...", flush=True)
             all_files.append(export_llama(SPECS[m], root))
+        import torch
+
+        print(f"torch intra-op threads: {torch.get_num_threads()}", flush=True)
         first_calls = warm_up_process(all_files[0], with_theirs)
         results = []
         for files in all_files:

@@ -26,22 +26,6 @@ from onnx import helper as oh
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
 
 
-def _timeit(fn: Callable[[], Any], repeat: int, warmup: int = 3, sync: bool = False) -> float:
-    """Median wall time of one call, in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        if sync:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if sync:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
-
-
 def _llama(hidden: int, layers: int, seq: int, batch: int = 2):
     import transformers
 
@@ -92,9 +76,11 @@ def _session_options():
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if _ORT_THREADS:
-        so.intra_op_num_threads = _ORT_THREADS
-        so.inter_op_num_threads = 1
+    so.intra_op_num_threads = _ORT_THREADS or torch.get_num_threads()
+    so.inter_op_num_threads = 1
+    # onnxruntime's threads busy-wait after a run by default: in one process with torch,
+    # they would steal the cores torch's next call needs and distort both timings
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 
@@ -110,6 +96,15 @@ def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], An
             onx.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
         )
         res["onnxruntime"] = lambda feeds: sess.run(None, {k: v.numpy() for k, v in feeds.items()})
+        # the same without graph fusions: what kernel-by-kernel execution costs in ORT
+        so = _session_options()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        plain = ort.InferenceSession(
+            onx.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
+        res["ort (no fusion)"] = lambda feeds: plain.run(
+            None, {k: v.numpy() for k, v in feeds.items()}
+        )
     else:
         provs = ort.get_available_providers()
         if "CUDAExecutionProvider" in provs:
@@ -143,19 +138,42 @@ def _report(title: str, times: dict[str, float | str], baseline: str = "onnxrunt
         print(f"  {name:<16} {t:9.3f} ms{ratio}")
 
 
+def _interleaved(
+    fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 3, sync: bool = False
+) -> dict[str, float]:
+    """Median ms per call of each function, calls interleaved round-robin so that a
+    change of machine load affects every contender alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            if sync:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            if sync:
+                torch.cuda.synchronize()
+            samples[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
+
+
 def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[str, float | str]:
     sync = device == "cuda"
     model = model.to(device)
     ids = ids.to(device)
     feeds_name = onx.graph.input[0].name
     times: dict[str, float | str] = {}
+    fns: dict[str, Callable[[], Any]] = {"eager torch": lambda: model(ids)}
+    for name, run in _runners(onx, device).items():
+        if isinstance(run, str):
+            times[name] = run
+        else:
+            fns[name] = lambda run=run: run({feeds_name: ids})
     with torch.no_grad():
-        times["eager torch"] = _timeit(lambda: model(ids), repeat, sync=sync)
-        for name, run in _runners(onx, device).items():
-            if isinstance(run, str):
-                times[name] = run
-                continue
-            times[name] = _timeit(lambda run=run: run({feeds_name: ids}), repeat, sync=sync)
+        measured = _interleaved(fns, repeat, sync=sync)
+    times = {**{k: measured[k] for k in fns}, **times}
     n_nodes = len(onx.graph.node)
     _report(f"{title} ({n_nodes} ONNX nodes, {device})", times)
     return times
@@ -164,16 +182,31 @@ def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[s
 def bench_dispatch(repeat: int, n: int = 500) -> None:
     onx = _add_chain(n)
     x = torch.randn(4)
-    times: dict[str, float | str] = {}
+    skipped: dict[str, str] = {}
+    fns: dict[str, Callable[[], Any]] = {}
     for name, run in _runners(onx, "cpu").items():
         if isinstance(run, str):
-            times[name] = run
-            continue
-        times[name] = _timeit(lambda run=run: run({"x": x}), repeat) * 1e3 / n
-    raw = _timeit(lambda: [x + x for _ in range(n)], repeat) * 1e3 / n
-    times["bare torch add"] = raw
+            skipped[name] = run
+        else:
+            fns[name] = lambda run=run: run({"x": x})
+
+    def bare() -> None:
+        y = x
+        for _ in range(n):
+            y = torch.add(y, x)
+
     f = compile_node(onx.graph.node[0], {"": 18})
-    times["compile_node call"] = _timeit(lambda: [f([x, x]) for _ in range(n)], repeat) * 1e3 / n
+
+    def single_nodes() -> None:
+        y = x
+        for _ in range(n):
+            (y,) = f([y, x])
+
+    fns["bare torch.add"] = bare
+    fns["compile_node call"] = single_nodes
+    measured = _interleaved(fns, repeat)
+    times: dict[str, float | str] = {k: v * 1e3 / n for k, v in measured.items()}
+    times.update(skipped)
     print(f"\n== per-node dispatch: chain of {n} Add on 4 floats (microseconds per node)")
     base = times.get("onnxruntime")
     for name, t in times.items():

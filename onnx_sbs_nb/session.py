@@ -18,6 +18,7 @@ Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 import traceback
@@ -163,7 +164,7 @@ class SbsSession:
             ep, onx, args, kwargs, device=dev, **run_options
         )
         self._init(self._factory(device), background, batch_interval, replay_root)
-        self.device = device or "cpu"
+        self.device = str(getattr(self.run, "device", None) or device or "cpu")
         self.run_options = dict(run_options)
 
     @classmethod
@@ -247,7 +248,7 @@ class SbsSession:
                     worst = max(finite, key=lambda r: r.err_abs)
                     d["max_err_abs"] = worst.err_abs
                     d["max_err_name"] = worst.onnx_name or worst.ep_name
-        if self._t0 is not None and not d.get("elapsed"):
+        if self._t0 is not None:  # wall clock of the whole run, as the user lived it
             d["elapsed"] = (time.perf_counter() - self._t0) if self.running else self._elapsed
         d["state"] = self._state
         d["error"] = self._error
@@ -293,6 +294,7 @@ class SbsSession:
                 return self
             self._state = RUNNING
             self._t0 = time.perf_counter()
+        self._notify("status", {"status": self.status})  # views show "running" at once
         if self.background:
             self._thread = threading.Thread(target=self._consume, name="sbs-run", daemon=True)
             self._thread.start()
@@ -340,8 +342,11 @@ class SbsSession:
             except Exception:
                 self._summary = {"error": traceback.format_exc()}
             self._state = state
-            self._done.set()
-            self._notify("finished", {"status": self.status, "summary": self._summary})
+            try:
+                # views finish their sync before wait() returns
+                self._notify("finished", {"status": self.status, "summary": self._summary})
+            finally:
+                self._done.set()
 
     def _flush(self, sent: int) -> int:
         with self._lock:
@@ -425,9 +430,11 @@ class SbsSession:
 
     @staticmethod
     def _check_device(device: str) -> None:
-        if device not in DEVICES:
-            raise ActionError(f"device must be one of {DEVICES}, got {device!r}")
-        if device == "cuda":
+        if not isinstance(device, str) or not (
+            device in DEVICES or re.fullmatch(r"cuda:\d+", device)
+        ):
+            raise ActionError(f"device must be one of {DEVICES} (or 'cuda:N'), got {device!r}")
+        if device.startswith("cuda"):
             ok, why = cuda_availability()
             if not ok:
                 raise ActionError(f"cannot use CUDA: {why}")

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import threading
 import traceback
+import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -75,14 +77,22 @@ def bundle_js() -> str:
     return _bundle_cache["text"]
 
 
+_ROW_GETTER = operator.attrgetter(*RECORD_FIELDS)
+# only these fields may hold a float (JSON has no NaN/inf: they travel as strings)
+_FLOAT_FIELDS = tuple(
+    i
+    for i, f in enumerate(dataclasses.fields(Record))
+    if "float" in str(f.type) and "int" not in str(f.type)
+)
+
+
 def record_row(rec: Record) -> list[Any]:
     """One row of the ``rows`` trait: the record's JSON-safe values in RECORD_FIELDS order."""
-    row = []
-    for name in RECORD_FIELDS:
-        v = getattr(rec, name)
+    row = list(_ROW_GETTER(rec))
+    for i in _FLOAT_FIELDS:
+        v = row[i]
         if isinstance(v, float) and not math.isfinite(v):
-            v = str(v)
-        row.append(v)
+            row[i] = str(v)
     return row
 
 
@@ -156,6 +166,10 @@ def widget_state(
     }
 
 
+def _float_or_none(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -223,6 +237,8 @@ if anywidget is not None:
         device = t.Unicode("cpu").tag(sync=True)
         cuda_available = t.Bool(False).tag(sync=True)
         cuda_reason = t.Unicode("").tag(sync=True)
+        # identifies the model across its views in the browser (not part of the state)
+        uid = t.Unicode("").tag(sync=True)
 
         def __init__(
             self,
@@ -265,11 +281,12 @@ if anywidget is not None:
                 _esm=bundle_js(),
                 columns=list(RECORD_FIELDS),
                 status=jsonable(session.status),
-                atol=run_options.get("atol"),
-                rtol=run_options.get("rtol"),
+                atol=run_options.get("atol", _float_or_none(getattr(session.run, "atol", None))),
+                rtol=run_options.get("rtol", _float_or_none(getattr(session.run, "rtol", None))),
                 device=session.device,
                 cuda_available=cuda_ok,
                 cuda_reason=cuda_why,
+                uid=uuid.uuid4().hex,
             )
             self.session = session
             self._lock = threading.RLock()
@@ -277,7 +294,7 @@ if anywidget is not None:
             self._details_cache: dict[int, dict[str, Any]] = {}
             self._handles: list[Any] = []
             self._executor: ThreadPoolExecutor | None = None
-            self._finished_synced = False
+            _route_to_frontend_subshell(self.comm)
             self.on_msg(self._on_custom)
             self.observe(self._on_selected, names="selected")
             session.add_listener(self._on_event)
@@ -312,13 +329,28 @@ if anywidget is not None:
                     self.rows = rows  # the one full sync: what a saved notebook keeps
                     self.summary = jsonable(self.session.summary)
                     self.status = jsonable(self.session.status)
-                self._finished_synced = True
-            bundle = self._bundle()
+                if self.action.get("name") == "stop" and self.action.get("state") == "done":
+                    self._set_action(
+                        "stop", "done", f"stopped; {len(rows)} rows kept", self.action.get("seq")
+                    )
+            bundle = self._bundle() if self._handles else None
             for handle in self._handles:
                 try:
                     handle.update(bundle, raw=True)
                 except Exception:
                     traceback.print_exc()
+
+        def send_state(self, key: Any = None) -> None:
+            """As ipywidgets does, but ``rows`` skips the search for binary buffers: it holds
+            only JSON scalars, and that walk costs about 0.1 ms a row."""
+            keys = list(self.keys) if key is None else [key] if isinstance(key, str) else list(key)
+            if "rows" not in keys:
+                super().send_state(key=key)
+                return
+            others = [k for k in keys if k != "rows"]
+            if others:
+                super().send_state(key=others)
+            self._send({"method": "update", "state": {"rows": self.rows}, "buffer_paths": []})
 
         # ------------------------------------------------------- browser messages
         def _on_custom(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
@@ -536,6 +568,19 @@ else:  # pragma: no cover
             raise ImportError(
                 f"SbsWidget needs anywidget: pip install 'onnx_sbs_nb[widget]' ({_IMPORT_ERROR})"
             )
+
+
+def _route_to_frontend_subshell(comm: Any) -> None:
+    """Let browser messages reach this widget on the subshell the browser chose.
+
+    ipykernel >= 7 routes a comm's incoming messages to the subshell that last published
+    on it (for code that blocks waiting for a reply).  An in-cell run publishes rows from
+    the main shell, so Stop would queue behind the very cell it must stop.  This widget
+    never waits for replies: the frontend's choice (JupyterLab >= 4.4 sends widget
+    messages on a comm subshell) is the right one.
+    """
+    if comm is not None and callable(getattr(comm, "_reply_subshell_for", None)):
+        comm._reply_subshell_for = lambda _data, default: default
 
 
 def build_figure(go: Any, records: Sequence[Record]) -> Any:

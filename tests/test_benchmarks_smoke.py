@@ -39,6 +39,7 @@ def test_bench_engine_core(tiny_files, capsys):
         v = variants[name]
         assert v.paired > 0 and v.records >= v.paired, name
         assert v.failing == 0, name
+        assert len(v.cold_ratios) == 1 and v.cold_ratios[0] > 0, name
     assert variants["ours"].warm is not None and len(variants["ours"].warm.values) == 1
     # the ONNXProgram carries the exporter's program: pairing is the same
     assert variants[bench_engine.OURS_ONNX_PROGRAM].paired == variants["ours"].paired

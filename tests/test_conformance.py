@@ -7,21 +7,31 @@ The baseline (tests/conformance/passing.txt) and the per-op table
 from __future__ import annotations
 
 import pytest
+import torch
 
+from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
 from tests.conformance.report import BASELINE
-from tests.conformance.runner import PASS, collect_cases, run_all
+from tests.conformance.runner import PASS, _as_array, _to_torch, collect_cases, run_all
 
 pytestmark = pytest.mark.conformance
 
 
 @pytest.fixture(scope="module")
-def results():
-    cases = collect_cases()
+def cases():
+    return collect_cases()
+
+
+@pytest.fixture(scope="module")
+def results(cases):
     return {r.name: r for r in run_all(cases)}
 
 
+def _baseline() -> list[str]:
+    return [n for n in BASELINE.read_text().split() if n]
+
+
 def test_baseline_cases_still_pass(results):
-    baseline = [n for n in BASELINE.read_text().split() if n]
+    baseline = _baseline()
     assert len(baseline) > 1000, "the baseline looks truncated"
     regressions = [
         f"{name}: {results[name].status}: {results[name].message}"
@@ -39,3 +49,60 @@ def test_overall_pass_rate(results):
     passed = sum(r.status == PASS for r in results.values())
     # the issue's goal is 90%; the floor catches a broad breakage early
     assert passed / len(results) >= 0.85, f"{passed} / {len(results)} pass"
+
+
+def test_baseline_with_accelerator_placement(cases):
+    """The same cases with the host/device placement pass on (as on CUDA), run on CPU:
+    the twin constants, movers and host values must not change any result."""
+    baseline = set(_baseline())
+    subset = [tc for tc in cases if tc.name in baseline]
+    failed = [
+        f"{r.name}: {r.status}: {r.message}"
+        for r in run_all(subset, manage_placement=True)
+        if r.status != PASS
+    ]
+    assert not failed, "\n".join(failed)
+
+
+_RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"}
+_RANDOM_OPS |= {"Bernoulli", "Multinomial", "Dropout"}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and all(map(_same, a, b))
+    if a is None or b is None:
+        return a is None and b is None
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return torch.equal(torch.nan_to_num(a.double()), torch.nan_to_num(b.double())) and bool(
+            (a.isnan() == b.isnan()).all()
+        )
+    return torch.equal(a, b)
+
+
+def test_compile_node_identical_to_graph_on_every_single_node_case(cases):
+    """The engine's single-node path gives bit-identical results to the full evaluator."""
+    baseline = set(_baseline())
+    differ = []
+    checked = 0
+    for tc in cases:
+        graph = tc.model.graph
+        if tc.name not in baseline or len(graph.node) != 1:
+            continue
+        node = graph.node[0]
+        if node.op_type in _RANDOM_OPS or graph.initializer:
+            continue
+        inputs, _ = tc.data_sets[0]
+        feeds = {vi.name: _to_torch(_as_array(v)) for vi, v in zip(graph.input, inputs)}
+        opsets = {o.domain: o.version for o in tc.model.opset_import}
+        functions = {(f.domain, f.name): f for f in tc.model.functions}
+        expected = TorchOnnxEvaluator(tc.model).run(None, feeds)
+        fn = compile_node(node, opsets, functions)
+        got = fn([feeds.get(n) if n else None for n in node.input])
+        checked += 1
+        if len(got) != len(expected) or not all(map(_same, expected, got)):
+            differ.append(tc.name)
+    assert checked > 1000
+    assert not differ, f"compile_node differs from the graph run for {differ}"

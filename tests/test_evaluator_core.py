@@ -588,8 +588,10 @@ def test_cuda_weights_on_device_shapes_on_host(small_model):
     m = _model(nodes, [_vi("x")], [_vi("y"), _vi("shape", TP.INT64)], inits)
     ev = TorchOnnxEvaluator(m, providers=["CUDAExecutionProvider"])
     x = torch.randn(2, 3, 4, device="cuda")
+    plan = next(iter(ev._plans.values()))
+    assert plan.placement["shape"] == "h" and plan.placement["y"] == "d"
     y, shape = ev.run(None, {"x": x})
-    assert y.device.type == "cuda" and shape.device.type == "cpu"
+    assert y.device.type == "cuda" and shape.device.type == "cuda"  # results on the device
     w = torch.from_numpy(onh.to_array(inits[-1])).cuda()
     torch.testing.assert_close(y, x.reshape(2, -1) @ w)
 
@@ -625,3 +627,105 @@ def test_placement_analysis_keeps_shapes_on_host():
     y, shape = cg.execute([x])
     torch.testing.assert_close(y, (x.reshape(2, -1) - 1) * 2)
     assert shape.tolist() == [2, -1]
+
+
+def test_loop_without_iterations_keeps_scan_output_type():
+    body = oh.make_graph(
+        [
+            oh.make_node("Identity", ["c"], ["c2"]),
+            oh.make_node("Cast", ["i"], ["o"], to=TP.INT32),
+        ],
+        "b",
+        [_vi("i", TP.INT64, []), _vi("c", TP.BOOL, [])],
+        [_vi("c2", TP.BOOL, []), _vi("o", TP.INT32, [])],
+    )
+    m = _model(
+        [oh.make_node("Loop", ["n", ""], ["s"], body=body)],
+        [_vi("n", TP.INT64, [])],
+        [_vi("s", TP.INT32)],
+    )
+    ev = TorchOnnxEvaluator(m)
+    (empty,) = ev.run(None, {"n": torch.tensor(0)})
+    (full,) = ev.run(None, {"n": torch.tensor(3)})
+    assert empty.dtype == torch.int32 and empty.shape == (0,)
+    assert full.tolist() == [0, 1, 2]
+
+
+def test_generated_code_matches_interpreter_loop():
+    """The straight-line code of a plan runs the same steps as the reference loop."""
+    x = torch.randn(3, 4)
+    nodes = [
+        oh.make_node("Split", ["x"], ["a", "", "c"], axis=1, num_outputs=3),
+        oh.make_node("Concat", ["c", "a", "k"], ["cat"], axis=1),
+        oh.make_node("TopK", ["cat", "two"], ["v", "i"], axis=1),
+        oh.make_node("Dropout", ["v"], ["y", ""]),
+    ]
+    inits = [
+        onh.from_array(np.ones((3, 1), dtype=np.float32), "k"),
+        onh.from_array(np.array([2], dtype=np.int64), "two"),
+    ]
+    m = _model(nodes, [_vi("x")], [_vi("y"), _vi("i", TP.INT64), _vi("k")], inits)
+    plan = TorchOnnxEvaluator(m)._plans[("y", "i", "k")]
+    fast, loop = plan.execute([x]), plan.execute_loop([x])
+    assert len(fast) == len(loop) == 3
+    for a, b in zip(fast, loop):
+        assert torch.equal(a, b)
+    only_constants = _model([], [], [_vi("k")], inits[:1])
+    (k,) = TorchOnnxEvaluator(only_constants).run(None, {})
+    assert k.shape == (3, 1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_cuda_request_without_gpu_is_a_clear_error(small_model):
+    with pytest.raises(RuntimeError, match="CUDA was requested"):
+        TorchOnnxEvaluator(small_model, providers=["CUDAExecutionProvider"])
+
+
+def test_numpy_feeds_with_ml_dtypes_round_trip():
+    import ml_dtypes
+
+    m = _model(
+        [oh.make_node("Mul", ["x", "x"], ["y"])],
+        [_vi("x", TP.BFLOAT16)],
+        [_vi("y", TP.BFLOAT16)],
+    )
+    x = np.array([1.5, -2.0, 3.0], dtype=ml_dtypes.bfloat16)
+    (y,) = TorchOnnxEvaluator(m).run(None, {"x": x})
+    assert y.dtype == ml_dtypes.bfloat16
+    assert y.astype(np.float32).tolist() == [2.25, 4.0, 9.0]
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_feeds_without_device_run_where_they_are(small_model):
+    ev = TorchOnnxEvaluator(small_model)  # no device: follows the feeds
+    x = torch.randn(2, 4, device="cuda")
+    y, s = ev.run(None, {"x": x})
+    assert y.device.type == "cuda"
+    (cpu_y, _) = ev.run(None, {"x": x.cpu()})
+    torch.testing.assert_close(y.cpu(), cpu_y)
+
+
+def test_benchmark_dispatch_section_runs(capsys):
+    """The benchmark script stays runnable (its timings are printed, never asserted)."""
+    from benchmarks.bench_evaluator import bench_dispatch
+
+    bench_dispatch(repeat=2, n=20)
+    out = capsys.readouterr().out
+    assert "per-node dispatch" in out and "onnx_sbs_nb" in out and "onnxruntime" in out
+
+
+def test_opset_1_forms_of_cast_and_tile():
+    cast = oh.make_node("Cast", ["x"], ["y"], to="INT32")  # a string before opset 6
+    (y,) = TorchOnnxEvaluator(cast, opsets={"": 1}).run(None, {"x": torch.tensor([1.7, -2.2])})
+    assert y.dtype == torch.int32 and y.tolist() == [1, -2]
+    tile = oh.make_node("Tile", ["x", "t", "a"], ["y"])  # tiles and axis inputs before 6
+    feeds = {"x": torch.tensor([[1, 2]]), "t": torch.tensor(3), "a": torch.tensor(1)}
+    (y,) = TorchOnnxEvaluator(tile, opsets={"": 1}).run(None, feeds)
+    assert y.tolist() == [[1, 2, 1, 2, 1, 2]]
+
+
+def test_verbose_prints_one_line_per_node(small_model, capsys):
+    TorchOnnxEvaluator(small_model, verbose=1).run(None, {"x": np.ones((2, 4), np.float32)})
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "TorchOnnxEvaluator" in ln]
+    assert len(lines) == 4 and "MatMul" in lines[1] and "MiB" in lines[1]

@@ -158,7 +158,9 @@ def test_model_matches_eager(name: str, device: str):
     (got,) = ev.run(None, feeds)
     assert got.device.type == device
     assert got.dtype == expected.dtype and got.shape == expected.shape
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    # cuDNN may pick other (TF32) algorithms than eager on the GPU
+    tol = 1e-4 if device == "cpu" else 2e-3
+    torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
 
 
 @pytest.mark.slow
@@ -192,3 +194,35 @@ def test_llama_with_accelerator_placement_on_cpu():
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(plan.execute([x])[0], expected, atol=1e-4, rtol=1e-4)
+
+
+class CondModel(torch.nn.Module):
+    """torch.cond exports an If whose branches read the weight from the outer scope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def then_(x, y):
+            return (x @ self.w + y).relu()
+
+        def else_(x, y):
+            return x - y * 2
+
+        return torch.cond(x.sum() > 0, then_, else_, (x, y))
+
+
+@pytest.mark.slow
+def test_torch_cond_exports_if_with_outer_scope():
+    torch.manual_seed(0)
+    model = CondModel().eval()
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    onx = _export(model, (x, y))
+    assert any(n.op_type == "If" for n in onx.graph.node)
+    ev = TorchOnnxEvaluator(onx)
+    for sign in (1.0, -1.0):
+        xs = x.abs() * sign
+        (got,) = ev.run(None, dict(zip(ev.input_names, (xs, y))))
+        with torch.no_grad():
+            torch.testing.assert_close(got, model(xs, y))

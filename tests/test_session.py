@@ -82,8 +82,8 @@ def test_background_run_and_thread_safe_listeners(model):
     lock = threading.Lock()
 
     def listener(ev, payload):
-        threads.add(threading.current_thread().name)
         if ev == "rows":
+            threads.add(threading.current_thread().name)
             with lock:
                 assert payload["start"] == len(seen)
                 seen.extend(r.step for r in payload["records"])

@@ -2,7 +2,6 @@
 // anywidget model (index.js `render`) or a plain object (index.js `renderStatic`).
 import css from "./style.css";
 import { h, fmtNum, fmtTime } from "./util.js";
-import { RowStore } from "./rows.js";
 import { VirtualTable } from "./table.js";
 import { Chart } from "./chart.js";
 import { DetailPanel } from "./detail.js";
@@ -11,13 +10,13 @@ const NO_KERNEL = "actions need a running kernel (this is a saved or static view
 
 export function mount(el, src) {
   const offs = [];
-  const store = new RowStore(src.get("columns"), src.get("rows"));
+  const store = src.store;
   let selected = typeof src.get("selected") === "number" ? src.get("selected") : -1;
   let pending = null; // {name, seq}: an action clicked whose result has not arrived
   let seq = 0;
 
   const select = (i, source) => {
-    if (typeof i !== "number" || i < -1 || i >= store.length) return;
+    if (typeof i !== "number" || i < -1 || i >= store.length || (i >= 0 && !store.has(i))) return;
     const changed = i !== selected;
     selected = i;
     table.setSelected(i, source !== "table");
@@ -35,15 +34,15 @@ export function mount(el, src) {
     const state = st.state || (st.finished ? "finished" : "idle");
     const parts = [h("span", { class: `sbs-badge sbs-${state}`, text: state })];
     if (st.total_onnx_nodes) parts.push(h("span", { class: "sbs-progress", text: `${st.done_onnx_nodes ?? 0}/${st.total_onnx_nodes} ONNX nodes` }));
-    parts.push(h("span", { class: "sbs-nrows", text: `${store.length} records` }));
+    parts.push(h("span", { class: "sbs-nrows", text: `${store.count} records` }));
     if (st.elapsed) parts.push(h("span", { text: fmtTime(st.elapsed) }));
     if (st.max_err_abs) parts.push(h("span", { text: `worst ${fmtNum(st.max_err_abs)}${st.max_err_name ? ` at ${st.max_err_name}` : ""}` }));
     parts.push(h("span", { class: st.failures ? "sbs-error" : "", text: `${st.failures ?? 0} failing` }));
-    if (st.finished || state === "finished" || state === "stopped") parts.push(answer(sm));
+    if (st.finished || state === "finished" || state === "stopped") parts.push(answer(sm, state === "stopped"));
     statusEl.replaceChildren(...parts.filter(Boolean));
     if (st.error) statusEl.appendChild(h("details", { class: "sbs-error" }, h("summary", { text: "the run raised an exception" }), h("pre", { class: "sbs-pre", text: st.error })));
   };
-  const answer = (sm) => {
+  const answer = (sm, partial) => {
     const pick = (key, label) => {
       const entry = sm && sm[key];
       if (!entry) return null;
@@ -51,14 +50,15 @@ export function mount(el, src) {
       const name = typeof entry === "string" ? entry : entry.onnx_name || entry.ep_name || (i >= 0 ? store.label(i) : "?");
       return h("span", { class: "sbs-answer" }, `${label}: `, h("button", { class: "sbs-link", title: "select this node", onclick: () => select(i, "link"), disabled: i < 0 }, String(name)));
     };
-    return pick("first_own_failure", "first node whose own error fails") || pick("first_failure", "first failing node") || (sm ? h("span", { class: "sbs-answer", text: "every compared pair is within tolerance" }) : null);
+    return pick("first_own_failure", "first node whose own error fails") || pick("first_failure", "first failing node") || (sm ? h("span", { class: "sbs-answer", text: partial ? "stopped early: every pair compared so far is within tolerance" : "every compared pair is within tolerance" }) : null);
   };
 
   // ---- buttons
   const live = !!src.live;
+  const onCuda = () => String(src.get("device") || "").startsWith("cuda");
   const btnStop = h("button", { class: "sbs-btn-stop", onclick: () => act("stop") }, "Stop");
   const btnRerun = h("button", { class: "sbs-btn-rerun", onclick: () => act("rerun") }, "Rerun in torch");
-  const btnCuda = h("button", { class: "sbs-btn-cuda", onclick: () => act("device", { device: src.get("device") === "cuda" ? "cpu" : "cuda" }) }, "CUDA");
+  const btnCuda = h("button", { class: "sbs-btn-cuda", onclick: () => act("device", { device: onCuda() ? "cpu" : "cuda" }) }, "CUDA");
   const btnReplay = h("button", { class: "sbs-btn-replay", onclick: () => act("save_replay") }, "Save replay");
   const reasonEl = h("span", { class: "sbs-reason" });
   const actionEl = h("span", { class: "sbs-action" });
@@ -78,7 +78,7 @@ export function mount(el, src) {
     enable(btnReplay, nodeWhy);
     const cudaWhy = !live ? NO_KERNEL : !cudaOk ? src.get("cuda_reason") || "CUDA is not available" : busy ? "an action is running" : "";
     enable(btnCuda, cudaWhy);
-    const on = src.get("device") === "cuda";
+    const on = onCuda();
     btnCuda.textContent = `CUDA: ${on ? "on" : "off"}`;
     btnCuda.classList.toggle("sbs-on", on);
     reasonEl.textContent = live && !cudaOk ? `CUDA unavailable: ${src.get("cuda_reason") || "no GPU"}` : live ? "" : NO_KERNEL;
@@ -127,31 +127,16 @@ export function mount(el, src) {
   el.appendChild(root);
 
   // ---- model updates
-  const onRowsAppended = (from) => {
-    table.appended(from);
-    chart.update(false);
-    renderStatus();
-  };
   offs.push(
-    src.on("rows", () => {
-      if (store.replace(src.get("rows"))) {
+    src.onRows((kind, from) => {
+      if (kind === "append") table.appended(from);
+      else {
         table.invalidate();
         table.refresh();
-        chart.update(true);
-        renderStatus();
-        renderButtons();
       }
-    }),
-  );
-  offs.push(
-    src.onCustom((msg) => {
-      if (!msg || msg.type !== "rows" || !Array.isArray(msg.rows)) return;
-      const from = store.length;
-      if (!store.append(msg.start, msg.rows)) {
-        src.send({ type: "hello", have: store.length }); // we missed a batch: ask again
-        return;
-      }
-      if (store.length > from) onRowsAppended(from);
+      chart.update(kind !== "append");
+      renderStatus();
+      renderButtons();
     }),
   );
   offs.push(src.on("status", () => (renderStatus(), renderButtons())));
@@ -173,7 +158,7 @@ export function mount(el, src) {
   renderAction();
   if (selected >= 0) select(selected, "model");
   else renderDetail();
-  if (live) src.send({ type: "hello", have: store.length });
+  if (live) src.requestMissing();
 
   return {
     root,

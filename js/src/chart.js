@@ -34,6 +34,7 @@ export class Chart {
   _add(from) {
     const s = this.store;
     for (let i = from; i < s.length; i++) {
+      if (!s.has(i)) continue;
       const label = plotlyText(`${s.get(i, "ep_name") ?? "?"} / ${s.get(i, "onnx_name") ?? "?"}`);
       const op = plotlyText(s.get(i, "onnx_op_type") ?? "");
       const e = s.num(i, "err_abs");

@@ -33,27 +33,29 @@ const RECORD_FIELDS = [
   ["comment", "comment"],
 ];
 
+// Key/value grid made of divs: host pages (JupyterLab) style dl/dt/dd their own way.
 function dl(pairs) {
-  const d = h("dl", { class: "sbs-dl" });
+  const d = h("div", { class: "sbs-dl" });
   for (const [k, v] of pairs) {
     if (v === "" || v === null || v === undefined) continue;
-    d.appendChild(h("dt", { text: k }));
+    d.appendChild(h("div", { class: "sbs-dt", text: k }));
     d.appendChild(valueEl(v));
   }
   return d;
 }
 
 function valueEl(v) {
-  if (v === null || v === undefined) return h("dd", { text: "" });
-  if (typeof v === "number") return h("dd", { text: fmtNum(v) });
-  if (typeof v === "string") return v.includes("\n") ? h("dd", {}, h("pre", { class: "sbs-pre", text: v })) : h("dd", { text: v });
-  if (typeof v === "boolean") return h("dd", { text: String(v) });
+  const dd = (attrs, ...kids) => h("div", { class: "sbs-dd", ...attrs }, ...kids);
+  if (v === null || v === undefined) return dd({ text: "" });
+  if (typeof v === "number") return dd({ text: fmtNum(v) });
+  if (typeof v === "string") return v.includes("\n") ? dd({}, h("pre", { class: "sbs-pre", text: v })) : dd({ text: v });
+  if (typeof v === "boolean") return dd({ text: String(v) });
   if (Array.isArray(v)) {
-    if (v.length && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) return h("dd", {}, objTable(v));
-    return h("dd", { text: v.map((x) => (typeof x === "object" ? JSON.stringify(x) : String(x))).join(", ") });
+    if (v.length && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) return dd({}, objTable(v));
+    return dd({ text: v.map((x) => (typeof x === "object" ? JSON.stringify(x) : String(x))).join(", ") });
   }
-  if (typeof v === "object") return h("dd", {}, dl(Object.entries(v)));
-  return h("dd", { text: String(v) });
+  if (typeof v === "object") return dd({}, dl(Object.entries(v)));
+  return dd({ text: String(v) });
 }
 
 function objTable(list) {

@@ -30,25 +30,28 @@
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
  *
+ *   uid            string      (live widget only) identifies the model across its views
+ *
  * Messages (live only). Browser -> kernel: {type: "hello", have: n} (send rows from n on),
  * {type: "action", name: "stop"|"rerun"|"save_replay"|"device", row, seq, device?}.
  * Kernel -> browser: {type: "rows", start: n, rows: [...]} appended batches while running;
  * the full `rows` trait is synced once when the run ends.
  */
 import { mount } from "./app.js";
+import { RowStore } from "./rows.js";
+import { feedFor, dropFeed } from "./live.js";
 
 function modelSource(model) {
+  const feed = feedFor(model);
   return {
     live: true,
+    store: feed.store,
+    onRows: (cb) => feed.subscribe(cb),
+    requestMissing: () => feed.requestMissing(),
     get: (k) => model.get(k),
     on(k, cb) {
       model.on(`change:${k}`, cb);
       return () => model.off(`change:${k}`, cb);
-    },
-    onCustom(cb) {
-      const f = (msg) => cb(msg);
-      model.on("msg:custom", f);
-      return () => model.off("msg:custom", f);
     },
     send: (msg) => model.send(msg),
     setSelected(i) {
@@ -63,12 +66,14 @@ function staticSource(state) {
   const listeners = {};
   return {
     live: false,
+    store: new RowStore(s.columns, s.rows),
+    onRows: () => () => {},
+    requestMissing: () => {},
     get: (k) => s[k],
     on(k, cb) {
       (listeners[k] ||= []).push(cb);
       return () => (listeners[k] = listeners[k].filter((f) => f !== cb));
     },
-    onCustom: () => () => {},
     send: () => {},
     setSelected(i) {
       s.selected = i;
@@ -76,14 +81,24 @@ function staticSource(state) {
   };
 }
 
+// Listen from the moment the model exists, before any view renders: the run may already
+// be streaming rows (an in-cell run keeps the kernel busy, so what is missed now can
+// only be asked for again once the cell ends).
+function initialize({ model }) {
+  feedFor(model);
+  return () => dropFeed(model);
+}
+
 function render({ model, el }) {
   const view = mount(el, modelSource(model));
   return () => view.destroy();
 }
 
-/** Render a saved state (same keys as the widget traits) into `el`, with no kernel. */
+/** Render a saved state (same keys as the widget traits) into `el`, with no kernel.
+ * Whatever `el` held (e.g. a static fallback) is replaced. */
 export function renderStatic(el, state) {
+  el.replaceChildren();
   return mount(el, staticSource(state));
 }
 
-export default { render };
+export default { initialize, render };

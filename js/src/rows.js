@@ -6,9 +6,26 @@ export class RowStore {
     this.columns = columns || [];
     this.ci = columnIndex(this.columns);
     this.rows = Array.isArray(rows) ? rows.slice() : [];
+    this.present = this.rows.length;
   }
 
+  /** One past the highest row index held (rows may have holes while streaming). */
   get length() {
+    return this.rows.length;
+  }
+
+  /** Rows actually held. */
+  get count() {
+    return this.present;
+  }
+
+  has(i) {
+    return this.rows[i] !== undefined;
+  }
+
+  /** First missing row index (== length when there is no hole). */
+  firstHole() {
+    for (let i = 0; i < this.rows.length; i++) if (this.rows[i] === undefined) return i;
     return this.rows.length;
   }
 
@@ -22,18 +39,37 @@ export class RowStore {
     return num(this.get(i, name));
   }
 
-  /** Append a batch that starts at row `start`. Returns false on a gap (rows missed). */
-  append(start, rows) {
-    if (start > this.rows.length) return false;
-    const skip = this.rows.length - start; // overlap with what we already have
-    for (let k = skip; k < rows.length; k++) this.rows.push(rows[k]);
-    return true;
+  /**
+   * Put a batch that starts at row `start`. Batches missed before the view listened
+   * leave holes (filled later by a "hello" reply or the final full sync).
+   * Returns "append" when rows were only added at the end, "fill" when earlier rows
+   * changed (views must redo everything), "" when nothing changed.
+   */
+  put(start, rows) {
+    if (!rows.length) return "";
+    const end = this.rows.length;
+    let filled = false;
+    for (let k = 0; k < rows.length; k++) {
+      const i = start + k;
+      if (i < end) {
+        if (this.rows[i] === undefined) {
+          filled = true;
+          this.present += 1;
+        }
+        this.rows[i] = rows[k];
+      } else {
+        this.rows[i] = rows[k];
+        this.present += 1;
+      }
+    }
+    return filled ? "fill" : start + rows.length > end ? "append" : "";
   }
 
-  /** The full list (end of run, saved notebook): adopt it unless it is behind us. */
+  /** The full list (end of run, saved notebook): adopt it unless it holds fewer rows. */
   replace(rows) {
-    if (!Array.isArray(rows) || rows.length < this.rows.length) return false;
+    if (!Array.isArray(rows) || rows.length < this.present) return false;
     this.rows = rows.slice();
+    this.present = rows.length;
     return true;
   }
 
@@ -58,7 +94,7 @@ export class RowStore {
     if (typeof entry.row === "number" && entry.row < this.rows.length) return entry.row;
     const match = (key) => {
       if (entry[key] === undefined || entry[key] === null) return -1;
-      for (let i = 0; i < this.rows.length; i++) if (this.get(i, key) === entry[key]) return i;
+      for (let i = 0; i < this.rows.length; i++) if (this.has(i) && this.get(i, key) === entry[key]) return i;
       return -1;
     };
     for (const key of ["step", "onnx_name", "ep_name"]) {

@@ -133,6 +133,7 @@ export class VirtualTable {
 
   _pass(i) {
     const s = this.store;
+    if (!s.has(i)) return false;
     const f = this.filter;
     if (f.op && s.get(i, "onnx_op_type") !== f.op) return false;
     if (f.verdict) {
@@ -252,7 +253,8 @@ export class VirtualTable {
   render() {
     const n = this.view.length;
     this.body.style.height = `${n * ROW_H}px`;
-    this.countEl.textContent = n === this.store.length ? `${n} rows` : `${n} of ${this.store.length} rows`;
+    const total = this.store.count;
+    this.countEl.textContent = n === total ? `${n} rows` : `${n} of ${total} rows`;
     const height = this.viewport.clientHeight || 360;
     const first = Math.max(0, Math.floor(this.viewport.scrollTop / ROW_H) - OVERSCAN);
     const count = Math.min(n - first, Math.ceil(height / ROW_H) + 2 * OVERSCAN);
@@ -268,6 +270,7 @@ export class VirtualTable {
       if (k >= count) {
         tr.style.display = "none";
         tr._idx = -1;
+        tr.classList.remove("sbs-sel");
         continue;
       }
       const i = this.view[first + k];

@@ -2,12 +2,26 @@
 
 from .registry import supported_ops
 
-__all__ = ["TorchOnnxEvaluator", "compile_node", "supported_ops"]
+__all__ = [
+    "MissingKernelError",
+    "NodeError",
+    "TorchOnnxEvaluator",
+    "compile_node",
+    "supported_ops",
+]
+
+_LAZY = {
+    "TorchOnnxEvaluator": "evaluator",
+    "compile_node": "evaluator",
+    "MissingKernelError": "compiler",
+    "NodeError": "compiler",
+}
 
 
 def __getattr__(name: str):
-    if name in ("TorchOnnxEvaluator", "compile_node", "MissingKernelError"):
-        from . import evaluator
+    # importing torch kernels is deferred until an evaluator is actually needed
+    if name in _LAZY:
+        import importlib
 
-        return getattr(evaluator, name)
-    raise AttributeError(name)
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

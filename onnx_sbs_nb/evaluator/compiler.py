@@ -4,7 +4,8 @@ Everything that does not depend on the tensors is decided once here: which kerne
 each node (by the since-version of the opset the graph imports), the converted
 attributes, the slot of every value, the step after which each value is released, and,
 on an accelerator, which values are shapes that stay on the host. ``CompiledGraph.execute``
-is then a tight loop.
+then runs straight-line code generated from the steps (``codegen.py``);
+``execute_loop``/``execute_debug`` run the same steps through a loop (reference, hooks).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import onnx
 import torch
 
+from .codegen import generate
 from .convert import attribute_value, sparse_to_dense, tensor_from_proto
 from .registry import _load_kernels, get_kernel, normalize_domain
 
@@ -59,6 +61,8 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
         "ReduceSumSquare": (1,),
         "AffineGrid": (1,),
         "Pow": (1,),  # a scalar exponent read on the host takes torch's fast path
+        "Dropout": (1, 2),
+        "If": (0,),
     }.items()
 }
 _NO_SHAPE: frozenset[int] = frozenset()
@@ -71,6 +75,12 @@ HOST_OPS = frozenset(
     Sign Flatten Transpose""".split()
 )
 HOST_SOURCES = frozenset({"Shape", "Size"})
+# Ops whose outputs may live on the host or the device depending on what they hold.
+_OPAQUE = frozenset(
+    ("", n)
+    for n in """If Loop Scan SequenceMap SequenceAt SequenceConstruct SequenceInsert
+    SequenceErase SplitToSequence ConcatFromSequence Optional OptionalGetElement""".split()
+)
 # Small constants are kept on the host (and twinned on the device when a kernel needs them there).
 _HOST_CONST_NUMEL = 64
 
@@ -97,6 +107,13 @@ class KernelContext:
         self.node = node
         self._compiler = compiler
         self._attr_env = attr_env
+
+    def with_outer(self, outer: dict[str, Any]) -> KernelContext:
+        ctx = KernelContext.__new__(KernelContext)
+        ctx.device, ctx.opsets, ctx.node = self.device, self.opsets, self.node
+        ctx._compiler, ctx._attr_env = self._compiler, self._attr_env
+        ctx.outer = outer
+        return ctx
 
     def graph_runner(
         self, graph: onnx.GraphProto, outer_values: dict[str, Any] | None = None
@@ -167,9 +184,14 @@ class CompiledGraph:
         "nodes",
         "placement",
         "device",
+        "fast",
     )
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
+        return self.fast(inputs, outer)
+
+    def execute_loop(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
+        """The same steps as ``execute`` through an interpreter loop (reference path)."""
         vals = self.template.copy()
         for s, v in zip(self.input_slots, inputs):
             vals[s] = v
@@ -189,6 +211,9 @@ class CompiledGraph:
         except Exception as e:
             raise self._node_error(step, e) from e
         return [vals[i] for i in self.output_slots]
+
+    def _step_error(self, k: int, e: Exception) -> Exception:
+        return self._node_error(self.steps[k], e)
 
     def _node_error(self, step: tuple, e: Exception) -> Exception:
         if isinstance(e, NodeError):
@@ -410,8 +435,9 @@ class Compiler:
                 ins += [slots[n] for n in implicit]
                 fn = _bind_outer(fn, len(explicit), implicit)
             if managed:
+                opaque = is_function or key in self.custom or bool(implicit) or key in _OPAQUE
                 fn, ins, out_state = self._place(
-                    node, fn, explicit, ins, state, device_slot, host_consts
+                    node, fn, explicit, ins, state, device_slot, host_consts, opaque
                 )
             attrs = {} if is_function else self._kernel_attrs(node, atts)
             outs = []
@@ -467,6 +493,9 @@ class Compiler:
         cg.nodes = step_nodes
         cg.device = dev
         cg.placement = state if managed else {}
+        cg.fast = generate(
+            cg.steps, template, cg.input_slots, cg.outer_slots, output_slots, cg._step_error
+        )
         return cg
 
     def graph_initializers(self, graph: onnx.GraphProto) -> dict[str, torch.Tensor]:
@@ -553,8 +582,12 @@ class Compiler:
 
         return call_function
 
-    def _place(self, node, fn, explicit, ins, state, device_slot, host_consts):
-        """Host/device placement of one step (accelerator only)."""
+    def _place(self, node, fn, explicit, ins, state, device_slot, host_consts, opaque):
+        """Host/device placement of one step (accelerator only).
+
+        ``opaque``: the step runs code this pass cannot see through (subgraphs, function
+        bodies, custom kernels, sequences), so its outputs may be anywhere ("u") and
+        their consumers check at run time."""
         dev = self.device
         shape_pos = SHAPE_INPUTS.get(node.op_type, _NO_SHAPE)
         in_states = [state.get(n, "u") for n in explicit if n]
@@ -573,25 +606,24 @@ class Compiler:
                 to_move.append(i)
         if to_move:
             fn = _mover(fn, to_move, dev)
-        return fn, ins, "d"
+        return fn, ins, "u" if opaque else "d"
 
 
 def _bind_outer(fn: Callable, n_explicit: int, names: list[str]) -> Callable:
     """Hands the values of the enclosing scope a node's subgraphs read to its context."""
-    ctx = fn.keywords["ctx"] if isinstance(fn, functools.partial) else None
+    ctx = fn.keywords.get("ctx") if isinstance(fn, functools.partial) else None
     if ctx is None:
         # custom kernels and function calls see only their explicit inputs
         def call_plain(*args: Any, **kw: Any) -> Any:
             return fn(*args[:n_explicit], **kw)
 
         return call_plain
+    base = fn.func
 
     def call_with_outer(*args: Any, **kw: Any) -> Any:
-        ctx.outer = dict(zip(names, args[n_explicit:]))
-        try:
-            return fn(*args[:n_explicit], **kw)
-        finally:
-            ctx.outer = {}  # the plan must not keep this run's values alive
+        # a context per call: reentrant, and nothing of this run stays in the plan
+        local = ctx.with_outer(dict(zip(names, args[n_explicit:])))
+        return base(*args[:n_explicit], ctx=local, **kw)
 
     return call_with_outer
 

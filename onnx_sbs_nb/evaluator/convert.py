@@ -16,6 +16,20 @@ AP = onnx.AttributeProto
 # numpy has no bfloat16/float8: ml_dtypes arrays go through a same-width integer view.
 _VIEW_INT = {1: np.uint8, 2: np.uint16}
 
+# Element types torch has that onnx_sbs_nb.dtypes does not map (yet).
+EXTRA_ONNX_TO_TORCH: dict[int, torch.dtype] = {}
+if hasattr(torch, "float8_e8m0fnu"):
+    EXTRA_ONNX_TO_TORCH[onnx.TensorProto.FLOAT8E8M0] = torch.float8_e8m0fnu
+
+
+def torch_dtype(elem_type: int) -> torch.dtype:
+    """The torch dtype of an ONNX element type (TypeError when torch has none)."""
+    dtype = ONNX_TO_TORCH.get(elem_type) or EXTRA_ONNX_TO_TORCH.get(elem_type)
+    if dtype is None:
+        name = onnx.TensorProto.DataType.Name(elem_type)
+        raise TypeError(f"ONNX element type {name} has no torch dtype")
+    return dtype
+
 
 def numpy_to_torch(a: Any) -> Any:
     """A torch tensor sharing memory with ``a`` when possible (ml_dtypes through views)."""
@@ -30,10 +44,10 @@ def numpy_to_torch(a: Any) -> Any:
         a = np.array(a, copy=True, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
     if a.dtype.kind == "V" or a.dtype.type.__module__.startswith("ml_dtypes"):
         elem = np_to_onnx_dtype(a.dtype)
-        if elem not in ONNX_TO_TORCH:
+        dtype = ONNX_TO_TORCH.get(elem) or EXTRA_ONNX_TO_TORCH.get(elem)
+        if dtype is None:
             raise TypeError(f"numpy dtype {a.dtype} has no torch dtype")
-        raw = torch.from_numpy(a.view(_VIEW_INT[a.dtype.itemsize]))
-        return raw.view(ONNX_TO_TORCH[elem])
+        return torch.from_numpy(a.view(_VIEW_INT[a.dtype.itemsize])).view(dtype)
     return torch.from_numpy(a)
 
 
@@ -50,8 +64,9 @@ def _ml_dtype(dtype: torch.dtype) -> Any:
             "float8_e4m3fnuz",
             "float8_e5m2",
             "float8_e5m2fnuz",
+            "float8_e8m0fnu",
         ):
-            if hasattr(torch, name):
+            if hasattr(torch, name) and hasattr(ml_dtypes, name):
                 _TORCH_TO_ML[getattr(torch, name)] = getattr(ml_dtypes, name)
     return _TORCH_TO_ML.get(dtype)
 
@@ -76,7 +91,7 @@ def tensor_from_proto(proto: onnx.TensorProto, base_dir: str = "") -> torch.Tens
     """A CPU tensor holding the value of a TensorProto (external data resolved by onnx)."""
     if proto.data_type == onnx.TensorProto.STRING:
         raise TypeError(f"string tensor {proto.name!r} is not supported by the torch evaluator")
-    if proto.data_type not in ONNX_TO_TORCH:
+    if proto.data_type not in ONNX_TO_TORCH and proto.data_type not in EXTRA_ONNX_TO_TORCH:
         name = onnx.TensorProto.DataType.Name(proto.data_type)
         raise TypeError(f"tensor {proto.name!r} has element type {name}, which torch lacks")
     return numpy_to_torch(numpy_helper.to_array(proto, base_dir))

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import onnx
 import torch
 
@@ -15,6 +14,7 @@ from .compiler import (
     CompiledGraph,
     Compiler,
     MissingKernelError,
+    NodeError,
     graph_free_names,
     node_implicit_inputs,
 )
@@ -24,6 +24,7 @@ from .registry import normalize_domain, supported_ops
 __all__ = [
     "MissingKernelError",
     "NodeArg",
+    "NodeError",
     "TorchOnnxEvaluator",
     "compile_node",
     "supported_ops",
@@ -104,11 +105,12 @@ class TorchOnnxEvaluator:
     ``opsets={"": 18}``), or a FunctionProto (its own opset imports are used).
     ``providers=("CUDAExecutionProvider",)`` or ``device="cuda"`` runs on the GPU:
     weights move there once; shapes stay on the CPU so that shape arithmetic never
-    synchronises the device.
+    synchronises the device; every result is returned on the device.
 
-    ``run(output_names, feeds)`` takes torch tensors (used where they are, without a copy
-    when already on the evaluator's device; results are torch tensors) or numpy arrays
-    (results are numpy arrays).
+    ``run(output_names, feeds)`` takes torch tensors (results are torch tensors) or numpy
+    arrays (results are numpy arrays). Without ``device`` or a CUDA provider, the model
+    runs where the torch feeds are (CUDA feeds: weights copied there once, at the first
+    such run), without copying them; with one, feeds elsewhere are moved to that device.
 
     ``custom_kernels={(domain, op_type): fn}`` replaces the implementation of any op
     (the calling convention is the one of ``onnx_sbs_nb.evaluator.registry``: inputs
@@ -122,6 +124,9 @@ class TorchOnnxEvaluator:
 
     A node whose op has no kernel at the model's opset raises ``MissingKernelError`` at
     construction; ``supported_ops()`` lists what exists.
+
+    ``manage_placement`` (default: on accelerators only) turns on the host/device
+    placement of shape values; forcing it on CPU exercises that logic in tests.
     """
 
     def __init__(
@@ -134,6 +139,7 @@ class TorchOnnxEvaluator:
         opsets: dict[str, int] | int | None = None,
         functions: Sequence[onnx.FunctionProto] | None = None,
         verbose: int = 0,
+        manage_placement: bool | None = None,
     ) -> None:
         if isinstance(model, (str, os.PathLike)):
             model = onnx.load(os.fspath(model))
@@ -168,12 +174,18 @@ class TorchOnnxEvaluator:
             model_opsets.update(opsets)
         self.opsets = {normalize_domain(k): v for k, v in model_opsets.items()}
         self.graph = graph
-        self._compiler = Compiler(
+        self._compiler_args = (
             self.opsets,
             {(f.domain, f.name): f for f in funcs},
             custom_kernels,
-            self.device,
         )
+        self._manage_placement = manage_placement
+        self._compiler = Compiler(
+            *self._compiler_args, self.device, manage_placement=manage_placement
+        )
+        # No device asked for: the evaluator computes where the torch feeds are.
+        self._follow_feeds = device is None and self.device.type == "cpu"
+        self._elsewhere: dict[torch.device, tuple[Compiler, dict]] = {}
         inits = {i.name for i in graph.initializer}
         self._inputs = [_node_arg(i) for i in graph.input if i.name not in inits]
         self._outputs = [_node_arg(o) for o in graph.output]
@@ -204,15 +216,23 @@ class TorchOnnxEvaluator:
         self,
         output_names: Sequence[str] | None,
         feeds: dict[str, Any],
+        run_options: Any = None,
         *,
         hook: Callable[[int, onnx.NodeProto, list[Any]], None] | None = None,
     ) -> list[Any]:
-        """Runs the model; ``hook(step, node, live_values)`` is called after each node."""
+        """Runs the model and returns the requested outputs (all when ``output_names`` is
+        None). ``run_options`` is accepted for onnxruntime compatibility and ignored.
+        ``hook(step, node, live_values)`` is called after each node (debugging, memory)."""
         names = tuple(output_names) if output_names else tuple(self._output_names)
-        plan = self._plans.get(names) or self._plan_for(names)
+        compiler, plans, dev = self._compiler, self._plans, self.device
+        if self._follow_feeds:
+            feed_dev = _feed_device(feeds)
+            if feed_dev is not None and feed_dev != dev:
+                compiler, plans = self._on(feed_dev)
+                dev = compiler.device
+        plan = plans.get(names) or self._plan_for(names, compiler, plans)
         as_numpy = False
         inputs: list[Any] = []
-        dev = self.device
         for name in plan.input_names:
             v = feeds.get(name, _MISSING)
             if v is _MISSING:
@@ -228,17 +248,37 @@ class TorchOnnxEvaluator:
             unknown = set(feeds) - set(self.input_names)
             if unknown:
                 raise KeyError(f"unknown feeds {sorted(unknown)}; inputs are {self.input_names}")
-        if hook is not None or self.verbose:
-            res = plan.execute_debug(inputs, (), hook or self._verbose_hook)
-        else:
-            res = plan.execute(inputs)
+        # inference only: feeds that require grad must not make the run record a graph
+        with torch.no_grad():
+            if hook is not None or self.verbose:
+                res = plan.execute_debug(inputs, (), hook or self._verbose_hook)
+            else:
+                res = plan.execute(inputs)
         if as_numpy:
             return [torch_to_numpy(r) for r in res]
+        if compiler.manage_placement and dev.type != "cpu":
+            # shape-like results were computed on the host: hand everything back on the device
+            res = [_to_device(r, dev) for r in res]
         return res
 
     # -- internals --------------------------------------------------------------------------
 
-    def _plan_for(self, names: tuple[str, ...]) -> CompiledGraph:
+    def _on(self, dev: torch.device) -> tuple[Compiler, dict]:
+        """Compiler and plans for another device (feeds there, no device requested)."""
+        dev = resolve_device(dev, None)
+        if dev not in self._elsewhere:
+            compiler = Compiler(*self._compiler_args, dev, manage_placement=self._manage_placement)
+            self._elsewhere[dev] = (compiler, {})
+        return self._elsewhere[dev]
+
+    def _plan_for(
+        self,
+        names: tuple[str, ...],
+        compiler: Compiler | None = None,
+        plans: dict | None = None,
+    ) -> CompiledGraph:
+        compiler = compiler or self._compiler
+        plans = self._plans if plans is None else plans
         known = set(self._output_names) | {n for node in self.graph.node for n in node.output}
         known |= {i.name for i in self.graph.input} | {i.name for i in self.graph.initializer}
         for n in names:
@@ -248,22 +288,36 @@ class TorchOnnxEvaluator:
         if set(names) != set(self._output_names):
             nodes = _needed_nodes(nodes, names)
         # Initializers are converted (and moved to the device) once, shared by all plans.
-        plan = self._compiler.compile(
+        plan = compiler.compile(
             nodes,
             [i.name for i in self._inputs],
             list(names),
-            self._compiler.graph_initializers(self.graph),
+            compiler.graph_initializers(self.graph),
             inputs_on_device=True,
         )
-        self._plans[names] = plan
+        plans[names] = plan
         return plan
 
     def _verbose_hook(self, k: int, node: onnx.NodeProto, live: list[Any]) -> None:
+        """verbose=1: one line per node with the values alive after it and their size."""
         if self.verbose:
-            print(f"[TorchOnnxEvaluator] {k}: {node.op_type}({node.name}) live={len(live)}")
+            size = sum(v.numel() * v.element_size() for v in live if isinstance(v, torch.Tensor))
+            print(
+                f"[TorchOnnxEvaluator] {k}: {node.op_type}({node.name!r}) "
+                f"-> {list(node.output)}; live values {len(live)}, {size / 2**20:.2f} MiB"
+            )
 
 
 _MISSING = object()
+
+
+def _feed_device(feeds: dict[str, Any]) -> torch.device | None:
+    for v in feeds.values():
+        if isinstance(v, torch.Tensor):
+            return v.device
+        if isinstance(v, list) and v and isinstance(v[0], torch.Tensor):
+            return v[0].device
+    return None
 
 
 def _to_device(v: Any, dev: torch.device) -> Any:
@@ -352,9 +406,9 @@ def compile_node(
         single = len(out_pos) == 1 and out_pos[0] == 0
 
         def run_node(inputs: list[Any]) -> list[Any]:
-            if len(inputs) < k:
-                inputs = list(inputs) + [None] * (k - len(inputs))
-            res = fn(*inputs[:k], **attrs)
+            if len(inputs) != k:
+                inputs = (list(inputs) + [None] * (k - len(inputs)))[:k]
+            res = fn(*inputs, **attrs)
             if type(res) is not tuple:
                 return [res]
             if single:
@@ -386,8 +440,3 @@ def _is_direct(cg: CompiledGraph, n_in: int) -> bool:
     slot_of = dict(zip(cg.input_names, cg.input_slots))
     expected = [slot_of.get(f"__in{i}", 0) for i in range(len(ins))]
     return list(ins) == expected
-
-
-def as_numpy(values: list[Any]) -> list[np.ndarray]:
-    """Converts evaluator results to numpy (ml_dtypes for bfloat16/float8)."""
-    return [torch_to_numpy(v) for v in values]

@@ -60,8 +60,11 @@ def _lab_settings(settings: Path) -> None:
     )
     d = settings / "@jupyterlab" / "notebook-extension"
     d.mkdir(parents=True, exist_ok=True)
-    # start the notebook's own kernel without the "Select Kernel" dialog
-    (d / "tracker.jupyterlab-settings").write_text(json.dumps({"autoStartDefaultKernel": True}))
+    # start the notebook's own kernel without the "Select Kernel" dialog, and render every
+    # cell (windowing would leave off-screen widgets unrendered)
+    (d / "tracker.jupyterlab-settings").write_text(
+        json.dumps({"autoStartDefaultKernel": True, "windowingMode": "none"})
+    )
 
 
 @pytest.fixture(scope="session")
@@ -153,7 +156,9 @@ def lab(tmp_path_factory):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"jupyter lab did not start in 120 s:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"jupyter lab did not start in 120 s:\n{log.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield Lab(url=url, token=token, root=root, log=log)
     finally:

@@ -18,8 +18,16 @@ def as_ints(t: Any) -> list[int]:
     if t is None:
         return []
     if isinstance(t, torch.Tensor):
-        return [int(v) for v in t.reshape(-1).tolist()]
+        v = t.tolist()  # int tensors give Python ints; shape arguments are 0-d or 1-d
+        if not isinstance(v, list):
+            return [int(v)]
+        if v and isinstance(v[0], list):
+            return [int(i) for i in t.reshape(-1).tolist()]
+        return v if t.dtype in _INT_TYPES else [int(i) for i in v]
     return [int(v) for v in t]
+
+
+_INT_TYPES = frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))
 
 
 def widen(*ts: torch.Tensor | None) -> tuple[list[torch.Tensor | None], torch.dtype | None]:

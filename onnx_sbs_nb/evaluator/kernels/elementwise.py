@@ -52,6 +52,8 @@ def pow_legacy(a, b, broadcast=0, axis=None):
 @op("Pow", since=7)
 def pow_(a, b):
     # The result has the type of the base, whatever the exponent's type.
+    if b.device != a.device and b.dim():
+        b = b.to(a.device, non_blocking=True)  # the exponent may be kept on the host
     if a.is_floating_point():
         if b.dim() == 0 and b.device.type == "cpu" and not b.dtype.is_complex:
             # a scalar exponent on the host: torch's scalar path (x*x for 2) is ~20x faster

@@ -17,16 +17,22 @@ def _fix_neg(idx: torch.Tensor, dim) -> torch.Tensor:
 
 @op("Gather", since=1)
 def gather(x, indices, axis=0):
-    axis = norm_axis(axis, x.dim())
-    idx = _fix_neg(indices, x.shape[axis])
-    out = x.index_select(axis, idx.reshape(-1))
-    return out.reshape((*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]))
+    # torch's advanced indexing has ONNX Gather's semantics: the index shape replaces
+    # the axis, negative indices count from the end, out-of-range ones raise
+    if axis == 0:
+        return x[indices]
+    return x[(slice(None),) * norm_axis(axis, x.dim()) + (indices,)]
 
 
 @op("GatherElements", since=11)
 def gather_elements(x, indices, axis=0):
     axis = norm_axis(axis, x.dim())
     return torch.gather(x, axis, _fix_neg(indices, x.shape[axis]))
+
+
+def _dims(shape, like: torch.Tensor) -> torch.Tensor:
+    # built on the host and copied without waiting for the device queue
+    return torch.tensor(list(shape), dtype=torch.int64).to(like.device, non_blocking=True)
 
 
 def _nd_index(x: torch.Tensor, indices: torch.Tensor, batch_dims: int):
@@ -36,8 +42,7 @@ def _nd_index(x: torch.Tensor, indices: torch.Tensor, batch_dims: int):
     nb = math.prod(batch)
     xr = x.reshape(nb, *x.shape[batch_dims:])
     idx = indices.to(torch.int64).reshape(nb, -1, k)
-    dims = torch.tensor(x.shape[batch_dims : batch_dims + k], device=idx.device)
-    idx = torch.where(idx < 0, idx + dims, idx)
+    idx = torch.where(idx < 0, idx + _dims(x.shape[batch_dims : batch_dims + k], idx), idx)
     bidx = torch.arange(nb, device=idx.device).reshape(nb, 1).expand(nb, idx.shape[1])
     return xr, (bidx, *idx.unbind(-1)), k
 
@@ -72,8 +77,7 @@ def scatter_nd(x, indices, updates, reduction="none"):
     k = indices.shape[-1]
     out = x.clone()
     idx = indices.to(torch.int64).reshape(-1, k)
-    dims = torch.tensor(x.shape[:k], device=idx.device)
-    idx = torch.where(idx < 0, idx + dims, idx)
+    idx = torch.where(idx < 0, idx + _dims(x.shape[:k], idx), idx)
     upd = updates.reshape(-1, *x.shape[k:])
     index = tuple(idx.unbind(-1))
     if reduction == "none":

@@ -11,11 +11,13 @@ from ..registry import op
 def _nll(x, target, weight, ignore_index, reduction):
     if reduction not in ("none", "sum", "mean"):
         raise ValueError(f"unknown reduction {reduction!r}")
-    t = target.to(torch.int64)
+    if x.dim() < 2:
+        raise ValueError(f"the input must be (N, C, ...), got rank {x.dim()}")
+    # without ignore_index every target must be a class: torch's -100 default cannot occur
     ii = -100 if ignore_index is None else int(ignore_index)
-    if x.dim() == 2 or x.dim() >= 3:
-        return F.nll_loss(x, t, weight=weight, ignore_index=ii, reduction=reduction)
-    raise ValueError(f"NegativeLogLikelihoodLoss: input of rank {x.dim()}")
+    return F.nll_loss(
+        x, target.to(torch.int64), weight=weight, ignore_index=ii, reduction=reduction
+    )
 
 
 @op("NegativeLogLikelihoodLoss", since=12)

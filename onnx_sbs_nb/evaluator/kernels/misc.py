@@ -101,7 +101,7 @@ def tensor_scatter(past_cache, update, write_indices=None, mode="linear", axis=-
         write_indices.to(torch.int64).reshape(batch, 1)
         if write_indices is not None
         else torch.zeros((batch, 1), dtype=torch.int64)
-    ).to(update.device)
+    ).to(update.device, non_blocking=True)
     pos = start + torch.arange(seq, device=update.device).reshape(1, seq)
     if mode == "circular":
         pos = pos.remainder(max_seq)

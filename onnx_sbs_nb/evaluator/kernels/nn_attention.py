@@ -77,7 +77,7 @@ def attention(
         q = _split_heads(q, q_num_heads)
         k = _split_heads(k, kv_num_heads)
         v = _split_heads(v, kv_num_heads)
-    dt, dev = q.dtype, q.device
+    out_dt, dev = q.dtype, q.device
     if scale is None:
         scale = 1 / math.sqrt(q.shape[3])
     root = math.sqrt(scale)
@@ -85,6 +85,13 @@ def attention(
         k = torch.cat([past_key, k], 2)
         v = torch.cat([past_value, v], 2)
     present_key, present_value = k, v
+    if out_dt in (torch.float16, torch.bfloat16):
+        # half precision computes in float32 and rounds once, as fused attention kernels
+        # (onnxruntime's, torch's) accumulate
+        q, k, v = q.float(), k.float(), v.float()
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            attn_mask = attn_mask.float()
+    dt = q.dtype
     lq, lkv = q.shape[2], k.shape[2]
     bias = torch.zeros((lq, lkv), dtype=dt, device=dev)
     if attn_mask is not None:
@@ -156,7 +163,7 @@ def attention(
     y = torch.matmul(probs, v)
     if rank3:
         y = y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1)
-    return y, present_key, present_value, qk_out.to(dt)
+    return y.to(out_dt), present_key, present_value, qk_out.to(out_dt)
 
 
 @op("Attention", since=23)

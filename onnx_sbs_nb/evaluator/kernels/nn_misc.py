@@ -1,7 +1,11 @@
-"""NonMaxSuppression and TfIdfVectorizer (data-dependent loops, run on host values)."""
+"""NonMaxSuppression, TfIdfVectorizer (data-dependent loops on host values) and the string
+operators StringConcat, StringSplit, StringNormalizer, RegexFullMatch."""
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import torch
 
 from ..registry import op
@@ -126,3 +130,72 @@ def tfidf_vectorizer(
     if x.dim() != 2:
         y = y.reshape(out_size)
     return y.to(x.device)
+
+
+# -- string operators ------------------------------------------------------------------------
+# torch has no string dtype: string tensors are numpy object arrays inside these kernels
+# (numeric results are torch tensors). The evaluator must hand such arrays through as is.
+
+
+def _strings(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        raise TypeError("expected a string tensor (numpy object array), got a torch tensor")
+    a = np.asarray(x)
+    if a.dtype.kind not in "OUS":
+        raise TypeError(f"expected a string tensor, got dtype {a.dtype}")
+    return a.astype(object)
+
+
+@op("StringConcat", since=20)
+def string_concat(x, y):
+    a, b = np.broadcast_arrays(_strings(x), _strings(y))
+    joined = [str(u) + str(v) for u, v in zip(a.reshape(-1), b.reshape(-1))]
+    return np.array(joined, dtype=object).reshape(a.shape)
+
+
+@op("RegexFullMatch", since=20)
+def regex_full_match(x, pattern=""):
+    # Python's re agrees with RE2 on the syntax both accept
+    regex = re.compile(pattern)
+    a = _strings(x)
+    flat = [regex.fullmatch(str(s)) is not None for s in a.reshape(-1)]
+    return torch.tensor(flat, dtype=torch.bool).reshape(a.shape)
+
+
+@op("StringSplit", since=20)
+def string_split(x, delimiter="", maxsplit=None):
+    a = _strings(x)
+    sep = delimiter or None  # empty delimiter: split on runs of whitespace
+    parts = [str(s).split(sep, -1 if maxsplit is None else maxsplit) for s in a.reshape(-1)]
+    width = max((len(p) for p in parts), default=0)
+    y = np.full((len(parts), width), "", dtype=object)
+    for i, p in enumerate(parts):
+        y[i, : len(p)] = p
+    counts = torch.tensor([len(p) for p in parts], dtype=torch.int64).reshape(a.shape)
+    return y.reshape(*a.shape, width), counts
+
+
+@op("StringNormalizer", since=10)
+def string_normalizer(x, case_change_action="NONE", is_case_sensitive=0, locale="", stopwords=None):
+    # locale: Python has no thread-safe per-call locale; case mapping is Unicode's
+    a = _strings(x)
+    if a.ndim not in (1, 2) or (a.ndim == 2 and a.shape[0] != 1):
+        raise ValueError(f"StringNormalizer takes [C] or [1, C], got shape {a.shape}")
+    words = [str(s) for s in a.reshape(-1)]
+    stops = set(stopwords or ())
+    if stops:
+        if is_case_sensitive:
+            words = [w for w in words if w not in stops]
+        else:
+            low = {s.lower() for s in stops}
+            words = [w for w in words if w.lower() not in low]
+    if case_change_action == "LOWER":
+        words = [w.lower() for w in words]
+    elif case_change_action == "UPPER":
+        words = [w.upper() for w in words]
+    elif case_change_action != "NONE":
+        raise ValueError(f"StringNormalizer: unknown case_change_action {case_change_action!r}")
+    if not words:
+        words = [""]  # the spec keeps one empty string when every word is removed
+    out = np.array(words, dtype=object)
+    return out.reshape(1, -1) if a.ndim == 2 else out

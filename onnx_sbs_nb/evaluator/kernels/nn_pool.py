@@ -69,6 +69,19 @@ def _attrs(x, kernel_shape, strides, dilations):
     return n, kernel, strides, dilations
 
 
+def _torch_padding(auto_pad, pads, kernel, dilations, n) -> list[int] | None:
+    """The symmetric padding torch's pooling takes, when the ONNX pads are expressible."""
+    if auto_pad not in ("NOTSET", "", None):
+        return None if auto_pad != "VALID" else [0] * n
+    p = list(pads) if pads else [0] * (2 * n)
+    if p[:n] != p[n:]:
+        return None
+    # torch requires pad <= half the (dilated) kernel
+    if any(2 * p[i] > (kernel[i] - 1) * dilations[i] + 1 for i in range(n)):
+        return None
+    return p[:n]
+
+
 def _lowest(dtype):
     if dtype.is_floating_point:
         return float("-inf")
@@ -79,6 +92,10 @@ def _max_pool(
     x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, with_indices
 ):
     n, kernel, strides, dilations = _attrs(x, kernel_shape, strides, dilations)
+    fast = _torch_padding(auto_pad, pads, kernel, dilations, n)
+    if fast is not None and not with_indices:
+        # torch's ceil_mode drops a last window starting in the padding, as ONNX does
+        return _MAX[n](x, kernel, strides, fast, dilations, bool(ceil_mode))
     in_shape = list(x.shape[2:])
     out, begins, ends, _ = _pool_geometry(
         in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mode
@@ -144,14 +161,16 @@ def _window_sum(xp, kernel, strides, dilations):
 
 def _avg_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
     n, kernel, strides, dilations = _attrs(x, kernel_shape, strides, dilations)
+    fast = _torch_padding(auto_pad, pads, kernel, dilations, n)
+    if fast is not None and all(d == 1 for d in dilations):
+        # torch's divisor counts declared pads (count_include_pad) but never the room
+        # ceil_mode adds, as ONNX does
+        return _AVG[n](x, kernel, strides, fast, bool(ceil_mode), bool(count_include_pad))
     in_shape = list(x.shape[2:])
     out, begins, ends, declared_ends = _pool_geometry(
         in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mode
     )
     fp = _fpad(begins, ends)
-    symmetric = begins == ends and all(2 * b <= k for b, k in zip(begins, kernel))
-    if symmetric and all(d == 1 for d in dilations) and begins == declared_ends:
-        return _AVG[n](x, kernel, strides, begins, False, bool(count_include_pad))
     xp = F.pad(x, fp) if any(fp) else x
     total = _window_sum(xp, kernel, strides, dilations)
     ones = torch.ones((1, 1, *in_shape), dtype=x.dtype, device=x.device)

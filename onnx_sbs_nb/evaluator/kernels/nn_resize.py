@@ -44,6 +44,8 @@ def _source_coords(mode, out_idx, scale, in_len, out_len, roi):
         x = torch.zeros_like(y) if out_len == 1 else (y + 0.5) / scale - 0.5
     elif mode == "half_pixel":
         x = (y + 0.5) / scale - 0.5
+    elif mode == "tf_half_pixel_for_nn":  # opsets 11 to 13
+        x = (y + 0.5) / scale
     elif mode == "half_pixel_symmetric":
         adjustment = out_len / out_w
         offset = in_len / 2 * (1 - adjustment)

@@ -133,6 +133,61 @@ def _clip(v, clip):
     return v if clip is None else v.clamp(-clip, clip)
 
 
+# gate order of torch's fused kernels, as indices into the ONNX order
+_TORCH_GATES = {"RNN": [0], "LSTM": [0, 2, 3, 1], "GRU": [1, 0, 2]}
+_DEFAULT_ACTS = {"RNN": ["Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+
+
+def _is_default(activations, kind: str, num_dir: int) -> bool:
+    if not activations:
+        return True
+    names = [a.lower() for a in activations]
+    d = [a.lower() for a in _DEFAULT_ACTS[kind]]
+    return names in (d, d * num_dir)
+
+
+def _fused(kind, x, w, r, b, states0, direction, layout, H, relu=False):
+    """torch's fused RNN kernels (cuDNN on GPU) for the configurations they implement
+    exactly: default activations, no clip, no sequence_lens, no peepholes."""
+    nd = w.shape[0]
+    if layout == 1:
+        x = x.transpose(0, 1)
+        states0 = [s.transpose(0, 1) if s is not None else None for s in states0]
+    T, B = x.shape[0], x.shape[1]
+    order = _TORCH_GATES[kind]
+    G = len(order)
+
+    def reorder(t):
+        parts = t.split(H, 0)
+        return torch.cat([parts[i] for i in order], 0) if G > 1 else t
+
+    params = []
+    for d in range(nd):
+        bw = b[d, : G * H] if b is not None else torch.zeros(G * H, dtype=x.dtype, device=x.device)
+        br = b[d, G * H :] if b is not None else torch.zeros(G * H, dtype=x.dtype, device=x.device)
+        params += [reorder(w[d]), reorder(r[d]), reorder(bw), reorder(br)]
+    states = [
+        s if s is not None else torch.zeros((nd, B, H), dtype=x.dtype, device=x.device)
+        for s in states0
+    ]
+    xin = x.flip(0) if direction == "reverse" else x
+    args = (params, True, 1, 0.0, False, nd == 2, False)
+    if kind == "LSTM":
+        y, *final = torch.lstm(xin, tuple(states), *args)
+    elif kind == "GRU":
+        y, *final = torch.gru(xin, states[0], *args)
+    else:
+        fn = torch.rnn_relu if relu else torch.rnn_tanh
+        y, *final = fn(xin, states[0], *args)
+    if direction == "reverse":
+        y = y.flip(0)
+    y = y.reshape(T, B, nd, H).transpose(1, 2)
+    if layout == 1:
+        y = y.permute(2, 0, 1, 3)
+        final = [f.transpose(0, 1) for f in final]
+    return (y, *final)
+
+
 def _rnn(
     x,
     w,
@@ -150,6 +205,11 @@ def _rnn(
 ):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
+    if clip is None and sequence_lens is None:
+        names = [a.lower() for a in activations or []]
+        if _is_default(activations, "RNN", nd) or names in (["relu"], ["relu"] * nd):
+            relu = bool(names) and names[0] == "relu"
+            return _fused("RNN", x, w, r, b, [initial_h], direction, layout, H, relu)
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], nd)
     bw = b[:, :H] + b[:, H:] if b is not None else [None] * nd
     xw = [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
@@ -182,6 +242,14 @@ def _lstm(
 ):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
+    if (
+        clip is None
+        and sequence_lens is None
+        and p is None
+        and not input_forget
+        and _is_default(activations, "LSTM", nd)
+    ):
+        return _fused("LSTM", x, w, r, b, [initial_h, initial_c], direction, layout, H)
     acts = _activations(
         activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], nd
     )
@@ -226,6 +294,13 @@ def _gru(
 ):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
+    if (
+        linear_before_reset
+        and clip is None
+        and sequence_lens is None
+        and _is_default(activations, "GRU", nd)
+    ):
+        return _fused("GRU", x, w, r, b, [initial_h], direction, layout, H)
     acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], nd)
     if b is not None:
         wb, rb = b[:, : 3 * H], b[:, 3 * H :]

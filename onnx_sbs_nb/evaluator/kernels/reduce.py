@@ -47,6 +47,8 @@ _IMPL = {
 
 
 def reduce(name: str, x: torch.Tensor, axes: list[int], keepdims: int, noop: int):
+    if len(axes) == 1 and x.is_floating_point() and x.numel() and name in _SINGLE:
+        return _SINGLE[name](x, axes[0], bool(keepdims))
     if not axes:
         if noop:
             return x
@@ -74,6 +76,15 @@ def reduce(name: str, x: torch.Tensor, axes: list[int], keepdims: int, noop: int
         return _IMPL[name](x.to(torch.float64), axes, keep).to(dtype)
     res = _IMPL[name](x, axes, keep)
     return res.to(dtype) if res.dtype != dtype else res
+
+
+# the frequent case (one axis, float data) without the general path's bookkeeping
+_SINGLE = {
+    "ReduceSum": lambda x, d, k: torch.sum(x, dim=d, keepdim=k),
+    "ReduceMean": lambda x, d, k: torch.mean(x, dim=d, keepdim=k),
+    "ReduceMax": lambda x, d, k: torch.amax(x, dim=d, keepdim=k),
+    "ReduceMin": lambda x, d, k: torch.amin(x, dim=d, keepdim=k),
+}
 
 
 def _register(name: str, since_input: int) -> None:

@@ -47,6 +47,11 @@ def flatten(x, axis=1):
 
 
 def _squeeze(x, axes: list[int]):
+    if len(axes) == 1:
+        a = axes[0]
+        if x.shape[a] != 1:
+            raise ValueError(f"Squeeze: dimension {a} of shape {tuple(x.shape)} is not 1")
+        return x.squeeze(a)
     if not axes:
         return x.reshape([d for d in x.shape if d != 1])
     axes = sorted({norm_axis(a, x.dim()) for a in axes})
@@ -57,6 +62,8 @@ def _squeeze(x, axes: list[int]):
 
 
 def _unsqueeze(x, axes: list[int]):
+    if len(axes) == 1:
+        return x.unsqueeze(axes[0])
     rank = x.dim() + len(axes)
     axes = sorted(norm_axis(a, rank) for a in axes)
     dims = list(x.shape)
@@ -152,12 +159,19 @@ def slice_axis(x, axis: int, start: int, end: int, step: int) -> torch.Tensor:
 
 
 def _slice(x, starts, ends, axes, steps):
+    rank = x.dim()
     if not axes:
         axes = list(range(len(starts)))
     if not steps:
         steps = [1] * len(starts)
+    if all(st > 0 for st in steps):
+        # one indexing call: Python slices clamp exactly like ONNX Slice
+        index = [slice(None)] * rank
+        for s, e, a, st in zip(starts, ends, axes, steps):
+            index[a + rank if a < 0 else a] = slice(s, e, st)
+        return x[tuple(index)]
     for s, e, a, st in zip(starts, ends, axes, steps):
-        x = slice_axis(x, norm_axis(a, x.dim()), s, e, st)
+        x = slice_axis(x, norm_axis(a, rank), s, e, st)
     return x
 
 
@@ -175,6 +189,14 @@ def slice_(x, starts, ends, axes=None, steps=None):
 def expand(x, shape):
     out = torch.broadcast_shapes(tuple(x.shape), tuple(as_ints(shape)))
     return x.expand(out)
+
+
+@op("Tile", since=1)
+def tile_v1(x, tiles, axis):
+    # opset 1: repeat ``tiles`` times along one ``axis`` (both given as inputs)
+    repeats = [1] * x.dim()
+    repeats[norm_axis(as_ints(axis)[0], x.dim())] = as_ints(tiles)[0]
+    return x.repeat(repeats)
 
 
 @op("Tile", since=6)
