@@ -74,8 +74,9 @@ def test_count_theirs_verdicts():
         Rec("c", "c", err_abs=1.0, err_rel=1.0),
         Rec("d", "d", err_rel=1.0),
         Rec("e", None),
+        Rec("f", "f", err_abs=None, err_rel=None),  # no error computed (integers): not a failure
     ]
-    assert bench_engine.count_theirs(records) == (4, 2, 2)
+    assert bench_engine.count_theirs(records) == (5, 2, 2)
 
 
 def test_profile_ours(tiny_files):

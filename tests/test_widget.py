@@ -211,6 +211,7 @@ def test_static_state_fallback_and_python_api():
     assert text.startswith("SbsWidget(finished: 6 records, 3 failing, worst err_abs 0.4 at 'n4'")
     df = w.to_frame()
     assert list(df.columns) == list(RECORD_FIELDS) and len(df) == 6
+    pytest.importorskip("plotly")
     fig = w.figure()
     assert [t.name for t in fig.data][:2] == ["error vs torch", "own error"]
     assert fig.layout.yaxis.type == "log"

@@ -50,7 +50,10 @@ export function mount(el, src) {
       const name = typeof entry === "string" ? entry : entry.onnx_name || entry.ep_name || (i >= 0 ? store.label(i) : "?");
       return h("span", { class: "sbs-answer" }, `${label}: `, h("button", { class: "sbs-link", title: "select this node", onclick: () => select(i, "link"), disabled: i < 0 }, String(name)));
     };
-    return pick("first_own_failure", "first node whose own error fails") || pick("first_failure", "first failing node") || (sm ? h("span", { class: "sbs-answer", text: partial ? "stopped early: every pair compared so far is within tolerance" : "every compared pair is within tolerance" }) : null);
+    // the summary says how it chose the node: only a rerun on torch inputs proves it
+    const rule = sm && sm.first_own_failure_rule;
+    const ownLabel = !rule || rule === "rerun" ? "first node whose own error fails" : `first suspect (rule: ${rule})`;
+    return pick("first_own_failure", ownLabel) || pick("first_failure", "first failing node") || (sm ? h("span", { class: "sbs-answer", text: partial ? "stopped early: every pair compared so far is within tolerance" : "every compared pair is within tolerance" }) : null);
   };
 
   // ---- buttons

@@ -168,7 +168,9 @@ def _slice(x, starts, ends, axes, steps):
         # one indexing call: Python slices clamp exactly like ONNX Slice
         index = [slice(None)] * rank
         for s, e, a, st in zip(starts, ends, axes, steps):
-            index[a + rank if a < 0 else a] = slice(s, e, st)
+            a = a + rank if a < 0 else a
+            # clamped here: torch warns about (and truncates) INT64_MAX-like bounds
+            index[a] = slice(*slice(s, e, st).indices(x.shape[a]))
         return x[tuple(index)]
     for s, e, a, st in zip(starts, ends, axes, steps):
         x = slice_axis(x, norm_axis(a, rank), s, e, st)
