@@ -393,3 +393,18 @@ def test_live_values_do_not_grow_with_depth(rerun):
         assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
         peaks.append(run.status.extra["peak_live_values"])
     assert peaks[1] <= peaks[0] + 2, peaks
+
+
+def test_sessions_are_reused_across_runs(mlp):
+    """A second run of the same model builds no onnxruntime session again."""
+    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+
+    ep, onx, args = mlp
+    first = OnnxruntimeRunner()
+    list(run_aligned(ep, onx, args, runner=first))
+    second = OnnxruntimeRunner()
+    recs = list(run_aligned(ep, onx, args, runner=second))
+    assert second.sessions_built == 0
+    assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
+    # one session per signature, not per node: fc1..fc3 are three Gemm of two signatures
+    assert first.sessions_built < len(onx.graph.node)

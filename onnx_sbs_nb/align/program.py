@@ -125,7 +125,7 @@ def bind_inputs(
                     f"the program expects rank {expected_val.dim()} "
                     f"({_describe(expected_val)})"
                 )
-        values[name] = value
+        values[name] = _detach(value)
         user_names.append(name)
     state = ep.state_dict
     constants = ep.constants
@@ -136,10 +136,11 @@ def bind_inputs(
         if name is None:
             continue
         target = spec.target
+        # detached once (same storage): no op of the run records autograd history
         if target in state:
-            values[name] = state[target]
+            values[name] = _detach(state[target])
         elif target in constants:
-            values[name] = constants[target]
+            values[name] = _detach(constants[target])
         elif spec.kind == InputKind.TOKEN:
             values[name] = torch.tensor([])
         else:
@@ -167,6 +168,10 @@ def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> d
             f"keyword input(s) {missing} are missing: the program was exported with {expected}"
         )
     return {k: kwargs[k] for k in expected}
+
+
+def _detach(v: Any) -> Any:
+    return v.detach() if isinstance(v, torch.Tensor) else v
 
 
 def _describe(t: torch.Tensor) -> str:

@@ -259,7 +259,6 @@ class AlignedRun:
             self.bound.values[name] = v
         return v
 
-    @torch.no_grad()
     def _run_fx_node(self, node: torch.fx.Node, env: dict[str, Any]) -> Any:
         if node.op == "placeholder":
             return self._fx_placeholder_value(node.name)

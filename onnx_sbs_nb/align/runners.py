@@ -13,6 +13,7 @@ every run with that signature: a Llama has hundreds of nodes but a few dozen sig
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -202,10 +203,18 @@ class _CachedRunner:
     name = "base"
     value_kind = "numpy"
 
+    # Sessions are shared by every runner of the same configuration in the process:
+    # a second run, a widget action or a CLI rerun builds none again.
+    _SHARED: dict[tuple, OrderedDict] = {}
+    MAX_CACHED = 4096
+
     def __init__(self, fallback: bool = True) -> None:
-        self._cache: dict[Any, Any] = {}
+        self._cache: OrderedDict = self._SHARED.setdefault(self._config(fallback), OrderedDict())
         self.sessions_built = 0
         self.fallback = fallback
+
+    def _config(self, fallback: bool) -> tuple:
+        return (type(self).__name__, fallback)
 
     def _build(self, model: onnx.ModelProto, large: bool) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -218,16 +227,21 @@ class _CachedRunner:
         # Nodes with subgraphs keep their names: the subgraphs refer to outer names.
         rename = not has_subgraph
         attrs = b"".join(a.SerializeToString() for a in node.attribute)
+        function = ctx.functions.get((node.domain, node.op_type))
         static_key = (
             node.domain,
             node.op_type,
+            ctx.opsets.get(node.domain or "", ctx.opsets.get("ai.onnx")),
             attrs,
             len(node.output),
             tuple(bool(i) for i in node.input),
+            # a local function with the same name may differ from model to model
+            function.SerializeToString() if function is not None else None,
         )
         if not rename:
-            static_key = (*static_key, tuple(node.input), tuple(node.output), id(node))
+            static_key = (*static_key, node.SerializeToString())
         cache = self._cache
+        limit = self.MAX_CACHED
 
         def run(inputs: Sequence[Any]) -> list[Any]:
             large = _is_large(inputs)
@@ -236,6 +250,8 @@ class _CachedRunner:
             if entry is None:
                 entry = self._entry(node, ctx, inputs, rename, large)
                 cache[key] = entry
+                if len(cache) > limit:
+                    cache.popitem(last=False)
             sess, names = entry
             if isinstance(sess, _Fallback):
                 run.fallback_reason = sess.reason
@@ -274,17 +290,21 @@ class OnnxruntimeRunner(_CachedRunner):
         threads: int | None = None,
         fallback: bool = True,
     ):
-        super().__init__(fallback)
         import onnxruntime as ort
 
         self._ort = ort
         self.providers = list(providers or ["CPUExecutionProvider"])
+        self.threads = threads
+        super().__init__(fallback)
         so = ort.SessionOptions()
         # One node per session: graph optimisations have nothing to fuse and cost time.
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 3
         if threads:
             so.intra_op_num_threads = threads
+        # Spinning worker threads would starve torch's threads between two nodes.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self._options = so
         # A session with its own thread pool costs ~15x more to build than a
         # single-threaded one; small nodes gain nothing from threads.
@@ -294,6 +314,9 @@ class OnnxruntimeRunner(_CachedRunner):
         single.intra_op_num_threads = 1
         single.inter_op_num_threads = 1
         self._single = single
+
+    def _config(self, fallback: bool) -> tuple:
+        return (type(self).__name__, fallback, tuple(self.providers), self.threads)
 
     def _build(self, model: onnx.ModelProto, large: bool = True) -> Any:
         return self._ort.InferenceSession(
