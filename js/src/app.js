@@ -155,7 +155,10 @@ export function mount(el, src) {
     }),
   );
 
-  table.refresh();
+  const viewState = src.viewState || {};
+  if (viewState.table) table.restore(viewState.table);
+  else table.refresh();
+  table.onState = (st) => (viewState.table = st);
   chart.update(true);
   renderStatus();
   renderAction();

@@ -46,6 +46,7 @@ function modelSource(model) {
   return {
     live: true,
     store: feed.store,
+    viewState: feed.viewState,
     onRows: (cb) => feed.subscribe(cb),
     requestMissing: () => feed.requestMissing(),
     get: (k) => model.get(k),

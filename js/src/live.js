@@ -10,6 +10,9 @@ export class LiveFeed {
     this.model = model;
     this.store = new RowStore(model.get("columns"), model.get("rows"));
     this.subs = new Set();
+    // filters/sort/scroll of the last view: JupyterLab re-creates the view when the
+    // display is updated at the end of the run, and the user keeps what they set
+    this.viewState = {};
     this._onCustom = (msg) => this._custom(msg);
     this._onRows = () => {
       if (this.store.replace(this.model.get("rows"))) this._emit("reset", 0);

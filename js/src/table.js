@@ -114,7 +114,10 @@ export class VirtualTable {
     });
     this.body = h("div", { class: "sbs-tbody", style: `width:${this.totalWidth}px` });
     this.viewport = h("div", { class: "sbs-viewport", tabindex: "0" }, this.header, this.body);
-    this.viewport.addEventListener("scroll", () => this._schedule());
+    this.viewport.addEventListener("scroll", () => {
+      this._schedule();
+      this._changed();
+    });
     this.viewport.addEventListener("keydown", (ev) => this._key(ev));
     this.body.addEventListener("click", (ev) => {
       const r = ev.target.closest(".sbs-tr");
@@ -208,6 +211,31 @@ export class VirtualTable {
   setFilter(patch) {
     Object.assign(this.filter, patch);
     this.refresh();
+    this._changed();
+  }
+
+  /** Filters, sort and scroll, to carry over to a view re-created for the same model. */
+  snapshot() {
+    return { filter: { ...this.filter }, sortKey: this.sortKey, sortDir: this.sortDir, scrollTop: this.viewport.scrollTop };
+  }
+
+  restore(st) {
+    if (!st || !st.filter) return;
+    this.filter = { ...this.filter, ...st.filter };
+    this.textInput.value = this.filter.text || "";
+    this.verdictSelect.value = this.filter.verdict || "";
+    if (st.sortKey) {
+      this.sortKey = st.sortKey;
+      this.sortDir = st.sortDir || 1;
+      this._marks();
+    }
+    this.refresh();
+    this.opSelect.value = this.filter.op || "";
+    if (st.scrollTop) requestAnimationFrame(() => (this.viewport.scrollTop = st.scrollTop));
+  }
+
+  _changed() {
+    if (this.onState) this.onState(this.snapshot());
   }
 
   toggleSort(key) {
@@ -217,12 +245,17 @@ export class VirtualTable {
       this.sortKey = key;
       this.sortDir = col.numeric && key !== "row" ? -1 : 1;
     }
+    this._marks();
+    this._sort();
+    this._schedule();
+    this._changed();
+  }
+
+  _marks() {
     COLUMNS.forEach((c, k) => {
       const mark = c.key === this.sortKey ? (this.sortDir > 0 ? " ▲" : " ▼") : "";
       this.headCells[k].textContent = c.label + mark;
     });
-    this._sort();
-    this._schedule();
   }
 
   setSelected(i, scroll) {

@@ -250,7 +250,7 @@ def _quickstart(lab, page, artifacts):
         w.locator(".sbs-btn-stop:not([disabled])").wait_for(timeout=120_000)
         w.locator(".sbs-nrows").filter(has_text=re.compile(r"^[1-9]\d* records$")).wait_for()
         if k == 2:  # rows are shown while the cell that runs them is still executing
-            cell = page.locator(".jp-CodeCell", has=w)
+            cell = page.locator(".jp-CodeCell", has_text='w_cell = held("go_cell.flag")')
             assert cell.locator(".jp-InputPrompt").inner_text().strip() == "[*]:"
         w.locator(".sbs-btn-stop").click()
         w.locator(".sbs-action").filter(has_text="stopping").wait_for()
@@ -273,7 +273,6 @@ def _quickstart(lab, page, artifacts):
     big = _widget(page, 5)
     big.wait_for(timeout=120_000)
     t = time.perf_counter()
-    big.scroll_into_view_if_needed()
     big.locator(".sbs-nrows").filter(has_text="20000 records").wait_for(timeout=120_000)
     big.locator(".sbs-chart .scatterlayer .trace").first.wait_for(timeout=120_000)
     big.locator(".sbs-count").filter(has_text="20000 rows").wait_for()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from ...dtypes import onnx_to_torch_dtype
 from ..registry import op
+from ._nn_common import register_versions
 
 _NEG_INF = float("-inf")
 
@@ -166,114 +168,33 @@ def attention(
     return y.to(out_dt), present_key, present_value, qk_out.to(out_dt)
 
 
-@op("Attention", since=23)
-def attention_23(
-    q,
-    k,
-    v,
-    attn_mask=None,
-    past_key=None,
-    past_value=None,
-    is_causal=0,
-    kv_num_heads=None,
-    q_num_heads=None,
-    qk_matmul_output_mode=0,
-    scale=None,
-    softcap=0.0,
-    softmax_precision=None,
-):
-    return attention(
-        q,
-        k,
-        v,
-        attn_mask,
-        past_key,
-        past_value,
-        None,
-        is_causal=is_causal,
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode,
-        scale=scale,
-        softcap=softcap,
-        softmax_precision=softmax_precision,
-    )
-
-
-@op("Attention", since=24)
-def attention_24(
-    q,
-    k,
-    v,
-    attn_mask=None,
-    past_key=None,
-    past_value=None,
-    nonpad_kv_seqlen=None,
-    is_causal=0,
-    kv_num_heads=None,
-    q_num_heads=None,
-    qk_matmul_output_mode=0,
-    scale=None,
-    softcap=0.0,
-    softmax_precision=None,
-):
-    return attention(
-        q,
-        k,
-        v,
-        attn_mask,
-        past_key,
-        past_value,
-        nonpad_kv_seqlen,
-        is_causal=is_causal,
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode,
-        scale=scale,
-        softcap=softcap,
-        softmax_precision=softmax_precision,
-    )
-
-
-@op("Attention", since=25)
-def attention_25(
-    q,
-    k,
-    v,
-    attn_mask=None,
-    past_key=None,
-    past_value=None,
-    nonpad_kv_seqlen=None,
-    is_causal=0,
-    kv_num_heads=None,
-    left_window_size=-1,
-    q_num_heads=None,
-    qk_matmul_output_mode=0,
-    right_window_size=-1,
-    scale=None,
-    softcap=0.0,
-    softmax_precision=None,
-):
-    if q.dim() == 4 and (q_num_heads is not None or kv_num_heads is not None):
+def _attention_25(q: torch.Tensor, *inputs: torch.Tensor | None, **attrs: Any) -> tuple:
+    if q.dim() == 4 and (
+        attrs.get("q_num_heads") is not None or attrs.get("kv_num_heads") is not None
+    ):
         raise ValueError("Attention: q_num_heads and kv_num_heads must not be set for 4-D inputs")
-    return attention(
-        q,
-        k,
-        v,
-        attn_mask,
-        past_key,
-        past_value,
-        nonpad_kv_seqlen,
-        is_causal=is_causal,
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode,
-        scale=scale,
-        softcap=softcap,
-        softmax_precision=softmax_precision,
-        left_window_size=left_window_size,
-        right_window_size=right_window_size,
-    )
+    return attention(q, *inputs, **attrs)
+
+
+# opset 24 added the input nonpad_kv_seqlen, opset 25 the sliding window (and the rule
+# that 4-D inputs take no head counts)
+_ATTENTION_ATTRS = (
+    "is_causal",
+    "kv_num_heads",
+    "q_num_heads",
+    "qk_matmul_output_mode",
+    "scale",
+    "softcap",
+    "softmax_precision",
+)
+register_versions(
+    "Attention", attention, {23: _ATTENTION_ATTRS, 24: _ATTENTION_ATTRS}, max_inputs={23: 6}
+)
+register_versions(
+    "Attention",
+    _attention_25,
+    {25: (*_ATTENTION_ATTRS, "left_window_size", "right_window_size")},
+)
 
 
 @op("RotaryEmbedding", since=23)

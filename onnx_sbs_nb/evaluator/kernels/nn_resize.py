@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import op
+from ._nn_common import register_versions
 
 _TORCH_LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
@@ -305,7 +306,9 @@ def _fast_path(
 
 
 @op("Resize", since=10)
+@op("Upsample", since=9)
 def resize_10(x, scales, mode="nearest"):
+    """Resize-10 and Upsample: asymmetric coordinates, nearest pixel rounded down."""
     return resize(
         x,
         None,
@@ -314,101 +317,40 @@ def resize_10(x, scales, mode="nearest"):
         mode=mode,
         coordinate_transformation_mode="asymmetric",
         nearest_mode="simple",
-    )
-
-
-@op("Resize", since=11)
-def resize_11(
-    x,
-    roi=None,
-    scales=None,
-    sizes=None,
-    coordinate_transformation_mode="half_pixel",
-    cubic_coeff_a=-0.75,
-    exclude_outside=0,
-    extrapolation_value=0.0,
-    mode="nearest",
-    nearest_mode="round_prefer_floor",
-):
-    if scales is not None and scales.numel() == 0:
-        scales = None
-    if sizes is not None and sizes.numel() == 0:
-        sizes = None
-    return resize(
-        x,
-        roi,
-        scales,
-        sizes,
-        coordinate_transformation_mode=coordinate_transformation_mode,
-        cubic_coeff_a=cubic_coeff_a,
-        exclude_outside=exclude_outside,
-        extrapolation_value=extrapolation_value,
-        mode=mode,
-        nearest_mode=nearest_mode,
-    )
-
-
-@op("Resize", since=18)
-def resize_18(
-    x,
-    roi=None,
-    scales=None,
-    sizes=None,
-    antialias=0,
-    axes=None,
-    coordinate_transformation_mode="half_pixel",
-    cubic_coeff_a=-0.75,
-    exclude_outside=0,
-    extrapolation_value=0.0,
-    keep_aspect_ratio_policy="stretch",
-    mode="nearest",
-    nearest_mode="round_prefer_floor",
-):
-    if scales is not None and scales.numel() == 0:
-        scales = None
-    if sizes is not None and sizes.numel() == 0:
-        sizes = None
-    return resize(
-        x,
-        roi,
-        scales,
-        sizes,
-        antialias=antialias,
-        axes=axes,
-        coordinate_transformation_mode=coordinate_transformation_mode,
-        cubic_coeff_a=cubic_coeff_a,
-        exclude_outside=exclude_outside,
-        extrapolation_value=extrapolation_value,
-        keep_aspect_ratio_policy=keep_aspect_ratio_policy,
-        mode=mode,
-        nearest_mode=nearest_mode,
     )
 
 
 @op("Upsample", since=7)
 def upsample_7(x, mode="nearest", scales=()):
-    return resize(
-        x,
-        None,
-        list(scales),
-        None,
-        mode=mode,
-        coordinate_transformation_mode="asymmetric",
-        nearest_mode="simple",
-    )
+    return resize_10(x, list(scales), mode)
 
 
-@op("Upsample", since=9)
-def upsample_9(x, scales, mode="nearest"):
-    return resize(
-        x,
-        None,
-        scales,
-        None,
-        mode=mode,
-        coordinate_transformation_mode="asymmetric",
-        nearest_mode="simple",
-    )
+def _resize_11(x, roi=None, scales=None, sizes=None, **attrs):
+    """Resize-11 on: an empty scales or sizes input counts as absent."""
+    if scales is not None and scales.numel() == 0:
+        scales = None
+    if sizes is not None and sizes.numel() == 0:
+        sizes = None
+    return resize(x, roi, scales, sizes, **attrs)
+
+
+# opset 18 added antialias, axes and keep_aspect_ratio_policy
+_RESIZE_11_ATTRS = (
+    "coordinate_transformation_mode",
+    "cubic_coeff_a",
+    "exclude_outside",
+    "extrapolation_value",
+    "mode",
+    "nearest_mode",
+)
+register_versions(
+    "Resize",
+    _resize_11,
+    {
+        11: _RESIZE_11_ATTRS,
+        18: (*_RESIZE_11_ATTRS, "antialias", "axes", "keep_aspect_ratio_policy"),
+    },
+)
 
 
 _GRID_MODES = {

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..registry import op
+from ._nn_common import register_versions
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 
@@ -79,24 +79,37 @@ def _directions(direction: str) -> list[bool]:
     raise ValueError(f"unknown direction {direction!r}")
 
 
-def _run(x, seq_lens, layout, direction, states0, step, hidden_size):
-    """Shared driver: ``step(d, x_t, states) -> (h, *other states)`` for direction d.
-
-    Returns Y (seq, num_dir, batch, hidden) and the final states, all in layout 0;
-    positions past a sequence's length output zeros and keep the state.
-    """
+def _to_layout0(x, states0, layout):
+    """Layout 1 (batch first) moved to layout 0 (sequence first)."""
     if layout == 1:
         x = x.transpose(0, 1)
         states0 = [s.transpose(0, 1) if s is not None else None for s in states0]
+    return x, states0
+
+
+def _from_layout0(y, final, layout):
+    """Y (seq, num_dir, batch, hidden) and the final states back in the node's layout."""
+    if layout == 1:
+        y = y.permute(2, 0, 1, 3)
+        final = [f.transpose(0, 1) for f in final]
+    return (y, *final)
+
+
+def _run(x, seq_lens, layout, direction, states0, step, hidden_size):
+    """Shared driver: ``step(d, t, states) -> (h, *other states)`` for direction d.
+
+    Returns Y (seq, num_dir, batch, hidden) and the final states, in the node's layout;
+    positions past a sequence's length output zeros and keep the state.
+    """
+    x, states0 = _to_layout0(x, states0, layout)
     T, B = x.shape[0], x.shape[1]
-    revs = _directions(direction)
     H = hidden_size
     masks = None
     if seq_lens is not None:
         lens = seq_lens.to(x.device, torch.int64)
         masks = (torch.arange(T, device=x.device).unsqueeze(1) < lens.unsqueeze(0)).unsqueeze(-1)
     ys, finals = [], []
-    for d, rev in enumerate(revs):
+    for d, rev in enumerate(_directions(direction)):
         states = [
             (s[d] if s is not None else torch.zeros((B, H), dtype=x.dtype, device=x.device))
             for s in states0
@@ -113,12 +126,8 @@ def _run(x, seq_lens, layout, direction, states0, step, hidden_size):
                 states = list(new)
         ys.append(torch.stack(out, 0) if T else x.new_zeros((0, B, H)))
         finals.append(states)
-    y = torch.stack(ys, 1)
     final = [torch.stack([f[k] for f in finals], 0) for k in range(len(states0))]
-    if layout == 1:
-        y = y.permute(2, 0, 1, 3)
-        final = [f.transpose(0, 1) for f in final]
-    return (y, *final)
+    return _from_layout0(torch.stack(ys, 1), final, layout)
 
 
 def _gates_input(x, w, b_w, layout):
@@ -150,9 +159,7 @@ def _fused(kind, x, w, r, b, states0, direction, layout, H, relu=False):
     """torch's fused RNN kernels (cuDNN on GPU) for the configurations they implement
     exactly: default activations, no clip, no sequence_lens, no peepholes."""
     nd = w.shape[0]
-    if layout == 1:
-        x = x.transpose(0, 1)
-        states0 = [s.transpose(0, 1) if s is not None else None for s in states0]
+    x, states0 = _to_layout0(x, states0, layout)
     T, B = x.shape[0], x.shape[1]
     order = _TORCH_GATES[kind]
     G = len(order)
@@ -181,27 +188,36 @@ def _fused(kind, x, w, r, b, states0, direction, layout, H, relu=False):
         y, *final = fn(xin, states[0], *args)
     if direction == "reverse":
         y = y.flip(0)
-    y = y.reshape(T, B, nd, H).transpose(1, 2)
-    if layout == 1:
-        y = y.permute(2, 0, 1, 3)
-        final = [f.transpose(0, 1) for f in final]
-    return (y, *final)
+    return _from_layout0(y.reshape(T, B, nd, H).transpose(1, 2), final, layout)
+
+
+def _input_gates(kind, x, w, b, H, layout, sum_bias=True):
+    """X @ W^T + bias per direction; ``sum_bias``: Wb + Rb folded in (RNN, LSTM),
+    otherwise Wb only (GRU applies Rb inside the reset gate)."""
+    nd = w.shape[0]
+    GH = len(_TORCH_GATES[kind]) * H
+    if b is None:
+        bw = [None] * nd
+    else:
+        bw = b[:, :GH] + b[:, GH:] if sum_bias else b[:, :GH]
+    return [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
 
 
 def _rnn(
     x,
     w,
     r,
-    b,
-    sequence_lens,
-    initial_h,
-    activation_alpha,
-    activation_beta,
-    activations,
-    clip,
-    direction,
-    hidden_size,
-    layout,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    layout=0,
 ):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
@@ -210,35 +226,34 @@ def _rnn(
         if _is_default(activations, "RNN", nd) or names in (["relu"], ["relu"] * nd):
             relu = bool(names) and names[0] == "relu"
             return _fused("RNN", x, w, r, b, [initial_h], direction, layout, H, relu)
-    acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], nd)
-    bw = b[:, :H] + b[:, H:] if b is not None else [None] * nd
-    xw = [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
+    acts = _activations(activations, activation_alpha, activation_beta, _DEFAULT_ACTS["RNN"], nd)
+    xw = _input_gates("RNN", x, w, b, H, layout)
     rt = [r[d].t() for d in range(nd)]
 
     def step(d, t, states):
         return (acts[d][0](_clip(xw[d][t] + states[0] @ rt[d], clip)),)
 
-    y, yh = _run(x, sequence_lens, layout, direction, [initial_h], step, H)
-    return y, yh
+    return _run(x, sequence_lens, layout, direction, [initial_h], step, H)
 
 
 def _lstm(
     x,
     w,
     r,
-    b,
-    sequence_lens,
-    initial_h,
-    initial_c,
-    p,
-    activation_alpha,
-    activation_beta,
-    activations,
-    clip,
-    direction,
-    hidden_size,
-    input_forget,
-    layout,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    input_forget=0,
+    layout=0,
 ):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
@@ -250,11 +265,8 @@ def _lstm(
         and _is_default(activations, "LSTM", nd)
     ):
         return _fused("LSTM", x, w, r, b, [initial_h, initial_c], direction, layout, H)
-    acts = _activations(
-        activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], nd
-    )
-    bw = b[:, : 4 * H] + b[:, 4 * H :] if b is not None else [None] * nd
-    xw = [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
+    acts = _activations(activations, activation_alpha, activation_beta, _DEFAULT_ACTS["LSTM"], nd)
+    xw = _input_gates("LSTM", x, w, b, H, layout)
     rt = [r[d].t() for d in range(nd)]
 
     def step(d, t, states):
@@ -280,17 +292,18 @@ def _gru(
     x,
     w,
     r,
-    b,
-    sequence_lens,
-    initial_h,
-    activation_alpha,
-    activation_beta,
-    activations,
-    clip,
-    direction,
-    hidden_size,
-    layout,
-    linear_before_reset,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    layout=0,
+    linear_before_reset=0,
 ):
     nd = w.shape[0]
     H = hidden_size or r.shape[-1]
@@ -301,12 +314,9 @@ def _gru(
         and _is_default(activations, "GRU", nd)
     ):
         return _fused("GRU", x, w, r, b, [initial_h], direction, layout, H)
-    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], nd)
-    if b is not None:
-        wb, rb = b[:, : 3 * H], b[:, 3 * H :]
-    else:
-        wb = rb = None
-    xw = [_gates_input(x, w[d], None if wb is None else wb[d], layout) for d in range(nd)]
+    acts = _activations(activations, activation_alpha, activation_beta, _DEFAULT_ACTS["GRU"], nd)
+    xw = _input_gates("GRU", x, w, b, H, layout, sum_bias=False)
+    rb = b[:, 3 * H :] if b is not None else None
     rzr = [r[d][: 2 * H].t() for d in range(nd)]
     rh = [r[d][2 * H :].t() for d in range(nd)]
 
@@ -330,319 +340,25 @@ def _gru(
     return _run(x, sequence_lens, layout, direction, [initial_h], step, H)
 
 
-@op("RNN", since=1)
-def rnn_1(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    output_sequence=0,
+# Every version computes the same; they differ in the attributes they accept:
+# output_sequence (opset 1 only) has no effect on the outputs, layout came with opset 14.
+_COMMON_ATTRS = (
+    "activation_alpha",
+    "activation_beta",
+    "activations",
+    "clip",
+    "direction",
+    "hidden_size",
+)
+for _kind, _impl, _extra in (
+    ("RNN", _rnn, ()),
+    ("LSTM", _lstm, ("input_forget",)),
+    ("GRU", _gru, ("linear_before_reset",)),
 ):
-    return _rnn(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        0,
-    )
-
-
-@op("RNN", since=7)
-def rnn_7(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-):
-    return _rnn(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        0,
-    )
-
-
-@op("RNN", since=14)
-def rnn_14(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    layout=0,
-):
-    return _rnn(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        layout,
-    )
-
-
-@op("LSTM", since=1)
-def lstm_1(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    input_forget=0,
-    output_sequence=0,
-):
-    return _lstm(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        input_forget,
-        0,
-    )
-
-
-@op("LSTM", since=7)
-def lstm_7(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    input_forget=0,
-):
-    return _lstm(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        input_forget,
-        0,
-    )
-
-
-@op("LSTM", since=14)
-def lstm_14(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    input_forget=0,
-    layout=0,
-):
-    return _lstm(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        input_forget,
-        layout,
-    )
-
-
-@op("GRU", since=1)
-def gru_1(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    output_sequence=0,
-    linear_before_reset=0,
-):
-    return _gru(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        0,
-        linear_before_reset,
-    )
-
-
-@op("GRU", since=7)
-def gru_7(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    linear_before_reset=0,
-):
-    return _gru(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        0,
-        linear_before_reset,
-    )
-
-
-@op("GRU", since=14)
-def gru_14(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    layout=0,
-    linear_before_reset=0,
-):
-    return _gru(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        activation_alpha,
-        activation_beta,
-        activations,
-        clip,
-        direction,
-        hidden_size,
-        layout,
-        linear_before_reset,
+    _attrs = _COMMON_ATTRS + _extra
+    register_versions(
+        _kind,
+        _impl,
+        {1: (*_attrs, "output_sequence"), 7: _attrs, 14: (*_attrs, "layout")},
+        ignored=("output_sequence",),
     )
