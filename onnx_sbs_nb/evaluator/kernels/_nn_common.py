@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -54,16 +54,15 @@ def _versioned(
     return kernel
 
 
-def spatial_defaults(
+def spatial_attrs(
     x: torch.Tensor,
-    w: torch.Tensor,
-    kernel_shape: list[int] | None,
-    strides: list[int] | None,
-    dilations: list[int] | None,
+    kernel: Sequence[int],
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
 ) -> tuple[int, list[int], list[int], list[int]]:
-    """(spatial rank, kernel, strides, dilations) of a convolution, absent ones defaulted."""
+    """(spatial rank, kernel, strides, dilations) of a convolution or pooling as lists,
+    absent strides and dilations defaulted to ones."""
     n = x.dim() - 2
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
     strides = list(strides) if strides else [1] * n
     dilations = list(dilations) if dilations else [1] * n
-    return n, kernel, strides, dilations
+    return n, list(kernel), strides, dilations

@@ -7,10 +7,19 @@ import torch.nn.functional as F
 
 from ..registry import op
 
-
-@op("Relu", since=1)
-def relu(x, consumed_inputs=None):
-    return torch.relu(x)
+# One tensor in, one out, no attribute: the torch function itself is the kernel (one call
+# per node). Softplus: torch switches to the identity above x=20, where
+# log1p(exp(-x)) < 3e-9 * x.
+for _name, _since, _fn in (
+    ("Relu", 1, torch.relu),
+    ("Sigmoid", 1, torch.sigmoid),
+    ("Tanh", 1, torch.tanh),
+    ("Softplus", 1, F.softplus),
+    ("Softsign", 1, F.softsign),
+    ("HardSwish", 14, F.hardswish),
+    ("Mish", 18, F.mish),
+):
+    op(_name, since=_since)(_fn)
 
 
 @op("LeakyRelu", since=1)
@@ -49,40 +58,9 @@ def hard_sigmoid(x, alpha=0.2, beta=0.5, consumed_inputs=None):
     return torch.clamp(x * alpha + beta, 0, 1)
 
 
-@op("HardSwish", since=14)
-def hard_swish(x):
-    return F.hardswish(x)
-
-
-@op("Sigmoid", since=1)
-def sigmoid(x, consumed_inputs=None):
-    return torch.sigmoid(x)
-
-
-@op("Softplus", since=1)
-def softplus(x):
-    # torch switches to the identity above x=20, where log1p(exp(-x)) < 3e-9 * x
-    return F.softplus(x)
-
-
-@op("Softsign", since=1)
-def softsign(x):
-    return F.softsign(x)
-
-
-@op("Tanh", since=1)
-def tanh(x, consumed_inputs=None):
-    return torch.tanh(x)
-
-
 @op("ThresholdedRelu", since=10)
 def thresholded_relu(x, alpha=1.0):
     return F.threshold(x, alpha, 0.0)
-
-
-@op("Mish", since=18)
-def mish(x):
-    return F.mish(x)
 
 
 @op("Swish", since=24)

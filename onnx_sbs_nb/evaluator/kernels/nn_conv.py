@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import op
+from ._nn_common import spatial_attrs
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -68,10 +69,9 @@ def conv(
     pads=None,
     strides=None,
 ):
-    n = x.dim() - 2
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
-    strides = list(strides) if strides else [1] * n
-    dilations = list(dilations) if dilations else [1] * n
+    _, kernel, strides, dilations = spatial_attrs(
+        x, kernel_shape or w.shape[2:], strides, dilations
+    )
     p = resolve_pads(auto_pad, pads, list(x.shape[2:]), kernel, strides, dilations)
     return conv_nd(x, w, b, p, strides, dilations, group)
 
@@ -90,12 +90,11 @@ def conv_transpose(
     pads=None,
     strides=None,
 ):
-    n = x.dim() - 2
+    n, kernel, strides, dilations = spatial_attrs(
+        x, kernel_shape or w.shape[2:], strides, dilations
+    )
     if n not in _CONV_T:
         raise NotImplementedError(f"ConvTranspose with {n} spatial dimensions")
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
-    strides = list(strides) if strides else [1] * n
-    dilations = list(dilations) if dilations else [1] * n
     opad = list(output_padding) if output_padding else [0] * n
     in_shape = list(x.shape[2:])
     full = [strides[i] * (in_shape[i] - 1) + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
@@ -130,34 +129,26 @@ def conv_transpose(
     return y
 
 
+def weight_minus_zero_point(w: torch.Tensor, zero_point: torch.Tensor | None) -> torch.Tensor:
+    """w - zero point in float64; a zero point of several values is per output channel."""
+    wf = w.to(torch.float64)
+    if zero_point is None:
+        return wf
+    wz = zero_point.to(torch.float64)
+    if wz.numel() > 1:
+        wz = wz.reshape(-1, *([1] * (w.dim() - 1)))
+    return wf - wz
+
+
 @op("ConvInteger", since=10)
-def conv_integer(
-    x,
-    w,
-    x_zero_point=None,
-    w_zero_point=None,
-    auto_pad="NOTSET",
-    dilations=None,
-    group=1,
-    kernel_shape=None,
-    pads=None,
-    strides=None,
-):
+def conv_integer(x, w, x_zero_point=None, w_zero_point=None, **conv_attrs):
     # float64 holds every int32 accumulator of realistic sizes exactly, and conv has no
     # integer kernels in torch
     xf = x.to(torch.float64)
-    wf = w.to(torch.float64)
-    n = x.dim() - 2
     if x_zero_point is not None:
         xf = xf - x_zero_point.to(torch.float64)
-    if w_zero_point is not None:
-        wz = w_zero_point.to(torch.float64)
-        wf = wf - (wz.reshape(-1, *([1] * (w.dim() - 1))) if wz.numel() > 1 else wz)
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
-    strides = list(strides) if strides else [1] * n
-    dilations = list(dilations) if dilations else [1] * n
-    p = resolve_pads(auto_pad, pads, list(x.shape[2:]), kernel, strides, dilations)
-    return conv_nd(xf, wf, None, p, strides, dilations, group).round().to(torch.int32)
+    wf = weight_minus_zero_point(w, w_zero_point)
+    return conv(xf, wf, None, **conv_attrs).round().to(torch.int32)
 
 
 @op("DeformConv", since=19)

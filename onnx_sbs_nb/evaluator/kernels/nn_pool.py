@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import op
+from ._nn_common import spatial_attrs
 
 _MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
@@ -63,10 +64,7 @@ def _attrs(x, kernel_shape, strides, dilations):
     n = x.dim() - 2
     if n not in _MAX:
         raise NotImplementedError(f"pooling with {n} spatial dimensions")
-    kernel = list(kernel_shape)
-    strides = list(strides) if strides else [1] * n
-    dilations = list(dilations) if dilations else [1] * n
-    return n, kernel, strides, dilations
+    return spatial_attrs(x, kernel_shape, strides, dilations)
 
 
 def _torch_padding(auto_pad, pads, kernel, dilations, n) -> list[int] | None:
@@ -382,26 +380,10 @@ def _roi_align(
 
 
 @op("RoiAlign", since=10)
-def roi_align_10(
-    x,
-    rois,
-    batch_indices,
-    mode="avg",
-    output_height=1,
-    output_width=1,
-    sampling_ratio=0,
-    spatial_scale=1.0,
-):
-    return _roi_align(
-        x,
-        rois,
-        batch_indices,
-        False,
-        mode,
-        output_height,
-        output_width,
-        sampling_ratio,
-        spatial_scale,
+def roi_align_10(x, rois, batch_indices, **attrs):
+    # opset 16 added coordinate_transformation_mode; before, pixels had no half-pixel shift
+    return roi_align_16(
+        x, rois, batch_indices, coordinate_transformation_mode="output_half_pixel", **attrs
     )
 
 

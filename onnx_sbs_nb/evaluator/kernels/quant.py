@@ -11,7 +11,9 @@ import torch
 
 from ...dtypes import onnx_to_torch_dtype
 from ..registry import op
+from ._nn_common import register_versions
 from .nn_conv import conv as conv_kernel
+from .nn_conv import weight_minus_zero_point
 
 _INT_RANGES = {
     torch.uint8: (0, 255),
@@ -65,7 +67,9 @@ def saturate_to(v: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> t
     raise TypeError(f"{dtype} is not a quantized type the torch evaluator supports")
 
 
-def _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, precision):
+def _quantize(
+    x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=0, precision=0, saturate=1
+):
     if y_zero_point is not None:
         out_dt = y_zero_point.dtype
     elif output_dtype:
@@ -84,31 +88,7 @@ def _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype
     return saturate_to(v, out_dt)
 
 
-@op("QuantizeLinear", since=10)
-def quantize_linear_10(x, y_scale, y_zero_point=None, axis=1):
-    return _quantize(x, y_scale, y_zero_point, axis, 1, 0, 0, 0)
-
-
-@op("QuantizeLinear", since=19)
-def quantize_linear_19(x, y_scale, y_zero_point=None, axis=1, saturate=1):
-    return _quantize(x, y_scale, y_zero_point, axis, saturate, 0, 0, 0)
-
-
-@op("QuantizeLinear", since=21)
-def quantize_linear_21(
-    x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0, saturate=1
-):
-    return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, 0)
-
-
-@op("QuantizeLinear", since=23)
-def quantize_linear_23(
-    x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0, precision=0, saturate=1
-):
-    return _quantize(x, y_scale, y_zero_point, axis, saturate, block_size, output_dtype, precision)
-
-
-def _dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype):
+def _dequantize(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     wdt = _work_dtype(x_scale)
     v = x.to(wdt)
     if x_zero_point is not None and x.dtype not in _FLOAT8:
@@ -118,19 +98,28 @@ def _dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype):
     return v.to(out)
 
 
-@op("DequantizeLinear", since=10)
-def dequantize_linear_10(x, x_scale, x_zero_point=None, axis=1):
-    return _dequantize(x, x_scale, x_zero_point, axis, 0, 0)
-
-
-@op("DequantizeLinear", since=21)
-def dequantize_linear_21(x, x_scale, x_zero_point=None, axis=1, block_size=0):
-    return _dequantize(x, x_scale, x_zero_point, axis, block_size, 0)
-
-
-@op("DequantizeLinear", since=23)
-def dequantize_linear_23(x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=0):
-    return _dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype)
+# the versions differ only in the attributes they accept, each defaulting to the older
+# behaviour: saturate came with opset 19, block_size and output_dtype with 21, precision
+# with 23
+register_versions(
+    "QuantizeLinear",
+    _quantize,
+    {
+        10: ("axis",),
+        19: ("axis", "saturate"),
+        21: ("axis", "block_size", "output_dtype", "saturate"),
+        23: ("axis", "block_size", "output_dtype", "precision", "saturate"),
+    },
+)
+register_versions(
+    "DequantizeLinear",
+    _dequantize,
+    {
+        10: ("axis",),
+        21: ("axis", "block_size"),
+        23: ("axis", "block_size", "output_dtype"),
+    },
+)
 
 
 @op("DynamicQuantizeLinear", since=11)
@@ -158,11 +147,14 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     acc = torch.matmul(af, bf)
     sa = _per_row(a_scale, a.dim()).to(torch.float64)
     scale = sa * b_scale.to(torch.float64) / y_scale.to(torch.float64)
+    return _requantize(acc, scale, y_zero_point)
+
+
+def _requantize(acc: torch.Tensor, scale: torch.Tensor, y_zero_point: torch.Tensor) -> torch.Tensor:
+    """An exact float64 accumulator rescaled and quantized to y_zero_point's type."""
     # onnxruntime rounds the rescaled value computed in float32
-    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(
-        torch.float64
-    )
-    return saturate_to(v, y_zero_point.dtype)
+    v = torch.round((acc * scale).to(torch.float32).to(torch.float64))
+    return saturate_to(v + y_zero_point.to(torch.float64), y_zero_point.dtype)
 
 
 @op("QLinearConv", since=10)
@@ -176,36 +168,14 @@ def qlinear_conv(
     y_scale,
     y_zero_point,
     b=None,
-    auto_pad="NOTSET",
-    dilations=None,
-    group=1,
-    kernel_shape=None,
-    pads=None,
-    strides=None,
+    **conv_attrs,
 ):
     xf = x.to(torch.float64) - x_zero_point.to(torch.float64)
-    wz = w_zero_point.to(torch.float64)
-    if wz.numel() > 1:
-        wz = wz.reshape(-1, *([1] * (w.dim() - 1)))
-    wf = w.to(torch.float64) - wz
-    acc = conv_kernel(
-        xf,
-        wf,
-        None,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
-    )
+    acc = conv_kernel(xf, weight_minus_zero_point(w, w_zero_point), None, **conv_attrs)
     if b is not None:
         acc = acc + b.to(torch.float64).reshape(1, -1, *([1] * (x.dim() - 2)))
     ws = w_scale.to(torch.float64)
     if ws.numel() > 1:
         ws = ws.reshape(1, -1, *([1] * (x.dim() - 2)))
     scale = x_scale.to(torch.float64) * ws / y_scale.to(torch.float64)
-    v = torch.round((acc * scale).to(torch.float32).to(torch.float64)) + y_zero_point.to(
-        torch.float64
-    )
-    return saturate_to(v, y_zero_point.dtype)
+    return _requantize(acc, scale, y_zero_point)
