@@ -19,35 +19,36 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.reshape(b, s, heads, h // heads).transpose(1, 2)
 
 
-def _causal_bias(base, offset, dtype, device):
-    """base + (0 where key j <= query i + offset, -inf elsewhere); offset scalar or (batch,)."""
+def _additive(allowed: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    """An additive mask: 0 where allowed, -inf elsewhere."""
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(allowed, zero, torch.full((), _NEG_INF, dtype=dtype, device=device))
+
+
+def _query_minus_key(base, offset, device) -> torch.Tensor:
+    """i + offset - j for query i and key j: (q, kv), or (batch, 1, q, kv) for an offset
+    per batch."""
     q, kv = base.shape[-2:]
     i = torch.arange(q, device=device).reshape(q, 1)
     j = torch.arange(kv, device=device).reshape(1, kv)
     if isinstance(offset, torch.Tensor):
-        allowed = j <= i + offset.reshape(-1, 1, 1).to(device)
-        allowed = allowed.unsqueeze(1)
-    else:
-        allowed = j <= i + int(offset)
-    zero = torch.zeros((), dtype=dtype, device=device)
-    return base + torch.where(allowed, zero, torch.full((), _NEG_INF, dtype=dtype, device=device))
+        return (i + offset.reshape(-1, 1, 1).to(device) - j).unsqueeze(1)
+    return i + int(offset) - j
+
+
+def _causal_bias(base, offset, dtype, device):
+    """base + (0 where key j <= query i + offset, -inf elsewhere); offset scalar or (batch,)."""
+    return base + _additive(_query_minus_key(base, offset, device) >= 0, dtype, device)
 
 
 def _window_bias(base, left, right, offset, dtype, device):
-    q, kv = base.shape[-2:]
-    i = torch.arange(q, device=device).reshape(q, 1)
-    j = torch.arange(kv, device=device).reshape(1, kv)
-    if isinstance(offset, torch.Tensor):
-        diff = (i + offset.reshape(-1, 1, 1).to(device) - j).unsqueeze(1)
-    else:
-        diff = i + int(offset) - j
+    diff = _query_minus_key(base, offset, device)
     allowed = torch.ones_like(diff, dtype=torch.bool)
     if left >= 0:
         allowed &= diff <= left
     if right >= 0:
         allowed &= -diff <= right
-    zero = torch.zeros((), dtype=dtype, device=device)
-    return base + torch.where(allowed, zero, torch.full((), _NEG_INF, dtype=dtype, device=device))
+    return base + _additive(allowed, dtype, device)
 
 
 def attention(
@@ -102,11 +103,7 @@ def attention(
             fill = False if attn_mask.dtype == torch.bool else _NEG_INF
             attn_mask = torch.nn.functional.pad(attn_mask, (0, pad), value=fill)
         if attn_mask.dtype == torch.bool:
-            attn_mask = torch.where(
-                attn_mask,
-                torch.zeros((), dtype=dt, device=dev),
-                torch.full((), _NEG_INF, dtype=dt, device=dev),
-            )
+            attn_mask = _additive(attn_mask, dt, dev)
     windowed = left_window_size >= 0 or right_window_size >= 0
     external = past_key is None and nonpad_kv_seqlen is not None
     offset = (
@@ -132,12 +129,7 @@ def attention(
         )
     if nonpad_kv_seqlen is not None:
         keep = torch.arange(lkv, device=dev) < nonpad_kv_seqlen.to(dev).reshape(-1, 1)
-        pm = torch.where(
-            keep,
-            torch.zeros((), dtype=dt, device=dev),
-            torch.full((), _NEG_INF, dtype=dt, device=dev),
-        )
-        bias = bias + pm.reshape(-1, 1, 1, lkv)
+        bias = bias + _additive(keep, dt, dev).reshape(-1, 1, 1, lkv)
     hq, hk = q.shape[1], k.shape[1]
     if hq != hk:
         if hq % hk:

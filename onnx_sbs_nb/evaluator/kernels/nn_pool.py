@@ -304,17 +304,19 @@ def _roi_tap(img, flat_idx, weight, dtype):
     return img[:, idx].reshape(img.shape[0], *weight.shape) * weight.to(dtype)
 
 
-def _roi_align(
+@op("RoiAlign", since=16)
+def roi_align_16(
     x,
     rois,
     batch_indices,
-    half_pixel,
-    mode,
-    output_height,
-    output_width,
-    sampling_ratio,
-    spatial_scale,
+    coordinate_transformation_mode="half_pixel",
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
 ):
+    half_pixel = coordinate_transformation_mode == "half_pixel"
     N, C, H, W = x.shape
     out = torch.empty(
         (rois.shape[0], C, output_height, output_width), dtype=x.dtype, device=x.device
@@ -384,29 +386,4 @@ def roi_align_10(x, rois, batch_indices, **attrs):
     # opset 16 added coordinate_transformation_mode; before, pixels had no half-pixel shift
     return roi_align_16(
         x, rois, batch_indices, coordinate_transformation_mode="output_half_pixel", **attrs
-    )
-
-
-@op("RoiAlign", since=16)
-def roi_align_16(
-    x,
-    rois,
-    batch_indices,
-    coordinate_transformation_mode="half_pixel",
-    mode="avg",
-    output_height=1,
-    output_width=1,
-    sampling_ratio=0,
-    spatial_scale=1.0,
-):
-    return _roi_align(
-        x,
-        rois,
-        batch_indices,
-        coordinate_transformation_mode == "half_pixel",
-        mode,
-        output_height,
-        output_width,
-        sampling_ratio,
-        spatial_scale,
     )

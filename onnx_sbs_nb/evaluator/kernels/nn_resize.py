@@ -9,6 +9,7 @@ the same values.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -98,20 +99,19 @@ def _taps(mode, ratio, scale, antialias, a):
     return c / c.sum(1, keepdim=True)
 
 
-def _resize_axis(
-    data,
-    axis,
-    scale,
-    out_len,
-    mode,
-    ctm,
-    nearest_mode,
-    a,
-    exclude_outside,
-    antialias,
-    roi,
-    extrapolation_value,
-):
+class _Method(NamedTuple):
+    """How Resize computes each output: the attributes every axis shares."""
+
+    mode: str
+    ctm: str  # coordinate_transformation_mode
+    nearest_mode: str
+    a: float  # cubic_coeff_a
+    exclude_outside: int
+    antialias: int
+
+
+def _resize_axis(data, axis, scale, out_len, method: _Method, roi, extrapolation_value):
+    mode, ctm, nearest_mode, a, exclude_outside, antialias = method
     in_len = data.shape[axis]
     dev = data.device
     y = torch.arange(out_len, dtype=torch.float32, device=dev)
@@ -234,20 +234,15 @@ def resize(
     ]
     if not moved:
         return x
-    fast = _fast_path(
-        x,
-        moved,
-        scale,
-        out,
+    method = _Method(
         mode,
         coordinate_transformation_mode,
         nearest_mode,
         cubic_coeff_a,
         exclude_outside,
         antialias,
-        full_roi,
-        sizes_l is not None,
     )
+    fast = _fast_path(x, moved, scale, out, method, sizes_l is not None)
     if fast is not None:
         return fast
     data = x
@@ -261,12 +256,7 @@ def resize(
             d,
             scale[d],
             out[d],
-            mode,
-            coordinate_transformation_mode,
-            nearest_mode,
-            cubic_coeff_a,
-            exclude_outside,
-            antialias,
+            method,
             None if full_roi is None else (full_roi[d], full_roi[r + d]),
             extrapolation_value,
         )
@@ -278,10 +268,9 @@ def resize(
     return data
 
 
-def _fast_path(
-    x, moved, scale, out, mode, ctm, nearest_mode, a, exclude_outside, antialias, roi, by_sizes
-):
+def _fast_path(x, moved, scale, out, method: _Method, by_sizes):
     """F.interpolate for the patterns it computes exactly like ONNX (spatial axes only)."""
+    mode, ctm, nearest_mode, a, exclude_outside, antialias = method
     n = x.dim() - 2
     if not (1 <= n <= 3) or not x.dtype.is_floating_point or antialias or exclude_outside:
         return None

@@ -5,6 +5,7 @@ linear_before_reset for GRU)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -203,70 +204,64 @@ def _input_gates(kind, x, w, b, H, layout, sum_bias=True):
     return [_gates_input(x, w[d], bw[d], layout) for d in range(nd)]
 
 
-def _rnn(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    *,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    layout=0,
-):
-    nd = w.shape[0]
-    H = hidden_size or r.shape[-1]
+@dataclass(frozen=True)
+class _Attrs:
+    """The attributes of RNN, LSTM and GRU (defaults of the spec)."""
+
+    activation_alpha: list[float] | None = None
+    activation_beta: list[float] | None = None
+    activations: list[str] | None = None
+    clip: float | None = None
+    direction: str = "forward"
+    hidden_size: int | None = None
+    layout: int = 0
+    input_forget: int = 0  # LSTM
+    linear_before_reset: int = 0  # GRU
+
+    def acts(self, kind: str, num_dir: int) -> list[list[Act]]:
+        return _activations(
+            self.activations,
+            self.activation_alpha,
+            self.activation_beta,
+            _DEFAULT_ACTS[kind],
+            num_dir,
+        )
+
+
+def _rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs):
+    a = _Attrs(**attrs)
+    nd, clip = w.shape[0], a.clip
+    H = a.hidden_size or r.shape[-1]
     if clip is None and sequence_lens is None:
-        names = [a.lower() for a in activations or []]
-        if _is_default(activations, "RNN", nd) or names in (["relu"], ["relu"] * nd):
+        names = [n.lower() for n in a.activations or []]
+        if _is_default(a.activations, "RNN", nd) or names in (["relu"], ["relu"] * nd):
             relu = bool(names) and names[0] == "relu"
-            return _fused("RNN", x, w, r, b, [initial_h], direction, layout, H, relu)
-    acts = _activations(activations, activation_alpha, activation_beta, _DEFAULT_ACTS["RNN"], nd)
-    xw = _input_gates("RNN", x, w, b, H, layout)
+            return _fused("RNN", x, w, r, b, [initial_h], a.direction, a.layout, H, relu)
+    acts = a.acts("RNN", nd)
+    xw = _input_gates("RNN", x, w, b, H, a.layout)
     rt = [r[d].t() for d in range(nd)]
 
     def step(d, t, states):
         return (acts[d][0](_clip(xw[d][t] + states[0] @ rt[d], clip)),)
 
-    return _run(x, sequence_lens, layout, direction, [initial_h], step, H)
+    return _run(x, sequence_lens, a.layout, a.direction, [initial_h], step, H)
 
 
-def _lstm(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    *,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    input_forget=0,
-    layout=0,
-):
-    nd = w.shape[0]
-    H = hidden_size or r.shape[-1]
+def _lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, **attrs):
+    a = _Attrs(**attrs)
+    nd, clip, input_forget = w.shape[0], a.clip, a.input_forget
+    H = a.hidden_size or r.shape[-1]
+    states0 = [initial_h, initial_c]
     if (
         clip is None
         and sequence_lens is None
         and p is None
         and not input_forget
-        and _is_default(activations, "LSTM", nd)
+        and _is_default(a.activations, "LSTM", nd)
     ):
-        return _fused("LSTM", x, w, r, b, [initial_h, initial_c], direction, layout, H)
-    acts = _activations(activations, activation_alpha, activation_beta, _DEFAULT_ACTS["LSTM"], nd)
-    xw = _input_gates("LSTM", x, w, b, H, layout)
+        return _fused("LSTM", x, w, r, b, states0, a.direction, a.layout, H)
+    acts = a.acts("LSTM", nd)
+    xw = _input_gates("LSTM", x, w, b, H, a.layout)
     rt = [r[d].t() for d in range(nd)]
 
     def step(d, t, states):
@@ -285,37 +280,22 @@ def _lstm(
         o = f_(_clip(go, clip))
         return o * h_(c_new), c_new
 
-    return _run(x, sequence_lens, layout, direction, [initial_h, initial_c], step, H)
+    return _run(x, sequence_lens, a.layout, a.direction, states0, step, H)
 
 
-def _gru(
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    *,
-    activation_alpha=None,
-    activation_beta=None,
-    activations=None,
-    clip=None,
-    direction="forward",
-    hidden_size=None,
-    layout=0,
-    linear_before_reset=0,
-):
-    nd = w.shape[0]
-    H = hidden_size or r.shape[-1]
+def _gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs):
+    a = _Attrs(**attrs)
+    nd, clip, linear_before_reset = w.shape[0], a.clip, a.linear_before_reset
+    H = a.hidden_size or r.shape[-1]
     if (
         linear_before_reset
         and clip is None
         and sequence_lens is None
-        and _is_default(activations, "GRU", nd)
+        and _is_default(a.activations, "GRU", nd)
     ):
-        return _fused("GRU", x, w, r, b, [initial_h], direction, layout, H)
-    acts = _activations(activations, activation_alpha, activation_beta, _DEFAULT_ACTS["GRU"], nd)
-    xw = _input_gates("GRU", x, w, b, H, layout, sum_bias=False)
+        return _fused("GRU", x, w, r, b, [initial_h], a.direction, a.layout, H)
+    acts = a.acts("GRU", nd)
+    xw = _input_gates("GRU", x, w, b, H, a.layout, sum_bias=False)
     rb = b[:, 3 * H :] if b is not None else None
     rzr = [r[d][: 2 * H].t() for d in range(nd)]
     rh = [r[d][2 * H :].t() for d in range(nd)]
@@ -337,7 +317,7 @@ def _gru(
             ht = g_(_clip(xh + (rr * h) @ rh[d] + rbh, clip))
         return ((1 - z) * ht + z * h,)
 
-    return _run(x, sequence_lens, layout, direction, [initial_h], step, H)
+    return _run(x, sequence_lens, a.layout, a.direction, [initial_h], step, H)
 
 
 # Every version computes the same; they differ in the attributes they accept:
