@@ -600,3 +600,24 @@ ML_CASES = {
 def test_ml_ops_match_onnxruntime(name):
     op_type, inputs, attrs = ML_CASES[name]
     _against_onnxruntime(op_type, inputs, opset=19, ml=1, **attrs)
+
+
+def test_versioned_kernels_accept_only_their_own_attributes():
+    """RNN-7 has no `layout` (added in 14): passing it is an error, not silently used."""
+    from onnx_sbs_nb.evaluator.registry import get_kernel, supported_ops
+
+    supported_ops()  # loads every kernel module
+    rnn7 = get_kernel("", "RNN", 7).fn
+    rnn14 = get_kernel("", "RNN", 14).fn
+    assert rnn7 is not rnn14
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 4)
+    w = torch.randn(1, 5, 4)
+    r = torch.randn(1, 5, 5)
+    with pytest.raises(TypeError):
+        rnn7(x, w, r, hidden_size=5, layout=0)
+    out7 = rnn7(x, w, r, hidden_size=5)
+    out14 = rnn14(x, w, r, hidden_size=5, layout=0)
+    for a, b in zip(out7, out14):
+        if a is not None:
+            torch.testing.assert_close(a, b)
