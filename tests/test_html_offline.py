@@ -13,17 +13,8 @@ import pytest
 
 from onnx_sbs_nb.records import Record
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from .browser import CHROMIUM, launch
+
 EVIL = "<img src=x onerror=alert(1)>"
 
 pytestmark = pytest.mark.skipif(
@@ -64,7 +55,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = launch(pw)
         yield b
         b.close()
 

@@ -15,20 +15,11 @@ import pytest
 
 from onnx_sbs_nb.cli import EXIT_PASS, main
 
+from .browser import CHROMIUM, launch
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 LLAMA = ROOT / "notebooks" / "02_llama_discrepancy.ipynb"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +75,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = launch(pw)
         yield b
         b.close()
 

@@ -22,19 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from ..browser import CHROMIUM, launch
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM = os.environ.get("SBS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _free_port() -> int:
@@ -73,7 +64,7 @@ def browser():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        b = launch(p, timeout=60_000)
         try:
             yield b
         finally:
