@@ -51,6 +51,15 @@ def softmax_model():
     return ep, onx, (x,)
 
 
+def _with_attribute(onx, op_type, name, value):
+    """A copy of the model whose first ``op_type`` node has attribute ``name`` changed."""
+    bad = copy.deepcopy(onx)
+    node = next(n for n in bad.graph.node if n.op_type == op_type)
+    attr = next(a for a in node.attribute if a.name == name)
+    attr.CopyFrom(onnx.helper.make_attribute(name, value))
+    return bad, node
+
+
 def _first_failure(records):
     return next(r for r in records if r.failed)
 
@@ -93,11 +102,7 @@ def test_corrupted_weight_is_first_failure(mlp):
 
 def test_changed_attribute_is_first_failing_node(softmax_model):
     ep, onx, args = softmax_model
-    bad = copy.deepcopy(onx)
-    node = next(n for n in bad.graph.node if n.op_type == "LeakyRelu")
-    for a in node.attribute:
-        if a.name == "alpha":
-            a.f = 0.5
+    bad, node = _with_attribute(onx, "LeakyRelu", "alpha", 0.5)
     recs = list(run_aligned(ep, bad, args))
     first = _first_failure(recs)
     assert first.onnx_op_type == "LeakyRelu" and first.status == STATUS_FAIL
@@ -107,11 +112,7 @@ def test_changed_attribute_is_first_failing_node(softmax_model):
 
 def test_rerun_separates_own_from_inherited_error(softmax_model):
     ep, onx, args = softmax_model
-    bad = copy.deepcopy(onx)
-    node = next(n for n in bad.graph.node if n.op_type == "Softmax")
-    for a in node.attribute:
-        if a.name == "axis":
-            a.i = 0
+    bad, node = _with_attribute(onx, "Softmax", "axis", 0)
     recs = list(run_aligned(ep, bad, args, rerun_with_torch_inputs=True))
     soft = next(r for r in recs if r.onnx_op_type == "Softmax")
     assert soft.passed is False and soft.passed2 is False  # makes the error
@@ -123,11 +124,7 @@ def test_rerun_separates_own_from_inherited_error(softmax_model):
 
 def test_reset_stops_propagation(softmax_model):
     ep, onx, args = softmax_model
-    bad = copy.deepcopy(onx)
-    node = next(n for n in bad.graph.node if n.op_type == "Softmax")
-    for a in node.attribute:
-        if a.name == "axis":
-            a.i = 0
+    bad, node = _with_attribute(onx, "Softmax", "axis", 0)
     out = node.output[0]
     recs = list(run_aligned(ep, bad, args, reset_names=[out]))
     soft = next(r for r in recs if r.onnx_name == out)
@@ -143,11 +140,7 @@ def test_reset_stops_propagation(softmax_model):
 
 def test_exc_raises_naming_both_nodes(softmax_model):
     ep, onx, args = softmax_model
-    bad = copy.deepcopy(onx)
-    node = next(n for n in bad.graph.node if n.op_type == "LeakyRelu")
-    for a in node.attribute:
-        if a.name == "alpha":
-            a.f = 0.5
+    bad, node = _with_attribute(onx, "LeakyRelu", "alpha", 0.5)
     with pytest.raises(SbsMismatchError) as info:
         list(run_aligned(ep, bad, args, exc=True))
     msg = str(info.value)
@@ -408,3 +401,23 @@ def test_sessions_are_reused_across_runs(mlp):
     assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
     # one session per signature, not per node: fc1..fc3 are three Gemm of two signatures
     assert first.sessions_built < len(onx.graph.node)
+
+
+def test_post_run_actions_recompute_what_they_need(softmax_model):
+    ep, onx, args = softmax_model
+    bad, node = _with_attribute(onx, "Softmax", "axis", 0)
+    out = node.output[0]
+    run = AlignedRun(ep, bad, args)
+    list(run)
+    detail = run.node_detail(out)
+    assert detail["op_type"] == "Softmax" and detail["attributes"]["axis"] == "0"
+    assert detail["inputs"][0]["ep_name"] and detail["inputs"][0]["paired_by"] == "name"
+    assert detail["outputs"][0] == {"name": out, "ep_name": "softmax", "paired_by": "name"}
+    assert "softmax" in (detail["stack_trace"] or "")
+    res = run.rerun_node("softmax")  # by fx name too
+    (o,) = res["outputs"]
+    assert res["error"] is None and o["ep_name"] == "softmax"
+    # the torch evaluator reproduces the wrong axis: far from torch, equal to the first run
+    assert o["err_abs_vs_torch"] > 1e-2 and o["err_abs_vs_first_run"] < 1e-6
+    with pytest.raises(KeyError, match="no ONNX node"):
+        run.node_detail("nothing_by_that_name")

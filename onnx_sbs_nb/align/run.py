@@ -817,35 +817,22 @@ class AlignedRun:
             "domain": node.domain,
             "attributes": {a.name: _attr_str(a) for a in node.attribute},
             "inputs": [
-                {
-                    "name": i,
-                    "ep_name": self.pairing.by_onnx[i].fx_name
-                    if i in self.pairing.by_onnx
-                    else None,
-                    "paired_by": self.pairing.by_onnx[i].rule
-                    if i in self.pairing.by_onnx
-                    else None,
-                    "initializer": i in self._initializers,
-                }
-                for i in node.input
+                {**self._pairing_of(i), "initializer": i in self._initializers} for i in node.input
             ],
-            "outputs": [
-                {
-                    "name": o,
-                    "ep_name": self.pairing.by_onnx[o].fx_name
-                    if o in self.pairing.by_onnx
-                    else None,
-                    "paired_by": self.pairing.by_onnx[o].rule
-                    if o in self.pairing.by_onnx
-                    else None,
-                }
-                for o in node.output
-            ],
+            "outputs": [self._pairing_of(o) for o in node.output],
             "ep_name": fx_name,
             "ep_target": _target_name(fx_node) if fx_node is not None else None,
             "ep_node": fx_node.format_node() if fx_node is not None else None,
             "stack_trace": stack,
             "namespace": meta.get("namespace"),
+        }
+
+    def _pairing_of(self, name: str) -> dict[str, Any]:
+        pair = self.pairing.by_onnx.get(name)
+        return {
+            "name": name,
+            "ep_name": pair.fx_name if pair is not None else None,
+            "paired_by": pair.rule if pair is not None else None,
         }
 
     def replay_inputs(self, name: str) -> dict[str, Any]:
