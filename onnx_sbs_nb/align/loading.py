@@ -17,16 +17,23 @@ class SbsInputError(ValueError):
 PathLike = str | os.PathLike
 
 
+def _existing(path: PathLike, what: str, fix: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise SbsInputError(f"{what} {str(path)!r} does not exist: {fix}")
+    return path
+
+
 def load_exported_program(ep: Any) -> torch.export.ExportedProgram:
     if isinstance(ep, torch.export.ExportedProgram):
         return ep
     if isinstance(ep, str | os.PathLike):
-        path = Path(ep)
-        if not path.exists():
-            raise SbsInputError(
-                f"exported program file {str(path)!r} does not exist: pass the path of a "
-                "file written by torch.export.save(ep, 'model.pt2'), or the ExportedProgram"
-            )
+        path = _existing(
+            ep,
+            "exported program file",
+            "pass the path of a file written by torch.export.save(ep, 'model.pt2'), "
+            "or the ExportedProgram",
+        )
         try:
             return torch.export.load(str(path))
         except Exception as e:
@@ -51,12 +58,12 @@ def load_onnx_model(onx: Any) -> onnx.ModelProto:
         # torch.onnx.ONNXProgram
         return onx.model_proto
     if isinstance(onx, str | os.PathLike):
-        path = Path(onx)
-        if not path.exists():
-            raise SbsInputError(
-                f"ONNX file {str(path)!r} does not exist: pass the path of the .onnx file "
-                "written by torch.onnx.export(..., dynamo=True), or the ModelProto"
-            )
+        path = _existing(
+            onx,
+            "ONNX file",
+            "pass the path of the .onnx file written by torch.onnx.export(..., dynamo=True), "
+            "or the ModelProto",
+        )
         try:
             model = onnx.load(str(path), load_external_data=True)
         except Exception as e:
@@ -80,12 +87,12 @@ def load_inputs(args: Any, kwargs: dict[str, Any] | None) -> tuple[tuple[Any, ..
     pair ``(args_tuple, kwargs_dict)``.
     """
     if isinstance(args, str | os.PathLike):
-        path = Path(args)
-        if not path.exists():
-            raise SbsInputError(
-                f"inputs file {str(path)!r} does not exist: save the inputs with "
-                "torch.save((x, y), 'inputs.pt') or torch.save({'x': x}, 'inputs.pt')"
-            )
+        path = _existing(
+            args,
+            "inputs file",
+            "save the inputs with torch.save((x, y), 'inputs.pt') or "
+            "torch.save({'x': x}, 'inputs.pt')",
+        )
         try:
             loaded = torch.load(str(path), weights_only=True, map_location="cpu")
         except Exception as e:
