@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import onnx
 import torch
 
+from .align.program import quiet_torch_internals
+
 #: The epsilon written into the ONNX model instead of LayerNorm's 1e-5.
 WRONG_EPSILON = 0.5
 
@@ -53,8 +55,9 @@ def build_demo(seed: int = 0, inject: bool = True) -> DemoCase:
     torch.manual_seed(seed)
     model = DemoModel().eval()
     args = (torch.randn(4, 16),)
-    ep = torch.export.export(model, args)
-    onx = torch.onnx.export(ep, args, dynamo=True, verbose=False).model_proto
+    with quiet_torch_internals():
+        ep = torch.export.export(model, args)
+        onx = torch.onnx.export(ep, args, dynamo=True, verbose=False).model_proto
     if not inject:
         return DemoCase(ep, onx, args, "", "")
     node = inject_attribute(onx, "LayerNormalization", "epsilon", WRONG_EPSILON)

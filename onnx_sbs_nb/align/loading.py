@@ -35,7 +35,10 @@ def load_exported_program(ep: Any) -> torch.export.ExportedProgram:
             "or the ExportedProgram",
         )
         try:
-            return torch.export.load(str(path))
+            from .program import quiet_torch_internals
+
+            with quiet_torch_internals():
+                return torch.export.load(str(path))
         except Exception as e:
             raise SbsInputError(
                 f"{str(path)!r} is not an exported program ({type(e).__name__}: {e}); "

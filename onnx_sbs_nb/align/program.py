@@ -9,8 +9,12 @@ reproduce the exporter's preparation and run the prepared program.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import warnings
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +35,28 @@ class PreparedProgram:
     note: str = ""
 
 
+@contextlib.contextmanager
+def quiet_torch_internals() -> Iterator[None]:
+    """Silences what torch's exporter machinery prints about itself (missing torchvision
+    ops, deprecations inside torch): it says nothing about the user's model."""
+    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 @functools.lru_cache(maxsize=1)
 def _torchlib_registry() -> Any:
     from torch.onnx._internal.exporter import _registration
 
-    return _registration.ONNXRegistry.from_torchlib()
+    with quiet_torch_internals():
+        return _registration.ONNXRegistry.from_torchlib()
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -50,7 +71,9 @@ def prepare_program(ep: torch.export.ExportedProgram) -> PreparedProgram:
         # Private in torch 2.13; guarded, and tested against the installed version.
         from torch.onnx._internal.exporter import _core
 
-        prepared = _core._prepare_exported_program_for_export(ep, registry=_torchlib_registry())
+        registry = _torchlib_registry()
+        with quiet_torch_internals():
+            prepared = _core._prepare_exported_program_for_export(ep, registry=registry)
         result = PreparedProgram(prepared, PREPARED_BY_EXPORTER)
     except Exception as e:  # pragma: no cover - depends on torch internals
         try:
