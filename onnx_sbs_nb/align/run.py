@@ -145,6 +145,8 @@ class AlignedRun:
         )
         self._check_pairing()
         self._initializers = {i.name: i for i in self.model.graph.initializer}
+        self._graph_inputs = {i.name for i in self.model.graph.input}
+        self._onnx_notes: dict[str, str] = {}  # value -> how its node was run, if unusual
         self._init_cache: dict[str, Any] = {}
         self._fx_nodes_by_name = {n.name: n for n in self.program.graph.nodes}
         unknown = (
@@ -334,6 +336,16 @@ class AlignedRun:
                 return None
         return values
 
+    def _graph_input_values(self) -> dict[str, Any]:
+        """The ONNX graph inputs, from the torch inputs they pair with."""
+        values = {}
+        for name in self._graph_inputs:
+            pair = self.pairing.by_onnx.get(name)
+            if pair is not None and name not in self._initializers:
+                value = self._fx_placeholder_value(pair.fx_name)
+                values[name] = convert(value, self.runner.value_kind, self.device)
+        return values
+
     def _fx_as_onnx(self, pair: Pair, value: Any) -> Any:
         if pair.transform == TRANSFORM_TRANSPOSE and isinstance(value, torch.Tensor):
             return value.t()
@@ -343,8 +355,6 @@ class AlignedRun:
         t0 = time.perf_counter()
         status = self.status
         plan = self.plan
-        g = self.model.graph
-        self._graph_inputs = {i.name for i in g.input}
         fx_env: dict[str, Any] = {}
         env: dict[str, Any] = {}
         shadow: dict[str, Any] = {}
@@ -352,17 +362,12 @@ class AlignedRun:
         onnx_times: dict[str, float] = {}
         fx_errors: dict[str, str] = {}
         onnx_errors: dict[str, str] = {}
-        onnx_notes: dict[str, str] = {}
-        self._onnx_notes = onnx_notes
+        onnx_notes = self._onnx_notes
         kind = self.runner.value_kind
         use_shadow = self.rerun or self.reset_all
         by_onnx = self.pairing.by_onnx
         by_fx = self.pairing.by_fx
-        # graph inputs come from the torch inputs they pair with
-        for name in self._graph_inputs:
-            pair = by_onnx.get(name)
-            if pair is not None and name not in self._initializers:
-                env[name] = convert(self._fx_placeholder_value(pair.fx_name), kind, self.device)
+        env.update(self._graph_input_values())
         step_counter = 0
         peak_live = 0
         fx_weights_live = 0
@@ -668,13 +673,7 @@ class AlignedRun:
             stop_after_onnx=max(upto_onnx, 0) if upto_onnx >= 0 else -1,
         )
         fx_env: dict[str, Any] = {}
-        env: dict[str, Any] = {}
-        kind = self.runner.value_kind
-        g = self.model.graph
-        for inp in g.input:
-            pair = self.pairing.by_onnx.get(inp.name)
-            if pair is not None and inp.name not in self._initializers:
-                env[inp.name] = convert(self._fx_placeholder_value(pair.fx_name), kind, self.device)
+        env: dict[str, Any] = self._graph_input_values()
         with torch.no_grad():
             for s, (side, idx) in enumerate(plan.steps):
                 if side == FX:
