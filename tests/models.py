@@ -60,6 +60,23 @@ class Attention(torch.nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, s, d))
 
 
+class CausalAttention(torch.nn.Module):
+    """Attention with a causal mask, heads split with view/transpose."""
+
+    def __init__(self, dim: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, c))
+
+
 class NonZero(torch.nn.Module):
     def forward(self, x):
         return torch.nonzero(x > 0).to(torch.float32).sum(0) + x.sum()

@@ -24,6 +24,8 @@ from onnx import helper, numpy_helper
 run_mod = pytest.importorskip("onnx_sbs_nb.align.run", reason="the engine is not there yet")
 from onnx_sbs_nb.summary import summarize  # noqa: E402
 
+from .models import CausalAttention  # noqa: E402
+
 run_aligned = run_mod.run_aligned
 AlignedRun = run_mod.AlignedRun
 
@@ -234,26 +236,11 @@ def test_llama_culprit_bundle_replays_in_a_subprocess(llama, tmp_path):
 # --------------------------------------------------------------------------- attention
 
 
-class Attention(torch.nn.Module):
-    def __init__(self, dim: int = 16, heads: int = 2):
-        super().__init__()
-        self.heads = heads
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.out = torch.nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(y.transpose(1, 2).reshape(b, t, c))
-
-
 @pytest.fixture(scope="module")
 def attention():
     torch.manual_seed(0)
     args = (torch.randn(2, 5, 16),)
-    ep = torch.export.export(Attention().eval(), args)
+    ep = torch.export.export(CausalAttention().eval(), args)
     onx = torch.onnx.export(ep, args, dynamo=True, verbose=False).model_proto
     return ep, onx, args
 

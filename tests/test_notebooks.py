@@ -119,8 +119,6 @@ def test_notebook_executes(nb_path, executed):
 
 @pytest.fixture(scope="module")
 def llama_nb(executed):
-    if not LLAMA.exists():
-        pytest.skip("notebooks/02_llama_discrepancy.ipynb is missing")
     return executed(LLAMA)
 
 

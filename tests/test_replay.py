@@ -25,6 +25,8 @@ from onnx_sbs_nb.align.replay import (
 from onnx_sbs_nb.align.submodel import extract_submodel, prefix_model, submodel_inputs
 from onnx_sbs_nb.records import KIND_WEIGHT, Record
 
+from .models import CausalAttention
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -107,21 +109,6 @@ class MLP(torch.nn.Module):
         return self.l2(torch.relu(self.l1(x)))
 
 
-class Attention(torch.nn.Module):
-    def __init__(self, dim: int = 16, heads: int = 2):
-        super().__init__()
-        self.heads = heads
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.out = torch.nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(y.transpose(1, 2).reshape(b, t, c))
-
-
 def _export(module: torch.nn.Module, args: tuple):
     torch.manual_seed(0)
     ep = torch.export.export(module.eval(), args)
@@ -141,7 +128,7 @@ def mlp():
 def attention():
     torch.manual_seed(0)
     args = (torch.randn(2, 5, 16),)
-    ep, onx = _export(Attention(), args)
+    ep, onx = _export(CausalAttention(), args)
     return ep, onx, args
 
 
@@ -595,9 +582,8 @@ def test_bundle_bfloat16_values_round_trip(tmp_path, capsys):
 
 
 def test_bundles_through_the_engine_with_a_replay_config(tmp_path, mlp):
-    run_mod = pytest.importorskip("onnx_sbs_nb.align.run")
-    if not hasattr(run_mod.AlignedRun, "save_replay"):
-        pytest.skip("the engine has no AlignedRun.save_replay yet")
+    from onnx_sbs_nb.align import run as run_mod
+
     ep, onx, args = mlp
     bad = corrupt_initializer(onx, "l1.weight", 0.75)
     cfg = ReplayConfig.from_json(ReplayConfig(threshold=1e-3, prefix_model=True).to_json())
