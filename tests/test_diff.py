@@ -64,3 +64,10 @@ def test_bfloat16_compared_on_torch_path():
 def test_shape_type():
     assert shape_type(torch.zeros(2, 3)) == "float32[2x3]"
     assert shape_type(np.zeros((), np.int64)) == "int64[]"
+
+
+def test_zero_dimensional_values():
+    d = compare(np.float32(2.0), np.array(2.5, np.float32))
+    assert d.err_abs == pytest.approx(0.5) and d.passed is False
+    d = compare(torch.tensor(3.0), np.array(3.0, np.float32))
+    assert d.err_abs == 0 and d.passed
