@@ -6,6 +6,7 @@ The baseline (tests/conformance/passing.txt) and the per-op table
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import torch
 
@@ -106,3 +107,58 @@ def test_compile_node_identical_to_graph_on_every_single_node_case(cases):
             differ.append(tc.name)
     assert checked > 1000
     assert not differ, f"compile_node differs from the graph run for {differ}"
+
+
+def _with_int_inputs_as_initializers(tc):
+    """The case's model with the inputs its kernel reads as ints turned into initializers
+    (as exporters write shapes and axes), or None when the case has none of those."""
+    from onnx_sbs_nb.evaluator.registry import get_kernel
+
+    model, graph = tc.model, tc.model.graph
+    node = graph.node[0]
+    opsets = {o.domain: o.version for o in model.opset_import}
+    entry = get_kernel(node.domain, node.op_type, opsets.get(node.domain or ""))
+    inputs, _ = tc.data_sets[0]
+    feeds = dict(zip([vi.name for vi in graph.input], _as_array(list(inputs))))
+    names = {node.input[i] for i in entry.int_inputs if i < len(node.input) and node.input[i]}
+    names = {n for n in names if n in feeds and feeds[n] is not None}
+    if not names:
+        return None, None
+    variant = onnx.ModelProto()
+    variant.CopyFrom(model)
+    keep = [vi for vi in graph.input if vi.name not in names]
+    del variant.graph.input[:]
+    variant.graph.input.extend(keep)
+    for n in sorted(names):
+        variant.graph.initializer.append(onnx.numpy_helper.from_array(feeds[n], n))
+    rest = {vi.name: _to_torch(feeds[vi.name]) for vi in keep}
+    return variant, rest
+
+
+def test_constant_shape_inputs_give_identical_results(cases):
+    """Shapes, axes and pads held by initializers are converted once at compile time:
+    the results must be those of the same values fed at run time, bit for bit."""
+    baseline = set(_baseline())
+    differ, checked = [], 0
+    for tc in cases:
+        graph = tc.model.graph
+        if tc.name not in baseline or len(graph.node) != 1 or graph.node[0].op_type in _RANDOM_OPS:
+            continue
+        variant, rest = _with_int_inputs_as_initializers(tc)
+        if variant is None:
+            continue
+        inputs, _ = tc.data_sets[0]
+        feeds = {vi.name: _to_torch(v) for vi, v in zip(graph.input, _as_array(list(inputs)))}
+        expected = TorchOnnxEvaluator(tc.model).run(None, feeds)
+        checked += 1
+        # with the host/device placement too, as on an accelerator
+        for placement in (False, True):
+            ev = TorchOnnxEvaluator(variant, manage_placement=placement)
+            got = ev.run(None, rest)
+            plan = next(iter(ev._plans.values()))
+            (_, ins, _, _, _) = plan.steps[0]
+            converted = any(type(plan.template[s]) is tuple for s in ins)
+            if not converted or len(got) != len(expected) or not all(map(_same, expected, got)):
+                differ.append(f"{tc.name} (placement {placement}, converted {converted})")
+    assert checked > 100, checked
+    assert not differ, f"constant int inputs change the results of {differ}"

@@ -19,6 +19,7 @@ import torch
 
 from .codegen import generate
 from .convert import attribute_value, sparse_to_dense, tensor_from_proto
+from .kernels._helpers import as_ints
 from .registry import _load_kernels, get_kernel, normalize_domain
 
 # Inputs that kernels read as Python shapes/axes/counts (``tolist()``): on an accelerator
@@ -384,8 +385,11 @@ class Compiler:
 
         device_twin: dict[str, int] = {}
         host_consts: set[str] = set()
+        constants: set[str] = set()
+        int_twin: dict[str, int] = {}
 
         def add_constant(name: str, value: torch.Tensor) -> None:
+            constants.add(name)
             if managed and value.numel() <= _HOST_CONST_NUMEL:
                 slots[name] = new_slot(value)
                 state[name] = "h"
@@ -408,6 +412,13 @@ class Compiler:
                 device_twin[name] = new_slot(self.on_device(template[slots[name]]))
             return device_twin[name]
 
+        def int_slot(name: str) -> int | None:
+            """A slot holding a constant shape/axes input as a tuple of ints."""
+            if name not in int_twin:
+                ints = _constant_ints(template[slots[name]])
+                int_twin[name] = 0 if ints is None else new_slot(ints)
+            return int_twin[name] or None
+
         for node in nodes:
             domain = normalize_domain(node.domain)
             key = (domain, node.op_type)
@@ -415,7 +426,9 @@ class Compiler:
             if key == ("", "Constant") and key not in self.custom:
                 add_constant(node.output[0], self._constant(node, atts))
                 continue
-            fn, is_function = self._make_callable(node, key, atts, opsets, attr_env, missing)
+            fn, is_function, int_pos = self._make_callable(
+                node, key, atts, opsets, attr_env, missing
+            )
             if fn is None:
                 for o in node.output:
                     slots[o] = 0  # keeps collecting the other missing kernels
@@ -439,6 +452,10 @@ class Compiler:
                 fn, ins, out_state = self._place(
                     node, fn, explicit, ins, state, device_slot, host_consts, opaque
                 )
+            for i in int_pos:
+                # converted once here instead of a tolist() per call
+                if i < len(explicit) and explicit[i] in constants:
+                    ins[i] = int_slot(explicit[i]) or ins[i]
             attrs = {} if is_function else self._kernel_attrs(node, atts)
             outs = []
             for o in node.output:
@@ -531,11 +548,12 @@ class Compiler:
         return hit[1]
 
     def _make_callable(self, node, key, atts, opsets, attr_env, missing):
-        """(callable, is_function_call) for a node; (None, False) records a missing kernel."""
+        """(callable, is_function_call, int_inputs) for a node; a None callable records a
+        missing kernel."""
         if key in self.custom:
-            return self.custom[key], False
+            return self.custom[key], False, frozenset()
         if key in self.functions:
-            return self._function_call(node, self.functions[key], atts, opsets), True
+            return self._function_call(node, self.functions[key], atts, opsets), True, frozenset()
         version = opsets.get(key[0])
         entry = get_kernel(key[0], node.op_type, version)
         if entry is None:
@@ -543,11 +561,11 @@ class Compiler:
                 f"{node.op_type!r} (domain {key[0] or 'ai.onnx'!r}, opset {version}) "
                 f"in node {node.name!r}"
             )
-            return None, False
+            return None, False, frozenset()
         if entry.context:
             ctx = KernelContext(self, node, opsets, attr_env)
-            return functools.partial(entry.fn, ctx=ctx), False
-        return entry.fn, False
+            return functools.partial(entry.fn, ctx=ctx), False, entry.int_inputs
+        return entry.fn, False, entry.int_inputs
 
     def _kernel_attrs(self, node, atts) -> dict[str, Any]:
         try:
@@ -607,6 +625,23 @@ class Compiler:
         if to_move:
             fn = _mover(fn, to_move, dev)
         return fn, ins, "u" if opaque else "d"
+
+
+def _constant_ints(value: Any) -> tuple[int, ...] | None:
+    """A small integer constant as the tuple of ints ``as_ints`` would read from it."""
+    if (
+        not isinstance(value, torch.Tensor)
+        or value.dtype not in _INT_DTYPES
+        or value.dim() > 1
+        or value.numel() > _HOST_CONST_NUMEL
+    ):
+        return None
+    return tuple(as_ints(value))
+
+
+_INT_DTYPES = frozenset(
+    (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.uint16, torch.uint32)
+)
 
 
 def _bind_outer(fn: Callable, n_explicit: int, names: list[str]) -> Callable:

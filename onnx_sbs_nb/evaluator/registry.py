@@ -45,6 +45,9 @@ class KernelEntry:
     since: int
     fn: Kernel
     context: bool = False
+    # Input positions the kernel only reads as Python ints (shape, axes, pads...) through
+    # ``as_ints``: when such an input is a constant, it is converted once, at compile time.
+    int_inputs: frozenset[int] = frozenset()
 
 
 _REGISTRY: dict[tuple[str, str], list[KernelEntry]] = {}
@@ -55,15 +58,22 @@ def normalize_domain(domain: str | None) -> str:
 
 
 def op(
-    op_type: str, since: int = 1, domain: str = "", context: bool = False
+    op_type: str,
+    since: int = 1,
+    domain: str = "",
+    context: bool = False,
+    int_inputs: tuple[int, ...] = (),
 ) -> Callable[[Kernel], Kernel]:
-    """Registers ``fn`` as the kernel of ``(domain, op_type)`` from opset ``since`` on."""
+    """Registers ``fn`` as the kernel of ``(domain, op_type)`` from opset ``since`` on.
+
+    ``int_inputs``: positions of inputs the kernel reads only through ``as_ints``; a
+    constant there reaches the kernel as a tuple of ints instead of a tensor."""
 
     def deco(fn: Kernel) -> Kernel:
         key = (normalize_domain(domain), op_type)
         entries = _REGISTRY.setdefault(key, [])
         entries[:] = [e for e in entries if e.since != since]
-        entries.append(KernelEntry(key[0], op_type, since, fn, context))
+        entries.append(KernelEntry(key[0], op_type, since, fn, context, frozenset(int_inputs)))
         entries.sort(key=lambda e: e.since)
         return fn
 

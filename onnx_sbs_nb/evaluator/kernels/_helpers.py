@@ -14,7 +14,11 @@ WIDE_UNSIGNED = frozenset(
 
 
 def as_ints(t: Any) -> list[int]:
-    """A shape/axes argument (tensor, list or None) as a list of Python ints."""
+    """A shape/axes argument (tensor, list, tuple or None) as a list of Python ints.
+
+    Constant arguments arrive as tuples of ints, converted once by the compiler."""
+    if type(t) is tuple:
+        return list(t)
     if t is None:
         return []
     if isinstance(t, torch.Tensor):

@@ -151,7 +151,7 @@ def topk_v1(x, axis=-1, k=1):
     return _topk(x, k, axis, 1, 1)
 
 
-@op("TopK", since=10)
+@op("TopK", since=10, int_inputs=(1,))
 def topk(x, k, axis=-1, largest=1, sorted=1):  # noqa: A002
     return _topk(x, as_ints(k)[0], axis, largest, sorted)
 

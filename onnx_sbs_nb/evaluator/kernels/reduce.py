@@ -96,7 +96,7 @@ def _register(name: str, since_input: int) -> None:
 
     attr_form.__name__ = input_form.__name__ = name.lower()
     op(name, since=1)(attr_form)
-    op(name, since=since_input)(input_form)
+    op(name, since=since_input, int_inputs=(1,))(input_form)
 
 
 for _name in _IMPL:
@@ -125,7 +125,7 @@ def argmin(x, axis=0, keepdims=1, select_last_index=0):
     return _arg(torch.argmin, x, axis, keepdims, select_last_index)
 
 
-@op("CumSum", since=11)
+@op("CumSum", since=11, int_inputs=(1,))
 def cumsum(x, axis, exclusive=0, reverse=0):
     a = norm_axis(as_ints(axis)[0], x.dim())
     dtype = x.dtype
@@ -141,7 +141,7 @@ def cumsum(x, axis, exclusive=0, reverse=0):
     return y.to(dtype)
 
 
-@op("CumProd", since=26)
+@op("CumProd", since=26, int_inputs=(1,))
 def cumprod(x, axis, exclusive=0, reverse=0):
     a = norm_axis(as_ints(axis)[0], x.dim())
     if reverse:
