@@ -175,7 +175,9 @@ def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[s
         measured = _interleaved(fns, repeat, sync=sync)
     times = {**{k: measured[k] for k in fns}, **times}
     n_nodes = len(onx.graph.node)
-    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times)
+    # on CUDA the reference is eager torch (the plain onnxruntime wheel has no CUDA provider)
+    baseline = "eager torch" if device == "cuda" else "onnxruntime"
+    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times, baseline)
     return times
 
 

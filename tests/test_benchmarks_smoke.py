@@ -95,3 +95,26 @@ def test_bench_memory_core(tmp_path, capsys):
     assert diffs["extra_weights"] == points[1].files.weight_bytes - points[0].files.weight_bytes
     assert set(diffs["ours"]) == {"first", "steady"}
     assert "extra weights" in capsys.readouterr().out
+
+
+def test_gpu_check_script_runs_every_cuda_test():
+    """scripts/gpu_check.sh names the modules it runs: a CUDA test added elsewhere must be
+    added there too, or the next GPU check would silently leave it out."""
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    script = (root / "scripts" / "gpu_check.sh").read_text()
+    listed = set(re.findall(r"tests/test_\w+\.py", script))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-m", "cuda", "-p", "no:cacheprovider"]
+        + ["tests/" + p.name for p in sorted((root / "tests").glob("test_*.py"))],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout
+    cuda_modules = {line.split("::")[0] for line in out.splitlines() if "::" in line}
+    assert len(cuda_modules) >= 5, out[-2000:]
+    assert cuda_modules <= listed, f"not in scripts/gpu_check.sh: {cuda_modules - listed}"

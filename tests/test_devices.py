@@ -14,7 +14,11 @@ from onnx_sbs_nb.align.loading import SbsInputError
 from .models import MLP, export, tiny_llama
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (none visible to torch)")
+_no_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (none visible to torch)")
+
+
+def needs_cuda(fn):
+    return pytest.mark.cuda(_no_gpu(fn))
 
 
 @pytest.fixture(scope="module")

@@ -301,6 +301,7 @@ def test_exported_lstm_gru_rnn_match_eager():
     _check_against_eager("rnn", "cpu", RNN_OPS)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name,ops", [("cnn", CNN_OPS), ("rnn", RNN_OPS)])
 def test_exported_models_match_eager_on_cuda(name, ops):

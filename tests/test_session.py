@@ -204,6 +204,7 @@ def test_engine_error_is_kept_not_raised():
         s.rerun_node("a")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_rerun_on_cuda(model):
     ep, onx, x = model
