@@ -164,6 +164,21 @@ def test_model_matches_eager(name: str, device: str):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "vit", "resnet", "lstm", "gru"])
+def test_model_on_meta_reads_no_device_value_on_the_host(name: str):
+    """The accelerator placement, checked without a GPU: on the meta device any read of a
+    device value on the host (item, tolist, a 0-d index) raises, where on CUDA it would
+    silently wait for the GPU. Weights and feeds are on "meta", shapes on the host."""
+    model, args, onx = _exported(name)
+    with torch.no_grad():
+        expected = model(*args)
+    ev = TorchOnnxEvaluator(onx, device="meta")
+    (got,) = ev.run(None, dict(zip(ev.input_names, [a.to("meta") for a in args])))
+    assert got.device.type == "meta"
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+
+
+@pytest.mark.slow
 def test_llama_dynamic_shapes_second_run():
     model, _, onx = _exported("llama")
     assert any(n.op_type == "Shape" for n in onx.graph.node)

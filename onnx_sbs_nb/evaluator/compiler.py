@@ -64,6 +64,7 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
         "Pow": (1,),  # a scalar exponent read on the host takes torch's fast path
         "Dropout": (1, 2),
         "If": (0,),
+        "Gather": (1,),  # a scalar index (x[:, 0]) is read on the host by torch's indexing
     }.items()
 }
 _NO_SHAPE: frozenset[int] = frozenset()
