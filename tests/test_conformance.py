@@ -6,6 +6,7 @@ The baseline (tests/conformance/passing.txt) and the per-op table
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -109,19 +110,16 @@ def test_compile_node_identical_to_graph_on_every_single_node_case(cases):
     assert not differ, f"compile_node differs from the graph run for {differ}"
 
 
-def _with_int_inputs_as_initializers(tc):
-    """The case's model with the inputs its kernel reads as ints turned into initializers
-    (as exporters write shapes and axes), or None when the case has none of those."""
-    from onnx_sbs_nb.evaluator.registry import get_kernel
-
+def _with_inputs_as_initializers(tc, positions):
+    """The single-node case's model with its inputs at ``positions`` turned into
+    initializers (as exporters write shapes and axes), and the feeds left; (None, None)
+    when none of those inputs is fed."""
     model, graph = tc.model, tc.model.graph
     node = graph.node[0]
-    opsets = {o.domain: o.version for o in model.opset_import}
-    entry = get_kernel(node.domain, node.op_type, opsets.get(node.domain or ""))
     inputs, _ = tc.data_sets[0]
     feeds = dict(zip([vi.name for vi in graph.input], _as_array(list(inputs))))
-    names = {node.input[i] for i in entry.int_inputs if i < len(node.input) and node.input[i]}
-    names = {n for n in names if n in feeds and feeds[n] is not None}
+    names = {node.input[i] for i in positions if i < len(node.input) and node.input[i]}
+    names = {n for n in names if feeds.get(n) is not None and not isinstance(feeds[n], list)}
     if not names:
         return None, None
     variant = onnx.ModelProto()
@@ -130,9 +128,17 @@ def _with_int_inputs_as_initializers(tc):
     del variant.graph.input[:]
     variant.graph.input.extend(keep)
     for n in sorted(names):
-        variant.graph.initializer.append(onnx.numpy_helper.from_array(feeds[n], n))
+        variant.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(feeds[n]), n))
     rest = {vi.name: _to_torch(feeds[vi.name]) for vi in keep}
     return variant, rest
+
+
+def _int_inputs(tc) -> frozenset[int]:
+    from onnx_sbs_nb.evaluator.registry import get_kernel
+
+    node = tc.model.graph.node[0]
+    opsets = {o.domain: o.version for o in tc.model.opset_import}
+    return get_kernel(node.domain, node.op_type, opsets.get(node.domain or "")).int_inputs
 
 
 def test_constant_shape_inputs_give_identical_results(cases):
@@ -144,7 +150,7 @@ def test_constant_shape_inputs_give_identical_results(cases):
         graph = tc.model.graph
         if tc.name not in baseline or len(graph.node) != 1 or graph.node[0].op_type in _RANDOM_OPS:
             continue
-        variant, rest = _with_int_inputs_as_initializers(tc)
+        variant, rest = _with_inputs_as_initializers(tc, _int_inputs(tc))
         if variant is None:
             continue
         inputs, _ = tc.data_sets[0]
@@ -162,3 +168,56 @@ def test_constant_shape_inputs_give_identical_results(cases):
                 differ.append(f"{tc.name} (placement {placement}, converted {converted})")
     assert checked > 100, checked
     assert not differ, f"constant int inputs change the results of {differ}"
+
+
+# Ops whose results depend on the values of their data (output shapes, selected boxes,
+# loop conditions computed each iteration) or that run on the host by nature: they read
+# device values on the host, as onnxruntime's CUDA provider does for them.
+_DATA_DEPENDENT = {
+    "Compress",
+    "NonZero",
+    "Unique",
+    "NonMaxSuppression",
+    "TfIdfVectorizer",
+    "TreeEnsemble",
+    "Loop",
+}
+
+
+def test_only_data_dependent_ops_read_device_values_on_the_host(cases):
+    """Every single-node case on the meta device, its shape-like inputs as host constants
+    (as exporters write them) and its data on "meta": reading a device value on the host
+    raises there, where on CUDA it would wait for the GPU. Only ops whose results depend on
+    their data's values may do it."""
+    from onnx_sbs_nb.evaluator.compiler import SHAPE_INPUTS
+
+    baseline = set(_baseline())
+    reads, ran = {}, 0
+    for tc in cases:
+        graph = tc.model.graph
+        if tc.name not in baseline or len(graph.node) != 1:
+            continue
+        node = graph.node[0]
+        variant, rest = _with_inputs_as_initializers(tc, SHAPE_INPUTS.get(node.op_type, ()))
+        if variant is None:
+            variant, rest = (
+                tc.model,
+                dict(
+                    zip(
+                        [vi.name for vi in graph.input],
+                        map(_to_torch, _as_array(list(tc.data_sets[0][0]))),
+                    )
+                ),
+            )
+        if any(not isinstance(v, torch.Tensor) for v in rest.values()):
+            continue  # sequences and optional values
+        ran += 1
+        try:
+            TorchOnnxEvaluator(variant, device="meta").run(
+                None, {k: v.to("meta") for k, v in rest.items()}
+            )
+        except Exception as e:
+            if node.op_type not in _DATA_DEPENDENT:
+                reads[tc.name] = str(e).split("failed: ")[-1][:120]
+    assert ran > 1000, ran
+    assert not reads, f"{len(reads)} cases read device values on the host: {reads}"

@@ -65,6 +65,20 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
         "Dropout": (1, 2),
         "If": (0,),
         "Gather": (1,),  # a scalar index (x[:, 0]) is read on the host by torch's indexing
+        "CumProd": (1,),
+        "ReverseSequence": (1,),
+        "MaxUnpool": (2,),
+        "RoiAlign": (1, 2),
+        "NonMaxSuppression": (2, 3, 4),
+        "DFT": (1, 2),
+        "STFT": (1, 3),
+        "HannWindow": (0,),
+        "HammingWindow": (0,),
+        "BlackmanWindow": (0,),
+        "MelWeightMatrix": (0, 1, 2, 3, 4),
+        "Adagrad": (0, 1),
+        "Adam": (0, 1),
+        "Momentum": (0, 1),
     }.items()
 }
 _NO_SHAPE: frozenset[int] = frozenset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -84,11 +85,20 @@ def scatter_nd(x, indices, updates, reduction="none"):
         out[index] = upd
     elif reduction == "add":
         out.index_put_(index, upd, accumulate=True)
+    elif k:
+        # the indexed dims flattened into one: a single index_reduce_ applies every update,
+        # duplicates included, on the device and without reading the indices on the host
+        lin = idx[:, 0]
+        for j in range(1, k):
+            lin = lin * x.shape[j] + idx[:, j]
+        how = {"mul": "prod", "max": "amax", "min": "amin"}[reduction]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "index_reduce", UserWarning)  # "in beta"
+            out.view(-1, *x.shape[k:]).index_reduce_(0, lin, upd, how, include_self=True)
     else:
         combine = {"mul": torch.mul, "max": torch.maximum, "min": torch.minimum}[reduction]
         for i in range(idx.shape[0]):
-            pos = tuple(int(v) for v in idx[i].tolist())
-            out[pos] = combine(out[pos], upd[i])
+            out = combine(out, upd[i])
     return out
 
 

@@ -145,7 +145,7 @@ def _resize_axis(data, axis, scale, out_len, method: _Method, roi, extrapolation
         wshape = [1] * len(shape)
         wshape[axis], wshape[axis + 1] = out_len, n
         res = (g * w.to(g.dtype).reshape(wshape)).sum(axis + 1)
-    if extra is not None and bool(extra.any()):
+    if extra is not None:  # no test of extra.any(): it would wait for the device
         mshape = [1] * data.dim()
         mshape[axis] = out_len
         res = torch.where(
