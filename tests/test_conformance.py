@@ -221,3 +221,46 @@ def test_only_data_dependent_ops_read_device_values_on_the_host(cases):
                 reads[tc.name] = str(e).split("failed: ")[-1][:120]
     assert ran > 1000, ran
     assert not reads, f"{len(reads)} cases read device values on the host: {reads}"
+
+
+def _fast_and_slow(model, feeds):
+    """(inline forms' results, kernels' results, number of inlined steps) of one run."""
+    ev = TorchOnnxEvaluator(model)
+    plan = next(iter(ev._plans.values()))
+    inlined = len(plan.fast.__globals__.get("_inlined", ()))
+    inputs = [feeds.get(n) for n in plan.input_names]
+    with torch.inference_mode():
+        fast = plan.fast(inputs, ())
+        if plan.fast is plan.slow:
+            inlined = 0  # a form fell back to the kernels: nothing inline was compared
+        return fast, plan.slow(inputs, ()), inlined
+
+
+def test_inline_forms_give_the_kernels_results(cases):
+    """The generated code writes the hottest kernels inline (inline.py): over the node
+    suite, fed as is and with shapes and axes as constants, the results are bit for bit
+    those of the kernels."""
+    from onnx_sbs_nb.evaluator.compiler import SHAPE_INPUTS
+
+    baseline = set(_baseline())
+    differ, inlined_cases = [], 0
+    for tc in cases:
+        graph = tc.model.graph
+        if tc.name not in baseline or any(n.op_type in _RANDOM_OPS for n in graph.node):
+            continue
+        inputs, _ = tc.data_sets[0]
+        feeds = {vi.name: _to_torch(v) for vi, v in zip(graph.input, _as_array(list(inputs)))}
+        variants = [(tc.model, feeds)]
+        if len(graph.node) == 1:
+            variant, rest = _with_inputs_as_initializers(
+                tc, SHAPE_INPUTS.get(graph.node[0].op_type, ())
+            )
+            if variant is not None:
+                variants.append((variant, rest))
+        for model, fed in variants:
+            fast, slow, inlined = _fast_and_slow(model, fed)
+            inlined_cases += inlined > 0
+            if len(fast) != len(slow) or not all(map(_same, slow, fast)):
+                differ.append(tc.name)
+    assert inlined_cases > 500, inlined_cases
+    assert not differ, f"inline forms differ from the kernels for {differ}"

@@ -689,6 +689,48 @@ def test_generated_code_matches_interpreter_loop():
     assert k.shape == (3, 1)
 
 
+def _inlined(plan) -> set[str]:
+    return {plan.nodes[k].op_type for k in plan.fast.__globals__.get("_inlined", ())}
+
+
+def test_inline_forms_fall_back_to_the_kernels():
+    """An inline form meeting a case only its kernel handles (an integer base for Pow,
+    integer MatMul) hands the run to the kernels: right results, and the plan keeps
+    using the kernels from then on."""
+    nodes = [
+        oh.make_node("Pow", ["x", "two"], ["p"]),
+        oh.make_node("MatMul", ["p", "w"], ["m"]),
+        oh.make_node("Reshape", ["m", "shape"], ["y"]),
+    ]
+    inits = [
+        onh.from_array(np.array(2.0, dtype=np.float32), "two"),
+        onh.from_array(np.arange(6).reshape(3, 2), "w"),
+        onh.from_array(np.array([-1], dtype=np.int64), "shape"),
+    ]
+    m = _model(nodes, [_vi("x", TP.INT64)], [_vi("y", TP.INT64)], inits)
+    ev = TorchOnnxEvaluator(m)
+    plan = ev._plans[("y",)]
+    assert _inlined(plan) == {"Pow", "MatMul", "Reshape"}
+    x = torch.arange(6).reshape(2, 3)
+    (y,) = ev.run(None, {"x": x})
+    assert torch.equal(
+        y, ((x**2).double() @ torch.arange(6.0).reshape(3, 2).double()).long().reshape(-1)
+    )
+    assert plan.fast is plan.slow  # later runs go straight to the kernels
+    (y2,) = ev.run(None, {"x": x})
+    assert torch.equal(y, y2)
+
+
+def test_inline_failure_names_the_node():
+    nodes = [oh.make_node("Reshape", ["x", "s"], ["y"], name="bad_const_reshape")]
+    inits = [onh.from_array(np.array([4, 4], dtype=np.int64), "s")]
+    m = _model(nodes, [_vi("x")], [_vi("y")], inits)
+    ev = TorchOnnxEvaluator(m)
+    assert _inlined(ev._plans[("y",)]) == {"Reshape"}
+    with pytest.raises(NodeError, match="bad_const_reshape.*Reshape"):
+        ev.run(None, {"x": torch.ones(6)})
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
 def test_cuda_request_without_gpu_is_a_clear_error(small_model):
     with pytest.raises(RuntimeError, match="CUDA was requested"):

@@ -157,6 +157,12 @@ def test_model_matches_eager(name: str, device: str):
     feeds = dict(zip(ev.input_names, args))
     (got,) = ev.run(None, feeds)
     assert got.device.type == device
+    # the generated code's inline forms and the kernels agree bit for bit
+    plan = next(iter(ev._plans.values()))
+    with torch.inference_mode():
+        (by_kernels,) = plan.slow(list(args), ())
+    assert torch.equal(got, by_kernels)
+    assert device != "cpu" or plan.fast is not plan.slow  # forms were used, none fell back
     assert got.dtype == expected.dtype and got.shape == expected.shape
     # cuDNN may pick other (TF32) algorithms than eager on the GPU
     tol = 1e-4 if device == "cpu" else 2e-3

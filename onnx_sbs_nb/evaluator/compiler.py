@@ -19,6 +19,7 @@ import torch
 
 from .codegen import generate
 from .convert import attribute_value, sparse_to_dense, tensor_from_proto
+from .inline import NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
 from .registry import _load_kernels, get_kernel, normalize_domain
 
@@ -201,10 +202,17 @@ class CompiledGraph:
         "placement",
         "device",
         "fast",
+        "slow",
     )
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
         return self.fast(inputs, outer)
+
+    def _fall_back(self, inputs: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
+        """An inline form met a case only its kernel handles: this run and the next ones
+        go through the kernels (generated code without inline forms)."""
+        self.fast = self.slow
+        return self.slow(inputs, outer)
 
     def execute_loop(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
         """The same steps as ``execute`` through an interpreter loop (reference path)."""
@@ -418,6 +426,7 @@ class Compiler:
                 add_constant(name, value)
 
         steps: list[tuple] = []
+        inline: list[tuple | None] = []
         step_nodes: list[onnx.NodeProto] = []
         step_inputs: list[list[int]] = []
         missing: list[str] = []
@@ -441,9 +450,10 @@ class Compiler:
             if key == ("", "Constant") and key not in self.custom:
                 add_constant(node.output[0], self._constant(node, atts))
                 continue
-            fn, is_function, int_pos = self._make_callable(
+            fn, is_function, int_pos, form = self._make_callable(
                 node, key, atts, opsets, attr_env, missing
             )
+            kernel = fn
             if fn is None:
                 for o in node.output:
                     slots[o] = 0  # keeps collecting the other missing kernels
@@ -472,6 +482,9 @@ class Compiler:
                 if i < len(explicit) and explicit[i] in constants:
                     ins[i] = int_slot(explicit[i]) or ins[i]
             attrs = {} if is_function else self._kernel_attrs(node, atts)
+            # the inline form stands for the bare kernel: not behind a mover or outer values
+            inlined = form is not None and fn is kernel
+            inline.append((form, _constants_of(ins, template), attrs) if inlined else None)
             outs = []
             for o in node.output:
                 s = new_slot()
@@ -525,9 +538,11 @@ class Compiler:
         cg.nodes = step_nodes
         cg.device = dev
         cg.placement = state if managed else {}
-        cg.fast = generate(
-            cg.steps, template, cg.input_slots, cg.outer_slots, output_slots, cg._step_error
-        )
+        args = (cg.steps, template, cg.input_slots, cg.outer_slots, output_slots, cg._step_error)
+        cg.slow = generate(*args)
+        cg.fast = cg.slow
+        if any(inline):
+            cg.fast = generate(*args, inline=inline, on_fallback=cg._fall_back)
         return cg
 
     def graph_initializers(self, graph: onnx.GraphProto) -> dict[str, torch.Tensor]:
@@ -563,12 +578,13 @@ class Compiler:
         return hit[1]
 
     def _make_callable(self, node, key, atts, opsets, attr_env, missing):
-        """(callable, is_function_call, int_inputs) for a node; a None callable records a
-        missing kernel."""
+        """(callable, is_function_call, int_inputs, inline form) for a node; a None callable
+        records a missing kernel."""
         if key in self.custom:
-            return self.custom[key], False, frozenset()
+            return self.custom[key], False, frozenset(), None
         if key in self.functions:
-            return self._function_call(node, self.functions[key], atts, opsets), True, frozenset()
+            call = self._function_call(node, self.functions[key], atts, opsets)
+            return call, True, frozenset(), None
         version = opsets.get(key[0])
         entry = get_kernel(key[0], node.op_type, version)
         if entry is None:
@@ -576,11 +592,12 @@ class Compiler:
                 f"{node.op_type!r} (domain {key[0] or 'ai.onnx'!r}, opset {version}) "
                 f"in node {node.name!r}"
             )
-            return None, False, frozenset()
+            return None, False, frozenset(), None
         if entry.context:
             ctx = KernelContext(self, node, opsets, attr_env)
-            return functools.partial(entry.fn, ctx=ctx), False, entry.int_inputs
-        return entry.fn, False, entry.int_inputs
+            return functools.partial(entry.fn, ctx=ctx), False, entry.int_inputs, None
+        form = form_for(entry.domain, entry.op_type, entry.since, entry.fn)
+        return entry.fn, False, entry.int_inputs, form
 
     def _kernel_attrs(self, node, atts) -> dict[str, Any]:
         try:
@@ -640,6 +657,12 @@ class Compiler:
         if to_move:
             fn = _mover(fn, to_move, dev)
         return fn, ins, "u" if opaque else "d"
+
+
+def _constants_of(ins: list[int], template: list[Any]) -> list[Any]:
+    """The value of each input that is a constant (slots of values computed at run time
+    hold None in the template), NOT_CONSTANT for the others."""
+    return [template[s] if s and template[s] is not None else NOT_CONSTANT for s in ins]
 
 
 def _constant_ints(value: Any) -> tuple[int, ...] | None:

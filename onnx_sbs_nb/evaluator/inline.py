@@ -1,0 +1,217 @@
+"""Inline forms of the hottest kernels, for the generated code of a whole graph.
+
+On models made of small tensors, a kernel's Python frame (argument checks, ``as_ints``,
+dtype branches) costs as much as the torch call itself. For the ops that dominate exported
+transformers, the code generator writes the torch call straight into the plan's
+function instead of calling the kernel, using what is known when the graph is compiled:
+attributes and constant inputs (shapes, axes, exponents).
+
+Each form performs exactly the torch calls its kernel performs for the same inputs, so
+results are bit for bit those of the kernel (tests compare the two over the ONNX node
+suite and the end-to-end models). Where the kernel would take another branch that the
+form does not write out (an integer base for Pow, a wide unsigned dtype...), the form
+raises ``Fallback`` and the run is redone with the kernels, which then serve every later
+run of that plan.
+
+A form is ``build(args, consts, attrs) -> str | None``: ``args`` are the Python
+expressions of the node's inputs ("None" when missing), ``consts[i]`` the value of input
+``i`` when it is a constant (a tensor, or a tuple of ints for ``int_inputs``) else
+``NOT_CONSTANT``, ``attrs`` the converted attributes; None means no inline form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class Fallback(Exception):
+    """An inline form met a case only its kernel handles: redo the run with kernels."""
+
+
+NOT_CONSTANT = object()
+
+
+def _fallback() -> Any:
+    raise Fallback
+
+
+def _narrow(x: torch.Tensor, axis: int, start: int, end: int) -> torch.Tensor:
+    # the one-axis, step-1 branch of the Slice kernel
+    rank = x.dim()
+    if not rank:
+        raise Fallback
+    a = axis + rank if axis < 0 else axis
+    s, e, _ = slice(start, end).indices(x.shape[a])
+    return x.narrow(a, s, max(e - s, 0))
+
+
+# Globals the generated code may reference.
+HELPERS: dict[str, Any] = {
+    "torch": torch,
+    "_fallback": _fallback,
+    "_narrow": _narrow,
+}
+
+Builder = Callable[[list[str], list[Any], dict[str, Any]], "str | None"]
+
+
+def _ints(v: Any) -> list[int] | None:
+    return list(v) if type(v) is tuple else None
+
+
+def _call(fn: str, n: int | None = None) -> Builder:
+    """``fn(args...)`` for kernels that are that torch function (with ``n`` inputs)."""
+
+    def build(args, consts, attrs):
+        if attrs or (n is not None and len(args) != n) or "None" in args:
+            return None
+        return f"{fn}({', '.join(args)})"
+
+    return build
+
+
+def _div(args, consts, attrs):
+    if attrs or len(args) != 2:
+        return None
+    a, b = args
+    return (
+        f"(torch.div({a}, {b}) if {a}.is_floating_point() or {a}.is_complex() "
+        f'else torch.div({a}, {b}, rounding_mode="trunc"))'
+    )
+
+
+def _pow(args, consts, attrs):
+    if attrs or len(args) != 2:
+        return None
+    e = consts[1]
+    if not isinstance(e, torch.Tensor) or e.dim() or e.device.type != "cpu" or e.is_complex():
+        return None
+    value = e.item()  # what the kernel passes to torch.pow for a host scalar exponent
+    if type(value) not in (int, float) or not math.isfinite(value):
+        return None
+    x = args[0]
+    return f"(torch.pow({x}, {value!r}) if {x}.is_floating_point() else _fallback())"
+
+
+def _matmul(args, consts, attrs):
+    if attrs or len(args) != 2:
+        return None
+    a, b = args
+    return f"(torch.matmul({a}, {b}) if {a}.is_floating_point() else _fallback())"
+
+
+def _reshape(args, consts, attrs):
+    dims = _ints(consts[1]) if len(args) == 2 else None
+    if dims is None or set(attrs) - {"allowzero"}:
+        return None
+    x = args[0]
+    if not attrs.get("allowzero", 0):
+        dims = [f"{x}.shape[{i}]" if d == 0 else str(d) for i, d in enumerate(dims)]
+    return f"{x}.reshape([{', '.join(map(str, dims))}])"
+
+
+def _transpose(args, consts, attrs):
+    perm = attrs.get("perm")
+    if len(args) != 1 or perm is None or set(attrs) != {"perm"}:
+        return None
+    return f"{args[0]}.permute({list(perm)!r})"
+
+
+def _slice(args, consts, attrs):
+    if attrs or len(args) < 3:
+        return None
+    starts, ends = _ints(consts[1]), _ints(consts[2])
+    axes = _ints(consts[3]) if len(args) > 3 and args[3] != "None" else [0]
+    steps = _ints(consts[4]) if len(args) > 4 and args[4] != "None" else [1]
+    if not starts or not ends or axes is None or steps is None:
+        return None
+    if len(starts) != 1 or len(ends) != 1 or len(axes) != 1 or steps != [1]:
+        return None
+    return f"_narrow({args[0]}, {axes[0]}, {starts[0]}, {ends[0]})"
+
+
+def _reduce(fn: str) -> Builder:
+    """The kernels' single-axis float branch (``reduce`` in kernels/reduce.py)."""
+
+    def build(args, consts, attrs):
+        axes = _ints(consts[1]) if len(args) == 2 else None
+        if not axes or len(axes) != 1 or set(attrs) - {"keepdims", "noop_with_empty_axes"}:
+            return None
+        x, keep = args[0], bool(attrs.get("keepdims", 1))
+        return (
+            f"({fn}({x}, dim={axes[0]}, keepdim={keep}) "
+            f"if {x}.is_floating_point() and {x}.numel() else _fallback())"
+        )
+
+    return build
+
+
+def _concat(args, consts, attrs):
+    if set(attrs) != {"axis"} or not args or "None" in args:
+        return None
+    return f"torch.cat([{', '.join(args)}], dim={attrs['axis']})"
+
+
+def _softmax(fn: str) -> Builder:
+    def build(args, consts, attrs):
+        if len(args) != 1 or set(attrs) - {"axis"}:
+            return None
+        x = args[0]
+        return f"({fn}({x}, {attrs.get('axis', -1)}) if {x}.dim() else _fallback())"
+
+    return build
+
+
+def _gather(args, consts, attrs):
+    axis = attrs.get("axis", 0)
+    if len(args) != 2 or set(attrs) - {"axis"} or axis < 0:
+        return None
+    return f"{args[0]}[{':, ' * axis}{args[1]}]"
+
+
+def _unsqueeze(args, consts, attrs):
+    axes = _ints(consts[1]) if len(args) == 2 else None
+    if attrs or not axes or len(axes) != 1:
+        return None
+    return f"{args[0]}.unsqueeze({axes[0]})"
+
+
+# (domain, op_type, since) of the kernel -> its inline form
+FORMS: dict[tuple[str, str, int], Builder] = {
+    ("", "Add", 7): _call("torch.add", 2),
+    ("", "Sub", 7): _call("torch.sub", 2),
+    ("", "Mul", 7): _call("torch.mul", 2),
+    ("", "Div", 7): _div,
+    ("", "Pow", 7): _pow,
+    ("", "MatMul", 1): _matmul,
+    ("", "Reshape", 5): _reshape,
+    ("", "Transpose", 1): _transpose,
+    ("", "Slice", 10): _slice,
+    ("", "ReduceSum", 13): _reduce("torch.sum"),
+    ("", "ReduceMean", 18): _reduce("torch.mean"),
+    ("", "ReduceMax", 18): _reduce("torch.amax"),
+    ("", "ReduceMin", 18): _reduce("torch.amin"),
+    ("", "Concat", 1): _concat,
+    ("", "Softmax", 13): _softmax("torch.softmax"),
+    ("", "LogSoftmax", 13): _softmax("torch.log_softmax"),
+    ("", "Gather", 1): _gather,
+    ("", "Unsqueeze", 13): _unsqueeze,
+    ("", "Where", 9): _call("torch.where", 3),
+    ("", "IsNaN", 9): _call("torch.isnan", 1),
+}
+
+
+def form_for(domain: str, op_type: str, since: int, kernel: Any) -> Builder | None:
+    """The inline form of a registered kernel, if it has one."""
+    form = FORMS.get((domain, op_type, since))
+    if form is not None:
+        return form
+    name = getattr(kernel, "__name__", None)
+    if name and getattr(torch, name, None) is kernel:
+        # the kernel is a torch function itself (Neg, Sqrt, Relu, Sigmoid...)
+        return _call(f"torch.{name}")
+    return None
