@@ -202,6 +202,15 @@ FORMS: dict[tuple[str, str, int], Builder] = {
     ("", "Unsqueeze", 13): _unsqueeze,
     ("", "Where", 9): _call("torch.where", 3),
     ("", "IsNaN", 9): _call("torch.isnan", 1),
+    ("", "Equal", 7): _call("torch.eq", 2),
+    ("", "Less", 7): _call("torch.lt", 2),
+    ("", "Greater", 7): _call("torch.gt", 2),
+    ("", "LessOrEqual", 7): _call("torch.le", 2),
+    ("", "GreaterOrEqual", 7): _call("torch.ge", 2),
+    ("", "And", 7): _call("torch.logical_and", 2),
+    ("", "Or", 7): _call("torch.logical_or", 2),
+    ("", "Xor", 7): _call("torch.logical_xor", 2),
+    ("", "Not", 1): _call("torch.logical_not", 1),
 }
 
 
