@@ -227,11 +227,11 @@ def _fast_and_slow(model, feeds):
     """(inline forms' results, kernels' results, number of inlined steps) of one run."""
     ev = TorchOnnxEvaluator(model)
     plan = next(iter(ev._plans.values()))
-    inlined = len(plan.fast.__globals__.get("_inlined", ()))
+    inlined = len(plan.inline.__globals__.get("_inlined", ()))
     inputs = [feeds.get(n) for n in plan.input_names]
     with torch.inference_mode():
-        fast = plan.fast(inputs, ())
-        if plan.fast is plan.slow:
+        fast = plan.inline(inputs, ())
+        if plan.inline is plan.slow:
             inlined = 0  # a form fell back to the kernels: nothing inline was compared
         return fast, plan.slow(inputs, ()), inlined
 
@@ -264,3 +264,34 @@ def test_inline_forms_give_the_kernels_results(cases):
                 differ.append(tc.name)
     assert inlined_cases > 500, inlined_cases
     assert not differ, f"inline forms differ from the kernels for {differ}"
+
+
+def test_torchscript_forms_give_the_kernels_results(cases):
+    """A CPU plan run often moves to TorchScript: wherever TorchScript takes the inline
+    code, its results are bit for bit the kernels'."""
+    from onnx_sbs_nb.evaluator.compiler import _scripted
+
+    baseline = set(_baseline())
+    differ, scripted = [], 0
+    for tc in cases:
+        graph = tc.model.graph
+        if tc.name not in baseline or any(n.op_type in _RANDOM_OPS for n in graph.node):
+            continue
+        plan = next(iter(TorchOnnxEvaluator(tc.model)._plans.values()))
+        if plan.script is None:
+            continue
+        run = _scripted(plan)
+        assert run is not None, f"TorchScript refused the code of {tc.name}"
+        inputs, _ = tc.data_sets[0]
+        feeds = {vi.name: _to_torch(v) for vi, v in zip(graph.input, _as_array(list(inputs)))}
+        args = [feeds.get(n) for n in plan.input_names]
+        with torch.inference_mode():
+            for _ in range(3):  # TorchScript profiles two runs, then optimises
+                got = run(args)
+            if plan.fast is plan.inline or plan.fast is plan.slow:
+                continue  # a case left to the kernels (wide unsigned types)
+            scripted += 1
+            if not all(map(_same, plan.slow(args, ()), got)):
+                differ.append(tc.name)
+    assert scripted > 150, scripted
+    assert not differ, f"TorchScript differs from the kernels for {differ}"

@@ -690,7 +690,7 @@ def test_generated_code_matches_interpreter_loop():
 
 
 def _inlined(plan) -> set[str]:
-    return {plan.nodes[k].op_type for k in plan.fast.__globals__.get("_inlined", ())}
+    return {plan.nodes[k].op_type for k in plan.inline.__globals__.get("_inlined", ())}
 
 
 def test_inline_forms_fall_back_to_the_kernels():
@@ -719,6 +719,32 @@ def test_inline_forms_fall_back_to_the_kernels():
     assert plan.fast is plan.slow  # later runs go straight to the kernels
     (y2,) = ev.run(None, {"x": x})
     assert torch.equal(y, y2)
+
+
+def test_torchscript_plan_hands_unusual_runs_back():
+    """A plan run often moves to TorchScript; a run TorchScript cannot take (a dtype only
+    the kernels handle, a feed that is not a tensor) goes back down the tiers and stays
+    correct; ``jit=False`` never leaves the Python code."""
+    from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+
+    nodes = [oh.make_node("Add", ["x", "x"], ["t"]), oh.make_node("Mul", ["t", "x"], ["y"])]
+    m = _model(nodes, [_vi("x", TP.UINT32)], [_vi("y", TP.UINT32)])
+    ev = TorchOnnxEvaluator(m)
+    plan = ev._plans[("y",)]
+    x = torch.arange(4, dtype=torch.float32)
+    for _ in range(JIT_AFTER + 1):
+        (y,) = ev.run(None, {"x": x})
+    assert plan.fast.__name__ == "run_scripted" and torch.equal(y, (x + x) * x)
+    xu = torch.tensor([0, 1, 2, 3], dtype=torch.uint32)  # no CPU add kernel for uint32
+    (yu,) = ev.run(None, {"x": xu})
+    assert yu.dtype == torch.uint32 and yu.tolist() == [0, 2, 8, 18]
+    assert plan.fast is plan.slow
+    (y2,) = ev.run(None, {"x": x})
+    assert torch.equal(y2, y)
+    plain = TorchOnnxEvaluator(m, jit=False)
+    for _ in range(JIT_AFTER + 1):
+        plain.run(None, {"x": x})
+    assert plain._plans[("y",)].fast is plain._plans[("y",)].inline
 
 
 def test_inline_failure_names_the_node():

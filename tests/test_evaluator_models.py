@@ -10,6 +10,7 @@ import onnx
 import pytest
 import torch
 
+from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, supported_ops
 
 DEVICES = [
@@ -112,7 +113,7 @@ class RNN(torch.nn.Module):
 
 def _build(name: str):
     torch.manual_seed(0)
-    if name == "llama":
+    if name.startswith("llama"):
         return TinyLlama(), (torch.randint(0, 100, (2, 8)),)
     if name == "vit":
         return TinyViT(), (torch.randn(2, 3, 16, 16),)
@@ -182,6 +183,26 @@ def test_model_on_meta_reads_no_device_value_on_the_host(name: str):
     (got,) = ev.run(None, dict(zip(ev.input_names, [a.to("meta") for a in args])))
     assert got.device.type == "meta"
     assert got.shape == expected.shape and got.dtype == expected.dtype
+
+
+@pytest.mark.slow
+def test_static_llama_moves_to_torchscript():
+    """Exported with static shapes, every node of the tiny Llama has an inline form: run
+    often, the plan moves to TorchScript, with the kernels' results bit for bit."""
+    model, args, onx = _exported("llama_static")
+    ev = TorchOnnxEvaluator(onx)
+    plan = next(iter(ev._plans.values()))
+    assert plan.script is not None
+    feeds = dict(zip(ev.input_names, args))
+    with torch.inference_mode():
+        (by_kernels,) = plan.slow(list(args), ())
+    for _ in range(JIT_AFTER + 3):
+        (got,) = ev.run(None, feeds)
+    assert plan.fast.__name__ == "run_scripted"
+    assert torch.equal(got, by_kernels)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(*args), atol=1e-4, rtol=1e-4)
+    assert TorchOnnxEvaluator(onx, jit=False)._plans[tuple(ev.output_names)].script is None
 
 
 @pytest.mark.slow

@@ -8,8 +8,11 @@ keeping exactly the same steps, so results are identical to the plain loop.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 from .inline import HELPERS
 
@@ -77,10 +80,7 @@ def generate(
         args = [name(s) for s in ins]
         targets = [f"s{s}" if s in read else "_" for s in outs]
         lines.append(f"        k = {k}")
-        expr = None
-        if inline and inline[k] is not None and len(outs) == 1:
-            form, constants, form_attrs = inline[k]
-            expr = form(args, constants, form_attrs)
+        expr = _inline_expr(inline, k, args, outs)
         if expr is not None:
             inlined.add(k)
             lines.append(f"        {targets[0]} = {expr}")
@@ -109,3 +109,49 @@ def generate(
     code = compile("\n".join(lines) + "\n", "<onnx_sbs_nb.evaluator plan>", "exec")
     exec(code, ns)
     return ns["run"]
+
+
+def _inline_expr(inline: list[tuple | None] | None, k: int, args: list[str], outs) -> str | None:
+    """The Python expression of step k's inline form, None when it has none."""
+    if not inline or inline[k] is None or len(outs) != 1:
+        return None
+    form, constants, attrs = inline[k]
+    return form(args, constants, attrs)
+
+
+def script_source(
+    steps: list[tuple],
+    template: list[Any],
+    input_slots: list[int],
+    output_slots: list[int],
+    inline: list[tuple | None],
+) -> tuple[str, list[torch.Tensor]] | None:
+    """TorchScript source of a plan every step of which has an inline form:
+    ``run(inputs..., constants...) -> List[Tensor]``, and the constant tensors it takes
+    after the inputs. None when a step has no inline form or a constant is not a tensor.
+
+    The body is the expressions of the Python code, one per step; TorchScript's
+    interpreter then calls the same aten ops without a Python frame per node."""
+    local = set(input_slots) | {s for _, _, outs, _, _ in steps for s in outs}
+
+    def name(slot: int) -> str:
+        if slot == 0:
+            return "None"
+        return f"s{slot}" if slot in local else f"c{slot}"
+
+    body = []
+    for k, (_, ins, outs, _, _) in enumerate(steps):
+        expr = _inline_expr(inline, k, [name(s) for s in ins], outs)
+        if expr is None:
+            return None
+        body.append(f"    s{outs[0]} = {expr}")
+    used = sorted({int(c) for line in body for c in re.findall(r"\bc(\d+)\b", line)})
+    used += [s for s in output_slots if s not in local and s not in used]
+    if any(not isinstance(template[s], torch.Tensor) for s in used):
+        return None
+    params = [f"s{s}: Tensor" for s in input_slots] + [f"c{s}: Tensor" for s in used]
+    source = "\n".join(
+        [f"def run({', '.join(params)}) -> List[Tensor]:", *body]
+        + [f"    return [{', '.join(name(s) for s in output_slots)}]"]
+    )
+    return source + "\n", [template[s] for s in used]

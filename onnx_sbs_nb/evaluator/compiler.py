@@ -11,15 +11,16 @@ then runs straight-line code generated from the steps (``codegen.py``);
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx
 import torch
 
-from .codegen import generate
+from .codegen import generate, script_source
 from .convert import attribute_value, sparse_to_dense, tensor_from_proto
-from .inline import NOT_CONSTANT, form_for
+from .inline import HELPER_SOURCE, NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
 from .registry import _load_kernels, get_kernel, normalize_domain
 
@@ -203,7 +204,14 @@ class CompiledGraph:
         "device",
         "fast",
         "slow",
+        "inline",
+        "script",
+        "runs",
     )
+
+    # ``fast`` is what ``execute`` runs: ``slow`` (kernel calls), ``inline`` (inline forms,
+    # falling back to ``slow``), or, for a CPU plan run often, the TorchScript form of
+    # ``inline`` (falling back to ``inline``).
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
         return self.fast(inputs, outer)
@@ -211,8 +219,19 @@ class CompiledGraph:
     def _fall_back(self, inputs: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
         """An inline form met a case only its kernel handles: this run and the next ones
         go through the kernels (generated code without inline forms)."""
-        self.fast = self.slow
+        self.fast = self.inline = self.slow
+        self.script = None
         return self.slow(inputs, outer)
+
+    def _warming(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
+        """Runs the inline code; after ``JIT_AFTER`` runs, compiles the TorchScript form.
+
+        TorchScript costs tens of milliseconds (compilation, then two profiling runs):
+        worth it only for a plan that runs many times."""
+        self.runs += 1
+        if self.runs >= JIT_AFTER and self.fast == self._warming:
+            self.fast = _scripted(self) or self.inline
+        return self.inline(inputs, outer)
 
     def execute_loop(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
         """The same steps as ``execute`` through an interpreter loop (reference path)."""
@@ -386,7 +405,9 @@ class Compiler:
         opsets: dict[str, int] | None = None,
         attr_env: dict[str, onnx.AttributeProto] | None = None,
         inputs_on_device: bool = False,
+        jit: bool = False,
     ) -> CompiledGraph:
+        """``jit``: a whole model's plan on CPU may move to TorchScript once run often."""
         opsets = self.opsets if opsets is None else opsets
         managed = self.manage_placement
         dev = self.device
@@ -539,10 +560,14 @@ class Compiler:
         cg.device = dev
         cg.placement = state if managed else {}
         args = (cg.steps, template, cg.input_slots, cg.outer_slots, output_slots, cg._step_error)
-        cg.slow = generate(*args)
-        cg.fast = cg.slow
+        cg.slow = cg.fast = cg.inline = generate(*args)
+        cg.script, cg.runs = None, 0
         if any(inline):
-            cg.fast = generate(*args, inline=inline, on_fallback=cg._fall_back)
+            cg.fast = cg.inline = generate(*args, inline=inline, on_fallback=cg._fall_back)
+            if jit and dev is not None and dev.type == "cpu" and not outer_names:
+                cg.script = script_source(cg.steps, template, cg.input_slots, output_slots, inline)
+                if cg.script is not None:
+                    cg.fast = cg._warming
         return cg
 
     def graph_initializers(self, graph: onnx.GraphProto) -> dict[str, torch.Tensor]:
@@ -657,6 +682,41 @@ class Compiler:
         if to_move:
             fn = _mover(fn, to_move, dev)
         return fn, ins, "u" if opaque else "d"
+
+
+# Runs of a plan in the inline Python code before it is compiled with TorchScript.
+JIT_AFTER = 20
+
+
+def _scripted(cg: CompiledGraph) -> Callable[..., list[Any]] | None:
+    """``cg``'s TorchScript form behind a guard, or None when TorchScript refuses it."""
+    source, constants = cg.script
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn = torch.jit.CompilationUnit(HELPER_SOURCE + "\n" + source).run
+    except Exception:
+        cg.script = None
+        return None
+    n = len(cg.input_slots)
+
+    def run_scripted(inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
+        # plain CPU tensors only, and never with TorchScript's CPU fuser on (fused
+        # kernels would round differently from the kernels)
+        if (
+            len(inputs) == n
+            and all(type(v) is torch.Tensor and v.device.type == "cpu" for v in inputs)
+            and not torch._C._jit_can_fuse_on_cpu()
+        ):
+            try:
+                return fn(*inputs, *constants)
+            except Exception:
+                pass
+        # anything unusual: the inline code, for this run and the next ones
+        cg.fast = cg.inline
+        return cg.inline(inputs, outer)
+
+    return run_scripted
 
 
 def _constants_of(ins: list[int], template: list[Any]) -> list[Any]:

@@ -127,6 +127,11 @@ class TorchOnnxEvaluator:
 
     ``manage_placement`` (default: on accelerators only) turns on the host/device
     placement of shape values; forcing it on CPU exercises that logic in tests.
+
+    On CPU, once a model has run ``compiler.JIT_AFTER`` (20) times, its generated code is
+    compiled with TorchScript when every node has an inline form: the same aten calls
+    without a Python frame per node (about a third less time on small models), after a
+    one-time cost of tens of milliseconds. ``jit=False`` keeps the Python code.
     """
 
     def __init__(
@@ -140,6 +145,7 @@ class TorchOnnxEvaluator:
         functions: Sequence[onnx.FunctionProto] | None = None,
         verbose: int = 0,
         manage_placement: bool | None = None,
+        jit: bool = True,
     ) -> None:
         if isinstance(model, (str, os.PathLike)):
             model = onnx.load(os.fspath(model))
@@ -180,6 +186,7 @@ class TorchOnnxEvaluator:
             custom_kernels,
         )
         self._manage_placement = manage_placement
+        self._jit = jit
         self._compiler = Compiler(
             *self._compiler_args, self.device, manage_placement=manage_placement
         )
@@ -298,6 +305,7 @@ class TorchOnnxEvaluator:
             list(names),
             compiler.graph_initializers(self.graph),
             inputs_on_device=True,
+            jit=self._jit,
         )
         plans[names] = plan
         return plan

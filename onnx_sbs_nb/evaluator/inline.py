@@ -10,8 +10,8 @@ Each form performs exactly the torch calls its kernel performs for the same inpu
 results are bit for bit those of the kernel (tests compare the two over the ONNX node
 suite and the end-to-end models). Where the kernel would take another branch that the
 form does not write out (an integer base for Pow, a wide unsigned dtype...), the form
-raises ``Fallback`` and the run is redone with the kernels, which then serve every later
-run of that plan.
+raises and the run is redone with the kernels, which then serve every later run of that
+plan.
 
 A form is ``build(args, consts, attrs) -> str | None``: ``args`` are the Python
 expressions of the node's inputs ("None" when missing), ``consts[i]`` the value of input
@@ -27,34 +27,33 @@ from typing import Any
 
 import torch
 
-
-class Fallback(Exception):
-    """An inline form met a case only its kernel handles: redo the run with kernels."""
-
-
 NOT_CONSTANT = object()
 
+# Helpers of the generated code, in the subset of Python that TorchScript also compiles
+# (the plan's TorchScript form uses the same source). A form that meets a case only its
+# kernel handles raises: the run is then redone with the kernels.
+HELPER_SOURCE = """
+def _fallback() -> Tensor:
+    raise RuntimeError("inline form: this case is left to the kernel")
 
-def _fallback() -> Any:
-    raise Fallback
 
-
-def _narrow(x: torch.Tensor, axis: int, start: int, end: int) -> torch.Tensor:
-    # the one-axis, step-1 branch of the Slice kernel
+def _narrow(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+    # the Slice kernel's one-axis, step-1 branch; clamps like slice(start, end).indices(n)
     rank = x.dim()
-    if not rank:
-        raise Fallback
+    if rank == 0:
+        raise RuntimeError("inline form: this case is left to the kernel")
     a = axis + rank if axis < 0 else axis
-    s, e, _ = slice(start, end).indices(x.shape[a])
+    n = x.size(a)
+    s = start + n if start < 0 else start
+    s = min(max(s, 0), n)
+    e = end + n if end < 0 else end
+    e = min(max(e, 0), n)
     return x.narrow(a, s, max(e - s, 0))
+"""
 
-
-# Globals the generated code may reference.
-HELPERS: dict[str, Any] = {
-    "torch": torch,
-    "_fallback": _fallback,
-    "_narrow": _narrow,
-}
+# Globals the generated Python code may reference.
+HELPERS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor}
+exec(compile(HELPER_SOURCE, "<onnx_sbs_nb.evaluator inline helpers>", "exec"), HELPERS)
 
 Builder = Callable[[list[str], list[Any], dict[str, Any]], "str | None"]
 
