@@ -23,6 +23,7 @@ import torch
 from onnx import TensorProto
 from onnx import helper as oh
 
+from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
 
 
@@ -91,6 +92,10 @@ def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], An
     res: dict[str, Callable[[dict], Any] | str] = {}
     ours = TorchOnnxEvaluator(onx, device=device)
     res["onnx_sbs_nb"] = lambda feeds: ours.run(None, feeds)
+    if device == "cpu":
+        # the Python code alone: what runs before a plan moves to TorchScript
+        python_code = TorchOnnxEvaluator(onx, device=device, jit=False)
+        res["ours, jit=False"] = lambda feeds: python_code.run(None, feeds)
     if device == "cpu":
         sess = ort.InferenceSession(
             onx.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
@@ -172,13 +177,30 @@ def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[s
         else:
             fns[name] = lambda run=run: run({feeds_name: ids})
     with torch.no_grad():
-        measured = _interleaved(fns, repeat, sync=sync)
+        # steady state: past the runs after which a CPU plan moves to TorchScript
+        measured = _interleaved(fns, repeat, warmup=JIT_AFTER + 5, sync=sync)
     times = {**{k: measured[k] for k in fns}, **times}
+    if device == "cpu":
+        times["ours, first runs"] = _first_runs(onx, feeds_name, ids)
     n_nodes = len(onx.graph.node)
     # on CUDA the reference is eager torch (the plain onnxruntime wheel has no CUDA provider)
     baseline = "eager torch" if device == "cuda" else "onnxruntime"
     _report(f"{title} ({n_nodes} ONNX nodes, {device})", times, baseline)
     return times
+
+
+def _first_runs(onx, feeds_name: str, ids) -> str:
+    """What a fresh evaluator costs before its steady state: the first run, and the
+    one-time cost of moving to TorchScript (the runs that compile and profile it)."""
+    ev = TorchOnnxEvaluator(onx)
+    times = []
+    for _ in range(JIT_AFTER + 10):
+        t = time.perf_counter()
+        ev.run(None, {feeds_name: ids})
+        times.append((time.perf_counter() - t) * 1e3)
+    steady = statistics.median(times[-5:])
+    jit_cost = sum(t - steady for t in times[JIT_AFTER - 1 : JIT_AFTER + 5])
+    return f"first run {times[0]:.3f} ms, TorchScript one-time {jit_cost:.1f} ms"
 
 
 def bench_dispatch(repeat: int, n: int = 500) -> None:
@@ -206,7 +228,7 @@ def bench_dispatch(repeat: int, n: int = 500) -> None:
 
     fns["bare torch.add"] = bare
     fns["compile_node call"] = single_nodes
-    measured = _interleaved(fns, repeat)
+    measured = _interleaved(fns, repeat, warmup=JIT_AFTER + 5)
     times: dict[str, float | str] = {k: v * 1e3 / n for k, v in measured.items()}
     times.update(skipped)
     print(f"\n== per-node dispatch: chain of {n} Add on 4 floats (microseconds per node)")

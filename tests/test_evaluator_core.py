@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
+import pathlib
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -475,6 +479,54 @@ def test_intermediates_released_after_last_use():
     # nothing a kernel made survives the run: the output handed back is an ordinary copy
     assert not alive and not y.is_inference()
     assert y.tolist() == [31.0] * 4
+
+
+def _peak_mb_of_a_chain(tier: str) -> float:
+    """Peak resident memory (MB above the start) of a run of 30 chained Adds on a 16 MB
+    tensor, run by ``tier``: "kernels", "inline" or "torchscript" (Linux)."""
+    from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+
+    def status(key: str) -> float:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
+
+    n = 30
+    nodes = [
+        oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}" if i < n - 1 else "y"])
+        for i in range(n)
+    ]
+    ev = TorchOnnxEvaluator(_model(nodes, [_vi("x")], [_vi("y")]), jit=tier == "torchscript")
+    plan = ev._plans[("y",)]
+    for _ in range(JIT_AFTER + 3):
+        ev.run(None, {"x": torch.ones(4)})
+    if tier == "kernels":
+        plan.fast = plan.slow
+    expected = {"kernels": plan.slow, "inline": plan.inline}.get(tier)
+    assert plan.fast is expected if expected else plan.fast.__name__ == "run_scripted"
+    x = torch.ones(4_000_000)
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets the high-water mark to the current resident size
+    base = status("VmRSS")
+    ev.run(None, {"x": x})
+    return status("VmHWM") - base
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux memory stats")
+@pytest.mark.parametrize("tier", ["kernels", "inline", "torchscript"])
+def test_each_tier_frees_values_after_their_last_use(tier):
+    """A chain of 30 Adds on a 16 MB tensor peaks at a few values, not 30, whichever code
+    runs it. In a fresh process with a fixed mmap threshold, so that freed blocks leave
+    the resident set (glibc keeps them otherwise, and earlier tests would hide a leak)."""
+    code = f"from tests.test_evaluator_core import _peak_mb_of_a_chain as f; print(f({tier!r}))"
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    peak = float(out.stdout.split()[-1])
+    assert peak < 5 * 16, f"{peak:.0f} MB for 16 MB values"
 
 
 def test_outer_scope_values_not_kept_after_run():
