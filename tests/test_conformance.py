@@ -223,6 +223,19 @@ def test_only_data_dependent_ops_read_device_values_on_the_host(cases):
     assert not reads, f"{len(reads)} cases read device values on the host: {reads}"
 
 
+def _passing_deterministic(cases):
+    """(case, graph, feeds of its first data set) for the baseline cases without a
+    random op."""
+    baseline = set(_baseline())
+    for tc in cases:
+        graph = tc.model.graph
+        if tc.name not in baseline or any(n.op_type in _RANDOM_OPS for n in graph.node):
+            continue
+        inputs, _ = tc.data_sets[0]
+        feeds = {vi.name: _to_torch(v) for vi, v in zip(graph.input, _as_array(list(inputs)))}
+        yield tc, graph, feeds
+
+
 def _fast_and_slow(model, feeds):
     """(inline forms' results, kernels' results, number of inlined steps) of one run."""
     ev = TorchOnnxEvaluator(model)
@@ -242,14 +255,8 @@ def test_inline_forms_give_the_kernels_results(cases):
     those of the kernels."""
     from onnx_sbs_nb.evaluator.compiler import SHAPE_INPUTS
 
-    baseline = set(_baseline())
     differ, inlined_cases = [], 0
-    for tc in cases:
-        graph = tc.model.graph
-        if tc.name not in baseline or any(n.op_type in _RANDOM_OPS for n in graph.node):
-            continue
-        inputs, _ = tc.data_sets[0]
-        feeds = {vi.name: _to_torch(v) for vi, v in zip(graph.input, _as_array(list(inputs)))}
+    for tc, graph, feeds in _passing_deterministic(cases):
         variants = [(tc.model, feeds)]
         if len(graph.node) == 1:
             variant, rest = _with_inputs_as_initializers(
@@ -271,19 +278,13 @@ def test_torchscript_forms_give_the_kernels_results(cases):
     code, its results are bit for bit the kernels'."""
     from onnx_sbs_nb.evaluator.compiler import _scripted
 
-    baseline = set(_baseline())
     differ, scripted = [], 0
-    for tc in cases:
-        graph = tc.model.graph
-        if tc.name not in baseline or any(n.op_type in _RANDOM_OPS for n in graph.node):
-            continue
+    for tc, _, feeds in _passing_deterministic(cases):
         plan = next(iter(TorchOnnxEvaluator(tc.model)._plans.values()))
         if plan.script is None:
             continue
         run = _scripted(plan)
         assert run is not None, f"TorchScript refused the code of {tc.name}"
-        inputs, _ = tc.data_sets[0]
-        feeds = {vi.name: _to_torch(v) for vi, v in zip(graph.input, _as_array(list(inputs)))}
         args = [feeds.get(n) for n in plan.input_names]
         with torch.inference_mode():
             for _ in range(3):  # TorchScript profiles two runs, then optimises
