@@ -235,25 +235,7 @@ class CompiledGraph:
 
     def execute_loop(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
         """The same steps as ``execute`` through an interpreter loop (reference path)."""
-        vals = self.template.copy()
-        for s, v in zip(self.input_slots, inputs):
-            vals[s] = v
-        for s, v in zip(self.outer_slots, outer):
-            vals[s] = v
-        try:
-            for step in self.steps:
-                fn, ins, outs, attrs, free = step
-                res = fn(*[vals[i] for i in ins], **attrs)
-                if type(res) is tuple:
-                    for o, r in zip(outs, res):
-                        vals[o] = r
-                else:
-                    vals[outs[0]] = res
-                for f in free:
-                    vals[f] = None
-        except Exception as e:
-            raise self._node_error(step, e) from e
-        return [vals[i] for i in self.output_slots]
+        return self.execute_debug(inputs, outer)
 
     def _step_error(self, k: int, e: Exception) -> Exception:
         return self._node_error(self.steps[k], e)
