@@ -849,6 +849,22 @@ def test_benchmark_dispatch_section_runs(capsys):
     assert "per-node dispatch" in out and "onnx_sbs_nb" in out and "onnxruntime" in out
 
 
+@pytest.mark.slow
+def test_benchmark_model_section_runs(capsys):
+    """The model section of the benchmark runs end to end on a very small Llama, static
+    and dynamic (every contender, the first-run line), without asserting on time."""
+    from benchmarks.bench_evaluator import _llama, bench_model
+
+    for dynamic in (False, True):
+        times = bench_model("smoke", *_llama(32, 1, 4, dynamic=dynamic), 1, "cpu")
+        assert isinstance(times["onnx_sbs_nb"], float)
+        assert isinstance(times["ours, jit=False"], float)
+        assert isinstance(times["onnxruntime"], float)
+        assert "first run" in times["ours, first runs"]
+    out = capsys.readouterr().out
+    assert "TorchScript one-time" in out and "stays in Python" in out
+
+
 def test_opset_1_forms_of_cast_and_tile():
     cast = oh.make_node("Cast", ["x"], ["y"], to="INT32")  # a string before opset 6
     (y,) = TorchOnnxEvaluator(cast, opsets={"": 1}).run(None, {"x": torch.tensor([1.7, -2.2])})
@@ -863,3 +879,33 @@ def test_verbose_prints_one_line_per_node(small_model, capsys):
     TorchOnnxEvaluator(small_model, verbose=1).run(None, {"x": np.ones((2, 4), np.float32)})
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "TorchOnnxEvaluator" in ln]
     assert len(lines) == 4 and "MatMul" in lines[1] and "MiB" in lines[1]
+
+
+def test_expand_broadcast_matches_torch():
+    """Expand computes numpy's bidirectional broadcast itself (torch.broadcast_shapes costs
+    ~20 us a call): same shapes as torch's, and the same refusals."""
+    from onnx_sbs_nb.evaluator.kernels.shape_ops import broadcast_shape
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a = tuple(int(d) for d in rng.choice([1, 2, 3], size=rng.integers(0, 4)))
+        b = [int(d) for d in rng.choice([1, 2, 3], size=rng.integers(0, 4))]
+        try:
+            expected = list(torch.broadcast_shapes(a, tuple(b)))
+        except RuntimeError:
+            with pytest.raises(ValueError, match="do not broadcast"):
+                broadcast_shape(a, b)
+        else:
+            assert broadcast_shape(a, b) == expected, (a, b)
+
+
+def test_gathernd_negative_indices_without_batch_dims():
+    data = torch.arange(12.0).reshape(3, 4)
+    idx = torch.tensor([[[-1, 0]], [[0, -2]]])
+    m = _model(
+        [oh.make_node("GatherND", ["x", "i"], ["y"])],
+        [_vi("x"), _vi("i", TP.INT64)],
+        [_vi("y")],
+    )
+    (y,) = TorchOnnxEvaluator(m).run(None, {"x": data, "i": idx})
+    assert y.shape == (2, 1) and y.tolist() == [[8.0], [2.0]]
