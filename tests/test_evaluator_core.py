@@ -884,7 +884,10 @@ def test_verbose_prints_one_line_per_node(small_model, capsys):
 def test_expand_broadcast_matches_torch():
     """Expand computes numpy's bidirectional broadcast itself (torch.broadcast_shapes costs
     ~20 us a call): same shapes as torch's, and the same refusals."""
-    from onnx_sbs_nb.evaluator.kernels.shape_ops import broadcast_shape
+    from onnx_sbs_nb.evaluator.inline import HELPERS
+
+    def broadcast_shape(a, b):
+        return list(HELPERS["_expand"](torch.empty(a), b).shape)
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -909,3 +912,51 @@ def test_gathernd_negative_indices_without_batch_dims():
     )
     (y,) = TorchOnnxEvaluator(m).run(None, {"x": data, "i": idx})
     assert y.shape == (2, 1) and y.tolist() == [[8.0], [2.0]]
+
+
+def _shape_model():
+    """y = Reshape(x, [Shape(x)[0] * Shape(x)[1]]) and z = ConstantOfShape(Shape(NonZero(x)))."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
+        oh.make_node("Reshape", ["x", "n"], ["y"]),
+        oh.make_node("NonZero", ["x"], ["nz"]),
+        oh.make_node("Shape", ["nz"], ["snz"]),
+        oh.make_node("ConstantOfShape", ["snz"], ["z"]),
+    ]
+    return _model(nodes, [_vi("x")], [_vi("y"), _vi("z")], opset=18)
+
+
+def test_shape_derived_values_stop_at_data():
+    from onnx_sbs_nb.evaluator.specialize import shape_derived
+
+    m = _shape_model()
+    derived = shape_derived(m.graph.node, ["x"], [])
+    # the shape of x is known from the signature; NonZero's shape depends on x's values
+    assert derived == {"s", "n"}
+
+
+def test_shape_specialised_plans_give_the_generic_results():
+    """From the second run with a signature, the shape-derived values are constants of a
+    plan made for that signature; data-dependent shapes are still computed every run."""
+    m = _shape_model()
+    ev = TorchOnnxEvaluator(m)
+    generic = ev._plans[("y", "z")]
+    for x in [
+        torch.tensor([[1.0, 0.0], [2.0, 3.0]]),
+        torch.tensor([[0.0, 0.0], [2.0, 0.0]]),  # same shape, another number of non-zeros
+        torch.tensor([[1.0, 1.0], [1.0, 1.0]]),
+        torch.tensor([[5.0, 0.0, 1.0]]),
+        torch.tensor([[5.0, 0.0, 1.0]]),
+        torch.tensor([[0.0, 0.0, 1.0]]),
+    ]:
+        y, z = ev.run(None, {"x": x})
+        with torch.inference_mode():
+            ey, ez = generic.slow([x], ())
+        assert torch.equal(y, ey) and torch.equal(z, ez)
+        assert z.shape == (2, int((x != 0).sum()))
+    plans = [p for seen in ev._specializer._seen.values() for p in seen.values()]
+    specialised = [p for p in plans if not isinstance(p, str)]
+    assert len(specialised) == 2  # one per shape seen twice
+    assert all(n.op_type != "ReduceProd" for p in specialised for n in p.nodes)
+    assert all(any(n.op_type == "NonZero" for n in p.nodes) for p in specialised)

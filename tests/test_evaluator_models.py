@@ -180,9 +180,10 @@ def test_model_on_meta_reads_no_device_value_on_the_host(name: str):
     with torch.no_grad():
         expected = model(*args)
     ev = TorchOnnxEvaluator(onx, device="meta")
-    (got,) = ev.run(None, dict(zip(ev.input_names, [a.to("meta") for a in args])))
-    assert got.device.type == "meta"
-    assert got.shape == expected.shape and got.dtype == expected.dtype
+    for _ in range(3):  # the third run goes through the plan specialised on the shapes
+        (got,) = ev.run(None, dict(zip(ev.input_names, [a.to("meta") for a in args])))
+        assert got.device.type == "meta"
+        assert got.shape == expected.shape and got.dtype == expected.dtype
 
 
 @pytest.mark.slow
@@ -207,15 +208,28 @@ def test_static_llama_moves_to_torchscript():
 
 @pytest.mark.slow
 def test_llama_dynamic_shapes_second_run():
+    """Exported with dynamic shapes: every shape runs right, and from the second run
+    with a shape, through a plan specialised on it (shape computations folded), with
+    the generic plan's results bit for bit; run often, that plan moves to TorchScript."""
     model, _, onx = _exported("llama")
     assert any(n.op_type == "Shape" for n in onx.graph.node)
     ev = TorchOnnxEvaluator(onx)
-    for shape in [(2, 8), (3, 5), (1, 17)]:
+    generic = ev._plans[tuple(ev.output_names)]
+    for shape, runs in [((2, 8), 3), ((3, 5), 2), ((1, 17), 1), ((2, 8), JIT_AFTER + 3)]:
         x = torch.randint(0, 100, shape)
         with torch.no_grad():
             expected = model(x)
-        (got,) = ev.run(None, {ev.input_names[0]: x})
+        with torch.inference_mode():
+            (by_kernels,) = generic.slow([x], ())
+        for _ in range(runs):
+            (got,) = ev.run(None, {ev.input_names[0]: x})
+            assert torch.equal(got, by_kernels)
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    seen = next(iter(ev._specializer._seen.values()))
+    plans = {sig[0][0]: plan for sig, plan in seen.items()}
+    assert set(plans) == {(2, 8), (3, 5), (1, 17)} and isinstance(plans[(1, 17)], str)
+    assert len(plans[(2, 8)].steps) < len(generic.steps)
+    assert plans[(2, 8)].fast.__name__ == "run_scripted"
 
 
 @pytest.mark.slow

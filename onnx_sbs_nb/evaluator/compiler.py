@@ -711,6 +711,7 @@ def _constant_ints(value: Any) -> tuple[int, ...] | None:
     """A small integer constant as the tuple of ints ``as_ints`` would read from it."""
     if (
         not isinstance(value, torch.Tensor)
+        or value.device.type != "cpu"  # reading a device value would wait for it
         or value.dtype not in _INT_DTYPES
         or value.dim() > 1
         or value.numel() > _HOST_CONST_NUMEL

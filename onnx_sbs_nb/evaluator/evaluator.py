@@ -20,6 +20,7 @@ from .compiler import (
 )
 from .convert import numpy_to_torch, torch_to_numpy
 from .registry import normalize_domain, supported_ops
+from .specialize import ShapeSpecializer
 
 __all__ = [
     "MissingKernelError",
@@ -201,7 +202,11 @@ class TorchOnnxEvaluator:
         if free:
             raise ValueError(f"the graph reads undefined values {free[:5]}")
         self._plans: dict[tuple[str, ...], CompiledGraph] = {}
+        self._nodes: dict[tuple[str, ...], list[onnx.NodeProto]] = {}
         self._plan_for(tuple(self._output_names))
+        self._specializer = ShapeSpecializer(
+            graph, self.input_names, (custom_kernels or {}).keys(), jit
+        )
 
     # -- onnxruntime-like interface ---------------------------------------------------------
 
@@ -262,7 +267,9 @@ class TorchOnnxEvaluator:
             if hook is not None or self.verbose:
                 res = plan.execute_debug(inputs, (), hook or self._verbose_hook)
             else:
-                res = plan.execute(inputs)
+                res = self._specializer.run(compiler, names, self._nodes_for(names), inputs)
+                if res is None:
+                    res = plan.execute(inputs)
         if as_numpy:
             return [torch_to_numpy(r) for r in res]
         if compiler.manage_placement and dev.type != "cpu":
@@ -295,12 +302,9 @@ class TorchOnnxEvaluator:
         for n in names:
             if n not in known:
                 raise ValueError(f"{n!r} is not a value of the model")
-        nodes = list(self.graph.node)
-        if set(names) != set(self._output_names):
-            nodes = _needed_nodes(nodes, names)
         # Initializers are converted (and moved to the device) once, shared by all plans.
         plan = compiler.compile(
-            nodes,
+            self._nodes_for(names),
             [i.name for i in self._inputs],
             list(names),
             compiler.graph_initializers(self.graph),
@@ -309,6 +313,15 @@ class TorchOnnxEvaluator:
         )
         plans[names] = plan
         return plan
+
+    def _nodes_for(self, names: tuple[str, ...]) -> list[onnx.NodeProto]:
+        """The nodes computing ``names``."""
+        if names not in self._nodes:
+            nodes = list(self.graph.node)
+            if set(names) != set(self._output_names):
+                nodes = _needed_nodes(nodes, names)
+            self._nodes[names] = nodes
+        return self._nodes[names]
 
     def _verbose_hook(self, k: int, node: onnx.NodeProto, live: list[Any]) -> None:
         """verbose=1: one line per node with the values alive after it and their size."""

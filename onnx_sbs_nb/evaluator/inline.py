@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
+import onnx
 import torch
 
 NOT_CONSTANT = object()
@@ -49,10 +50,54 @@ def _narrow(x: Tensor, axis: int, start: int, end: int) -> Tensor:
     e = end + n if end < 0 else end
     e = min(max(e, 0), n)
     return x.narrow(a, s, max(e - s, 0))
+
+
+def _expand(x: Tensor, shape: List[int]) -> Tensor:
+    # Expand: numpy's bidirectional broadcast (torch.broadcast_shapes costs ~20 us)
+    a = x.shape
+    n = max(len(a), len(shape))
+    out: List[int] = []
+    for i in range(n):
+        ia = i - n + len(a)
+        ib = i - n + len(shape)
+        da = a[ia] if ia >= 0 else 1
+        db = shape[ib] if ib >= 0 else 1
+        if da != db and da != 1 and db != 1:
+            raise ValueError("Expand: the input shape and the shape argument do not broadcast")
+        out.append(db if da == 1 else da)
+    return x.expand(out)
+
+
+def _gather_nd0(x: Tensor, indices: Tensor) -> Tensor:
+    # GatherND with batch_dims=0: negative indices wrapped, then one advanced indexing
+    idx = indices.to(torch.int64)
+    k = idx.shape[-1]
+    dims = torch.tensor(x.shape[:k], dtype=torch.int64).to(idx.device)
+    idx = torch.where(idx < 0, idx + dims, idx)
+    parts: List[Optional[Tensor]] = []
+    for t in idx.unbind(-1):
+        parts.append(t)
+    return torch.ops.aten.index(x, parts)
+
+
+def _cast(x: Tensor, dtype: torch.dtype) -> Tensor:
+    # the Cast kernel (cast_tensor) for a target that is not a float8 type
+    if x.dtype == dtype:
+        return x
+    if x.is_floating_point() and x.element_size() == 1:
+        raise RuntimeError("inline form: this case is left to the kernel")
+    if dtype == torch.bool and x.is_floating_point():
+        return x != 0
+    return x.to(dtype)
 """
 
 # Globals the generated Python code may reference.
-HELPERS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor}
+HELPERS: dict[str, Any] = {
+    "torch": torch,
+    "Tensor": torch.Tensor,
+    "List": list,
+    "Optional": Optional,
+}
 exec(compile(HELPER_SOURCE, "<onnx_sbs_nb.evaluator inline helpers>", "exec"), HELPERS)
 
 Builder = Callable[[list[str], list[Any], dict[str, Any]], "str | None"]
@@ -172,6 +217,41 @@ def _gather(args, consts, attrs):
     return f"{args[0]}[{':, ' * axis}{args[1]}]"
 
 
+def _expand_form(args, consts, attrs):
+    dims = _ints(consts[1]) if len(args) == 2 else None
+    if attrs or dims is None:
+        return None
+    return f"_expand({args[0]}, {dims!r})"
+
+
+def _gather_nd(args, consts, attrs):
+    if len(args) != 2 or set(attrs) - {"batch_dims"} or attrs.get("batch_dims", 0):
+        return None
+    return f"_gather_nd0({args[0]}, {args[1]})"
+
+
+_PLAIN_CASTS = {
+    onnx.TensorProto.FLOAT: "torch.float32",
+    onnx.TensorProto.DOUBLE: "torch.float64",
+    onnx.TensorProto.FLOAT16: "torch.float16",
+    onnx.TensorProto.BFLOAT16: "torch.bfloat16",
+    onnx.TensorProto.INT64: "torch.int64",
+    onnx.TensorProto.INT32: "torch.int32",
+    onnx.TensorProto.INT16: "torch.int16",
+    onnx.TensorProto.INT8: "torch.int8",
+    onnx.TensorProto.UINT8: "torch.uint8",
+    onnx.TensorProto.BOOL: "torch.bool",
+}
+
+
+def _cast_form(args, consts, attrs):
+    # saturate and round_mode only apply to float8 targets, which are not written inline
+    target = _PLAIN_CASTS.get(attrs.get("to"))
+    if len(args) != 1 or target is None or set(attrs) - {"to", "saturate", "round_mode"}:
+        return None
+    return f"_cast({args[0]}, {target})"
+
+
 def _unsqueeze(args, consts, attrs):
     axes = _ints(consts[1]) if len(args) == 2 else None
     if attrs or not axes or len(axes) != 1:
@@ -199,6 +279,9 @@ FORMS: dict[tuple[str, str, int], Builder] = {
     ("", "LogSoftmax", 13): _softmax("torch.log_softmax"),
     ("", "Gather", 1): _gather,
     ("", "Unsqueeze", 13): _unsqueeze,
+    ("", "Expand", 8): _expand_form,
+    ("", "GatherND", 11): _gather_nd,
+    ("", "Cast", 6): _cast_form,
     ("", "Where", 9): _call("torch.where", 3),
     ("", "IsNaN", 9): _call("torch.isnan", 1),
     ("", "Equal", 7): _call("torch.eq", 2),

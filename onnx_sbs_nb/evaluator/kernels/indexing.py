@@ -7,6 +7,7 @@ import warnings
 
 import torch
 
+from ..inline import HELPERS
 from ..registry import op
 from ._helpers import WIDE_UNSIGNED, as_ints, norm_axis
 
@@ -52,9 +53,7 @@ def _nd_index(x: torch.Tensor, indices: torch.Tensor, batch_dims: int):
 def gather_nd(x, indices, batch_dims=0):
     if batch_dims == 0:
         # one advanced indexing, without the batch bookkeeping below (a tenth of the cost)
-        idx = indices.to(torch.int64)
-        idx = torch.where(idx < 0, idx + _dims(x.shape[: idx.shape[-1]], idx), idx)
-        return x[tuple(idx.unbind(-1))]
+        return HELPERS["_gather_nd0"](x, indices)
     xr, index, k = _nd_index(x, indices, batch_dims)
     out = xr[index]
     return out.reshape((*indices.shape[:-1], *x.shape[batch_dims + k :]))

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from ..inline import HELPERS
 from ..registry import op
 from ._helpers import WIDE_UNSIGNED, as_ints, norm_axis
 
@@ -195,20 +196,7 @@ def slice_(x, starts, ends, axes=None, steps=None):
 
 @op("Expand", since=8, int_inputs=(1,))
 def expand(x, shape):
-    return x.expand(broadcast_shape(tuple(x.shape), as_ints(shape)))
-
-
-def broadcast_shape(a: tuple[int, ...], b: list[int]) -> list[int]:
-    """numpy's (bidirectional) broadcast of two shapes; torch.broadcast_shapes costs ~20 us."""
-    n = max(len(a), len(b))
-    a = (1,) * (n - len(a)) + tuple(a)
-    b = [1] * (n - len(b)) + list(b)
-    out = []
-    for i, (da, db) in enumerate(zip(a, b)):
-        if da != db and da != 1 and db != 1:
-            raise ValueError(f"Expand: shapes {a} and {b} do not broadcast (dimension {i})")
-        out.append(db if da == 1 else da)
-    return out
+    return HELPERS["_expand"](x, as_ints(shape))
 
 
 @op("Tile", since=1, int_inputs=(1, 2))
