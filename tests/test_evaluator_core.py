@@ -861,8 +861,7 @@ def test_benchmark_model_section_runs(capsys):
         assert isinstance(times["ours, jit=False"], float)
         assert isinstance(times["onnxruntime"], float)
         assert "first run" in times["ours, first runs"]
-    out = capsys.readouterr().out
-    assert "TorchScript one-time" in out and "stays in Python" in out
+    assert "TorchScript one-time" in capsys.readouterr().out
 
 
 def test_opset_1_forms_of_cast_and_tile():
