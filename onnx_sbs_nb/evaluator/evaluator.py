@@ -129,10 +129,13 @@ class TorchOnnxEvaluator:
     ``manage_placement`` (default: on accelerators only) turns on the host/device
     placement of shape values; forcing it on CPU exercises that logic in tests.
 
-    On CPU, once a model has run ``compiler.JIT_AFTER`` (20) times, its generated code is
-    compiled with TorchScript when every node has an inline form: the same aten calls
-    without a Python frame per node (about a third less time on small models), after a
-    one-time cost of tens of milliseconds. ``jit=False`` keeps the Python code.
+    From the second run with inputs of given shapes, dtypes and devices, the values
+    computed from those shapes alone (``specialize.py``) are constants of a plan made for
+    them (a model exported with dynamic shapes then runs like a static one). On CPU, once
+    a plan has run ``compiler.JIT_AFTER`` (20) times, its generated code is compiled with
+    TorchScript when every node has an inline form: the same aten calls without a Python
+    frame per node (about a third less time on small models), after a one-time cost of
+    tens of milliseconds. ``jit=False`` keeps the Python code.
     """
 
     def __init__(
