@@ -959,3 +959,16 @@ def test_shape_specialised_plans_give_the_generic_results():
     assert len(specialised) == 2  # one per shape seen twice
     assert all(n.op_type != "ReduceProd" for p in specialised for n in p.nodes)
     assert all(any(n.op_type == "NonZero" for n in p.nodes) for p in specialised)
+
+
+def test_shape_specialisation_keeps_no_large_folded_values(monkeypatch):
+    from onnx_sbs_nb.evaluator import specialize
+
+    monkeypatch.setattr(specialize, "MAX_FOLDED_BYTES", 0)
+    ev = TorchOnnxEvaluator(_shape_model())
+    x = torch.tensor([[1.0, 0.0], [2.0, 3.0]])
+    for _ in range(3):
+        y, z = ev.run(None, {"x": x})
+        assert y.tolist() == [1.0, 0.0, 2.0, 3.0] and z.shape == (2, 3)
+    states = [p for seen in ev._specializer._seen.values() for p in seen.values()]
+    assert states == [specialize._NO_GAIN]

@@ -101,6 +101,14 @@ def shape_derived(
 # Input signatures specialised per output set: beyond, new shapes run the generic plan.
 MAX_SIGNATURES = 16
 _SEEN_ONCE, _NO_GAIN = "seen once", "no gain"
+# Most memory the folded values of one signature may hold.
+MAX_FOLDED_BYTES = 16 * 2**20
+
+
+def _nbytes(v: Any) -> int:
+    if isinstance(v, torch.Tensor):
+        return v.numel() * v.element_size()
+    return sum(_nbytes(t) for t in v) if isinstance(v, list) else 0
 
 
 class ShapeSpecializer:
@@ -143,9 +151,14 @@ class ShapeSpecializer:
             seen[sig] = _NO_GAIN
             return None
         values = capture.execute(inputs)
+        folded = values[len(names) :]
+        if sum(_nbytes(v) for v in folded) > MAX_FOLDED_BYTES:
+            # large tensors made from shapes (masks of long sequences): not kept per signature
+            seen[sig] = _NO_GAIN
+            return values[: len(names)]
         kept = [n for n in nodes if not all(o in self.derived for o in n.output if o)]
         inits = {**compiler.graph_initializers(self.graph)}
-        inits.update(zip(frontier, values[len(names) :]))
+        inits.update(zip(frontier, folded))
         seen[sig] = compiler.compile(
             kept, self.input_names, list(names), inits, inputs_on_device=True, jit=self.jit
         )
