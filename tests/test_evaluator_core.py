@@ -972,3 +972,20 @@ def test_shape_specialisation_keeps_no_large_folded_values(monkeypatch):
         assert y.tolist() == [1.0, 0.0, 2.0, 3.0] and z.shape == (2, 3)
     states = [p for seen in ev._specializer._seen.values() for p in seen.values()]
     assert states == [specialize._NO_GAIN]
+
+
+def test_shape_analysis_stops_at_custom_kernels():
+    """A custom kernel may compute anything: its outputs are never folded."""
+    from onnx_sbs_nb.evaluator.specialize import shape_derived
+
+    m = _shape_model()
+    assert shape_derived(m.graph.node, ["x"], [], [("ai.onnx", "ReduceProd")]) == {"s"}
+
+    def my_prod(s, keepdims=1):
+        return torch.prod(s, 0, keepdim=bool(keepdims))
+
+    ev = TorchOnnxEvaluator(m, custom_kernels={("", "ReduceProd"): my_prod})
+    assert "n" not in ev._specializer.derived
+    for _ in range(3):
+        y, _ = ev.run(None, {"x": torch.ones(2, 2)})
+        assert y.shape == (4,)

@@ -207,9 +207,10 @@ class TorchOnnxEvaluator:
         self._plans: dict[tuple[str, ...], CompiledGraph] = {}
         self._nodes: dict[tuple[str, ...], list[onnx.NodeProto]] = {}
         self._plan_for(tuple(self._output_names))
-        self._specializer = ShapeSpecializer(
-            graph, self.input_names, (custom_kernels or {}).keys(), jit
-        )
+        # ops that are not the built-in ones (custom kernels, local functions) stop the
+        # shape analysis: what they compute is not known
+        replaced = [*(custom_kernels or {}), *self._compiler_args[1]]
+        self._specializer = ShapeSpecializer(graph, self.input_names, replaced, jit)
 
     # -- onnxruntime-like interface ---------------------------------------------------------
 

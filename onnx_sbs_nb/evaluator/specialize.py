@@ -23,6 +23,7 @@ import onnx
 import torch
 
 from .compiler import CompiledGraph
+from .registry import normalize_domain
 
 # Deterministic ops whose output shape is a function of the input shapes, the attributes
 # and the values of the inputs at SHAPE_ARGS positions.
@@ -63,7 +64,7 @@ def shape_derived(
     constants = set(constant_names)
     static = set(input_names) | constants  # shape fixed by the input signature
     derived = set(constants)  # value fixed by the input signature
-    custom = set(custom)
+    custom = {(normalize_domain(d), n) for d, n in custom}
     for node in nodes:
         outs = [o for o in node.output if o]
         if (
