@@ -13,7 +13,7 @@ import torch
 
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
 from tests.conformance.report import BASELINE
-from tests.conformance.runner import PASS, _as_array, _to_torch, collect_cases, run_all
+from tests.conformance.runner import PASS, _as_array, _to_torch, collect_cases, compare, run_all
 
 pytestmark = pytest.mark.conformance
 
@@ -296,3 +296,31 @@ def test_torchscript_forms_give_the_kernels_results(cases):
                 differ.append(tc.name)
     assert scripted > 150, scripted
     assert not differ, f"TorchScript differs from the kernels for {differ}"
+
+
+def test_repeated_runs_through_every_tier(cases, monkeypatch):
+    """Each passing case run four times through ``run``, TorchScript allowed from the
+    first run: generic plan, capture and shape specialisation, specialised plan, then
+    TorchScript where the plan allows it. Every run must match the expected outputs."""
+    from onnx_sbs_nb.evaluator import compiler
+
+    monkeypatch.setattr(compiler, "JIT_AFTER", 1)
+    failing, specialised, scripted = [], 0, 0
+    for tc, _, _ in _passing_deterministic(cases):
+        ev = TorchOnnxEvaluator(tc.model)
+        for inputs, outputs in tc.data_sets:
+            inputs, outputs = _as_array(list(inputs)), _as_array(list(outputs))
+            feeds = {n: _to_torch(v) for n, v in zip(ev.input_names, inputs)}
+            for k in range(4):
+                got = ev.run(None, feeds)
+                why = [compare(e, g, tc.rtol, tc.atol) for e, g in zip(outputs, got)]
+                if any(why):
+                    failing.append(f"{tc.name} (run {k + 1}): {next(w for w in why if w)}")
+                    break
+        plans = [p for seen in ev._specializer._seen.values() for p in seen.values()]
+        plans = [p for p in plans if not isinstance(p, str)]
+        specialised += bool(plans)
+        scripted += any(p.fast.__name__ == "run_scripted" for p in [*plans, *ev._plans.values()])
+        failing += [f"{tc.name}: {f}" for f in ev._specializer.failures]
+    assert specialised > 200 and scripted > 200, (specialised, scripted)
+    assert not failing, "\n".join(failing)

@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 import torch
 
-from .compiler import CompiledGraph
+from .compiler import CompiledGraph, node_implicit_inputs
 from .registry import normalize_domain
 
 # Deterministic ops whose output shape is a function of the input shapes, the attributes
@@ -128,6 +128,8 @@ class ShapeSpecializer:
         self.jit = jit
         self._seen: dict[tuple, dict[tuple, Any]] = {}
         self._capture: dict[tuple, tuple[list[str], Any]] = {}
+        # plans that could not be built (the generic plan ran instead): a bug to report
+        self.failures: list[str] = []
 
     def run(self, compiler, names: tuple[str, ...], nodes: list[onnx.NodeProto], inputs):
         """The outputs of a specialised run, or None: the caller runs the generic plan."""
@@ -147,7 +149,11 @@ class ShapeSpecializer:
             return None
         if state is _NO_GAIN:
             return None
-        frontier, capture = self._capture_plan(compiler, names, nodes)
+        try:
+            frontier, capture = self._capture_plan(compiler, names, nodes)
+        except Exception as e:  # an optimisation never breaks a run
+            self.failures.append(f"capture plan: {type(e).__name__}: {e}")
+            frontier = []
         if not frontier:
             seen[sig] = _NO_GAIN
             return None
@@ -160,18 +166,22 @@ class ShapeSpecializer:
         kept = [n for n in nodes if not all(o in self.derived for o in n.output if o)]
         inits = {**compiler.graph_initializers(self.graph)}
         inits.update(zip(frontier, folded))
-        seen[sig] = compiler.compile(
-            kept, self.input_names, list(names), inits, inputs_on_device=True, jit=self.jit
-        )
+        try:
+            seen[sig] = compiler.compile(
+                kept, self.input_names, list(names), inits, inputs_on_device=True, jit=self.jit
+            )
+        except Exception as e:  # an optimisation never breaks a run
+            self.failures.append(f"specialised plan: {type(e).__name__}: {e}")
+            seen[sig] = _NO_GAIN
         return values[: len(names)]
 
     def _capture_plan(self, compiler, names, nodes) -> tuple[list[str], Any]:
         key = (id(compiler), names)
         if key not in self._capture:
             derived = self.derived
-            kept_reads = {
-                i for n in nodes if not all(o in derived for o in n.output if o) for i in n.input
-            }
+            kept = [n for n in nodes if not all(o in derived for o in n.output if o)]
+            # what the kept nodes read, their subgraphs' reads of this scope included
+            kept_reads = {i for n in kept for i in (*n.input, *node_implicit_inputs(n))}
             frontier = sorted(v for v in derived if v in kept_reads or v in names)
             capture = None
             if frontier:
