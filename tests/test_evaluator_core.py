@@ -452,12 +452,17 @@ def test_function_uses_its_own_opset():
 # -- memory ----------------------------------------------------------------------------------
 
 
+def _add_chain(n: int, last: str) -> list[onnx.NodeProto]:
+    """n Adds, each of the previous result and x; the last one writes ``last``."""
+    return [
+        oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}" if i < n - 1 else last])
+        for i in range(n)
+    ]
+
+
 def test_intermediates_released_after_last_use():
     n = 30
-    nodes = [
-        oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}"]) for i in range(n)
-    ]
-    nodes.append(oh.make_node("Identity", [f"t{n - 1}"], ["y"]))
+    nodes = [*_add_chain(n, f"t{n - 1}"), oh.make_node("Identity", [f"t{n - 1}"], ["y"])]
     m = _model(nodes, [_vi("x")], [_vi("y")])
     ev = TorchOnnxEvaluator(m)
     live: list[int] = []
@@ -484,18 +489,11 @@ def test_intermediates_released_after_last_use():
 def _peak_mb_of_a_chain(tier: str) -> float:
     """Peak resident memory (MB above the start) of a run of 30 chained Adds on a 16 MB
     tensor, run by ``tier``: "kernels", "inline" or "torchscript" (Linux)."""
+    from benchmarks.common import PeakRss
     from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
 
-    def status(key: str) -> float:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
-
-    n = 30
-    nodes = [
-        oh.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "x"], [f"t{i}" if i < n - 1 else "y"])
-        for i in range(n)
-    ]
-    ev = TorchOnnxEvaluator(_model(nodes, [_vi("x")], [_vi("y")]), jit=tier == "torchscript")
+    model = _model(_add_chain(30, "y"), [_vi("x")], [_vi("y")])
+    ev = TorchOnnxEvaluator(model, jit=tier == "torchscript")
     plan = ev._plans[("y",)]
     for _ in range(JIT_AFTER + 3):
         ev.run(None, {"x": torch.ones(4)})
@@ -504,12 +502,9 @@ def _peak_mb_of_a_chain(tier: str) -> float:
     expected = {"kernels": plan.slow, "inline": plan.inline}.get(tier)
     assert plan.fast is expected if expected else plan.fast.__name__ == "run_scripted"
     x = torch.ones(4_000_000)
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets the high-water mark to the current resident size
-    base = status("VmRSS")
-    ev.run(None, {"x": x})
-    return status("VmHWM") - base
+    with PeakRss() as peak:
+        ev.run(None, {"x": x})
+    return peak.increase / 2**20
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux memory stats")
