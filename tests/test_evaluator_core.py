@@ -626,6 +626,20 @@ def test_sequence_ops():
 
 # -- CUDA --------------------------------------------------------------------------------------
 
+# r = x.reshape(x.shape[0], -1), the shape computed by shape arithmetic ("shape")
+_FLATTEN_NODES = [
+    oh.make_node("Shape", ["x"], ["s"]),
+    oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+    oh.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+    oh.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+    oh.make_node("Reshape", ["x", "shape"], ["r"]),
+]
+_FLATTEN_INITS = [
+    onh.from_array(np.array(0, dtype=np.int64), "zero"),
+    onh.from_array(np.array([0], dtype=np.int64), "zero1"),
+    onh.from_array(np.array([-1], dtype=np.int64), "minus1"),
+]
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -633,17 +647,11 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 @pytest.mark.cuda
 def test_cuda_weights_on_device_shapes_on_host(small_model):
     nodes = [
-        oh.make_node("Shape", ["x"], ["s"]),
-        oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
-        oh.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
-        oh.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
-        oh.make_node("Reshape", ["x", "shape"], ["r"]),
+        *_FLATTEN_NODES,
         oh.make_node("MatMul", ["r", "w"], ["y"]),
     ]
     inits = [
-        onh.from_array(np.array(0, dtype=np.int64), "zero"),
-        onh.from_array(np.array([0], dtype=np.int64), "zero1"),
-        onh.from_array(np.array([-1], dtype=np.int64), "minus1"),
+        *_FLATTEN_INITS,
         onh.from_array(np.random.randn(12, 3).astype(np.float32), "w"),
     ]
     m = _model(nodes, [_vi("x")], [_vi("y"), _vi("shape", TP.INT64)], inits)
@@ -663,19 +671,13 @@ def test_placement_analysis_keeps_shapes_on_host():
     from onnx_sbs_nb.evaluator.compiler import Compiler
 
     nodes = [
-        oh.make_node("Shape", ["x"], ["s"]),
-        oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
-        oh.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
-        oh.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
-        oh.make_node("Reshape", ["x", "shape"], ["r"]),
+        *_FLATTEN_NODES,
         oh.make_node("Add", ["r", "minus1f"], ["a"]),
         oh.make_node("Cast", ["n1"], ["nf"], to=TP.FLOAT),
         oh.make_node("Mul", ["a", "nf"], ["y"]),
     ]
     inits = [
-        onh.from_array(np.array(0, dtype=np.int64), "zero"),
-        onh.from_array(np.array([0], dtype=np.int64), "zero1"),
-        onh.from_array(np.array([-1], dtype=np.int64), "minus1"),
+        *_FLATTEN_INITS,
         onh.from_array(np.array([-1.0], dtype=np.float32), "minus1f"),
     ]
     m = _model(nodes, [_vi("x")], [_vi("y"), _vi("shape", TP.INT64)], inits)
