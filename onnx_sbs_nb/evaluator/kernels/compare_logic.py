@@ -6,29 +6,16 @@ import torch
 
 from ..registry import op
 from ._helpers import unsigned_safe
-from .elementwise import legacy_broadcast
+from .elementwise import binary
 
-
-def _register(name: str, fn, since_legacy: bool = True) -> None:
-    modern = fn = unsigned_safe(fn)
-
-    def old(a, b, broadcast=0, axis=None):
-        return fn(a, legacy_broadcast(b, a, broadcast, axis))
-
-    old.__name__ = name.lower()
-    if since_legacy:
-        op(name, since=1)(old)
-    op(name, since=7)(modern)
-
-
-_register("Equal", torch.eq)
-_register("Less", torch.lt)
-_register("Greater", torch.gt)
-_register("LessOrEqual", torch.le, since_legacy=False)
-_register("GreaterOrEqual", torch.ge, since_legacy=False)
-_register("And", torch.logical_and)
-_register("Or", torch.logical_or)
-_register("Xor", torch.logical_xor)
+binary("Equal", torch.eq)
+binary("Less", torch.lt)
+binary("Greater", torch.gt)
+binary("LessOrEqual", torch.le, legacy=False)
+binary("GreaterOrEqual", torch.ge, legacy=False)
+binary("And", torch.logical_and)
+binary("Or", torch.logical_or)
+binary("Xor", torch.logical_xor)
 
 
 @op("Not", since=1)

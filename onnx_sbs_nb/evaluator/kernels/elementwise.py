@@ -18,12 +18,13 @@ def legacy_broadcast(b: torch.Tensor, a: torch.Tensor, broadcast: int, axis: int
     return b.reshape(*b.shape, *([1] * (a.dim() - axis - b.dim())))
 
 
-def _binary(name: str, fn, legacy=True) -> None:
+def binary(name: str, fn, legacy: bool = True) -> None:
+    """Registers a binary op: ``fn`` from opset 7 (numpy broadcasting, wide unsigned types
+    through int64) and, with ``legacy``, its opset-1 form with ``broadcast``/``axis``."""
     modern = unsigned_safe(fn)
-    fn = modern
 
     def old(a, b, broadcast=0, axis=None):
-        return fn(a, legacy_broadcast(b, a, broadcast, axis))
+        return modern(a, legacy_broadcast(b, a, broadcast, axis))
 
     old.__name__ = name.lower()
     if legacy:
@@ -38,10 +39,10 @@ def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.div(a, b, rounding_mode="trunc")
 
 
-_binary("Add", torch.add)
-_binary("Sub", torch.sub)
-_binary("Mul", torch.mul)
-_binary("Div", _div)
+binary("Add", torch.add)
+binary("Sub", torch.sub)
+binary("Mul", torch.mul)
+binary("Div", _div)
 
 
 @op("Pow", since=1)
