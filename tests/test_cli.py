@@ -137,45 +137,23 @@ def test_replay_options_write_bundles(demo_run, demo_dir, tmp_path, capsys):
     assert not replay2.exists() or not any(replay2.iterdir())
 
 
+# a complete `run` command line; the test formats the placeholders with its files
+_RUN = ["run", "--ep", "{pt2}", "--onnx", "{onnx}", "--inputs", "{inputs}"]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["run", "--onnx", "m.onnx", "--inputs", "i.pt"], "--ep"),
         (["run", "--ep", "missing.pt2", "--onnx", "m.onnx", "--inputs", "i.pt"], "no such file"),
         (["report", "missing.jsonl", "-o", "r.html"], "no such records file"),
-        (
-            ["run", "--ep", "{pt2}", "--onnx", "{onnx}", "--inputs", "{inputs}", "-o", "r.pdf"],
-            ".html",
-        ),
+        ([*_RUN, "-o", "r.pdf"], ".html"),
         (["run", "--ep", "{pt2}", "--onnx", "{inputs}", "--inputs", "{inputs}"], "ONNX"),
-        (
-            [
-                "run",
-                "--ep",
-                "{pt2}",
-                "--onnx",
-                "{onnx}",
-                "--inputs",
-                "{inputs}",
-                "--replay-names",
-                "a",
-            ],
-            "--replay-dir",
-        ),
+        ([*_RUN, "--replay-names", "a"], "--replay-dir"),
         (["notebook", "missing.ipynb", "-o", "r.html"], "does not exist"),
         (["frobnicate"], "invalid choice"),
         pytest.param(
-            [
-                "run",
-                "--ep",
-                "{pt2}",
-                "--onnx",
-                "{onnx}",
-                "--inputs",
-                "{inputs}",
-                "--device",
-                "cuda",
-            ],
+            [*_RUN, "--device", "cuda"],
             "CUDA",
             marks=pytest.mark.skipif(
                 torch.cuda.is_available(), reason="needs a machine without CUDA"
