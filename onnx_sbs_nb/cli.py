@@ -370,13 +370,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     if code == EXIT_INTERRUPTED:
         return code
-    found = summary.first_own_failure
+    found = summary.culprit
     print(f"open {folder / 'report.html'} in a browser to explore the run")
     if found is not None and found.onnx_name == files.culprit_output:
-        print(
-            f"found it: {files.culprit!r} ({found.onnx_op_type}) is the first node "
-            "whose own error fails"
-        )
+        print(f"found it: {files.culprit!r} ({found.onnx_op_type}) is the culprit: {found.why}")
         return EXIT_PASS
     print(f"the run did not single out {files.culprit!r}: this is a bug in onnx-sbs")
     return EXIT_FAIL

@@ -75,6 +75,7 @@ class Record:
     err_nan2: float | None = None
     err_h012: float | None = None
     err_h0012: float | None = None
+    err_dev2: float | None = None
     comment: str | None = None
     # --- ours ---
     kind: str = KIND_NODE
@@ -86,6 +87,13 @@ class Record:
     atol: float | None = None  # tolerance used for the verdict (dtype-aware)
     rtol: float | None = None
     onnx_domain: str | None = None
+    onnx_node_name: str | None = None  # name of the ONNX node producing onnx_name
+    # the fx node (of the prepared program) whose lowering the ONNX node belongs to
+    onnx_fx_node: str | None = None
+    # --- the torch side in the user's words ---
+    ep_user_name: str | None = None  # the fx node of the user's ``ep.graph`` it comes from
+    ep_module: str | None = None  # module path, e.g. "model.layers.0.self_attn.q_proj"
+    ep_source: str | None = None  # "modeling_llama.py:379 in forward: <code>"
     ep_device: str | None = None
     onnx_device: str | None = None
     reset: bool = False  # the ONNX side continued from the torch value after this pair

@@ -80,6 +80,76 @@ def node_inputs_from_model(model: Any) -> dict[str, list[str]]:
 
 
 @dataclass
+class Culprit:
+    """The one answer of a run, in the user's words: which node makes the error, and why.
+
+    ``onnx_nodes`` are the ONNX nodes of the lowering of the culprit's fx node (the nodes
+    whose ``pkg.torch.onnx.fx_node`` metadata names it); ``onnx_node`` is the most
+    suspicious of them.  ``step`` is the record's step (a view selects it with that).
+    """
+
+    rule: str
+    why: str
+    step: int
+    kind: str | None = None
+    ep_name: str | None = None
+    ep_user_name: str | None = None
+    ep_module: str | None = None
+    ep_source: str | None = None
+    onnx_name: str | None = None
+    onnx_node: str | None = None
+    onnx_op_type: str | None = None
+    onnx_nodes: list[str] = field(default_factory=list)
+    own_error: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["onnx_nodes"] = list(self.onnx_nodes)
+        d["own_error"] = _json_float(self.own_error)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Culprit:
+        names = set(cls.__dataclass_fields__)
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["own_error"] = _float_or_none(kw.get("own_error"))
+        return cls(**kw)
+
+    def label(self) -> str:
+        """How a terminal names it: the user's node, then where it lives."""
+        name = self.ep_user_name or self.ep_name or self.onnx_name or f"step {self.step}"
+        where = f" in {self.ep_module}" if self.ep_module else ""
+        if self.onnx_node:
+            value = f", value {self.onnx_name}" if self.onnx_name else ""
+            onnx = f" (ONNX node {self.onnx_node} [{self.onnx_op_type}]{value})"
+        elif self.onnx_name and self.onnx_name != name:
+            onnx = f" (ONNX {self.onnx_op_type or 'value'} {self.onnx_name})"
+        else:
+            onnx = f" [{self.onnx_op_type or self.kind}]" if self.onnx_op_type or self.kind else ""
+        return f"{name}{where}{onnx}"
+
+
+def _why(rec: Record, rule: str, own: float | None) -> str:
+    tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
+    if rule == RULE_ERROR:
+        return f"the node failed to run: {rec.error or 'unknown error'}"
+    if rule == RULE_RERUN:
+        return (
+            f"run on the torch values of its inputs, it still differs by {_fmt(own)} "
+            f"(beyond {tol}): it makes the error, it does not inherit it"
+        )
+    if rule == RULE_LEAF:
+        if rec.kind == KIND_WEIGHT:
+            return f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
+        return f"the graph input differs from the torch input by {_fmt(own)}"
+    if rule == RULE_INPUTS_PASSED:
+        return f"it differs by {_fmt(own)} (beyond {tol}) while every compared input agrees"
+    return f"it is the first value that differs ({_fmt(own)}, beyond {tol})"
+
+
+@dataclass
 class Summary:
     """What a run found; see :func:`summarize` for how each part is chosen."""
 
@@ -96,6 +166,7 @@ class Summary:
     max_err_name: str | None = None
     max_own_err: float | None = None
     max_own_err_name: str | None = None
+    culprit: Culprit | None = None
 
     @property
     def verdict(self) -> str:
@@ -127,6 +198,7 @@ class Summary:
             "max_err_name": self.max_err_name,
             "max_own_err": _json_float(self.max_own_err),
             "max_own_err_name": self.max_own_err_name,
+            "culprit": self.culprit.to_dict() if self.culprit is not None else None,
         }
 
     @classmethod
@@ -148,22 +220,23 @@ class Summary:
             max_err_name=d.get("max_err_name"),
             max_own_err=_float_or_none(d.get("max_own_err")),
             max_own_err_name=d.get("max_own_err_name"),
+            culprit=Culprit.from_dict(d["culprit"]) if d.get("culprit") else None,
         )
 
     def to_text(self, max_suspects: int = 5) -> str:
-        """A few lines for a terminal: verdict, first own failure, top suspects, counts."""
+        """A few lines for a terminal: verdict, culprit, top suspects, counts."""
         t = self.totals
         lines = [
             f"verdict: {self.verdict.upper()}  "
             f"({t.get('records', 0)} records, {t.get('compared', 0)} compared, "
             f"{t.get('failed', 0)} failed, {len(self.errors)} errors)"
         ]
-        if self.first_own_failure is not None:
-            r = self.first_own_failure
-            lines.append(
-                f"first own failure: {_printable_label(r)} [{_printable(r.onnx_op_type or r.kind)}] "
-                f"err={_fmt(_own_error(r))} (rule: {self.first_own_failure_rule})"
-            )
+        if self.culprit is not None:
+            c = self.culprit
+            lines.append(f"culprit: {_printable(c.label())}")
+            if c.ep_source:
+                lines.append(f"  at {_printable(c.ep_source)}")
+            lines.append(f"  why: {_printable(c.why)}")
         elif self.first_failure is not None:
             lines.append(f"first failure: {_printable_label(self.first_failure)}")
         if self.first_nan is not None:
@@ -205,6 +278,8 @@ class Summarizer:
         # verdict of each ONNX value compared so far (True: correct), for the inputs rule
         self._onnx_ok: dict[str, bool] = {}
         self._heap: list[tuple[float, int, int, Record]] = []  # min-heap of suspects
+        # ONNX node names of each fx node's lowering, as the records show them
+        self._lowering: dict[str, list[str]] = {}
         self._count = 0
         self._totals: dict[str, Any] = {
             "records": 0,
@@ -247,6 +322,10 @@ class Summarizer:
             t["unpaired_onnx"] += 1
             s.unpaired_onnx.append(rec.onnx_name or "")
 
+        if rec.onnx_fx_node and rec.onnx_node_name:
+            nodes = self._lowering.setdefault(rec.onnx_fx_node, [])
+            if not nodes or nodes[-1] != rec.onnx_node_name:
+                nodes.append(rec.onnx_node_name)
         rule = self._own_failure_rule(rec, failed)
         if rule is not None and s.first_own_failure is None:
             s.first_own_failure, s.first_own_failure_rule = rec, rule
@@ -316,6 +395,35 @@ class Summarizer:
             max_err_name=s.max_err_name,
             max_own_err=s.max_own_err,
             max_own_err_name=s.max_own_err_name,
+            culprit=self._culprit(),
+        )
+
+    def _culprit(self) -> Culprit | None:
+        s = self._s
+        rec, rule = s.first_own_failure, s.first_own_failure_rule
+        if rec is None or rule is None:
+            return None
+        own = _own_error(rec)
+        fx = rec.onnx_fx_node or rec.ep_name
+        nodes = list(self._lowering.get(rec.onnx_fx_node, ())) if rec.onnx_fx_node else []
+        if rec.onnx_node_name and rec.onnx_node_name not in nodes:
+            nodes.append(rec.onnx_node_name)
+        return Culprit(
+            rule=rule,
+            why=_why(rec, rule, own),
+            step=rec.step,
+            kind=rec.kind,
+            ep_name=fx,
+            ep_user_name=rec.ep_user_name,
+            ep_module=rec.ep_module,
+            ep_source=rec.ep_source,
+            onnx_name=rec.onnx_name,
+            onnx_node=rec.onnx_node_name,
+            onnx_op_type=rec.onnx_op_type,
+            onnx_nodes=nodes,
+            own_error=own,
+            atol=rec.atol,
+            rtol=rec.rtol,
         )
 
 
@@ -425,6 +533,7 @@ def _copy_totals(totals: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "Culprit",
     "Summarizer",
     "Summary",
     "first_own_failure",

@@ -48,7 +48,7 @@ def test_demo_finds_the_culprit(demo_run, demo_dir):
     for name in ("model.pt2", "model.onnx", "inputs.pt", "report.html", "report.xlsx"):
         assert (demo_dir / name).is_file(), name
     assert "verdict: FAIL" in out
-    first = [line for line in out.splitlines() if line.startswith("first own failure")]
+    first = [line for line in out.splitlines() if line.startswith("culprit:")]
     assert first and "layer_norm" in first[0], out
     recs = read_jsonl(demo_dir / "report.jsonl")
     assert (

@@ -98,6 +98,15 @@ def test_tiny_llama_faithful():
     assert sum(r.kind == "node" for r in paired) >= 80
     out = [r for r in paired if r.kind == KIND_OUTPUT]
     assert len(out) == 1 and out[0].ep_shape_type == "float32[1x12x128]"
+    # values in the user's words: their fx node names, module paths, source lines
+    user_names = {n.name for n in ep.graph.nodes}
+    nodes = [r for r in paired if r.kind == "node"]
+    assert all(r.ep_user_name in user_names for r in nodes)
+    q = [r for r in nodes if r.ep_module == "model.model.layers.0.self_attn.q_proj"]
+    assert q and all("modeling_llama.py" in r.ep_source for r in q)
+    assert all(r.onnx_node_name and r.onnx_fx_node for r in nodes if r.onnx_id_node >= 0)
+    w = next(r for r in paired if r.ep_name == "p_model_model_layers_0_mlp_up_proj_weight")
+    assert w.ep_module == "model.model.layers.0.mlp.up_proj"
 
 
 def test_fp16_model_uses_half_tolerance():

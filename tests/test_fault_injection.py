@@ -173,6 +173,12 @@ def _check(ep, onx, args, case: Case, rerun: bool):
     else:
         assert culprit.kind == "weight"
     assert case.culprit in s.to_text()
+    c = s.culprit
+    assert c is not None and c.step == culprit.step and c.onnx_name == case.culprit
+    if case.node is not None:
+        assert c.onnx_node == case.node and case.node in c.onnx_nodes
+        assert c.ep_source  # the line of model code the node comes from
+        assert c.ep_user_name in {n.name for n in ep.graph.nodes}
     assert s.top_suspects and json.dumps(s.to_dict())
     return records, s
 

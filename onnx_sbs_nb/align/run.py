@@ -39,10 +39,12 @@ from .names import (
     PAIRED_BY_STATE_DICT,
     TRANSFORM_TRANSPOSE,
     Pair,
+    fx_name_from_metadata,
     pair_values,
 )
 from .plan import FX, Plan, build_plan
 from .program import PREPARED_FROM_ONNX_PROGRAM, PreparedProgram, bind_inputs, prepare_program
+from .provenance import Provenance, program_provenance
 from .runners import ModelContext, make_runner
 
 
@@ -139,6 +141,7 @@ class AlignedRun:
         self.program = self.prepared.program
         self.graph_module = self.program.graph_module
         self.bound = bind_inputs(self.program, self.args, self.kwargs)
+        self.provenance = program_provenance(self.program.graph, self.ep.graph, self.bound.weights)
         self.ctx = ModelContext.from_model(self.model, self.device)
         self.pairing = pair_values(
             self.program.graph, self.model, self.bound.weights, self.bound.user_inputs
@@ -538,6 +541,7 @@ class AlignedRun:
 
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
+        self._in_user_words(rec)
         st = self.status
         self.records.append(rec)
         st.records += 1
@@ -546,6 +550,22 @@ class AlignedRun:
         if rec.err_abs is not None and rec.err_abs > st.max_err_abs and rec.err_abs == rec.err_abs:
             st.max_err_abs = rec.err_abs
             st.max_err_name = rec.onnx_name or rec.ep_name
+        return rec
+
+    def _in_user_words(self, rec: Record) -> Record:
+        """Fills the user's names of the torch side and the ONNX node's identity."""
+        if rec.ep_name is not None:
+            prov = self.provenance.get(rec.ep_name, _NO_PROVENANCE)
+            rec.ep_user_name, rec.ep_module, rec.ep_source = (
+                prov.user_name,
+                prov.module,
+                prov.source,
+            )
+        k = rec.onnx_id_node
+        if k is not None and k >= 0:
+            node = self.model.graph.node[k]
+            rec.onnx_node_name = _onnx_node_name(node, k)
+            rec.onnx_fx_node = fx_name_from_metadata(node)
         return rec
 
     def _fx_only_record(self, node, idx, value, fx_times, fx_errors) -> Record:
@@ -634,6 +654,7 @@ class AlignedRun:
                     d2 = compare(e2, g2, self.atol, self.rtol)
                     rec.err_abs2, rec.err_rel2, rec.err_nan2 = d2.err_abs, d2.err_rel, d2.err_nan
                     rec.err_h012, rec.err_h0012 = d2.err_h01, d2.err_h001
+                    rec.err_dev2 = 0.0 if device_of(own) == rec.ep_device else 1.0
                     rec.passed2 = d2.passed
             if op_type in ("Gemm", "MatMul") and rec.ep_target.startswith(_LINEAR_TARGETS):
                 note = _linear_check(onnx_node, self._onnx_inputs_or_none(onnx_node, env), got)
@@ -919,6 +940,9 @@ class AlignedRun:
             except Exception as e:
                 self.status.extra.setdefault("replay_errors", []).append(f"{name}: {e}")
         self.status.extra["replay_bundles"] = written
+
+
+_NO_PROVENANCE = Provenance()
 
 
 class _Failure:

@@ -1,0 +1,130 @@
+"""The torch side in the user's words: their fx node names, module paths, source lines.
+
+The engine runs the program the exporter prepared (decomposed, renamed: ``add_6``,
+``view``), but the user reads ``print(ep.graph)`` (``add``, ``reshape``) and their own
+code.  Each prepared node keeps its provenance in ``meta["from_node"]`` (a tree of the
+nodes it was made from, through every pass), ``meta["nn_module_stack"]`` and
+``meta["stack_trace"]``; this module turns those into three strings per node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+# frames inside these packages are machinery, not the user's model code
+_MACHINERY = (os.sep + "torch" + os.sep, os.sep + "onnxscript" + os.sep)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    user_name: str | None = None
+    module: str | None = None
+    source: str | None = None
+
+
+def _sources(node: torch.fx.Node) -> list[Any]:
+    return list(node.meta.get("from_node") or ())
+
+
+def user_node_name(node: torch.fx.Node, user_names: set[str]) -> str | None:
+    """The name of the node of the user's graph this prepared node descends from.
+
+    Breadth-first over the provenance tree, so the nearest ancestor that the user's graph
+    holds wins (a decomposition's pieces all name the op they decompose).
+    """
+    if node.name in user_names and (node.op == "placeholder" or not _sources(node)):
+        return node.name
+    queue = _sources(node)
+    seen = 0
+    while queue and seen < 256:
+        src = queue.pop(0)
+        seen += 1
+        name = getattr(src, "name", None)
+        if name in user_names:
+            return name
+        queue.extend(getattr(src, "from_node", None) or ())
+    return node.name if node.name in user_names else None
+
+
+def module_path(meta: dict[str, Any]) -> str | None:
+    """The innermost module of ``nn_module_stack``, e.g. ``model.layers.0.mlp.down_proj``."""
+    stack = meta.get("nn_module_stack")
+    if not stack:
+        return None
+    path = list(stack.values())[-1]
+    path = path[0] if isinstance(path, tuple | list) else path
+    return str(path) or None
+
+
+def source_line(meta: dict[str, Any]) -> str | None:
+    """The innermost frame of the stack trace outside torch: ``file.py:12 in f: code``."""
+    trace = meta.get("stack_trace")
+    if not trace:
+        return None
+    lines = trace.rstrip().splitlines()
+    frames: list[tuple[str, str, str, str]] = []
+    for i, text in enumerate(lines):
+        m = _FRAME.match(text)
+        if m:
+            code = (
+                lines[i + 1].strip()
+                if i + 1 < len(lines) and not _FRAME.match(lines[i + 1])
+                else ""
+            )
+            frames.append((m["file"], m["line"], m["func"], code))
+    if not frames:
+        return None
+    chosen = next((f for f in reversed(frames) if not _is_machinery(f[0])), frames[-1])
+    file, line, func, code = chosen
+    text = f"{_short_path(file)}:{line} in {func}"
+    return f"{text}: {code}" if code else text
+
+
+def _is_machinery(path: str) -> bool:
+    return any(m in path for m in _MACHINERY)
+
+
+def _short_path(path: str) -> str:
+    marker = "site-packages" + os.sep
+    k = path.rfind(marker)
+    return path[k + len(marker) :] if k >= 0 else path
+
+
+def program_provenance(
+    prepared: torch.fx.Graph,
+    user_graph: torch.fx.Graph | None,
+    weights: dict[str, str] | None = None,
+) -> dict[str, Provenance]:
+    """Provenance of every node of the prepared graph, by node name.
+
+    ``weights`` maps weight placeholders to their state-dict names: a weight's module is
+    the module that owns it (``model.layers.0.mlp.up_proj`` for ``...up_proj.weight``).
+    """
+    weights = weights or {}
+    user_nodes = {n.name: n for n in user_graph.nodes} if user_graph is not None else {}
+    names = set(user_nodes)
+    result: dict[str, Provenance] = {}
+    for node in prepared.nodes:
+        if node.op == "output":
+            continue
+        user = user_node_name(node, names) if names else node.name
+        target = weights.get(node.name)
+        if node.op == "placeholder":
+            owner = target.rpartition(".")[0] if target else None
+            result[node.name] = Provenance(user or node.name, owner or None, None)
+            continue
+        origin = user_nodes.get(user) if user else None
+        meta = node.meta
+        module = module_path(meta) or (module_path(origin.meta) if origin is not None else None)
+        source = source_line(meta) or (source_line(origin.meta) if origin is not None else None)
+        result[node.name] = Provenance(user, module, source)
+    return result
+
+
+__all__ = ["Provenance", "module_path", "program_provenance", "source_line", "user_node_name"]
