@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .convert import to_torch
+
 # (atol, rtol) per dtype when the user gives none: accumulated float32 rounding between
 # two runtimes stays well below 1e-4 on exported models; half types carry ~3 digits.
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -89,8 +91,6 @@ def _as_numpy(v) -> np.ndarray | None:
 
 
 def _as_torch(v, device: torch.device) -> torch.Tensor:
-    from .align.convert import to_torch
-
     return to_torch(v, device).detach()
 
 

@@ -110,7 +110,8 @@ def _string_case_outputs(tc) -> list:
     """Runs a one-node string case straight through its kernel: string tensors are numpy
     object arrays, which the evaluator's feed conversion does not accept."""
     import onnx_sbs_nb.evaluator.kernels  # noqa: F401  (registers every kernel)
-    from onnx_sbs_nb.evaluator.convert import attribute_value, numpy_to_torch
+    from onnx_sbs_nb.convert import to_torch as numpy_to_torch
+    from onnx_sbs_nb.evaluator.protos import attribute_value
     from onnx_sbs_nb.evaluator.registry import get_kernel, normalize_domain
 
     (node,) = tc.model.graph.node

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..convert import convert, device_of, initializer_value
 from ..diff import compare, shape_type
 from ..records import (
     KIND_INPUT,
@@ -26,7 +27,6 @@ from ..records import (
     STATUS_OK,
     Record,
 )
-from .convert import convert, device_of, initializer_value
 from .loading import SbsInputError, load_onnx_model
 from .runners import ModelContext, make_runner
 

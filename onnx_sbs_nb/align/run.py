@@ -15,6 +15,7 @@ from typing import Any
 import onnx
 import torch
 
+from ..convert import convert, device_of, initializer_value, to_torch
 from ..diff import compare, shape_type
 from ..records import (
     KIND_NODE,
@@ -31,7 +32,6 @@ from ..records import (
     Record,
     RunStatus,
 )
-from .convert import convert, device_of, initializer_value, to_torch
 from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
 from .names import (
     PAIRED_BY_METADATA,

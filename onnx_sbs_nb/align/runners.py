@@ -167,7 +167,7 @@ class _Fallback:
         self.reason = reason
 
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
-        from .convert import to_numpy, to_torch
+        from ..convert import to_numpy, to_torch
 
         outs = self.fn([to_torch(v) if v is not None else None for v in inputs])
         return [to_numpy(v) for v in outs]

@@ -19,9 +19,9 @@ import onnx
 import torch
 
 from .codegen import generate, script_source
-from .convert import attribute_value, sparse_to_dense, tensor_from_proto
 from .inline import HELPER_SOURCE, NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
+from .protos import attribute_value, sparse_to_dense, tensor_from_proto
 from .registry import _load_kernels, get_kernel, normalize_domain
 
 # Inputs that kernels read as Python shapes/axes/counts (``tolist()``): on an accelerator

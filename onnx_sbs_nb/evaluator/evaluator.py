@@ -10,6 +10,7 @@ from typing import Any
 import onnx
 import torch
 
+from ..convert import to_numpy, to_torch
 from .compiler import (
     CompiledGraph,
     Compiler,
@@ -18,7 +19,6 @@ from .compiler import (
     graph_free_names,
     node_implicit_inputs,
 )
-from .convert import numpy_to_torch, torch_to_numpy
 from .registry import normalize_domain, supported_ops
 from .specialize import ShapeSpecializer
 
@@ -255,10 +255,10 @@ class TorchOnnxEvaluator:
                 raise KeyError(f"missing feed {name!r}; the model expects {self.input_names}")
             if not isinstance(v, (torch.Tensor, list)) and v is not None:
                 as_numpy = True
-                v = numpy_to_torch(v)
+                v = to_torch(v)
             elif isinstance(v, list) and v and not isinstance(v[0], torch.Tensor):
                 as_numpy = True
-                v = numpy_to_torch(v)
+                v = to_torch(v)
             inputs.append(_to_device(v, dev))
         if len(feeds) > len(inputs):
             unknown = set(feeds) - set(self.input_names)
@@ -275,7 +275,7 @@ class TorchOnnxEvaluator:
                 if res is None:
                     res = plan.execute(inputs)
         if as_numpy:
-            return [torch_to_numpy(r) for r in res]
+            return [to_numpy(r) for r in res]
         if compiler.manage_placement and dev.type != "cpu":
             # shape-like results were computed on the host: hand everything back on the device
             res = [_to_device(r, dev) for r in res]

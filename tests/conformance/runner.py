@@ -14,8 +14,9 @@ import numpy as np
 import onnx
 import torch
 
+from onnx_sbs_nb.convert import to_numpy as torch_to_numpy
+from onnx_sbs_nb.convert import to_torch as numpy_to_torch
 from onnx_sbs_nb.evaluator.compiler import MissingKernelError
-from onnx_sbs_nb.evaluator.convert import numpy_to_torch, torch_to_numpy
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 
 PASS, WRONG, UNSUPPORTED = "pass", "wrong", "unsupported"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import torch
 
-from ..convert import torch_dtype
+from ..protos import torch_dtype
 from ..registry import op
 
 # Largest finite value of each float8 type, and the magnitude above which a value

@@ -1,0 +1,129 @@
+"""Values between numpy and torch, for every dtype both sides can hold.
+
+The bottom floor of the package: the engine, the evaluator and the comparisons all move
+values through here.  numpy has no bfloat16 or float8 types; ``ml_dtypes`` provides them
+and they cross over through a same-width integer view, without a copy.  Conversions
+share memory whenever they can, and never hand out a writable alias of read-only data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from .dtypes import ONNX_TO_TORCH, np_to_onnx_dtype
+
+# integer views of the same width, for the dtypes numpy only knows through ml_dtypes
+_VIEW_NP = {1: np.uint8, 2: np.uint16}
+_VIEW_TORCH = {1: torch.uint8, 2: torch.int16}
+_TORCH_TO_ML: dict[torch.dtype, Any] = {}
+_ML_NAMES = (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+)
+
+
+def _ml_dtype(dtype: torch.dtype) -> Any:
+    """The ml_dtypes numpy type of a torch dtype numpy lacks, or None."""
+    if not _TORCH_TO_ML:
+        import ml_dtypes
+
+        for name in _ML_NAMES:
+            if hasattr(torch, name) and hasattr(ml_dtypes, name):
+                _TORCH_TO_ML[getattr(torch, name)] = np.dtype(getattr(ml_dtypes, name))
+    return _TORCH_TO_ML.get(dtype)
+
+
+def _torch_dtype_of_ml(dtype: np.dtype) -> torch.dtype:
+    if dtype.name == "float8_e8m0fnu" and hasattr(torch, "float8_e8m0fnu"):
+        return torch.float8_e8m0fnu
+    try:
+        elem = np_to_onnx_dtype(dtype)
+    except Exception:
+        elem = None
+    torch_dtype = ONNX_TO_TORCH.get(elem) if elem is not None else None
+    if torch_dtype is None:
+        raise TypeError(f"numpy dtype {dtype} has no torch dtype")
+    return torch_dtype
+
+
+def _symbolic_hint(v: Any) -> Any:
+    hint = getattr(getattr(v, "node", None), "hint", None)
+    return hint if hint is not None else int(v)
+
+
+def to_numpy(v: Any) -> Any:
+    """A numpy array from a tensor (ml_dtypes for bfloat16 and float8); lists stay lists."""
+    if isinstance(v, torch.Tensor):
+        t = v.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        ml = _ml_dtype(t.dtype)
+        if ml is not None:
+            return t.contiguous().view(_VIEW_TORCH[t.element_size()]).numpy().view(ml)
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        return t.numpy()
+    if isinstance(v, list | tuple):
+        return [to_numpy(x) for x in v]
+    if isinstance(v, bool | int | float):
+        return np.asarray(v)
+    if isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return np.asarray(_symbolic_hint(v))
+    return v
+
+
+def to_torch(v: Any, device: torch.device | str | None = None) -> Any:
+    """A tensor from a numpy value (memory shared when writable), on ``device`` if given."""
+    if isinstance(v, torch.Tensor):
+        return v if device is None else v.to(device)
+    if isinstance(v, np.ndarray | np.generic):
+        a = np.asarray(v)
+        if a.dtype == np.object_ or a.dtype.kind in "SU":
+            raise TypeError("string tensors have no torch dtype")
+        if not a.flags.writeable or not a.flags.c_contiguous:
+            # a writable tensor must never alias read-only data; negative strides and
+            # other layouts torch cannot view are copied too (0-d arrays stay 0-d)
+            a = np.array(a, copy=True, order="C")
+        if a.dtype.kind == "V" or a.dtype.type.__module__.startswith("ml_dtypes"):
+            width = _VIEW_NP.get(a.dtype.itemsize)
+            if width is None:
+                raise TypeError(f"numpy dtype {a.dtype} has no torch dtype")
+            t = torch.from_numpy(a.view(width)).view(_torch_dtype_of_ml(a.dtype))
+        else:
+            t = torch.from_numpy(a)
+        return t if device is None else t.to(device)
+    if isinstance(v, list | tuple):
+        return [to_torch(x, device) for x in v]
+    if isinstance(v, bool | int | float):
+        return torch.tensor(v, device=device)
+    if isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return torch.tensor(_symbolic_hint(v), device=device)
+    return v
+
+
+def convert(v: Any, kind: str, device: torch.device | str | None = None) -> Any:
+    """``v`` in the form a node runner wants: kind ``"numpy"`` or ``"torch"``."""
+    return to_numpy(v) if kind == "numpy" else to_torch(v, device)
+
+
+def initializer_value(init: onnx.TensorProto, kind: str, device: Any = None) -> Any:
+    """An initializer's value in the form a node runner wants."""
+    return convert(numpy_helper.to_array(init), kind, device)
+
+
+def device_of(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return str(v.device)
+    return "cpu"
+
+
+__all__ = ["convert", "device_of", "initializer_value", "to_numpy", "to_torch"]
