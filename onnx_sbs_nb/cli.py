@@ -12,9 +12,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .align.options import RunOptions
 from .records import Record
 from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
 from .report_html import BundleMissingError
+from .run_args import add_run_arguments, options_from_args
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -52,35 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="inputs saved with torch.save: tuple, dict or (args, kwargs)",
     )
     _add_outputs(run)
-    run.add_argument(
-        "--runner", default="onnxruntime", choices=["onnxruntime", "torch", "reference"]
-    )
-    run.add_argument(
-        "--atol", type=float, default=None, help="absolute tolerance (default: per dtype)"
-    )
-    run.add_argument(
-        "--rtol", type=float, default=None, help="relative tolerance (default: per dtype)"
-    )
-    run.add_argument(
-        "--rerun",
-        action="store_true",
-        help="rerun each ONNX node on the torch inputs too, to measure its own error",
-    )
-    reset = run.add_mutually_exclusive_group()
-    reset.add_argument(
-        "--reset", nargs="+", metavar="NAME", help="ONNX values replaced by their torch value"
-    )
-    reset.add_argument(
-        "--reset-all", action="store_true", help="every ONNX node runs on the torch inputs"
-    )
-    run.add_argument("--replay-dir", help="folder where replay bundles are written")
-    run.add_argument("--replay-config", help="replay selection saved as JSON (by the widget)")
-    run.add_argument("--replay-names", nargs="+", metavar="NAME", help="ONNX nodes to dump")
-    run.add_argument("--replay-op-types", nargs="+", metavar="OP", help="op types to dump")
-    run.add_argument(
-        "--replay-threshold", type=float, help="dump every node whose error exceeds this"
-    )
-    run.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    add_run_arguments(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     rep = sub.add_parser("report", help="rebuild reports from a records file (.jsonl)")
@@ -182,54 +156,12 @@ def write_reports(
 # ---- run -------------------------------------------------------------------------------
 
 
-def replay_config_from_args(args: argparse.Namespace) -> Any:
-    """A ReplayConfig from --replay-config and/or --replay-names/op-types/threshold, or None."""
-    wants = args.replay_config or args.replay_names or args.replay_op_types
-    wants = wants or args.replay_threshold is not None
-    if not wants:
-        if args.replay_dir:
-            raise CliError(
-                "--replay-dir needs a selection: --replay-names, --replay-op-types, "
-                "--replay-threshold or --replay-config"
-            )
-        return None
-    from .align.replay import ReplayConfig
-
-    if args.replay_config:
-        path = pathlib.Path(args.replay_config)
-        if not path.is_file():
-            raise CliError(f"replay configuration {str(path)!r} does not exist")
-        config = ReplayConfig.load(path)
-    else:
-        config = ReplayConfig()
-    if args.replay_names:
-        config.names = list(args.replay_names)
-    if args.replay_op_types:
-        config.op_types = list(args.replay_op_types)
-    if args.replay_threshold is not None:
-        config.threshold = args.replay_threshold
-    if not args.replay_dir:
-        raise CliError("a replay selection needs --replay-dir DIR: where bundles are written")
-    return config
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     for flag, value in (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs)):
         if not pathlib.Path(value).is_file():
             raise CliError(f"{flag} {value!r}: no such file")
     outputs = check_outputs(args.output)
-    replay = replay_config_from_args(args)
-    options: dict[str, Any] = dict(
-        runner=args.runner,
-        atol=args.atol,
-        rtol=args.rtol,
-        rerun_with_torch_inputs=args.rerun,
-        reset_names=args.reset,
-        reset="all" if args.reset_all else None,
-        replay=replay,
-        replay_dir=args.replay_dir,
-        device=args.device,
-    )
+    options = options_from_args(args)
     return run_and_report(
         args.ep, args.onnx, args.inputs, outputs, options, progress=not args.no_progress
     )
@@ -240,7 +172,7 @@ def run_and_report(
     onx: Any,
     inputs: Any,
     outputs: Sequence[pathlib.Path],
-    options: dict[str, Any],
+    options: RunOptions,
     *,
     progress: bool = True,
     stdout: TextIO | None = None,
@@ -256,7 +188,7 @@ def run_report_summary(
     onx: Any,
     inputs: Any,
     outputs: Sequence[pathlib.Path],
-    options: dict[str, Any],
+    options: RunOptions,
     *,
     progress: bool = True,
     stdout: TextIO | None = None,
@@ -267,7 +199,7 @@ def run_report_summary(
 
     stdout = stdout or sys.stdout
     jsonl = jsonl_path(outputs)
-    run = AlignedRun(ep, onx, inputs, **options)
+    run = AlignedRun(ep, onx, inputs, options=options)
     interrupted = False
     with JsonlWriter(jsonl) as writer, _Progress(run, enabled=progress) as bar:
         try:
@@ -365,7 +297,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         files.onnx,
         files.inputs,
         outputs,
-        dict(rerun_with_torch_inputs=True),
+        RunOptions(own_error=True),
         progress=not args.no_progress,
     )
     if code == EXIT_INTERRUPTED:

@@ -17,6 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from .errors import SbsInputError
+from .run_args import add_run_arguments, options_from_args
+
 LAST_WIDGET_NAME = "_sbs"
 
 
@@ -37,17 +40,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("ep", help="ExportedProgram variable or .pt2 path")
     p.add_argument("onnx", help="onnx.ModelProto / ONNXProgram variable or .onnx path")
     p.add_argument("inputs", nargs="?", default=None, help="tuple/dict/tensor variable or .pt path")
-    p.add_argument("--atol", type=float, default=None)
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument(
-        "--rerun",
-        action="store_true",
-        help="rerun each ONNX node on the torch inputs (own error)",
-    )
-    p.add_argument("--runner", default="onnxruntime", help="onnxruntime | reference | torch")
-    p.add_argument("--reset", nargs="*", default=None, metavar="NAME", help="reset these names")
-    p.add_argument("--reset-all", action="store_true", help="every ONNX node runs on torch inputs")
-    p.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    add_run_arguments(p)
     p.add_argument("--background", action="store_true", help="run in a thread")
     p.add_argument("--replay-root", default=None, help="folder for 'Save replay' bundles")
     p.add_argument("-o", "--out", default=None, help="store the widget in this variable")
@@ -79,24 +72,17 @@ def parse_line(line: str, namespace: dict[str, Any]) -> tuple[dict[str, Any], ar
     except ValueError as e:
         raise SbsMagicError(f"%sbs: cannot split the line: {e}") from None
     ns = make_parser().parse_args(argv)
-    if ns.reset_all and ns.reset:
-        raise SbsMagicError("%sbs: use either --reset NAME ... or --reset-all, not both")
+    try:
+        options = options_from_args(ns)
+    except SbsInputError as e:
+        raise SbsMagicError(f"%sbs: {e}") from None
     kwargs: dict[str, Any] = {
         "ep": resolve(ns.ep, namespace, "EP"),
         "onx": resolve(ns.onnx, namespace, "ONNX"),
         "inputs": resolve(ns.inputs, namespace, "INPUTS") if ns.inputs is not None else None,
-        "atol": ns.atol,
-        "rtol": ns.rtol,
-        "rerun_with_torch_inputs": ns.rerun,
-        "runner": ns.runner,
+        "options": options,
         "background": ns.background,
     }
-    if ns.reset:
-        kwargs["reset_names"] = list(ns.reset)
-    if ns.reset_all:
-        kwargs["reset"] = "all"
-    if ns.device:
-        kwargs["device"] = ns.device
     if ns.replay_root:
         kwargs["replay_root"] = ns.replay_root
     if ns.out is not None and not ns.out.isidentifier():

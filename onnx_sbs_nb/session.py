@@ -18,7 +18,6 @@ Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 import traceback
@@ -27,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .align.options import RunOptions
+from .device import resolve_device
+from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
 
 # Values of SbsSession.state
@@ -35,8 +37,6 @@ RUNNING = "running"
 FINISHED = "finished"
 STOPPED = "stopped"
 FAILED = "error"
-
-DEVICES = ("cpu", "cuda")
 
 Listener = Callable[[str, dict[str, Any]], None]
 
@@ -80,17 +80,6 @@ def split_inputs(inputs: Any) -> tuple[Any, Any]:
         f"inputs must be a tuple or list of tensors, a dict of named tensors, a tensor or "
         f"the path of a torch.save'd file, not {type(inputs).__name__}"
     )
-
-
-def cuda_availability() -> tuple[bool, str]:
-    """Whether CUDA can be used, and the reason shown to the user when it cannot."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False, "torch is not installed"
-    if not torch.cuda.is_available():
-        return False, "no CUDA device is visible (torch.cuda.is_available() is False)"
-    return True, ""
 
 
 def _finite(v: Any) -> bool:
@@ -148,6 +137,7 @@ class SbsSession:
         ep: Any,
         onx: Any,
         inputs: Any = None,
+        options: RunOptions | None = None,
         *,
         background: bool = False,
         batch_interval: float = 0.25,
@@ -157,15 +147,13 @@ class SbsSession:
         from .align.run import AlignedRun
 
         args, kwargs = split_inputs(inputs)
-        device = run_options.pop("device", None)
-        if device is not None:
-            self._check_device(device)
+        # validated here, once: a bad option fails in the calling cell
+        self.options = RunOptions.from_kwargs(options, **run_options)
         self._factory: Callable[[str | None], Any] = lambda dev: AlignedRun(
-            ep, onx, args, kwargs, device=dev, **run_options
+            ep, onx, args, kwargs, self.options.replace(device=dev)
         )
-        self._init(self._factory(device), background, batch_interval, replay_root)
-        self.device = str(getattr(self.run, "device", None) or device or "cpu")
-        self.run_options = dict(run_options)
+        self._init(self._factory(self.options.device), background, batch_interval, replay_root)
+        self.device = str(getattr(self.run, "device", None) or self.options.device or "cpu")
 
     @classmethod
     def from_run(
@@ -182,7 +170,7 @@ class SbsSession:
         self._factory = None
         self._init(run, background, batch_interval, replay_root)
         self.device = getattr(run, "device", None) or "cpu"
-        self.run_options = {}
+        self.options = getattr(run, "options", None) or RunOptions()
         return self
 
     def _init(self, run: Any, background: bool, batch_interval: float, replay_root: Any) -> None:
@@ -430,14 +418,12 @@ class SbsSession:
 
     @staticmethod
     def _check_device(device: str) -> None:
-        if not isinstance(device, str) or not (
-            device in DEVICES or re.fullmatch(r"cuda:\d+", device)
-        ):
-            raise ActionError(f"device must be one of {DEVICES} (or 'cuda:N'), got {device!r}")
-        if device.startswith("cuda"):
-            ok, why = cuda_availability()
-            if not ok:
-                raise ActionError(f"cannot use CUDA: {why}")
+        if not isinstance(device, str):
+            raise ActionError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        try:
+            resolve_device(device)
+        except SbsInputError as e:
+            raise ActionError(f"cannot use {device!r}: {e}") from None
 
     def restart(self) -> SbsSession:
         """A new session running the same comparison on the current device."""
@@ -450,7 +436,7 @@ class SbsSession:
             self._factory(self.device), self.background, self.batch_interval, self.replay_root
         )
         new.device = self.device
-        new.run_options = dict(self.run_options)
+        new.options = self.options
         return new
 
     def __repr__(self) -> str:

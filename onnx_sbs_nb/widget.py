@@ -36,8 +36,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
-from .session import IDLE, ActionError, SbsSession, cuda_availability
+from .session import IDLE, ActionError, SbsSession
 
 BUNDLE_PATH = Path(__file__).with_name("static") / "widget.js"
 
@@ -245,6 +246,7 @@ if anywidget is not None:
             ep: Any = None,
             onx: Any = None,
             inputs: Any = None,
+            options: Any = None,
             *,
             session: SbsSession | None = None,
             records: Iterable[Record] | None = None,
@@ -271,6 +273,7 @@ if anywidget is not None:
                         ep,
                         onx,
                         inputs,
+                        options,
                         background=background,
                         batch_interval=batch_interval,
                         replay_root=replay_root,
@@ -281,8 +284,8 @@ if anywidget is not None:
                 _esm=bundle_js(),
                 columns=list(RECORD_FIELDS),
                 status=jsonable(session.status),
-                atol=run_options.get("atol", _float_or_none(getattr(session.run, "atol", None))),
-                rtol=run_options.get("rtol", _float_or_none(getattr(session.run, "rtol", None))),
+                atol=session.options.atol,
+                rtol=session.options.rtol,
                 device=session.device,
                 cuda_available=cuda_ok,
                 cuda_reason=cuda_why,

@@ -808,7 +808,9 @@ def test_inline_failure_names_the_node():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
 def test_cuda_request_without_gpu_is_a_clear_error(small_model):
-    with pytest.raises(RuntimeError, match="CUDA was requested"):
+    from onnx_sbs_nb.errors import DeviceUnavailableError
+
+    with pytest.raises(DeviceUnavailableError, match="'cuda' was asked for but no CUDA device"):
         TorchOnnxEvaluator(small_model, providers=["CUDAExecutionProvider"])
 
 

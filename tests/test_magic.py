@@ -83,7 +83,7 @@ def test_dotted_names(ip, model):
         ("my_ep", "the following arguments are required"),
         ("my_ep my_onx my_x --atol abc", "invalid float value"),
         ("my_ep my_onx my_x -o 1bad", "not a valid variable name"),
-        ("my_ep my_onx my_x --reset a --reset-all", "not both"),
+        ("my_ep my_onx my_x --reset a --reset-all", "not allowed with argument --reset"),
         ("my_ep my_onx 'unclosed", "cannot split"),
         ("my_ep.missing my_onx my_x", "has no attribute"),
     ],

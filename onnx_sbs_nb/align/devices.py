@@ -14,9 +14,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
 from ..convert import convert, device_of, initializer_value
+from ..device import resolve_device
 from ..diff import compare, shape_type
 from ..records import (
     KIND_INPUT,
@@ -47,11 +46,7 @@ def run_onnx_on_two_devices(
     """
     model = load_onnx_model(onx)
     for _, dev in (reference, candidate):
-        if str(dev).startswith("cuda") and not torch.cuda.is_available():
-            raise SbsInputError(
-                f"device {dev!r} was asked for but torch sees no CUDA device: use 'cpu' or run "
-                "on a machine with a GPU"
-            )
+        resolve_device(dev)
     g = model.graph
     inits = {i.name for i in g.initializer}
     missing = [i.name for i in g.input if i.name not in inits and i.name not in feeds]

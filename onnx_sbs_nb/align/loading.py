@@ -9,10 +9,7 @@ from typing import Any
 import onnx
 import torch
 
-
-class SbsInputError(ValueError):
-    """Bad input to a side-by-side run: the message names the problem and the fix."""
-
+from ..errors import SbsInputError
 
 PathLike = str | os.PathLike
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import onnx
 import torch
 
 from ..convert import convert, device_of, initializer_value, to_torch
+from ..device import device_name
 from ..diff import compare, shape_type
 from ..records import (
     KIND_NODE,
@@ -42,6 +43,7 @@ from .names import (
     fx_name_from_metadata,
     pair_values,
 )
+from .options import RESET_ALL, RunOptions
 from .plan import FX, Plan, build_plan
 from .program import PREPARED_FROM_ONNX_PROGRAM, PreparedProgram, bind_inputs, prepare_program
 from .provenance import Provenance, program_provenance
@@ -94,25 +96,18 @@ class AlignedRun:
         onx: Any,
         args: Any = None,
         kwargs: dict[str, Any] | None = None,
+        options: RunOptions | None = None,
         *,
-        runner: Any = "onnxruntime",
-        atol: float | None = None,
-        rtol: float | None = None,
-        exc: bool = False,
-        rerun_with_torch_inputs: bool = False,
-        reset_names: Sequence[str] | None = None,
-        reset: str | None = None,
-        replay: Any = None,
-        replay_dir: str | Path | None = None,
-        device: str | None = None,
         status: RunStatus | None = None,
+        **option_kwargs: Any,
     ):
+        self.options = RunOptions.from_kwargs(options, **option_kwargs)
+        opts = self.options
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep)
         self.model = load_onnx_model(onx)
         self.args, self.kwargs = load_inputs(args, kwargs)
-        if reset not in (None, "all"):
-            raise SbsInputError(f"reset must be None or 'all', got {reset!r}")
+        device = opts.device
         if device is None:
             # inputs already on a GPU mean "run there"
             devices = {
@@ -121,19 +116,15 @@ class AlignedRun:
                 if isinstance(t, torch.Tensor)
             }
             device = next((d for d in sorted(devices) if d.startswith("cuda")), None)
-        self.device = self._resolve_device(device)
-        self.atol, self.rtol = atol, rtol
-        self.exc = exc
-        self.rerun = bool(rerun_with_torch_inputs)
-        self.reset_all = reset == "all"
-        self.reset_names = set(reset_names or ())
-        self.replay = replay
-        self.replay_dir = Path(replay_dir) if replay_dir is not None else None
-        if replay is not None and replay_dir is None:
-            raise SbsInputError(
-                "replay=ReplayConfig(...) needs replay_dir= (the folder to write to)"
-            )
-        self.runner = make_runner(runner, self.device)
+        self.device = device_name(device)
+        self.atol, self.rtol = opts.atol, opts.rtol
+        self.exc = opts.exc
+        self.rerun = opts.own_error
+        self.reset_all = opts.reset == RESET_ALL
+        self.reset_names = set(opts.reset_names)
+        self.replay = opts.replay
+        self.replay_dir = opts.replay_dir
+        self.runner = make_runner(opts.runner, self.device)
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
         else:
@@ -167,7 +158,7 @@ class AlignedRun:
             self.model,
             self.pairing,
             self.ctx.free_variables,
-            needs_torch_inputs=self.rerun or self.reset_all or bool(self.reset_names),
+            needs_torch_inputs=opts.needs_torch_inputs,
         )
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(self.model.graph.node)
@@ -180,20 +171,6 @@ class AlignedRun:
         self._started = False
 
     # ------------------------------------------------------------------ setup
-    @staticmethod
-    def _resolve_device(device: str | None) -> str:
-        if device is None:
-            return "cpu"
-        device = str(device)
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise SbsInputError(
-                "device='cuda' was asked for but torch sees no CUDA device: run on a "
-                "machine with a GPU and a CUDA build of torch, or use device='cpu'"
-            )
-        if not (device == "cpu" or device.startswith("cuda")):
-            raise SbsInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
-        return device
-
     def _check_pairing(self) -> None:
         strong = [
             p
@@ -745,7 +722,7 @@ class AlignedRun:
         from ..diff import compare as _cmp
         from ..evaluator.evaluator import compile_node
 
-        device = self._resolve_device(device)
+        device = device_name(device)
         k, node = self.find_node(name)
         fx_needed = set()
         onnx_needed = set(o for o in node.output if o)
@@ -1033,7 +1010,7 @@ def run_aligned(
     """Runs both graphs side by side and yields one Record per aligned pair.
 
     Validation happens now (bad input raises SbsInputError at this call), execution as
-    the records are consumed. Options: see AlignedRun.
+    the records are consumed. Options: see :class:`~onnx_sbs_nb.align.options.RunOptions`.
     """
     return iter(AlignedRun(ep, onx, args, kwargs, **options))
 

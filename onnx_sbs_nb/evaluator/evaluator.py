@@ -11,6 +11,7 @@ import onnx
 import torch
 
 from ..convert import to_numpy, to_torch
+from ..device import resolve_device as checked_device
 from .compiler import (
     CompiledGraph,
     Compiler,
@@ -84,15 +85,7 @@ def resolve_device(
         providers = providers or ()
         names = [p[0] if isinstance(p, tuple) else p for p in providers]
         device = "cuda" if "CUDAExecutionProvider" in names else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                "CUDA was requested (device or CUDAExecutionProvider) but torch sees no GPU"
-            )
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
+    return checked_device(device, allow_meta=True)
 
 
 def _opsets_of(proto: Any) -> dict[str, int]:

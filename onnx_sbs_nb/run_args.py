@@ -1,0 +1,95 @@
+"""The run options as command-line flags, shared by ``onnx-sbs run`` and ``%sbs``."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+from typing import Any
+
+from .align.options import RESET_ALL, RUNNER_NAMES, RunOptions
+from .errors import SbsInputError
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of :class:`RunOptions` (the same spelling in a terminal and a notebook)."""
+    p.add_argument("--runner", default="onnxruntime", choices=RUNNER_NAMES)
+    p.add_argument(
+        "--atol", type=float, default=None, help="absolute tolerance (default: per dtype)"
+    )
+    p.add_argument(
+        "--rtol", type=float, default=None, help="relative tolerance (default: per dtype)"
+    )
+    p.add_argument(
+        "--own-error",
+        "--rerun",
+        dest="own_error",
+        action="store_true",
+        help="also run each ONNX node on the torch values of its inputs: its own error",
+    )
+    reset = p.add_mutually_exclusive_group()
+    reset.add_argument(
+        "--reset", nargs="+", metavar="NAME", help="ONNX values replaced by their torch value"
+    )
+    reset.add_argument(
+        "--reset-all", action="store_true", help="every ONNX node runs on the torch inputs"
+    )
+    p.add_argument("--replay-dir", help="folder where replay bundles are written")
+    p.add_argument("--replay-config", help="replay selection saved as JSON (by the widget)")
+    p.add_argument("--replay-names", nargs="+", metavar="NAME", help="ONNX nodes to dump")
+    p.add_argument("--replay-op-types", nargs="+", metavar="OP", help="op types to dump")
+    p.add_argument(
+        "--replay-threshold", type=float, help="dump every node whose error exceeds this"
+    )
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+
+
+def replay_config_from_args(args: argparse.Namespace) -> Any:
+    """A ReplayConfig from --replay-config and/or --replay-names/op-types/threshold, or None."""
+    wants = args.replay_config or args.replay_names or args.replay_op_types
+    wants = wants or args.replay_threshold is not None
+    if not wants:
+        if args.replay_dir:
+            raise SbsInputError(
+                "--replay-dir needs a selection: --replay-names, --replay-op-types, "
+                "--replay-threshold or --replay-config"
+            )
+        return None
+    from .align.replay import ReplayConfig
+
+    if args.replay_config:
+        path = pathlib.Path(args.replay_config)
+        if not path.is_file():
+            raise SbsInputError(f"replay configuration {str(path)!r} does not exist")
+        try:
+            config = ReplayConfig.load(path)
+        except (OSError, TypeError, ValueError) as e:
+            raise SbsInputError(f"replay configuration {str(path)!r} is not valid: {e}") from None
+    else:
+        config = ReplayConfig()
+    if args.replay_names:
+        config.names = list(args.replay_names)
+    if args.replay_op_types:
+        config.op_types = list(args.replay_op_types)
+    if args.replay_threshold is not None:
+        config.threshold = args.replay_threshold
+    if not args.replay_dir:
+        raise SbsInputError("a replay selection needs --replay-dir DIR: where bundles are written")
+    return config
+
+
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """RunOptions from parsed flags (SbsInputError for a bad value)."""
+    return RunOptions(
+        runner=args.runner,
+        atol=args.atol,
+        rtol=args.rtol,
+        own_error=args.own_error,
+        reset_names=tuple(args.reset or ()),
+        reset=RESET_ALL if args.reset_all else None,
+        replay=replay_config_from_args(args),
+        replay_dir=args.replay_dir,
+        device=args.device,
+    )
+
+
+__all__ = ["add_run_arguments", "options_from_args", "replay_config_from_args"]
