@@ -692,6 +692,59 @@ def test_placement_analysis_keeps_shapes_on_host():
     assert shape.tolist() == [2, -1]
 
 
+def test_an_op_declares_its_placement_facts_in_its_registration():
+    """Adding an op is one kernel module: ``@op`` declares which inputs are read on the
+    host and where the outputs live, and the compiler's placement follows it."""
+    from onnx_sbs_nb.evaluator import registry
+    from onnx_sbs_nb.evaluator.compiler import Compiler
+
+    domain = "test.placement.facts"
+    seen = {}
+
+    @registry.op("ScaleBy", domain=domain, host_inputs=(1,), placement="follow")
+    def scale_by(x, k):
+        seen["k"] = k
+        return x * k.item()
+
+    try:
+        entry = registry.get_kernel(domain, "ScaleBy", 1)
+        assert entry.host_inputs == {1} and entry.placement == "follow"
+        nodes = [
+            oh.make_node("Shape", ["x"], ["s"]),
+            oh.make_node("ScaleBy", ["s", "two"], ["s2"], domain=domain),  # host inputs
+            oh.make_node("ScaleBy", ["x", "k"], ["y"], domain=domain),  # data input
+        ]
+        inits = [
+            onh.from_array(np.array(2, dtype=np.int64), "two"),
+            onh.from_array(np.array(3.0, dtype=np.float32), "k"),
+        ]
+        m = _model(
+            nodes,
+            [_vi("x")],
+            [_vi("y"), _vi("s2", TP.INT64)],
+            inits,
+            extra_opsets=[oh.make_opsetid(domain, 1)],
+        )
+        opsets = {"": 18, domain: 1}
+        compiler = Compiler(opsets, device=torch.device("cpu"), manage_placement=True)
+        cg = compiler.compile_graph(m.graph, top_level=True)
+        assert cg.placement["s2"] == "h" and cg.placement["y"] == "d"
+        # the host input gets no device twin (a second slot holding the constant)
+        k = compiler.graph_initializers(m.graph)["k"]
+        assert sum(v is k for v in cg.template) == 1
+        x = torch.randn(2, 3)
+        y, s2 = cg.execute([x])
+        assert seen["k"] is k
+        torch.testing.assert_close(y, x * 3)
+        assert s2.tolist() == [4, 6]
+    finally:
+        registry._REGISTRY.pop((domain, "ScaleBy"))
+    # int inputs are host inputs; a placement outside the four is a registration error
+    assert registry.get_kernel("", "Reshape", 18).host_inputs >= {1}
+    with pytest.raises(ValueError, match="placement"):
+        registry.op("Bad", domain=domain, placement="gpu")
+
+
 def test_loop_without_iterations_keeps_scan_output_type():
     body = oh.make_graph(
         [

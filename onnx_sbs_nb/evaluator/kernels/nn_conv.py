@@ -216,7 +216,7 @@ def _bilinear_zero(img, py, px):
     return out
 
 
-@op("Col2Im", since=18)
+@op("Col2Im", since=18, host_inputs=(1, 2))
 def col2im(x, image_shape, block_shape, dilations=None, pads=None, strides=None):
     img = [int(v) for v in image_shape.tolist()]
     blk = [int(v) for v in block_shape.tolist()]
