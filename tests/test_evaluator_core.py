@@ -18,6 +18,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as onh
 
 from onnx_sbs_nb.evaluator import supported_ops as supported_ops_pkg
+from onnx_sbs_nb.evaluator.attributes import UnknownAttributeError
 from onnx_sbs_nb.evaluator.compiler import MissingKernelError, NodeError
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node, supported_ops
 
@@ -185,6 +186,121 @@ def test_kernel_failure_names_the_node():
     m = _model(nodes, [_vi("x"), _vi("s", TP.INT64)], [_vi("y")])
     with pytest.raises(NodeError, match="bad_reshape.*Reshape"):
         TorchOnnxEvaluator(m).run(None, {"x": torch.ones(6), "s": torch.tensor([4, 4])})
+
+
+# -- attributes: checked when the evaluator is built ------------------------------------------
+
+
+def test_unknown_attribute_rejected_at_construction_naming_node_op_and_attribute():
+    # the prior art's custom-kernel test carries Add(axis=-1, epsilon=...) at opset 17
+    nodes = [oh.make_node("Add", ["x", "x"], ["y"], name="add_eps", axis=-1, epsilon=1e-6)]
+    m = _model(nodes, [_vi("x")], [_vi("y")], opset=17)
+    with pytest.raises(UnknownAttributeError) as err:
+        TorchOnnxEvaluator(m)  # not a TypeError at the first run
+    msg = str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert "'add_eps'" in msg and "ai.onnx::Add" in msg and "opset 17" in msg
+    assert "['axis', 'epsilon']" in msg and "attributes are none" in msg
+    # the attributes the op accepts are listed
+    nodes = [oh.make_node("LeakyRelu", ["x"], ["y"], name="lr", alhpa=0.2)]
+    with pytest.raises(UnknownAttributeError, match=r"'lr'.*\['alhpa'\].*\['alpha'\]"):
+        TorchOnnxEvaluator(_model(nodes, [_vi("x")], [_vi("y")]))
+    # compile_node (the engine's per-node path) checks the same way
+    with pytest.raises(UnknownAttributeError, match="'add_eps'.*axis"):
+        compile_node(m.graph.node[0], {"": 17})
+
+
+def test_unknown_attribute_in_subgraph_or_function_body_rejected_at_construction():
+    then_g = oh.make_graph(
+        [oh.make_node("Neg", ["x"], ["r"], name="in_then", alpha=1.0)], "t", [], [_vi("r")]
+    )
+    else_g = oh.make_graph([oh.make_node("Abs", ["x"], ["r"])], "e", [], [_vi("r")])
+    nodes = [
+        oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        oh.make_node("Cast", ["s"], ["c"], to=TP.BOOL),
+        oh.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    with pytest.raises(UnknownAttributeError, match=r"'in_then'.*Neg.*\['alpha'\]"):
+        TorchOnnxEvaluator(_model(nodes, [_vi("x")], [_vi("y")]))
+    body = [oh.make_node("Relu", ["a"], ["b"], name="in_body", slope=0.1)]
+    f = oh.make_function("local", "F", ["a"], ["b"], body, [oh.make_opsetid("", 18)])
+    nodes = [oh.make_node("F", ["x"], ["y"], domain="local")]
+    m = _model(
+        nodes, [_vi("x")], [_vi("y")], functions=[f], extra_opsets=[oh.make_opsetid("local", 1)]
+    )
+    with pytest.raises(UnknownAttributeError, match=r"'in_body'.*Relu.*\['slope'\]"):
+        TorchOnnxEvaluator(m)
+
+
+def test_valid_attributes_accepted_whoever_reads_them():
+    x = torch.tensor([1.0, -2.0])
+    # valid at their opset: legacy broadcasting, a memory hint, an attribute a later opset
+    # added that the kernel (serving both) implements
+    (y,) = _run1([oh.make_node("Add", ["x", "x"], ["y"], broadcast=1, axis=0)], {"x": x}, opset=6)
+    assert y.tolist() == [2.0, -4.0]
+    (y,) = _run1([oh.make_node("Relu", ["x"], ["y"], consumed_inputs=[0])], {"x": x}, opset=5)
+    assert y.tolist() == [1.0, 0.0]
+    node = oh.make_node("ArgMax", ["x"], ["y"], keepdims=0, select_last_index=0)
+    m = _model([node], [_vi("x")], [_vi("y", TP.INT64)], opset=11)
+    assert TorchOnnxEvaluator(m).run(None, {"x": x})[0].item() == 0
+    # a local function call may carry attributes its function does not declare (as in
+    # onnxruntime): the function reads those it declares
+    f = oh.make_function(
+        "local", "F", ["a"], ["b"], [oh.make_node("Neg", ["a"], ["b"])], [oh.make_opsetid("", 18)]
+    )
+    nodes = [oh.make_node("F", ["x"], ["y"], domain="local", unused=1)]
+    m = _model(
+        nodes, [_vi("x")], [_vi("y")], functions=[f], extra_opsets=[oh.make_opsetid("local", 1)]
+    )
+    assert TorchOnnxEvaluator(m).run(None, {"x": x})[0].tolist() == [-1.0, 2.0]
+
+
+def test_valid_attribute_a_builtin_kernel_does_not_take_is_dropped_with_a_warning(monkeypatch):
+    """An attribute the spec defines (at the model's opset) that the kernel does not
+    implement is not an error of the model: the node runs without it, and says so."""
+    from onnx_sbs_nb.evaluator import registry
+
+    def celu_without_alpha(x):
+        return torch.nn.functional.celu(x)
+
+    entry = registry.get_kernel("", "Celu", 12)
+    monkeypatch.setitem(
+        registry._REGISTRY, ("", "Celu"), [type(entry)("", "Celu", 12, celu_without_alpha)]
+    )
+    node = oh.make_node("Celu", ["x"], ["y"], name="celu", alpha=2.0)
+    with pytest.warns(UserWarning, match=r"'celu'.*Celu.*\['alpha'\].*may differ"):
+        ev = TorchOnnxEvaluator(_model([node], [_vi("x")], [_vi("y")]))
+    x = torch.tensor([-1.0, 1.0])
+    torch.testing.assert_close(ev.run(None, {"x": x})[0], torch.nn.functional.celu(x))
+
+
+def test_custom_kernels_accept_what_their_signature_takes():
+    node = oh.make_node("Gelu", ["x"], ["y"], name="g", approximate="tanh")
+    m = _model([node], [_vi("x")], [_vi("y")], opset=20)
+    x = torch.tensor([1.0])
+
+    def gelu_plain(x):
+        return x
+
+    with pytest.raises(UnknownAttributeError, match=r"'g'.*\['approximate'\].*custom kernel"):
+        TorchOnnxEvaluator(m, custom_kernels={("", "Gelu"): gelu_plain})
+
+    def gelu_any(x, **attrs):
+        return x * 2
+
+    bogus = oh.make_node("Gelu", ["x"], ["y"], approximate="tanh", not_in_the_spec=1)
+    m2 = _model([bogus], [_vi("x")], [_vi("y")], opset=20)
+    assert TorchOnnxEvaluator(m2, custom_kernels={("", "Gelu"): gelu_any}).run(None, {"x": x})[
+        0
+    ].tolist() == [2.0]
+
+    def gelu_named(x, approximate="none", extra=0):
+        return x * 3
+
+    node = oh.make_node("Gelu", ["x"], ["y"], approximate="tanh", extra=1)
+    m3 = _model([node], [_vi("x")], [_vi("y")], opset=20)
+    ev = TorchOnnxEvaluator(m3, custom_kernels={("", "Gelu"): gelu_named})
+    assert ev.run(None, {"x": x})[0].tolist() == [3.0]
 
 
 # -- semantics of older opsets ---------------------------------------------------------------

@@ -18,6 +18,13 @@ from typing import Any
 import onnx
 import torch
 
+from .attributes import (
+    AttributeRule,
+    UnknownAttributeError,
+    attribute_rule,
+    unknown_attributes,
+    without_dropped,
+)
 from .codegen import generate, script_source
 from .inline import HELPER_SOURCE, NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
@@ -271,6 +278,7 @@ class Compiler:
         self._init_cache: dict[int, tuple[Any, dict[str, torch.Tensor]]] = {}
         self._device_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._node_consts: dict[int, tuple[onnx.NodeProto, torch.Tensor]] = {}
+        self._attr_checked: dict[int, tuple[onnx.GraphProto, dict, list[str]]] = {}
 
     # -- entry points ---------------------------------------------------------------------
 
@@ -358,6 +366,7 @@ class Compiler:
         step_nodes: list[onnx.NodeProto] = []
         step_inputs: list[list[int]] = []
         missing: list[str] = []
+        bad_attributes: list[str] = []
 
         def device_slot(name: str) -> int:
             if name not in device_twin:
@@ -375,11 +384,12 @@ class Compiler:
             domain = normalize_domain(node.domain)
             key = (domain, node.op_type)
             atts = _resolve_attributes(node, attr_env)
+            # the op's facts (shape inputs, placement), whatever implements it
+            entry = get_kernel(domain, node.op_type, opsets.get(domain))
+            rule = self._attribute_rule(node, key, entry, opsets, bad_attributes)
             if key == ("", "Constant") and key not in self.custom:
                 add_constant(node.output[0], self._constant(node, atts))
                 continue
-            # the op's facts (shape inputs, placement), whatever implements it
-            entry = get_kernel(domain, node.op_type, opsets.get(domain))
             fn, builtin, form = self._make_callable(node, key, entry, atts, opsets, attr_env)
             kernel = fn
             if fn is None:
@@ -414,7 +424,7 @@ class Compiler:
                 # converted once here instead of a tolist() per call
                 if i < len(explicit) and explicit[i] in constants:
                     ins[i] = int_slot(explicit[i]) or ins[i]
-            attrs = {} if is_function else self._kernel_attrs(node, atts)
+            attrs = {} if is_function else self._kernel_attrs(node, atts, rule)
             # the inline form stands for the bare kernel: not behind a mover or outer values
             inlined = form is not None and fn is kernel
             inline.append((form, _constants_of(ins, template), attrs) if inlined else None)
@@ -430,6 +440,8 @@ class Compiler:
             step_nodes.append(node)
             step_inputs.append(ins)
 
+        if bad_attributes:
+            raise UnknownAttributeError("\n".join(dict.fromkeys(bad_attributes)))
         if missing:
             raise MissingKernelError(
                 "no kernel for "
@@ -528,10 +540,50 @@ class Compiler:
             return functools.partial(entry.fn, ctx=ctx), True, None
         return entry.fn, True, form_for(entry.domain, entry.op_type, entry.since, entry.fn)
 
-    def _kernel_attrs(self, node, atts) -> dict[str, Any]:
+    def _attribute_rule(
+        self, node, key, entry: KernelEntry | None, opsets, problems: list[str]
+    ) -> AttributeRule | None:
+        """The attribute rule of the implementation a node gets (None: no kernel); what
+        the node, or a node of its subgraphs, carries that the rule rejects goes to
+        ``problems``: an invalid attribute is an error when the evaluator is built, not
+        a TypeError when the node first runs."""
+        version = opsets.get(key[0])
+        if key in self.custom:
+            rule = attribute_rule("custom", key[0], node.op_type, version, self.custom[key])
+        elif key in self.functions:
+            rule = attribute_rule("function", key[0], node.op_type, version, None)
+        elif entry is not None:
+            rule = attribute_rule("builtin", key[0], node.op_type, version, entry.fn)
+        else:
+            return None
+        problem = unknown_attributes(node, key[0], version, rule)
+        if problem:
+            problems.append(problem)
+        if rule.kind == "builtin":
+            # subgraphs compile when they first run: their nodes are checked now
+            for att in node.attribute:
+                for g in [att.g] if att.type == onnx.AttributeProto.GRAPH else att.graphs:
+                    self._check_graph_attributes(g, opsets, problems)
+        return rule
+
+    def _check_graph_attributes(self, graph: onnx.GraphProto, opsets, problems) -> None:
+        hit = self._attr_checked.get(id(graph))
+        if hit is not None and hit[0] is graph and hit[1] == opsets:
+            problems.extend(hit[2])
+            return
+        found: list[str] = []
+        for node in graph.node:
+            key = (normalize_domain(node.domain), node.op_type)
+            entry = get_kernel(key[0], node.op_type, opsets.get(key[0]))
+            self._attribute_rule(node, key, entry, opsets, found)
+        self._attr_checked[id(graph)] = (graph, dict(opsets), found)
+        problems.extend(found)
+
+    def _kernel_attrs(self, node, atts, rule: AttributeRule | None) -> dict[str, Any]:
         try:
             # consumed_inputs (opsets < 6) is a memory hint with no effect on results
-            return {a.name: attribute_value(a) for a in atts if a.name != "consumed_inputs"}
+            attrs = {a.name: attribute_value(a) for a in atts if a.name != "consumed_inputs"}
+            return without_dropped(node, attrs, rule) if rule is not None else attrs
         except TypeError as e:
             raise TypeError(f"node {node.name!r} ({node.op_type}): {e}") from e
         except Exception as e:

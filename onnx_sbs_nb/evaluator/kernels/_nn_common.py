@@ -52,6 +52,7 @@ def _versioned(
 
     kernel.__name__ = kernel.__qualname__ = f"{op_type.lower()}_{since}"
     kernel.__doc__ = impl.__doc__
+    kernel.onnx_attributes = allowed | ignored  # what the evaluator checks when built
     return kernel
 
 
