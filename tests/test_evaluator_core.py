@@ -411,6 +411,25 @@ def test_softmax_axis_semantics_before_13():
     torch.testing.assert_close(new, torch.softmax(x, 1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("stash_type", [None, 1, 11])
+def test_range_27_computes_low_precision_ranges_in_its_stash_type(dtype, stash_type):
+    from onnx.reference import ReferenceEvaluator
+
+    from onnx_sbs_nb.convert import to_numpy
+
+    elem = TP.FLOAT16 if dtype == torch.float16 else TP.BFLOAT16
+    attrs = {} if stash_type is None else {"stash_type": stash_type}
+    node = oh.make_node("Range", ["a", "b", "c"], ["y"], **attrs)
+    m = _model([node], [_vi(n, elem, []) for n in "abc"], [_vi("y", elem)], opset=27)
+    feeds = {"a": 0.1, "b": 30.0, "c": 0.1}
+    feeds = {k: torch.tensor(v, dtype=dtype) for k, v in feeds.items()}
+    (got,) = TorchOnnxEvaluator(m).run(None, feeds)
+    (expected,) = ReferenceEvaluator(m).run(None, {k: to_numpy(v) for k, v in feeds.items()})
+    assert got.dtype == dtype
+    assert got.float().tolist() == torch.from_numpy(expected.astype(np.float32)).tolist()
+
+
 def test_integer_semantics():
     a = torch.tensor([-7, 7, -7, 7], dtype=torch.int64)
     b = torch.tensor([2, -2, -2, 2], dtype=torch.int64)

@@ -222,6 +222,22 @@ def range_(start, limit, delta):
     return torch.arange(s, s + n * d, d, dtype=dtype, device=start.device)[:n]
 
 
+# Range-27: float16 and bfloat16 ranges computed in float (stash_type 1, the default)
+# or double (11), then rounded once
+_RANGE_STASH = {1: torch.float32, 11: torch.float64}
+
+
+@op("Range", since=27, host_inputs=(0, 1, 2), placement="follow")
+def range_27(start, limit, delta, stash_type=1):
+    dtype = start.dtype
+    if dtype not in (torch.float16, torch.bfloat16):
+        return range_(start, limit, delta)
+    stash = _RANGE_STASH.get(stash_type)
+    if stash is None:
+        raise ValueError(f"Range: stash_type must be 1 (float) or 11 (double), not {stash_type}")
+    return range_(start.to(stash), limit.to(stash), delta.to(stash)).to(dtype)
+
+
 @op("ConstantOfShape", since=9, context=True, int_inputs=(0,))
 def constant_of_shape(shape, value=None, ctx=None):
     dims = as_ints(shape)
