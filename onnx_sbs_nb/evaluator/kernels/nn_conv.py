@@ -73,6 +73,10 @@ def conv(
         x, kernel_shape or w.shape[2:], strides, dilations
     )
     p = resolve_pads(auto_pad, pads, list(x.shape[2:]), kernel, strides, dilations)
+    if b is not None and b.dim() != 1:
+        # the M bias values in another shape ([1, M, 1, 1]): read as the reference
+        # evaluator and ConvTranspose read them
+        b = b.reshape(-1)
     return conv_nd(x, w, b, p, strides, dilations, group)
 
 
