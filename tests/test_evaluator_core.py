@@ -1014,6 +1014,19 @@ def test_numpy_feeds_with_ml_dtypes_round_trip():
     assert y.astype(np.float32).tolist() == [2.25, 4.0, 9.0]
 
 
+def test_numpy_results_from_lazy_conjugate_views():
+    """A kernel may return a lazy view (torch.conj, the imaginary part of one): numpy
+    feeds still get numpy results."""
+    m = _model([oh.make_node("Conj", ["x"], ["y"], domain="c")], [_vi("x")], [_vi("y")])
+    m.opset_import.append(oh.make_opsetid("c", 1))
+    x = np.array([1 + 2j, 3 - 1j], dtype=np.complex64)
+    for kernel, expected in ((torch.conj, np.conj(x)), (lambda t: torch.conj(t).imag, -x.imag)):
+        ev = TorchOnnxEvaluator(m, custom_kernels={("c", "Conj"): kernel})
+        (y,) = ev.run(None, {"x": x})
+        assert isinstance(y, np.ndarray)
+        np.testing.assert_array_equal(y, expected)
+
+
 @cuda
 @pytest.mark.cuda
 def test_cuda_feeds_without_device_run_where_they_are(small_model):
