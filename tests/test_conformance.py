@@ -133,12 +133,13 @@ def _with_inputs_as_initializers(tc, positions):
     return variant, rest
 
 
-def _int_inputs(tc) -> frozenset[int]:
-    from onnx_sbs_nb.evaluator.registry import get_kernel
+def _kernel_entry(tc):
+    """The registry entry of a single-node case's op: its declared shape inputs."""
+    from onnx_sbs_nb.evaluator.registry import get_kernel, normalize_domain
 
     node = tc.model.graph.node[0]
-    opsets = {o.domain: o.version for o in tc.model.opset_import}
-    return get_kernel(node.domain, node.op_type, opsets.get(node.domain or "")).int_inputs
+    opsets = {normalize_domain(o.domain): o.version for o in tc.model.opset_import}
+    return get_kernel(node.domain, node.op_type, opsets.get(normalize_domain(node.domain)))
 
 
 def test_constant_shape_inputs_give_identical_results(cases):
@@ -150,7 +151,7 @@ def test_constant_shape_inputs_give_identical_results(cases):
         graph = tc.model.graph
         if tc.name not in baseline or len(graph.node) != 1 or graph.node[0].op_type in _RANDOM_OPS:
             continue
-        variant, rest = _with_inputs_as_initializers(tc, _int_inputs(tc))
+        variant, rest = _with_inputs_as_initializers(tc, _kernel_entry(tc).int_inputs)
         if variant is None:
             continue
         inputs, _ = tc.data_sets[0]
@@ -189,8 +190,6 @@ def test_only_data_dependent_ops_read_device_values_on_the_host(cases):
     (as exporters write them) and its data on "meta": reading a device value on the host
     raises there, where on CUDA it would wait for the GPU. Only ops whose results depend on
     their data's values may do it."""
-    from onnx_sbs_nb.evaluator.compiler import SHAPE_INPUTS
-
     baseline = set(_baseline())
     reads, ran = {}, 0
     for tc in cases:
@@ -198,7 +197,7 @@ def test_only_data_dependent_ops_read_device_values_on_the_host(cases):
         if tc.name not in baseline or len(graph.node) != 1:
             continue
         node = graph.node[0]
-        variant, rest = _with_inputs_as_initializers(tc, SHAPE_INPUTS.get(node.op_type, ()))
+        variant, rest = _with_inputs_as_initializers(tc, _kernel_entry(tc).host_inputs)
         if variant is None:
             variant, rest = (
                 tc.model,
@@ -253,15 +252,11 @@ def test_inline_forms_give_the_kernels_results(cases):
     """The generated code writes the hottest kernels inline (inline.py): over the node
     suite, fed as is and with shapes and axes as constants, the results are bit for bit
     those of the kernels."""
-    from onnx_sbs_nb.evaluator.compiler import SHAPE_INPUTS
-
     differ, inlined_cases = [], 0
     for tc, graph, feeds in _passing_deterministic(cases):
         variants = [(tc.model, feeds)]
         if len(graph.node) == 1:
-            variant, rest = _with_inputs_as_initializers(
-                tc, SHAPE_INPUTS.get(graph.node[0].op_type, ())
-            )
+            variant, rest = _with_inputs_as_initializers(tc, _kernel_entry(tc).host_inputs)
             if variant is not None:
                 variants.append((variant, rest))
         for model, fed in variants:

@@ -18,6 +18,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as onh
 
 from onnx_sbs_nb.evaluator import supported_ops as supported_ops_pkg
+from onnx_sbs_nb.evaluator.attributes import UnknownAttributeError
 from onnx_sbs_nb.evaluator.compiler import MissingKernelError, NodeError
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node, supported_ops
 
@@ -187,6 +188,121 @@ def test_kernel_failure_names_the_node():
         TorchOnnxEvaluator(m).run(None, {"x": torch.ones(6), "s": torch.tensor([4, 4])})
 
 
+# -- attributes: checked when the evaluator is built ------------------------------------------
+
+
+def test_unknown_attribute_rejected_at_construction_naming_node_op_and_attribute():
+    # the prior art's custom-kernel test carries Add(axis=-1, epsilon=...) at opset 17
+    nodes = [oh.make_node("Add", ["x", "x"], ["y"], name="add_eps", axis=-1, epsilon=1e-6)]
+    m = _model(nodes, [_vi("x")], [_vi("y")], opset=17)
+    with pytest.raises(UnknownAttributeError) as err:
+        TorchOnnxEvaluator(m)  # not a TypeError at the first run
+    msg = str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert "'add_eps'" in msg and "ai.onnx::Add" in msg and "opset 17" in msg
+    assert "['axis', 'epsilon']" in msg and "attributes are none" in msg
+    # the attributes the op accepts are listed
+    nodes = [oh.make_node("LeakyRelu", ["x"], ["y"], name="lr", alhpa=0.2)]
+    with pytest.raises(UnknownAttributeError, match=r"'lr'.*\['alhpa'\].*\['alpha'\]"):
+        TorchOnnxEvaluator(_model(nodes, [_vi("x")], [_vi("y")]))
+    # compile_node (the engine's per-node path) checks the same way
+    with pytest.raises(UnknownAttributeError, match="'add_eps'.*axis"):
+        compile_node(m.graph.node[0], {"": 17})
+
+
+def test_unknown_attribute_in_subgraph_or_function_body_rejected_at_construction():
+    then_g = oh.make_graph(
+        [oh.make_node("Neg", ["x"], ["r"], name="in_then", alpha=1.0)], "t", [], [_vi("r")]
+    )
+    else_g = oh.make_graph([oh.make_node("Abs", ["x"], ["r"])], "e", [], [_vi("r")])
+    nodes = [
+        oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        oh.make_node("Cast", ["s"], ["c"], to=TP.BOOL),
+        oh.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    with pytest.raises(UnknownAttributeError, match=r"'in_then'.*Neg.*\['alpha'\]"):
+        TorchOnnxEvaluator(_model(nodes, [_vi("x")], [_vi("y")]))
+    body = [oh.make_node("Relu", ["a"], ["b"], name="in_body", slope=0.1)]
+    f = oh.make_function("local", "F", ["a"], ["b"], body, [oh.make_opsetid("", 18)])
+    nodes = [oh.make_node("F", ["x"], ["y"], domain="local")]
+    m = _model(
+        nodes, [_vi("x")], [_vi("y")], functions=[f], extra_opsets=[oh.make_opsetid("local", 1)]
+    )
+    with pytest.raises(UnknownAttributeError, match=r"'in_body'.*Relu.*\['slope'\]"):
+        TorchOnnxEvaluator(m)
+
+
+def test_valid_attributes_accepted_whoever_reads_them():
+    x = torch.tensor([1.0, -2.0])
+    # valid at their opset: legacy broadcasting, a memory hint, an attribute a later opset
+    # added that the kernel (serving both) implements
+    (y,) = _run1([oh.make_node("Add", ["x", "x"], ["y"], broadcast=1, axis=0)], {"x": x}, opset=6)
+    assert y.tolist() == [2.0, -4.0]
+    (y,) = _run1([oh.make_node("Relu", ["x"], ["y"], consumed_inputs=[0])], {"x": x}, opset=5)
+    assert y.tolist() == [1.0, 0.0]
+    node = oh.make_node("ArgMax", ["x"], ["y"], keepdims=0, select_last_index=0)
+    m = _model([node], [_vi("x")], [_vi("y", TP.INT64)], opset=11)
+    assert TorchOnnxEvaluator(m).run(None, {"x": x})[0].item() == 0
+    # a local function call may carry attributes its function does not declare (as in
+    # onnxruntime): the function reads those it declares
+    f = oh.make_function(
+        "local", "F", ["a"], ["b"], [oh.make_node("Neg", ["a"], ["b"])], [oh.make_opsetid("", 18)]
+    )
+    nodes = [oh.make_node("F", ["x"], ["y"], domain="local", unused=1)]
+    m = _model(
+        nodes, [_vi("x")], [_vi("y")], functions=[f], extra_opsets=[oh.make_opsetid("local", 1)]
+    )
+    assert TorchOnnxEvaluator(m).run(None, {"x": x})[0].tolist() == [-1.0, 2.0]
+
+
+def test_valid_attribute_a_builtin_kernel_does_not_take_is_dropped_with_a_warning(monkeypatch):
+    """An attribute the spec defines (at the model's opset) that the kernel does not
+    implement is not an error of the model: the node runs without it, and says so."""
+    from onnx_sbs_nb.evaluator import registry
+
+    def celu_without_alpha(x):
+        return torch.nn.functional.celu(x)
+
+    entry = registry.get_kernel("", "Celu", 12)
+    monkeypatch.setitem(
+        registry._REGISTRY, ("", "Celu"), [type(entry)("", "Celu", 12, celu_without_alpha)]
+    )
+    node = oh.make_node("Celu", ["x"], ["y"], name="celu", alpha=2.0)
+    with pytest.warns(UserWarning, match=r"'celu'.*Celu.*\['alpha'\].*may differ"):
+        ev = TorchOnnxEvaluator(_model([node], [_vi("x")], [_vi("y")]))
+    x = torch.tensor([-1.0, 1.0])
+    torch.testing.assert_close(ev.run(None, {"x": x})[0], torch.nn.functional.celu(x))
+
+
+def test_custom_kernels_accept_what_their_signature_takes():
+    node = oh.make_node("Gelu", ["x"], ["y"], name="g", approximate="tanh")
+    m = _model([node], [_vi("x")], [_vi("y")], opset=20)
+    x = torch.tensor([1.0])
+
+    def gelu_plain(x):
+        return x
+
+    with pytest.raises(UnknownAttributeError, match=r"'g'.*\['approximate'\].*custom kernel"):
+        TorchOnnxEvaluator(m, custom_kernels={("", "Gelu"): gelu_plain})
+
+    def gelu_any(x, **attrs):
+        return x * 2
+
+    bogus = oh.make_node("Gelu", ["x"], ["y"], approximate="tanh", not_in_the_spec=1)
+    m2 = _model([bogus], [_vi("x")], [_vi("y")], opset=20)
+    assert TorchOnnxEvaluator(m2, custom_kernels={("", "Gelu"): gelu_any}).run(None, {"x": x})[
+        0
+    ].tolist() == [2.0]
+
+    def gelu_named(x, approximate="none", extra=0):
+        return x * 3
+
+    node = oh.make_node("Gelu", ["x"], ["y"], approximate="tanh", extra=1)
+    m3 = _model([node], [_vi("x")], [_vi("y")], opset=20)
+    ev = TorchOnnxEvaluator(m3, custom_kernels={("", "Gelu"): gelu_named})
+    assert ev.run(None, {"x": x})[0].tolist() == [3.0]
+
+
 # -- semantics of older opsets ---------------------------------------------------------------
 
 
@@ -293,6 +409,25 @@ def test_softmax_axis_semantics_before_13():
     # opset 11 normalises over the flattened [3*4] block, opset 13 over axis 1 only
     torch.testing.assert_close(old, torch.softmax(x.reshape(2, 12), 1).reshape(2, 3, 4))
     torch.testing.assert_close(new, torch.softmax(x, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("stash_type", [None, 1, 11])
+def test_range_27_computes_low_precision_ranges_in_its_stash_type(dtype, stash_type):
+    from onnx.reference import ReferenceEvaluator
+
+    from onnx_sbs_nb.convert import to_numpy
+
+    elem = TP.FLOAT16 if dtype == torch.float16 else TP.BFLOAT16
+    attrs = {} if stash_type is None else {"stash_type": stash_type}
+    node = oh.make_node("Range", ["a", "b", "c"], ["y"], **attrs)
+    m = _model([node], [_vi(n, elem, []) for n in "abc"], [_vi("y", elem)], opset=27)
+    feeds = {"a": 0.1, "b": 30.0, "c": 0.1}
+    feeds = {k: torch.tensor(v, dtype=dtype) for k, v in feeds.items()}
+    (got,) = TorchOnnxEvaluator(m).run(None, feeds)
+    (expected,) = ReferenceEvaluator(m).run(None, {k: to_numpy(v) for k, v in feeds.items()})
+    assert got.dtype == dtype
+    assert got.float().tolist() == torch.from_numpy(expected.astype(np.float32)).tolist()
 
 
 def test_integer_semantics():
@@ -692,6 +827,59 @@ def test_placement_analysis_keeps_shapes_on_host():
     assert shape.tolist() == [2, -1]
 
 
+def test_an_op_declares_its_placement_facts_in_its_registration():
+    """Adding an op is one kernel module: ``@op`` declares which inputs are read on the
+    host and where the outputs live, and the compiler's placement follows it."""
+    from onnx_sbs_nb.evaluator import registry
+    from onnx_sbs_nb.evaluator.compiler import Compiler
+
+    domain = "test.placement.facts"
+    seen = {}
+
+    @registry.op("ScaleBy", domain=domain, host_inputs=(1,), placement="follow")
+    def scale_by(x, k):
+        seen["k"] = k
+        return x * k.item()
+
+    try:
+        entry = registry.get_kernel(domain, "ScaleBy", 1)
+        assert entry.host_inputs == {1} and entry.placement == "follow"
+        nodes = [
+            oh.make_node("Shape", ["x"], ["s"]),
+            oh.make_node("ScaleBy", ["s", "two"], ["s2"], domain=domain),  # host inputs
+            oh.make_node("ScaleBy", ["x", "k"], ["y"], domain=domain),  # data input
+        ]
+        inits = [
+            onh.from_array(np.array(2, dtype=np.int64), "two"),
+            onh.from_array(np.array(3.0, dtype=np.float32), "k"),
+        ]
+        m = _model(
+            nodes,
+            [_vi("x")],
+            [_vi("y"), _vi("s2", TP.INT64)],
+            inits,
+            extra_opsets=[oh.make_opsetid(domain, 1)],
+        )
+        opsets = {"": 18, domain: 1}
+        compiler = Compiler(opsets, device=torch.device("cpu"), manage_placement=True)
+        cg = compiler.compile_graph(m.graph, top_level=True)
+        assert cg.placement["s2"] == "h" and cg.placement["y"] == "d"
+        # the host input gets no device twin (a second slot holding the constant)
+        k = compiler.graph_initializers(m.graph)["k"]
+        assert sum(v is k for v in cg.template) == 1
+        x = torch.randn(2, 3)
+        y, s2 = cg.execute([x])
+        assert seen["k"] is k
+        torch.testing.assert_close(y, x * 3)
+        assert s2.tolist() == [4, 6]
+    finally:
+        registry._REGISTRY.pop((domain, "ScaleBy"))
+    # int inputs are host inputs; a placement outside the four is a registration error
+    assert registry.get_kernel("", "Reshape", 18).host_inputs >= {1}
+    with pytest.raises(ValueError, match="placement"):
+        registry.op("Bad", domain=domain, placement="gpu")
+
+
 def test_loop_without_iterations_keeps_scan_output_type():
     body = oh.make_graph(
         [
@@ -826,6 +1014,19 @@ def test_numpy_feeds_with_ml_dtypes_round_trip():
     (y,) = TorchOnnxEvaluator(m).run(None, {"x": x})
     assert y.dtype == ml_dtypes.bfloat16
     assert y.astype(np.float32).tolist() == [2.25, 4.0, 9.0]
+
+
+def test_numpy_results_from_lazy_conjugate_views():
+    """A kernel may return a lazy view (torch.conj, the imaginary part of one): numpy
+    feeds still get numpy results."""
+    m = _model([oh.make_node("Conj", ["x"], ["y"], domain="c")], [_vi("x")], [_vi("y")])
+    m.opset_import.append(oh.make_opsetid("c", 1))
+    x = np.array([1 + 2j, 3 - 1j], dtype=np.complex64)
+    for kernel, expected in ((torch.conj, np.conj(x)), (lambda t: torch.conj(t).imag, -x.imag)):
+        ev = TorchOnnxEvaluator(m, custom_kernels={("c", "Conj"): kernel})
+        (y,) = ev.run(None, {"x": x})
+        assert isinstance(y, np.ndarray)
+        np.testing.assert_array_equal(y, expected)
 
 
 @cuda

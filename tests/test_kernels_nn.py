@@ -371,6 +371,23 @@ def test_maxpool_indices_match_torch_and_unpool_inverts_them():
     assert torch.equal(u.flatten()[idx.flatten()], y.flatten())
 
 
+def test_conv_bias_of_m_values_in_another_shape():
+    """The prior art's Conv tests pass the bias as [[[[0]]]] (M values, 4-D): read like the
+    reference evaluator (and like ConvTranspose's bias), not a torch error."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 3, 1, 1)).astype(np.float32)
+    attrs = dict(pads=[1, 1, 1, 1], strides=[2, 2])
+    inputs = [("x", x), ("w", w), ("b", b)]
+    (y,) = _run("Conv", inputs, **attrs)
+    m = _node_model("Conv", inputs, 1, 18, **attrs)
+    (expected,) = ReferenceEvaluator(m).run(None, dict(inputs))
+    torch.testing.assert_close(y, torch.from_numpy(expected), atol=1e-5, rtol=1e-5)
+
+
 def test_layer_norm_extra_outputs_and_half_precision():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 4, 5)).astype(np.float16)
@@ -618,6 +635,12 @@ def test_versioned_kernels_accept_only_their_own_attributes():
     r = torch.randn(1, 5, 5)
     with pytest.raises(TypeError):
         rnn7(x, w, r, hidden_size=5, layout=0)
+    # the evaluator says so when it is built, naming the node
+    from onnx_sbs_nb.evaluator.attributes import UnknownAttributeError
+
+    inputs = [("x", x.numpy()), ("w", w.numpy()), ("r", r.numpy())]
+    with pytest.raises(UnknownAttributeError, match=r"RNN, opset 7.*\['layout'\]"):
+        _run("RNN", inputs, 2, opset=7, hidden_size=5, layout=0)
     out7 = rnn7(x, w, r, hidden_size=5)
     out14 = rnn14(x, w, r, hidden_size=5, layout=0)
     for a, b in zip(out7, out14):

@@ -6,6 +6,7 @@ __all__ = [
     "MissingKernelError",
     "NodeError",
     "TorchOnnxEvaluator",
+    "UnknownAttributeError",
     "compile_node",
     "supported_ops",
 ]
@@ -15,6 +16,7 @@ _LAZY = {
     "compile_node": "evaluator",
     "MissingKernelError": "compiler",
     "NodeError": "compiler",
+    "UnknownAttributeError": "attributes",
 }
 
 

@@ -18,87 +18,19 @@ from typing import Any
 import onnx
 import torch
 
+from .attributes import (
+    AttributeRule,
+    UnknownAttributeError,
+    attribute_rule,
+    unknown_attributes,
+    without_dropped,
+)
 from .codegen import generate, script_source
 from .inline import HELPER_SOURCE, NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
 from .protos import attribute_value, sparse_to_dense, tensor_from_proto
-from .registry import _load_kernels, get_kernel, normalize_domain
+from .registry import KernelEntry, _load_kernels, get_kernel, normalize_domain
 
-# Inputs that kernels read as Python shapes/axes/counts (``tolist()``): on an accelerator
-# they may stay on the host, so reading them does not synchronise the device.
-SHAPE_INPUTS: dict[str, frozenset[int]] = {
-    k: frozenset(v)
-    for k, v in {
-        "Reshape": (1,),
-        "Expand": (1,),
-        "ConstantOfShape": (0,),
-        "Slice": (1, 2, 3, 4),
-        "Tile": (1,),
-        "Unsqueeze": (1,),
-        "Squeeze": (1,),
-        "Split": (1,),
-        "Pad": (1, 2, 3),
-        "TopK": (1,),
-        "OneHot": (1,),
-        "Resize": (1, 2, 3),
-        "Upsample": (1,),
-        "Range": (0, 1, 2),
-        "CumSum": (1,),
-        "Trilu": (1,),
-        "Loop": (0, 1),
-        "SplitToSequence": (1,),
-        "SequenceAt": (1,),
-        "SequenceErase": (1,),
-        "SequenceInsert": (2,),
-        "CenterCropPad": (1,),
-        "Col2Im": (1, 2),
-        "ReduceSum": (1,),
-        "ReduceMean": (1,),
-        "ReduceMax": (1,),
-        "ReduceMin": (1,),
-        "ReduceProd": (1,),
-        "ReduceL1": (1,),
-        "ReduceL2": (1,),
-        "ReduceLogSum": (1,),
-        "ReduceLogSumExp": (1,),
-        "ReduceSumSquare": (1,),
-        "AffineGrid": (1,),
-        "Pow": (1,),  # a scalar exponent read on the host takes torch's fast path
-        "Dropout": (1, 2),
-        "If": (0,),
-        "Gather": (1,),  # a scalar index (x[:, 0]) is read on the host by torch's indexing
-        "CumProd": (1,),
-        "ReverseSequence": (1,),
-        "MaxUnpool": (2,),
-        "RoiAlign": (1, 2),
-        "NonMaxSuppression": (2, 3, 4),
-        "DFT": (1, 2),
-        "STFT": (1, 3),
-        "HannWindow": (0,),
-        "HammingWindow": (0,),
-        "BlackmanWindow": (0,),
-        "MelWeightMatrix": (0, 1, 2, 3, 4),
-        "Adagrad": (0, 1),
-        "Adam": (0, 1),
-        "Momentum": (0, 1),
-    }.items()
-}
-_NO_SHAPE: frozenset[int] = frozenset()
-
-# Ops computing shape arithmetic: with only host inputs their output stays on the host.
-HOST_OPS = frozenset(
-    """Add Sub Mul Div Mod Neg Abs Max Min Gather Concat Unsqueeze Squeeze Slice Reshape
-    Cast CastLike Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Where Range
-    Identity ReduceProd ReduceSum ReduceMax ReduceMin Expand Tile Ceil Floor Sqrt
-    Sign Flatten Transpose""".split()
-)
-HOST_SOURCES = frozenset({"Shape", "Size"})
-# Ops whose outputs may live on the host or the device depending on what they hold.
-_OPAQUE = frozenset(
-    ("", n)
-    for n in """If Loop Scan SequenceMap SequenceAt SequenceConstruct SequenceInsert
-    SequenceErase SplitToSequence ConcatFromSequence Optional OptionalGetElement""".split()
-)
 # Small constants are kept on the host (and twinned on the device when a kernel needs them there).
 _HOST_CONST_NUMEL = 64
 
@@ -346,6 +278,7 @@ class Compiler:
         self._init_cache: dict[int, tuple[Any, dict[str, torch.Tensor]]] = {}
         self._device_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._node_consts: dict[int, tuple[onnx.NodeProto, torch.Tensor]] = {}
+        self._attr_checked: dict[int, tuple[onnx.GraphProto, dict, list[str]]] = {}
 
     # -- entry points ---------------------------------------------------------------------
 
@@ -433,6 +366,7 @@ class Compiler:
         step_nodes: list[onnx.NodeProto] = []
         step_inputs: list[list[int]] = []
         missing: list[str] = []
+        bad_attributes: list[str] = []
 
         def device_slot(name: str) -> int:
             if name not in device_twin:
@@ -450,14 +384,19 @@ class Compiler:
             domain = normalize_domain(node.domain)
             key = (domain, node.op_type)
             atts = _resolve_attributes(node, attr_env)
+            # the op's facts (shape inputs, placement), whatever implements it
+            entry = get_kernel(domain, node.op_type, opsets.get(domain))
+            rule = self._attribute_rule(node, key, entry, opsets, bad_attributes)
             if key == ("", "Constant") and key not in self.custom:
                 add_constant(node.output[0], self._constant(node, atts))
                 continue
-            fn, is_function, int_pos, form = self._make_callable(
-                node, key, atts, opsets, attr_env, missing
-            )
+            fn, builtin, form = self._make_callable(node, key, entry, atts, opsets, attr_env)
             kernel = fn
             if fn is None:
+                missing.append(
+                    f"{node.op_type!r} (domain {domain or 'ai.onnx'!r}, opset "
+                    f"{opsets.get(domain)}) in node {node.name!r}"
+                )
                 for o in node.output:
                     slots[o] = 0  # keeps collecting the other missing kernels
                 continue
@@ -475,16 +414,17 @@ class Compiler:
             if implicit:
                 ins += [slots[n] for n in implicit]
                 fn = _bind_outer(fn, len(explicit), implicit)
+            is_function = key not in self.custom and key in self.functions
             if managed:
-                opaque = is_function or key in self.custom or bool(implicit) or key in _OPAQUE
+                opaque = not builtin or bool(implicit) or entry.placement == "any"
                 fn, ins, out_state = self._place(
-                    node, fn, explicit, ins, state, device_slot, host_consts, opaque
+                    entry, fn, explicit, ins, state, device_slot, host_consts, opaque
                 )
-            for i in int_pos:
+            for i in entry.int_inputs if builtin else ():
                 # converted once here instead of a tolist() per call
                 if i < len(explicit) and explicit[i] in constants:
                     ins[i] = int_slot(explicit[i]) or ins[i]
-            attrs = {} if is_function else self._kernel_attrs(node, atts)
+            attrs = {} if is_function else self._kernel_attrs(node, atts, rule)
             # the inline form stands for the bare kernel: not behind a mover or outer values
             inlined = form is not None and fn is kernel
             inline.append((form, _constants_of(ins, template), attrs) if inlined else None)
@@ -500,6 +440,8 @@ class Compiler:
             step_nodes.append(node)
             step_inputs.append(ins)
 
+        if bad_attributes:
+            raise UnknownAttributeError("\n".join(dict.fromkeys(bad_attributes)))
         if missing:
             raise MissingKernelError(
                 "no kernel for "
@@ -584,32 +526,64 @@ class Compiler:
             self._node_consts[id(node)] = hit
         return hit[1]
 
-    def _make_callable(self, node, key, atts, opsets, attr_env, missing):
-        """(callable, is_function_call, int_inputs, inline form) for a node; a None callable
-        records a missing kernel."""
+    def _make_callable(self, node, key, entry: KernelEntry | None, atts, opsets, attr_env):
+        """(callable, is the built-in kernel ``entry``, inline form) for a node: its custom
+        kernel, else its local function, else ``entry``; a None callable: no kernel."""
         if key in self.custom:
-            return self.custom[key], False, frozenset(), None
+            return self.custom[key], False, None
         if key in self.functions:
-            call = self._function_call(node, self.functions[key], atts, opsets)
-            return call, True, frozenset(), None
-        version = opsets.get(key[0])
-        entry = get_kernel(key[0], node.op_type, version)
+            return self._function_call(node, self.functions[key], atts, opsets), False, None
         if entry is None:
-            missing.append(
-                f"{node.op_type!r} (domain {key[0] or 'ai.onnx'!r}, opset {version}) "
-                f"in node {node.name!r}"
-            )
-            return None, False, frozenset(), None
+            return None, False, None
         if entry.context:
             ctx = KernelContext(self, node, opsets, attr_env)
-            return functools.partial(entry.fn, ctx=ctx), False, entry.int_inputs, None
-        form = form_for(entry.domain, entry.op_type, entry.since, entry.fn)
-        return entry.fn, False, entry.int_inputs, form
+            return functools.partial(entry.fn, ctx=ctx), True, None
+        return entry.fn, True, form_for(entry.domain, entry.op_type, entry.since, entry.fn)
 
-    def _kernel_attrs(self, node, atts) -> dict[str, Any]:
+    def _attribute_rule(
+        self, node, key, entry: KernelEntry | None, opsets, problems: list[str]
+    ) -> AttributeRule | None:
+        """The attribute rule of the implementation a node gets (None: no kernel); what
+        the node, or a node of its subgraphs, carries that the rule rejects goes to
+        ``problems``: an invalid attribute is an error when the evaluator is built, not
+        a TypeError when the node first runs."""
+        version = opsets.get(key[0])
+        if key in self.custom:
+            rule = attribute_rule("custom", key[0], node.op_type, version, self.custom[key])
+        elif key in self.functions:
+            rule = attribute_rule("function", key[0], node.op_type, version, None)
+        elif entry is not None:
+            rule = attribute_rule("builtin", key[0], node.op_type, version, entry.fn)
+        else:
+            return None
+        problem = unknown_attributes(node, key[0], version, rule)
+        if problem:
+            problems.append(problem)
+        if rule.kind == "builtin":
+            # subgraphs compile when they first run: their nodes are checked now
+            for att in node.attribute:
+                for g in [att.g] if att.type == onnx.AttributeProto.GRAPH else att.graphs:
+                    self._check_graph_attributes(g, opsets, problems)
+        return rule
+
+    def _check_graph_attributes(self, graph: onnx.GraphProto, opsets, problems) -> None:
+        hit = self._attr_checked.get(id(graph))
+        if hit is not None and hit[0] is graph and hit[1] == opsets:
+            problems.extend(hit[2])
+            return
+        found: list[str] = []
+        for node in graph.node:
+            key = (normalize_domain(node.domain), node.op_type)
+            entry = get_kernel(key[0], node.op_type, opsets.get(key[0]))
+            self._attribute_rule(node, key, entry, opsets, found)
+        self._attr_checked[id(graph)] = (graph, dict(opsets), found)
+        problems.extend(found)
+
+    def _kernel_attrs(self, node, atts, rule: AttributeRule | None) -> dict[str, Any]:
         try:
             # consumed_inputs (opsets < 6) is a memory hint with no effect on results
-            return {a.name: attribute_value(a) for a in atts if a.name != "consumed_inputs"}
+            attrs = {a.name: attribute_value(a) for a in atts if a.name != "consumed_inputs"}
+            return without_dropped(node, attrs, rule) if rule is not None else attrs
         except TypeError as e:
             raise TypeError(f"node {node.name!r} ({node.op_type}): {e}") from e
         except Exception as e:
@@ -639,22 +613,25 @@ class Compiler:
 
         return call_function
 
-    def _place(self, node, fn, explicit, ins, state, device_slot, host_consts, opaque):
-        """Host/device placement of one step (accelerator only).
+    def _place(self, entry, fn, explicit, ins, state, device_slot, host_consts, opaque):
+        """Host/device placement of one step (accelerator only), from the facts the op's
+        kernel ``entry`` declares (``registry.op``); a custom kernel or a local function
+        replacing a built-in op keeps them.
 
         ``opaque``: the step runs code this pass cannot see through (subgraphs, function
         bodies, custom kernels, sequences), so its outputs may be anywhere ("u") and
         their consumers check at run time."""
         dev = self.device
-        shape_pos = SHAPE_INPUTS.get(node.op_type, _NO_SHAPE)
+        placement = entry.placement if entry is not None else "device"
+        host_pos = entry.host_inputs if entry is not None else frozenset()
         in_states = [state.get(n, "u") for n in explicit if n]
-        if node.op_type in HOST_SOURCES:
+        if placement == "host":
             return fn, ins, "h"
-        if node.op_type in HOST_OPS and in_states and all(s == "h" for s in in_states):
+        if placement == "follow" and in_states and all(s == "h" for s in in_states):
             return fn, ins, "h"
         to_move: list[int] = []
         for i, name in enumerate(explicit):
-            if not name or i in shape_pos:
+            if not name or i in host_pos:
                 continue
             st = state.get(name, "u")
             if st == "h" and name in host_consts:

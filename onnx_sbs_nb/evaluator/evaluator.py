@@ -12,6 +12,7 @@ import torch
 
 from ..convert import to_numpy, to_torch
 from ..device import resolve_device as checked_device
+from .attributes import UnknownAttributeError
 from .compiler import (
     CompiledGraph,
     Compiler,
@@ -28,6 +29,7 @@ __all__ = [
     "NodeArg",
     "NodeError",
     "TorchOnnxEvaluator",
+    "UnknownAttributeError",
     "compile_node",
     "supported_ops",
 ]
@@ -117,7 +119,10 @@ class TorchOnnxEvaluator:
         (y,) = ev.run(None, {"x": torch.randn(2, 3)})
 
     A node whose op has no kernel at the model's opset raises ``MissingKernelError`` at
-    construction; ``supported_ops()`` lists what exists.
+    construction; ``supported_ops()`` lists what exists. A node carrying an attribute
+    that neither the ONNX spec of its op (at the model's opset) nor its kernel knows
+    raises ``UnknownAttributeError`` (a ValueError) at construction, subgraphs included
+    (``attributes.py``; a custom kernel accepts what its signature takes).
 
     ``manage_placement`` (default: on accelerators only) turns on the host/device
     placement of shape values; forcing it on CPU exercises that logic in tests.

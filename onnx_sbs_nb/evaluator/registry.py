@@ -27,15 +27,28 @@ Calling convention (the same for built-in kernels and for ``custom_kernels``):
 The implementation chosen for a node is the one with the highest ``since`` that is not
 above the opset the model imports for that domain, so a model keeps the semantics of
 its own opset.
+
+Everything the compiler needs to know about an op is declared here, with its kernel, so
+that adding an op is one kernel module: which inputs are shapes read on the host
+(``host_inputs``, ``int_inputs``) and, on an accelerator, where its outputs live
+(``placement``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 Kernel = Callable[..., Any]
+
+# Where the outputs of an op live when the evaluator manages host/device placement (on an
+# accelerator): "device", the default; "host", always (Shape, Size); "follow", on the
+# host when every input is there (shape arithmetic: Add, Gather, Concat...), else on the
+# device; "any", wherever the values it returns are (subgraphs, sequences, optionals):
+# the consumers check at run time.
+Placement = Literal["device", "host", "follow", "any"]
+PLACEMENTS: frozenset[str] = frozenset(("device", "host", "follow", "any"))
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,11 @@ class KernelEntry:
     # Input positions the kernel only reads as Python ints (shape, axes, pads...) through
     # ``as_ints``: when such an input is a constant, it is converted once, at compile time.
     int_inputs: frozenset[int] = frozenset()
+    # Input positions read on the host (``tolist()``, ``item()``): on an accelerator they
+    # are never moved to the device, so reading them does not synchronise it. Includes
+    # ``int_inputs``.
+    host_inputs: frozenset[int] = frozenset()
+    placement: Placement = "device"
 
 
 _REGISTRY: dict[tuple[str, str], list[KernelEntry]] = {}
@@ -63,17 +81,34 @@ def op(
     domain: str = "",
     context: bool = False,
     int_inputs: tuple[int, ...] = (),
+    host_inputs: tuple[int, ...] = (),
+    placement: Placement = "device",
 ) -> Callable[[Kernel], Kernel]:
     """Registers ``fn`` as the kernel of ``(domain, op_type)`` from opset ``since`` on.
 
     ``int_inputs``: positions of inputs the kernel reads only through ``as_ints``; a
-    constant there reaches the kernel as a tuple of ints instead of a tensor."""
+    constant there reaches the kernel as a tuple of ints instead of a tensor.
+    ``host_inputs``: other positions the kernel reads on the host (a scalar exponent, a
+    condition, a ratio); with ``int_inputs``, they stay on the host on an accelerator.
+    ``placement``: where the outputs live on an accelerator (see ``Placement``)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {sorted(PLACEMENTS)}, not {placement!r}")
 
     def deco(fn: Kernel) -> Kernel:
         key = (normalize_domain(domain), op_type)
         entries = _REGISTRY.setdefault(key, [])
         entries[:] = [e for e in entries if e.since != since]
-        entries.append(KernelEntry(key[0], op_type, since, fn, context, frozenset(int_inputs)))
+        entry = KernelEntry(
+            key[0],
+            op_type,
+            since,
+            fn,
+            context,
+            frozenset(int_inputs),
+            frozenset(int_inputs) | frozenset(host_inputs),
+            placement,
+        )
+        entries.append(entry)
         entries.sort(key=lambda e: e.since)
         return fn
 

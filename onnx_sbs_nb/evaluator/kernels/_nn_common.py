@@ -18,6 +18,7 @@ def register_versions(
     max_inputs: Mapping[int, int] | None = None,
     ignored: Collection[str] = (),
     domain: str = "",
+    host_inputs: tuple[int, ...] = (),
 ) -> None:
     """Registers ``impl`` once per since-version in ``attrs``, each accepting only the
     attributes (and at most the inputs) of its version, as a kernel with that exact
@@ -26,7 +27,7 @@ def register_versions(
     """
     for since, names in attrs.items():
         limit = (max_inputs or {}).get(since)
-        op(op_type, since=since, domain=domain)(
+        op(op_type, since=since, domain=domain, host_inputs=host_inputs)(
             _versioned(op_type, since, impl, frozenset(names), limit, frozenset(ignored))
         )
 
@@ -51,6 +52,7 @@ def _versioned(
 
     kernel.__name__ = kernel.__qualname__ = f"{op_type.lower()}_{since}"
     kernel.__doc__ = impl.__doc__
+    kernel.onnx_attributes = allowed | ignored  # what the evaluator checks when built
     return kernel
 
 

@@ -72,18 +72,18 @@ def cast_tensor(
     return x.to(dtype)
 
 
-@op("Cast", since=1)
+@op("Cast", since=1, placement="follow")
 def cast_v1(x, to):
     # opset 1 names the type as a string ("FLOAT"), later opsets by its enum value
     elem = onnx.TensorProto.DataType.Value(to.upper()) if isinstance(to, str) else to
     return cast_tensor(x, torch_dtype(elem))
 
 
-@op("Cast", since=6)
+@op("Cast", since=6, placement="follow")
 def cast(x, to, saturate=1, round_mode="up"):
     return cast_tensor(x, torch_dtype(to), saturate, round_mode)
 
 
-@op("CastLike", since=15)
+@op("CastLike", since=15, placement="follow")
 def cast_like(x, like, saturate=1, round_mode="up"):
     return cast_tensor(x, like.dtype, saturate, round_mode)

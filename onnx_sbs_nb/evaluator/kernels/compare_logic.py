@@ -8,17 +8,17 @@ from ..registry import op
 from ._helpers import unsigned_safe
 from .elementwise import binary
 
-binary("Equal", torch.eq)
-binary("Less", torch.lt)
-binary("Greater", torch.gt)
-binary("LessOrEqual", torch.le, legacy=False)
-binary("GreaterOrEqual", torch.ge, legacy=False)
-binary("And", torch.logical_and)
-binary("Or", torch.logical_or)
+binary("Equal", torch.eq, placement="follow")
+binary("Less", torch.lt, placement="follow")
+binary("Greater", torch.gt, placement="follow")
+binary("LessOrEqual", torch.le, legacy=False, placement="follow")
+binary("GreaterOrEqual", torch.ge, legacy=False, placement="follow")
+binary("And", torch.logical_and, placement="follow")
+binary("Or", torch.logical_or, placement="follow")
 binary("Xor", torch.logical_xor)
 
 
-@op("Not", since=1)
+@op("Not", since=1, placement="follow")
 def not_(x):
     return torch.logical_not(x)
 

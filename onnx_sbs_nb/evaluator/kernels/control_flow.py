@@ -17,7 +17,7 @@ def _truth(cond) -> bool:
     return bool(cond)
 
 
-@op("If", since=1, context=True)
+@op("If", since=1, context=True, host_inputs=(0,), placement="any")
 def if_(cond, then_branch=None, else_branch=None, ctx=None):
     branch = then_branch if _truth(cond) else else_branch
     return tuple(ctx.run_graph(branch, []))
@@ -35,7 +35,7 @@ def _stack(values: list, declared: onnx.ValueInfoProto, device: torch.device) ->
     return torch.zeros((0, *dims), dtype=dtype, device=device)
 
 
-@op("Loop", since=1, context=True)
+@op("Loop", since=1, context=True, host_inputs=(0, 1), placement="any")
 def loop(m=None, cond=None, *carried, body=None, ctx=None):
     run = ctx.graph_runner(body)
     n_carried = len(carried)
@@ -83,7 +83,7 @@ def _scan_run(run, states, scan_inputs, n_scan_in, in_axes, in_dirs, out_axes, o
     return states, scan_outs
 
 
-@op("Scan", since=9, context=True)
+@op("Scan", since=9, context=True, placement="any")
 def scan(
     *inputs,
     body=None,
@@ -113,7 +113,7 @@ def scan(
     return (*states, *scan_outs)
 
 
-@op("Scan", since=8, context=True)
+@op("Scan", since=8, context=True, placement="any")
 def scan_v8(
     sequence_lens=None,
     *inputs,

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..registry import op
+from ..registry import Placement, op
 from ._helpers import WIDE_UNSIGNED, unsigned_safe
 
 
@@ -18,7 +18,7 @@ def legacy_broadcast(b: torch.Tensor, a: torch.Tensor, broadcast: int, axis: int
     return b.reshape(*b.shape, *([1] * (a.dim() - axis - b.dim())))
 
 
-def binary(name: str, fn, legacy: bool = True) -> None:
+def binary(name: str, fn, legacy: bool = True, placement: Placement = "device") -> None:
     """Registers a binary op: ``fn`` from opset 7 (numpy broadcasting, wide unsigned types
     through int64) and, with ``legacy``, its opset-1 form with ``broadcast``/``axis``."""
     modern = unsigned_safe(fn)
@@ -28,8 +28,8 @@ def binary(name: str, fn, legacy: bool = True) -> None:
 
     old.__name__ = name.lower()
     if legacy:
-        op(name, since=1)(old)
-    op(name, since=7)(modern)
+        op(name, since=1, placement=placement)(old)
+    op(name, since=7, placement=placement)(modern)
 
 
 def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -39,18 +39,18 @@ def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.div(a, b, rounding_mode="trunc")
 
 
-binary("Add", torch.add)
-binary("Sub", torch.sub)
-binary("Mul", torch.mul)
-binary("Div", _div)
+binary("Add", torch.add, placement="follow")
+binary("Sub", torch.sub, placement="follow")
+binary("Mul", torch.mul, placement="follow")
+binary("Div", _div, placement="follow")
 
 
-@op("Pow", since=1)
+@op("Pow", since=1, host_inputs=(1,))
 def pow_legacy(a, b, broadcast=0, axis=None):
     return pow_(a, legacy_broadcast(b, a, broadcast, axis))
 
 
-@op("Pow", since=7)
+@op("Pow", since=7, host_inputs=(1,))  # a scalar exponent on the host: torch's fast path
 def pow_(a, b):
     # The result has the type of the base, whatever the exponent's type.
     if b.device != a.device and b.dim():
@@ -67,7 +67,7 @@ def pow_(a, b):
     return torch.pow(a, b.to(a.dtype))
 
 
-@op("Mod", since=10)
+@op("Mod", since=10, placement="follow")
 @unsigned_safe
 def mod(a, b, fmod=0):
     if fmod:
@@ -81,20 +81,19 @@ def mod(a, b, fmod=0):
     return torch.remainder(a, b)  # sign of the divisor, like Python and numpy
 
 
-def _unary(name: str, fn, since: int = 1) -> None:
-    # the torch function itself is the kernel: one call per node
-    op(name, since=since)(fn)
-
-
+# the torch function itself is the kernel: one call per node
 for _name, _fn in {
     "Abs": unsigned_safe(torch.abs),
     "Neg": torch.neg,
-    "Exp": torch.exp,
-    "Log": torch.log,
     "Sqrt": torch.sqrt,
-    "Reciprocal": torch.reciprocal,
     "Floor": torch.floor,
     "Ceil": torch.ceil,
+}.items():
+    op(_name, since=1, placement="follow")(_fn)  # shape arithmetic too
+for _name, _fn in {
+    "Exp": torch.exp,
+    "Log": torch.log,
+    "Reciprocal": torch.reciprocal,
     "Sin": torch.sin,
     "Cos": torch.cos,
     "Tan": torch.tan,
@@ -109,10 +108,10 @@ for _name, _fn in {
     "Erf": torch.erf,
     "Round": torch.round,  # half to even, like ONNX
 }.items():
-    _unary(_name, _fn)
+    op(_name, since=1)(_fn)
 
 
-@op("Sign", since=9)
+@op("Sign", since=9, placement="follow")
 @unsigned_safe
 def sign(x):
     return torch.sign(x)
@@ -162,8 +161,8 @@ _max = _variadic(unsigned_safe(_maximum))
 _min = _variadic(unsigned_safe(_minimum))
 _sum = _variadic(unsigned_safe(torch.add))
 for _since in (1, 6, 8, 12, 13):
-    op("Max", since=_since)(_max)
-    op("Min", since=_since)(_min)
+    op("Max", since=_since, placement="follow")(_max)
+    op("Min", since=_since, placement="follow")(_min)
     op("Sum", since=_since)(_sum)
 
 
@@ -190,7 +189,7 @@ def clip(x, min=None, max=None):  # noqa: A002
     return x
 
 
-@op("Where", since=9)
+@op("Where", since=9, placement="follow")
 def where(cond, a, b):
     if a.dtype in WIDE_UNSIGNED:
         return torch.where(cond, a.to(torch.int64), b.to(torch.int64)).to(a.dtype)
@@ -210,6 +209,6 @@ def bitshift(x, y, direction="LEFT"):
     return res.to(dtype)
 
 
-@op("Identity", since=1)
+@op("Identity", since=1, placement="follow")
 def identity(x):
     return x

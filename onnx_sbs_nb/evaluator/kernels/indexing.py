@@ -17,7 +17,7 @@ def _fix_neg(idx: torch.Tensor, dim) -> torch.Tensor:
     return torch.where(idx < 0, idx + dim, idx)
 
 
-@op("Gather", since=1)
+@op("Gather", since=1, host_inputs=(1,), placement="follow")
 def gather(x, indices, axis=0):
     # torch's advanced indexing has ONNX Gather's semantics: the index shape replaces
     # the axis, negative indices count from the end, out-of-range ones raise
@@ -125,7 +125,7 @@ def nonzero(x):
     return torch.nonzero(x).transpose(0, 1).contiguous()
 
 
-@op("OneHot", since=9)
+@op("OneHot", since=9, host_inputs=(1,))
 def one_hot(indices, depth, values, axis=-1):
     d = int(as_ints(depth)[0]) if depth.numel() == 1 else int(depth.reshape(-1)[0].item())
     idx = indices.to(torch.int64)
@@ -140,7 +140,7 @@ def one_hot(indices, depth, values, axis=-1):
     return torch.where(oh, on, off)
 
 
-@op("ReverseSequence", since=10)
+@op("ReverseSequence", since=10, host_inputs=(1,))
 def reverse_sequence(x, sequence_lens, batch_axis=1, time_axis=0):
     out = x.clone()
     for b, n in enumerate(sequence_lens.tolist()):

@@ -70,7 +70,7 @@ def dropout_v10(x, ratio=0.5):
     return _dropout(x, ratio, False, True)
 
 
-@op("Dropout", since=12)
+@op("Dropout", since=12, host_inputs=(1, 2))
 def dropout(x, ratio=None, training_mode=None, seed=None):
     r = float(ratio.item()) if ratio is not None else 0.5
     training = bool(training_mode.item()) if training_mode is not None else False

@@ -73,6 +73,10 @@ def conv(
         x, kernel_shape or w.shape[2:], strides, dilations
     )
     p = resolve_pads(auto_pad, pads, list(x.shape[2:]), kernel, strides, dilations)
+    if b is not None and b.dim() != 1:
+        # the M bias values in another shape ([1, M, 1, 1]): read as the reference
+        # evaluator and ConvTranspose read them
+        b = b.reshape(-1)
     return conv_nd(x, w, b, p, strides, dilations, group)
 
 
@@ -216,7 +220,7 @@ def _bilinear_zero(img, py, px):
     return out
 
 
-@op("Col2Im", since=18)
+@op("Col2Im", since=18, host_inputs=(1, 2))
 def col2im(x, image_shape, block_shape, dilations=None, pads=None, strides=None):
     img = [int(v) for v in image_shape.tolist()]
     blk = [int(v) for v in block_shape.tolist()]

@@ -38,7 +38,7 @@ def _iou_matrix(boxes: torch.Tensor, center_point_box: int) -> torch.Tensor:
     )
 
 
-@op("NonMaxSuppression", since=10)
+@op("NonMaxSuppression", since=10, host_inputs=(2, 3, 4))
 def non_max_suppression(
     boxes,
     scores,

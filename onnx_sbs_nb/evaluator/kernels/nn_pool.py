@@ -252,7 +252,7 @@ def global_lp_pool(x, p=2):
     return x.abs().pow(p).sum(dim=_spatial(x), keepdim=True).pow(1.0 / p)
 
 
-@op("MaxUnpool", since=9)
+@op("MaxUnpool", since=9, host_inputs=(2,))
 def max_unpool(x, indices, output_shape=None, kernel_shape=(), pads=None, strides=None):
     n = x.dim() - 2
     kernel = list(kernel_shape)
@@ -304,7 +304,7 @@ def _roi_tap(img, flat_idx, weight, dtype):
     return img[:, idx].reshape(img.shape[0], *weight.shape) * weight.to(dtype)
 
 
-@op("RoiAlign", since=16)
+@op("RoiAlign", since=16, host_inputs=(1, 2))
 def roi_align_16(
     x,
     rois,
@@ -381,7 +381,7 @@ def roi_align_16(
     return out
 
 
-@op("RoiAlign", since=10)
+@op("RoiAlign", since=10, host_inputs=(1, 2))
 def roi_align_10(x, rois, batch_indices, **attrs):
     # opset 16 added coordinate_transformation_mode; before, pixels had no half-pixel shift
     return roi_align_16(

@@ -294,8 +294,8 @@ def _fast_path(x, moved, scale, out, method: _Method, by_sizes):
     return None
 
 
-@op("Resize", since=10)
-@op("Upsample", since=9)
+@op("Resize", since=10, host_inputs=(1, 2, 3))
+@op("Upsample", since=9, host_inputs=(1,))
 def resize_10(x, scales, mode="nearest"):
     """Resize-10 and Upsample: asymmetric coordinates, nearest pixel rounded down."""
     return resize(
@@ -339,6 +339,7 @@ register_versions(
         11: _RESIZE_11_ATTRS,
         18: (*_RESIZE_11_ATTRS, "antialias", "axes", "keep_aspect_ratio_policy"),
     },
+    host_inputs=(1, 2, 3),
 )
 
 
@@ -377,12 +378,12 @@ def grid_sample_20(x, grid, align_corners=0, mode="linear", padding_mode="zeros"
     return _grid_sample(x, grid, align_corners, mode, padding_mode)
 
 
-@op("AffineGrid", since=20)
+@op("AffineGrid", since=20, host_inputs=(1,))
 def affine_grid(theta, size, align_corners=0):
     return F.affine_grid(theta, [int(v) for v in size.tolist()], align_corners=bool(align_corners))
 
 
-@op("CenterCropPad", since=18)
+@op("CenterCropPad", since=18, host_inputs=(1,))
 def center_crop_pad(x, shape, axes=None):
     r = x.dim()
     axes = [a % r for a in axes] if axes else list(range(r))

@@ -7,7 +7,7 @@ import torch
 from ..registry import op
 
 
-@op("Optional", since=15)
+@op("Optional", since=15, placement="any")
 def optional(x=None, type=None):  # noqa: A002
     return x
 
@@ -17,7 +17,7 @@ def optional_has_element(x=None):
     return torch.tensor(x is not None)
 
 
-@op("OptionalGetElement", since=15)
+@op("OptionalGetElement", since=15, placement="any")
 def optional_get_element(x):
     if x is None:
         raise ValueError("OptionalGetElement on an empty optional")

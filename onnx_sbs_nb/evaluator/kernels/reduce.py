@@ -95,8 +95,14 @@ def _register(name: str, since_input: int) -> None:
         return reduce(name, x, as_ints(axes), keepdims, noop_with_empty_axes)
 
     attr_form.__name__ = input_form.__name__ = name.lower()
-    op(name, since=1)(attr_form)
-    op(name, since=since_input, int_inputs=(1,))(input_form)
+    placement = "follow" if name in _SHAPE_ARITHMETIC else "device"
+    op(name, since=1, placement=placement)(attr_form)
+    op(name, since=since_input, int_inputs=(1,), placement=placement)(input_form)
+
+
+# the reductions shape arithmetic uses (the product of dimensions...): on the host when
+# their inputs are
+_SHAPE_ARITHMETIC = frozenset(("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"))
 
 
 for _name in _IMPL:

@@ -17,7 +17,7 @@ def _pos(position, n: int, insert: bool = False) -> int:
     return p
 
 
-@op("SequenceConstruct", since=11)
+@op("SequenceConstruct", since=11, placement="any")
 def sequence_construct(*xs):
     return list(xs)
 
@@ -27,7 +27,7 @@ def sequence_empty(dtype=None):
     return []
 
 
-@op("SequenceInsert", since=11)
+@op("SequenceInsert", since=11, host_inputs=(2,), placement="any")
 def sequence_insert(seq, tensor, position=None):
     out = list(seq)
     if position is None:
@@ -37,12 +37,12 @@ def sequence_insert(seq, tensor, position=None):
     return out
 
 
-@op("SequenceAt", since=11)
+@op("SequenceAt", since=11, host_inputs=(1,), placement="any")
 def sequence_at(seq, position):
     return seq[_pos(position, len(seq))]
 
 
-@op("SequenceErase", since=11)
+@op("SequenceErase", since=11, host_inputs=(1,), placement="any")
 def sequence_erase(seq, position=None):
     out = list(seq)
     if position is None:
@@ -57,7 +57,7 @@ def sequence_length(seq):
     return torch.tensor(len(seq), dtype=torch.int64)
 
 
-@op("SplitToSequence", since=11)
+@op("SplitToSequence", since=11, host_inputs=(1,), placement="any")
 def split_to_sequence(x, split=None, axis=0, keepdims=1):
     axis = norm_axis(axis, x.dim())
     if split is None:
@@ -69,7 +69,7 @@ def split_to_sequence(x, split=None, axis=0, keepdims=1):
     return list(torch.split(x, sizes, dim=axis))
 
 
-@op("ConcatFromSequence", since=11)
+@op("ConcatFromSequence", since=11, placement="any")
 def concat_from_sequence(seq, axis=0, new_axis=0):
     if new_axis:
         rank = seq[0].dim() + 1
@@ -77,7 +77,7 @@ def concat_from_sequence(seq, axis=0, new_axis=0):
     return torch.cat(seq, norm_axis(axis, seq[0].dim()))
 
 
-@op("SequenceMap", since=17, context=True)
+@op("SequenceMap", since=17, context=True, placement="any")
 def sequence_map(seq, *additional, body=None, ctx=None):
     run = ctx.graph_runner(body)
     n = len(seq)

@@ -11,14 +11,14 @@ from ..registry import op
 from ._helpers import WIDE_UNSIGNED, as_ints, norm_axis
 
 
-@op("Shape", since=1)
+@op("Shape", since=1, placement="host")
 def shape(x, start=0, end=None):
     dims = list(x.shape)
     # The slice clamps like Python's, which is the ONNX rule for out-of-range start/end.
     return torch.tensor(dims[start:end], dtype=torch.int64)
 
 
-@op("Size", since=1)
+@op("Size", since=1, placement="host")
 def size(x):
     return torch.tensor(x.numel(), dtype=torch.int64)
 
@@ -29,17 +29,17 @@ def _reshape(x, dims: list[int], allowzero: int) -> torch.Tensor:
     return x.reshape(dims)
 
 
-@op("Reshape", since=1)
+@op("Reshape", since=1, placement="follow")
 def reshape_attr(x, shape=None):
     return _reshape(x, list(shape or []), 0)
 
 
-@op("Reshape", since=5, int_inputs=(1,))
+@op("Reshape", since=5, int_inputs=(1,), placement="follow")
 def reshape(x, shape, allowzero=0):
     return _reshape(x, as_ints(shape), allowzero)
 
 
-@op("Flatten", since=1)
+@op("Flatten", since=1, placement="follow")
 def flatten(x, axis=1):
     axis = norm_axis(axis, x.dim())
     outer = math.prod(x.shape[:axis])
@@ -73,34 +73,34 @@ def _unsqueeze(x, axes: list[int]):
     return x.reshape(dims)
 
 
-@op("Squeeze", since=1)
+@op("Squeeze", since=1, placement="follow")
 def squeeze_attr(x, axes=None):
     return _squeeze(x, list(axes or []))
 
 
-@op("Squeeze", since=13, int_inputs=(1,))
+@op("Squeeze", since=13, int_inputs=(1,), placement="follow")
 def squeeze(x, axes=None):
     return _squeeze(x, as_ints(axes))
 
 
-@op("Unsqueeze", since=1)
+@op("Unsqueeze", since=1, placement="follow")
 def unsqueeze_attr(x, axes=None):
     return _unsqueeze(x, list(axes or []))
 
 
-@op("Unsqueeze", since=13, int_inputs=(1,))
+@op("Unsqueeze", since=13, int_inputs=(1,), placement="follow")
 def unsqueeze(x, axes):
     return _unsqueeze(x, as_ints(axes))
 
 
-@op("Transpose", since=1)
+@op("Transpose", since=1, placement="follow")
 def transpose(x, perm=None):
     if perm is None:
         perm = list(range(x.dim()))[::-1]
     return x.permute(perm)
 
 
-@op("Concat", since=1)
+@op("Concat", since=1, placement="follow")
 def concat(*xs, axis=1):
     xs = [x for x in xs if x is not None]
     if xs[0].dtype in WIDE_UNSIGNED:
@@ -184,22 +184,22 @@ def _slice(x, starts, ends, axes, steps):
     return x
 
 
-@op("Slice", since=1)
+@op("Slice", since=1, placement="follow")
 def slice_attr(x, starts=None, ends=None, axes=None):
     return _slice(x, list(starts), list(ends), list(axes or []), None)
 
 
-@op("Slice", since=10, int_inputs=(1, 2, 3, 4))
+@op("Slice", since=10, int_inputs=(1, 2, 3, 4), placement="follow")
 def slice_(x, starts, ends, axes=None, steps=None):
     return _slice(x, as_ints(starts), as_ints(ends), as_ints(axes), as_ints(steps))
 
 
-@op("Expand", since=8, int_inputs=(1,))
+@op("Expand", since=8, int_inputs=(1,), placement="follow")
 def expand(x, shape):
     return HELPERS["_expand"](x, as_ints(shape))
 
 
-@op("Tile", since=1, int_inputs=(1, 2))
+@op("Tile", since=1, int_inputs=(1, 2), placement="follow")
 def tile_v1(x, tiles, axis):
     # opset 1: repeat ``tiles`` times along one ``axis`` (both given as inputs)
     repeats = [1] * x.dim()
@@ -207,12 +207,12 @@ def tile_v1(x, tiles, axis):
     return x.repeat(repeats)
 
 
-@op("Tile", since=6, int_inputs=(1,))
+@op("Tile", since=6, int_inputs=(1,), placement="follow")
 def tile(x, repeats):
     return x.repeat(as_ints(repeats)) if x.dim() else x.clone()
 
 
-@op("Range", since=11)
+@op("Range", since=11, host_inputs=(0, 1, 2), placement="follow")
 def range_(start, limit, delta):
     dtype = start.dtype
     s, lim, d = start.item(), limit.item(), delta.item()
@@ -220,6 +220,22 @@ def range_(start, limit, delta):
     if dtype.is_floating_point:
         return start + torch.arange(n, dtype=dtype, device=start.device) * delta
     return torch.arange(s, s + n * d, d, dtype=dtype, device=start.device)[:n]
+
+
+# Range-27: float16 and bfloat16 ranges computed in float (stash_type 1, the default)
+# or double (11), then rounded once
+_RANGE_STASH = {1: torch.float32, 11: torch.float64}
+
+
+@op("Range", since=27, host_inputs=(0, 1, 2), placement="follow")
+def range_27(start, limit, delta, stash_type=1):
+    dtype = start.dtype
+    if dtype not in (torch.float16, torch.bfloat16):
+        return range_(start, limit, delta)
+    stash = _RANGE_STASH.get(stash_type)
+    if stash is None:
+        raise ValueError(f"Range: stash_type must be 1 (float) or 11 (double), not {stash_type}")
+    return range_(start.to(stash), limit.to(stash), delta.to(stash)).to(dtype)
 
 
 @op("ConstantOfShape", since=9, context=True, int_inputs=(0,))
@@ -305,12 +321,12 @@ def pad_attr(x, mode="constant", pads=None, value=0.0):
     return _pad(x, list(pads), mode, value, None)
 
 
-@op("Pad", since=11, int_inputs=(1, 3))
+@op("Pad", since=11, int_inputs=(1, 3), host_inputs=(2,))
 def pad(x, pads, constant_value=None, axes=None, mode="constant"):
     return _pad(x, as_ints(pads), mode, constant_value, as_ints(axes) if axes is not None else None)
 
 
-@op("Trilu", since=14)
+@op("Trilu", since=14, host_inputs=(1,))
 def trilu(x, k=None, upper=1):
     kk = int(k.item()) if k is not None else 0
     if x.dtype == torch.bool:

@@ -50,18 +50,18 @@ def _scalar(t) -> int | None:
     return int(t.reshape(-1)[0].item()) if isinstance(t, torch.Tensor) else int(t)
 
 
-@op("DFT", since=17)
+@op("DFT", since=17, host_inputs=(1,))
 def dft_17(x, dft_length=None, axis=1, inverse=0, onesided=0):
     return _dft(x, _scalar(dft_length), axis, inverse, onesided)
 
 
-@op("DFT", since=20)
+@op("DFT", since=20, host_inputs=(1, 2))
 def dft_20(x, dft_length=None, axis=None, inverse=0, onesided=0):
     a = _scalar(axis)
     return _dft(x, _scalar(dft_length), -2 if a is None else a, inverse, onesided)
 
 
-@op("STFT", since=17)
+@op("STFT", since=17, host_inputs=(1, 3))
 def stft(signal, frame_step, window=None, frame_length=None, onesided=1):
     step = _scalar(frame_step)
     flen = _scalar(frame_length)
@@ -91,12 +91,12 @@ def _window(size, periodic, output_datatype, fn, ctx):
     return fn(2 * math.pi * k / denom).to(onnx_to_torch_dtype(output_datatype))
 
 
-@op("HannWindow", since=17, context=True)
+@op("HannWindow", since=17, context=True, host_inputs=(0,))
 def hann_window(size, output_datatype=1, periodic=1, ctx=None):
     return _window(size, periodic, output_datatype, lambda a: 0.5 - 0.5 * torch.cos(a), ctx)
 
 
-@op("HammingWindow", since=17, context=True)
+@op("HammingWindow", since=17, context=True, host_inputs=(0,))
 def hamming_window(size, output_datatype=1, periodic=1, ctx=None):
     alpha = 25.0 / 46.0
     return _window(
@@ -104,7 +104,7 @@ def hamming_window(size, output_datatype=1, periodic=1, ctx=None):
     )
 
 
-@op("BlackmanWindow", since=17, context=True)
+@op("BlackmanWindow", since=17, context=True, host_inputs=(0,))
 def blackman_window(size, output_datatype=1, periodic=1, ctx=None):
     return _window(
         size,
@@ -115,7 +115,7 @@ def blackman_window(size, output_datatype=1, periodic=1, ctx=None):
     )
 
 
-@op("MelWeightMatrix", since=17, context=True)
+@op("MelWeightMatrix", since=17, context=True, host_inputs=(0, 1, 2, 3, 4))
 def mel_weight_matrix(
     num_mel_bins,
     dft_length,

@@ -18,7 +18,7 @@ def _groups(data: tuple, per: int) -> tuple[torch.Tensor, torch.Tensor, list[lis
     return r, t, [[rest[k * n + i] for k in range(per)] for i in range(n)]
 
 
-@op("Adagrad", since=1, domain=_DOMAIN)
+@op("Adagrad", since=1, domain=_DOMAIN, host_inputs=(0, 1))
 def adagrad(*data, decay_factor=0.0, epsilon=0.0, norm_coefficient=0.0):
     r, t, groups = _groups(data, 3)
     lr = r / (1 + t * decay_factor)
@@ -31,7 +31,7 @@ def adagrad(*data, decay_factor=0.0, epsilon=0.0, norm_coefficient=0.0):
     return (*xs, *hs)
 
 
-@op("Adam", since=1, domain=_DOMAIN)
+@op("Adam", since=1, domain=_DOMAIN, host_inputs=(0, 1))
 def adam(
     *data, alpha=0.9, beta=0.999, epsilon=0.0, norm_coefficient=0.0, norm_coefficient_post=0.0
 ):
@@ -50,7 +50,7 @@ def adam(
     return (*xs, *vs, *hs)
 
 
-@op("Momentum", since=1, domain=_DOMAIN)
+@op("Momentum", since=1, domain=_DOMAIN, host_inputs=(0, 1))
 def momentum(*data, alpha=0.0, beta=0.0, mode="standard", norm_coefficient=0.0):
     r, t, groups = _groups(data, 3)
     beta_t = beta if int(t.item()) > 0 else 1.0
