@@ -61,7 +61,7 @@ def main() -> None:
     t = time.perf_counter()
     ep, onx, inputs = build(args.hidden, args.layers, args.seq)
     print(f"export: {time.perf_counter() - t:.1f} s, {len(onx.graph.node)} ONNX nodes")
-    opts = {"rerun_with_torch_inputs": args.rerun}
+    opts = {"own_error": args.rerun}
 
     def bare() -> int:
         return len(list(run_aligned(ep, onx, inputs, **opts)))

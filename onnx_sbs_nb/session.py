@@ -355,53 +355,60 @@ class SbsSession:
         self._stop_requested = True
         self._stop_run()
 
-    def _require_engine(self, action: str) -> Any:
-        fn = getattr(self.run, action, None)
+    def _action(self, action: str, *args: Any, **kwargs: Any) -> Any:
+        """Calls one of the run's actions; its input errors become ActionErrors."""
+        fn = getattr(getattr(self.run, "actions", None), action, None)
         if not callable(fn):
             raise ActionError(
                 f"{action} needs an AlignedRun; this session wraps a {type(self.run).__name__}"
             )
-        return fn
+        try:
+            return fn(*args, **kwargs)
+        except SbsInputError as e:
+            raise ActionError(str(e)) from None
 
     def _require_idle_run(self, action: str) -> None:
         if self.running:
             raise ActionError(f"{action}: the run is still going; press Stop or wait for it to end")
 
-    def _node_name(self, name: str | Record) -> str:
-        if isinstance(name, Record):
-            if not name.onnx_name or name.onnx_id_node is None or name.onnx_id_node < 0:
+    @staticmethod
+    def _node(node: int | str | Record) -> int | str | Record:
+        if isinstance(node, Record):
+            if node.onnx_id_node is None or node.onnx_id_node < 0:
                 raise ActionError(
-                    f"{name.ep_name or name.onnx_name!r} is not the output of an ONNX node "
+                    f"{node.ep_name or node.onnx_name!r} is not the output of an ONNX node "
                     "(graph inputs and initializers cannot be rerun or replayed)"
                 )
-            return name.onnx_name
-        if not isinstance(name, str) or not name:
-            raise ActionError(f"expected the name of an ONNX node, got {name!r}")
-        return name
+            return node
+        if isinstance(node, int) and not isinstance(node, bool):
+            return node
+        if not isinstance(node, str) or not node:
+            raise ActionError(f"expected the name of an ONNX node, got {node!r}")
+        return node
 
-    def node_detail(self, name: str | Record) -> dict[str, Any]:
+    def node_detail(self, node: int | str | Record) -> dict[str, Any]:
         """ONNX op, attributes, inputs with their pairing, fx target and stack trace."""
-        fn = self._require_engine("node_detail")
-        return fn(self._node_name(name))
+        return self._action("node_detail", self._node(node))
 
-    def rerun_node(self, name: str | Record, device: str | None = None) -> dict[str, Any]:
-        """Rerun one ONNX node in the torch evaluator on the torch inputs (after the run)."""
-        fn = self._require_engine("rerun_node")
+    def rerun_in_torch(self, node: int | str | Record, device: str | None = None) -> dict[str, Any]:
+        """Rerun one ONNX node in the torch evaluator, fed as its own-error run is (torch
+        values of its inputs, or values computed from them), after the run."""
+        node = self._node(node)
         self._require_idle_run("rerun")
         dev = device or self.device
         self._check_device(dev)
-        return fn(self._node_name(name), device=dev)
+        return self._action("rerun_in_torch", node, device=dev)
 
-    def save_replay(self, name: str | Record, root: str | Path | None = None) -> SavedReplay:
+    def save_replay(self, node: int | str | Record, root: str | Path | None = None) -> SavedReplay:
         """Write the node's replay bundle inside *root*, plus the ReplayConfig JSON that
         selects the same node (reusable with ``run_aligned(replay=...)`` and the CLI)."""
-        fn = self._require_engine("save_replay")
+        node = self._node(node)
         self._require_idle_run("save replay")
-        node = self._node_name(name)
+        k, proto = self._action("find_node", node)
         root = Path(root) if root is not None else self.replay_root
         root.mkdir(parents=True, exist_ok=True)
-        bundle = Path(fn(node, root))
-        config = self._save_replay_config(node, root, bundle)
+        bundle = Path(self._action("save_replay", k, root))
+        config = self._save_replay_config(proto.name or proto.output[0], root, bundle)
         return SavedReplay(bundle=bundle, config=config)
 
     def _save_replay_config(self, node: str, root: Path, bundle: Path) -> Path:

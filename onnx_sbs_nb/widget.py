@@ -403,7 +403,7 @@ if anywidget is not None:
                     return None
                 if name in ("rerun", "save_replay"):
                     rec = self._record(row)
-                    self.session._node_name(rec)  # a clear error now, not in the worker
+                    self.session._node(rec)  # a clear error now, not in the worker
                     return self._submit(self._node_action, name, int(row), rec, seq)
                 raise ActionError(f"unknown action {name!r}")
             except Exception as e:
@@ -425,7 +425,7 @@ if anywidget is not None:
         def _node_action(self, name: str, row: int, rec: Record, seq: Any) -> None:
             try:
                 if name == "rerun":
-                    result = jsonable(self.session.rerun_node(rec))
+                    result = jsonable(self.session.rerun_in_torch(rec))
                     self._update_details(row, rerun=result)
                     if result.get("error"):
                         self._set_action(name, "error", str(result["error"]), seq)
@@ -455,8 +455,7 @@ if anywidget is not None:
 
         def _load_details(self, row: int, rec: Record) -> None:
             try:
-                name = self.session._node_name(rec)
-                node = jsonable(self.session.node_detail(name))
+                node = jsonable(self.session.node_detail(rec))
                 self._update_details(row, node=node, node_error=None)
             except Exception as e:
                 self._update_details(row, node=None, node_error=_message(e))

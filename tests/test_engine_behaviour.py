@@ -229,15 +229,17 @@ def test_values_released_after_last_use(mlp):
     ep, onx, args = mlp
     run = AlignedRun(ep, onx, args, runner="reference")
     refs = {}
-    orig = run._run_fx_node
+    side = run.reference
+    orig = side.run
 
-    def spy(node, env):
-        v = orig(node, env)
+    def spy(idx, env):
+        (v,) = orig(idx, env)
+        node = side.nodes[idx]
         if isinstance(v, torch.Tensor) and node.op == "call_function":
             refs[node.name] = weakref.ref(v)
-        return v
+        return [v]
 
-    run._run_fx_node = spy
+    side.run = spy
     for rec in run:
         if rec.ep_name == "linear_2":
             gc.collect()
@@ -409,15 +411,15 @@ def test_post_run_actions_recompute_what_they_need(softmax_model):
     out = node.output[0]
     run = AlignedRun(ep, bad, args)
     list(run)
-    detail = run.node_detail(out)
+    detail = run.actions.node_detail(out)
     assert detail["op_type"] == "Softmax" and detail["attributes"]["axis"] == "0"
     assert detail["inputs"][0]["ep_name"] and detail["inputs"][0]["paired_by"] == "name"
     assert detail["outputs"][0] == {"name": out, "ep_name": "softmax", "paired_by": "name"}
     assert "softmax" in (detail["stack_trace"] or "")
-    res = run.rerun_node("softmax")  # by fx name too
+    res = run.actions.rerun_in_torch("softmax")  # by fx name too
     (o,) = res["outputs"]
     assert res["error"] is None and o["ep_name"] == "softmax"
     # the torch evaluator reproduces the wrong axis: far from torch, equal to the first run
     assert o["err_abs_vs_torch"] > 1e-2 and o["err_abs_vs_first_run"] < 1e-6
-    with pytest.raises(KeyError, match="no ONNX node"):
-        run.node_detail("nothing_by_that_name")
+    with pytest.raises(SbsInputError, match="no ONNX node"):
+        run.actions.node_detail("nothing_by_that_name")

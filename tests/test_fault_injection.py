@@ -222,7 +222,7 @@ def test_llama_culprit_bundle_replays_in_a_subprocess(llama, tmp_path):
     run = AlignedRun(ep, bad, args, rerun_with_torch_inputs=True)
     s = summarize(run)
     culprit = s.first_own_failure
-    folder = run.save_replay("node_mul_11", tmp_path)
+    folder = run.actions.save_replay("node_mul_11", tmp_path)
     assert folder.resolve().parent == tmp_path.resolve()
     out = subprocess.run(
         [sys.executable, "replay.py", "--json"],

@@ -40,7 +40,7 @@ def test_variables_and_options(ip, model, capsys):
     assert ip.user_ns["_sbs"] is w
     assert w.session.state == "finished"  # ran in the cell, as displayed
     assert w.atol == 1e-4 and w.rtol == 1e-3
-    assert w.session.run.rerun and w.session.run.atol == 1e-4
+    assert w.session.run.options.own_error and w.session.run.atol == 1e-4
     assert w.summary["first_own_failure"]["passed2"] is False
     assert "SbsWidget(finished" in capsys.readouterr().out  # the terminal shows the repr
 

@@ -7,7 +7,7 @@ import onnx.helper as oh
 import torch
 
 from onnx_sbs_nb.align.names import PAIRED_BY_METADATA, PAIRED_BY_NAME, pair_values
-from onnx_sbs_nb.align.plan import FX, ONNX, build_plan
+from onnx_sbs_nb.align.plan import CAND, REF, build_plan
 
 
 def _fx_graph():
@@ -79,13 +79,13 @@ def test_schedule_orders_and_frees():
     plan = build_plan(g, model, pairing, lambda n: [], needs_torch_inputs=False)
     kinds = [(side, idx) for side, idx in plan.steps]
     # the placeholder first, then each ONNX node right after the fx node it pairs with
-    assert kinds == [(FX, 0), (FX, 1), (ONNX, 0), (FX, 2), (ONNX, 1), (FX, 3), (ONNX, 2)]
+    assert kinds == [(REF, 0), (REF, 1), (CAND, 0), (REF, 2), (CAND, 1), (REF, 3), (CAND, 2)]
     # every comparison happens at the step where the later of the two values appears
     compared = {name: s for s, names in plan.compare_at.items() for name in names}
     assert compared == {"x": 0, "abs_1": 2, "exp": 4, "renamed": 6}
     # abs_1 (fx) is last used by exp (fx, step 3); on the ONNX side by Exp (step 4)
-    freed_fx = {name: s for s, names in plan.free_fx_at.items() for name in names}
-    freed_onnx = {name: s for s, names in plan.free_onnx_at.items() for name in names}
+    freed_fx = {name: s for s, names in plan.free_ref_at.items() for name in names}
+    freed_onnx = {name: s for s, names in plan.free_cand_at.items() for name in names}
     assert freed_fx["abs_1"] == 3 and freed_onnx["abs_1"] == 4
     assert freed_fx["neg"] == 6 and freed_onnx["renamed"] == 6
 
@@ -95,6 +95,6 @@ def test_rerun_waits_for_torch_inputs():
     model = _onnx_model()
     pairing = pair_values(g, model, {}, ["x"])
     plan = build_plan(g, model, pairing, lambda n: [], needs_torch_inputs=True)
-    freed_fx = {name: s for s, names in plan.free_fx_at.items() for name in names}
+    freed_fx = {name: s for s, names in plan.free_ref_at.items() for name in names}
     # the torch value of exp feeds the rerun of Neg (step 6): kept until then
     assert freed_fx["exp"] == 6

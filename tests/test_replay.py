@@ -605,7 +605,7 @@ def test_bundles_through_the_engine_with_a_replay_config(tmp_path, mlp):
     assert out["max_abs_torch_inputs"] == pytest.approx(rec.err_abs2, rel=1e-3, abs=1e-6)
     assert out["max_abs_prefix"] == pytest.approx(rec.err_abs, rel=1e-3, abs=1e-6)
     # save_replay on demand, for a node that inherits its error
-    again = run.save_replay(node_named(bad, "linear_1").name, tmp_path / "manual")
+    again = run.actions.save_replay(node_named(bad, "linear_1").name, tmp_path / "manual")
     assert json.loads((again / "record.json").read_text())["onnx_name"] == "linear_1"
 
 

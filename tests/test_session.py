@@ -128,7 +128,7 @@ def test_keyboard_interrupt_stops_keeping_rows_then_actions_work(model, tmp_path
     recs = s.records
     assert len(recs) >= 10
     node = next(r for r in recs if r.onnx_id_node is not None and r.onnx_id_node >= 0)
-    res = s.rerun_node(node)
+    res = s.rerun_in_torch(node)
     assert res["error"] is None and res["outputs"]
 
 
@@ -139,18 +139,18 @@ def test_actions_on_a_finished_run(model, tmp_path):
     bad = next(r for r in s.records if r.passed2 is False)
     detail = s.node_detail(bad)
     assert detail["op_type"] and detail["inputs"]
-    res = s.rerun_node(bad.onnx_name)
+    res = s.rerun_in_torch(bad.onnx_name)
     assert res["device"] == "cpu" and res["outputs"]
     saved = s.save_replay(bad)
     assert saved.bundle.is_dir() and saved.bundle.parent == (tmp_path / "r").resolve()
     from onnx_sbs_nb.align.replay import ReplayConfig
 
     cfg = ReplayConfig.load(saved.config)
-    assert cfg.names == [bad.onnx_name]
+    assert cfg.names == [bad.onnx_node_name]  # the node itself, by name
     assert saved.config.parent == saved.bundle.parent
     weight = next(r for r in s.records if r.kind == "weight")
     with pytest.raises(ActionError, match="not the output of an ONNX node"):
-        s.rerun_node(weight)
+        s.rerun_in_torch(weight)
 
 
 def test_device_and_misuse_errors(model):
@@ -162,7 +162,7 @@ def test_device_and_misuse_errors(model):
         with pytest.raises(ActionError, match="cannot use 'cuda'.*no CUDA device"):
             s.set_device("cuda")
     with pytest.raises(ActionError, match="name of an ONNX node"):
-        s.rerun_node("")
+        s.rerun_in_torch("")
     s.start()
     s.start()  # a second start does nothing
     assert s.state == FINISHED
@@ -184,7 +184,7 @@ def test_action_refused_while_running(model):
     assert entered.wait(30)
     try:
         with pytest.raises(ActionError, match="still going"):
-            s.rerun_node(s.records[-1].onnx_name or "x")
+            s.rerun_in_torch(s.records[-1].onnx_name or "x")
     finally:
         gate.set()
     assert s.wait(60)
@@ -201,7 +201,7 @@ def test_engine_error_is_kept_not_raised():
     assert "boom in the engine" in s.error
     assert len(s.records) == 1
     with pytest.raises(ActionError, match="needs an AlignedRun"):
-        s.rerun_node("a")
+        s.rerun_in_torch("a")
 
 
 @pytest.mark.cuda
@@ -212,4 +212,4 @@ def test_rerun_on_cuda(model):
     s.start()
     s.set_device("cuda")
     node = next(r for r in s.records if r.onnx_id_node is not None and r.onnx_id_node >= 0)
-    assert s.rerun_node(node)["device"].startswith("cuda")
+    assert s.rerun_in_torch(node)["device"].startswith("cuda")

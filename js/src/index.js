@@ -23,7 +23,7 @@
  *   atol, rtol     number|null tolerances the user gave (null: dtype-aware defaults)
  *   selected       number      selected row index, -1 for none
  *   details        object      {row, node: run.node_detail(...)|null, node_error, rerun:
- *                              run.rerun_node(...)|null, replay: {bundle, config}|null} for
+ *                              actions.rerun_in_torch(...)|null, replay: {bundle, config}|null} for
  *                              the selected row (kept so a saved notebook shows it)
  *   action         object      last action {name, seq, state: "working"|"done"|"error",
  *                              message}

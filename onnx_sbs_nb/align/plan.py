@@ -1,13 +1,17 @@
 """The plan: everything about a side-by-side run that needs no tensor.
 
-It orders the work so each ONNX node runs as soon as the fx values it is compared with
-(and, when rerunning or resetting, the fx values of its inputs) exist, places every
-comparison at the step where the later of its two values appears, and knows after which
-step each value (on either side) is no longer needed, so the run frees it there.
+A run has two sides: the *reference* (what the values should be: the torch program, or an
+ONNX model on a trusted runtime) and the *candidate* (the ONNX model being judged, run
+node by node).  The plan orders the work so each candidate node runs as soon as the
+reference values it is compared with (and, when the candidate is fed reference values,
+those of its inputs) exist, places every comparison at the step where the later of its
+two values appears, and knows after which step each value (on either side) is no longer
+needed, so the run frees it there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import onnx
@@ -15,139 +19,183 @@ import torch
 
 from .names import Pairing
 
-FX = 0
-ONNX = 1
+REF = 0
+CAND = 1
+
+
+@dataclass
+class NodeIO:
+    """The names one node reads and writes."""
+
+    inputs: list[str]
+    outputs: list[str]
+
+
+@dataclass
+class SideGraph:
+    """The structure of one side, enough to schedule it."""
+
+    io: list[NodeIO]
+    available: set[str] = field(default_factory=set)  # values that exist before any node
+    leading: int = 0  # nodes that run before anything else (fx placeholders)
+
+    @classmethod
+    def of_fx(cls, graph: torch.fx.Graph) -> SideGraph:
+        nodes = [n for n in graph.nodes if n.op != "output"]
+        leading = 0
+        while leading < len(nodes) and nodes[leading].op == "placeholder":
+            leading += 1
+        return cls(
+            [NodeIO([a.name for a in n.all_input_nodes], [n.name]) for n in nodes], set(), leading
+        )
+
+    @classmethod
+    def of_onnx(
+        cls,
+        model: onnx.ModelProto,
+        free_variables: Callable[[onnx.NodeProto], list[str]] = lambda n: [],
+    ) -> SideGraph:
+        g = model.graph
+        io = [NodeIO([*n.input, *free_variables(n)], list(n.output)) for n in g.node]
+        available = {i.name for i in g.initializer} | {i.name for i in g.input}
+        return cls(io, available, 0)
 
 
 @dataclass
 class Plan:
-    steps: list[tuple[int, int]]  # (FX | ONNX, index of the node on that side)
-    fx_nodes: list[torch.fx.Node]
-    onnx_nodes: list[onnx.NodeProto]
-    # comparisons to make right after a step: step -> onnx value names
+    steps: list[tuple[int, int]]  # (REF | CAND, index of the node on that side)
+    # comparisons to make right after a step: step -> candidate value names
     compare_at: dict[int, list[str]] = field(default_factory=dict)
     # values to free after a step
-    free_fx_at: dict[int, list[str]] = field(default_factory=dict)
-    free_onnx_at: dict[int, list[str]] = field(default_factory=dict)
-    fx_step: dict[str, int] = field(default_factory=dict)  # fx name -> producing step
-    onnx_step: dict[str, int] = field(default_factory=dict)  # onnx value -> producing step
-    fx_index: dict[str, int] = field(default_factory=dict)  # fx name -> position in graph
-    onnx_producer: dict[str, int] = field(default_factory=dict)  # value -> node position
+    free_ref_at: dict[int, list[str]] = field(default_factory=dict)
+    free_cand_at: dict[int, list[str]] = field(default_factory=dict)
+    ref_step: dict[str, int] = field(default_factory=dict)  # ref value -> producing step
+    cand_step: dict[str, int] = field(default_factory=dict)  # candidate value -> step
+    ref_producer: dict[str, int] = field(default_factory=dict)  # ref value -> node index
+    cand_producer: dict[str, int] = field(default_factory=dict)  # candidate value -> node
 
     @property
     def n_steps(self) -> int:
         return len(self.steps)
 
 
-def _fx_inputs(node: torch.fx.Node) -> list[str]:
-    return [n.name for n in node.all_input_nodes]
+def schedule(
+    ref: SideGraph,
+    cand: SideGraph,
+    pairing: Pairing,
+    needs_reference_inputs: bool,
+    keep_ref: set[str] | None = None,
+    keep_cand: set[str] | None = None,
+    stop_after_cand: int | None = None,
+) -> Plan:
+    """Builds the schedule of a run.
+
+    ``needs_reference_inputs``: each candidate node also waits for the reference partners
+    of its inputs (own-error runs and resets feed them to the node).  ``keep_*``: values
+    never freed (post-run actions collect them).  ``stop_after_cand``: the plan ends after
+    that candidate node (post-run actions need no more).
+    """
+    cand_io = cand.io if stop_after_cand is None else cand.io[: stop_after_cand + 1]
+    ref_producer = {o: i for i, node in enumerate(ref.io) for o in node.outputs if o}
+    plan = Plan([], ref_producer=ref_producer)
+    steps = plan.steps
+
+    def partner_index(name: str) -> int:
+        p = pairing.by_onnx.get(name)
+        return ref_producer.get(p.fx_name, -1) if p is not None else -1
+
+    # leading reference nodes first: weights and inputs are compared before any node runs
+    ref_pos = 0
+    while ref_pos < ref.leading:
+        steps.append((REF, ref_pos))
+        ref_pos += 1
+    last_needed_ref = -1
+    for k, node in enumerate(cand_io):
+        need = max((partner_index(o) for o in node.outputs if o), default=-1)
+        if needs_reference_inputs:
+            need = max([need, *(partner_index(i) for i in node.inputs if i)])
+        last_needed_ref = max(last_needed_ref, need)
+        while ref_pos <= need:
+            steps.append((REF, ref_pos))
+            ref_pos += 1
+        steps.append((CAND, k))
+    if stop_after_cand is None:
+        end_ref = len(ref.io)
+    else:
+        end_ref = last_needed_ref + 1
+        if keep_ref:
+            end_ref = max(end_ref, *(ref_producer[n] + 1 for n in keep_ref if n in ref_producer))
+    while ref_pos < end_ref:
+        steps.append((REF, ref_pos))
+        ref_pos += 1
+
+    for s, (side, idx) in enumerate(steps):
+        if side == REF:
+            for o in ref.io[idx].outputs:
+                if o:
+                    plan.ref_step[o] = s
+        else:
+            for o in cand_io[idx].outputs:
+                if o:
+                    plan.cand_step[o] = s
+                    plan.cand_producer[o] = idx
+    for name in ref.available:
+        plan.ref_step.setdefault(name, -1)
+    for name in cand.available:
+        plan.cand_step.setdefault(name, -1)
+
+    last_ref: dict[str, int] = {}
+    last_cand: dict[str, int] = {}
+    for name, pair in pairing.by_onnx.items():
+        if name not in plan.cand_step or pair.fx_name not in plan.ref_step:
+            continue
+        s = max(plan.cand_step[name], plan.ref_step[pair.fx_name], 0)
+        plan.compare_at.setdefault(s, []).append(name)
+        last_ref[pair.fx_name] = max(last_ref.get(pair.fx_name, -1), s)
+        last_cand[name] = max(last_cand.get(name, -1), s)
+    for s, (side, idx) in enumerate(steps):
+        if side == REF:
+            for name in ref.io[idx].inputs:
+                if name:
+                    last_ref[name] = max(last_ref.get(name, -1), s)
+        else:
+            for name in cand_io[idx].inputs:
+                if not name:
+                    continue
+                last_cand[name] = max(last_cand.get(name, -1), s)
+                if needs_reference_inputs:
+                    p = pairing.by_onnx.get(name)
+                    if p is not None:
+                        last_ref[p.fx_name] = max(last_ref.get(p.fx_name, -1), s)
+    # values never used are freed right after they appear
+    for name, s in plan.ref_step.items():
+        last_ref.setdefault(name, max(s, 0))
+    for name, s in plan.cand_step.items():
+        last_cand.setdefault(name, max(s, 0))
+    keep_ref = keep_ref or set()
+    keep_cand = keep_cand or set()
+    for name, s in last_ref.items():
+        if name not in keep_ref:
+            plan.free_ref_at.setdefault(s, []).append(name)
+    for name, s in last_cand.items():
+        if name not in keep_cand:
+            plan.free_cand_at.setdefault(s, []).append(name)
+    return plan
 
 
 def build_plan(
     graph: torch.fx.Graph,
     model: onnx.ModelProto,
     pairing: Pairing,
-    free_variables,
+    free_variables: Callable[[onnx.NodeProto], Sequence[str]],
     needs_torch_inputs: bool,
-    keep_fx: set[str] | None = None,
-    keep_onnx: set[str] | None = None,
-    stop_after_onnx: int | None = None,
+    **kwargs,
 ) -> Plan:
-    """Builds the schedule.
-
-    ``free_variables(node)`` lists the outer-scope names a node's subgraphs read.
-    ``needs_torch_inputs``: each ONNX node also waits for the fx partners of its inputs
-    (own-error reruns and resets feed them to the node).  ``keep_*``: values never freed
-    (post-run actions collect them).  ``stop_after_onnx``: the plan ends after that ONNX
-    node (post-run actions need no more).
-    """
-    fx_nodes = [n for n in graph.nodes if n.op != "output"]
-    onnx_nodes = list(model.graph.node)
-    if stop_after_onnx is not None:
-        onnx_nodes = onnx_nodes[: stop_after_onnx + 1]
-    fx_index = {n.name: i for i, n in enumerate(fx_nodes)}
-    plan = Plan([], fx_nodes, onnx_nodes, fx_index=fx_index)
-    steps = plan.steps
-    onnx_available_at_start = {i.name for i in model.graph.initializer} | {
-        i.name for i in model.graph.input
-    }
-
-    def partner_index(onnx_name: str) -> int:
-        p = pairing.by_onnx.get(onnx_name)
-        return fx_index.get(p.fx_name, -1) if p is not None else -1
-
-    # fx placeholders first: weights and inputs are compared before any node runs
-    fx_pos = 0
-    while fx_pos < len(fx_nodes) and fx_nodes[fx_pos].op == "placeholder":
-        steps.append((FX, fx_pos))
-        fx_pos += 1
-    last_needed_fx = -1
-    for k, node in enumerate(onnx_nodes):
-        need = max((partner_index(o) for o in node.output if o), default=-1)
-        if needs_torch_inputs:
-            need = max([need, *(partner_index(i) for i in node.input if i)])
-        last_needed_fx = max(last_needed_fx, need)
-        while fx_pos <= need:
-            steps.append((FX, fx_pos))
-            fx_pos += 1
-        steps.append((ONNX, k))
-    if stop_after_onnx is None:
-        end_fx = len(fx_nodes)
-    else:
-        end_fx = last_needed_fx + 1
-        if keep_fx:
-            end_fx = max(end_fx, *(fx_index[n] + 1 for n in keep_fx if n in fx_index))
-    while fx_pos < end_fx:
-        steps.append((FX, fx_pos))
-        fx_pos += 1
-
-    for s, (side, idx) in enumerate(steps):
-        if side == FX:
-            plan.fx_step[fx_nodes[idx].name] = s
-        else:
-            for o in onnx_nodes[idx].output:
-                if o:
-                    plan.onnx_step[o] = s
-                    plan.onnx_producer[o] = idx
-    for name in onnx_available_at_start:
-        plan.onnx_step.setdefault(name, -1)
-
-    last_fx: dict[str, int] = {}
-    last_onnx: dict[str, int] = {}
-    # comparisons
-    for onnx_name, pair in pairing.by_onnx.items():
-        if onnx_name not in plan.onnx_step or pair.fx_name not in plan.fx_step:
-            continue
-        s = max(plan.onnx_step[onnx_name], plan.fx_step[pair.fx_name], 0)
-        plan.compare_at.setdefault(s, []).append(onnx_name)
-        last_fx[pair.fx_name] = max(last_fx.get(pair.fx_name, -1), s)
-        last_onnx[onnx_name] = max(last_onnx.get(onnx_name, -1), s)
-    # consumers
-    for s, (side, idx) in enumerate(steps):
-        if side == FX:
-            for name in _fx_inputs(fx_nodes[idx]):
-                last_fx[name] = max(last_fx.get(name, -1), s)
-        else:
-            node = onnx_nodes[idx]
-            for name in [*node.input, *free_variables(node)]:
-                if not name:
-                    continue
-                last_onnx[name] = max(last_onnx.get(name, -1), s)
-                if needs_torch_inputs:
-                    p = pairing.by_onnx.get(name)
-                    if p is not None:
-                        last_fx[p.fx_name] = max(last_fx.get(p.fx_name, -1), s)
-    # values never used are freed right after they appear
-    for name, s in plan.fx_step.items():
-        last_fx.setdefault(name, s)
-    for name, s in plan.onnx_step.items():
-        last_onnx.setdefault(name, max(s, 0))
-    keep_fx = keep_fx or set()
-    keep_onnx = keep_onnx or set()
-    for name, s in last_fx.items():
-        if name not in keep_fx:
-            plan.free_fx_at.setdefault(s, []).append(name)
-    for name, s in last_onnx.items():
-        if name not in keep_onnx:
-            plan.free_onnx_at.setdefault(s, []).append(name)
-    return plan
+    """The plan of a torch program (reference) against an ONNX model (candidate)."""
+    return schedule(
+        SideGraph.of_fx(graph),
+        SideGraph.of_onnx(model, lambda n: list(free_variables(n))),
+        pairing,
+        needs_torch_inputs,
+        **kwargs,
+    )

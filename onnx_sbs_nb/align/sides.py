@@ -1,0 +1,258 @@
+"""The two sides of a side-by-side run, each a graph that runs one node at a time.
+
+The *reference* side says what the values should be: the torch program (:class:`FxSide`)
+or an ONNX model on a trusted runtime or device (:class:`OnnxSide`).  The *candidate* side
+is an ONNX model run node by node by a node runner (:class:`OnnxSide`); it is judged.
+The run loop (``run.py``) only talks to these two objects: the same loop compares a
+program with its export, one model on two runtimes, or two models of one program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import onnx
+import torch
+
+from ..convert import convert, initializer_value
+from .names import fx_name_from_metadata
+from .plan import SideGraph
+from .program import ProgramInputs
+from .provenance import Provenance
+from .runners import ModelContext
+
+_NO_PROVENANCE = Provenance()
+
+
+def fx_target_name(node: torch.fx.Node) -> str:
+    """``aten.linear.default``, ``placeholder``, ...: what the fx node computes."""
+    if node.op in ("placeholder", "get_attr", "output"):
+        return node.op
+    t = node.target
+    name = getattr(t, "__name__", None) if not isinstance(t, str) else t
+    if hasattr(t, "name") and callable(t.name):
+        try:
+            return t.name().replace("::", ".")
+        except Exception:
+            pass
+    return str(name or t)
+
+
+def onnx_node_name(node: onnx.NodeProto, k: int) -> str:
+    return node.name or f"{node.op_type}_{k}"
+
+
+class FxSide:
+    """The torch program the exporter lowered, run one fx node at a time."""
+
+    value_kind = "torch"
+
+    def __init__(
+        self,
+        program: torch.export.ExportedProgram,
+        bound: ProgramInputs,
+        provenance: dict[str, Provenance],
+        device: str,
+    ) -> None:
+        self.program = program
+        self.graph_module = program.graph_module
+        self.bound = bound
+        self.provenance = provenance
+        self.device = device
+        self.nodes = [n for n in program.graph.nodes if n.op != "output"]
+        self.graph = SideGraph.of_fx(program.graph)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.by_name = {n.name: n for n in program.graph.nodes}
+        self.weights = bound.weights
+
+    def leaf_value(self, name: str) -> Any:
+        """The value of a placeholder (input or weight), on the run's device."""
+        v = self.bound.values[name]
+        if isinstance(v, torch.Tensor) and self.device != "cpu" and v.device.type == "cpu":
+            v = v.to(self.device)
+            self.bound.values[name] = v
+        return v
+
+    def run(self, idx: int, env: dict[str, Any]) -> list[Any]:
+        node = self.nodes[idx]
+        if node.op == "placeholder":
+            return [self.leaf_value(node.name)]
+        if node.op == "get_attr":
+            obj: Any = self.graph_module
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part)
+            return [obj]
+
+        def load(a: torch.fx.Node) -> Any:
+            if a.name not in env:
+                raise RuntimeError(f"input {a.name!r} is not available (upstream failure)")
+            return env[a.name]
+
+        args = torch.fx.node.map_arg(node.args, load)
+        kwargs = torch.fx.node.map_arg(node.kwargs, load)
+        if node.op == "call_function":
+            return [node.target(*args, **kwargs)]
+        if node.op == "call_module":
+            return [self.graph_module.get_submodule(str(node.target))(*args, **kwargs)]
+        if node.op == "call_method":
+            return [getattr(args[0], str(node.target))(*args[1:], **kwargs)]
+        raise RuntimeError(f"unsupported fx node op {node.op!r}")
+
+    def is_weight(self, name: str) -> bool:
+        return name in self.weights
+
+    def reports_unpaired(self, idx: int, value: Any, failed: bool) -> bool:
+        """Whether a value without partner deserves a record (computed tensors only)."""
+        return self.nodes[idx].op == "call_function" and (failed or isinstance(value, torch.Tensor))
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """The ``ep_*`` fields of a record about value ``name``."""
+        node = self.by_name[name]
+        prov = self.provenance.get(name, _NO_PROVENANCE)
+        return {
+            "ep_id_node": self.index.get(name),
+            "ep_name": name,
+            "ep_target": fx_target_name(node),
+            "ep_user_name": prov.user_name,
+            "ep_module": prov.module,
+            "ep_source": prov.source,
+        }
+
+
+class OnnxSide:
+    """An ONNX model run one node at a time by a node runner."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        runner: Any,
+        device: str,
+        feeds: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.runner = runner
+        self.device = device
+        self.ctx = ModelContext.from_model(model, device)
+        g = model.graph
+        self.nodes = list(g.node)
+        self.graph = SideGraph.of_onnx(model, self.ctx.free_variables)
+        self.initializers = {i.name: i for i in g.initializer}
+        self.graph_inputs = [i.name for i in g.input if i.name not in self.initializers]
+        self.graph_outputs = [o.name for o in g.output]
+        self.producer = {o: k for k, n in enumerate(self.nodes) for o in n.output if o}
+        # the values of the graph inputs, in any form (converted for the runner when used)
+        self.feeds: dict[str, Any] = dict(feeds or {})
+        self.notes: dict[str, str] = {}  # value -> how its node was run, if unusual
+        self._fns: dict[int, Any] = {}
+        self._init_cache: dict[str, Any] = {}
+
+    @property
+    def value_kind(self) -> str:
+        return self.runner.value_kind
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.runner, "name", "custom"))
+
+    def as_runner_value(self, v: Any) -> Any:
+        return convert(v, self.value_kind, self.device)
+
+    def initializer(self, name: str) -> Any:
+        v = self._init_cache.get(name)
+        if v is None:
+            v = initializer_value(self.initializers[name], self.value_kind, self.device)
+            self._init_cache[name] = v
+        return v
+
+    def forget(self, name: str) -> None:
+        """Our copy of an initializer goes (the ModelProto still holds its bytes)."""
+        self._init_cache.pop(name, None)
+
+    def leaf_value(self, name: str) -> Any:
+        """A graph input's or an initializer's value."""
+        if name in self.feeds:
+            return self.feeds[name]
+        return self.initializer(name)
+
+    def initial_env(self) -> dict[str, Any]:
+        return {n: self.as_runner_value(v) for n, v in self.feeds.items()}
+
+    def node_inputs(self, node: onnx.NodeProto) -> list[str]:
+        return [*node.input, *self.ctx.free_variables(node)]
+
+    def fn(self, idx: int) -> Any:
+        fn = self._fns.get(idx)
+        if fn is None:
+            fn = self.runner.prepare(self.nodes[idx], self.ctx)
+            self._fns[idx] = fn
+        return fn
+
+    def inputs(self, idx: int, env: dict[str, Any]) -> list[Any]:
+        """The node's inputs from ``env`` and the initializers (KeyError: one is missing)."""
+        values = []
+        for name in self.node_inputs(self.nodes[idx]):
+            if not name:
+                values.append(None)
+            elif name in env:
+                values.append(env[name])
+            elif name in self.initializers:
+                values.append(self.initializer(name))
+            else:
+                raise KeyError(name)
+        return values
+
+    def call(self, idx: int, inputs: Sequence[Any]) -> list[Any]:
+        fn = self.fn(idx)
+        outputs = fn(inputs)
+        note = getattr(fn, "fallback_reason", None)
+        if note:
+            for o in self.nodes[idx].output:
+                self.notes[o] = note
+        return outputs
+
+    def run(self, idx: int, env: dict[str, Any]) -> list[Any]:
+        return self.call(idx, self.inputs(idx, env))
+
+    def is_weight(self, name: str) -> bool:
+        return name in self.initializers
+
+    def reports_unpaired(self, idx: int, value: Any, failed: bool) -> bool:
+        return True
+
+    def node_name(self, idx: int) -> str:
+        return onnx_node_name(self.nodes[idx], idx)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """The ``ep_*`` fields of a record, when this model is the reference."""
+        k = self.producer.get(name)
+        if k is None:
+            target = "initializer" if name in self.initializers else "input"
+            return {"ep_id_node": -1, "ep_name": name, "ep_target": target}
+        node = self.nodes[k]
+        return {
+            "ep_id_node": k,
+            "ep_name": name,
+            "ep_target": node.op_type,
+            "ep_user_name": fx_name_from_metadata(node),
+        }
+
+    def describe_candidate(self, name: str) -> dict[str, Any]:
+        """The ``onnx_*`` fields of a record about value ``name`` of this model."""
+        k = self.producer.get(name)
+        if k is None:
+            op = "initializer" if name in self.initializers else "input"
+            return {"onnx_id_node": -1, "onnx_name": name, "onnx_op_type": op}
+        node = self.nodes[k]
+        return {
+            "onnx_id_node": k,
+            "onnx_name": name,
+            "onnx_op_type": node.op_type,
+            "onnx_domain": node.domain or None,
+            "onnx_id_output": list(node.output).index(name),
+            "onnx_node_name": onnx_node_name(node, k),
+            "onnx_fx_node": fx_name_from_metadata(node),
+        }
+
+
+__all__ = ["FxSide", "OnnxSide", "fx_target_name", "onnx_node_name"]
