@@ -5,7 +5,7 @@ For each tiny Llama (random weights, exported once into a temporary folder):
 * floor: one eager run of the program (``ep.module()(*args)``, module built beforehand)
   plus one whole-model onnxruntime run (session built beforehand; its build time is
   printed separately);
-* our engine (``runner="onnxruntime"``, with and without ``rerun_with_torch_inputs``):
+* our engine (``runner="onnxruntime"``, with and without ``own_error``):
   cold = a new AlignedRun on a freshly loaded ExportedProgram (includes the program
   preparation), warm = a new AlignedRun on an ExportedProgram already prepared once;
 * onnx-diagnostic's ``run_aligned`` (OnnxruntimeEvaluator, ``use_tensor=True``) when
@@ -69,7 +69,7 @@ SPECS = {"small": SMALL, "large": LARGE}
 # Our variants: name -> AlignedRun options.
 OURS = {
     "ours": {"runner": "onnxruntime"},
-    "ours_rerun": {"runner": "onnxruntime", "rerun_with_torch_inputs": True},
+    "ours_rerun": {"runner": "onnxruntime", "own_error": True},
 }
 # The ONNXProgram returned by torch.onnx.export carries the program the exporter lowered:
 # passing it instead of its ModelProto skips our preparation (no re-trace at all).

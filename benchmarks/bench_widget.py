@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--seq", type=int, default=32)
-    parser.add_argument("--rerun", action="store_true", help="rerun_with_torch_inputs=True")
+    parser.add_argument("--rerun", action="store_true", help="own_error=True")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)

@@ -1,7 +1,7 @@
 """``%sbs``: run the side-by-side comparison of an exported program and its ONNX model.
 
     %load_ext onnx_sbs_nb
-    %sbs ep onx inputs --atol 1e-4 --rerun
+    %sbs ep onx inputs --atol 1e-4 --own-error
     %sbs model.pt2 model.onnx inputs.pt --background -o w
 
 Each of EP, ONNX and INPUTS is a variable of the user's namespace or a file path.  The

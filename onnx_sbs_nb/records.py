@@ -46,7 +46,7 @@ class Record:
     """One aligned pair (or one unpaired value) of a side-by-side run.
 
     ``err_*2`` fields hold the second comparison, made when the ONNX node is rerun on the
-    torch values of its inputs (``rerun_with_torch_inputs=True``): that is the node's own
+    torch values of its inputs (``own_error=True``): that is the node's own
     error, as opposed to the error it inherits from upstream.
     """
 

@@ -125,7 +125,7 @@ def _brief(rec: Record | None) -> dict[str, Any] | None:
 class SbsSession:
     """Owns one side-by-side run and the actions on it.
 
-    ``SbsSession(ep, onx, inputs, atol=..., rerun_with_torch_inputs=True, ...)`` builds the
+    ``SbsSession(ep, onx, inputs, atol=..., own_error=True, ...)`` builds the
     :class:`AlignedRun` at once (so bad inputs fail in the calling cell), then
     :meth:`start` consumes it: in the calling thread by default (an executed notebook
     then always holds the finished run), in a daemon thread with ``background=True``.

@@ -219,7 +219,7 @@ if anywidget is not None:
     class SbsWidget(anywidget.AnyWidget):
         """Live view of a side-by-side run: status, table, chart, detail, actions.
 
-        ``SbsWidget(ep, onx, inputs, atol=..., rerun_with_torch_inputs=True, ...)`` builds
+        ``SbsWidget(ep, onx, inputs, atol=..., own_error=True, ...)`` builds
         the run (bad inputs fail here); displaying the widget runs it in the cell while
         rows stream to the browser (``background=True`` starts it at once in a thread, so
         every button works during the run).  ``SbsWidget(session=...)`` views an existing

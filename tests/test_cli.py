@@ -105,7 +105,7 @@ def test_run_options_reach_the_engine(demo_run, demo_dir, tmp_path, capsys):
         assert code == EXIT_PASS, runner  # every error is below a tolerance of 10
         recs = read_jsonl(jsonl)
         assert {r.atol for r in recs if r.atol is not None} == {10.0}
-        assert all(r.err_abs2 is None for r in recs)  # no --rerun
+        assert all(r.err_abs2 is None for r in recs)  # no --own-error
         assert all(r.status != "error" for r in recs), runner
     code = main([*args, "--reset-all"])
     assert code == EXIT_FAIL

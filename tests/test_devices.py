@@ -66,7 +66,7 @@ def test_cuda_devices_need_a_gpu(mlp):
 def test_tiny_llama_on_cuda():
     ep, onx, args = tiny_llama()
     cuda_args = tuple(a.cuda() for a in args)
-    recs = list(run_aligned(ep, onx, cuda_args, rerun_with_torch_inputs=True))
+    recs = list(run_aligned(ep, onx, cuda_args, own_error=True))
     paired = [r for r in recs if r.status not in ("unpaired_ep", "unpaired_onnx")]
     assert paired and all(r.status == "ok" for r in paired)
     nodes = [r for r in paired if r.kind == "node"]

@@ -113,7 +113,7 @@ def test_changed_attribute_is_first_failing_node(softmax_model):
 def test_rerun_separates_own_from_inherited_error(softmax_model):
     ep, onx, args = softmax_model
     bad, node = _with_attribute(onx, "Softmax", "axis", 0)
-    recs = list(run_aligned(ep, bad, args, rerun_with_torch_inputs=True))
+    recs = list(run_aligned(ep, bad, args, own_error=True))
     soft = next(r for r in recs if r.onnx_op_type == "Softmax")
     assert soft.passed is False and soft.passed2 is False  # makes the error
     downstream = [r for r in recs if r.step > soft.step and r.err_abs2 is not None]
@@ -383,7 +383,7 @@ def test_live_values_do_not_grow_with_depth(rerun):
     for depth in (4, 16):
         x = torch.randn(2, 8)
         ep, onx = export(Deep(depth), (x,))
-        run = AlignedRun(ep, onx, (x,), rerun_with_torch_inputs=rerun)
+        run = AlignedRun(ep, onx, (x,), own_error=rerun)
         recs = list(run)
         assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
         peaks.append(run.status.extra["peak_live_values"])

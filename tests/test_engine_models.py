@@ -182,7 +182,7 @@ def test_onnx_program_carries_its_prepared_program():
 
 def test_tiny_llama_own_errors_pass():
     ep, onx, args = tiny_llama()
-    recs = list(run_aligned(ep, onx, args, rerun_with_torch_inputs=True))
+    recs = list(run_aligned(ep, onx, args, own_error=True))
     reruns = [r for r in recs if r.err_abs2 is not None]
     assert len(reruns) >= 60
     assert all(r.passed2 for r in reruns)

@@ -3,7 +3,7 @@
 A tiny Llama (transformers, random weights) and a small attention model are exported
 once per module with the real exporter; each case edits one thing in a copy of the ONNX
 model (a constant, an attribute, an op swapped for a near neighbour, a weight) at an
-early, middle or late position, runs the engine with ``rerun_with_torch_inputs=True``
+early, middle or late position, runs the engine with ``own_error=True``
 (and without), and checks :func:`onnx_sbs_nb.summary.summarize`.
 """
 
@@ -160,7 +160,7 @@ LLAMA_CASES = [
 
 def _check(ep, onx, args, case: Case, rerun: bool):
     bad = case.corrupt(onx)
-    records = list(run_aligned(ep, bad, args, rerun_with_torch_inputs=rerun))
+    records = list(run_aligned(ep, bad, args, own_error=rerun))
     s = summarize(records)
     assert s.verdict == "fail"
     culprit = s.first_own_failure
@@ -199,7 +199,7 @@ def test_llama_summary_names_the_corrupted_node(llama, case):
 def test_llama_downstream_nodes_inherit_the_error(llama, case):
     """Values right after the culprit fail their first comparison, not their own."""
     ep, onx, args = llama
-    records = list(run_aligned(ep, case.corrupt(onx), args, rerun_with_torch_inputs=True))
+    records = list(run_aligned(ep, case.corrupt(onx), args, own_error=True))
     by_name = {r.onnx_name: r for r in records}
     for name in case.inherits:
         r = by_name[name]
@@ -211,7 +211,7 @@ def test_llama_downstream_nodes_inherit_the_error(llama, case):
 
 def test_llama_clean_export_passes(llama):
     ep, onx, args = llama
-    s = summarize(run_aligned(ep, onx, args, rerun_with_torch_inputs=True))
+    s = summarize(run_aligned(ep, onx, args, own_error=True))
     assert s.verdict == "pass", s.to_text()
     assert s.first_own_failure is None and s.first_failure is None
 
@@ -219,7 +219,7 @@ def test_llama_clean_export_passes(llama):
 def test_llama_culprit_bundle_replays_in_a_subprocess(llama, tmp_path):
     ep, onx, args = llama
     bad = swap_op("node_mul_11", "Add")(onx)
-    run = AlignedRun(ep, bad, args, rerun_with_torch_inputs=True)
+    run = AlignedRun(ep, bad, args, own_error=True)
     s = summarize(run)
     culprit = s.first_own_failure
     folder = run.actions.save_replay("node_mul_11", tmp_path)
@@ -312,7 +312,7 @@ def test_attention_sdpa_scale_constant(attention):
 @pytest.mark.parametrize("case", [c for c in ATTENTION_CASES if c.inherits], ids=lambda c: c.id)
 def test_attention_downstream_nodes_inherit_the_error(attention, case):
     ep, onx, args = attention
-    records = list(run_aligned(ep, case.corrupt(onx), args, rerun_with_torch_inputs=True))
+    records = list(run_aligned(ep, case.corrupt(onx), args, own_error=True))
     by_name = {r.onnx_name: r for r in records}
     for name in case.inherits:
         assert by_name[name].passed is False, name

@@ -35,7 +35,7 @@ def model():
 def test_variables_and_options(ip, model, capsys):
     ep, onx, x = model
     ip.user_ns.update(my_ep=ep, my_onx=onx, my_x=x)
-    ip.run_line_magic("sbs", "my_ep my_onx my_x --atol 1e-4 --rtol 1e-3 --rerun -o w")
+    ip.run_line_magic("sbs", "my_ep my_onx my_x --atol 1e-4 --rtol 1e-3 --own-error -o w")
     w = ip.user_ns["w"]
     assert ip.user_ns["_sbs"] is w
     assert w.session.state == "finished"  # ran in the cell, as displayed

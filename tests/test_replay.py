@@ -587,7 +587,7 @@ def test_bundles_through_the_engine_with_a_replay_config(tmp_path, mlp):
     ep, onx, args = mlp
     bad = corrupt_initializer(onx, "l1.weight", 0.75)
     cfg = ReplayConfig.from_json(ReplayConfig(threshold=1e-3, prefix_model=True).to_json())
-    run = run_mod.AlignedRun(ep, bad, args, rerun_with_torch_inputs=True, replay=cfg,
+    run = run_mod.AlignedRun(ep, bad, args, own_error=True, replay=cfg,
                              replay_dir=tmp_path / "bundles")  # fmt: skip
     records = list(run)
     rec = next(r for r in records if r.onnx_name == "linear")

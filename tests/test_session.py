@@ -55,7 +55,7 @@ def test_split_inputs_forms():
 def test_in_thread_run_keeps_records_and_summary(model):
     ep, onx, x = model
     events = []
-    s = SbsSession(ep, onx, x, rerun_with_torch_inputs=True, batch_interval=0)
+    s = SbsSession(ep, onx, x, own_error=True, batch_interval=0)
     s.add_listener(lambda ev, p: events.append((ev, p)))
     assert s.state == IDLE
     s.start()
@@ -134,7 +134,7 @@ def test_keyboard_interrupt_stops_keeping_rows_then_actions_work(model, tmp_path
 
 def test_actions_on_a_finished_run(model, tmp_path):
     ep, onx, x = model
-    s = SbsSession(ep, onx, x, rerun_with_torch_inputs=True, replay_root=tmp_path / "r")
+    s = SbsSession(ep, onx, x, own_error=True, replay_root=tmp_path / "r")
     s.start()
     bad = next(r for r in s.records if r.passed2 is False)
     detail = s.node_detail(bad)

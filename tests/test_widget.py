@@ -52,7 +52,7 @@ class Browser:
 
 def test_rows_stream_then_full_sync(model):
     ep, onx, x = model
-    w = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True, batch_interval=0)
+    w = SbsWidget(ep, onx, x, own_error=True, batch_interval=0)
     b = Browser(w)
     assert w.session.state == "idle" and w.rows == []
     recs = w.records  # runs it here (never displayed)
@@ -95,7 +95,7 @@ def test_background_run_streams_consistently(model):
 
 def test_selection_loads_details_and_actions_report_state(model, tmp_path):
     ep, onx, x = model
-    w = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True, replay_root=tmp_path)
+    w = SbsWidget(ep, onx, x, own_error=True, replay_root=tmp_path)
     w.wait()
     recs = w.session.records
     row = next(i for i, r in enumerate(recs) if r.passed2 is False)
@@ -245,7 +245,7 @@ def test_full_rows_sync_message(model):
 NOTEBOOK_CELLS = [
     "import sys\nsys.path.insert(0, {repo!r})\nfrom tests.test_session import _broken_mlp\n"
     "ep, onx, x = _broken_mlp()",
-    "from onnx_sbs_nb import SbsWidget\nw = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True)\nw",
+    "from onnx_sbs_nb import SbsWidget\nw = SbsWidget(ep, onx, x, own_error=True)\nw",
 ]
 
 
