@@ -212,7 +212,7 @@ def describe(bug: Bug, res: tuple[BugRun, BugRun]) -> str:
         f"   {bug.what}",
         f"   links: {' '.join(bug.links)}",
         f"   buggy: verdict={old.verdict} named={old.named.label() if old.named else 'nothing'}"
-        f" targets={old.named_targets} -> {'OK' if old.names_op else 'WRONG'}"
+        f" targets={old.named_targets} -> {_verdict_of_naming(old)}"
         f" (paired {old.paired}, unpaired {old.unpaired})",
     ]
     if not old.names_op:
@@ -224,6 +224,14 @@ def describe(bug: Bug, res: tuple[BugRun, BugRun]) -> str:
     if not ok:
         lines += [f"      {b.line()}" for b in new.bad[:5]]
     return "\n".join(lines)
+
+
+def _verdict_of_naming(res: BugRun) -> str:
+    if not res.names_op:
+        return "WRONG"
+    if any(b.status == "error" for b in res.bad):
+        return "WRONG (named only because the node could not run: a tool limit, not a measure)"
+    return "OK"
 
 
 def fixed_release_label() -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
 
-from onnx_sbs_nb.align.names import fx_name_from_metadata
+from onnx_sbs_nb.align.names import ORIGINAL_NAME_KEY, fx_name_from_metadata
 
 
 @dataclass
@@ -82,19 +83,36 @@ def what_summary_names(summary: Any, model: onnx.ModelProto) -> Named | None:
     )
 
 
+def _placeholder_names(init: onnx.TensorProto) -> set[str]:
+    """fx placeholder names torch.export gives the weight an initializer stands for
+    (``p_``/``b_``/``c_`` + the state-dict name, dots as underscores, lower case)."""
+    originals = {init.name}
+    originals |= {p.value for p in init.metadata_props if p.key == ORIGINAL_NAME_KEY}
+    out = set()
+    for name in originals:
+        flat = re.sub(r"[^0-9a-zA-Z_]", "_", name).lower()
+        out |= {f"{prefix}_{flat}" for prefix in ("p", "b", "c")}
+    return out
+
+
 def injected_targets(model: onnx.ModelProto, injected: str) -> tuple[set[str], set[str]]:
     """(ONNX names that count as the injected node, fx nodes whose lowering contains it).
 
     ``injected`` is an ONNX node name, or an initializer name for a weight fault: then the
-    nodes consuming the initializer count too (the weight or any of its consumers)."""
+    nodes consuming the initializer count too (the weight or any of its consumers), and so
+    do the fx placeholders of that weight."""
     nodes = _node_by_name(model)
     names = {injected}
+    fx: set[str] = set()
     if injected in nodes:
         owners = [nodes[injected]]
     else:
         owners = [n for n in model.graph.node if injected in n.input]
         names |= {n.name for n in owners}
-    fx = {f for f in (fx_name_from_metadata(n) for n in owners) if f}
+        for init in model.graph.initializer:
+            if init.name == injected:
+                fx |= _placeholder_names(init)
+    fx |= {f for f in (fx_name_from_metadata(n) for n in owners) if f}
     return names, fx
 
 
