@@ -124,75 +124,50 @@ def _whisper():
     return model, (torch.randn(1, 8, 32), torch.randint(3, 64, (1, 5)))
 
 
-def _mamba():
+def _causal_lm(config: str, model: str, **kw):
+    """A tiny transformers causal LM (vocabulary 64, hidden 32) and 6 token ids."""
     import transformers
 
-    cfg = transformers.MambaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        state_size=4,
-        num_hidden_layers=2,
-        expand=2,
-        conv_kernel=4,
-        use_cache=False,
-    )
-    return _Logits(transformers.MambaForCausalLM(cfg), "input_ids"), (torch.randint(0, 64, (1, 6)),)
+    experts = kw.pop("experts_implementation", None)
+    cfg = getattr(transformers, config)(vocab_size=64, use_cache=False, **kw)
+    if experts:
+        cfg._experts_implementation = experts
+    ids = torch.randint(0, 64, (1, 6))
+    return _Logits(getattr(transformers, model)(cfg), "input_ids"), (ids,)
+
+
+def _mamba():
+    return _causal_lm(
+        "MambaConfig", "MambaForCausalLM",
+        hidden_size=32, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
+    )  # fmt: skip
+
+
+_TINY_DECODER = dict(
+    hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=64, num_experts_per_tok=2,
+    # the default "grouped_mm" is a custom op the exporter cannot lower; "batched_mm"
+    # runs every expert with plain bmm (routing weights select), which exports
+    experts_implementation="batched_mm",
+)  # fmt: skip
 
 
 def _mixtral():
-    import transformers
-
-    cfg = transformers.MixtralConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    # the default "grouped_mm" is a custom op the exporter cannot lower; "batched_mm"
-    # runs every expert with plain bmm (routing weights select), which exports
-    cfg._experts_implementation = "batched_mm"
-    return _Logits(transformers.MixtralForCausalLM(cfg), "input_ids"), (
-        torch.randint(0, 64, (1, 6)),
-    )
+    return _causal_lm("MixtralConfig", "MixtralForCausalLM", num_local_experts=4, **_TINY_DECODER)
 
 
 def _qwen2_moe():
-    import transformers
-
-    cfg = transformers.Qwen2MoeConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=32,
-        moe_intermediate_size=16,
-        shared_expert_intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    cfg._experts_implementation = "batched_mm"
-    return _Logits(transformers.Qwen2MoeForCausalLM(cfg), "input_ids"), (
-        torch.randint(0, 64, (1, 6)),
-    )
+    return _causal_lm(
+        "Qwen2MoeConfig", "Qwen2MoeForCausalLM", num_experts=4, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, **_TINY_DECODER,
+    )  # fmt: skip
 
 
 def _gpt2():
-    import transformers
-
-    cfg = transformers.GPT2Config(
-        vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32, use_cache=False,
-        bos_token_id=0, eos_token_id=0,
+    return _causal_lm(
+        "GPT2Config", "GPT2LMHeadModel",
+        n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
-    return _Logits(transformers.GPT2LMHeadModel(cfg), "input_ids"), (torch.randint(0, 64, (1, 6)),)
 
 
 class _BertClassifier(nn.Module):
