@@ -2,7 +2,8 @@
 
 Classes 1 (Resize with sizes), 3 (folded BatchNorm) and 4 (blame inside a lowering) fail
 in the zoo and the real-bug tests (tests/corpus/known.py); the cases below cover 2, 5, 6,
-7, 8 and 9 with models built here.  Those failing today are xfail(strict=True).
+7, 8 and 9 with models built here.  Those failing today are xfail(strict=True); the
+others guard what already works.
 """
 
 from __future__ import annotations
@@ -168,12 +169,8 @@ def test_actions_hit_the_node_of_the_record_when_names_collide(deep):
 # -------------------------------------------------------- class 8: the user's own names
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 defect class 8: records carry only the prepared program's names; no "
-    "ep_user_name, ep_module (nn_module_stack) or ep_source (stack_trace)",
-)
 def test_records_carry_user_names_module_paths_and_source(deep):
+    """Class 8 (fixed on main in 0e3eea3): a guard."""
     ep, onx, args = deep
     records = list(run_aligned(ep, onx, args))
     users = {r.ep_name: getattr(r, "ep_user_name", None) for r in records}
@@ -209,8 +206,8 @@ def test_evaluator_rejects_unknown_attribute_when_built():
     assert "my_relu" in text and "Relu" in text and "foo" in text
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 defect class 9: Record has no err_dev2")
 def test_record_has_err_dev2():
+    """Class 9, second half (fixed on main in 0e3eea3): a guard."""
     assert "err_dev2" in RECORD_FIELDS
 
 
