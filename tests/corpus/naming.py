@@ -57,7 +57,7 @@ def what_summary_names(summary: Any, model: onnx.ModelProto) -> Named | None:
             onnx_nodes=list(dict.fromkeys(onnx_nodes)),
             onnx_value=_get(culprit, "onnx_name"),
             ep_name=_get(culprit, "ep_name"),
-            fx_nodes=[f for f in fx if f],
+            fx_nodes=list(dict.fromkeys(f for f in fx if f)),
             rule=_get(culprit, "rule"),
             op_type=_get(culprit, "onnx_op_type"),
         )
