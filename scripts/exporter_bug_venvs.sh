@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # keep in sync with OLD_RELEASES in tests/corpus/exporter_bugs.py
 versions=("$@")
-[ ${#versions[@]} -eq 0 ] && versions=(0.7.0 0.6.2)
+[ ${#versions[@]} -eq 0 ] && versions=(0.7.0)
 for ver in "${versions[@]}"; do
   venv=".venv-onnxscript-${ver}"
   if [ -x "$venv/bin/python" ] &&
