@@ -184,12 +184,8 @@ def test_records_carry_user_names_module_paths_and_source(deep):
 # ------------------------------------------- class 9: the prior art's own expectations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 defect class 9: an unknown attribute is only a TypeError at run time, "
-    "not an error naming node, op and attribute when the evaluator is built",
-)
 def test_evaluator_rejects_unknown_attribute_when_built():
+    """Class 9 (fixed on main in af7ca03): a guard."""
     from onnx_sbs_nb import TorchOnnxEvaluator
 
     node = helper.make_node("Relu", ["x"], ["y"], name="my_relu", foo=3)
