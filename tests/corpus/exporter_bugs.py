@@ -1,0 +1,247 @@
+"""Real numerical bugs of the dynamo exporter (onnxscript's torch_lib), reproduced.
+
+Each bug was reported or fixed on a public tracker; the model exercising its op is built
+in code (tests/corpus/bug_models.py).  The release that had it is installed in its own
+venv by scripts/exporter_bug_venvs.sh (torch 2.13.0 pinned); export_bug.py runs there
+and writes model.pt2, model.onnx and inputs.pt; the engine then runs on those files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPORT_SCRIPT = Path(__file__).with_name("export_bug.py")
+# keep in sync with the default list of scripts/exporter_bug_venvs.sh
+OLD_RELEASES = ("0.7.0",)
+
+
+@dataclass(frozen=True)
+class Bug:
+    id: str  # also the bug_models builder name
+    aten_op: str  # the op whose lowering is wrong, as in str(fx_node.target)
+    buggy: str  # the onnxscript release that has the bug (its venv must exist)
+    fixed: str  # the first release with the fix
+    links: tuple[str, ...]
+    what: str
+
+
+BUGS: tuple[Bug, ...] = (
+    Bug(
+        "gru",
+        "aten.gru.input",
+        "0.7.0",
+        "0.7.1",
+        (
+            "https://github.com/microsoft/onnxscript/issues/2852",
+            "https://github.com/microsoft/onnxscript/pull/2853",
+        ),
+        "aten_gru emitted ONNX GRU with the default linear_before_reset=0; PyTorch applies "
+        "the hidden linear before the reset gate (linear_before_reset=1)",
+    ),  # fmt: skip
+    Bug(
+        "pixel_unshuffle",
+        "aten.pixel_unshuffle.default",
+        "0.7.0",
+        "0.7.1",
+        ("https://github.com/microsoft/onnxscript/pull/2892",),
+        "aten_pixel_unshuffle lowered to SpaceToDepth, whose DCR channel order is not "
+        "PixelUnshuffle's (the inverse of DepthToSpace CRD)",
+    ),
+    Bug(
+        "upsample_bilinear_size1",
+        "aten.upsample_bilinear2d.vec",
+        "0.7.0",
+        "0.7.1",
+        ("https://github.com/microsoft/onnxscript/pull/2918",),
+        "upsample with align_corners=False used Resize coordinate mode pytorch_half_pixel, "
+        "which special-cases an output size of 1 differently from PyTorch eager",
+    ),
+    Bug(
+        "masked_scatter",
+        "aten.masked_scatter.default",
+        "0.7.0",
+        "0.7.1",
+        (
+            "https://github.com/pytorch/pytorch/issues/186146",
+            "https://github.com/microsoft/onnxscript/pull/2929",
+        ),
+        "aten_masked_scatter expanded only by rank: a same-rank broadcast mask (1,S,1) vs "
+        "self (1,S,D) left the mask unexpanded, NonZero enumerated a subset, ScatterND wrote "
+        "the wrong source elements",
+    ),  # fmt: skip
+    Bug(
+        "bicubic_antialias",
+        "aten._upsample_bicubic2d_aa.default",
+        "0.7.0",
+        "0.7.1",
+        (
+            "https://github.com/pytorch/pytorch/issues/183546",
+            "https://github.com/microsoft/onnxscript/pull/2916",
+        ),
+        "antialiased upsampling emitted Resize with the default exclude_outside=0; PyTorch "
+        "drops out-of-bounds taps and renormalises the filter (exclude_outside=1)",
+    ),  # fmt: skip
+)
+BUGS_BY_ID = {b.id: b for b in BUGS}
+
+
+def venv_python(release: str) -> Path:
+    return ROOT / f".venv-onnxscript-{release}" / "bin" / "python"
+
+
+def missing_venv(release: str) -> str | None:
+    """Why the old release cannot be used (None when its venv is there)."""
+    py = venv_python(release)
+    if not py.exists():
+        return (
+            f"no venv for onnxscript {release} ({py.parent.parent.name}): create it with "
+            f"`bash scripts/exporter_bug_venvs.sh {release}`"
+        )
+    return None
+
+
+def export_with_release(release: str | None, names: list[str], root: Path) -> dict[str, Path]:
+    """Exports the bug models into root/<name>/; release None: this interpreter's
+    exporter (in process), else the old venv's (one subprocess for all models)."""
+    folders = {n: root / n for n in names}
+    if release is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_export_bug", EXPORT_SCRIPT)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for n, f in folders.items():
+            mod.main(n, str(f))
+        return folders
+    reason = missing_venv(release)
+    if reason:
+        raise FileNotFoundError(reason)
+    code = (
+        "import runpy, sys; m = runpy.run_path(sys.argv[1]); "
+        "[m['main'](n, d) for n, d in zip(sys.argv[2::2], sys.argv[3::2])]"
+    )
+    argv = [str(venv_python(release)), "-c", code, str(EXPORT_SCRIPT)]
+    for n, f in folders.items():
+        argv += [n, str(f)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    if out.returncode:
+        raise RuntimeError(f"export with onnxscript {release} failed:\n{out.stderr[-3000:]}")
+    for n, f in folders.items():
+        got = json.loads((f / "versions.json").read_text())["onnxscript"]
+        if got != release:
+            raise RuntimeError(f"{n} was exported with onnxscript {got}, not {release}")
+    return folders
+
+
+@dataclass
+class BugRun:
+    aten_op: str | None  # the op whose lowering is wrong (None: not checked)
+    verdict: str
+    named: Any  # naming.Named | None
+    named_targets: list[str]  # str(target) of the fx nodes the summary names
+    bad: list  # evaluate.BadRecord
+    summary_text: str
+    paired: int
+    unpaired: int
+
+    @property
+    def names_op(self) -> bool:
+        """The summary names an fx node of the buggy op (the node whose lowering is wrong)."""
+        return self.aten_op is not None and self.aten_op in self.named_targets
+
+
+def run_on_files(folder: Path, aten_op: str | None = None) -> BugRun:
+    """The engine on the saved files, with the rerun on torch inputs."""
+    from onnx_sbs_nb.align.run import AlignedRun
+    from onnx_sbs_nb.summary import summarize
+
+    from .evaluate import UNPAIRED, _bad_records
+    from .naming import what_summary_names
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = AlignedRun(
+            str(folder / "model.pt2"),
+            str(folder / "model.onnx"),
+            str(folder / "inputs.pt"),
+            rerun_with_torch_inputs=True,
+        )
+        records = list(run)
+    model = onnx.load(str(folder / "model.onnx"))
+    s = summarize(records, node_inputs=model)
+    named = what_summary_names(s, model)
+    fx = {n.name: n for n in run.program.graph.nodes}
+    targets = []
+    if named is not None:
+        for name in dict.fromkeys([*named.fx_nodes, named.ep_name]):
+            if name in fx:
+                targets.append(str(fx[name].target))
+    return BugRun(
+        aten_op, s.verdict, named, targets, _bad_records(records), s.to_text(),
+        sum(r.status not in UNPAIRED for r in records),
+        sum(r.status in UNPAIRED for r in records),
+    )  # fmt: skip
+
+
+def evaluate_bug(bug: Bug, root: Path | None = None) -> tuple[BugRun, BugRun]:
+    """(run on the buggy release's export, run on this venv's fixed export)."""
+    import tempfile
+
+    root = Path(root or tempfile.mkdtemp(prefix=f"bug-{bug.id}-"))
+    old = export_with_release(bug.buggy, [bug.id], root / bug.buggy)[bug.id]
+    new = export_with_release(None, [bug.id], root / "fixed")[bug.id]
+    return run_on_files(old, bug.aten_op), run_on_files(new, bug.aten_op)
+
+
+def describe(bug: Bug, res: tuple[BugRun, BugRun]) -> str:
+    old, new = res
+    lines = [
+        f"## {bug.id}: {bug.aten_op} — onnxscript {bug.buggy} (buggy) vs "
+        f"{fixed_release_label()} (fixed from {bug.fixed})",
+        f"   {bug.what}",
+        f"   links: {' '.join(bug.links)}",
+        f"   buggy: verdict={old.verdict} named={old.named.label() if old.named else 'nothing'}"
+        f" targets={old.named_targets} -> {_verdict_of_naming(old)}"
+        f" (paired {old.paired}, unpaired {old.unpaired})",
+    ]
+    if not old.names_op:
+        lines += [f"      {b.line()}" for b in old.bad[:5]]
+    ok = new.verdict == "pass" and not new.bad
+    lines.append(
+        f"   fixed: verdict={new.verdict} failing={len(new.bad)} -> {'OK' if ok else 'FALSE ALARM'}"
+    )
+    if not ok:
+        lines += [f"      {b.line()}" for b in new.bad[:5]]
+    return "\n".join(lines)
+
+
+def _verdict_of_naming(res: BugRun) -> str:
+    if not res.names_op:
+        return "WRONG"
+    if any(b.status == "error" for b in res.bad):
+        return "WRONG (named only because the node could not run: a tool limit, not a measure)"
+    return "OK"
+
+
+def fixed_release_label() -> str:
+    import onnxscript
+
+    return f"{onnxscript.__version__} (this venv)"
+
+
+if __name__ == "__main__":  # quick look: python -m tests.corpus.exporter_bugs [ids]
+    for b in BUGS:
+        if len(sys.argv) > 1 and b.id not in sys.argv[1:]:
+            continue
+        print(describe(b, evaluate_bug(b)), flush=True)
