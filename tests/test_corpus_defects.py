@@ -144,11 +144,6 @@ def test_unpaired_program_output_fails_the_verdict(deep):
 # ---------------------------------------------------- class 7: actions hit their node
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 defect class 7: node_detail/rerun_node look nodes up by a name that can "
-    "collide (a node named like another node's output) and describe the wrong node",
-)
 def test_actions_hit_the_node_of_the_record_when_names_collide(deep):
     ep, onx, args = deep
     m = copy_model(onx)
@@ -160,10 +155,14 @@ def test_actions_hit_the_node_of_the_record_when_names_collide(deep):
     run = AlignedRun(ep, m, args, rerun_with_torch_inputs=True)
     records = list(run)
     rec = next(r for r in records if r.onnx_name == value)
-    detail = run.node_detail(value)
-    assert detail["onnx_id_node"] == rec.onnx_id_node and detail["op_type"] == "Relu"
-    rerun = run.rerun_node(value)
-    assert rerun["op_type"] == "Relu"
+    # by identity (the record, or its node position): always the Relu
+    for node in (rec, rec.onnx_id_node):
+        detail = run.actions.node_detail(node)
+        assert detail["onnx_id_node"] == rec.onnx_id_node and detail["op_type"] == "Relu"
+        assert run.actions.rerun_in_torch(node)["op_type"] == "Relu"
+    # by the colliding name: refused, naming both nodes, never the wrong one silently
+    with pytest.raises(SbsInputError, match="names several ONNX nodes.*Relu"):
+        run.actions.node_detail(value)
 
 
 # -------------------------------------------------------- class 8: the user's own names
