@@ -42,6 +42,7 @@ from typing import Any
 import onnx
 
 from .loading import SbsInputError, load_onnx_model
+from .names import FX_NODE_KEY
 
 # optimize= levels, mildest first; "layout" exists from onnxruntime 1.22 on
 LEVELS = ("basic", "extended", "layout", "all")
@@ -603,11 +604,19 @@ def carry_metadata(
             if mapped.group != mapped.name:
                 _set_meta(node, META_GROUP, mapped.group)
     inits = {i.name: i for i in og.initializer}
+    producer = {o: n for n in og.node for o in n.output if o}
     for init in ng.initializer:
+        if init.metadata_props:
+            continue
         src = inits.get(init.name)
-        if src is not None and not init.metadata_props:
+        if src is not None:
             for p in src.metadata_props:
                 init.metadata_props.add(key=p.key, value=p.value)
+        elif init.name in producer:
+            # a folded constant: the fx node it was computed for
+            for p in producer[init.name].metadata_props:
+                if p.key == FX_NODE_KEY:
+                    init.metadata_props.add(key=p.key, value=p.value)
     if not optimized.metadata_props:
         for p in original.metadata_props:
             optimized.metadata_props.add(key=p.key, value=p.value)
