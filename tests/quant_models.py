@@ -120,13 +120,25 @@ class FloatMLP(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+def half_mlp() -> torch.nn.Module:
+    """The control in float16: onnxruntime runs it in float32 between Casts on CPU."""
+    return FloatMLP().half()
+
+
 def _input(name: str) -> torch.Tensor:
     g = torch.Generator().manual_seed(10)
-    shape = {"conv": (1, 8, 8, 8), "mlp": (8, 32)}.get(name, (16, 64))
-    return (torch.rand(shape, generator=g) * 5.0 - 2.5).float()
+    shape = {"conv": (1, 8, 8, 8), "mlp": (8, 32), "mlp16": (8, 32)}.get(name, (16, 64))
+    x = (torch.rand(shape, generator=g) * 5.0 - 2.5).float()
+    return x.half() if name == "mlp16" else x
 
 
-MODELS = {"linear": QdqLinear, "matmul": QdqMatMul, "conv": QdqConv, "mlp": FloatMLP}
+MODELS = {
+    "linear": QdqLinear,
+    "matmul": QdqMatMul,
+    "conv": QdqConv,
+    "mlp": FloatMLP,
+    "mlp16": half_mlp,
+}
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from onnx_sbs_nb.align.optimized import (
     META_REPLACED,
     NODE_FUSED,
     NODE_INSERTED,
+    NODE_REWRITTEN,
     NODE_UNCHANGED,
     _parse_log,
     optimize_model,
@@ -130,6 +131,21 @@ def test_control_model_agrees_after_fusion():
     recs = list(run_aligned(ep, om.model, args))
     assert not [r for r in recs if r.failed]
     assert {r.ep_name for r in recs if r.status == STATUS_UNPAIRED_EP} == {"linear"}
+
+
+def test_float16_run_in_float32_is_renamed_not_internal():
+    ep, onx, args = exported("mlp16")
+    om = optimize_model(onx, "basic")
+    # on CPU the float16 Gemms run in float32 between Casts, under their own names
+    gemm = om.node("node_linear")
+    assert gemm.kind == NODE_REWRITTEN and gemm.replaced == ["node_linear"]
+    assert set(om.renamed) >= {"linear", "relu"} and not om.internal
+    casts = [n for n in om.nodes if n.op_type == "Cast"]
+    assert casts and all(n.kind == NODE_INSERTED and n.group != n.name for n in casts)
+    # the new values are declared float32: nothing pairs a float16 value with them
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in om.model.graph.value_info}
+    assert types[om.renamed["linear"]] == onnx.TensorProto.FLOAT
+    assert not [r for r in run_aligned(ep, om.model, args) if r.failed]
 
 
 def test_bad_level_and_missing_provider_are_input_errors():

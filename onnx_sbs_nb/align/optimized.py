@@ -102,6 +102,8 @@ class OptimizedModel:
     internal: dict[str, str]  # original value -> optimized node it is internal to
     folded: dict[str, str]  # original node -> initializer now holding its output
     removed: list[str]  # original nodes no longer computed at all (eliminated)
+    # original value -> the optimized value computing it anew (float16 run as float32)
+    renamed: dict[str, str] = field(default_factory=dict)
     disabled: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -134,6 +136,7 @@ class OptimizedModel:
             "internal": dict(self.internal),
             "folded": dict(self.folded),
             "removed": list(self.removed),
+            "renamed": dict(self.renamed),
             "notes": list(self.notes),
         }
 
@@ -354,9 +357,10 @@ def optimize_model(
         )
         del info.session
         optimized = onnx.load(str(path), load_external_data=True)
-    nodes, internal, folded, removed = map_onto_original(original, optimized)
-    carry_metadata(original, optimized, nodes)
+    mapped = map_onto_original(original, optimized)
+    carry_metadata(original, optimized, mapped.nodes)
     _drop_stale_value_info(optimized)
+    _declare_types(optimized, providers)
     notes = list(info.notes)
     if not info.log_read:
         notes.append(
@@ -369,10 +373,11 @@ def optimize_model(
         level=level,
         providers=[p if isinstance(p, str) else p[0] for p in providers],
         applied=info.applied,
-        nodes=nodes,
-        internal=internal,
-        folded=folded,
-        removed=removed,
+        nodes=mapped.nodes,
+        internal=mapped.internal,
+        folded=mapped.folded,
+        removed=mapped.removed,
+        renamed=mapped.renamed,
         disabled=list(disabled_optimizers),
         notes=notes,
     )
@@ -424,65 +429,96 @@ def _same_node(a: onnx.NodeProto, ma: onnx.ModelProto, b: onnx.NodeProto, mb) ->
     return _attributes(a, _opset(ma, a.domain)) == _attributes(b, _opset(mb, b.domain))
 
 
-def map_onto_original(
-    original: onnx.ModelProto, optimized: onnx.ModelProto
-) -> tuple[list[OptimizedNode], dict[str, str], dict[str, str], list[str]]:
+@dataclass
+class GraphMap:
+    """How an optimized graph relates to its original (see :func:`map_onto_original`)."""
+
+    nodes: list[OptimizedNode]
+    internal: dict[str, str]  # original value -> optimized node it is internal to
+    folded: dict[str, str]  # original node -> initializer now holding its output
+    removed: list[str]  # original nodes no longer computed
+    renamed: dict[str, str]  # original value -> optimized value computing it anew
+
+
+def map_onto_original(original: onnx.ModelProto, optimized: onnx.ModelProto) -> GraphMap:
     """For each optimized node, the original nodes it stands for.
 
     An optimized node stands for the original nodes that computed its outputs from its
     inputs: walking the original graph back from the producers of its outputs, through
     values that no longer exist in the optimized graph, until its own inputs (or any
-    value still computed, stored or fed).  New nodes that feed it through new values
-    (the Transposes around an NHWC kernel, a bias DequantizeLinear) form one group with
-    it, named after the member onnxruntime named after a replaced node.  Returns
-    (nodes, internal value -> group, folded original node -> initializer, removed
-    original nodes).
+    value still computed, stored or fed).  A node that keeps an original node's name and
+    op but writes new values (a float16 node onnxruntime runs in float32 between Casts)
+    is that node, its values renamed.  New nodes wired to a mapped node through new
+    values (the Transposes around an NHWC kernel, a bias DequantizeLinear, precision
+    Casts) form one group with it, named after the member onnxruntime named after a
+    replaced node.
     """
     og, ng = original.graph, optimized.graph
     orig_names = [node_name(n, k) for k, n in enumerate(og.node)]
+    names = [node_name(n, j) for j, n in enumerate(ng.node)]
     orig_producer = {o: k for k, n in enumerate(og.node) for o in n.output if o}
+    orig_values = set(orig_producer) | {i.name for i in og.input} | {i.name for i in og.initializer}
     new_inits = {i.name for i in ng.initializer}
     new_produced = {o: j for j, n in enumerate(ng.node) for o in n.output if o}
     available = new_inits | {i.name for i in ng.input} | set(new_produced)
-    covering = [_covered(og, orig_producer, available, node) for node in ng.node]
-    covered = {k for ks in covering for k in ks}
-    names = [node_name(n, j) for j, n in enumerate(ng.node)]
 
-    # groups: a mapped node plus the new nodes feeding it through new values
+    twins, renamed = _twins(og, ng, orig_names, names, orig_values, available)
+    back = {new: old for old, new in renamed.items()}
+    computed = available | set(renamed)  # original values still computed, maybe renamed
+    covering: list[list[int]] = []
+    touched: dict[int, int] = {}  # adapter node -> the twin whose original value it writes
+    for j, node in enumerate(ng.node):
+        if j in twins:
+            covering.append([twins[j]])
+            continue
+        outs = [back.get(o, o) for o in node.output if o]
+        ins = {back.get(i, i) for i in node.input if i}
+        stop = (computed - set(outs)) | ins
+        ks, twin = _covered(og, orig_producer, stop, outs, set(twins.values()))
+        covering.append(ks)
+        if not ks and twin is not None:
+            touched[j] = next(t for t, k in twins.items() if k == twin)
+    covered = {k for ks in covering for k in ks}
+
+    # groups: a mapped node plus the new nodes wired to it through new values
     group_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
-    for j, node in enumerate(ng.node):
+
+    def new_inputs(p: int) -> list[str]:
+        return [i for i in ng.node[p].input if i and i not in orig_values and i in new_produced]
+
+    for j in range(len(ng.node)):
         if not covering[j] or j in group_of:
             continue
         group = [j]
-        stack = [i for i in node.input if i and i not in orig_producer and i in new_produced]
+        stack = new_inputs(j)
         while stack:
             p = new_produced[stack.pop()]
             if covering[p] or p in group_of or p in group:
                 continue
             group.append(p)
-            stack.extend(
-                i for i in ng.node[p].input if i and i not in orig_producer and i in new_produced
-            )
+            stack.extend(new_inputs(p))
+        group += [a for a, t in touched.items() if t == j and a not in group_of]
         for p in group:
             group_of[p] = j
         members[j] = group
 
-    nodes: list[OptimizedNode] = []
+    nodes = [
+        OptimizedNode(names[j], j, node.op_type, node.domain, NODE_INSERTED)
+        for j, node in enumerate(ng.node)
+    ]
     internal: dict[str, str] = {}
-    for j, node in enumerate(ng.node):
-        nodes.append(OptimizedNode(names[j], j, node.op_type, node.domain, NODE_INSERTED))
     for j, group in members.items():
         ks = sorted({k for p in group for k in covering[p]})
         replaced = [orig_names[k] for k in ks]
         main = _main_member(group, names, replaced)
-        firsts = [orig_producer[o] for o in ng.node[j].output if o in orig_producer]
+        firsts = [orig_producer.get(back.get(o, o)) for o in ng.node[j].output if o]
         origin = orig_names[firsts[0]] if firsts and firsts[0] in ks else replaced[-1]
         hidden = [
             o
             for k in ks
             for o in og.node[k].output
-            if o and o not in available and o not in internal
+            if o and o not in computed and o not in internal
         ]
         for o in hidden:
             internal[o] = names[main]
@@ -497,8 +533,7 @@ def map_onto_original(
         else:
             kind = NODE_REWRITTEN
         for p in group:
-            n = nodes[p]
-            n.group, n.origin = names[main], origin
+            nodes[p].group, nodes[p].origin = names[main], origin
         m = nodes[main]
         m.kind, m.replaced, m.internal = kind, replaced, hidden
     for n in nodes:
@@ -515,25 +550,63 @@ def map_onto_original(
             folded[orig_names[k]] = stored[0]
         else:
             removed.append(orig_names[k])
-    return nodes, internal, folded, removed
+    return GraphMap(nodes, internal, folded, removed, renamed)
 
 
-def _covered(
-    og: onnx.GraphProto, orig_producer: dict[str, int], available: set[str], node
-) -> list[int]:
-    """Original nodes between an optimized node's inputs and its outputs."""
-    stop = (available - {o for o in node.output if o}) | {i for i in node.input if i}
-    stack = [orig_producer[o] for o in node.output if o in orig_producer]
+def _twins(og, ng, orig_names, names, orig_values, available):
+    """Optimized nodes that keep an original node's name and op but write new values.
+
+    Returns ({optimized index: original index}, {original value: new value}); the
+    renames come from the twins' outputs, and from their inputs where an original value
+    that no longer exists is fed under a new name.
+    """
+    by_name = {name: k for k, name in enumerate(orig_names)}
+    twins: dict[int, int] = {}
+    renamed: dict[str, str] = {}
+    for j, node in enumerate(ng.node):
+        k = by_name.get(names[j])
+        if k is None:
+            continue
+        orig = og.node[k]
+        if (orig.op_type, orig.domain, len(orig.output)) != (
+            node.op_type,
+            node.domain,
+            len(node.output),
+        ):
+            continue
+        if any(o in orig_values for o in node.output if o):
+            continue  # it keeps its names: an ordinary node
+        twins[j] = k
+        for a, b in zip(orig.output, node.output):
+            if a and b and a not in available:
+                renamed[a] = b
+    for j, k in twins.items():
+        for a, b in zip(og.node[k].input, ng.node[j].input):
+            if a and b and a != b and a not in available and b not in orig_values:
+                renamed.setdefault(a, b)
+    return twins, renamed
+
+
+def _covered(og, orig_producer, stop, outputs, twin_owned) -> tuple[list[int], int | None]:
+    """Original nodes between a node's inputs (``stop``) and its ``outputs``.
+
+    Also returns an original node the walk reached that a twin already stands for.
+    """
+    stack = [orig_producer[o] for o in outputs if o in orig_producer]
     seen: set[int] = set()
+    twin = None
     while stack:
         k = stack.pop()
         if k in seen:
+            continue
+        if k in twin_owned:
+            twin = k
             continue
         seen.add(k)
         for v in og.node[k].input:
             if v and v not in stop and v in orig_producer:
                 stack.append(orig_producer[v])
-    return sorted(seen)
+    return sorted(seen), twin
 
 
 def _main_member(group: list[int], names: list[str], replaced: list[str]) -> int:
@@ -630,6 +703,51 @@ def _set_meta(node: onnx.NodeProto, key: str, value: str) -> None:
     node.metadata_props.add(key=key, value=value)
 
 
+def _declare_types(model: onnx.ModelProto, providers: Sequence[Any]) -> None:
+    """Declares the type of every value onnxruntime created (it writes none).
+
+    A value of unknown type pairs with anything of the same name or metadata; a float32
+    value computing a float16 one would then be compared as if it were that value.  The
+    types come from onnxruntime itself (it knows its contrib ops), from a session of the
+    graph without its weights: the initializers become typed inputs, nothing is folded.
+    """
+    g = model.graph
+    known = {vi.name for vi in [*g.value_info, *g.input, *g.output]}
+    known |= {i.name for i in g.initializer}
+    missing = [o for n in g.node for o in n.output if o and o not in known]
+    if not missing:
+        return
+    ort = _ort()
+    light = onnx.ModelProto()  # no weight is copied
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    lg = light.graph
+    lg.node.extend(g.node)
+    lg.input.extend(g.input)
+    lg.input.extend(
+        onnx.helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in g.initializer
+    )
+    lg.output.extend(g.output)
+    lg.output.extend(onnx.ValueInfoProto(name=o) for o in missing)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(light.SerializeToString(), so, providers=list(providers))
+    except Exception:  # a kernel that insists on constant weights: types stay unknown
+        return
+    wanted = set(missing)
+    for out in sess.get_outputs():
+        if out.name not in wanted or not out.type.startswith("tensor("):
+            continue
+        elem = getattr(onnx.TensorProto, out.type[7:-1].upper(), None)
+        if elem is None:
+            continue
+        dims = [d if isinstance(d, int) else None for d in (out.shape or [])]
+        g.value_info.append(onnx.helper.make_tensor_value_info(out.name, elem, dims))
+
+
 def _drop_stale_value_info(model: onnx.ModelProto) -> None:
     """onnxruntime keeps the value_info of values it removed; they describe nothing."""
     g = model.graph
@@ -650,6 +768,7 @@ __all__ = [
     "NODE_UNCHANGED",
     "OptimizedModel",
     "OptimizedNode",
+    "GraphMap",
     "SessionInfo",
     "check_providers",
     "map_onto_original",
