@@ -176,6 +176,17 @@ def test_external_data_in_and_out(tmp_path):
     assert leftovers == []
 
 
+def test_a_large_model_goes_to_onnxruntime_through_a_file(monkeypatch):
+    import onnx_sbs_nb.align.optimized as optimized
+
+    _, onx, _ = exported("mlp")
+    before = onx.SerializeToString()
+    monkeypatch.setattr(optimized, "_INLINE_LIMIT", 0)  # as if it were beyond 1 GiB
+    om = optimize_model(onx, "all")
+    assert any(n.op_type == "FusedGemm" for n in om.nodes)
+    assert onx.SerializeToString() == before  # the caller's model keeps its weights
+
+
 def test_log_lines_of_others_are_given_back():
     log = "\n".join(
         [

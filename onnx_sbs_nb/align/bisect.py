@@ -277,10 +277,14 @@ def bisect_optimizers(
         candidates += list(reversed(more))
     if not all_ok:
         blame.verdict = NOT_AN_OPTIMIZER
+        which = (
+            f"with every optimizer it applied disabled ({', '.join(candidates)})"
+            if candidates
+            else "and it applied no optimizer"
+        )
         blame.message = (
-            f"the session still disagrees with every optimizer it applied disabled "
-            f"({', '.join(candidates)}): the difference comes from the kernels of "
-            f"{names[0]}, not from a graph optimization"
+            f"the session still disagrees {which}: the difference comes from the kernels "
+            f"of {names[0]}, not from a graph optimization"
         )
         blame.sessions = judge.sessions
         return blame

@@ -180,7 +180,12 @@ def _session_source(model: onnx.ModelProto, folder: Path) -> Iterator[str | byte
         yield model.SerializeToString()
         return
     path = folder / "input.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, location="input.onnx.data")
+    # onnx.save moves the weights out of the proto it saves: save a copy, the caller's
+    # model stays whole (the copy lives only while the file is written)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx.save(copy, str(path), save_as_external_data=True, location="input.onnx.data")
+    del copy
     yield str(path)
 
 
