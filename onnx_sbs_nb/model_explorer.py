@@ -24,7 +24,8 @@ from typing import Any
 
 import onnx
 
-from .align.loading import SbsInputError, load_onnx_model
+from .align.loading import load_onnx_model
+from .errors import SbsInputError
 from .records import FAILING_STATUSES, STATUS_ERROR
 
 METRICS = ("err_abs", "err_rel", "err_abs2", "err_rel2")

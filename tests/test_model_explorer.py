@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.loading import SbsInputError
 from onnx_sbs_nb.align.optimized import optimize_model
+from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.model_explorer import (
     ERROR_COLOR,
     FAIL_COLOR,

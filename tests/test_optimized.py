@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.loading import SbsInputError
 from onnx_sbs_nb.align.names import FX_NODE_KEY, fx_name_from_metadata
 from onnx_sbs_nb.align.optimized import (
     META_REPLACED,
@@ -27,6 +26,7 @@ from onnx_sbs_nb.align.optimized import (
     ort_session,
     process_temp_dir,
 )
+from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_UNPAIRED_EP
 
 from .quant_models import exported

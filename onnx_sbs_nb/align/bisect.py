@@ -21,7 +21,8 @@ import torch
 
 from ..convert import to_numpy
 from ..diff import compare
-from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
+from ..errors import SbsInputError
+from .loading import load_exported_program, load_inputs, load_onnx_model
 from .optimized import (
     LEVELS,
     NODE_UNCHANGED,

@@ -41,7 +41,8 @@ from typing import Any
 
 import onnx
 
-from .loading import SbsInputError, load_onnx_model
+from ..errors import SbsInputError
+from .loading import load_onnx_model
 from .names import FX_NODE_KEY
 
 # optimize= levels, mildest first; "layout" exists from onnxruntime 1.22 on
