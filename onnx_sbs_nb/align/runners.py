@@ -108,13 +108,43 @@ def _elem_and_rank(v: Any) -> tuple[int, int] | None:
     raise TypeError(f"cannot feed a {type(v).__name__} to an ONNX node")
 
 
+# Integer inputs this small are shapes, sizes, axes or pads: a runtime checking a node
+# alone needs their length (Resize's ``sizes`` must have one value per input dim), so
+# the one-node model declares their exact shape, and the session cache keys on it.
+SHAPE_LIKE_ELEMENTS = 64
+
+
+def _is_shape_like(v: Any) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.dim() <= 1 and v.numel() <= SHAPE_LIKE_ELEMENTS and not v.is_floating_point()
+    if isinstance(v, np.ndarray | np.generic):
+        return v.ndim <= 1 and v.size <= SHAPE_LIKE_ELEMENTS and v.dtype.kind in "biu"
+    return False
+
+
+def input_signature(v: Any, exact: bool = False) -> tuple | None:
+    """What a one-node model declares about an input: element type and rank, and the
+    exact shape for shape-like inputs (or every input when ``exact``)."""
+    t = _elem_and_rank(v)
+    if t is None or len(t) == 3:
+        return t
+    if exact or _is_shape_like(v):
+        return (*t, tuple(int(d) for d in v.shape))
+    return t
+
+
 def one_node_model(
     node: onnx.NodeProto,
     inputs: Sequence[Any],
     ctx: ModelContext,
     rename: bool,
+    exact_shapes: bool = False,
 ) -> tuple[onnx.ModelProto, list[str]]:
-    """A model running ``node`` alone; returns it and the names to feed."""
+    """A model running ``node`` alone; returns it and the names to feed.
+
+    Inputs are declared with symbolic dimensions (one session serves every shape), but
+    shape-like inputs get their exact shape, and with ``exact_shapes`` every input does.
+    """
     n_in = len(node.input)
     free = ctx.free_variables(node)
     in_names = [f"i{k}" if rename and name else name for k, name in enumerate(node.input)]
@@ -133,10 +163,10 @@ def one_node_model(
         if not name:
             continue
         feed_names.append(name)
-        t = _elem_and_rank(value)
+        t = input_signature(value, exact_shapes)
         if t is None:
             continue
-        if len(t) == 3:
+        if len(t) == 3 and t[0] == -1:
             graph_inputs.append(
                 oh.make_value_info(
                     name,
@@ -144,9 +174,8 @@ def one_node_model(
                 )
             )
         else:
-            graph_inputs.append(
-                oh.make_tensor_value_info(name, t[0], [f"{name}_d{i}" for i in range(t[1])])
-            )
+            dims = list(t[2]) if len(t) == 3 else [f"{name}_d{i}" for i in range(t[1])]
+            graph_inputs.append(oh.make_tensor_value_info(name, t[0], dims))
     assert len(inputs) >= n_in
     outputs = [oh.make_value_info(o, onnx.TypeProto()) for o in out_names if o]
     graph = oh.make_graph([new], "node", graph_inputs, outputs)
@@ -242,19 +271,26 @@ class _CachedRunner:
             static_key = (*static_key, node.SerializeToString())
         cache = self._cache
         limit = self.MAX_CACHED
+        exact_key = ("exact shapes", static_key)
 
         def run(inputs: Sequence[Any]) -> list[Any]:
             large = _is_large(inputs)
-            key = (static_key, large, tuple(_elem_and_rank(v) for v in inputs))
+            exact = exact_key in cache
+            key = (static_key, large, exact, tuple(input_signature(v, exact) for v in inputs))
             entry = cache.get(key)
             if entry is None:
-                entry = self._entry(node, ctx, inputs, rename, large)
+                entry = self._entry(node, ctx, inputs, rename, large, exact)
+                if entry[2] and not exact:
+                    # this node only runs with exact shapes: every later call says so
+                    cache[exact_key] = True
+                    key = (static_key, large, True, tuple(input_signature(v, True) for v in inputs))
                 cache[key] = entry
                 if len(cache) > limit:
                     cache.popitem(last=False)
-            sess, names = entry
+            sess, names, note = entry
+            if note:
+                run.fallback_reason = note
             if isinstance(sess, _Fallback):
-                run.fallback_reason = sess.reason
                 return sess(inputs)
             feeds = {n: v for n, v in zip(names, (v for v in inputs if v is not None))}
             return self._run(sess, feeds)
@@ -262,22 +298,47 @@ class _CachedRunner:
         run.fallback_reason = None
         return run
 
-    def _entry(self, node, ctx, inputs, rename: bool, large: bool) -> tuple[Any, list[str]]:
+    def _entry(
+        self, node, ctx, inputs, rename: bool, large: bool, exact: bool
+    ) -> tuple[Any, list[str], str | None]:
+        """(session, feed names, note): a note says how the node had to be run."""
         reason = _unsupported_dtype(inputs) if self.fallback else None
         if reason is None:
-            model, names = one_node_model(node, inputs, ctx, rename)
+            model, names = one_node_model(node, inputs, ctx, rename, exact)
             try:
                 sess = self._build(model, large)
                 self.sessions_built += 1
-                return sess, names
+                note = _EXACT_NOTE.format(name=self.name) if exact else None
+                return sess, names, note
             except Exception as e:
-                if not (self.fallback and _is_missing_kernel(e)):
+                if self.fallback and _is_missing_kernel(e):
+                    reason = _first_line(e)
+                elif exact:
                     raise
-                reason = str(e).split("\n")[0][-200:]
+                else:
+                    # Checked alone with symbolic shapes, a node can be rejected where
+                    # the whole model is fine (a shape the runtime cannot infer):
+                    # the exact shapes decide whether the node itself is wrong.
+                    model, names = one_node_model(node, inputs, ctx, rename, True)
+                    try:
+                        sess = self._build(model, large)
+                    except Exception:
+                        raise e from None
+                    self.sessions_built += 1
+                    return sess, names, _EXACT_NOTE.format(name=self.name) + f" ({_first_line(e)})"
         # The runtime has no kernel for these types (bfloat16 on CPU, say): the torch
         # evaluator runs this node instead, and the records say so.
         fn = TorchRunner("cpu").prepare(node, ctx)
-        return _Fallback(fn, f"run by the torch evaluator ({self.name}: {reason})"), []
+        reason = f"run by the torch evaluator ({self.name}: {reason})"
+        return _Fallback(fn, reason), [], reason
+
+
+_EXACT_NOTE = "{name} checks this node alone only with the exact input shapes"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().split("\n")[0]
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 class OnnxruntimeRunner(_CachedRunner):

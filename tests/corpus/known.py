@@ -13,26 +13,11 @@ _BN = (
     "the summary's answer is the first of them (rule leaf) although every Conv consuming it "
     "passes its own-error check"
 )
-_RESIZE = (
-    "issue 10 defect class 1: the isolated one-node onnxruntime model of Resize with `sizes` "
-    "declares symbolic shapes; onnxruntime rejects it ('Number of elements of input 'sizes' "
-    "(0) must be same as rank of input 'X' (4)'), the record becomes status error and the "
-    "faithful model gets FAIL"
-)
-
-_RESIZE_BUG = (
-    _RESIZE.replace("the faithful model gets FAIL", "")
-    + "so the buggy Resize is 'named' only because it could not be run (rule error): the "
-    "numerical bug itself is never measured"
-)
-
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("convbn", "faithful"): _BN,
     ("convbn", "weight-middle"): _BN + " (the injected conv3.weight is never named)",
     ("convbn", "attribute-deep"): _BN + " (the Conv whose pads were changed is never named)",
     ("convbn", "op-shallow"): _BN + " (the Relu turned Sigmoid is never named)",
-    ("upsample_decoder", "faithful"): _RESIZE,
-    ("resize_sizes", "faithful"): _RESIZE,
     ("rnn_stack", "weight-middle"): (
         "issue 10 defect class 4: the LSTM's weights (one initializer W, made by the exporter) "
         "and the values inside its lowering (Transpose/Squeeze/Concat around ONNX LSTM) have no "
@@ -46,10 +31,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "to the embedding_bag fx node"
     ),
     # real exporter bugs (tests/test_corpus_exporter_bugs.py): model "bug:<id>"
-    ("bug:upsample_bilinear_size1", "buggy"): _RESIZE_BUG,
-    ("bug:upsample_bilinear_size1", "fixed"): _RESIZE,
-    ("bug:bicubic_antialias", "buggy"): _RESIZE_BUG,
-    ("bug:bicubic_antialias", "fixed"): _RESIZE,
 }
 
 
