@@ -35,9 +35,23 @@ STATUS_ERROR = "error"  # a node failed to run (message in Record.error)
 STATUS_UNPAIRED_EP = "unpaired_ep"  # only the torch side has this value
 STATUS_UNPAIRED_ONNX = "unpaired_onnx"  # only the ONNX side has this value
 STATUS_NOT_COMPARED = "not_compared"  # paired but not a tensor (e.g. a symbolic int)
+# an input of the node could not be computed (an upstream node failed): inherited, so
+# not this node's failure; its own error is still measured when its torch inputs exist
+STATUS_NOT_COMPUTED = "not_computed"
+# a weight differs from its torch parameter but every node consuming it agrees with torch
+# (the exporter folded something into it, a BatchNorm into a Conv say)
+STATUS_WEIGHT_DIFFERS = "weight_differs"
+# a graph output only one side has: the model does not compute the program
+STATUS_UNPAIRED_OUTPUT = "unpaired_output"
 
 FAILING_STATUSES = frozenset(
-    {STATUS_FAIL, STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR}
+    {
+        STATUS_FAIL,
+        STATUS_SHAPE_MISMATCH,
+        STATUS_DTYPE_MISMATCH,
+        STATUS_ERROR,
+        STATUS_UNPAIRED_OUTPUT,
+    }
 )
 
 
@@ -77,6 +91,10 @@ class Record:
     err_h0012: float | None = None
     err_dev2: float | None = None
     comment: str | None = None
+    # fx nodes whose lowering had to be recomputed from torch values to feed this node's
+    # own-error run (values without a torch twin), comma-separated: if one of them makes
+    # an error itself, this own error inherits it
+    own_inputs_from: str | None = None
     # --- ours ---
     kind: str = KIND_NODE
     paired_by: str = UNPAIRED

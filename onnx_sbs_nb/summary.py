@@ -20,9 +20,13 @@ from .records import (
     KIND_WEIGHT,
     STATUS_ERROR,
     STATUS_FAIL,
+    STATUS_NOT_COMPARED,
+    STATUS_NOT_COMPUTED,
     STATUS_OK,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
+    STATUS_UNPAIRED_OUTPUT,
+    STATUS_WEIGHT_DIFFERS,
     Record,
 )
 
@@ -34,13 +38,29 @@ RULE_ERROR = "error"  # the ONNX node failed to run
 RULE_LEAF = "leaf"  # a graph input or weight differs: nothing upstream to blame
 RULE_INPUTS_PASSED = "inputs_passed"  # failed while every compared input of its node passed
 RULE_FIRST_FAILURE = "first_failure"  # no graph given: the first failure in execution order
+RULE_UNPAIRED_OUTPUT = "unpaired_output"  # an output only one side computes
+# candidates kept for the choice of the culprit (the first clean one wins)
+MAX_CANDIDATES = 512
 
 _LEAF_KINDS = frozenset({KIND_INPUT, KIND_WEIGHT})
 
 
+_JUDGED_ELSEWHERE = frozenset({STATUS_WEIGHT_DIFFERS, STATUS_NOT_COMPUTED, STATUS_NOT_COMPARED})
+
+
 def _failed(rec: Record) -> bool:
-    """The first comparison (or running the node) failed."""
-    return rec.passed is False or rec.status in FAILING_STATUSES
+    """The first comparison (or running the node) failed.
+
+    A weight whose consumers agree, a value not computed because of an upstream failure
+    and a pairing the shapes disproved are not failures of their own.
+    """
+    if rec.status in FAILING_STATUSES:
+        return True
+    return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
+
+
+def _groups(text: str | None) -> set[str]:
+    return {g.strip() for g in text.split(",") if g.strip()} if text else set()
 
 
 def _own_error(rec: Record) -> float | None:
@@ -136,14 +156,29 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:
-        return (
+        text = (
             f"run on the torch values of its inputs, it still differs by {_fmt(own)} "
             f"(beyond {tol}): it makes the error, it does not inherit it"
         )
+        if rec.own_inputs_from:
+            text += (
+                f"; some of its inputs have no torch twin and were recomputed through the "
+                f"lowering of {rec.own_inputs_from}, so the error may also be there"
+            )
+        return text
     if rule == RULE_LEAF:
         if rec.kind == KIND_WEIGHT:
-            return f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
+            consumers = f" ({rec.comment})" if rec.comment else ""
+            return (
+                f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
+                f"{consumers}"
+            )
         return f"the graph input differs from the torch input by {_fmt(own)}"
+    if rule == RULE_UNPAIRED_OUTPUT:
+        return (
+            rec.comment
+            or "an output only one side computes: the model does not compute the program"
+        )
     if rule == RULE_INPUTS_PASSED:
         return f"it differs by {_fmt(own)} (beyond {tol}) while every compared input agrees"
     return f"it is the first value that differs ({_fmt(own)}, beyond {tol})"
@@ -280,6 +315,8 @@ class Summarizer:
         self._heap: list[tuple[float, int, int, Record]] = []  # min-heap of suspects
         # ONNX node names of each fx node's lowering, as the records show them
         self._lowering: dict[str, list[str]] = {}
+        self._candidates: list[tuple[Record, str]] = []
+        self._failing_lowerings: set[str] = set()
         self._count = 0
         self._totals: dict[str, Any] = {
             "records": 0,
@@ -327,8 +364,12 @@ class Summarizer:
             if not nodes or nodes[-1] != rec.onnx_node_name:
                 nodes.append(rec.onnx_node_name)
         rule = self._own_failure_rule(rec, failed)
-        if rule is not None and s.first_own_failure is None:
-            s.first_own_failure, s.first_own_failure_rule = rec, rule
+        if rule is not None:
+            if len(self._candidates) < MAX_CANDIDATES:
+                self._candidates.append((rec, rule))
+            if rule == RULE_RERUN and rec.onnx_fx_node and not rec.own_inputs_from:
+                # this lowering makes an error on torch inputs alone
+                self._failing_lowerings.add(rec.onnx_fx_node)
         if failed and s.first_failure is None:
             s.first_failure = rec
         if s.first_nan is None and _has_nan(rec):
@@ -355,6 +396,8 @@ class Summarizer:
     def _own_failure_rule(self, rec: Record, failed: bool) -> str | None:
         if rec.status == STATUS_ERROR:
             return RULE_ERROR
+        if rec.status == STATUS_UNPAIRED_OUTPUT:
+            return RULE_UNPAIRED_OUTPUT
         if rec.passed2 is not None:
             return RULE_RERUN if rec.passed2 is False else None
         if not failed:
@@ -372,6 +415,18 @@ class Summarizer:
         # failure passed, so its inputs did.
         return RULE_FIRST_FAILURE if self._s.first_failure is None else None
 
+    def _choose(self) -> tuple[Record | None, str | None]:
+        """The first candidate whose own error does not inherit an upstream lowering's.
+
+        An own-error run fed with values recomputed from torch inputs through another
+        lowering (values without a torch twin) inherits that lowering's error: when that
+        lowering fails on torch inputs alone, the candidate is not the culprit.
+        """
+        for rec, rule in self._candidates:
+            if not (_groups(rec.own_inputs_from) & self._failing_lowerings):
+                return rec, rule
+        return self._candidates[0] if self._candidates else (None, None)
+
     def extend(self, records: Iterable[Record]) -> Summarizer:
         for rec in records:
             self.add(rec)
@@ -381,9 +436,10 @@ class Summarizer:
         """A snapshot: later :meth:`add` calls do not change the returned object."""
         s = self._s
         suspects = [item[3] for item in sorted(self._heap, key=lambda i: i[:2], reverse=True)]
+        chosen, rule = self._choose()
         return Summary(
-            first_own_failure=s.first_own_failure,
-            first_own_failure_rule=s.first_own_failure_rule,
+            first_own_failure=chosen,
+            first_own_failure_rule=rule,
             first_failure=s.first_failure,
             top_suspects=suspects,
             first_nan=s.first_nan,
@@ -399,8 +455,7 @@ class Summarizer:
         )
 
     def _culprit(self) -> Culprit | None:
-        s = self._s
-        rec, rule = s.first_own_failure, s.first_own_failure_rule
+        rec, rule = self._choose()
         if rec is None or rule is None:
             return None
         own = _own_error(rec)

@@ -329,7 +329,7 @@ def test_unrelated_model_is_rejected(mlp):
     other.graph.input[0].name = "ids"
     for node in other.graph.node:
         node.input[:] = ["ids" if i == "x" else i for i in node.input]
-    with pytest.raises(SbsInputError, match="shares no value name"):
+    with pytest.raises(SbsInputError, match="shares no computed value"):
         run_aligned(ep, other, args)
 
 

@@ -151,10 +151,10 @@ class RunActions:
                     except Exception:
                         inputs = None
                     if want_own:
-                        vals = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own)
-                        if vals is not None:
+                        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own)
+                        if found is not None:
                             try:
-                                outs = cand.call(idx, vals)
+                                outs = cand.call(idx, found[0])
                             except Exception as e:
                                 outs = [NotComputed(str(e))] * len(node.output)
                             for o, v in zip(node.output, outs):

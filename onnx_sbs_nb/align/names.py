@@ -13,8 +13,14 @@ Rules, in order (each record says which one paired it):
    nodes that carry it in ``pkg.torch.onnx.fx_node`` whose declared type matches;
 4. ``position``: graph inputs and outputs left over pair by position.
 
-A pair is only made between values whose declared element type and rank agree, so a
-pairing can never be the cause of a shape mismatch.
+5. ``metadata`` again, for the outputs of a multi-output fx node (an LSTM, a Split):
+   its ``getitem`` users pair with the values its lowering hands to other nodes, when
+   their declared type and shape single one out.
+
+A pair is only made between values whose declared element type, rank and known
+dimensions agree; a pair made from metadata or position that the actual shapes then
+disprove is dropped at run time (not the same value), so a pairing is never the cause
+of a shape mismatch.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ _FX_NAME = re.compile(r"^%([^\s:]+)\s*:")
 
 TRANSFORM_TRANSPOSE = "transpose"
 TRANSFORM_RESHAPE = "reshape"
+TRANSFORM_PERMUTE = "permute"  # the ONNX value is the fx value with its axes permuted (perm)
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Pair:
     rule: str
     kind: str
     transform: str | None = None  # how to turn the fx value into the ONNX one
+    perm: tuple[int, ...] | None = None  # the permutation of TRANSFORM_PERMUTE
 
 
 @dataclass
@@ -97,6 +105,37 @@ def onnx_value_types(model: onnx.ModelProto) -> dict[str, tuple[int, int | None]
     return types
 
 
+def onnx_value_shapes(model: onnx.ModelProto) -> dict[str, tuple[int | None, ...]]:
+    """Declared shapes of the main graph's values (None for a dimension not known)."""
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    g = model.graph
+    for vi in [*g.input, *g.output, *g.value_info]:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            shapes[vi.name] = tuple(
+                d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
+            )
+    for init in g.initializer:
+        shapes[init.name] = tuple(int(d) for d in init.dims)
+    return shapes
+
+
+def fx_value_shape(node: torch.fx.Node) -> tuple[int | None, ...] | None:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return tuple(d if isinstance(d, int) else None for d in val.shape)
+    return None
+
+
+def shapes_compatible(a: tuple | None, b: tuple | None) -> bool:
+    """False only when both shapes are known and a known dimension differs."""
+    if a is None or b is None:
+        return True
+    if len(a) != len(b):
+        return False
+    return all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
 def fx_value_type(node: torch.fx.Node) -> tuple[torch.dtype, int] | None:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
@@ -115,6 +154,75 @@ def types_compatible(fx_type: tuple[torch.dtype, int] | None, onnx_type: Any) ->
     return rank is None or rank == fx_type[1]
 
 
+def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The one permutation p with dst == src[p] (None: none, several, or the identity)."""
+    if len(src) != len(dst) or sorted(src) != sorted(dst) or len(set(src)) != len(src):
+        return None
+    perm = tuple(src.index(d) for d in dst)
+    return None if perm == tuple(range(len(src))) else perm
+
+
+def _pair_getitems(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+    from .sides import lowering_of_nodes
+
+    nodes = list(g.node)
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    lowering = lowering_of_nodes(nodes, producer)
+    consumers: dict[str, set[int]] = {}
+    for k, n in enumerate(nodes):
+        for i in n.input:
+            consumers.setdefault(i, set()).add(k)
+    outputs = {o.name for o in g.output}
+    handed_on: dict[str, list[str]] = {}  # fx node -> values its lowering hands on
+    for k, n in enumerate(nodes):
+        group = lowering[k]
+        if group is None:
+            continue
+        for o in n.output:
+            if not o or o in pairing.by_onnx:
+                continue
+            outside = any(lowering[c] != group for c in consumers.get(o, ())) or o in outputs
+            if outside:
+                handed_on.setdefault(group, []).append(o)
+    for group, values in handed_on.items():
+        source = fx_nodes.get(group)
+        if source is None:
+            continue
+        getitems = [
+            u
+            for u in source.users
+            if u.op == "call_function"
+            and "getitem" in str(u.target)
+            and u.name not in pairing.by_fx
+            and fx_value_type(u) is not None
+        ]
+        for u in getitems:
+            ftype, fshape = fx_value_type(u), fx_value_shape(u)
+            if fshape is None or None in fshape:
+                continue
+            typed = [
+                v
+                for v in values
+                if v not in pairing.by_onnx
+                and v in onnx_types
+                and types_compatible(ftype, onnx_types[v])
+                and None not in onnx_shapes.get(v, (None,))
+            ]
+            same = [v for v in typed if onnx_shapes[v] == fshape]
+            if len(same) == 1:
+                try_pair(same[0], u.name, PAIRED_BY_METADATA)
+                continue
+            # Optimizers merge the transposes around RNN lowerings into their neighbours,
+            # so the value handed on may be the getitem with its axes permuted: pair it
+            # when one value and one permutation single it out, compared through it.
+            permuted = [(v, _unique_permutation(fshape, onnx_shapes[v])) for v in typed]
+            permuted = [(v, p) for v, p in permuted if p is not None]
+            if len(permuted) == 1 and not same:
+                v, perm = permuted[0]
+                if try_pair(v, u.name, PAIRED_BY_METADATA, TRANSFORM_PERMUTE):
+                    pairing.by_onnx[v].perm = perm
+
+
 def pair_values(
     graph: torch.fx.Graph,
     model: onnx.ModelProto,
@@ -125,6 +233,7 @@ def pair_values(
     g = model.graph
     fx_nodes = {n.name: n for n in graph.nodes}
     onnx_types = onnx_value_types(model)
+    onnx_shapes = onnx_value_shapes(model)
     initializers = {i.name: i for i in g.initializer}
     produced: dict[str, int] = {}
     for i, node in enumerate(g.node):
@@ -160,8 +269,9 @@ def pair_values(
         node = fx_nodes.get(fx_name)
         if node is None:
             return False
-        if transform is None and not types_compatible(
-            fx_value_type(node), onnx_types.get(onnx_name)
+        if transform is None and not (
+            types_compatible(fx_value_type(node), onnx_types.get(onnx_name))
+            and shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name))
         ):
             return False
         pairing.add(Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform))
@@ -238,11 +348,15 @@ def pair_values(
             and o not in pairing.by_onnx
             and o in onnx_types
             and types_compatible(fx_type, onnx_types[o])
+            and shapes_compatible(fx_value_shape(fx_nodes[fx_name]), onnx_shapes.get(o))
         ]
         if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
             candidates = [node.output[0]] if node.output[0] not in onnx_types else []
         if candidates:
             try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
+
+    # 5. getitems of multi-output fx nodes with the values their lowering hands on
+    _pair_getitems(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
     # 4. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (graph_outputs, fx_outputs)):

@@ -26,25 +26,32 @@ from ..convert import device_of, to_torch
 from ..device import device_name
 from ..diff import Diff, compare, shape_type
 from ..records import (
+    KIND_INPUT,
     KIND_NODE,
+    KIND_OUTPUT,
     KIND_WEIGHT,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
     STATUS_NOT_COMPARED,
+    STATUS_NOT_COMPUTED,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
+    STATUS_UNPAIRED_OUTPUT,
+    STATUS_WEIGHT_DIFFERS,
     UNPAIRED,
     Record,
     RunStatus,
 )
+from .guards import check_input_shapes
 from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
 from .names import (
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
     PAIRED_BY_STATE_DICT,
+    TRANSFORM_PERMUTE,
     TRANSFORM_TRANSPOSE,
     Pair,
     Pairing,
@@ -87,6 +94,8 @@ def as_candidate(pair: Pair, value: Any) -> Any:
     """A reference value in the candidate's layout (a folded transposition undone)."""
     if pair.transform == TRANSFORM_TRANSPOSE and isinstance(value, torch.Tensor):
         return value.t()
+    if pair.transform == TRANSFORM_PERMUTE and isinstance(value, torch.Tensor):
+        return value.permute(pair.perm)
     return value
 
 
@@ -97,21 +106,26 @@ def own_error_inputs(
     ref_env: dict[str, Any],
     cand_env: dict[str, Any],
     own: dict[Any, Any],
-) -> list[Any] | None:
+    unproven: set[str] | frozenset[str] = frozenset(),
+) -> tuple[list[Any], frozenset[str]] | None:
     """Inputs of candidate node ``idx`` for its own-error run, or None when one is missing.
 
     An input with a reference partner gets the reference value; one without gets the
     value computed from reference values upstream (``own``), so chains of nodes without
     partners are judged from the nearest reference values.  A weight is the model's own
-    constant: the node is judged with it.
+    constant: the node is judged with it.  Pairs in ``unproven`` (the values turned out to
+    differ in shape) are not partners.  Also returns the lowerings (fx nodes) other than
+    the node's own that had to be recomputed that way: the own error inherits theirs.
     """
     values = []
+    taint: set[str] = set()
+    group = cand.lowering[idx]
     for name in cand.node_inputs(cand.nodes[idx]):
         if not name:
             values.append(None)
         elif name in cand.initializers:
             values.append(cand.initializer(name))
-        elif name in pairing.by_onnx:
+        elif name in pairing.by_onnx and name not in unproven:
             pair = pairing.by_onnx[name]
             key = ("ref", name)
             if key not in own:
@@ -121,11 +135,16 @@ def own_error_inputs(
             values.append(own[key])
         elif name in own and not isinstance(own[name], NotComputed):
             values.append(own[name])
+            taint.update(own.get(("from", name), ()))
+            producer = cand.producer.get(name)
+            source = cand.lowering[producer] if producer is not None else None
+            if source is not None and source != group:
+                taint.add(source)
         elif name in cand_env and name in cand.feeds:
             values.append(cand_env[name])
         else:
             return None
-    return values
+    return values, frozenset(taint)
 
 
 def fill_first_comparison(rec: Record, d: Diff) -> None:
@@ -182,6 +201,13 @@ class SideBySideRun:
         self.records: list[Record] = []
         self._stop = threading.Event()
         self._started = False
+        # pairs whose values turned out to differ in shape: not the same value after all
+        self._unproven: set[str] = set()
+        self._missing: set[str] = set()
+        self._consumers: dict[str, list[int]] | None = None
+        self._step_counter = 0
+        self._pending: dict[str, Record] = {}
+        self._probe_inputs: dict[int, list[Any]] = {}
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -219,8 +245,13 @@ class SideBySideRun:
         cand_times: dict[str, float] = {}
         ref_errors: dict[str, str] = {}
         cand_errors: dict[str, str] = {}
+        self._missing: set[str] = set()  # values not computed because an input was missing
         use_own = self.options.own_error or self.reset_all
-        step_counter = 0
+        # differing weights wait for their first consumer's verdict (see _settle_weight)
+        pending = self._pending = {}
+        awaiting: dict[str, list[str]] = {}
+        self._probe_inputs = {}
+        self._step_counter = 0
         peak_live = 0
         ref_weights_live = 0
         try:
@@ -233,9 +264,7 @@ class SideBySideRun:
                         kind=KIND_WEIGHT,
                         paired_by=UNPAIRED,
                         status=STATUS_UNPAIRED_ONNX,
-                        step=step_counter,
                     )
-                    step_counter += 1
                     yield self._emit(rec)
             for s, (side, idx) in enumerate(plan.steps):
                 if self._stop.is_set():
@@ -251,14 +280,14 @@ class SideBySideRun:
                                 if ref.is_weight(o):
                                     ref_weights_live += 1
                     except Exception as e:
-                        msg = (
-                            f"not computed: input {e.args[0]!r} is missing (upstream failure)"
-                            if isinstance(e, KeyError)
-                            else f"{type(e).__name__}: {e}"
-                        )
+                        if isinstance(e, KeyError) or "(upstream failure)" in str(e):
+                            msg = f"not computed: an input is missing (upstream failure): {e}"
+                            self._missing.update(outputs)
+                        else:
+                            msg = f"{type(e).__name__}: {e}"
+                            status.errors += 1
                         for o in outputs:
                             ref_errors[o] = msg
-                        status.errors += 1
                     elapsed = time.perf_counter() - t
                     status.done_ep_nodes += 1
                     for o in outputs:
@@ -266,10 +295,9 @@ class SideBySideRun:
                         if o and o not in by_fx:
                             value = ref_env.get(o)
                             if ref.reports_unpaired(idx, value, o in ref_errors):
-                                rec = self._reference_only_record(o, value, elapsed, ref_errors)
-                                rec.step = step_counter
-                                step_counter += 1
-                                yield self._emit(rec)
+                                yield self._emit(
+                                    self._reference_only_record(o, value, elapsed, ref_errors)
+                                )
                 else:
                     node = cand.nodes[idx]
                     status.current = cand.node_name(idx)
@@ -280,6 +308,7 @@ class SideBySideRun:
                         msg = f"not computed: input {e.args[0]!r} is missing (upstream failure)"
                         for o in node.output:
                             cand_errors[o] = msg
+                            self._missing.add(o)
                         inputs = None
                     if inputs is not None:
                         try:
@@ -291,6 +320,7 @@ class SideBySideRun:
                             status.errors += 1
                             for o in node.output:
                                 cand_errors[o] = msg
+                            self._continue_from_reference(node, ref_env, cand_env)
                     elapsed = time.perf_counter() - t
                     for o in node.output:
                         cand_times[o] = elapsed
@@ -299,25 +329,13 @@ class SideBySideRun:
                     status.done_onnx_nodes += 1
                     for o in node.output:
                         if o and o not in by_onnx:
-                            rec = Record(
-                                **cand.describe_candidate(o),
-                                onnx_shape_type=shape_type(cand_env[o]) if o in cand_env else None,
-                                onnx_time_run=elapsed,
-                                onnx_device=device_of(cand_env[o]) if o in cand_env else None,
-                                kind=KIND_NODE,
-                                paired_by=UNPAIRED,
-                                status=STATUS_ERROR if o in cand_errors else STATUS_UNPAIRED_ONNX,
-                                error=cand_errors.get(o),
-                                step=step_counter,
+                            yield self._emit(
+                                self._candidate_only_record(o, cand_env, elapsed, cand_errors)
                             )
-                            step_counter += 1
-                            yield self._emit(rec)
                 for name in plan.compare_at.get(s, ()):
                     rec = self._compare(
                         name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
                     )
-                    rec.step = step_counter
-                    step_counter += 1
                     pair = by_onnx[name]
                     # a weight is the model's own constant: only replaced when named
                     rec.reset = pair.fx_name in ref_env and (
@@ -325,10 +343,24 @@ class SideBySideRun:
                         or name in self.reset_names
                         or pair.fx_name in self.reset_names
                     )
-                    if self.options.exc and rec.failed:
-                        self._emit(rec)
-                        raise SbsMismatchError(rec)
-                    yield self._emit(rec)
+                    if rec.kind == KIND_WEIGHT and rec.failed and name in cand.initializers:
+                        outs = self._consumer_outputs(name)
+                        if outs:
+                            pending[name] = rec
+                            for o in outs:
+                                awaiting.setdefault(o, []).append(name)
+                            continue
+                    after = []
+                    for w in awaiting.pop(name, ()):
+                        wrec = pending.pop(w, None)
+                        if wrec is not None:
+                            if self._settle_weight(wrec, rec, ref_env):
+                                yield self._checked(wrec)
+                            else:
+                                after.append(wrec)
+                    yield self._checked(rec)
+                    for wrec in after:
+                        yield self._checked(wrec)
                     if rec.reset:
                         cand_env[name] = cand.as_runner_value(
                             as_candidate(pair, ref_env[pair.fx_name])
@@ -344,18 +376,135 @@ class SideBySideRun:
                     if use_own:
                         own.pop(name, None)
                         own.pop(("ref", name), None)
+                        own.pop(("from", name), None)
                 # activations only: weights are references to the program's own tensors
                 live = len(cand_env) + len(ref_env) - ref_weights_live + len(own)
                 if live > peak_live:
                     peak_live = live
                     status.extra["peak_live_values"] = live
                 status.elapsed = time.perf_counter() - t0
+            # weights whose consumers were never compared keep their own verdict
+            for wrec in pending.values():
+                wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
+                yield self._checked(wrec)
         finally:
             status.elapsed = time.perf_counter() - t0
             status.current = None
             status.finished = True
         if not self._stop.is_set():
             self._after_run()
+
+    def _checked(self, rec: Record) -> Record:
+        """Emits a comparison record (raising at the first failure with ``exc=True``)."""
+        if self.options.exc and rec.failed:
+            self._emit(rec)
+            raise SbsMismatchError(rec)
+        return self._emit(rec)
+
+    def _continue_from_reference(
+        self, node: onnx.NodeProto, ref_env: dict[str, Any], cand_env: dict[str, Any]
+    ) -> None:
+        """After a node failed, its outputs take their torch values, so the nodes after it
+        still run and are judged (a second, independent bug is not hidden)."""
+        cand = self.candidate
+        for o in node.output:
+            pair = self.pairing.by_onnx.get(o)
+            if o and pair is not None and pair.fx_name in ref_env and o not in self._unproven:
+                cand_env[o] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
+                cand.notes[o] = "the nodes after it continue from the torch value"
+
+    def _consumer_outputs(self, name: str, depth: int = 8) -> list[str]:
+        """The first paired values computed from initializer ``name`` (through values
+        without a partner, a Cast or a Transpose say)."""
+        cand, by_onnx = self.candidate, self.pairing.by_onnx
+        consumers = self._consumers
+        if consumers is None:
+            consumers = {}
+            for k, n in enumerate(cand.nodes):
+                for i in cand.node_inputs(n):
+                    consumers.setdefault(i, []).append(k)
+            self._consumers = consumers
+        found: list[str] = []
+        frontier, seen = [name], {name}
+        for _ in range(depth):
+            nxt = []
+            for value in frontier:
+                for k in consumers.get(value, ()):
+                    for o in cand.nodes[k].output:
+                        if not o or o in seen:
+                            continue
+                        seen.add(o)
+                        (found if o in by_onnx else nxt).append(o)
+            if found or not nxt:
+                break
+            frontier = nxt
+        return found
+
+    def _settle_weight(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> bool:
+        """A weight that differs from its torch parameter is the model's error only when
+        the node consuming it disagrees with torch because of it.  Returns whether the
+        weight's record comes before its consumer's (it is then the answer)."""
+        node = consumer.onnx_node_name or consumer.onnx_name
+        agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
+        if agrees:
+            wrec.status = STATUS_WEIGHT_DIFFERS
+            wrec.comment = _join(
+                wrec.comment,
+                f"differs from the torch parameter, but its consumer {node} agrees with torch: "
+                "the exporter changed it (a BatchNorm folded into a Conv, say)",
+            )
+            return True
+        if consumer.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
+            wrec.comment = _join(
+                wrec.comment, f"its consumer {node} computes another shape or type: not this"
+            )
+            return False
+        if consumer.passed2 is None and not consumer.failed:
+            wrec.comment = _join(wrec.comment, f"its consumer {node} could not be compared")
+            return True
+        with_torch = self._consumer_with_torch_weight(wrec, consumer, ref_env)
+        if with_torch is False:
+            wrec.comment = _join(
+                wrec.comment,
+                f"its consumer {node} disagrees with torch even with the torch parameter: "
+                "the error is the consumer's own",
+            )
+            return False
+        wrec.comment = _join(
+            wrec.comment,
+            f"its consumer {node} disagrees with torch"
+            + (" and agrees once given the torch parameter" if with_torch else " too"),
+        )
+        return True
+
+    def _consumer_with_torch_weight(
+        self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
+    ) -> bool | None:
+        """Whether the consumer agrees with torch when fed the torch parameter instead of
+        the differing weight (None when that cannot be tried)."""
+        cand = self.candidate
+        k = consumer.onnx_id_node
+        inputs = self._probe_inputs.get(k) if k is not None else None
+        pair = self.pairing.by_onnx.get(wrec.onnx_name)
+        out = self.pairing.by_onnx.get(consumer.onnx_name)
+        if inputs is None or pair is None or out is None or out.fx_name not in ref_env:
+            return None
+        names = cand.node_inputs(cand.nodes[k])
+        if wrec.onnx_name not in names:
+            return None
+        torch_value = cand.as_runner_value(
+            as_candidate(pair, self.reference.leaf_value(pair.fx_name))
+        )
+        fed = [torch_value if n == wrec.onnx_name else v for n, v in zip(names, inputs)]
+        try:
+            outputs = cand.call(k, fed)
+        except Exception:
+            return None
+        got = outputs[list(cand.nodes[k].output).index(consumer.onnx_name)]
+        e, g = comparable(as_candidate(out, ref_env[out.fx_name]), got)
+        if e is None:
+            return None
+        return bool(compare(e, g, self.atol, self.rtol).passed)
 
     def _run_own_error(
         self,
@@ -367,9 +516,15 @@ class SideBySideRun:
     ) -> None:
         cand = self.candidate
         node = cand.nodes[idx]
-        inputs = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own)
-        if inputs is None:
+        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own, self._unproven)
+        if found is None:
             return
+        inputs, taint = found
+        for o in node.output:
+            if o and taint:
+                own[("from", o)] = taint
+        if any(n in self._pending for n in cand.node_inputs(node)):
+            self._probe_inputs[idx] = inputs  # to try it with the torch parameter
         if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
             # same inputs as the first run: the own error is the first error
             for o in node.output:
@@ -390,6 +545,8 @@ class SideBySideRun:
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
         st = self.status
+        rec.step = self._step_counter
+        self._step_counter += 1
         self.records.append(rec)
         st.records += 1
         if rec.failed:
@@ -402,16 +559,53 @@ class SideBySideRun:
     def _reference_only_record(
         self, name: str, value: Any, elapsed: float, ref_errors: dict[str, str]
     ) -> Record:
-        return Record(
-            **self.reference.describe(name),
+        ref = self.reference
+        kind = ref.kind_of(name)
+        if name in ref_errors:
+            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
+        elif kind == KIND_OUTPUT:
+            status = STATUS_UNPAIRED_OUTPUT
+        else:
+            status = STATUS_UNPAIRED_EP
+        rec = Record(
+            **ref.describe(name),
             ep_shape_type=shape_type(value) if value is not None else None,
             ep_time_run=elapsed,
             ep_device=device_of(value) if value is not None else None,
-            kind=KIND_NODE,
+            kind=kind,
             paired_by=UNPAIRED,
-            status=STATUS_ERROR if name in ref_errors else STATUS_UNPAIRED_EP,
+            status=status,
             error=ref_errors.get(name),
         )
+        if status == STATUS_UNPAIRED_OUTPUT:
+            rec.comment = "no output of the ONNX model computes this output of the program"
+        elif kind == KIND_WEIGHT:
+            rec.comment = "no initializer holds it (unused, or folded by the exporter into another)"
+        return rec
+
+    def _candidate_only_record(
+        self, name: str, cand_env: dict[str, Any], elapsed: float, cand_errors: dict[str, str]
+    ) -> Record:
+        cand = self.candidate
+        if name in cand_errors:
+            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
+        elif name in cand.graph_outputs:
+            status = STATUS_UNPAIRED_OUTPUT
+        else:
+            status = STATUS_UNPAIRED_ONNX
+        rec = Record(
+            **cand.describe_candidate(name),
+            onnx_shape_type=shape_type(cand_env[name]) if name in cand_env else None,
+            onnx_time_run=elapsed,
+            onnx_device=device_of(cand_env[name]) if name in cand_env else None,
+            kind=KIND_OUTPUT if name in cand.graph_outputs else KIND_NODE,
+            paired_by=UNPAIRED,
+            status=status,
+            error=cand_errors.get(name),
+        )
+        if status == STATUS_UNPAIRED_OUTPUT:
+            rec.comment = "this output of the ONNX model matches no output of the program"
+        return rec
 
     def _compare(
         self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
@@ -426,14 +620,24 @@ class SideBySideRun:
             kind=pair.kind,
             paired_by=pair.rule,
         )
-        if pair.transform:
+        if pair.transform == TRANSFORM_PERMUTE:
+            rec.comment = f"compared with the torch value permuted by {pair.perm}"
+        elif pair.transform:
             rec.comment = f"compared with the {pair.transform}d torch weight"
         rec.comment = _join(rec.comment, cand.notes.get(name))
-        err = ref_errors.get(pair.fx_name) or cand_errors.get(name)
-        if err:
-            rec.status, rec.error = STATUS_ERROR, err
-            if pair.fx_name in ref_errors:
-                rec.error = f"reference side: {ref_errors[pair.fx_name]}"
+        if pair.fx_name in ref_errors:
+            missing = pair.fx_name in self._missing
+            rec.status = STATUS_NOT_COMPUTED if missing else STATUS_ERROR
+            rec.error = f"reference side: {ref_errors[pair.fx_name]}"
+            return rec
+        if name in cand_errors:
+            rec.error = cand_errors[name]
+            if name in self._missing:
+                # inherited from upstream: the node itself is still judged on torch inputs
+                rec.status = STATUS_NOT_COMPUTED
+                self._own_comparison(rec, pair, name, ref_env, own)
+            else:
+                rec.status = STATUS_ERROR
             return rec
         expected = as_candidate(pair, ref_env.get(pair.fx_name))
         got = cand_env[name] if name in cand_env else cand.initializer(name)
@@ -447,30 +651,52 @@ class SideBySideRun:
             rec.status = STATUS_NOT_COMPARED
             rec.comment = _join(rec.comment, "not a tensor on both sides")
             return rec
-        fill_first_comparison(rec, compare(expected, got, self.atol, self.rtol))
-        own_value = own.get(name)
+        d = compare(expected, got, self.atol, self.rtol)
+        if d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
+            # A pair made from metadata or position is a guess that the shapes disprove:
+            # not the same value, so neither a mismatch of the export nor a torch input.
+            self._unproven.add(name)
+            rec.status = STATUS_NOT_COMPARED
+            rec.paired_by = UNPAIRED
+            rec.comment = _join(
+                rec.comment,
+                f"paired by {pair.rule}, but the shapes differ ({d.note}): not the same value",
+            )
+            return rec
+        fill_first_comparison(rec, d)
+        self._own_comparison(rec, pair, name, ref_env, own)
         node_idx = cand.producer.get(name)
-        if own_value is not None and node_idx is not None:
-            if isinstance(own_value, NotComputed):
-                rec.comment = _join(
-                    rec.comment, f"rerun on torch inputs failed: {own_value.message}"
-                )
-            else:
-                e2, g2 = comparable(as_candidate(pair, ref_env.get(pair.fx_name)), own_value)
-                if e2 is not None:
-                    d2 = compare(e2, g2, self.atol, self.rtol)
-                    fill_own_error(rec, d2, device_of(own_value))
-            if rec.onnx_op_type in ("Gemm", "MatMul") and (rec.ep_target or "").startswith(
-                _LINEAR_TARGETS
-            ):
-                try:
-                    inputs = cand.inputs(node_idx, cand_env)
-                except KeyError:
-                    inputs = None
-                note = _linear_check(cand.nodes[node_idx], inputs, got)
-                if note:
-                    rec.comment = _join(rec.comment, note)
+        if (
+            node_idx is not None
+            and name in own
+            and rec.onnx_op_type in ("Gemm", "MatMul")
+            and (rec.ep_target or "").startswith(_LINEAR_TARGETS)
+        ):
+            try:
+                inputs = cand.inputs(node_idx, cand_env)
+            except KeyError:
+                inputs = None
+            note = _linear_check(cand.nodes[node_idx], inputs, got)
+            if note:
+                rec.comment = _join(rec.comment, note)
         return rec
+
+    def _own_comparison(
+        self, rec: Record, pair: Pair, name: str, ref_env: dict[str, Any], own: dict
+    ) -> None:
+        """The own error: the node run on torch inputs, against the torch value."""
+        own_value = own.get(name)
+        if own_value is None or name not in self.candidate.producer:
+            return
+        taint = own.get(("from", name))
+        if taint:
+            rec.own_inputs_from = ", ".join(sorted(taint))
+        if isinstance(own_value, NotComputed):
+            rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
+            return
+        e2, g2 = comparable(as_candidate(pair, ref_env.get(pair.fx_name)), own_value)
+        if e2 is not None:
+            fill_own_error(rec, compare(e2, g2, self.atol, self.rtol), device_of(own_value))
 
 
 class AlignedRun(SideBySideRun):
@@ -515,6 +741,7 @@ class AlignedRun(SideBySideRun):
         program = self.prepared.program
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
+        check_input_shapes(program, bound.values, bound.user_inputs)
         provenance = program_provenance(program.graph, self.ep.graph, bound.weights)
         reference = FxSide(program, bound, provenance, device)
         candidate = OnnxSide(model, runner, device)
@@ -549,16 +776,19 @@ class AlignedRun(SideBySideRun):
 
 
 def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None:
+    # graph inputs share names with any model taking the same inputs: they prove nothing
     strong = [
         p
         for p in pairing.by_onnx.values()
         if p.rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_STATE_DICT)
+        and p.kind != KIND_INPUT
     ]
     if not strong:
         raise SbsInputError(
-            "the ONNX model shares no value name, node metadata or weight name with the "
-            "program: it was not exported from this ExportedProgram (export it with "
-            "torch.onnx.export(ep, args, dynamo=True) and pass that model)"
+            "the ONNX model shares no computed value, node metadata or weight name with the "
+            "program (only its inputs, if anything): it was not exported from this "
+            "ExportedProgram (export it with torch.onnx.export(ep, args, dynamo=True) and "
+            "pass that model)"
         )
     g = model.graph
     inits = {i.name for i in g.initializer}

@@ -16,6 +16,7 @@ import onnx
 import torch
 
 from ..convert import convert, initializer_value
+from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from .names import fx_name_from_metadata
 from .plan import SideGraph
 from .program import ProgramInputs
@@ -43,6 +44,23 @@ def onnx_node_name(node: onnx.NodeProto, k: int) -> str:
     return node.name or f"{node.op_type}_{k}"
 
 
+def lowering_of_nodes(nodes: list[onnx.NodeProto], producer: dict[str, int]) -> list[str | None]:
+    """The fx node each ONNX node lowers: its ``pkg.torch.onnx.fx_node`` metadata, else
+    (a node an optimizer added, a Cast say) the lowering of the node producing its first
+    computed input, so the unit of blame stays the lowering of one fx node."""
+    groups: list[str | None] = []
+    for k, node in enumerate(nodes):
+        group = fx_name_from_metadata(node)
+        if group is None:
+            for name in node.input:
+                p = producer.get(name)
+                if p is not None and p < k and groups[p] is not None:
+                    group = groups[p]
+                    break
+        groups.append(group)
+    return groups
+
+
 class FxSide:
     """The torch program the exporter lowered, run one fx node at a time."""
 
@@ -65,6 +83,12 @@ class FxSide:
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in program.graph.nodes}
         self.weights = bound.weights
+        out = next(n for n in reversed(program.graph.nodes) if n.op == "output")
+        self.graph_outputs = [
+            a.name
+            for a in torch.utils._pytree.tree_leaves(out.args)
+            if isinstance(a, torch.fx.Node)
+        ]
 
     def leaf_value(self, name: str) -> Any:
         """The value of a placeholder (input or weight), on the run's device."""
@@ -103,8 +127,22 @@ class FxSide:
         return name in self.weights
 
     def reports_unpaired(self, idx: int, value: Any, failed: bool) -> bool:
-        """Whether a value without partner deserves a record (computed tensors only)."""
-        return self.nodes[idx].op == "call_function" and (failed or isinstance(value, torch.Tensor))
+        """Whether a value without partner deserves a record: computed tensors, weights,
+        inputs and outputs (a program weight or output nobody compared is never dropped)."""
+        node = self.nodes[idx]
+        if failed or node.name in self.graph_outputs:
+            return True
+        if node.op in ("call_function", "placeholder"):
+            return isinstance(value, torch.Tensor)
+        return False
+
+    def kind_of(self, name: str) -> str:
+        node = self.by_name[name]
+        if name in self.graph_outputs:
+            return KIND_OUTPUT
+        if node.op == "placeholder":
+            return KIND_WEIGHT if name in self.weights else KIND_INPUT
+        return KIND_NODE
 
     def describe(self, name: str) -> dict[str, Any]:
         """The ``ep_*`` fields of a record about value ``name``."""
@@ -141,6 +179,7 @@ class OnnxSide:
         self.graph_inputs = [i.name for i in g.input if i.name not in self.initializers]
         self.graph_outputs = [o.name for o in g.output]
         self.producer = {o: k for k, n in enumerate(self.nodes) for o in n.output if o}
+        self.lowering = lowering_of_nodes(self.nodes, self.producer)
         # the values of the graph inputs, in any form (converted for the runner when used)
         self.feeds: dict[str, Any] = dict(feeds or {})
         self.notes: dict[str, str] = {}  # value -> how its node was run, if unusual
@@ -220,6 +259,13 @@ class OnnxSide:
     def reports_unpaired(self, idx: int, value: Any, failed: bool) -> bool:
         return True
 
+    def kind_of(self, name: str) -> str:
+        if name in self.graph_outputs:
+            return KIND_OUTPUT
+        if name in self.initializers:
+            return KIND_WEIGHT
+        return KIND_NODE if name in self.producer else KIND_INPUT
+
     def node_name(self, idx: int) -> str:
         return onnx_node_name(self.nodes[idx], idx)
 
@@ -251,7 +297,7 @@ class OnnxSide:
             "onnx_domain": node.domain or None,
             "onnx_id_output": list(node.output).index(name),
             "onnx_node_name": onnx_node_name(node, k),
-            "onnx_fx_node": fx_name_from_metadata(node),
+            "onnx_fx_node": self.lowering[k],
         }
 
 

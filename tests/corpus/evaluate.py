@@ -12,7 +12,7 @@ import onnx
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.records import STATUS_UNPAIRED_EP, STATUS_UNPAIRED_ONNX
+from onnx_sbs_nb.records import STATUS_UNPAIRED_EP, STATUS_UNPAIRED_ONNX, STATUS_WEIGHT_DIFFERS
 from onnx_sbs_nb.summary import summarize
 
 from .faults import Fault, ort_outputs, pick_fault
@@ -91,7 +91,9 @@ def _bad_records(records) -> list[BadRecord]:
     for r in records:
         if r.status in UNPAIRED:
             continue
-        if r.failed or r.passed is False or r.passed2 is False:
+        # a weight the exporter changed while its consumers agree is reported, not failing
+        differs = r.status == STATUS_WEIGHT_DIFFERS
+        if r.failed or (r.passed is False and not differs) or r.passed2 is False:
             out.append(
                 BadRecord(
                     r.step,
