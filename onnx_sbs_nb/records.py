@@ -35,6 +35,8 @@ STATUS_ERROR = "error"  # a node failed to run (message in Record.error)
 STATUS_UNPAIRED_EP = "unpaired_ep"  # only the torch side has this value
 STATUS_UNPAIRED_ONNX = "unpaired_onnx"  # only the ONNX side has this value
 STATUS_NOT_COMPARED = "not_compared"  # paired but not a tensor (e.g. a symbolic int)
+# only the torch side has this value: an optimizer fused it into a kernel (optimize=)
+STATUS_INTERNAL = "internal"
 
 FAILING_STATUSES = frozenset(
     {STATUS_FAIL, STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR}
@@ -127,6 +129,15 @@ class Record:
     def own_error(self) -> float | None:
         """The node's own error when it was rerun on torch inputs, else None."""
         return self.err_abs2
+
+
+def join_comments(a: str | None, b: str | None) -> str | None:
+    """Two parts of a record's comment, either of which may be missing."""
+    if not a:
+        return b
+    if not b:
+        return a
+    return f"{a}; {b}"
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Record))
