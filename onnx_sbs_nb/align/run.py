@@ -40,6 +40,8 @@ from ..records import (
     Record,
     RunStatus,
 )
+from ..records import join_comments as _join
+from .deployed import deploy
 from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
 from .names import (
     PAIRED_BY_METADATA,
@@ -50,6 +52,7 @@ from .names import (
     Pairing,
     pair_values,
 )
+from .onnx_pairing import TRANSFORM_CAST, cast_value, in_common_precision
 from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
 from .program import PREPARED_FROM_ONNX_PROGRAM, PreparedProgram, bind_inputs, prepare_program
@@ -84,10 +87,19 @@ class NotComputed:
 
 
 def as_candidate(pair: Pair, value: Any) -> Any:
-    """A reference value in the candidate's layout (a folded transposition undone)."""
+    """A reference value in the candidate's layout and type (a folded transposition
+    undone, a cast made)."""
     if pair.transform == TRANSFORM_TRANSPOSE and isinstance(value, torch.Tensor):
         return value.t()
+    if pair.transform == TRANSFORM_CAST:
+        return cast_value(value, pair.cast_to)
     return value
+
+
+def as_expected(pair: Pair, value: Any) -> Any:
+    """A reference value to compare with: in the candidate's layout, its own type (a
+    cast pair is compared in the coarser type of the two)."""
+    return value if pair.transform == TRANSFORM_CAST else as_candidate(pair, value)
 
 
 def own_error_inputs(
@@ -180,6 +192,7 @@ class SideBySideRun:
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph.io)
         self.records: list[Record] = []
+        self.deployment: Any = None  # a deployed.Deployment when the candidate is optimized
         self._stop = threading.Event()
         self._started = False
 
@@ -389,6 +402,8 @@ class SideBySideRun:
 
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
+        if self.deployment is not None:
+            self.deployment.annotate(rec)
         st = self.status
         self.records.append(rec)
         st.records += 1
@@ -426,7 +441,7 @@ class SideBySideRun:
             kind=pair.kind,
             paired_by=pair.rule,
         )
-        if pair.transform:
+        if pair.transform and pair.transform != TRANSFORM_CAST:
             rec.comment = f"compared with the {pair.transform}d torch weight"
         rec.comment = _join(rec.comment, cand.notes.get(name))
         err = ref_errors.get(pair.fx_name) or cand_errors.get(name)
@@ -435,7 +450,10 @@ class SideBySideRun:
             if pair.fx_name in ref_errors:
                 rec.error = f"reference side: {ref_errors[pair.fx_name]}"
             return rec
-        expected = as_candidate(pair, ref_env.get(pair.fx_name))
+        want = ref_env.get(pair.fx_name)
+        if want is None and pair.fx_name in self.reference.graph.available:
+            want = self.reference.leaf_value(pair.fx_name)  # a weight of an ONNX reference
+        expected = as_expected(pair, want)
         got = cand_env[name] if name in cand_env else cand.initializer(name)
         rec.ep_shape_type = shape_type(expected)
         rec.onnx_shape_type = shape_type(got)
@@ -447,6 +465,9 @@ class SideBySideRun:
             rec.status = STATUS_NOT_COMPARED
             rec.comment = _join(rec.comment, "not a tensor on both sides")
             return rec
+        if pair.transform == TRANSFORM_CAST:
+            expected, got, note = in_common_precision(expected, got)
+            rec.comment = _join(rec.comment, note)
         fill_first_comparison(rec, compare(expected, got, self.atol, self.rtol))
         own_value = own.get(name)
         node_idx = cand.producer.get(name)
@@ -456,7 +477,9 @@ class SideBySideRun:
                     rec.comment, f"rerun on torch inputs failed: {own_value.message}"
                 )
             else:
-                e2, g2 = comparable(as_candidate(pair, ref_env.get(pair.fx_name)), own_value)
+                e2, g2 = comparable(as_expected(pair, want), own_value)
+                if e2 is not None and pair.transform == TRANSFORM_CAST:
+                    e2, g2, _ = in_common_precision(e2, g2)
                 if e2 is not None:
                     d2 = compare(e2, g2, self.atol, self.rtol)
                     fill_own_error(rec, d2, device_of(own_value))
@@ -496,6 +519,9 @@ class AlignedRun(SideBySideRun):
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep)
         model = load_onnx_model(onx)
+        deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
+        if deployment is not None:
+            model = deployment.model
         self.args, self.kwargs = load_inputs(args, kwargs)
         device = options.device
         if device is None:
@@ -519,6 +545,11 @@ class AlignedRun(SideBySideRun):
         reference = FxSide(program, bound, provenance, device)
         candidate = OnnxSide(model, runner, device)
         pairing = pair_values(program.graph, model, bound.weights, bound.user_inputs)
+        if deployment is not None:
+            original = pair_values(
+                program.graph, deployment.original, bound.weights, bound.user_inputs
+            )
+            deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)
         unknown = (
             set(options.reset_names)
@@ -536,6 +567,9 @@ class AlignedRun(SideBySideRun):
             if pair is not None:
                 candidate.feeds[name] = reference.leaf_value(pair.fx_name)
         super().__init__(reference, candidate, pairing, options, status)
+        self.deployment = deployment
+        if deployment is not None:
+            self.status.extra["deployed"] = deployment.summary()
         self.bound = bound
         if self.prepared.note:
             self.status.extra["program_note"] = self.prepared.note
@@ -587,14 +621,6 @@ def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None
                     f"input {pair.fx_name!r} has rank {value.dim()} but the ONNX input "
                     f"{inp.name!r} has rank {len(tt.shape.dim)}"
                 )
-
-
-def _join(a: str | None, b: str | None) -> str | None:
-    if not a:
-        return b
-    if not b:
-        return a
-    return f"{a}; {b}"
 
 
 def comparable(expected: Any, got: Any) -> tuple[Any, Any]:
