@@ -164,11 +164,8 @@ def write_reports(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    for flag, value in (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs)):
-        if not pathlib.Path(value).is_file():
-            raise CliError(f"{flag} {value!r}: no such file")
-    outputs, node_data = split_node_data(args.output)
-    outputs = check_outputs(outputs)
+    files = (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs))
+    outputs, node_data = check_paths(files, args.output)
     options = options_from_args(args)
     code = run_and_report(
         args.ep,
@@ -309,6 +306,17 @@ class _Progress:
 # ---- deployment: Model Explorer node data, optimizer bisection, two models ------------
 
 
+def check_paths(
+    files: Sequence[tuple[str, str]], outputs: Sequence[str]
+) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
+    """The input files exist; returns the outputs, checked: (reports, node-data files)."""
+    for flag, value in files:
+        if not pathlib.Path(value).is_file():
+            raise CliError(f"{flag} {value!r}: no such file")
+    reports, node_data = split_node_data(outputs)
+    return check_outputs(reports), node_data
+
+
 def split_node_data(outputs: Sequence[str]) -> tuple[list[str], list[pathlib.Path]]:
     """(report files, Model Explorer node-data files: the ``.json`` ones)."""
     reports, node_data = [], []
@@ -426,11 +434,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """Two ONNX models side by side; exit codes as ``onnx-sbs run``."""
     from .align.two_models import two_model_run
 
-    for flag, value in (("a", args.a), ("b", args.b), ("--inputs", args.inputs)):
-        if not pathlib.Path(value).is_file():
-            raise CliError(f"{flag} {value!r}: no such file")
-    reports, node_data = split_node_data(args.output)
-    outputs = check_outputs(reports)
+    files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
+    outputs, node_data = check_paths(files, args.output)
     run = two_model_run(args.a, args.b, args.inputs, options_from_args(args))
     title = f"onnx-sbs diff: {_name(args.b)} vs {_name(args.a)}"
     return report_run(
