@@ -177,7 +177,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         node_data=node_data,
     )
     if args.bisect and code != EXIT_INTERRUPTED:
-        bisect_after_run(args.ep, args.onnx, args.inputs, options, progress=not args.no_progress)
+        done = bisect_after_run(
+            args.ep, args.onnx, args.inputs, options, progress=not args.no_progress
+        )
+        if done is None:
+            return EXIT_INTERRUPTED
     return code
 
 
@@ -364,22 +368,34 @@ def _add_bisect(p: argparse.ArgumentParser) -> None:
 def bisect_after_run(
     ep: Any, onx: Any, inputs: Any, options: RunOptions, *, progress: bool = True
 ) -> Any:
-    """Bisects over the optimizers onnxruntime applied; prints the answer."""
+    """Bisects over the optimizers onnxruntime applied; prints the answer.
+
+    Returns the OptimizerBlame, False when it could not bisect (the reason printed; the
+    run's exit code stands), None when interrupted.
+    """
     from .align.bisect import bisect_optimizers
+    from .errors import SbsInputError
 
     level = options.optimize or "all"
     print(f"bisecting the optimizers of level {level!r} (one whole-model session per step)")
-    with _BisectProgress(progress) as bar:
-        blame = bisect_optimizers(
-            ep,
-            onx,
-            inputs,
-            level=level,
-            providers=options.providers,
-            atol=options.atol,
-            rtol=options.rtol,
-            progress=bar,
-        )
+    try:
+        with _BisectProgress(progress) as bar:
+            blame = bisect_optimizers(
+                ep,
+                onx,
+                inputs,
+                level=level,
+                providers=options.providers,
+                atol=options.atol,
+                rtol=options.rtol,
+                progress=bar,
+            )
+    except KeyboardInterrupt:
+        print("bisect: interrupted (the run's reports are written)")
+        return None
+    except SbsInputError as e:
+        print(f"onnx-sbs: cannot bisect: {e}", file=sys.stderr)
+        return False
     print(f"bisect: {blame.verdict}: {blame.message}")
     if blame.optimizers:
         print(
