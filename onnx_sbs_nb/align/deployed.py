@@ -68,6 +68,11 @@ class Deployment:
         Values onnxruntime renamed pair with the reference partner of their original
         name; reference values whose partner the fusion made internal are noted.
         """
+        self._pair_renamed(pairing, original)
+        self._note_internal(pairing, original)
+        self._note_nodes()
+
+    def _pair_renamed(self, pairing: Pairing, original: Pairing) -> None:
         om = self.optimized
         orig_types = onnx_value_types(om.original)
         new_types = onnx_value_types(om.model)
@@ -86,6 +91,9 @@ class Deployment:
                 + (f" ({_type_name(new_types[new][0])})" if new in new_types else "")
                 + "; paired through it",
             )
+
+    def _note_internal(self, pairing: Pairing, original: Pairing) -> None:
+        om = self.optimized
         nodes = {n.name: n for n in om.nodes}
         for value, node_name in om.internal.items():
             p = original.by_onnx.get(value)
@@ -97,6 +105,11 @@ class Deployment:
                 f"internal to fused node {what}: onnxruntime ({self._where()}) computes "
                 f"{value!r} inside it, so the graph has no such value to compare"
             )
+
+    def _note_nodes(self) -> None:
+        """What onnxruntime did to each node and each new constant, per value."""
+        om = self.optimized
+        nodes = {n.name: n for n in om.nodes}
         consumers: dict[str, list[OptimizedNode]] = {}
         for node, proto in zip(om.nodes, om.model.graph.node):
             note = self._node_note(node, nodes)
@@ -115,7 +128,10 @@ class Deployment:
                 dict.fromkeys(f"{n.name} ({_op(n)})" for n in consumers.get(init.name, ()))
             )
             if init.name in folded:
-                note = f"folded by onnxruntime ({self._where()}): the output of {folded[init.name]}, computed once"
+                note = (
+                    f"folded by onnxruntime ({self._where()}): the output of "
+                    f"{folded[init.name]}, computed once"
+                )
             else:
                 note = f"a constant onnxruntime ({self._where()}) created"
             self.notes[init.name] = note + (f" for {users}" if users else "")
