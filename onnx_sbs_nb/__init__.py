@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "run_aligned": ("onnx_sbs_nb.align.run", "run_aligned"),
     "AlignedRun": ("onnx_sbs_nb.align.run", "AlignedRun"),
+    "run_aligned_onnx": ("onnx_sbs_nb.align.two_models", "run_aligned_onnx"),
+    "bisect_optimizers": ("onnx_sbs_nb.align.bisect", "bisect_optimizers"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
     "summarize": ("onnx_sbs_nb.summary", "summarize"),
     "Summary": ("onnx_sbs_nb.summary", "Summary"),

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_outputs(run)
     add_run_arguments(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_bisect(run)
+    _add_diff_command(sub)
 
     rep = sub.add_parser("report", help="rebuild reports from a records file (.jsonl)")
     rep.add_argument("records", help="records written by `onnx-sbs run` (.jsonl, .csv, .xlsx)")
@@ -71,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_OUT_HELP = f"report files; the format follows the suffix ({', '.join(REPORT_SUFFIXES)})"
+_OUT_HELP = (
+    f"report files; the format follows the suffix ({', '.join(REPORT_SUFFIXES)}); "
+    "NAME.node_data.json: per-node errors for Model Explorer"
+)
 
 
 def _add_outputs(p: argparse.ArgumentParser) -> None:
@@ -87,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "diff":
+            return cmd_diff(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "demo":
@@ -157,14 +164,25 @@ def write_reports(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    for flag, value in (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs)):
-        if not pathlib.Path(value).is_file():
-            raise CliError(f"{flag} {value!r}: no such file")
-    outputs = check_outputs(args.output)
+    files = (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs))
+    outputs, node_data = check_paths(files, args.output)
     options = options_from_args(args)
-    return run_and_report(
-        args.ep, args.onnx, args.inputs, outputs, options, progress=not args.no_progress
+    code = run_and_report(
+        args.ep,
+        args.onnx,
+        args.inputs,
+        outputs,
+        options,
+        progress=not args.no_progress,
+        node_data=node_data,
     )
+    if args.bisect and code != EXIT_INTERRUPTED:
+        done = bisect_after_run(
+            args.ep, args.onnx, args.inputs, options, progress=not args.no_progress
+        )
+        if done is None:
+            return EXIT_INTERRUPTED
+    return code
 
 
 def run_and_report(
@@ -176,11 +194,12 @@ def run_and_report(
     *,
     progress: bool = True,
     stdout: TextIO | None = None,
+    node_data: Sequence[pathlib.Path] = (),
 ) -> int:
     """Runs, streams records to the .jsonl, writes the other reports, prints the summary."""
-    return run_report_summary(ep, onx, inputs, outputs, options, progress=progress, stdout=stdout)[
-        0
-    ]
+    return run_report_summary(
+        ep, onx, inputs, outputs, options, progress=progress, stdout=stdout, node_data=node_data
+    )[0]
 
 
 def run_report_summary(
@@ -192,14 +211,37 @@ def run_report_summary(
     *,
     progress: bool = True,
     stdout: TextIO | None = None,
+    node_data: Sequence[pathlib.Path] = (),
 ) -> tuple[int, Any]:
     """:func:`run_and_report`, also returning the Summary."""
     from .align.run import AlignedRun
+
+    run = AlignedRun(ep, onx, inputs, options=options)
+    title = f"onnx-sbs: {_name(onx)} vs {_name(ep)}"
+    return report_run(
+        run, outputs, title, progress=progress, stdout=stdout, node_data=node_data, source=onx
+    )
+
+
+def report_run(
+    run: Any,
+    outputs: Sequence[pathlib.Path],
+    title: str,
+    *,
+    progress: bool = True,
+    stdout: TextIO | None = None,
+    node_data: Sequence[pathlib.Path] = (),
+    source: Any = None,
+) -> tuple[int, Any]:
+    """Consumes a run: records stream to the .jsonl, then the reports and the summary.
+
+    ``node_data``: Model Explorer files to write; ``source``: the candidate model as the
+    user gave it (its path goes in the command that opens them).
+    """
     from .summary import summarize
 
     stdout = stdout or sys.stdout
-    jsonl = jsonl_path(outputs)
-    run = AlignedRun(ep, onx, inputs, options=options)
+    jsonl = jsonl_path(list(outputs) or list(node_data))  # beside the files asked for
     interrupted = False
     with JsonlWriter(jsonl) as writer, _Progress(run, enabled=progress) as bar:
         try:
@@ -214,8 +256,8 @@ def run_report_summary(
     model = getattr(run, "model", None)
     summary = summarize(records, node_inputs=model if hasattr(model, "graph") else None)
     print(f"records: {jsonl}", file=stdout)
-    title = f"onnx-sbs: {_name(onx)} vs {_name(ep)}"
     write_reports(records, outputs, summary, stdout, streamed=jsonl, title=title)
+    write_node_data_files(records, node_data, run, stdout, source)
     print(summary.to_text(), file=stdout)
     if interrupted:
         print("interrupted: the reports hold the records computed so far", file=stdout)
@@ -263,6 +305,158 @@ class _Progress:
             self.bar.n = self.run.status.done_onnx_nodes
             self.bar.refresh()
             self.bar.close()
+
+
+# ---- deployment: Model Explorer node data, optimizer bisection, two models ------------
+
+
+def check_paths(
+    files: Sequence[tuple[str, str]], outputs: Sequence[str]
+) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
+    """The input files exist; returns the outputs, checked: (reports, node-data files)."""
+    for flag, value in files:
+        if not pathlib.Path(value).is_file():
+            raise CliError(f"{flag} {value!r}: no such file")
+    reports, node_data = split_node_data(outputs)
+    return check_outputs(reports), node_data
+
+
+def split_node_data(outputs: Sequence[str]) -> tuple[list[str], list[pathlib.Path]]:
+    """(report files, Model Explorer node-data files: the ``.json`` ones)."""
+    reports, node_data = [], []
+    for o in outputs:
+        p = pathlib.Path(o)
+        if p.suffix.lower() == ".json":
+            if p.is_dir():
+                raise CliError(f"{o!r} is a folder: give a file name such as run.node_data.json")
+            node_data.append(p)
+        else:
+            reports.append(o)
+    return reports, node_data
+
+
+def write_node_data_files(
+    records: list[Record],
+    paths: Sequence[pathlib.Path],
+    run: Any,
+    stream: TextIO,
+    source: Any = None,
+) -> None:
+    """Node data for Model Explorer, keyed by the nodes of the graph the run compared;
+    an optimized graph is saved beside it (it exists nowhere else)."""
+    from .model_explorer import save_node_data
+
+    deployed = getattr(run, "deployment", None) is not None
+    for p in paths:
+        files = save_node_data(records, p, run.model, save_model=deployed)
+        print(f"wrote {files.node_data}", file=stream)
+        if files.model is not None:
+            print(f"wrote {files.model} (the graph onnxruntime runs)", file=stream)
+        given = source if isinstance(source, str | pathlib.Path) else None
+        print(f"  open it: {files.command(given)}", file=stream)
+
+
+def _add_bisect(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bisect",
+        action="store_true",
+        help="after the run, find the onnxruntime optimizers whose disabling makes the "
+        "optimized session (--optimize level, default all) agree with torch",
+    )
+
+
+def bisect_after_run(
+    ep: Any, onx: Any, inputs: Any, options: RunOptions, *, progress: bool = True
+) -> Any:
+    """Bisects over the optimizers onnxruntime applied; prints the answer.
+
+    Returns the OptimizerBlame, False when it could not bisect (the reason printed; the
+    run's exit code stands), None when interrupted.
+    """
+    from .align.bisect import bisect_optimizers
+    from .errors import SbsInputError
+
+    level = options.optimize or "all"
+    print(f"bisecting the optimizers of level {level!r} (one whole-model session per step)")
+    try:
+        with _BisectProgress(progress) as bar:
+            blame = bisect_optimizers(
+                ep,
+                onx,
+                inputs,
+                level=level,
+                providers=options.providers,
+                atol=options.atol,
+                rtol=options.rtol,
+                progress=bar,
+            )
+    except KeyboardInterrupt:
+        print("bisect: interrupted (the run's reports are written)")
+        return None
+    except SbsInputError as e:
+        print(f"onnx-sbs: cannot bisect: {e}", file=sys.stderr)
+        return False
+    print(f"bisect: {blame.verdict}: {blame.message}")
+    if blame.optimizers:
+        print(
+            "  to deploy without them: "
+            f"InferenceSession(..., disabled_optimizers={list(blame.optimizers)!r})"
+        )
+    return blame
+
+
+class _BisectProgress:
+    """A tqdm bar over the whole-model sessions of a bisection."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __enter__(self) -> _BisectProgress:
+        return self
+
+    def __call__(self, step: Any) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=step.estimate, unit="session", desc="bisect", file=sys.stderr)
+        self.bar.total = max(step.estimate, step.sessions)
+        self.bar.n = step.sessions
+        self.bar.set_postfix_str(step.message[:60], refresh=False)
+        self.bar.refresh()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _add_diff_command(sub: Any) -> None:
+    diff = sub.add_parser("diff", help="compare two ONNX models of one program, node by node")
+    diff.add_argument("a", help="the reference ONNX model (.onnx)")
+    diff.add_argument("b", help="the ONNX model compared with it (.onnx)")
+    diff.add_argument(
+        "--inputs",
+        required=True,
+        help="inputs of model a saved with torch.save: tuple (in input order) or dict by name",
+    )
+    _add_outputs(diff)
+    add_run_arguments(diff)
+    diff.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Two ONNX models side by side; exit codes as ``onnx-sbs run``."""
+    from .align.two_models import two_model_run
+
+    files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
+    outputs, node_data = check_paths(files, args.output)
+    run = two_model_run(args.a, args.b, args.inputs, options_from_args(args))
+    title = f"onnx-sbs diff: {_name(args.b)} vs {_name(args.a)}"
+    return report_run(
+        run, outputs, title, progress=not args.no_progress, node_data=node_data, source=args.b
+    )[0]
 
 
 # ---- report / demo / notebook ----------------------------------------------------------

@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +134,53 @@ def write_node_data(
         raise SbsInputError(f"{str(path)!r}: Model Explorer reads node data from a .json file")
     # allow_nan=False: Model Explorer's JSON.parse rejects NaN, so none may slip in
     text = json.dumps(data, indent=1, allow_nan=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+@dataclass(frozen=True)
+class NodeDataFiles:
+    """What :func:`save_node_data` wrote."""
+
+    node_data: Path
+    model: Path | None  # the graph the run compared, when it is not the user's own file
+
+    def command(self, model: str | os.PathLike | None = None) -> str:
+        """The command that opens the graph with the errors overlaid."""
+        graph = self.model or model or "model.onnx"
+        return (
+            f"model-explorer {shlex.quote(str(graph))} --extensions=model_explorer_onnx "
+            f"--node_data_paths={shlex.quote(str(self.node_data))}"
+        )
+
+
+def model_path_for(node_data_path: str | os.PathLike) -> Path:
+    """Where the compared graph goes beside its node data: ``run.node_data.json`` ->
+    ``run.optimized.onnx``."""
+    path = Path(node_data_path)
+    stem = path.name.removesuffix(".json").removesuffix(".node_data")
+    return path.with_name(f"{stem or 'model'}.optimized.onnx")
+
+
+def save_node_data(
+    records: Iterable[Any],
+    path: str | os.PathLike,
+    model: Any,
+    *,
+    save_model: bool = False,
+    metric: str = "err_abs",
+) -> NodeDataFiles:
+    """Writes the node data and, with ``save_model`` (an ``optimize=`` run, whose graph
+    exists nowhere else), the compared model beside it, so Model Explorer opens the
+    graph the keys name (weights in ``<name>.data`` when they are large)."""
+    written = write_node_data(records, path, model, metric=metric)
+    model_file = None
+    if save_model:
+        from .align.optimized import save_model as save_onnx
+
+        model_file = save_onnx(load_onnx_model(model), model_path_for(written))
+    return NodeDataFiles(written, model_file)
 
 
 def read_node_data(path: str | os.PathLike, graph: str | None = None) -> dict[str, Any]:
@@ -154,10 +201,13 @@ def read_node_data(path: str | os.PathLike, graph: str | None = None) -> dict[st
 
 __all__ = [
     "METRICS",
+    "NodeDataFiles",
     "THRESHOLDS",
     "graph_id",
     "node_data",
+    "model_path_for",
     "read_node_data",
+    "save_node_data",
     "value_keys",
     "write_node_data",
 ]

@@ -43,6 +43,8 @@ STATUS_NOT_COMPUTED = "not_computed"
 STATUS_WEIGHT_DIFFERS = "weight_differs"
 # a graph output only one side has: the model does not compute the program
 STATUS_UNPAIRED_OUTPUT = "unpaired_output"
+# only the torch side has this value: an optimizer fused it into a kernel (optimize=)
+STATUS_INTERNAL = "internal"
 
 FAILING_STATUSES = frozenset(
     {
@@ -145,6 +147,15 @@ class Record:
     def own_error(self) -> float | None:
         """The node's own error when it was rerun on torch inputs, else None."""
         return self.err_abs2
+
+
+def join_comments(a: str | None, b: str | None) -> str | None:
+    """Two parts of a record's comment, either of which may be missing."""
+    if not a:
+        return b
+    if not b:
+        return a
+    return f"{a}; {b}"
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Record))

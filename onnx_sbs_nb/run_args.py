@@ -41,6 +41,28 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--replay-threshold", type=float, help="dump every node whose error exceeds this"
     )
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    add_deployment_arguments(p)
+
+
+def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
+    """``--optimize`` / ``--providers``: compare the graph onnxruntime runs when deployed."""
+    from .align.optimized import LEVELS
+
+    p.add_argument(
+        "--optimize",
+        choices=LEVELS,
+        default=None,
+        help="compare the graph onnxruntime runs after its optimizations at this level "
+        "(fused nodes included) instead of the model as given",
+    )
+    p.add_argument(
+        "--providers",
+        nargs="+",
+        metavar="EP",
+        default=None,
+        help="execution providers whose optimized graph is compared (with --optimize; "
+        "default CPUExecutionProvider)",
+    )
 
 
 def replay_config_from_args(args: argparse.Namespace) -> Any:
@@ -89,6 +111,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         replay=replay_config_from_args(args),
         replay_dir=args.replay_dir,
         device=args.device,
+        optimize=args.optimize,
+        providers=tuple(args.providers) if args.providers else None,
     )
 
 

@@ -411,6 +411,28 @@ class SbsSession:
         config = self._save_replay_config(proto.name or proto.output[0], root, bundle)
         return SavedReplay(bundle=bundle, config=config)
 
+    def save_node_data(self, path: str | Path, metric: str = "err_abs") -> Any:
+        """Write the run's per-node errors for Model Explorer (``NAME.node_data.json``).
+
+        For an ``optimize=`` run the graph onnxruntime runs is saved beside it (the node
+        keys name its nodes); ``.command()`` of the result is the line that opens them.
+        ``metric``: ``err_abs``, ``err_rel``, or the own error ``err_abs2`` / ``err_rel2``.
+        """
+        from .model_explorer import save_node_data
+
+        self._require_idle_run("save node data")
+        model = getattr(self.run, "model", None)
+        if model is None:
+            raise ActionError(
+                f"save node data needs the run's ONNX model; this session wraps a "
+                f"{type(self.run).__name__}"
+            )
+        deployed = getattr(self.run, "deployment", None) is not None
+        try:
+            return save_node_data(self.records, path, model, save_model=deployed, metric=metric)
+        except SbsInputError as e:
+            raise ActionError(str(e)) from None
+
     def _save_replay_config(self, node: str, root: Path, bundle: Path) -> Path:
         from .align.replay import ReplayConfig
 

@@ -544,6 +544,10 @@ if anywidget is not None:
             recs = self.records
             return build_figure(go, recs)
 
+        def save_node_data(self, path: str | Path, metric: str = "err_abs") -> Any:
+            """Per-node errors for Model Explorer: see :meth:`SbsSession.save_node_data`."""
+            return self.session.save_node_data(path, metric)
+
         def state(self) -> dict[str, Any]:
             """The synced traits as a plain dict (what ``renderStatic`` takes)."""
             return {k: getattr(self, k) for k in STATE_TRAITS}

@@ -24,6 +24,7 @@ from onnx_sbs_nb.records import (
 )
 
 from .models import Attention, export
+from .onnx_values import onnx_values
 from .quant_models import FloatMLP, exported
 
 
@@ -107,29 +108,11 @@ def test_onnxruntime_optimized_graph_pairs_but_its_internal_values():
     named = [o for n in onx.graph.node for o in n.output if o]
     unpaired = {v for v in named if v not in pairing.by_fx}
     assert unpaired == set(om.internal)  # what the fusions made internal, nothing else
-    assert_pairs_hold(pairing, all_values(onx, feeds), _ort_values(om.model, feeds))
-
-
-def _ort_values(model: onnx.ModelProto, feeds) -> dict[str, np.ndarray]:
-    """Every value of a model with contrib ops, from one onnxruntime session."""
-    import onnxruntime as ort
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for n in m.graph.node:
-        for o in n.output:
-            if o and o not in have:
-                m.graph.output.append(onnx.ValueInfoProto(name=o))
-                have.add(o)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    values = {**feeds, **dict(zip(names, sess.run(None, feeds)))}
-    for init in m.graph.initializer:
-        values[init.name] = onnx.numpy_helper.to_array(init)
-    return values
+    assert_pairs_hold(
+        pairing,
+        all_values(onx, feeds),
+        onnx_values(om.model, feeds, optimize=False, initializers=True),
+    )
 
 
 def test_float32_against_float16_pairs_through_a_cast():

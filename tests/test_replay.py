@@ -26,6 +26,7 @@ from onnx_sbs_nb.align.submodel import extract_submodel, prefix_model, submodel_
 from onnx_sbs_nb.records import KIND_WEIGHT, Record
 
 from .models import CausalAttention
+from .onnx_values import onnx_values
 
 # --------------------------------------------------------------------------- helpers
 
@@ -44,21 +45,6 @@ def fx_values(ep: torch.export.ExportedProgram, args: tuple) -> dict[str, torch.
     with torch.no_grad():
         Recorder(ep.module()).run(*args)
     return values
-
-
-def onnx_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every value the ONNX model computes (intermediate ones exposed as outputs)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    known = {o.name for o in m.graph.output}
-    for node in m.graph.node:
-        for out in node.output:
-            if out and out not in known:
-                m.graph.output.append(onnx.ValueInfoProto(name=out))
-                known.add(out)
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return {**feeds, **dict(zip(names, sess.run(None, feeds)))}
 
 
 def run_onnx(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -33,7 +33,9 @@ def load_exported_program(ep: Any) -> torch.export.ExportedProgram:
         )
         try:
             from .program import quiet_torch_internals
+            from .quant_ops import register_quantized_ops
 
+            register_quantized_ops()  # quantized programs call ops torch registers lazily
             with quiet_torch_internals():
                 return torch.export.load(str(path))
         except Exception as e:

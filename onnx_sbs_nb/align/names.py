@@ -60,6 +60,7 @@ class Pair:
     rule: str
     kind: str
     transform: str | None = None  # how to turn the fx value into the ONNX one
+    cast_to: int | None = None  # for a cast: the ONNX element type of the candidate value
     perm: tuple[int, ...] | None = None  # the permutation of TRANSFORM_PERMUTE
 
 

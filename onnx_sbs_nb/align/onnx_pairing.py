@@ -18,8 +18,10 @@ order (each pair says which one made it):
 4. ``position``: graph inputs and outputs left over, by position.
 
 Values pair only when their declared element types and ranks agree, or when both are
-floating point of the same rank: then ``Pair.transform`` is :data:`TRANSFORM_CAST` and the
-values are compared after a cast to the reference's type (the record says so).
+floating point of the same rank: then ``Pair.transform`` is :data:`TRANSFORM_CAST`
+(``Pair.cast_to``: the candidate's element type), reference values fed to the candidate
+are cast to its type (:func:`cast_value`) and the two values are compared in the less
+precise of their types (:func:`in_common_precision`; the record says so).
 
 The result is the :class:`~onnx_sbs_nb.align.names.Pairing` the engine uses for the
 program against a model, with the *reference* model in the place of the program:
@@ -32,8 +34,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import onnx
+import torch
 
+from ..convert import to_torch
+from ..diff import value_dtype_name
+from ..dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
 from ..records import (
     KIND_INPUT,
     KIND_NODE,
@@ -180,7 +187,8 @@ def pair_onnx_models(reference: Any, candidate: Any) -> Pairing:
         if not ok:
             return False
         kind = KIND_WEIGHT if KIND_WEIGHT in (ref.kind(r), cand.kind(c)) else cand.kind(c)
-        pairing.add(Pair(c, r, rule, kind, transform))
+        cast_to = cand.types[c][0] if transform == TRANSFORM_CAST else None
+        pairing.add(Pair(c, r, rule, kind, transform, cast_to))
         taken_ref.add(r)
         return True
 
@@ -218,4 +226,37 @@ def pair_onnx_models(reference: Any, candidate: Any) -> Pairing:
     return pairing
 
 
-__all__ = ["TRANSFORM_CAST", "pair_onnx_models"]
+# coarser last: two float types are compared in the coarser one
+_PRECISION = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3}
+
+
+def cast_value(value: Any, elem_type: int | None) -> Any:
+    """A tensor (torch or numpy) cast to an ONNX element type; anything else unchanged."""
+    if elem_type is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        dtype = ONNX_TO_TORCH.get(elem_type)
+        return value if dtype is None or value.dtype == dtype else value.to(dtype)
+    if isinstance(value, np.ndarray | np.generic):
+        dtype = onnx_to_np_dtype(elem_type)
+        return value if value.dtype == dtype else np.asarray(value).astype(dtype)
+    return value
+
+
+def in_common_precision(expected: Any, got: Any) -> tuple[Any, Any, str | None]:
+    """Two float tensors of different types in the coarser of the two, and a note.
+
+    The coarser type's tolerance is the one that applies: a float16 model is not held
+    to float32 accuracy, and a float32 value rounded to float16 loses nothing that the
+    float16 side has.
+    """
+    e, g = value_dtype_name(expected), value_dtype_name(got)
+    if e == g or e not in _PRECISION or g not in _PRECISION:
+        return expected, got, None
+    low = e if _PRECISION[e] > _PRECISION[g] else g
+    dtype = getattr(torch, low)
+    expected, got = to_torch(expected).to(dtype), to_torch(got).to(dtype)
+    return expected, got, f"{e} vs {g}: compared in {low}"
+
+
+__all__ = ["TRANSFORM_CAST", "cast_value", "in_common_precision", "pair_onnx_models"]

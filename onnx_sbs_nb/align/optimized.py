@@ -174,20 +174,29 @@ def _weight_bytes(model: onnx.ModelProto) -> int:
     return total
 
 
+def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
+    """Saves ``model`` at ``path``; its weights go to ``<name>.data`` beside it when they
+    are too large for one protobuf.  The caller's model keeps its weights."""
+    path = Path(path)
+    if _weight_bytes(model) < _INLINE_LIMIT:
+        path.write_bytes(model.SerializeToString())
+        return path
+    # onnx.save moves the weights out of the proto it saves: save a copy, the caller's
+    # model stays whole (the copy lives only while the file is written)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx.save(copy, str(path), save_as_external_data=True, location=path.name + ".data")
+    del copy
+    return path
+
+
 @contextlib.contextmanager
 def _session_source(model: onnx.ModelProto, folder: Path) -> Iterator[str | bytes]:
     """What to hand onnxruntime: the serialised model, or a file when it is too large."""
     if _weight_bytes(model) < _INLINE_LIMIT:
         yield model.SerializeToString()
         return
-    path = folder / "input.onnx"
-    # onnx.save moves the weights out of the proto it saves: save a copy, the caller's
-    # model stays whole (the copy lives only while the file is written)
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    onnx.save(copy, str(path), save_as_external_data=True, location="input.onnx.data")
-    del copy
-    yield str(path)
+    yield str(save_model(model, folder / "input.onnx"))
 
 
 # ---------------------------------------------------------------- onnxruntime
@@ -781,4 +790,5 @@ __all__ = [
     "optimize_model",
     "ort_session",
     "process_temp_dir",
+    "save_model",
 ]

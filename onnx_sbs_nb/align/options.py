@@ -42,6 +42,11 @@ class RunOptions:
     - ``replay`` (a ReplayConfig, a dict of its fields or the path of its JSON) with
       ``replay_dir``: replay bundles of the selected nodes, written after the run.
     - ``device``: ``"cpu"`` or ``"cuda[:N]"`` (None: where the inputs are).
+    - ``optimize``: ``"basic"``, ``"extended"``, ``"layout"`` or ``"all"``: the candidate
+      is the graph onnxruntime runs after its optimizations at that level (fused and
+      contrib nodes included), each of its nodes run on its own (``align/deployed.py``).
+    - ``providers``: the execution providers whose optimized graph that is (with
+      ``optimize``; default CPU); a CUDA provider runs the nodes on ``"cuda"``.
     """
 
     runner: Any = "onnxruntime"
@@ -54,6 +59,8 @@ class RunOptions:
     replay: Any = None
     replay_dir: Path | None = None
     device: str | None = None
+    optimize: str | None = None
+    providers: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.runner, str) and self.runner not in RUNNER_NAMES:
@@ -91,6 +98,26 @@ class RunOptions:
             raise SbsInputError(
                 "replay=ReplayConfig(...) needs replay_dir= (the folder to write to)"
             )
+        self._check_deployment()
+
+    def _check_deployment(self) -> None:
+        if self.optimize is None and self.providers is None:
+            return
+        from .optimized import LEVELS, check_providers
+
+        if self.optimize not in LEVELS:
+            if self.optimize is None:
+                raise SbsInputError(
+                    "providers= names the execution providers whose optimized graph is "
+                    f"compared: give optimize= too (one of {', '.join(LEVELS)})"
+                )
+            raise SbsInputError(
+                f"optimize={self.optimize!r} is not a level: use one of {', '.join(LEVELS)}"
+            )
+        self.providers = tuple(check_providers(self.providers))
+        if self.device is None and any(_provider_name(p) == _CUDA_EP for p in self.providers):
+            # the CUDA graph holds CUDA kernels: its nodes run there
+            self.device = device_name("cuda")
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -137,7 +164,16 @@ class RunOptions:
             "reset": self.reset,
             "replay_dir": str(self.replay_dir) if self.replay_dir else None,
             "device": self.device,
+            "optimize": self.optimize,
+            "providers": [_provider_name(p) for p in self.providers or ()] or None,
         }
+
+
+_CUDA_EP = "CUDAExecutionProvider"
+
+
+def _provider_name(p: Any) -> str:
+    return p if isinstance(p, str) else str(p[0])
 
 
 def _tolerance(name: str, value: Any) -> float | None:

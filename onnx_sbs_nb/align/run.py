@@ -45,6 +45,8 @@ from ..records import (
     Record,
     RunStatus,
 )
+from ..records import join_comments as _join
+from .deployed import deploy
 from .guards import check_input_shapes
 from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
 from .names import (
@@ -57,6 +59,7 @@ from .names import (
     Pairing,
     pair_values,
 )
+from .onnx_pairing import TRANSFORM_CAST, cast_value, in_common_precision
 from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
 from .program import PREPARED_FROM_ONNX_PROGRAM, PreparedProgram, bind_inputs, prepare_program
@@ -91,12 +94,21 @@ class NotComputed:
 
 
 def as_candidate(pair: Pair, value: Any) -> Any:
-    """A reference value in the candidate's layout (a folded transposition undone)."""
+    """A reference value in the candidate's layout and type (a folded transposition
+    undone, a cast made)."""
     if pair.transform == TRANSFORM_TRANSPOSE and isinstance(value, torch.Tensor):
         return value.t()
     if pair.transform == TRANSFORM_PERMUTE and isinstance(value, torch.Tensor):
         return value.permute(pair.perm)
+    if pair.transform == TRANSFORM_CAST:
+        return cast_value(value, pair.cast_to)
     return value
+
+
+def as_expected(pair: Pair, value: Any) -> Any:
+    """A reference value to compare with: in the candidate's layout, its own type (a
+    cast pair is compared in the coarser type of the two)."""
+    return value if pair.transform == TRANSFORM_CAST else as_candidate(pair, value)
 
 
 def own_error_inputs(
@@ -199,6 +211,7 @@ class SideBySideRun:
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph.io)
         self.records: list[Record] = []
+        self.deployment: Any = None  # a deployed.Deployment when the candidate is optimized
         self._stop = threading.Event()
         self._started = False
         # pairs whose values turned out to differ in shape: not the same value after all
@@ -544,6 +557,8 @@ class SideBySideRun:
 
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
+        if self.deployment is not None:
+            self.deployment.annotate(rec)
         st = self.status
         rec.step = self._step_counter
         self._step_counter += 1
@@ -580,7 +595,7 @@ class SideBySideRun:
         if status == STATUS_UNPAIRED_OUTPUT:
             rec.comment = "no output of the ONNX model computes this output of the program"
         elif kind == KIND_WEIGHT:
-            rec.comment = "no initializer holds it (unused, or folded by the exporter into another)"
+            rec.comment = "no initializer holds it (unused, or folded into another by the exporter or an optimizer)"
         return rec
 
     def _candidate_only_record(
@@ -622,7 +637,7 @@ class SideBySideRun:
         )
         if pair.transform == TRANSFORM_PERMUTE:
             rec.comment = f"compared with the torch value permuted by {pair.perm}"
-        elif pair.transform:
+        elif pair.transform and pair.transform != TRANSFORM_CAST:
             rec.comment = f"compared with the {pair.transform}d torch weight"
         rec.comment = _join(rec.comment, cand.notes.get(name))
         if pair.fx_name in ref_errors:
@@ -635,11 +650,14 @@ class SideBySideRun:
             if name in self._missing:
                 # inherited from upstream: the node itself is still judged on torch inputs
                 rec.status = STATUS_NOT_COMPUTED
-                self._own_comparison(rec, pair, name, ref_env, own)
+                self._own_comparison(rec, pair, name, ref_env.get(pair.fx_name), own)
             else:
                 rec.status = STATUS_ERROR
             return rec
-        expected = as_candidate(pair, ref_env.get(pair.fx_name))
+        want = ref_env.get(pair.fx_name)
+        if want is None and pair.fx_name in self.reference.graph.available:
+            want = self.reference.leaf_value(pair.fx_name)  # a weight of an ONNX reference
+        expected = as_expected(pair, want)
         got = cand_env[name] if name in cand_env else cand.initializer(name)
         rec.ep_shape_type = shape_type(expected)
         rec.onnx_shape_type = shape_type(got)
@@ -651,6 +669,9 @@ class SideBySideRun:
             rec.status = STATUS_NOT_COMPARED
             rec.comment = _join(rec.comment, "not a tensor on both sides")
             return rec
+        if pair.transform == TRANSFORM_CAST:
+            expected, got, note = in_common_precision(expected, got)
+            rec.comment = _join(rec.comment, note)
         d = compare(expected, got, self.atol, self.rtol)
         if d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
             # A pair made from metadata or position is a guess that the shapes disprove:
@@ -664,7 +685,7 @@ class SideBySideRun:
             )
             return rec
         fill_first_comparison(rec, d)
-        self._own_comparison(rec, pair, name, ref_env, own)
+        self._own_comparison(rec, pair, name, want, own)
         node_idx = cand.producer.get(name)
         if (
             node_idx is not None
@@ -681,9 +702,7 @@ class SideBySideRun:
                 rec.comment = _join(rec.comment, note)
         return rec
 
-    def _own_comparison(
-        self, rec: Record, pair: Pair, name: str, ref_env: dict[str, Any], own: dict
-    ) -> None:
+    def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
         """The own error: the node run on torch inputs, against the torch value."""
         own_value = own.get(name)
         if own_value is None or name not in self.candidate.producer:
@@ -694,7 +713,9 @@ class SideBySideRun:
         if isinstance(own_value, NotComputed):
             rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
             return
-        e2, g2 = comparable(as_candidate(pair, ref_env.get(pair.fx_name)), own_value)
+        e2, g2 = comparable(as_expected(pair, want), own_value)
+        if e2 is not None and pair.transform == TRANSFORM_CAST:
+            e2, g2, _ = in_common_precision(e2, g2)
         if e2 is not None:
             fill_own_error(rec, compare(e2, g2, self.atol, self.rtol), device_of(own_value))
 
@@ -722,6 +743,9 @@ class AlignedRun(SideBySideRun):
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep)
         model = load_onnx_model(onx)
+        deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
+        if deployment is not None:
+            model = deployment.model
         self.args, self.kwargs = load_inputs(args, kwargs)
         device = options.device
         if device is None:
@@ -746,6 +770,11 @@ class AlignedRun(SideBySideRun):
         reference = FxSide(program, bound, provenance, device)
         candidate = OnnxSide(model, runner, device)
         pairing = pair_values(program.graph, model, bound.weights, bound.user_inputs)
+        if deployment is not None:
+            original = pair_values(
+                program.graph, deployment.original, bound.weights, bound.user_inputs
+            )
+            deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)
         unknown = (
             set(options.reset_names)
@@ -763,6 +792,9 @@ class AlignedRun(SideBySideRun):
             if pair is not None:
                 candidate.feeds[name] = reference.leaf_value(pair.fx_name)
         super().__init__(reference, candidate, pairing, options, status)
+        self.deployment = deployment
+        if deployment is not None:
+            self.status.extra["deployed"] = deployment.summary()
         self.bound = bound
         if self.prepared.note:
             self.status.extra["program_note"] = self.prepared.note
@@ -817,14 +849,6 @@ def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None
                     f"input {pair.fx_name!r} has rank {value.dim()} but the ONNX input "
                     f"{inp.name!r} has rank {len(tt.shape.dim)}"
                 )
-
-
-def _join(a: str | None, b: str | None) -> str | None:
-    if not a:
-        return b
-    if not b:
-        return a
-    return f"{a}; {b}"
 
 
 def comparable(expected: Any, got: Any) -> tuple[Any, Any]:
