@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .report import ReportFormatError
-from .report_html import load_bundle, loader_html
+from .report_html import load_bundle, loader_html, view_html
+from .view_state import STATE_TRAITS
 
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -46,8 +47,6 @@ def saved_widget_states(nb: Any) -> dict[str, dict[str, Any]]:
 
 def static_state(state: dict[str, Any]) -> dict[str, Any]:
     """The part of a saved widget state that ``renderStatic`` reads (the synced traits)."""
-    from .widget import STATE_TRAITS
-
     return {k: state[k] for k in STATE_TRAITS if k in state}
 
 
@@ -74,8 +73,6 @@ def _has_math(nb: Any) -> bool:
 def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
     """Renders a notebook node (nbformat v4) to one offline HTML document."""
     import nbconvert
-
-    from .report_html import view_html
 
     nb = copy.deepcopy(nb)
     states = saved_widget_states(nb)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .records import Record
+from .summary import summarize
+from .view_state import bundle_js, is_finite, widget_state
 
 #: Rows the static fallback table shows.
 FALLBACK_ROWS = 20
@@ -70,21 +72,17 @@ def summary_text(summary: Any) -> str:
 
 def _counts_line(records: list[Record]) -> str:
     failed = sum(1 for r in records if r.failed)
-    worst = max((r.err_abs for r in records if _finite(r.err_abs)), default=None)
+    worst = max((r.err_abs for r in records if is_finite(r.err_abs)), default=None)
     s = f"{len(records)} records, {failed} failing"
     if worst is not None:
         s += f", worst err_abs {worst:.3g}"
     return html.escape(s)
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _worst(records: list[Record], n: int) -> list[Record]:
     def key(r: Record) -> tuple[int, float]:
         e = r.err_abs
-        err = e if _finite(e) else (math.inf if isinstance(e, float) else -1.0)
+        err = e if is_finite(e) else (math.inf if isinstance(e, float) else -1.0)
         return (1 if r.failed else 0, err)
 
     return sorted(records, key=key, reverse=True)[:n]
@@ -124,7 +122,7 @@ def error_chart_svg(
     max_points: int = FALLBACK_POINTS,
 ) -> str:
     """Inline SVG: err_abs per record along the stream (log scale), failing points in red."""
-    pts = [(i, r) for i, r in enumerate(records) if _finite(r.err_abs)]
+    pts = [(i, r) for i, r in enumerate(records) if is_finite(r.err_abs)]
     if not pts:
         return '<svg class="onnx-sbs-chart" width="0" height="0"></svg>'
     if len(pts) > max_points:  # keep the worst point of each bucket so spikes stay visible
@@ -132,7 +130,7 @@ def error_chart_svg(
         pts = [max(pts[k : k + size], key=lambda p: p[1].err_abs) for k in range(0, len(pts), size)]
     floor = 1e-12
     logs = [math.log10(max(r.err_abs, floor)) for _, r in pts]
-    tols = [r.atol for _, r in pts if _finite(r.atol) and r.atol > 0]
+    tols = [r.atol for _, r in pts if is_finite(r.atol) and r.atol > 0]
     tol_log = math.log10(min(tols)) if tols else None
     lo = min(logs + ([tol_log] if tol_log is not None else []))
     hi = max(logs + ([tol_log] if tol_log is not None else []))
@@ -294,10 +292,8 @@ class BundleMissingError(RuntimeError):
 
 def load_bundle() -> str:
     try:
-        from .widget import bundle_js
-
         return bundle_js()
-    except (ImportError, OSError) as e:
+    except OSError as e:
         raise BundleMissingError(
             "the HTML report needs the front-end bundle onnx_sbs_nb/static/widget.js "
             f"({type(e).__name__}: {e}); build it with `cd js && npm ci && npm run build`, "
@@ -307,11 +303,7 @@ def load_bundle() -> str:
 
 def report_state(records: Sequence[Record], summary: Any = None) -> dict[str, Any]:
     """The widget state (same keys as SbsWidget's synced traits) of a finished run."""
-    from .widget import widget_state
-
     if summary is None:
-        from .summary import summarize
-
         summary = summarize(records)
     # Summary.to_dict carries the verdict (a property a plain dataclass copy would drop)
     if hasattr(summary, "to_dict"):
@@ -329,8 +321,6 @@ def report_html(
     """
     records = list(records)
     if summary is None:
-        from .summary import summarize
-
         summary = summarize(records)
     bundle = bundle if bundle is not None else load_bundle()
     title = title or "onnx-sbs report"

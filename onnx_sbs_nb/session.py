@@ -17,7 +17,6 @@ Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import traceback
@@ -30,6 +29,7 @@ from .align.options import RunOptions
 from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
+from .view_state import is_finite
 
 # Values of SbsSession.state
 IDLE = "idle"
@@ -80,10 +80,6 @@ def split_inputs(inputs: Any) -> tuple[Any, Any]:
         f"inputs must be a tuple or list of tensors, a dict of named tensors, a tensor or "
         f"the path of a torch.save'd file, not {type(inputs).__name__}"
     )
-
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _status_dict(status: RunStatus | None) -> dict[str, Any]:
@@ -231,7 +227,7 @@ class SbsSession:
                 # a plain iterable has no RunStatus: derive what can be derived
                 d["records"] = n
                 d["failures"] = sum(1 for r in self._records if r.status in FAILING_STATUSES)
-                finite = [r for r in self._records if _finite(r.err_abs)]
+                finite = [r for r in self._records if is_finite(r.err_abs)]
                 if finite:
                     worst = max(finite, key=lambda r: r.err_abs)
                     d["max_err_abs"] = worst.err_abs

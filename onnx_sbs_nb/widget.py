@@ -2,10 +2,12 @@
 
 The widget is a view over an :class:`~onnx_sbs_nb.session.SbsSession`; it renders with
 the ES module built from ``js/`` (``onnx_sbs_nb/static/widget.js``).  The same bundle's
-``renderStatic(el, state)`` renders HTML reports, from :func:`widget_state`.
+``renderStatic(el, state)`` renders HTML reports, from
+:func:`~onnx_sbs_nb.view_state.widget_state`.
 
 Everything a saved notebook needs lives in the synced traits named by
-:data:`STATE_TRAITS` (schema documented at the top of ``js/src/index.js``):
+:data:`~onnx_sbs_nb.view_state.STATE_TRAITS` (serialised by :mod:`onnx_sbs_nb.view_state`;
+schema documented at the top of ``js/src/index.js``):
 
 - ``columns``: Record field names, the order of the values of each row;
 - ``rows``: one list per Record (JSON-safe values, see :func:`record_row`); streamed to
@@ -26,8 +28,6 @@ run in a worker thread, so the kernel never freezes; their errors are shown, not
 from __future__ import annotations
 
 import dataclasses
-import math
-import operator
 import threading
 import traceback
 import uuid
@@ -38,170 +38,21 @@ from typing import Any
 
 from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
+from .report_html import fallback_html
 from .session import IDLE, ActionError, SbsSession
-
-BUNDLE_PATH = Path(__file__).with_name("static") / "widget.js"
-
-#: The synced traits, i.e. the keys of the state ``renderStatic(el, state)`` takes.
-STATE_TRAITS: tuple[str, ...] = (
-    "columns",
-    "rows",
-    "status",
-    "summary",
-    "atol",
-    "rtol",
-    "selected",
-    "details",
-    "action",
-    "device",
-    "cuda_available",
-    "cuda_reason",
+from .view_state import (
+    BUNDLE_PATH,
+    STATE_TRAITS,
+    bundle_js,
+    is_finite,
+    jsonable,
+    record_row,
+    widget_state,
 )
 
-_bundle_cache: dict[str, Any] = {}
-
-
-def bundle_js() -> str:
-    """The built front-end bundle (one ES module: anywidget ``render`` + ``renderStatic``)."""
-    try:
-        st = BUNDLE_PATH.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"the widget bundle {BUNDLE_PATH} is not built: run `cd js && npm ci && npm run "
-            "build` in the source tree (or reinstall with `pip install -e .`, which builds it; "
-            "needs node >= 18)"
-        ) from None
-    key = (st.st_mtime_ns, st.st_size)
-    if _bundle_cache.get("key") != key:
-        _bundle_cache["text"] = BUNDLE_PATH.read_text(encoding="utf-8")
-        _bundle_cache["key"] = key
-    return _bundle_cache["text"]
-
-
-_ROW_GETTER = operator.attrgetter(*RECORD_FIELDS)
-# only these fields may hold a float (JSON has no NaN/inf: they travel as strings)
-_FLOAT_FIELDS = tuple(
-    i
-    for i, f in enumerate(dataclasses.fields(Record))
-    if "float" in str(f.type) and "int" not in str(f.type)
-)
-
-
-def record_row(rec: Record) -> list[Any]:
-    """One row of the ``rows`` trait: the record's JSON-safe values in RECORD_FIELDS order."""
-    row = list(_ROW_GETTER(rec))
-    for i in _FLOAT_FIELDS:
-        v = row[i]
-        if isinstance(v, float) and not math.isfinite(v):
-            row[i] = str(v)
-    return row
-
-
-def jsonable(obj: Any) -> Any:
-    """A JSON-safe copy: non-finite floats as strings, paths and unknown objects as str."""
-    if obj is None or isinstance(obj, bool | int | str):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else str(obj)
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, Record):
-        return obj.to_dict()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(dataclasses.asdict(obj))
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return jsonable(to_dict())
-    return str(obj)
-
-
-def widget_state(
-    records: Iterable[Record],
-    *,
-    summary: Any = None,
-    status: dict[str, Any] | None = None,
-    atol: float | None = None,
-    rtol: float | None = None,
-    selected: int = -1,
-    details: dict[str, Any] | None = None,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """The state ``renderStatic(el, state)`` takes: the widget's traits for a finished run.
-
-    ``summary`` may be a Summary, its dict, or None (then computed when the summary module
-    is available).
-    """
-    records = list(records)
-    if summary is None:
-        from .session import summary_dict
-
-        summary = summary_dict(records)
-    if status is None:
-        failures = sum(1 for r in records if r.status in FAILING_STATUSES)
-        finite = [(r.err_abs, r) for r in records if _finite(r.err_abs)]
-        worst = max(finite, key=lambda t: t[0], default=(0.0, None))
-        status = {
-            "state": "finished",
-            "finished": True,
-            "records": len(records),
-            "rows": len(records),
-            "failures": failures,
-            "max_err_abs": worst[0],
-            "max_err_name": worst[1].onnx_name if worst[1] is not None else None,
-        }
-    return {
-        "columns": list(RECORD_FIELDS),
-        "rows": [record_row(r) for r in records],
-        "status": jsonable(status),
-        "summary": jsonable(summary),
-        "atol": atol,
-        "rtol": rtol,
-        "selected": selected,
-        "details": jsonable(details or {}),
-        "action": {},
-        "device": device,
-        "cuda_available": False,
-        "cuda_reason": "",
-    }
-
-
-def _float_or_none(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def fallback_html(records: Sequence[Record], summary: Any = None) -> str:
-    """Script-free HTML (summary, worst rows, small chart) for viewers without widgets."""
-    try:
-        from .report_html import fallback_html as _fallback
-    except ImportError:
-        _fallback = None
-    if _fallback is not None:
-        return _fallback(records, summary)
-    import html
-
-    rows = sorted(
-        (r for r in records if _finite(r.err_abs)), key=lambda r: r.err_abs, reverse=True
-    )[:20]
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(v if v is not None else ''))}</td>"
-            for v in (r.ep_name, r.onnx_name, r.onnx_op_type, f"{r.err_abs:.3g}", r.status)
-        )
-        + "</tr>"
-        for r in rows
-    )
-    return (
-        f"<div><b>onnx-sbs</b>: {len(records)} records</div>"
-        "<table><tr><th>fx node</th><th>ONNX value</th><th>op</th><th>err_abs</th>"
-        f"<th>status</th></tr>{body}</table>"
-    )
+# BUNDLE_PATH, bundle_js and widget_state are re-exported: callers of the first releases
+# imported them from here
+__all__ = ["BUNDLE_PATH", "SbsWidget", "build_figure", "bundle_js", "widget_state"]
 
 
 try:  # the widget is optional (extra "widget"); the helpers above are not
@@ -594,17 +445,17 @@ def build_figure(go: Any, records: Sequence[Record]) -> Any:
     xs, ys, names, own_x, own_y, tol_x, tol_y, fx, fy = ([] for _ in range(9))
     for i, r in enumerate(records):
         label = f"{r.ep_name} / {r.onnx_name} ({r.onnx_op_type})"
-        if _finite(r.err_abs):
+        if is_finite(r.err_abs):
             xs.append(i)
             ys.append(max(r.err_abs, 1e-12))
             names.append(label)
             if r.status in FAILING_STATUSES:
                 fx.append(i)
                 fy.append(max(r.err_abs, 1e-12))
-        if _finite(r.err_abs2):
+        if is_finite(r.err_abs2):
             own_x.append(i)
             own_y.append(max(r.err_abs2, 1e-12))
-        if _finite(r.atol) and r.atol > 0:
+        if is_finite(r.atol) and r.atol > 0:
             tol_x.append(i)
             tol_y.append(r.atol)
     fig = go.Figure()

@@ -150,7 +150,7 @@ def test_large_report_is_compressed_and_renders(browser, tmp_path):
     """20,000 rows: the state is gzipped in the file and inflated by the browser."""
     from onnx_sbs_nb.report import write_report
     from onnx_sbs_nb.report_html import script_json
-    from onnx_sbs_nb.widget import widget_state
+    from onnx_sbs_nb.view_state import widget_state
 
     ops = ["MatMul", "Add", "Mul", "Softmax", "Reshape"]
     recs = [

@@ -7,13 +7,13 @@ import os
 import pytest
 import torch
 
-from onnx_sbs_nb import widget as widget_mod
+from onnx_sbs_nb import view_state
 from tests.test_session import _broken_mlp
 
 pytest.importorskip("IPython")
 # CI must build the bundle: there a missing one fails loudly instead of skipping
 pytestmark = pytest.mark.skipif(
-    not widget_mod.BUNDLE_PATH.is_file() and not os.environ.get("CI"),
+    not view_state.BUNDLE_PATH.is_file() and not os.environ.get("CI"),
     reason="widget bundle not built (cd js && npm run build)",
 )
 

@@ -10,15 +10,16 @@ import time
 import pytest
 import torch
 
-from onnx_sbs_nb import widget as widget_mod
+from onnx_sbs_nb import view_state
 from onnx_sbs_nb.records import RECORD_FIELDS, Record
 from onnx_sbs_nb.session import SbsSession
-from onnx_sbs_nb.widget import STATE_TRAITS, SbsWidget, bundle_js, record_row, widget_state
+from onnx_sbs_nb.view_state import STATE_TRAITS, bundle_js, record_row, widget_state
+from onnx_sbs_nb.widget import SbsWidget
 from tests.test_session import _broken_mlp
 
 # CI must build the bundle: there a missing one fails loudly instead of skipping
 pytestmark = pytest.mark.skipif(
-    not widget_mod.BUNDLE_PATH.is_file() and not os.environ.get("CI"),
+    not view_state.BUNDLE_PATH.is_file() and not os.environ.get("CI"),
     reason="widget bundle not built (cd js && npm run build)",
 )
 
@@ -219,7 +220,7 @@ def test_static_state_fallback_and_python_api():
 
 def test_bundle_missing_is_a_clear_error(monkeypatch, tmp_path):
     assert "renderStatic" in bundle_js() and "export" in bundle_js()
-    monkeypatch.setattr(widget_mod, "BUNDLE_PATH", tmp_path / "widget.js")
+    monkeypatch.setattr(view_state, "BUNDLE_PATH", tmp_path / "widget.js")
     with pytest.raises(FileNotFoundError, match="npm run build"):
         bundle_js()
 
@@ -303,3 +304,18 @@ def test_build_hook_keeps_a_fresh_bundle(tmp_path, monkeypatch):
     os.utime(out, (newest - 10, newest - 10))
     with pytest.raises(RuntimeError, match="needs node >= 18 and npm"):
         hatch_build.build_bundle(root)
+
+
+def test_reports_do_not_import_the_widget():
+    """view_state is the one module both use: reports never pull in the widget."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import onnx_sbs_nb.report_html, onnx_sbs_nb.notebook_export, onnx_sbs_nb.view_state\n"
+        "print(','.join(sorted(m for m in sys.modules if m == 'onnx_sbs_nb.widget'\n"
+        "                      or m.split('.')[0] in ('anywidget', 'ipywidgets'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", out.stdout

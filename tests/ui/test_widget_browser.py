@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from onnx_sbs_nb import widget as widget_mod
+from onnx_sbs_nb import view_state
 from onnx_sbs_nb.records import Record
 
 from .conftest import copy_notebook
@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.slow,
     pytest.mark.skipif(
-        not widget_mod.BUNDLE_PATH.is_file() and not os.environ.get("CI"),  # CI must build it
+        not view_state.BUNDLE_PATH.is_file() and not os.environ.get("CI"),  # CI must build it
         reason="widget bundle not built (cd js && npm run build)",
     ),
 ]
@@ -306,8 +306,8 @@ def _static_page(tmp_path: Path, n: int) -> Path:
         )
         for i in range(n)
     ]
-    state = widget_mod.widget_state(recs)
-    bundle = base64.b64encode(widget_mod.bundle_js().encode()).decode()
+    state = view_state.widget_state(recs)
+    bundle = base64.b64encode(view_state.bundle_js().encode()).decode()
     state_json = json.dumps(state).replace("<", "\\u003c")
     html = f"""<!doctype html><html><head><meta charset="utf-8"></head><body>
 <div id="app"></div>
