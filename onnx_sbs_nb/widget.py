@@ -36,6 +36,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anywidget
+import traitlets as t
+
 from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
 from .report_html import fallback_html
@@ -55,376 +58,352 @@ from .view_state import (
 __all__ = ["BUNDLE_PATH", "SbsWidget", "build_figure", "bundle_js", "widget_state"]
 
 
-try:  # the widget is optional (extra "widget"); the helpers above are not
-    import anywidget
-    import traitlets as t
-except ImportError as _e:  # pragma: no cover - exercised only without the extra
-    anywidget = None
-    _IMPORT_ERROR: ImportError | None = _e
-else:
-    _IMPORT_ERROR = None
+class SbsWidget(anywidget.AnyWidget):
+    """Live view of a side-by-side run: status, table, chart, detail, actions.
 
+    ``SbsWidget(ep, onx, inputs, atol=..., own_error=True, ...)`` builds
+    the run (bad inputs fail here); displaying the widget runs it in the cell while
+    rows stream to the browser (``background=True`` starts it at once in a thread, so
+    every button works during the run).  ``SbsWidget(session=...)`` views an existing
+    session, ``SbsWidget(records=[...])`` a list of records.
+    """
 
-if anywidget is not None:
+    columns = t.List(t.Unicode()).tag(sync=True)
+    rows = t.List().tag(sync=True)
+    status = t.Dict().tag(sync=True)
+    summary = t.Dict(default_value=None, allow_none=True).tag(sync=True)
+    atol = t.Float(default_value=None, allow_none=True).tag(sync=True)
+    rtol = t.Float(default_value=None, allow_none=True).tag(sync=True)
+    selected = t.Int(-1).tag(sync=True)
+    details = t.Dict().tag(sync=True)
+    action = t.Dict().tag(sync=True)
+    device = t.Unicode("cpu").tag(sync=True)
+    cuda_available = t.Bool(False).tag(sync=True)
+    cuda_reason = t.Unicode("").tag(sync=True)
+    # identifies the model across its views in the browser (not part of the state)
+    uid = t.Unicode("").tag(sync=True)
 
-    class SbsWidget(anywidget.AnyWidget):
-        """Live view of a side-by-side run: status, table, chart, detail, actions.
-
-        ``SbsWidget(ep, onx, inputs, atol=..., own_error=True, ...)`` builds
-        the run (bad inputs fail here); displaying the widget runs it in the cell while
-        rows stream to the browser (``background=True`` starts it at once in a thread, so
-        every button works during the run).  ``SbsWidget(session=...)`` views an existing
-        session, ``SbsWidget(records=[...])`` a list of records.
-        """
-
-        columns = t.List(t.Unicode()).tag(sync=True)
-        rows = t.List().tag(sync=True)
-        status = t.Dict().tag(sync=True)
-        summary = t.Dict(default_value=None, allow_none=True).tag(sync=True)
-        atol = t.Float(default_value=None, allow_none=True).tag(sync=True)
-        rtol = t.Float(default_value=None, allow_none=True).tag(sync=True)
-        selected = t.Int(-1).tag(sync=True)
-        details = t.Dict().tag(sync=True)
-        action = t.Dict().tag(sync=True)
-        device = t.Unicode("cpu").tag(sync=True)
-        cuda_available = t.Bool(False).tag(sync=True)
-        cuda_reason = t.Unicode("").tag(sync=True)
-        # identifies the model across its views in the browser (not part of the state)
-        uid = t.Unicode("").tag(sync=True)
-
-        def __init__(
-            self,
-            ep: Any = None,
-            onx: Any = None,
-            inputs: Any = None,
-            options: Any = None,
-            *,
-            session: SbsSession | None = None,
-            records: Iterable[Record] | None = None,
-            background: bool = False,
-            batch_interval: float = 0.25,
-            replay_root: str | Path | None = None,
-            **run_options: Any,
-        ) -> None:
-            if session is None:
-                if records is not None:
-                    session = SbsSession.from_run(
-                        records,
-                        background=background,
-                        batch_interval=batch_interval,
-                        replay_root=replay_root,
-                    )
-                elif ep is None or onx is None:
-                    raise TypeError(
-                        "SbsWidget needs ep and onx (plus inputs), or session=SbsSession(...), "
-                        "or records=[...]"
-                    )
-                else:
-                    session = SbsSession(
-                        ep,
-                        onx,
-                        inputs,
-                        options,
-                        background=background,
-                        batch_interval=batch_interval,
-                        replay_root=replay_root,
-                        **run_options,
-                    )
-            cuda_ok, cuda_why = cuda_availability()
-            super().__init__(
-                _esm=bundle_js(),
-                columns=list(RECORD_FIELDS),
-                status=jsonable(session.status),
-                atol=session.options.atol,
-                rtol=session.options.rtol,
-                device=session.device,
-                cuda_available=cuda_ok,
-                cuda_reason=cuda_why,
-                uid=uuid.uuid4().hex,
-            )
-            self.session = session
-            self._lock = threading.RLock()
-            self._row_cache: list[list[Any]] = []  # rows already streamed, in order
-            self._details_cache: dict[int, dict[str, Any]] = {}
-            self._handles: list[Any] = []
-            self._executor: ThreadPoolExecutor | None = None
-            _route_to_frontend_subshell(self.comm)
-            self.on_msg(self._on_custom)
-            self.observe(self._on_selected, names="selected")
-            session.add_listener(self._on_event)
-            if session.finished:
-                self._on_finished()
-            elif session.background:
-                session.start()
-
-        # ------------------------------------------------------------ run events
-        def _on_event(self, event: str, payload: dict[str, Any]) -> None:
-            if event == "rows":
-                rows = [record_row(r) for r in payload["records"]]
-                with self._lock:
-                    start = payload["start"]
-                    if start != len(self._row_cache):  # only ever appended: resync if not
-                        start = len(self._row_cache)
-                        rows = [record_row(r) for r in self.session.records[start:]]
-                    self._row_cache.extend(rows)
-                    self.send({"type": "rows", "start": start, "rows": rows})
-            elif event == "status":
-                self.status = jsonable(payload["status"])
-            elif event == "finished":
-                self._on_finished()
-
-        def _on_finished(self) -> None:
-            records = self.session.records
-            with self._lock:
-                if len(self._row_cache) < len(records):
-                    self._row_cache.extend(record_row(r) for r in records[len(self._row_cache) :])
-                rows = list(self._row_cache)
-                with self.hold_sync():
-                    self.rows = rows  # the one full sync: what a saved notebook keeps
-                    self.summary = jsonable(self.session.summary)
-                    self.status = jsonable(self.session.status)
-                if self.action.get("name") == "stop" and self.action.get("state") == "done":
-                    self._set_action(
-                        "stop", "done", f"stopped; {len(rows)} rows kept", self.action.get("seq")
-                    )
-            bundle = self._bundle() if self._handles else None
-            for handle in self._handles:
-                try:
-                    handle.update(bundle, raw=True)
-                except Exception:
-                    traceback.print_exc()
-
-        def send_state(self, key: Any = None) -> None:
-            """As ipywidgets does, but ``rows`` skips the search for binary buffers: it holds
-            only JSON scalars, and that walk costs about 0.1 ms a row."""
-            keys = list(self.keys) if key is None else [key] if isinstance(key, str) else list(key)
-            if "rows" not in keys:
-                super().send_state(key=key)
-                return
-            others = [k for k in keys if k != "rows"]
-            if others:
-                super().send_state(key=others)
-            self._send({"method": "update", "state": {"rows": self.rows}, "buffer_paths": []})
-
-        # ------------------------------------------------------- browser messages
-        def _on_custom(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
-            self.handle_message(content)
-
-        def handle_message(self, content: Any) -> Future | None:
-            """Handle one message from the browser; returns the Future of a worker action."""
-            if not isinstance(content, dict):
-                return None
-            kind = content.get("type")
-            if kind == "hello":
-                have = content.get("have", 0)
-                have = have if isinstance(have, int) and have >= 0 else 0
-                with self._lock:
-                    rows = self._row_cache[have:]
-                    if rows:
-                        self.send({"type": "rows", "start": have, "rows": rows})
-                return None
-            if kind == "action":
-                return self.act(
-                    str(content.get("name")),
-                    row=content.get("row", -1),
-                    seq=content.get("seq"),
-                    device=content.get("device"),
+    def __init__(
+        self,
+        ep: Any = None,
+        onx: Any = None,
+        inputs: Any = None,
+        options: Any = None,
+        *,
+        session: SbsSession | None = None,
+        records: Iterable[Record] | None = None,
+        background: bool = False,
+        batch_interval: float = 0.25,
+        replay_root: str | Path | None = None,
+        **run_options: Any,
+    ) -> None:
+        if session is None:
+            if records is not None:
+                session = SbsSession.from_run(
+                    records,
+                    background=background,
+                    batch_interval=batch_interval,
+                    replay_root=replay_root,
                 )
+            elif ep is None or onx is None:
+                raise TypeError(
+                    "SbsWidget needs ep and onx (plus inputs), or session=SbsSession(...), "
+                    "or records=[...]"
+                )
+            else:
+                session = SbsSession(
+                    ep,
+                    onx,
+                    inputs,
+                    options,
+                    background=background,
+                    batch_interval=batch_interval,
+                    replay_root=replay_root,
+                    **run_options,
+                )
+        cuda_ok, cuda_why = cuda_availability()
+        super().__init__(
+            _esm=bundle_js(),
+            columns=list(RECORD_FIELDS),
+            status=jsonable(session.status),
+            atol=session.options.atol,
+            rtol=session.options.rtol,
+            device=session.device,
+            cuda_available=cuda_ok,
+            cuda_reason=cuda_why,
+            uid=uuid.uuid4().hex,
+        )
+        self.session = session
+        self._lock = threading.RLock()
+        self._row_cache: list[list[Any]] = []  # rows already streamed, in order
+        self._details_cache: dict[int, dict[str, Any]] = {}
+        self._handles: list[Any] = []
+        self._executor: ThreadPoolExecutor | None = None
+        _route_to_frontend_subshell(self.comm)
+        self.on_msg(self._on_custom)
+        self.observe(self._on_selected, names="selected")
+        session.add_listener(self._on_event)
+        if session.finished:
+            self._on_finished()
+        elif session.background:
+            session.start()
+
+    # ------------------------------------------------------------ run events
+    def _on_event(self, event: str, payload: dict[str, Any]) -> None:
+        if event == "rows":
+            rows = [record_row(r) for r in payload["records"]]
+            with self._lock:
+                start = payload["start"]
+                if start != len(self._row_cache):  # only ever appended: resync if not
+                    start = len(self._row_cache)
+                    rows = [record_row(r) for r in self.session.records[start:]]
+                self._row_cache.extend(rows)
+                self.send({"type": "rows", "start": start, "rows": rows})
+        elif event == "status":
+            self.status = jsonable(payload["status"])
+        elif event == "finished":
+            self._on_finished()
+
+    def _on_finished(self) -> None:
+        records = self.session.records
+        with self._lock:
+            if len(self._row_cache) < len(records):
+                self._row_cache.extend(record_row(r) for r in records[len(self._row_cache) :])
+            rows = list(self._row_cache)
+            with self.hold_sync():
+                self.rows = rows  # the one full sync: what a saved notebook keeps
+                self.summary = jsonable(self.session.summary)
+                self.status = jsonable(self.session.status)
+            if self.action.get("name") == "stop" and self.action.get("state") == "done":
+                self._set_action(
+                    "stop", "done", f"stopped; {len(rows)} rows kept", self.action.get("seq")
+                )
+        bundle = self._bundle() if self._handles else None
+        for handle in self._handles:
+            try:
+                handle.update(bundle, raw=True)
+            except Exception:
+                traceback.print_exc()
+
+    def send_state(self, key: Any = None) -> None:
+        """As ipywidgets does, but ``rows`` skips the search for binary buffers: it holds
+        only JSON scalars, and that walk costs about 0.1 ms a row."""
+        keys = list(self.keys) if key is None else [key] if isinstance(key, str) else list(key)
+        if "rows" not in keys:
+            super().send_state(key=key)
+            return
+        others = [k for k in keys if k != "rows"]
+        if others:
+            super().send_state(key=others)
+        self._send({"method": "update", "state": {"rows": self.rows}, "buffer_paths": []})
+
+    # ------------------------------------------------------- browser messages
+    def _on_custom(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
+        self.handle_message(content)
+
+    def handle_message(self, content: Any) -> Future | None:
+        """Handle one message from the browser; returns the Future of a worker action."""
+        if not isinstance(content, dict):
+            return None
+        kind = content.get("type")
+        if kind == "hello":
+            have = content.get("have", 0)
+            have = have if isinstance(have, int) and have >= 0 else 0
+            with self._lock:
+                rows = self._row_cache[have:]
+                if rows:
+                    self.send({"type": "rows", "start": have, "rows": rows})
+            return None
+        if kind == "action":
+            return self.act(
+                str(content.get("name")),
+                row=content.get("row", -1),
+                seq=content.get("seq"),
+                device=content.get("device"),
+            )
+        return None
+
+    def _set_action(self, name: str, state: str, message: str = "", seq: Any = None) -> None:
+        self.action = {"name": name, "state": state, "message": message, "seq": seq}
+
+    def act(
+        self, name: str, row: Any = -1, seq: Any = None, device: str | None = None
+    ) -> Future | None:
+        """Run one action (``stop``, ``rerun``, ``save_replay``, ``device``) as the
+        buttons do: its progress and any error go to the ``action`` trait, never raised.
+        Long actions run in a worker thread; their Future is returned."""
+        self._set_action(name, "working", "", seq)
+        try:
+            if name == "stop":
+                self.session.stop()
+                self._set_action(name, "done", "stopping after the current node", seq)
+                return None
+            if name == "device":
+                self.session.set_device(device or "cpu")
+                self.device = self.session.device
+                self._set_action(name, "done", f"actions now run on {self.device}", seq)
+                return None
+            if name in ("rerun", "save_replay"):
+                rec = self._record(row)
+                self.session._node(rec)  # a clear error now, not in the worker
+                return self._submit(self._node_action, name, int(row), rec, seq)
+            raise ActionError(f"unknown action {name!r}")
+        except Exception as e:
+            self._set_action(name, "error", _message(e), seq)
             return None
 
-        def _set_action(self, name: str, state: str, message: str = "", seq: Any = None) -> None:
-            self.action = {"name": name, "state": state, "message": message, "seq": seq}
+    def _record(self, row: Any) -> Record:
+        records = self.session.records
+        if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(records):
+            raise ActionError("select a row first")
+        return records[row]
 
-        def act(
-            self, name: str, row: Any = -1, seq: Any = None, device: str | None = None
-        ) -> Future | None:
-            """Run one action (``stop``, ``rerun``, ``save_replay``, ``device``) as the
-            buttons do: its progress and any error go to the ``action`` trait, never raised.
-            Long actions run in a worker thread; their Future is returned."""
-            self._set_action(name, "working", "", seq)
-            try:
-                if name == "stop":
-                    self.session.stop()
-                    self._set_action(name, "done", "stopping after the current node", seq)
-                    return None
-                if name == "device":
-                    self.session.set_device(device or "cpu")
-                    self.device = self.session.device
-                    self._set_action(name, "done", f"actions now run on {self.device}", seq)
-                    return None
-                if name in ("rerun", "save_replay"):
-                    rec = self._record(row)
-                    self.session._node(rec)  # a clear error now, not in the worker
-                    return self._submit(self._node_action, name, int(row), rec, seq)
-                raise ActionError(f"unknown action {name!r}")
-            except Exception as e:
-                self._set_action(name, "error", _message(e), seq)
-                return None
+    def _submit(self, fn: Any, *args: Any) -> Future:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="sbs-action")
+            return self._executor.submit(fn, *args)
 
-        def _record(self, row: Any) -> Record:
-            records = self.session.records
-            if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(records):
-                raise ActionError("select a row first")
-            return records[row]
-
-        def _submit(self, fn: Any, *args: Any) -> Future:
-            with self._lock:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="sbs-action")
-                return self._executor.submit(fn, *args)
-
-        def _node_action(self, name: str, row: int, rec: Record, seq: Any) -> None:
-            try:
-                if name == "rerun":
-                    result = jsonable(self.session.rerun_in_torch(rec))
-                    self._update_details(row, rerun=result)
-                    if result.get("error"):
-                        self._set_action(name, "error", str(result["error"]), seq)
-                    else:
-                        self._set_action(name, "done", _rerun_message(result), seq)
+    def _node_action(self, name: str, row: int, rec: Record, seq: Any) -> None:
+        try:
+            if name == "rerun":
+                result = jsonable(self.session.rerun_in_torch(rec))
+                self._update_details(row, rerun=result)
+                if result.get("error"):
+                    self._set_action(name, "error", str(result["error"]), seq)
                 else:
-                    saved = self.session.save_replay(rec)
-                    self._update_details(row, replay=saved.to_dict())
-                    self._set_action(
-                        name, "done", f"bundle {saved.bundle} · config {saved.config}", seq
-                    )
-            except Exception as e:
-                self._set_action(name, "error", _message(e), seq)
+                    self._set_action(name, "done", _rerun_message(result), seq)
+            else:
+                saved = self.session.save_replay(rec)
+                self._update_details(row, replay=saved.to_dict())
+                self._set_action(
+                    name, "done", f"bundle {saved.bundle} · config {saved.config}", seq
+                )
+        except Exception as e:
+            self._set_action(name, "error", _message(e), seq)
 
-        # ------------------------------------------------------------- selection
-        def _on_selected(self, change: dict[str, Any]) -> None:
-            row = change["new"]
-            with self._lock:
-                cached = self._details_cache.get(row)
-            if cached is not None:
-                self.details = dict(cached)
-                return
-            records = self.session.records
-            if not 0 <= row < len(records):
-                return
-            self._submit(self._load_details, row, records[row])
+    # ------------------------------------------------------------- selection
+    def _on_selected(self, change: dict[str, Any]) -> None:
+        row = change["new"]
+        with self._lock:
+            cached = self._details_cache.get(row)
+        if cached is not None:
+            self.details = dict(cached)
+            return
+        records = self.session.records
+        if not 0 <= row < len(records):
+            return
+        self._submit(self._load_details, row, records[row])
 
-        def _load_details(self, row: int, rec: Record) -> None:
+    def _load_details(self, row: int, rec: Record) -> None:
+        try:
+            node = jsonable(self.session.node_detail(rec))
+            self._update_details(row, node=node, node_error=None)
+        except Exception as e:
+            self._update_details(row, node=None, node_error=_message(e))
+
+    def _update_details(self, row: int, **parts: Any) -> None:
+        with self._lock:
+            d = self._details_cache.setdefault(row, {"row": row})
+            d.update(parts)
+            if self.selected == row:
+                self.details = dict(d)
+
+    def wait_actions(self, timeout: float | None = None) -> None:
+        """Block until every queued action ended (for scripts and tests)."""
+        if self._executor is not None:
+            self._submit(lambda: None).result(timeout)
+
+    # ------------------------------------------------------------ display
+    def _bundle(self) -> dict[str, Any]:
+        data = super()._repr_mimebundle_()
+        if isinstance(data, tuple):
+            data = data[0]
+        data = dict(data or {})
+        data["text/plain"] = repr(self)
+        summary = None
+        if self.session.finished:
             try:
-                node = jsonable(self.session.node_detail(rec))
-                self._update_details(row, node=node, node_error=None)
-            except Exception as e:
-                self._update_details(row, node=None, node_error=_message(e))
+                from .summary import summarize
 
-        def _update_details(self, row: int, **parts: Any) -> None:
-            with self._lock:
-                d = self._details_cache.setdefault(row, {"row": row})
-                d.update(parts)
-                if self.selected == row:
-                    self.details = dict(d)
+                summary = summarize(self.session.records)
+            except Exception:
+                summary = self.session.summary
+        data["text/html"] = fallback_html(self.session.records, summary)
+        return data
 
-        def wait_actions(self, timeout: float | None = None) -> None:
-            """Block until every queued action ended (for scripts and tests)."""
-            if self._executor is not None:
-                self._submit(lambda: None).result(timeout)
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self._bundle(), {}
 
-        # ------------------------------------------------------------ display
-        def _bundle(self) -> dict[str, Any]:
-            data = super()._repr_mimebundle_()
-            if isinstance(data, tuple):
-                data = data[0]
-            data = dict(data or {})
-            data["text/plain"] = repr(self)
-            summary = None
-            if self.session.finished:
-                try:
-                    from .summary import summarize
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        from IPython.display import display
 
-                    summary = summarize(self.session.records)
-                except Exception:
-                    summary = self.session.summary
-            data["text/html"] = fallback_html(self.session.records, summary)
-            return data
+        handle = display(self._bundle(), raw=True, display_id=True)
+        if handle is not None:
+            self._handles.append(handle)
+        if self.session.state == IDLE and not self.session.background:
+            self.session.start()  # in the cell: rows stream while it runs
 
-        def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-            return self._bundle(), {}
+    # --------------------------------------------------------- Python API
+    def _ensure_started(self) -> None:
+        if self.session.state == IDLE:
+            self.session.start()
 
-        def _ipython_display_(self, **kwargs: Any) -> None:
-            from IPython.display import display
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ended (running it here if it was not started)."""
+        return self.session.wait(timeout)
 
-            handle = display(self._bundle(), raw=True, display_id=True)
-            if handle is not None:
-                self._handles.append(handle)
-            if self.session.state == IDLE and not self.session.background:
-                self.session.start()  # in the cell: rows stream while it runs
+    def stop(self) -> None:
+        self.session.stop()
 
-        # --------------------------------------------------------- Python API
-        def _ensure_started(self) -> None:
-            if self.session.state == IDLE:
-                self.session.start()
+    @property
+    def records(self) -> list[Record]:
+        """The records so far (the run is executed first if it was never started)."""
+        self._ensure_started()
+        return self.session.records
 
-        def wait(self, timeout: float | None = None) -> bool:
-            """Block until the run ended (running it here if it was not started)."""
-            return self.session.wait(timeout)
+    def to_frame(self) -> Any:
+        """The records as a pandas DataFrame (one row per Record)."""
+        import pandas as pd
 
-        def stop(self) -> None:
-            self.session.stop()
+        recs = self.records
+        return pd.DataFrame([dataclasses.asdict(r) for r in recs], columns=RECORD_FIELDS)
 
-        @property
-        def records(self) -> list[Record]:
-            """The records so far (the run is executed first if it was never started)."""
-            self._ensure_started()
-            return self.session.records
+    def get_summary(self) -> Any:
+        """The :class:`~onnx_sbs_nb.summary.Summary` of the records so far."""
+        from .summary import summarize
 
-        def to_frame(self) -> Any:
-            """The records as a pandas DataFrame (one row per Record)."""
-            try:
-                import pandas as pd
-            except ImportError as e:
-                raise ImportError("SbsWidget.to_frame needs pandas: pip install pandas") from e
-            recs = self.records
-            return pd.DataFrame([dataclasses.asdict(r) for r in recs], columns=RECORD_FIELDS)
+        return summarize(self.records)
 
-        def get_summary(self) -> Any:
-            """The :class:`~onnx_sbs_nb.summary.Summary` of the records so far."""
-            from .summary import summarize
+    def figure(self) -> Any:
+        """A plotly Figure of the errors along execution order (log scale)."""
+        import plotly.graph_objects as go
 
-            return summarize(self.records)
+        recs = self.records
+        return build_figure(go, recs)
 
-        def figure(self) -> Any:
-            """A plotly Figure of the errors along execution order (log scale)."""
-            try:
-                import plotly.graph_objects as go
-            except ImportError as e:
-                raise ImportError("SbsWidget.figure needs plotly: pip install plotly") from e
-            recs = self.records
-            return build_figure(go, recs)
+    def save_node_data(self, path: str | Path, metric: str = "err_abs") -> Any:
+        """Per-node errors for Model Explorer: see :meth:`SbsSession.save_node_data`."""
+        return self.session.save_node_data(path, metric)
 
-        def save_node_data(self, path: str | Path, metric: str = "err_abs") -> Any:
-            """Per-node errors for Model Explorer: see :meth:`SbsSession.save_node_data`."""
-            return self.session.save_node_data(path, metric)
+    def state(self) -> dict[str, Any]:
+        """The synced traits as a plain dict (what ``renderStatic`` takes)."""
+        return {k: getattr(self, k) for k in STATE_TRAITS}
 
-        def state(self) -> dict[str, Any]:
-            """The synced traits as a plain dict (what ``renderStatic`` takes)."""
-            return {k: getattr(self, k) for k in STATE_TRAITS}
-
-        def __repr__(self) -> str:
-            s = self.session.status
-            worst = s.get("max_err_abs") or 0.0
-            where = f" at {s['max_err_name']!r}" if s.get("max_err_name") else ""
-            head = (
-                f"SbsWidget({s['state']}: {s['rows']} records, "
-                f"{s.get('failures', 0)} failing, worst err_abs {worst:.3g}{where}"
-            )
-            sm = self.session.summary if self.session.finished else None
-            first = sm.get("first_own_failure") if isinstance(sm, dict) else None
-            if isinstance(first, dict):
-                name = first.get("onnx_name") or first.get("ep_name")
-                head += f", first own failure {name!r}"
-            return head + ")"
-
-else:  # pragma: no cover
-
-    class SbsWidget:  # type: ignore[no-redef]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise ImportError(
-                f"SbsWidget needs anywidget: pip install 'onnx_sbs_nb[widget]' ({_IMPORT_ERROR})"
-            )
+    def __repr__(self) -> str:
+        s = self.session.status
+        worst = s.get("max_err_abs") or 0.0
+        where = f" at {s['max_err_name']!r}" if s.get("max_err_name") else ""
+        head = (
+            f"SbsWidget({s['state']}: {s['rows']} records, "
+            f"{s.get('failures', 0)} failing, worst err_abs {worst:.3g}{where}"
+        )
+        sm = self.session.summary if self.session.finished else None
+        first = sm.get("first_own_failure") if isinstance(sm, dict) else None
+        if isinstance(first, dict):
+            name = first.get("onnx_name") or first.get("ep_name")
+            head += f", first own failure {name!r}"
+        return head + ")"
 
 
 def _route_to_frontend_subshell(comm: Any) -> None:

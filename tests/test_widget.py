@@ -212,7 +212,6 @@ def test_static_state_fallback_and_python_api():
     assert text.startswith("SbsWidget(finished: 6 records, 3 failing, worst err_abs 0.4 at 'n4'")
     df = w.to_frame()
     assert list(df.columns) == list(RECORD_FIELDS) and len(df) == 6
-    pytest.importorskip("plotly")
     fig = w.figure()
     assert [t.name for t in fig.data][:2] == ["error vs torch", "own error"]
     assert fig.layout.yaxis.type == "log"
@@ -319,3 +318,16 @@ def test_reports_do_not_import_the_widget():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", out.stdout
+
+
+def test_a_plain_install_has_the_widget():
+    """The widget's packages are dependencies; only xlsx and the test tools are extras."""
+    import re
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    deps = {re.split(r"[<>=\[ ;]", d)[0].lower() for d in project["dependencies"]}
+    assert {"ipywidgets", "anywidget", "pandas", "plotly", "tqdm"} <= deps
+    assert "openpyxl" not in deps and "playwright" not in deps
+    assert project["optional-dependencies"]["report"] == ["openpyxl>=3.1"]
