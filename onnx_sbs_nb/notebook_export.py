@@ -1,12 +1,14 @@
 """``onnx-sbs notebook report.ipynb -o report.html``: an executed notebook as an offline report.
 
 Stock ``nbconvert --to html`` renders widgets with a widget manager loaded from a CDN, so
-offline an SbsWidget output shows nothing.  Here each SbsWidget output whose state was
-saved in the notebook (``metadata.widgets``, written by JupyterLab's "save widget state"
+offline an SbsWidget output shows nothing (the static summary the widget displays next to
+it is what stays readable there).  Here each SbsWidget output whose state was saved in the
+notebook (``metadata.widgets``, written by JupyterLab's "Save Widget State Automatically"
 or ``nbclient`` with ``store_widget_state=True``) is replaced by an offline rendering of
-that state (the widget bundle's ``renderStatic``, inlined once); every other output is what
-nbconvert shows.  Widget outputs without a saved state fall back to their ``text/html``
-(or ``text/plain``) representation, and no widget-manager script from a CDN is left.
+that state (the widget bundle's ``renderStatic``, inlined once), with the static summary
+inside it for readers without scripts; every other output is what nbconvert shows.
+Widget outputs without a saved state leave their static summary (which says how to keep
+the state next time), and no widget-manager script from a CDN is left.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 from .report import ReportFormatError
 from .report_html import load_bundle, loader_html, view_html
 from .view_state import STATE_TRAITS
+
+#: Output metadata key marking the static summary displayed next to an SbsWidget.
+FALLBACK_METADATA = "onnx_sbs"
 
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -59,6 +64,15 @@ def _bundle_for(states: dict[str, dict[str, Any]]) -> tuple[str, str]:
     return load_bundle(), ""
 
 
+def _fallback_for(out: Any) -> str | None:
+    """The uid of the widget whose static summary this output is (SbsWidget displays it
+    with ``metadata.onnx_sbs.fallback_for``), else None."""
+    meta = out.get("metadata") or {}
+    mark = meta.get(FALLBACK_METADATA) if isinstance(meta, dict) else None
+    uid = mark.get("fallback_for") if isinstance(mark, dict) else None
+    return uid if isinstance(uid, str) and uid else None
+
+
 def _text(value: Any) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
@@ -79,25 +93,39 @@ def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
     views = fallbacks = 0
     has_js = False
     for cell in nb.get("cells", []):
-        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+        if cell.get("cell_type") != "code":
+            continue
+        outputs = cell.get("outputs", [])
+        # the static summaries displayed next to widgets, by widget uid
+        summaries = {u: out for out in outputs if (u := _fallback_for(out)) is not None}
+        inside: set[int] = set()  # summaries shown inside a rendered view
+        kept = []
+        for out in outputs:
             data = out.get("data")
-            if not data:
-                continue
-            has_js = has_js or "application/javascript" in data
-            view = data.pop(WIDGET_VIEW_MIME, None)
+            has_js = has_js or bool(data and "application/javascript" in data)
+            view = data.pop(WIDGET_VIEW_MIME, None) if data else None
             if view is None:
+                kept.append(out)
                 continue
-            fallback = _text(data.get("text/html", ""))
             model_id = view.get("model_id") if isinstance(view, dict) else None
-            if model_id in states:
-                data["text/html"] = view_html(
-                    static_state(states[model_id]), f"onnx-sbs-state-{views}", fallback
-                )
-                views += 1
-            else:
+            state = states.get(model_id)
+            if state is None:
                 fallbacks += 1
-                if not fallback and "text/plain" not in data:
+                if summaries:
+                    continue  # its static summary is another output: show that, once
+                if not data.get("text/html") and "text/plain" not in data:
                     data["text/plain"] = "(a widget whose state was not saved in the notebook)"
+                kept.append(out)
+                continue
+            summary = summaries.get(str(state.get("uid", "")))
+            if summary is not None:
+                inside.add(id(summary))
+            fallback = _text((summary or out).get("data", {}).get("text/html", ""))
+            data["text/html"] = view_html(static_state(state), f"onnx-sbs-state-{views}", fallback)
+            data.pop("text/plain", None)
+            views += 1
+            kept.append(out)
+        cell["outputs"] = [o for o in kept if id(o) not in inside]
     # Without widget metadata nbconvert adds no widget manager from a CDN.
     nb.get("metadata", {}).pop("widgets", None)
     exporter = nbconvert.HTMLExporter(template_name=template)

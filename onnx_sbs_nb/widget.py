@@ -9,10 +9,11 @@ Everything a saved notebook needs lives in the synced traits named by
 :data:`~onnx_sbs_nb.view_state.STATE_TRAITS` (serialised by :mod:`onnx_sbs_nb.view_state`;
 schema documented at the top of ``js/src/index.js``):
 
-- ``columns``: Record field names, the order of the values of each row;
-- ``rows``: one list per Record (JSON-safe values, see :func:`record_row`); streamed to
-  the browser in appended batches by custom messages while the run goes on, and synced in
-  full once when it ends (so the executed notebook holds every row);
+- ``columns``: Record field names, the order of the columns of ``rows``;
+- ``rows``: the records as encoded columns (:func:`~onnx_sbs_nb.view_state.encode_rows`);
+  streamed to the browser in appended batches by custom messages while the run goes on,
+  and synced in full once when it ends (so the executed notebook holds every row);
+- ``graph``: the ONNX model's adjacency, for the neighbourhood view;
 - ``status``: RunStatus fields + ``state``, ``error``, ``rows``, ``device``;
 - ``summary``: ``Summary.to_dict()`` once the run ended, else None;
 - ``atol``, ``rtol``: the tolerances the user gave (None: dtype-aware defaults);
@@ -23,12 +24,20 @@ schema documented at the top of ``js/src/index.js``):
 
 Actions come from the browser as custom messages ``{type: "action", name, row, seq}`` and
 run in a worker thread, so the kernel never freezes; their errors are shown, not raised.
+
+Displayed in a notebook, the widget makes two outputs: the interactive view, and a static
+summary (:func:`~onnx_sbs_nb.report_html.fallback_html`) that the view hides once it
+renders.  Viewers that cannot run the widget (a notebook saved without its widget state,
+``nbconvert --to html`` offline, GitHub) show the summary, and it says how to get the
+interactive view: save the widget state, ``onnx-sbs notebook``, or
+:meth:`SbsWidget.save_html`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Iterable, Sequence
@@ -41,15 +50,18 @@ import traitlets as t
 
 from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
-from .report_html import fallback_html
+from .report_html import fallback_html, summary_text, write_report_html
 from .session import IDLE, ActionError, SbsSession
 from .view_state import (
     BUNDLE_PATH,
     STATE_TRAITS,
     bundle_js,
+    culprit_name,
+    culprit_of,
+    encode_rows,
+    graph_state,
     is_finite,
     jsonable,
-    record_row,
     widget_state,
 )
 
@@ -58,18 +70,35 @@ from .view_state import (
 __all__ = ["BUNDLE_PATH", "SbsWidget", "build_figure", "bundle_js", "widget_state"]
 
 
+#: Metadata key of the static summary output shown next to the widget.
+FALLBACK_METADATA = "onnx_sbs"
+
+
+def _in_kernel() -> bool:
+    """True in a Jupyter kernel (a frontend may draw widgets), False in terminal IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
 class SbsWidget(anywidget.AnyWidget):
-    """Live view of a side-by-side run: status, table, chart, detail, actions.
+    """Live view of a side-by-side run: the culprit, status, table, chart, layers, the
+    graph around a node, actions.
 
     ``SbsWidget(ep, onx, inputs, atol=..., own_error=True, ...)`` builds
     the run (bad inputs fail here); displaying the widget runs it in the cell while
     rows stream to the browser (``background=True`` starts it at once in a thread, so
     every button works during the run).  ``SbsWidget(session=...)`` views an existing
-    session, ``SbsWidget(records=[...])`` a list of records.
+    session, ``SbsWidget(records=[...])`` a list of records.  ``export_dir`` is where the
+    *Export report* button writes (default: the current folder).
     """
 
     columns = t.List(t.Unicode()).tag(sync=True)
-    rows = t.List().tag(sync=True)
+    rows = t.Dict().tag(sync=True)
+    graph = t.Dict().tag(sync=True)
     status = t.Dict().tag(sync=True)
     summary = t.Dict(default_value=None, allow_none=True).tag(sync=True)
     atol = t.Float(default_value=None, allow_none=True).tag(sync=True)
@@ -95,6 +124,7 @@ class SbsWidget(anywidget.AnyWidget):
         background: bool = False,
         batch_interval: float = 0.25,
         replay_root: str | Path | None = None,
+        export_dir: str | Path | None = None,
         **run_options: Any,
     ) -> None:
         if session is None:
@@ -122,9 +152,11 @@ class SbsWidget(anywidget.AnyWidget):
                     **run_options,
                 )
         cuda_ok, cuda_why = cuda_availability()
+        self._model_proto = getattr(session.run, "model", None)
         super().__init__(
             _esm=bundle_js(),
             columns=list(RECORD_FIELDS),
+            graph=graph_state(self._model_proto) if self._model_proto is not None else {},
             status=jsonable(session.status),
             atol=session.options.atol,
             rtol=session.options.rtol,
@@ -134,8 +166,9 @@ class SbsWidget(anywidget.AnyWidget):
             uid=uuid.uuid4().hex,
         )
         self.session = session
+        self.export_dir = Path(export_dir) if export_dir is not None else Path(".")
         self._lock = threading.RLock()
-        self._row_cache: list[list[Any]] = []  # rows already streamed, in order
+        self._sent = 0  # records streamed to the browser, in order
         self._details_cache: dict[int, dict[str, Any]] = {}
         self._handles: list[Any] = []
         self._executor: ThreadPoolExecutor | None = None
@@ -151,14 +184,13 @@ class SbsWidget(anywidget.AnyWidget):
     # ------------------------------------------------------------ run events
     def _on_event(self, event: str, payload: dict[str, Any]) -> None:
         if event == "rows":
-            rows = [record_row(r) for r in payload["records"]]
             with self._lock:
-                start = payload["start"]
-                if start != len(self._row_cache):  # only ever appended: resync if not
-                    start = len(self._row_cache)
-                    rows = [record_row(r) for r in self.session.records[start:]]
-                self._row_cache.extend(rows)
-                self.send({"type": "rows", "start": start, "rows": rows})
+                start, batch = payload["start"], payload["records"]
+                if start != self._sent:  # only ever appended: resync if not
+                    start, batch = self._sent, self.session.records[self._sent :]
+                if batch:
+                    self._sent = start + len(batch)
+                    self.send({"type": "rows", "start": start, "rows": encode_rows(batch)})
         elif event == "status":
             self.status = jsonable(payload["status"])
         elif event == "finished":
@@ -167,35 +199,35 @@ class SbsWidget(anywidget.AnyWidget):
     def _on_finished(self) -> None:
         records = self.session.records
         with self._lock:
-            if len(self._row_cache) < len(records):
-                self._row_cache.extend(record_row(r) for r in records[len(self._row_cache) :])
-            rows = list(self._row_cache)
+            self._sent = len(records)
             with self.hold_sync():
-                self.rows = rows  # the one full sync: what a saved notebook keeps
+                self.rows = encode_rows(records)  # the one full sync: what a notebook keeps
                 self.summary = jsonable(self.session.summary)
                 self.status = jsonable(self.session.status)
             if self.action.get("name") == "stop" and self.action.get("state") == "done":
                 self._set_action(
-                    "stop", "done", f"stopped; {len(rows)} rows kept", self.action.get("seq")
+                    "stop", "done", f"stopped; {len(records)} rows kept", self.action.get("seq")
                 )
-        bundle = self._bundle() if self._handles else None
         for handle in self._handles:
             try:
-                handle.update(bundle, raw=True)
+                data, metadata = self._fallback_output()
+                handle.update(data, raw=True, metadata=metadata)
             except Exception:
                 traceback.print_exc()
 
     def send_state(self, key: Any = None) -> None:
-        """As ipywidgets does, but ``rows`` skips the search for binary buffers: it holds
-        only JSON scalars, and that walk costs about 0.1 ms a row."""
+        """As ipywidgets does, but ``rows`` and ``graph`` skip the search for binary
+        buffers: they hold only JSON scalars, and that walk costs about 0.1 ms a row."""
         keys = list(self.keys) if key is None else [key] if isinstance(key, str) else list(key)
-        if "rows" not in keys:
+        big = [k for k in keys if k in ("rows", "graph")]
+        if not big:
             super().send_state(key=key)
             return
-        others = [k for k in keys if k != "rows"]
+        others = [k for k in keys if k not in big]
         if others:
             super().send_state(key=others)
-        self._send({"method": "update", "state": {"rows": self.rows}, "buffer_paths": []})
+        state = {k: getattr(self, k) for k in big}
+        self._send({"method": "update", "state": state, "buffer_paths": []})
 
     # ------------------------------------------------------- browser messages
     def _on_custom(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
@@ -210,9 +242,9 @@ class SbsWidget(anywidget.AnyWidget):
             have = content.get("have", 0)
             have = have if isinstance(have, int) and have >= 0 else 0
             with self._lock:
-                rows = self._row_cache[have:]
-                if rows:
-                    self.send({"type": "rows", "start": have, "rows": rows})
+                batch = self.session.records[have : self._sent]
+                if batch:
+                    self.send({"type": "rows", "start": have, "rows": encode_rows(batch)})
             return None
         if kind == "action":
             return self.act(
@@ -229,9 +261,9 @@ class SbsWidget(anywidget.AnyWidget):
     def act(
         self, name: str, row: Any = -1, seq: Any = None, device: str | None = None
     ) -> Future | None:
-        """Run one action (``stop``, ``rerun``, ``save_replay``, ``device``) as the
-        buttons do: its progress and any error go to the ``action`` trait, never raised.
-        Long actions run in a worker thread; their Future is returned."""
+        """Run one action (``stop``, ``rerun``, ``save_replay``, ``device``, ``export``) as
+        the buttons do: its progress and any error go to the ``action`` trait, never
+        raised.  Long actions run in a worker thread; their Future is returned."""
         self._set_action(name, "working", "", seq)
         try:
             if name == "stop":
@@ -243,6 +275,8 @@ class SbsWidget(anywidget.AnyWidget):
                 self.device = self.session.device
                 self._set_action(name, "done", f"actions now run on {self.device}", seq)
                 return None
+            if name == "export":
+                return self._submit(self._export, seq)
             if name in ("rerun", "save_replay"):
                 rec = self._record(row)
                 self.session._node(rec)  # a clear error now, not in the worker
@@ -272,7 +306,7 @@ class SbsWidget(anywidget.AnyWidget):
                 if result.get("error"):
                     self._set_action(name, "error", str(result["error"]), seq)
                 else:
-                    self._set_action(name, "done", _rerun_message(result), seq)
+                    self._set_action(name, "done", _rerun_message(result, rec), seq)
             else:
                 saved = self.session.save_replay(rec)
                 self._update_details(row, replay=saved.to_dict())
@@ -281,6 +315,14 @@ class SbsWidget(anywidget.AnyWidget):
                 )
         except Exception as e:
             self._set_action(name, "error", _message(e), seq)
+
+    def _export(self, seq: Any) -> None:
+        try:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            path = self.save_html(self.export_dir / f"onnx-sbs-report-{stamp}.html")
+            self._set_action("export", "done", f"report written to {path.resolve()}", seq)
+        except Exception as e:
+            self._set_action("export", "error", _message(e), seq)
 
     # ------------------------------------------------------------- selection
     def _on_selected(self, change: dict[str, Any]) -> None:
@@ -293,7 +335,12 @@ class SbsWidget(anywidget.AnyWidget):
         records = self.session.records
         if not 0 <= row < len(records):
             return
-        self._submit(self._load_details, row, records[row])
+        rec = records[row]
+        if not rec.onnx_name or rec.onnx_id_node is None or rec.onnx_id_node < 0:
+            # a weight, a graph input, a torch-only value: the panel says what it is
+            self._update_details(row, node=None, node_error=None)
+            return
+        self._submit(self._load_details, row, rec)
 
     def _load_details(self, row: int, rec: Record) -> None:
         try:
@@ -315,30 +362,49 @@ class SbsWidget(anywidget.AnyWidget):
             self._submit(lambda: None).result(timeout)
 
     # ------------------------------------------------------------ display
-    def _bundle(self) -> dict[str, Any]:
+    def _summary_now(self) -> Any:
+        return self.session.summary if self.session.finished else None
+
+    def _fallback_output(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(data, metadata) of the static summary shown next to the view."""
+        records = self.session.records
+        summary = self._summary_now()
+        html = fallback_html(
+            records, summary, status=self.session.status, uid=self.uid, sharing=True
+        )
+        text = summary_text(summary) if summary is not None else repr(self)
+        return {"text/html": html, "text/plain": text}, {
+            FALLBACK_METADATA: {"fallback_for": self.uid}
+        }
+
+    def _view_output(self) -> dict[str, Any]:
         data = super()._repr_mimebundle_()
         if isinstance(data, tuple):
             data = data[0]
         data = dict(data or {})
-        data["text/plain"] = repr(self)
-        summary = None
-        if self.session.finished:
-            try:
-                from .summary import summarize
-
-                summary = summarize(self.session.records)
-            except Exception:
-                summary = self.session.summary
-        data["text/html"] = fallback_html(self.session.records, summary)
+        # what viewers without widgets show of this output: the summary comes next
+        data["text/plain"] = "SbsWidget: interactive view of an onnx-sbs run (summary below)"
         return data
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return self._bundle(), {}
+        data = self._view_output()
+        fallback, _ = self._fallback_output()
+        data["text/plain"] = repr(self)
+        data["text/html"] = fallback["text/html"]
+        return data, {}
 
     def _ipython_display_(self, **kwargs: Any) -> None:
         from IPython.display import display
 
-        handle = display(self._bundle(), raw=True, display_id=True)
+        if not _in_kernel():
+            # terminal IPython draws no widget: run, then say once what was found
+            if not self.session.background:
+                self._ensure_started()
+            display({"text/plain": repr(self)}, raw=True)
+            return
+        display(self._view_output(), raw=True)
+        data, metadata = self._fallback_output()
+        handle = display(data, raw=True, metadata=metadata, display_id=True)
         if handle is not None:
             self._handles.append(handle)
         if self.session.state == IDLE and not self.session.background:
@@ -376,7 +442,8 @@ class SbsWidget(anywidget.AnyWidget):
         return summarize(self.records)
 
     def figure(self) -> Any:
-        """A plotly Figure of the errors along execution order (log scale)."""
+        """A plotly Figure of the errors along execution order (log scale, exact zeros
+        on their own strip)."""
         import plotly.graph_objects as go
 
         recs = self.records
@@ -385,6 +452,20 @@ class SbsWidget(anywidget.AnyWidget):
     def save_node_data(self, path: str | Path, metric: str = "err_abs") -> Any:
         """Per-node errors for Model Explorer: see :meth:`SbsSession.save_node_data`."""
         return self.session.save_node_data(path, metric)
+
+    def save_html(self, path: str | Path, *, title: str = "") -> Path:
+        """Write this run as one self-contained HTML file that opens offline (the same
+        report as ``onnx-sbs run ... -o report.html``); returns its path.  The run is
+        executed first if it was never started; a run still going is saved as it is."""
+        self._ensure_started()
+        return write_report_html(
+            self.session.records,
+            Path(path),
+            summary=self._summary_now(),
+            status=self.session.status,
+            model=self._model_proto,
+            title=title,
+        )
 
     def state(self) -> dict[str, Any]:
         """The synced traits as a plain dict (what ``renderStatic`` takes)."""
@@ -398,11 +479,11 @@ class SbsWidget(anywidget.AnyWidget):
             f"SbsWidget({s['state']}: {s['rows']} records, "
             f"{s.get('failures', 0)} failing, worst err_abs {worst:.3g}{where}"
         )
-        sm = self.session.summary if self.session.finished else None
-        first = sm.get("first_own_failure") if isinstance(sm, dict) else None
-        if isinstance(first, dict):
-            name = first.get("onnx_name") or first.get("ep_name")
-            head += f", first own failure {name!r}"
+        culprit = culprit_of(self._summary_now())
+        if culprit is not None:
+            head += f", culprit {culprit_name(culprit)!r}"
+            if culprit.get("ep_module"):
+                head += f" in {culprit['ep_module']}"
         return head + ")"
 
 
@@ -420,33 +501,65 @@ def _route_to_frontend_subshell(comm: Any) -> None:
 
 
 def build_figure(go: Any, records: Sequence[Record]) -> Any:
-    """Plotly figure: error and own error per record, tolerance, failures (log y)."""
-    xs, ys, names, own_x, own_y, tol_x, tol_y, fx, fy = ([] for _ in range(9))
+    """Plotly figure: error and own error per record (log y), tolerance, failures.
+
+    An exact zero has no place on a log axis: zeros are drawn on a strip of their own
+    under the plot, labelled 0, and the lines break there instead of diving to a floor.
+    """
+    series = {k: ([], [], [], [], []) for k in ("err_abs", "err_abs2")}  # x, y, text, zx, zt
+    tol_x, tol_y, fx, fy = [], [], [], []
     for i, r in enumerate(records):
         label = f"{r.ep_name} / {r.onnx_name} ({r.onnx_op_type})"
-        if is_finite(r.err_abs):
-            xs.append(i)
-            ys.append(max(r.err_abs, 1e-12))
-            names.append(label)
-            if r.status in FAILING_STATUSES:
-                fx.append(i)
-                fy.append(max(r.err_abs, 1e-12))
-        if is_finite(r.err_abs2):
-            own_x.append(i)
-            own_y.append(max(r.err_abs2, 1e-12))
+        for key, (x, y, text, zx, zt) in series.items():
+            v = getattr(r, key)
+            if not is_finite(v):
+                continue
+            if v == 0:
+                zx.append(i)
+                zt.append(label)
+                if x and y[-1] is not None:
+                    x.append(i - 0.5)
+                    y.append(None)
+                    text.append("")
+                continue
+            x.append(i)
+            y.append(v)
+            text.append(label)
+        if r.status in FAILING_STATUSES and is_finite(r.err_abs) and r.err_abs > 0:
+            fx.append(i)
+            fy.append(r.err_abs)
         if is_finite(r.atol) and r.atol > 0:
             tol_x.append(i)
             tol_y.append(r.atol)
     fig = go.Figure()
-    fig.add_scatter(x=xs, y=ys, mode="lines+markers", name="error vs torch", hovertext=names)
-    fig.add_scatter(x=own_x, y=own_y, mode="lines+markers", name="own error")
+    for key, name in (("err_abs", "error vs torch"), ("err_abs2", "own error")):
+        x, y, text, zx, zt = series[key]
+        fig.add_scatter(x=x, y=y, mode="lines+markers", name=name, hovertext=text, legendgroup=key)
+        fig.add_scatter(
+            x=zx,
+            y=[0] * len(zx),
+            yaxis="y2",
+            mode="markers",
+            name=f"{name} = 0",
+            hovertext=zt,
+            legendgroup=key,
+            showlegend=False,
+            marker={"symbol": "line-ns-open"},
+        )
     fig.add_scatter(x=tol_x, y=tol_y, mode="lines", name="atol", line={"dash": "dot"})
     fig.add_scatter(x=fx, y=fy, mode="markers", name="failing", marker={"symbol": "x"})
     fig.update_layout(
-        yaxis_type="log",
-        xaxis_title="record (execution order)",
-        yaxis_title="abs error",
-        height=320,
+        xaxis={"title": "node (execution order)", "anchor": "y2"},
+        yaxis={"type": "log", "title": "abs error", "domain": [0.13, 1]},
+        yaxis2={
+            "domain": [0, 0.07],
+            "range": [-1, 1],
+            "tickvals": [0],
+            "ticktext": ["0"],
+            "showgrid": False,
+            "fixedrange": True,
+        },
+        height=340,
     )
     return fig
 
@@ -457,12 +570,19 @@ def _message(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _rerun_message(result: dict[str, Any]) -> str:
+def _rerun_message(result: dict[str, Any], rec: Record) -> str:
+    """What the rerun found, in the table's words: its own error next to the table's."""
     parts = []
     for out in result.get("outputs") or []:
         bits = [str(out.get("onnx_name"))]
-        if out.get("err_abs_vs_torch") is not None:
-            bits.append(f"vs torch {_fmt(out['err_abs_vs_torch'])}")
+        own = out.get("err_abs_vs_torch")
+        if own is not None:
+            bits.append(f"own err {_fmt(own)}")
+            if out.get("onnx_name") == rec.onnx_name and rec.err_abs2 is not None:
+                # the run's own error came from its runtime: say so when they disagree
+                bits.append(f"(table: {_fmt(rec.err_abs2)})")
+        else:
+            bits.append("no torch value to compare with")
         if out.get("err_abs_vs_first_run") is not None:
             bits.append(f"vs first run {_fmt(out['err_abs_vs_first_run'])}")
         parts.append(" ".join(bits))

@@ -1,7 +1,10 @@
 """The self-contained HTML report in headless Chromium with the network blocked.
 
 A real run of the demo model whose ONNX value names were replaced by markup: the report
-must show it as text, fire no dialog and load nothing from the network.
+must show it as text, fire no dialog and load nothing from the network.  A real run of a
+tiny Llama with one wrong activation: at 1500 px and 800 px, in the light and the dark
+scheme, the culprit card, the layers, the graph around a node and the layout hold
+(element geometry); screenshots go to test-artifacts/.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import pytest
 
 from onnx_sbs_nb.records import Record
 
-from .browser import CHROMIUM, launch
+from .browser import CHROMIUM, GEOMETRY_JS, check_layout, launch, standin_names
 
 EVIL = "<img src=x onerror=alert(1)>"
 
@@ -63,8 +66,8 @@ def browser():
 class Page:
     """A page with the network blocked that records dialogs, errors and outside requests."""
 
-    def __init__(self, browser, javascript: bool = True) -> None:
-        self.context = browser.new_context(java_script_enabled=javascript)
+    def __init__(self, browser, javascript: bool = True, **options) -> None:
+        self.context = browser.new_context(java_script_enabled=javascript, **options)
         self.page = self.context.new_page()
         self.dialogs: list[str] = []
         self.errors: list[str] = []
@@ -149,7 +152,7 @@ def test_report_is_one_file_with_nothing_external(report_file):
 def test_large_report_is_compressed_and_renders(browser, tmp_path):
     """20,000 rows: the state is gzipped in the file and inflated by the browser."""
     from onnx_sbs_nb.report import write_report
-    from onnx_sbs_nb.report_html import script_json
+    from onnx_sbs_nb.report_html import load_bundle, script_json
     from onnx_sbs_nb.view_state import widget_state
 
     ops = ["MatMul", "Add", "Mul", "Softmax", "Reshape"]
@@ -174,9 +177,11 @@ def test_large_report_is_compressed_and_renders(browser, tmp_path):
         for i in range(20000)
     ]
     path = write_report(recs, tmp_path / "big.html")
-    size = path.stat().st_size
-    plain = len(script_json(widget_state(recs)))
-    assert size < plain / 2, (size, plain)
+    text = path.read_text(encoding="utf-8")
+    plain = len(script_json(widget_state(recs)))  # already columns: half of per-row JSON
+    assert 'data-encoding="gzip+base64"' in text
+    state_size = len(text) - len(load_bundle())
+    assert state_size < plain / 2, (state_size, plain)
     p = Page(browser)
     try:
         p.page.goto(path.as_uri())
@@ -191,3 +196,85 @@ def test_large_report_is_compressed_and_renders(browser, tmp_path):
         assert p.dialogs == [] and p.errors == [] and p.blocked == []
     finally:
         p.close()
+
+
+@pytest.fixture(scope="module")
+def llama_report(tmp_path_factory):
+    """The report of a tiny Llama whose second MLP activation is wrong (its Sigmoid made a
+    HardSigmoid), with the ONNX graph; returns (path, culprit)."""
+    import onnx
+
+    from onnx_sbs_nb.align.run import run_aligned
+    from onnx_sbs_nb.report_html import (
+        fallback_html,
+        load_bundle,
+        page_html,
+        report_state,
+        view_html,
+    )
+
+    from .models import tiny_llama
+
+    ep, onx, args = tiny_llama()  # cached: the engine tests export the same one
+    onx = onnx.ModelProto.FromString(onx.SerializeToString())
+    [n for n in onx.graph.node if n.op_type == "Sigmoid"][1].op_type = "HardSigmoid"
+    recs = list(run_aligned(ep, onx, args, rerun_with_torch_inputs=True))
+    state = standin_names(report_state(recs, model=onx), recs, onx)
+    body = view_html(state, "onnx-sbs-state-0", fallback_html(recs, state["summary"]))
+    path = tmp_path_factory.mktemp("llama") / "llama.html"
+    path.write_text(page_html("tiny Llama", body, load_bundle()), encoding="utf-8")
+    return path, state["summary"]["culprit"]
+
+
+@pytest.mark.parametrize("width", [1500, 800])
+def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
+    """Any width, either scheme: the answer first (with its module path), error columns
+    in view, computed nodes first, a usable chart, exact zeros on their own line, layers
+    that filter the table, a graph whose nodes move the selection."""
+    from .ui.conftest import ARTIFACTS
+
+    path, culprit = llama_report
+    module = culprit["ep_module"]
+    assert module and module.endswith("layers.1.mlp.act_fn"), culprit
+    ARTIFACTS.mkdir(exist_ok=True)
+    for scheme in ("light", "dark"):
+        p = Page(browser, viewport={"width": width, "height": 1000}, color_scheme=scheme)
+        try:
+            page = p.page
+            page.goto(path.as_uri())
+            root = page.locator(".sbs-root")
+            root.locator(".sbs-chart .main-svg").first.wait_for(timeout=30000)
+            card = root.locator(".sbs-card.sbs-card-fail")
+            name = culprit["ep_user_name"] or culprit["ep_name"]
+            assert card.locator(".sbs-culprit").inner_text() == name
+            assert card.locator(".sbs-card-module").inner_text() == module
+            assert "own error" in card.inner_text() and culprit["why"] in card.inner_text()
+            page.wait_for_timeout(700)  # the chart settles at its container's width
+            check_layout(root.evaluate(GEOMETRY_JS), dark=scheme == "dark")
+            # exact zeros: a strip labelled 0 under the log axis, not a point at 1e-12
+            assert "0" in root.locator(".sbs-chart .y2tick text").all_text_contents()
+            # the culprit is one click away, and its neighbourhood moves the selection
+            card.locator(".sbs-culprit").click()
+            assert root.locator(".sbs-detail-name").inner_text() == name
+            link = root.locator(".sbs-around .sbs-g-link").first
+            row = link.get_attribute("data-row")
+            link.click()
+            root.locator(f".sbs-tr.sbs-sel[data-row='{row}']").wait_for()
+            assert root.locator(".sbs-detail-title").inner_text().startswith(f"#{row} ")
+            # error by layer: the culprit's layer is in view; a click filters the table
+            layer = root.locator(".sbs-lrow.sbs-lfocus.sbs-lfail .sbs-lgroup").last
+            assert layer.is_visible()
+            layer.click()
+            group = root.locator(".sbs-chip-name").inner_text()
+            assert module.startswith(group) and "layers.1" in group, group
+            root.locator(".sbs-count").filter(has_text=" of ").wait_for()
+            mods = root.locator(".sbs-tr:visible .sbs-module").all_text_contents()
+            assert mods and all(m == group or m.startswith(f"{group}.") for m in mods), mods
+            root.locator(".sbs-chip-x").click()
+            root.locator(".sbs-chip").wait_for(state="hidden")
+            assert root.locator(".sbs-lsel").count() == 0
+            card.locator(".sbs-culprit").click()
+            page.screenshot(path=str(ARTIFACTS / f"report_{width}_{scheme}.png"), full_page=True)
+            assert p.dialogs == [] and p.errors == [] and p.blocked == []
+        finally:
+            p.close()

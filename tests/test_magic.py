@@ -60,7 +60,7 @@ def test_file_paths_and_background(ip, model, tmp_path):
     w = ip.user_ns["_sbs"]
     assert w.session.background
     assert w.wait(120)
-    assert w.session.state == "finished" and len(w.rows) == len(w.session.records) > 0
+    assert w.session.state == "finished" and w.rows["n"] == len(w.session.records) > 0
 
 
 def test_dotted_names(ip, model):

@@ -2,7 +2,9 @@
 
 The export is opened in headless Chromium with the network blocked: the SbsWidget output
 must render from the widget state saved in the notebook (rows, chart, summary), and with
-that state removed the widget's static ``text/html`` fallback must show instead.
+that state removed (JupyterLab's default save) the widget's static summary must show
+instead, saying why and how to get the interactive view.  Stock ``nbconvert --to html``
+offline shows no blank widget cell either way.
 """
 
 from __future__ import annotations
@@ -139,11 +141,13 @@ def test_export_renders_widget_offline(llama_nb, browser, tmp_path, capsys):
         assert page.locator(".sbs-tr").count() > 20  # rows from the saved state
         page.wait_for_selector(".sbs-chart .main-svg", timeout=30000)
         status = page.locator(".sbs-status").inner_text()
-        assert "finished" in status and "first node whose own error fails" in status, status
+        assert "finished" in status and "culprit:" in status, status
+        assert "culprit" in page.locator(".sbs-card").inner_text()
         # the rest of the notebook is there, as nbconvert renders it
         body = page.locator("body").inner_text()
         assert "verdict: FAIL" in body and "tiny Llama" in body
         assert page.locator(".onnx-sbs-fallback").count() == 0  # replaced by the live view
+        assert page.locator("button.sbs-btn").count() == 0  # no kernel: no action buttons
         assert log["dialogs"] == [] and log["errors"] == []
         assert log["blocked"] == []  # no CDN script left (no math here, so no MathJax)
     finally:
@@ -165,9 +169,37 @@ def test_export_without_widget_state_shows_fallback(llama_nb, browser, tmp_path)
         assert fallback.is_visible()
         text = fallback.inner_text()
         assert "verdict: FAIL" in text  # refreshed with the summary when the run ended
+        assert "culprit" in text
+        # why the interactive view is missing, and how to keep it next time
+        assert "Save Widget State Automatically" in text and "save_html" in text
         assert page.locator(".onnx-sbs-fallback table tr").count() > 5
         assert page.locator(".onnx-sbs-fallback svg circle").count() > 5
         assert page.locator(".sbs-root").count() == 0
+        assert page.locator(".onnx-sbs-fallback").count() == 1  # shown once, not twice
         assert log["dialogs"] == [] and log["errors"] == []
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("saved_state", [True, False], ids=["state-saved", "lab-default-save"])
+def test_stock_nbconvert_offline_shows_no_blank_widget(llama_nb, browser, tmp_path, saved_state):
+    """``jupyter nbconvert --to html`` as it comes, opened offline: its widget manager
+    (a CDN script) cannot load, and the widget's static summary is still there."""
+    import nbconvert
+
+    nb = copy.deepcopy(llama_nb)
+    if not saved_state:
+        nb.metadata.pop("widgets", None)
+    body, _ = nbconvert.HTMLExporter(template_name="lab").from_notebook_node(nb)
+    out = tmp_path / "stock.html"
+    out.write_text(body, encoding="utf-8")
+    ctx, page, log = open_offline(browser, out)
+    try:
+        fallback = page.locator(".onnx-sbs-fallback")
+        assert fallback.count() == 1 and fallback.first.is_visible()
+        text = fallback.first.inner_text()
+        assert "verdict: FAIL" in text and "Save Widget State Automatically" in text
+        assert page.locator(".onnx-sbs-fallback svg circle").count() > 5
+        assert log["dialogs"] == []
     finally:
         ctx.close()

@@ -1,5 +1,6 @@
-"""SbsWidget without a browser: traits, streamed messages, actions driven through the
-message handler (as the buttons send them), static state and fallback."""
+"""SbsWidget without a browser: traits, streamed column batches, the graph, actions driven
+through the message handler (as the buttons send them), display, export, static state
+and fallback."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import torch
 from onnx_sbs_nb import view_state
 from onnx_sbs_nb.records import RECORD_FIELDS, Record
 from onnx_sbs_nb.session import SbsSession
-from onnx_sbs_nb.view_state import STATE_TRAITS, bundle_js, record_row, widget_state
+from onnx_sbs_nb.view_state import (
+    STATE_TRAITS,
+    bundle_js,
+    culprit_of,
+    decode_rows,
+    encode_rows,
+    graph_state,
+    record_row,
+    widget_state,
+)
 from onnx_sbs_nb.widget import SbsWidget
 from tests.test_session import _broken_mlp
 
@@ -48,22 +58,22 @@ class Browser:
             if start > len(self.rows):
                 self.gaps += 1
                 return
-            self.rows.extend(content["rows"][len(self.rows) - start :])
+            self.rows.extend(decode_rows(content["rows"])[len(self.rows) - start :])
 
 
 def test_rows_stream_then_full_sync(model):
     ep, onx, x = model
     w = SbsWidget(ep, onx, x, own_error=True, batch_interval=0)
     b = Browser(w)
-    assert w.session.state == "idle" and w.rows == []
+    assert w.session.state == "idle" and w.rows == {}
     recs = w.records  # runs it here (never displayed)
     assert w.session.state == "finished"
     expected = [record_row(r) for r in recs]
     assert b.rows == expected and b.gaps == 0  # every row streamed once, in order
-    assert w.rows == expected  # and synced in full at the end (the saved state)
+    assert decode_rows(w.rows) == expected  # and synced in full at the end (the saved state)
     assert w.columns == list(RECORD_FIELDS)
     assert w.status["state"] == "finished" and w.status["rows"] == len(recs)
-    assert w.summary["first_own_failure"]["onnx_op_type"] == "Gemm"
+    assert culprit_of(w.summary)["onnx_op_type"] == "Gemm"
     # a late view asks for what it has not seen
     b.rows = b.rows[:3]
     assert w.handle_message({"type": "hello", "have": 3}) is None
@@ -79,7 +89,7 @@ def test_batches_are_rate_limited(model):
     elapsed = time.perf_counter() - t0
     n_msgs = sum(1 for m in b.messages if m.get("type") == "rows")
     assert 1 <= n_msgs <= elapsed / 0.25 + 2
-    assert b.rows == w.rows
+    assert b.rows == decode_rows(w.rows)
 
 
 def test_background_run_streams_consistently(model):
@@ -91,7 +101,7 @@ def test_background_run_streams_consistently(model):
         w.handle_message({"type": "hello", "have": len(b.rows)})
     w.wait()
     w.handle_message({"type": "hello", "have": len(b.rows)})
-    assert b.rows == w.rows == [record_row(r) for r in w.session.records]
+    assert b.rows == decode_rows(w.rows) == [record_row(r) for r in w.session.records]
 
 
 def test_selection_loads_details_and_actions_report_state(model, tmp_path):
@@ -114,7 +124,8 @@ def test_selection_loads_details_and_actions_report_state(model, tmp_path):
         "message": w.action["message"],
         "seq": "s1",
     }
-    assert "vs torch" in w.action["message"]
+    # the rerun's own error, next to the table's own error of that row, in the same words
+    assert "own err" in w.action["message"] and "(table: " in w.action["message"]
     assert w.details["rerun"]["outputs"] and w.details["node"]  # both kept
 
     w.handle_message({"type": "action", "name": "save_replay", "row": row, "seq": "s2"}).result(60)
@@ -165,8 +176,9 @@ def test_stop_button_mid_run_keeps_rows(model):
     )
     w.wait()
     assert w.session.state == "stopped" and w.status["state"] == "stopped"
-    assert len(w.rows) >= 8 and w.rows == b.rows
-    assert len(w.rows) < len(onx.graph.node) + len(onx.graph.initializer) + 1
+    rows = decode_rows(w.rows)
+    assert len(rows) >= 8 and rows == b.rows
+    assert len(rows) < len(onx.graph.node) + len(onx.graph.initializer) + 1
 
 
 def test_engine_failure_shown_in_status():
@@ -177,7 +189,7 @@ def test_engine_failure_shown_in_status():
     w = SbsWidget(session=SbsSession.from_run(broken()))
     w.wait()
     assert w.status["state"] == "error" and "engine exploded" in w.status["error"]
-    assert len(w.rows) == 1
+    assert w.rows["n"] == 1
 
 
 def test_static_state_fallback_and_python_api():
@@ -199,7 +211,8 @@ def test_static_state_fallback_and_python_api():
     w.wait()
     state = w.state()
     assert tuple(state) == STATE_TRAITS
-    assert state["rows"][5][RECORD_FIELDS.index("err_abs")] == "nan"
+    assert decode_rows(state["rows"])[5][RECORD_FIELDS.index("err_abs")] == "nan"
+    assert state["graph"] == {}  # records only: no model, no graph
     static = widget_state(recs)
     assert set(static) == set(STATE_TRAITS)
     assert static["rows"] == state["rows"] and static["columns"] == state["columns"]
@@ -213,8 +226,153 @@ def test_static_state_fallback_and_python_api():
     df = w.to_frame()
     assert list(df.columns) == list(RECORD_FIELDS) and len(df) == 6
     fig = w.figure()
-    assert [t.name for t in fig.data][:2] == ["error vs torch", "own error"]
+    assert [t.name for t in fig.data][::2][:2] == ["error vs torch", "own error"]
     assert fig.layout.yaxis.type == "log"
+    # the exact zero (record 0) is on the strip labelled 0, not at a floor on the log axis
+    err, zeros = fig.data[0], fig.data[1]
+    assert 0 not in err.x and list(zeros.x) == [0] and zeros.yaxis == "y2"
+    assert list(fig.layout.yaxis2.ticktext) == ["0"]
+    assert all(y is None or y > 0 for y in err.y)
+
+
+def test_rows_travel_as_compact_columns():
+    """Repeated values as a dictionary, a constant as one value, every value back as it
+    was (NaN and infinities as strings, booleans, None); half the size of per-row JSON."""
+    import json
+    import math
+
+    ops = ["MatMul", "Add", "Softmax"]
+    recs = [
+        Record(
+            step=i,
+            onnx_id_node=i,
+            ep_name=f"fx_{i}",
+            onnx_name=f"v_{i}",
+            onnx_op_type=ops[i % 3],
+            ep_shape_type="float32[2x64]",
+            err_abs=[0.0, math.nan, math.inf, 1e-7 * i][i % 4],
+            passed=[True, False, None][i % 3],
+            atol=1e-4,
+            ep_time_run=1.23456789e-5 * (i + 1),
+            status="ok",
+        )
+        for i in range(400)
+    ]
+    enc = encode_rows(recs)
+    assert enc["n"] == 400 and len(enc["data"]) == len(RECORD_FIELDS)
+    col = dict(zip(RECORD_FIELDS, enc["data"]))
+    assert col["onnx_op_type"]["d"] == ops and len(col["onnx_op_type"]["k"]) == 400
+    assert col["atol"] == {"c": 1e-4} and col["status"] == {"c": "ok"}
+    assert isinstance(col["onnx_name"], list)  # unique values stay a plain list
+    rows = decode_rows(json.loads(json.dumps(enc, allow_nan=False)))
+    expected = [record_row(r) for r in recs]
+    assert rows == expected
+    t = RECORD_FIELDS.index("ep_time_run")
+    assert [r[t] for r in rows] == pytest.approx([r.ep_time_run for r in recs], rel=1e-3)
+    assert rows[1][RECORD_FIELDS.index("err_abs")] == "nan"
+    assert rows[2][RECORD_FIELDS.index("err_abs")] == "inf"
+    assert decode_rows(expected) == expected  # a saved state of the first releases
+    big = [Record(step=i, ep_name=f"fx_{i}", onnx_name=f"v_{i}", onnx_op_type=ops[i % 3],
+                  err_abs=1e-7 * (i % 13), atol=1e-4, rtol=1e-4, paired_by="name",
+                  kind="node", ep_shape_type="float32[2x64]", onnx_shape_type="float32[2x64]")
+           for i in range(20_000)]  # fmt: skip
+    columnar = len(json.dumps(encode_rows(big)))
+    per_row = len(json.dumps([record_row(r) for r in big]))
+    assert columnar < per_row / 2, (columnar, per_row)
+
+
+def test_graph_state_is_the_model_adjacency(model):
+    ep, onx, x = model
+    g = graph_state(onx)
+    values = g["values"]
+    ops = view_state.decode_column(g["op"], len(values))
+    parents, flat, k = {}, g["parents"], 0
+    for v in range(len(values)):
+        n = flat[k]
+        parents[values[v]] = [values[j] for j in flat[k + 1 : k + 1 + n]]
+        k += 1 + n
+    assert k == len(flat)
+    for node in onx.graph.node:
+        for out in node.output:
+            assert parents[out] == [i for i in node.input if i]
+            assert ops[values.index(out)] == node.op_type
+    for init in onx.graph.initializer:
+        assert parents[init.name] == [] and ops[values.index(init.name)] == "initializer"
+    w = SbsWidget(ep, onx, x)
+    assert w.graph == g  # the widget syncs it (a saved notebook draws it offline)
+    assert graph_state(None) == {} and graph_state(object()) == {}
+
+
+def test_rows_that_are_not_onnx_nodes_get_no_error(model):
+    """A weight's detail says what it is; no red "node detail failed" for it."""
+    ep, onx, x = model
+    w = SbsWidget(ep, onx, x)
+    w.wait()
+    row = next(i for i, r in enumerate(w.session.records) if r.kind == "weight")
+    w.selected = row
+    w.wait_actions(60)
+    assert w.details == {"row": row, "node": None, "node_error": None}
+
+
+def test_export_and_save_html_write_the_offline_report(model, tmp_path):
+    ep, onx, x = model
+    w = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True, export_dir=tmp_path / "out")
+    path = w.save_html(tmp_path / "report.html")  # runs it first
+    text = path.read_text(encoding="utf-8")
+    assert w.session.state == "finished"
+    assert "renderStatic" in text and 'name="color-scheme" content="light dark"' in text
+    assert "prefers-color-scheme: dark" in text
+    assert '"values":' in text  # the graph came along: the neighbourhood works offline
+    w.handle_message({"type": "action", "name": "export", "seq": "e1"}).result(120)
+    assert w.action["state"] == "done", w.action
+    written = list((tmp_path / "out").glob("onnx-sbs-report-*.html"))
+    assert len(written) == 1 and str(written[0].resolve()) in w.action["message"]
+    assert "renderStatic" in written[0].read_text(encoding="utf-8")
+
+
+def test_display_in_a_notebook_makes_the_view_and_its_static_summary(model, monkeypatch):
+    """The view, then a static summary marked for it (hidden by the view, shown by
+    viewers that cannot run widgets, and saying how to get the interactive view)."""
+    import IPython.display
+
+    from onnx_sbs_nb import widget as widget_mod
+
+    ep, onx, x = model
+    shown, handles = [], []
+
+    class Handle:  # IPython's DisplayHandle.update passes everything on to display()
+        def update(self, obj, **kwargs):
+            shown.append(("update", obj, kwargs.get("metadata")))
+            assert set(kwargs) <= {"raw", "metadata"}
+
+    def display(obj, raw=False, metadata=None, display_id=None):
+        shown.append(("display", obj, metadata))
+        if display_id:
+            handles.append(Handle())
+            return handles[-1]
+        return None
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setattr(widget_mod, "_in_kernel", lambda: True)
+    w = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True)
+    w._ipython_display_()
+    assert w.session.state == "finished"  # ran in the cell
+    (_, view, _), (_, before, meta), (_, after, meta2) = shown
+    assert "application/vnd.jupyter.widget-view+json" in view and "text/html" not in view
+    assert meta == meta2 == {"onnx_sbs": {"fallback_for": w.uid}}
+    assert f"sbs-for-{w.uid}" in before["text/html"]
+    html = after["text/html"]  # refreshed when the run ended
+    assert "Save Widget State Automatically" in html and "save_html" in html
+    assert "culprit" in html and "verdict: FAIL" in html
+    assert "verdict: FAIL" in after["text/plain"]
+
+
+def test_terminal_display_prints_the_summary_once(model, capsys):
+    ep, onx, x = model
+    w = SbsWidget(ep, onx, x)
+    w._ipython_display_()  # no kernel here: terminal behaviour
+    out = capsys.readouterr().out
+    assert out.count("SbsWidget(") == 1 and "SbsWidget(finished" in out
 
 
 def test_bundle_missing_is_a_clear_error(monkeypatch, tmp_path):
@@ -238,7 +396,7 @@ def test_full_rows_sync_message(model):
     w.wait()
     rows_updates = [m for m in updates if m.get("method") == "update" and "rows" in m["state"]]
     assert len(rows_updates) == 1  # the whole list once, at the end
-    assert rows_updates[0]["state"]["rows"] == [record_row(r) for r in w.session.records]
+    assert rows_updates[0]["state"]["rows"] == encode_rows(w.session.records)
     assert rows_updates[0]["buffer_paths"] == []
 
 
@@ -268,12 +426,15 @@ def test_executed_notebook_keeps_every_row(tmp_path):
     state = ours[0]
     assert set(STATE_TRAITS) <= set(state)
     assert state["status"]["state"] == "finished"
-    assert len(state["rows"]) == state["status"]["rows"] > 10
-    assert state["summary"]["first_own_failure"]["onnx_op_type"] == "Gemm"
-    out = nb.cells[1].outputs[-1]
-    assert "application/vnd.jupyter.widget-view+json" in out["data"]
-    # the static fallback was refreshed when the run ended
-    assert f"{len(state['rows'])} records" in out["data"]["text/html"]
+    assert state["rows"]["n"] == state["status"]["rows"] > 10
+    assert len(decode_rows(state["rows"])) == state["rows"]["n"]
+    assert culprit_of(state["summary"])["onnx_op_type"] == "Gemm"
+    assert state["graph"]["values"]  # the neighbourhood view has its graph offline
+    view, summary = nb.cells[1].outputs[-2:]
+    assert "application/vnd.jupyter.widget-view+json" in view["data"]
+    # the static summary next to it was refreshed when the run ended
+    assert summary["metadata"]["onnx_sbs"]["fallback_for"] == state["uid"]
+    assert f"{state['rows']['n']} records" in summary["data"]["text/html"]
 
 
 def test_build_hook_keeps_a_fresh_bundle(tmp_path, monkeypatch):

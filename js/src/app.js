@@ -1,95 +1,124 @@
 // Lays out the view and links its parts. `src` abstracts where the state lives: a live
 // anywidget model (index.js `render`) or a plain object (index.js `renderStatic`).
+//
+// The layout follows the width of the view's own container (not the window): wide, the
+// chart, the layers and the table sit beside the detail panel; narrow, everything stacks
+// and the table keeps its name, error, own error and verdict columns.
 import css from "./style.css";
-import { h, fmtNum, fmtTime } from "./util.js";
+import { h, fmtNum, fmtTime, onWidth } from "./util.js";
 import { VirtualTable } from "./table.js";
 import { Chart } from "./chart.js";
 import { DetailPanel } from "./detail.js";
+import { FilterBar, ViewFilter } from "./filter.js";
+import { Graph } from "./graph.js";
+import { LayerTree } from "./layers.js";
+import { AnswerCard, culpritOf, culpritName, verdictOf } from "./answer.js";
+import { watchTheme } from "./theme.js";
 
-const NO_KERNEL = "actions need a running kernel (this is a saved or static view)";
+export const WIDE = 980; // px of the view's own width from which the detail panel sits beside
+const ACTION_TIMEOUT_MS = 30000;
 
 export function mount(el, src) {
   const offs = [];
   const store = src.store;
+  const live = !!src.live;
   let selected = typeof src.get("selected") === "number" ? src.get("selected") : -1;
-  let pending = null; // {name, seq}: an action clicked whose result has not arrived
+  let pending = null; // {name, seq, t}: an action clicked whose result has not arrived
   let seq = 0;
 
+  const filter = new ViewFilter(store);
+  const graph = new Graph(src.get("graph"), store);
+  // filters, sort and scroll survive a re-created view of the same model
+  const viewState = src.viewState || {};
+  if (viewState.filter) filter.state = { ...filter.state, ...viewState.filter };
+  filter.subscribe(() => (viewState.filter = { ...filter.state }));
   const select = (i, source) => {
     if (typeof i !== "number" || i < -1 || i >= store.length || (i >= 0 && !store.has(i))) return;
+    if (i >= 0 && !filter.pass(i)) {
+      // what the user asked for must be in view: lift the filters that hide it
+      const patch = {};
+      if (store.isConstant(i)) patch.constants = true;
+      filter.set(patch);
+      if (!filter.pass(i)) filter.set({ text: "", op: "", verdict: "", group: "" });
+    }
     const changed = i !== selected;
     selected = i;
     table.setSelected(i, source !== "table");
     chart.setSelected(i);
     renderDetail();
-    renderButtons();
     if (changed && source !== "model") src.setSelected(i);
   };
 
-  // ---- status line
+  // ---- status line (and, live, the run's buttons)
   const statusEl = h("div", { class: "sbs-status" });
   const renderStatus = () => {
     const st = src.get("status") || {};
     const sm = src.get("summary") || null;
     const state = st.state || (st.finished ? "finished" : "idle");
     const parts = [h("span", { class: `sbs-badge sbs-${state}`, text: state })];
+    const verdict = sm ? verdictOf(sm, st) : "";
+    if (verdict && verdict !== "running") parts.push(h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: verdict.toUpperCase() }));
     if (st.total_onnx_nodes) parts.push(h("span", { class: "sbs-progress", text: `${st.done_onnx_nodes ?? 0}/${st.total_onnx_nodes} ONNX nodes` }));
     parts.push(h("span", { class: "sbs-nrows", text: `${store.count} records` }));
     if (st.elapsed) parts.push(h("span", { text: fmtTime(st.elapsed) }));
-    if (st.max_err_abs) parts.push(h("span", { text: `worst ${fmtNum(st.max_err_abs)}${st.max_err_name ? ` at ${st.max_err_name}` : ""}` }));
-    parts.push(h("span", { class: st.failures ? "sbs-error" : "", text: `${st.failures ?? 0} failing` }));
-    if (st.finished || state === "finished" || state === "stopped") parts.push(answer(sm, state === "stopped"));
-    statusEl.replaceChildren(...parts.filter(Boolean));
+    if (st.max_err_abs) parts.push(h("span", { class: "sbs-worst", text: `worst ${fmtNum(st.max_err_abs)}${st.max_err_name ? ` at ${st.max_err_name}` : ""}` }));
+    parts.push(h("span", { class: st.failures ? "sbs-bad" : "", text: `${st.failures ?? 0} failing` }));
+    const c = sm ? culpritOf(sm) : null;
+    if (c) {
+      const i = card.row(c);
+      parts.push(h("span", { class: "sbs-answer" }, "culprit: ", h("button", { class: "sbs-link", title: "select the culprit", onclick: () => select(i, "link"), disabled: i < 0 }, culpritName(c))));
+    }
+    statusEl.replaceChildren(...parts);
     if (st.error) statusEl.appendChild(h("details", { class: "sbs-error" }, h("summary", { text: "the run raised an exception" }), h("pre", { class: "sbs-pre", text: st.error })));
-  };
-  const answer = (sm, partial) => {
-    const pick = (key, label) => {
-      const entry = sm && sm[key];
-      if (!entry) return null;
-      const i = typeof entry === "string" ? store.find({ onnx_name: entry }) : store.find(entry);
-      const name = typeof entry === "string" ? entry : entry.onnx_name || entry.ep_name || (i >= 0 ? store.label(i) : "?");
-      return h("span", { class: "sbs-answer" }, `${label}: `, h("button", { class: "sbs-link", title: "select this node", onclick: () => select(i, "link"), disabled: i < 0 }, String(name)));
-    };
-    // the summary says how it chose the node: only a rerun on torch inputs proves it
-    const rule = sm && sm.first_own_failure_rule;
-    const ownLabel = !rule || rule === "rerun" ? "first node whose own error fails" : `first suspect (rule: ${rule})`;
-    return pick("first_own_failure", ownLabel) || pick("first_failure", "first failing node") || (sm ? h("span", { class: "sbs-answer", text: partial ? "stopped early: every pair compared so far is within tolerance" : "every compared pair is within tolerance" }) : null);
+    card.render(sm, st);
+    if (c && c.ep_module) layers.setFocus(c.ep_module);
   };
 
-  // ---- buttons
-  const live = !!src.live;
-  const onCuda = () => String(src.get("device") || "").startsWith("cuda");
-  const btnStop = h("button", { class: "sbs-btn-stop", onclick: () => act("stop") }, "Stop");
-  const btnRerun = h("button", { class: "sbs-btn-rerun", onclick: () => act("rerun") }, "Rerun in torch");
-  const btnCuda = h("button", { class: "sbs-btn-cuda", onclick: () => act("device", { device: onCuda() ? "cpu" : "cuda" }) }, "CUDA");
-  const btnReplay = h("button", { class: "sbs-btn-replay", onclick: () => act("save_replay") }, "Save replay");
-  const reasonEl = h("span", { class: "sbs-reason" });
+  // ---- actions (live widget only: a static view has no kernel, so no buttons)
   const actionEl = h("span", { class: "sbs-action" });
-  const toolbar = h("div", { class: "sbs-toolbar" }, btnStop, btnRerun, btnCuda, btnReplay, reasonEl, actionEl);
-  const enable = (btn, why) => {
-    btn.disabled = !!why;
-    btn.title = why || "";
+  const onCuda = () => String(src.get("device") || "").startsWith("cuda");
+  const btn = (cls, label, fn) => h("button", { class: `sbs-btn ${cls}`, onclick: fn }, label);
+  const btnStop = btn("sbs-btn-stop", "Stop", () => act("stop"));
+  const btnCuda = btn("sbs-btn-cuda", "CUDA", () => act("device", { device: onCuda() ? "cpu" : "cuda" }));
+  const btnExport = btn("sbs-btn-export", "Export report", () => act("export"));
+  const reasonEl = h("span", { class: "sbs-reason" });
+  const toolbar = live ? h("div", { class: "sbs-toolbar" }, btnStop, btnCuda, btnExport, reasonEl, actionEl) : null;
+  const nodeButtons = [];
+  const enable = (b, why) => {
+    b.disabled = !!why;
+    b.title = why || "";
   };
+  const running = () => (src.get("status") || {}).state === "running";
   const renderButtons = () => {
-    const st = src.get("status") || {};
-    const running = st.state === "running";
+    if (!live) return;
     const busy = pending !== null;
     const cudaOk = !!src.get("cuda_available");
-    const nodeWhy = !live ? NO_KERNEL : running ? "wait for the run to end or press Stop" : selected < 0 ? "select a row first" : !store.isOnnxNode(selected) ? "the selected row is not the output of an ONNX node" : busy ? "an action is running" : "";
-    enable(btnStop, !live ? NO_KERNEL : running ? "" : "the run is not running");
-    enable(btnRerun, nodeWhy);
-    enable(btnReplay, nodeWhy);
-    const cudaWhy = !live ? NO_KERNEL : !cudaOk ? src.get("cuda_reason") || "CUDA is not available" : busy ? "an action is running" : "";
-    enable(btnCuda, cudaWhy);
-    const on = onCuda();
-    btnCuda.textContent = `CUDA: ${on ? "on" : "off"}`;
-    btnCuda.classList.toggle("sbs-on", on);
-    reasonEl.textContent = live && !cudaOk ? `CUDA unavailable: ${src.get("cuda_reason") || "no GPU"}` : live ? "" : NO_KERNEL;
+    enable(btnStop, running() ? "" : "the run is not running");
+    enable(btnCuda, !cudaOk ? src.get("cuda_reason") || "CUDA is not available" : busy ? "an action is running" : "");
+    enable(btnExport, busy ? "an action is running" : "");
+    btnCuda.textContent = `CUDA: ${onCuda() ? "on" : "off"}`;
+    btnCuda.classList.toggle("sbs-on", onCuda());
+    reasonEl.textContent = cudaOk ? "" : `CUDA unavailable: ${src.get("cuda_reason") || "no GPU"}`;
+    const why = running() ? "wait for the run to end or press Stop" : busy ? "an action is running" : "";
+    for (const b of nodeButtons) if (b.isConnected) enable(b, why);
   };
+  // Rerun / Save replay, beside the node they act on; only for ONNX node outputs
+  const nodeActions = live
+    ? (i) => {
+        if (!store.isOnnxNode(i)) return null;
+        nodeButtons.length = 0;
+        nodeButtons.push(btn("sbs-btn-rerun", "Rerun in torch", () => act("rerun")), btn("sbs-btn-replay", "Save replay", () => act("save_replay")));
+        const bar = h("div", { class: "sbs-node-actions" }, ...nodeButtons);
+        queueMicrotask(renderButtons);
+        return bar;
+      }
+    : null;
   const renderAction = () => {
     const a = src.get("action") || {};
     if (pending && a.seq === pending.seq && a.state !== "working") pending = null;
-    const showing = pending && a.seq !== pending.seq ? { name: pending.name, state: "working", message: "" } : a;
+    const late = pending && Date.now() - pending.t > ACTION_TIMEOUT_MS;
+    const showing = pending && a.seq !== pending.seq ? { name: pending.name, state: late ? "error" : "working", message: late ? "no answer from the kernel (is it running? a saved notebook's view has none)" : "" } : a;
+    if (late) pending = null;
     actionEl.className = "sbs-action";
     if (!showing || !showing.name) {
       actionEl.textContent = "";
@@ -108,36 +137,73 @@ export function mount(el, src) {
   const act = (name, extra = {}) => {
     if (!live) return;
     seq += 1;
-    pending = { name, seq: `${Date.now()}-${seq}` };
+    pending = { name, seq: `${Date.now()}-${seq}`, t: Date.now() };
     src.send({ type: "action", name, row: selected, seq: pending.seq, ...extra });
     renderAction();
+    setTimeout(renderAction, ACTION_TIMEOUT_MS + 50);
   };
 
-  // ---- table, chart, detail
-  const table = new VirtualTable(store, select);
-  const chart = new Chart(store, select);
-  const detail = new DetailPanel(store);
-  const renderDetail = () => detail.render(selected, src.get("details"), live);
+  // ---- the parts
+  const card = new AnswerCard(store, (i) => select(i, "card"));
+  const bar = new FilterBar(store, filter);
+  const table = new VirtualTable(store, filter, select);
+  table.onCount = (n, total) => bar.setCount(n, total);
+  const chart = new Chart(store, filter, select);
+  const layers = new LayerTree(store, filter, select);
+  const detail = new DetailPanel(store, graph, select, nodeActions);
+  const renderDetail = () => {
+    detail.render(selected, src.get("details"), live);
+    renderButtons();
+  };
+  filter.subscribe(() => {
+    table.refresh();
+    chart.update(true);
+  });
 
-  const root = h(
-    "div",
-    { class: "sbs-root" },
-    h("style", { text: css }),
-    statusEl,
-    toolbar,
-    h("div", { class: "sbs-main" }, h("div", { class: "sbs-left" }, chart.el, table.el), detail.el),
-  );
+  const side = h("div", { class: "sbs-side" }, detail.el);
+  const left = h("div", { class: "sbs-left" }, chart.el, layers.el, bar.el, table.el);
+  const main = h("div", { class: "sbs-main" }, left, side);
+  const root = h("div", { class: `sbs-root${live ? " sbs-live" : " sbs-static"}` }, h("style", { text: css }), statusEl, toolbar, card.el, main);
   el.appendChild(root);
+
+  // ---- width: the container's, whatever the window does (JupyterLab side panels)
+  let wide = null;
+  offs.push(
+    onWidth(root, (w) => {
+      const isWide = w >= WIDE;
+      if (isWide !== wide) {
+        wide = isWide;
+        root.classList.toggle("sbs-wide", isWide);
+        root.classList.toggle("sbs-narrow", !isWide);
+      }
+      chart.height = isWide ? 320 : 300;
+    }),
+  );
+  offs.push(onWidth(chart.el, (w) => chart.resize(w)));
+  offs.push(onWidth(table.el, (w) => table.setWidth(w)));
+  offs.push(
+    onWidth(side, (w) => {
+      if (Math.abs(w - detail.width) > 8) {
+        detail.width = w;
+        renderDetail();
+      }
+    }),
+  );
+  offs.push(watchTheme(() => chart.retheme()));
+  if (!live) table.maxHeight = Math.max(360, Math.min(900, (window.innerHeight || 800) - 120));
 
   // ---- model updates
   offs.push(
     src.onRows((kind, from) => {
+      bar.collectOps(kind === "append" ? from : 0);
       if (kind === "append") table.appended(from);
       else {
         table.invalidate();
         table.refresh();
       }
       chart.update(kind !== "append");
+      layers.update(false);
+      bar.renderConstants();
       renderStatus();
       renderButtons();
     }),
@@ -155,10 +221,12 @@ export function mount(el, src) {
     }),
   );
 
-  const viewState = src.viewState || {};
+  bar.collectOps(0);
+  bar.sync();
   if (viewState.table) table.restore(viewState.table);
   else table.refresh();
   table.onState = (st) => (viewState.table = st);
+  layers.update(true);
   chart.update(true);
   renderStatus();
   renderAction();
@@ -170,6 +238,9 @@ export function mount(el, src) {
     root,
     table,
     chart,
+    layers,
+    filter,
+    graph,
     select,
     destroy() {
       for (const off of offs) off && off();

@@ -1,104 +1,156 @@
 // Error per record along execution order (log scale), own error, tolerance, failures, and
-// the selected point. Clicking a point selects its row: the linking lives here, in the
-// browser, so it also works in a saved notebook or a static report.
+// the selected point. Exact zeros are not a value on a log axis: they sit on their own
+// strip under the plot, labelled 0. Clicking a point selects its row: the linking lives
+// here, in the browser, so it also works in a saved notebook or a static report.
 import Plotly from "plotly.js-basic-dist-min";
 import { h, fmtNum, plotlyText } from "./util.js";
+import { readTheme } from "./theme.js";
 
-const FLOOR = 1e-12; // where exact zeros sit on the log axis (hover shows the true value)
 const MARKER_LIMIT = 2000; // above this, lines only (SVG markers get slow)
 const THROTTLE_MS = 500;
+const ZERO_DOMAIN = [0, 0.07];
+const LOG_DOMAIN = [0.13, 1];
 
 function series() {
   return { x: [], y: [], customdata: [], text: [] };
 }
 
+function push(sr, x, y, text) {
+  sr.x.push(x);
+  sr.y.push(y);
+  sr.customdata.push(x);
+  sr.text.push(text);
+}
+
+/** A value series with gaps where the value is 0 or missing, and its exact zeros. */
+class Line {
+  constructor() {
+    this.main = series();
+    this.zero = series();
+    this.broken = false; // a zero came since the last point on the log axis
+  }
+
+  add(i, v, text) {
+    if (v === null || Number.isNaN(v) || !Number.isFinite(v)) return;
+    if (v === 0) {
+      push(this.zero, i, 0, text);
+      this.broken = true;
+      return;
+    }
+    if (this.broken && this.main.x.length) push(this.main, i - 0.5, null, ""); // a gap, not a slope through zeros
+    this.broken = false;
+    push(this.main, i, v, text);
+  }
+
+  /** Points with no neighbour on the log axis: invisible in lines mode, drawn as markers. */
+  isolated() {
+    const m = this.main;
+    const out = series();
+    for (let k = 0; k < m.x.length; k++) {
+      if (m.y[k] === null) continue;
+      const prev = k > 0 ? m.y[k - 1] : null;
+      const next = k + 1 < m.x.length ? m.y[k + 1] : null;
+      if (prev === null && next === null) push(out, m.x[k], m.y[k], m.text[k]);
+    }
+    return out;
+  }
+}
+
 export class Chart {
-  constructor(store, onSelect) {
+  constructor(store, filter, onSelect) {
     this.store = store;
+    this.filter = filter;
     this.onSelect = onSelect;
     this.el = h("div", { class: "sbs-chart" });
     this.selected = -1;
     this.revision = 0;
     this.plotted = false;
+    this.width = 800;
     this._reset();
   }
 
   _reset() {
-    this.err = series();
-    this.own = series();
+    this.err = new Line();
+    this.own = new Line();
     this.tol = { x: [], y: [] };
     this.fail = series();
     this.done = 0;
   }
 
   _add(from) {
-    const s = this.store;
-    for (let i = from; i < s.length; i++) {
-      if (!s.has(i)) continue;
-      const label = plotlyText(`${s.get(i, "ep_name") ?? "?"} / ${s.get(i, "onnx_name") ?? "?"}`);
-      const op = plotlyText(s.get(i, "onnx_op_type") ?? "");
-      const e = s.num(i, "err_abs");
-      if (e !== null && !Number.isNaN(e)) {
-        const y = e > 0 ? e : FLOOR;
-        this.err.x.push(i);
-        this.err.y.push(y);
-        this.err.customdata.push(i);
-        this.err.text.push(`#${i} ${label}<br>op ${op} · err ${fmtNum(e)}`);
-        if (s.failed(i)) {
-          this.fail.x.push(i);
-          this.fail.y.push(y);
-          this.fail.customdata.push(i);
-          this.fail.text.push(`#${i} ${label}<br>${plotlyText(s.get(i, "status"))} · err ${fmtNum(e)}`);
-        }
-      }
-      const e2 = s.num(i, "err_abs2");
-      if (e2 !== null && !Number.isNaN(e2)) {
-        this.own.x.push(i);
-        this.own.y.push(e2 > 0 ? e2 : FLOOR);
-        this.own.customdata.push(i);
-        this.own.text.push(`#${i} ${label}<br>op ${op} · own err ${fmtNum(e2)}`);
-      }
-      const t = s.num(i, "atol");
+    const st = this.store;
+    for (let i = from; i < st.length; i++) {
+      if (!this.filter.pass(i)) continue;
+      const name = st.userName(i) || st.get(i, "onnx_name") || "?";
+      const mod = st.get(i, "ep_module");
+      const label = plotlyText(`#${i} ${name}${mod ? ` · ${mod}` : ""}`);
+      const op = plotlyText(st.get(i, "onnx_op_type") ?? "");
+      const e = st.num(i, "err_abs");
+      this.err.add(i, e, `${label}<br>${op} · err ${fmtNum(e)}`);
+      if (e !== null && st.failed(i)) push(this.fail, i, e > 0 ? e : 0, `${label}<br>${plotlyText(st.get(i, "status"))} · err ${fmtNum(e)}`);
+      const e2 = st.num(i, "err_abs2");
+      this.own.add(i, e2, `${label}<br>${op} · own err ${fmtNum(e2)}`);
+      const t = st.num(i, "atol");
       if (t !== null && t > 0 && Number.isFinite(t)) {
         this.tol.x.push(i);
         this.tol.y.push(t);
       }
     }
-    this.done = s.length;
+    this.done = st.length;
   }
 
-  _traces() {
-    const many = this.err.x.length > MARKER_LIMIT;
+  _traces(th) {
+    const c = th.colors;
+    const many = this.err.main.x.length > MARKER_LIMIT;
     const mode = many ? "lines" : "lines+markers";
     const hov = "%{text}<extra></extra>";
-    const traces = [
-      { name: "error vs torch", type: "scatter", mode, ...this.err, hovertemplate: hov, line: { width: 1, color: "#1f77b4" }, marker: { size: 4 } },
-      { name: "own error", type: "scatter", mode, ...this.own, hovertemplate: hov, line: { width: 1, color: "#ff7f0e" }, marker: { size: 4 }, visible: this.own.x.length ? true : "legendonly" },
-      { name: "atol", type: "scatter", mode: "lines", ...this.tol, hoverinfo: "skip", line: { width: 1, dash: "dot", color: "#2ca02c", shape: "hv" } },
-      { name: "failing", type: "scatter", mode: "markers", ...this.fail, hovertemplate: hov, marker: { size: 7, color: "#d62728", symbol: "x" } },
+    const line = (name, ln, color, extra = {}) => [
+      { name, type: "scatter", mode, ...ln.main, hovertemplate: hov, line: { width: 1.2, color }, marker: { size: 4, color }, connectgaps: false, legendgroup: name, ...extra },
+      { name, type: "scatter", mode: "markers", ...(many ? ln.isolated() : series()), hovertemplate: hov, marker: { size: 4, color }, legendgroup: name, showlegend: false, ...extra },
+      { name: `${name} = 0`, type: "scatter", mode: "markers", ...ln.zero, yaxis: "y2", hovertemplate: hov, marker: { size: many ? 3 : 5, color, symbol: "line-ns-open", line: { width: 1, color } }, legendgroup: name, showlegend: false, ...extra },
     ];
-    const sel = this.selected;
-    const sx = [];
-    const sy = [];
-    if (sel >= 0 && sel < this.store.length) {
-      const e = this.store.num(sel, "err_abs");
-      if (e !== null && !Number.isNaN(e)) {
-        sx.push(sel);
-        sy.push(e > 0 ? e : FLOOR);
-      }
-    }
-    traces.push({ name: "selected", type: "scatter", mode: "markers", x: sx, y: sy, hoverinfo: "skip", showlegend: false, marker: { size: 15, color: "rgba(0,0,0,0)", line: { width: 2, color: "#9467bd" } } });
+    const ownShown = this.own.main.x.length + this.own.zero.x.length ? {} : { visible: "legendonly" };
+    const traces = [
+      ...line("error vs torch", this.err, c.err),
+      ...line("own error", this.own, c.own, ownShown),
+      { name: "atol", type: "scatter", mode: "lines", ...this.tol, hoverinfo: "skip", line: { width: 1, dash: "dot", color: c.tol, shape: "hv" } },
+    ];
+    // failing points: on the log axis, or on the zero strip when the error is 0
+    const f = this.fail;
+    const onLog = series();
+    const onZero = series();
+    f.x.forEach((x, k) => push(f.y[k] > 0 ? onLog : onZero, x, f.y[k], f.text[k]));
+    traces.push({ name: "failing", type: "scatter", mode: "markers", ...onLog, hovertemplate: hov, marker: { size: 8, color: c.fail, symbol: "x" }, legendgroup: "failing" });
+    traces.push({ name: "failing", type: "scatter", mode: "markers", ...onZero, yaxis: "y2", hovertemplate: hov, marker: { size: 8, color: c.fail, symbol: "x" }, legendgroup: "failing", showlegend: false });
+    traces.push({ name: "selected", type: "scatter", mode: "markers", ...this._selectedPoint(), hoverinfo: "skip", showlegend: false, marker: { size: 15, color: "rgba(0,0,0,0)", line: { width: 2, color: c.sel } } });
     return traces;
   }
 
-  _layout() {
+  /** The ring around the selected row's point (on the zero strip for an exact zero). */
+  _selectedPoint() {
+    const sel = this.selected;
+    const e = sel >= 0 && sel < this.store.length ? this.store.num(sel, "err_abs") : null;
+    if (e === null || !Number.isFinite(e)) return { x: [], y: [], yaxis: "y" };
+    return { x: [sel], y: [e > 0 ? e : 0], yaxis: e > 0 ? "y" : "y2" };
+  }
+
+  _layout(th) {
+    const narrow = this.width < 640;
+    const tiny = this.width < 480; // the plot area keeps >= 300 px: no y title, thin margins
+    const axis = { gridcolor: th.grid, linecolor: th.axis, zerolinecolor: th.grid, tickcolor: th.axis, tickfont: { color: th.fg2 }, title: { font: { color: th.fg2, size: 12 } } };
     return {
-      height: 260,
-      margin: { l: 60, r: 10, t: 24, b: 36 },
-      xaxis: { title: { text: "record (execution order)" }, zeroline: false },
-      yaxis: { type: "log", title: { text: "abs error" }, exponentformat: "e" },
-      legend: { orientation: "h", y: 1.12 },
+      width: this.width,
+      height: this.height || 320,
+      autosize: false,
+      margin: { l: tiny ? 44 : 64, r: tiny ? 6 : 12, t: narrow ? 50 : 30, b: 40 },
+      font: { color: th.fg, size: 11 },
+      xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: Math.max(4, Math.floor(this.width / 90)), anchor: "y2" },
+      yaxis: { ...axis, type: "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : "abs error" }, exponentformat: "power", nticks: 6 },
+      yaxis2: { ...axis, domain: ZERO_DOMAIN, range: [-1, 1], tickvals: [0], ticktext: ["0"], showgrid: false, zeroline: true, zerolinecolor: th.axis, fixedrange: true },
+      // in the top margin, measured from the figure's edge: it never sits on the plot
+      legend: { orientation: "h", x: 0, xanchor: "left", yref: "container", y: 1, yanchor: "top", font: { color: th.fg2, size: 11 }, bgcolor: "rgba(0,0,0,0)" },
       hovermode: "closest",
+      hoverlabel: { bgcolor: th.hoverBg, bordercolor: th.axis, font: { color: th.fg } },
       datarevision: ++this.revision,
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
@@ -116,6 +168,18 @@ export class Chart {
     }, wait);
   }
 
+  /** The container's width changed: lay the plot out again. */
+  resize(width) {
+    if (Math.abs(width - this.width) < 2) return;
+    this.width = width;
+    if (this.plotted) this.update(false);
+  }
+
+  /** The page theme changed. */
+  retheme() {
+    if (this.plotted) this.update(false);
+  }
+
   _draw() {
     if (!this.el.isConnected) {
       // plotly measures its container: wait until the view is attached
@@ -127,7 +191,11 @@ export class Chart {
     }
     this._last = Date.now();
     this._add(this.done);
-    Plotly.react(this.el, this._traces(), this._layout(), { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] });
+    const th = readTheme(this.el);
+    // the width is the container's (measured by the view), not the window's
+    const w = Math.round(this.el.getBoundingClientRect().width);
+    if (w > 0) this.width = w;
+    Plotly.react(this.el, this._traces(th), this._layout(th), { displaylogo: false, responsive: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] });
     if (!this.plotted) {
       this.plotted = true;
       this.el.on("plotly_click", (ev) => {
@@ -137,9 +205,15 @@ export class Chart {
     }
   }
 
+  /** Move the ring at once (a click must answer now): only that trace is redrawn. */
   setSelected(i) {
     this.selected = i;
-    this.update(false);
+    if (!this.plotted || this._timer || !this.el.data) {
+      this.update(false);
+      return;
+    }
+    const p = this._selectedPoint();
+    Plotly.restyle(this.el, { x: [p.x], y: [p.y], yaxis: [p.yaxis] }, [this.el.data.length - 1]);
   }
 
   destroy() {

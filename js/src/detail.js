@@ -1,12 +1,18 @@
-// Detail panel of the selected record: its metrics, plus what the kernel sent about the
-// node (`details` trait: node_detail, rerun result, replay paths), all shown as text.
+// Detail panel of the selected record: who it is in the user's words, its errors, the
+// graph around it, every field, and what the kernel sent about the node (`details`
+// trait: node_detail, rerun result, replay paths), all shown as text.
 import { h, fmtNum, fmtTime } from "./util.js";
+import { drawAround } from "./graph.js";
 
 const RECORD_FIELDS = [
-  ["fx node", "ep_name"],
+  ["fx node (yours)", "ep_user_name"],
+  ["fx node (prepared)", "ep_name"],
+  ["module", "ep_module"],
+  ["source", "ep_source"],
   ["fx target", "ep_target"],
-  ["ONNX node", "onnx_name"],
-  ["ONNX op", (s, i) => [s.get(i, "onnx_domain"), s.get(i, "onnx_op_type")].filter(Boolean).join("::")],
+  ["ONNX value", "onnx_name"],
+  ["ONNX op", (st, i) => [st.get(i, "onnx_domain"), st.get(i, "onnx_op_type")].filter(Boolean).join("::")],
+  ["lowering of", "onnx_fx_node"],
   ["output #", "onnx_id_output"],
   ["kind", "kind"],
   ["paired by", "paired_by"],
@@ -20,15 +26,18 @@ const RECORD_FIELDS = [
   ["|diff| > 0.01", "err_h001", fmtNum],
   ["own abs error", "err_abs2", fmtNum],
   ["own rel error", "err_rel2", fmtNum],
-  ["own verdict", (s, i) => ({ true: "pass", false: "fail" })[String(s.get(i, "passed2"))] ?? ""],
-  ["atol / rtol", (s, i) => (s.get(i, "atol") === null ? "" : `${fmtNum(s.get(i, "atol"))} / ${fmtNum(s.get(i, "rtol"))}`)],
-  ["devices", (s, i) => [s.get(i, "ep_device"), s.get(i, "onnx_device")].filter(Boolean).join(" / ")],
-  ["time torch / onnx", (s, i) => {
-    const t = [s.get(i, "ep_time_run"), s.get(i, "onnx_time_run")];
-    if (t.every((x) => x === null || x === undefined)) return "";
-    return t.map((x) => (x === null || x === undefined ? "-" : `${(x * 1000).toFixed(3)} ms`)).join(" / ");
-  }],
-  ["reset", (s, i) => (s.get(i, "reset") ? "continued from the torch value" : "")],
+  ["own verdict", (st, i) => ({ true: "pass", false: "fail" })[String(st.get(i, "passed2"))] ?? ""],
+  ["atol / rtol", (st, i) => (st.get(i, "atol") === null ? "" : `${fmtNum(st.get(i, "atol"))} / ${fmtNum(st.get(i, "rtol"))}`)],
+  ["devices", (st, i) => [st.get(i, "ep_device"), st.get(i, "onnx_device")].filter(Boolean).join(" / ")],
+  [
+    "time torch / onnx",
+    (st, i) => {
+      const t = [st.get(i, "ep_time_run"), st.get(i, "onnx_time_run")];
+      if (t.every((x) => x === null || x === undefined)) return "";
+      return t.map((x) => (x === null || x === undefined ? "-" : `${(x * 1000).toFixed(3)} ms`)).join(" / ");
+    },
+  ],
+  ["reset", (st, i) => (st.get(i, "reset") ? "continued from the torch value" : "")],
   ["error", "error"],
   ["comment", "comment"],
 ];
@@ -58,67 +67,137 @@ function valueEl(v) {
   return dd({ text: String(v) });
 }
 
-function objTable(list) {
+function cellText(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "number") return fmtNum(v);
+  if (typeof v === "boolean") return v ? "yes" : "";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+function objTable(list, labels = {}) {
   const keys = [];
   for (const o of list) for (const k of Object.keys(o)) if (!keys.includes(k)) keys.push(k);
   const t = h("table", { class: "sbs-mini" });
-  t.appendChild(h("tr", {}, ...keys.map((k) => h("th", { text: k }))));
-  for (const o of list) {
-    t.appendChild(
-      h(
-        "tr",
-        {},
-        ...keys.map((k) => {
-          const v = o[k];
-          const txt = v === null || v === undefined ? "" : typeof v === "number" ? fmtNum(v) : typeof v === "object" ? JSON.stringify(v) : String(v);
-          return h("td", { text: txt });
-        }),
-      ),
-    );
-  }
-  return t;
+  t.appendChild(h("tr", {}, ...keys.map((k) => h("th", { text: labels[k] || k.replace(/_/g, " ") }))));
+  for (const o of list) t.appendChild(h("tr", {}, ...keys.map((k) => h("td", { text: cellText(o[k]) }))));
+  return h("div", { class: "sbs-mini-wrap" }, t);
+}
+
+const PAIR_LABELS = { name: "value", ep_name: "torch partner", paired_by: "paired by", initializer: "weight" };
+
+function chip(label, value, cls = "") {
+  return h("span", { class: `sbs-kv ${cls}` }, h("span", { class: "sbs-muted", text: `${label} ` }), value);
 }
 
 export class DetailPanel {
-  constructor(store) {
+  /** `actions(i)`: the node's action buttons (live widget only), or null. */
+  constructor(store, graph, onSelect, actions) {
     this.store = store;
-    this.el = h("div", { class: "sbs-detail" }, h("div", { class: "sbs-muted", text: "Click a row or a point to see its detail." }));
+    this.graph = graph;
+    this.onSelect = onSelect;
+    this.actions = actions;
+    this.width = 360;
+    this.el = h("div", { class: "sbs-detail" });
+    this.render(-1, null, false);
   }
 
   render(i, details, live) {
-    const s = this.store;
+    const st = this.store;
     this.el.replaceChildren();
-    if (i < 0 || i >= s.length) {
-      this.el.appendChild(h("div", { class: "sbs-muted", text: "Click a row or a point to see its detail." }));
+    if (i < 0 || i >= st.length || !st.has(i)) {
+      this.el.appendChild(h("div", { class: "sbs-muted", text: "Click a row, a point or a layer's worst node to see its detail and the graph around it." }));
       return;
     }
-    this.el.appendChild(h("div", { class: "sbs-detail-title", text: `#${i} ${s.label(i)}` }));
+    const user = st.userName(i);
+    const prepared = st.get(i, "ep_name");
+    this.el.appendChild(
+      h(
+        "div",
+        { class: "sbs-detail-title" },
+        h("span", { class: "sbs-muted", text: `#${i} ` }),
+        h("span", { class: "sbs-detail-name", text: st.label(i) }),
+        user && prepared && prepared !== user ? h("span", { class: "sbs-muted", text: ` (prepared: ${prepared})` }) : null,
+      ),
+    );
+    const mod = st.get(i, "ep_module");
+    const src = st.get(i, "ep_source");
+    if (mod) this.el.appendChild(h("div", { class: "sbs-detail-module", text: mod }));
+    if (src) this.el.appendChild(h("pre", { class: "sbs-pre sbs-detail-source", text: src }));
+    const op = st.get(i, "onnx_op_type");
+    const verdict = st.get(i, "status") || "";
+    const ownOk = st.get(i, "passed2");
+    this.el.appendChild(
+      h(
+        "div",
+        { class: "sbs-detail-metrics" },
+        op ? chip("op", op) : null,
+        chip("err", fmtNum(st.get(i, "err_abs")) || "–"),
+        st.get(i, "err_abs2") !== null ? chip("own err", fmtNum(st.get(i, "err_abs2")), ownOk === false ? "sbs-bad" : "") : null,
+        st.get(i, "atol") !== null ? chip("atol", fmtNum(st.get(i, "atol"))) : null,
+        chip("verdict", verdict, `sbs-v-${verdict}`),
+      ),
+    );
+    const acts = this.actions ? this.actions(i) : null;
+    if (acts) this.el.appendChild(acts);
+    if (st.isConstant(i)) {
+      this.el.appendChild(h("div", { class: "sbs-note", text: "A weight or constant: compared with the torch parameter or constant it pairs with. Rerun and replay act on ONNX nodes: select one of its consumers below." }));
+    } else if (!st.isOnnxNode(i)) {
+      const why = st.get(i, "status") === "unpaired_ep" ? "A value only the torch program has (no ONNX value pairs with it)." : "A graph input or output value: not produced by one ONNX node.";
+      this.el.appendChild(h("div", { class: "sbs-note", text: why }));
+    }
+    if (this.graph.available) {
+      const svg = drawAround(this.graph, i, this.width - 16, this.onSelect);
+      this.el.appendChild(h("div", { class: "sbs-section sbs-around" }, h("h4", { text: "Around this value" }), svg || h("div", { class: "sbs-muted", text: "not a value of the ONNX graph" })));
+    }
     const pairs = RECORD_FIELDS.map(([label, key, fmt]) => {
-      const v = typeof key === "function" ? key(s, i) : s.get(i, key);
+      const v = typeof key === "function" ? key(st, i) : st.get(i, key);
       return [label, fmt ? fmt(v) : v];
     });
-    this.el.appendChild(h("div", { class: "sbs-section" }, h("h4", { text: "record" }), dl(pairs)));
+    this.el.appendChild(h("details", { class: "sbs-section sbs-record" }, h("summary", { text: "every field" }), dl(pairs)));
     const d = details && details.row === i ? details : null;
     if (!d) {
-      if (live && s.isOnnxNode(i)) this.el.appendChild(h("div", { class: "sbs-muted sbs-loading", text: "loading node detail…" }));
+      if (live && st.isOnnxNode(i)) this.el.appendChild(h("div", { class: "sbs-muted sbs-loading", text: "loading node detail…" }));
       return;
     }
-    if (d.node) this.el.appendChild(h("div", { class: "sbs-section sbs-node" }, h("h4", { text: "node" }), dl(Object.entries(d.node))));
-    if (d.node_error) this.el.appendChild(h("div", { class: "sbs-error", text: `node detail failed: ${d.node_error}` }));
-    if (d.rerun) {
-      const r = d.rerun;
-      const head = `rerun in torch on ${r.device ?? "?"}${r.time !== undefined && r.time !== null ? ` (${fmtTime(r.time)})` : ""}`;
-      const sec = h("div", { class: "sbs-section sbs-rerun" }, h("h4", { text: head }));
-      if (r.error) sec.appendChild(h("div", { class: "sbs-error", text: r.error }));
-      if (Array.isArray(r.outputs) && r.outputs.length) sec.appendChild(objTable(r.outputs));
-      const rest = Object.entries(r).filter(([k]) => !["outputs", "error", "device", "time"].includes(k));
-      if (rest.length) sec.appendChild(dl(rest));
-      this.el.appendChild(sec);
-    }
+    if (d.node) this.el.appendChild(this._node(d.node));
+    if (d.node_error) this.el.appendChild(h("div", { class: "sbs-note", text: `no node detail: ${d.node_error}` }));
+    if (d.rerun) this.el.appendChild(this._rerun(d.rerun));
     if (d.replay) {
-      this.el.appendChild(
-        h("div", { class: "sbs-section sbs-replay" }, h("h4", { text: "replay saved" }), dl([["bundle", d.replay.bundle], ["replay config", d.replay.config]])),
+      this.el.appendChild(h("div", { class: "sbs-section sbs-replay" }, h("h4", { text: "replay saved" }), dl([["bundle", d.replay.bundle], ["replay config", d.replay.config]])));
+    }
+  }
+
+  _node(node) {
+    const sec = h("div", { class: "sbs-section sbs-node" }, h("h4", { text: `ONNX node ${node.onnx_node || ""}` }));
+    const rest = Object.entries(node).filter(([k, v]) => !["inputs", "outputs", "onnx_node", "stack_trace", "ep_node"].includes(k) && v !== null && v !== "" && !(typeof v === "object" && !Object.keys(v).length));
+    sec.appendChild(dl(rest));
+    if (Array.isArray(node.inputs) && node.inputs.length) sec.appendChild(h("div", { class: "sbs-sub" }, h("div", { class: "sbs-dt", text: "inputs" }), objTable(node.inputs, PAIR_LABELS)));
+    if (Array.isArray(node.outputs) && node.outputs.length) sec.appendChild(h("div", { class: "sbs-sub" }, h("div", { class: "sbs-dt", text: "outputs" }), objTable(node.outputs, PAIR_LABELS)));
+    if (node.ep_node) sec.appendChild(h("details", {}, h("summary", { text: "fx node" }), h("pre", { class: "sbs-pre", text: node.ep_node })));
+    if (node.stack_trace) sec.appendChild(h("details", {}, h("summary", { text: "stack trace" }), h("pre", { class: "sbs-pre", text: node.stack_trace })));
+    return sec;
+  }
+
+  _rerun(r) {
+    const head = `rerun in the torch evaluator on ${r.device ?? "?"}${r.time !== undefined && r.time !== null ? ` (${fmtTime(r.time)})` : ""}`;
+    const sec = h("div", { class: "sbs-section sbs-rerun" }, h("h4", { text: head }));
+    if (r.error) sec.appendChild(h("div", { class: "sbs-error", text: r.error }));
+    if (Array.isArray(r.outputs) && r.outputs.length) {
+      sec.appendChild(
+        objTable(r.outputs, {
+          onnx_name: "value",
+          ep_name: "torch partner",
+          shape_type: "shape",
+          err_abs_vs_torch: "own err (rerun)",
+          err_rel_vs_torch: "own rel",
+          passed_vs_torch: "passes",
+          err_abs_vs_first_run: "vs first run",
+          err_rel_vs_first_run: "rel vs first run",
+        }),
       );
     }
+    const rest = Object.entries(r).filter(([k]) => !["outputs", "error", "device", "time", "node", "op_type"].includes(k));
+    if (rest.length) sec.appendChild(dl(rest));
+    return sec;
   }
 }

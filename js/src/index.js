@@ -5,21 +5,31 @@
  *   export function renderStatic(el, state)   no kernel, no network: HTML reports and the
  *                                    notebook-to-HTML export inline this bundle and call it
  *
- * STATE SCHEMA — the widget's synced traits (onnx_sbs_nb/widget.py STATE_TRAITS); a static
- * `state` is a plain object with the same keys and values
- * (`onnx_sbs_nb.widget.widget_state(records, ...)` builds it):
- *   columns        string[]    Record field names (onnx_sbs_nb.records.RECORD_FIELDS), the
- *                              order of the values in each row
- *   rows           any[][]     one array per Record (Record.to_dict() values in `columns`
- *                              order; NaN/inf as the strings "nan"/"inf"/"-inf"); row index
- *                              = position in the stream = row id used everywhere below
+ * STATE SCHEMA — the widget's synced traits (onnx_sbs_nb/view_state.py STATE_TRAITS); a
+ * static `state` is a plain object with the same keys and values
+ * (`onnx_sbs_nb.view_state.widget_state(records, ...)` builds it):
+ *   columns        string[]    Record field names (onnx_sbs_nb.records.RECORD_FIELDS);
+ *                              fields a newer engine adds (ep_user_name, ep_module,
+ *                              ep_source, onnx_fx_node, ...) may be absent in old states
+ *   rows           object      the records as columns: {n, data: [one encoded column per
+ *                              `columns` entry]}, a column being a plain array, {c: value}
+ *                              (all equal) or {d: distinct values, k: codes}; values are
+ *                              JSON scalars, NaN/inf as "nan"/"inf"/"-inf". Row index =
+ *                              position in the stream = row id everywhere below. (States
+ *                              of the first releases: one array per row, also read.)
+ *   graph          object      {values: ONNX value names, op: encoded column of the op of
+ *                              each value's producer, parents: flat [count, value index...]
+ *                              per value} or {} (no model): the neighbourhood view
  *   status         object      RunStatus fields (total_onnx_nodes, done_onnx_nodes, records,
  *                              failures, errors, max_err_abs, max_err_name, elapsed,
  *                              finished, stopped, current) + state ("idle"|"running"|
  *                              "finished"|"stopped"|"error"), error (traceback|null),
  *                              rows (count), device
- *   summary        object|null onnx_sbs_nb.summary Summary.to_dict() (first_own_failure,
- *                              first_failure, top_suspects, totals, ...), null while running
+ *   summary        object|null onnx_sbs_nb.summary Summary.to_dict(): verdict
+ *                              ("pass"|"fail"|"stopped"|"incomplete"), culprit ({ep_name,
+ *                              ep_user_name, ep_module, ep_source, onnx_node, onnx_op_type,
+ *                              onnx_nodes, own_error, atol, rtol, why, rule, step, kind}
+ *                              or null), totals, top_suspects, ...; null while running
  *   atol, rtol     number|null tolerances the user gave (null: dtype-aware defaults)
  *   selected       number      selected row index, -1 for none
  *   details        object      {row, node: run.node_detail(...)|null, node_error, rerun:
@@ -30,12 +40,15 @@
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
  *
- *   uid            string      (live widget only) identifies the model across its views
+ *   uid            string      (live widget only) identifies the model across its views;
+ *                              the static summary shown next to the widget (a separate
+ *                              output, for viewers without widgets) carries the class
+ *                              `sbs-for-<uid>` and is hidden once a view renders
  *
  * Messages (live only). Browser -> kernel: {type: "hello", have: n} (send rows from n on),
- * {type: "action", name: "stop"|"rerun"|"save_replay"|"device", row, seq, device?}.
- * Kernel -> browser: {type: "rows", start: n, rows: [...]} appended batches while running;
- * the full `rows` trait is synced once when the run ends.
+ * {type: "action", name: "stop"|"rerun"|"save_replay"|"device"|"export", row, seq,
+ * device?}. Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches
+ * while running; the full `rows` trait is synced once when the run ends.
  */
 import { mount } from "./app.js";
 import { RowStore } from "./rows.js";
@@ -90,8 +103,29 @@ function initialize({ model }) {
   return () => dropFeed(model);
 }
 
+// The static summary displayed next to the widget is for viewers that cannot show it:
+// where the view renders, it is redundant.
+function hideFallbacks(model) {
+  const uid = model.get("uid");
+  if (!uid || !/^[0-9a-f]+$/.test(uid)) return;
+  const id = `sbs-hide-${uid}`;
+  if (!document.getElementById(id)) {
+    // a rule, not only a style: JupyterLab re-creates the output when it is updated
+    const rule = document.createElement("style");
+    rule.id = id;
+    rule.textContent = `.jp-OutputArea-child:has(.sbs-for-${uid}), .output_area:has(.sbs-for-${uid}) { display: none; }`;
+    document.head.appendChild(rule);
+  }
+  for (const e of document.querySelectorAll(`.sbs-for-${uid}`)) {
+    const box = e.closest(".jp-OutputArea-child") || e.closest(".output_area") || e;
+    box.style.display = "none";
+  }
+}
+
 function render({ model, el }) {
   const view = mount(el, modelSource(model));
+  hideFallbacks(model);
+  requestAnimationFrame(() => hideFallbacks(model)); // displayed after the widget output
   return () => view.destroy();
 }
 

@@ -22,7 +22,7 @@ export class LiveFeed {
   }
 
   _custom(msg) {
-    if (!msg || msg.type !== "rows" || !Array.isArray(msg.rows) || typeof msg.start !== "number") return;
+    if (!msg || msg.type !== "rows" || !msg.rows || typeof msg.start !== "number") return;
     const before = this.store.length;
     const hadHole = msg.start > before;
     const what = this.store.put(msg.start, msg.rows);

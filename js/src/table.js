@@ -1,118 +1,111 @@
 // Virtualised records table: only the rows in view exist in the DOM (a fixed pool reused
-// on scroll), so 20,000 rows scroll as smoothly as 20.
+// on scroll), so 20,000 rows scroll as smoothly as 20. Its columns fit the width it is
+// given: the name, the errors and the verdict always show; the others fold away (every
+// field is in the detail panel) instead of a horizontal scroll.
 import { h, fmtNum, num, FAILING } from "./util.js";
 
-const ROW_H = 22;
+export const ROW_H = 22;
 const OVERSCAN = 8;
+const SCROLLBAR = 14;
 
-function shapeText(s, i) {
-  const a = s.get(i, "ep_shape_type") || "";
-  const b = s.get(i, "onnx_shape_type") || "";
+function shapeText(st, i) {
+  const a = st.get(i, "ep_shape_type") || "";
+  const b = st.get(i, "onnx_shape_type") || "";
   if (!a || !b || a === b) return a || b;
   return `${a} | ${b}`;
 }
 
-function verdictText(s, i) {
-  const st = s.get(i, "status") || "";
-  const p2 = s.get(i, "passed2");
-  if (p2 === false) return `${st} · own fail`;
-  if (p2 === true && FAILING.has(st)) return `${st} · own ok`;
-  return st;
+function verdictText(st, i) {
+  const v = st.get(i, "status") || "";
+  const p2 = st.get(i, "passed2");
+  if (p2 === false) return `${v} · own fail`;
+  if (p2 === true && FAILING.has(v)) return `${v} · own ok`;
+  return v;
 }
 
-function numCol(key, label, w) {
+function numCol(key, label, w, pri) {
   return {
     key,
     label,
     w,
+    pri,
     numeric: true,
-    text: (s, i) => fmtNum(s.get(i, key)),
-    sort: (s, i) => {
-      const v = num(s.get(i, key));
+    text: (st, i) => fmtNum(st.get(i, key)),
+    sort: (st, i) => {
+      const v = num(st.get(i, key));
       return v === null ? null : Number.isNaN(v) ? Infinity : v;
     },
   };
 }
 
-function textCol(key, label, w) {
-  return { key, label, w, text: (s, i) => s.get(i, key) ?? "", sort: (s, i) => s.get(i, key) ?? null };
+function textCol(key, label, w, pri, extra = {}) {
+  return { key, label, w, pri, text: (st, i) => st.get(i, key) ?? "", sort: (st, i) => st.get(i, key) ?? null, ...extra };
 }
 
+// pri: the order in which columns are kept as the width shrinks (0: always).
+// flex: the column takes a share of the width left over (min width w).
 export const COLUMNS = [
-  { key: "row", label: "#", w: 56, numeric: true, text: (s, i) => String(i), sort: (s, i) => i },
-  textCol("ep_name", "fx node", 190),
-  textCol("onnx_name", "ONNX node", 190),
-  textCol("onnx_op_type", "op", 110),
-  { key: "shape", label: "shape / dtype", w: 180, text: shapeText, sort: shapeText },
-  numCol("err_abs", "err abs", 84),
-  numCol("err_rel", "err rel", 84),
-  numCol("err_abs2", "own err", 84),
-  numCol("err_nan", "nan", 56),
+  { key: "row", label: "#", w: 48, pri: 3, numeric: true, text: (st, i) => String(i), sort: (st, i) => i },
+  {
+    key: "ep_name",
+    label: "fx node · module",
+    w: 150,
+    flex: 3,
+    pri: 0,
+    name: true,
+    text: (st, i) => st.userName(i),
+    sort: (st, i) => st.get(i, "ep_module") ?? st.userName(i) ?? null,
+  },
+  textCol("onnx_name", "ONNX value", 120, 5, { flex: 2 }),
+  textCol("onnx_op_type", "op", 92, 2),
+  { key: "shape", label: "shape / dtype", w: 150, pri: 6, text: shapeText, sort: shapeText },
+  numCol("err_abs", "err abs", 76, 0),
+  numCol("err_rel", "err rel", 70, 7),
+  numCol("err_abs2", "own err", 76, 0),
+  numCol("err_nan", "nan", 46, 9),
   {
     key: "status",
     label: "verdict",
-    w: 150,
+    w: 104,
+    pri: 0,
     text: verdictText,
     sort: verdictText,
-    cls: (s, i) => `sbs-v-${s.get(i, "status") || "none"}${s.get(i, "passed2") === false ? " sbs-v-ownfail" : ""}`,
+    cls: (st, i) => `sbs-v-${st.get(i, "status") || "none"}${st.get(i, "passed2") === false ? " sbs-v-ownfail" : ""}`,
   },
-  textCol("kind", "kind", 64),
-  textCol("paired_by", "paired by", 84),
+  textCol("kind", "kind", 60, 8),
+  textCol("paired_by", "paired by", 80, 10),
 ];
 
-export const VERDICTS = [
-  ["", "all verdicts"],
-  ["failing", "failing"],
-  ["ownfail", "own error fails"],
-  ["ok", "ok"],
-  ["fail", "fail"],
-  ["shape_mismatch", "shape mismatch"],
-  ["dtype_mismatch", "dtype mismatch"],
-  ["error", "error"],
-  ["unpaired", "unpaired"],
-  ["not_compared", "not compared"],
-];
+/** The columns that fit in `width` px (in table order), highest priority first kept. */
+export function fitColumns(width) {
+  const avail = width - SCROLLBAR;
+  const byPri = [...COLUMNS].sort((a, b) => a.pri - b.pri);
+  const keep = new Set();
+  let used = 0;
+  for (const c of byPri) {
+    if (c.pri > 0 && used + c.w > avail) continue;
+    keep.add(c.key);
+    used += c.w;
+  }
+  const cols = COLUMNS.filter((c) => keep.has(c.key));
+  // very narrow: the name gives up width before anything scrolls sideways
+  if (used > avail) return cols.map((c) => (c.name ? { ...c, w: Math.max(72, c.w - (used - avail)) } : c));
+  return cols;
+}
 
 export class VirtualTable {
-  constructor(store, onSelect) {
+  constructor(store, filter, onSelect) {
     this.store = store;
+    this.filter = filter;
     this.onSelect = onSelect;
     this.view = [];
     this.selected = -1;
     this.sortKey = null;
     this.sortDir = 1;
-    this.filter = { op: "", verdict: "", text: "" };
-    this.opTypes = new Set();
     this.pool = [];
-    this.template = COLUMNS.map((c) => `${c.w}px`).join(" ");
-    this.totalWidth = COLUMNS.reduce((a, c) => a + c.w, 0);
-    this._build();
-  }
-
-  _build() {
-    this.opSelect = h("select", { class: "sbs-f-op", title: "filter by op type", onchange: () => this.setFilter({ op: this.opSelect.value }) }, h("option", { value: "", text: "all ops" }));
-    this.verdictSelect = h("select", { class: "sbs-f-verdict", title: "filter by verdict", onchange: () => this.setFilter({ verdict: this.verdictSelect.value }) });
-    for (const [v, label] of VERDICTS) this.verdictSelect.appendChild(h("option", { value: v, text: label }));
-    let timer = null;
-    this.textInput = h("input", {
-      class: "sbs-f-text",
-      type: "search",
-      placeholder: "filter names…",
-      oninput: () => {
-        clearTimeout(timer);
-        timer = setTimeout(() => this.setFilter({ text: this.textInput.value }), 120);
-      },
-    });
-    this.countEl = h("span", { class: "sbs-count" });
-    this.filters = h("div", { class: "sbs-filters" }, this.opSelect, this.verdictSelect, this.textInput, this.countEl);
-
-    this.header = h("div", { class: "sbs-thead", style: `grid-template-columns:${this.template};width:${this.totalWidth}px` });
-    this.headCells = COLUMNS.map((c) => {
-      const cell = h("div", { class: `sbs-th${c.numeric ? " sbs-num" : ""}`, title: `sort by ${c.label}`, onclick: () => this.toggleSort(c.key) }, c.label);
-      this.header.appendChild(cell);
-      return cell;
-    });
-    this.body = h("div", { class: "sbs-tbody", style: `width:${this.totalWidth}px` });
+    this.maxHeight = 440;
+    this.header = h("div", { class: "sbs-thead" });
+    this.body = h("div", { class: "sbs-tbody" });
     this.viewport = h("div", { class: "sbs-viewport", tabindex: "0" }, this.header, this.body);
     this.viewport.addEventListener("scroll", () => {
       this._schedule();
@@ -123,7 +116,24 @@ export class VirtualTable {
       const r = ev.target.closest(".sbs-tr");
       if (r && r._idx !== undefined && r._idx >= 0) this.onSelect(r._idx, "table");
     });
-    this.el = h("div", { class: "sbs-table" }, this.filters, this.viewport);
+    this.el = h("div", { class: "sbs-table" }, this.viewport);
+    this.setWidth(900);
+  }
+
+  /** Lay the columns out for a table `width` px wide. */
+  setWidth(width) {
+    const cols = fitColumns(width);
+    const template = cols.map((c) => (c.flex ? `minmax(${c.w}px, ${c.flex}fr)` : `${c.w}px`)).join(" ");
+    if (template === this.template) return;
+    this.cols = cols;
+    this.template = template;
+    this.header.style.gridTemplateColumns = this.template;
+    this.headCells = cols.map((c) => h("div", { class: `sbs-th${c.numeric ? " sbs-num" : ""}`, title: `sort by ${c.label}`, onclick: () => this.toggleSort(c.key) }, c.label));
+    this.header.replaceChildren(...this.headCells);
+    this._marks();
+    for (const tr of this.pool) tr.remove();
+    this.pool = [];
+    this._schedule();
   }
 
   _key(ev) {
@@ -134,39 +144,16 @@ export class VirtualTable {
     if (this.view[next] !== undefined) this.onSelect(this.view[next], "keyboard");
   }
 
-  _pass(i) {
-    const s = this.store;
-    if (!s.has(i)) return false;
-    const f = this.filter;
-    if (f.op && s.get(i, "onnx_op_type") !== f.op) return false;
-    if (f.verdict) {
-      const st = s.get(i, "status");
-      if (f.verdict === "failing") {
-        if (!FAILING.has(st)) return false;
-      } else if (f.verdict === "ownfail") {
-        if (s.get(i, "passed2") !== false) return false;
-      } else if (f.verdict === "unpaired") {
-        if (st !== "unpaired_ep" && st !== "unpaired_onnx") return false;
-      } else if (st !== f.verdict) return false;
-    }
-    if (f.text) {
-      const t = f.text.toLowerCase();
-      const hay = ["ep_name", "onnx_name", "onnx_op_type", "ep_target"].map((k) => String(s.get(i, k) ?? "").toLowerCase());
-      if (!hay.some((x) => x.includes(t))) return false;
-    }
-    return true;
-  }
-
   _sort() {
     if (!this.sortKey) return;
     const col = COLUMNS.find((c) => c.key === this.sortKey);
-    const s = this.store;
-    const keys = new Map();
-    for (const i of this.view) keys.set(i, col.sort(s, i));
+    const st = this.store;
+    const keys = new Array(st.length);
+    for (const i of this.view) keys[i] = col.sort(st, i);
     const dir = this.sortDir;
     this.view.sort((a, b) => {
-      const x = keys.get(a);
-      const y = keys.get(b);
+      const x = keys[a];
+      const y = keys[b];
       if (x === y) return a - b;
       if (x === null || x === undefined) return 1; // missing values last either way
       if (y === null || y === undefined) return -1;
@@ -174,63 +161,34 @@ export class VirtualTable {
     });
   }
 
-  _collectOps(from) {
-    let grew = false;
-    for (let i = from; i < this.store.length; i++) {
-      const op = this.store.get(i, "onnx_op_type");
-      if (op && !this.opTypes.has(op)) {
-        this.opTypes.add(op);
-        grew = true;
-      }
-    }
-    if (!grew) return;
-    const current = this.opSelect.value;
-    while (this.opSelect.options.length > 1) this.opSelect.remove(1);
-    for (const op of [...this.opTypes].sort()) this.opSelect.appendChild(h("option", { value: op, text: op }));
-    this.opSelect.value = current;
-  }
-
   /** Rebuild the whole view (filters or sort changed, rows replaced). */
   refresh() {
-    this.opTypes.clear();
-    this._collectOps(0);
     this.view = [];
-    for (let i = 0; i < this.store.length; i++) if (this._pass(i)) this.view.push(i);
+    for (let i = 0; i < this.store.length; i++) if (this.filter.pass(i)) this.view.push(i);
     this._sort();
     this._schedule();
   }
 
   /** Rows `from`.. were appended: extend the view without redoing it when unsorted. */
   appended(from) {
-    this._collectOps(from);
-    for (let i = from; i < this.store.length; i++) if (this._pass(i)) this.view.push(i);
+    for (let i = from; i < this.store.length; i++) if (this.filter.pass(i)) this.view.push(i);
     if (this.sortKey) this._sort();
     this._schedule();
   }
 
-  setFilter(patch) {
-    Object.assign(this.filter, patch);
-    this.refresh();
-    this._changed();
-  }
-
-  /** Filters, sort and scroll, to carry over to a view re-created for the same model. */
+  /** Sort and scroll, to carry over to a view re-created for the same model. */
   snapshot() {
-    return { filter: { ...this.filter }, sortKey: this.sortKey, sortDir: this.sortDir, scrollTop: this.viewport.scrollTop };
+    return { sortKey: this.sortKey, sortDir: this.sortDir, scrollTop: this.viewport.scrollTop };
   }
 
   restore(st) {
-    if (!st || !st.filter) return;
-    this.filter = { ...this.filter, ...st.filter };
-    this.textInput.value = this.filter.text || "";
-    this.verdictSelect.value = this.filter.verdict || "";
+    if (!st) return;
     if (st.sortKey) {
       this.sortKey = st.sortKey;
       this.sortDir = st.sortDir || 1;
       this._marks();
     }
     this.refresh();
-    this.opSelect.value = this.filter.op || "";
     if (st.scrollTop) requestAnimationFrame(() => (this.viewport.scrollTop = st.scrollTop));
   }
 
@@ -252,7 +210,8 @@ export class VirtualTable {
   }
 
   _marks() {
-    COLUMNS.forEach((c, k) => {
+    if (!this.headCells) return;
+    this.cols.forEach((c, k) => {
       const mark = c.key === this.sortKey ? (this.sortDir > 0 ? " ▲" : " ▼") : "";
       this.headCells[k].textContent = c.label + mark;
     });
@@ -282,19 +241,54 @@ export class VirtualTable {
     this._raf = typeof requestAnimationFrame === "function" ? requestAnimationFrame(run) : setTimeout(run, 16);
   }
 
+  _row() {
+    const tr = h("div", { class: "sbs-tr" });
+    tr.style.gridTemplateColumns = this.template;
+    tr._cells = this.cols.map((c) => {
+      const cell = tr.appendChild(h("div", { class: `sbs-td${c.numeric ? " sbs-num" : ""}` }));
+      if (c.name) {
+        cell._name = cell.appendChild(h("span", { class: "sbs-name" }));
+        cell._mod = cell.appendChild(h("span", { class: "sbs-module" }));
+      }
+      return cell;
+    });
+    tr._idx = -1;
+    return tr;
+  }
+
+  _fill(tr, i) {
+    const st = this.store;
+    this.cols.forEach((c, j) => {
+      const cell = tr._cells[j];
+      if (c.name) {
+        const name = st.userName(i);
+        const mod = st.get(i, "ep_module") || "";
+        // an ONNX-only value has no fx name: its ONNX name stands in, marked as such
+        cell._name.textContent = name || st.get(i, "onnx_name") || "—";
+        cell._name.classList.toggle("sbs-onnx-only", !name);
+        cell._mod.textContent = mod;
+        const prepared = st.get(i, "ep_name");
+        cell.title = [name, prepared && prepared !== name ? `(prepared: ${prepared})` : "", mod].filter(Boolean).join("  ");
+      } else {
+        cell.textContent = c.text(st, i);
+        cell.title = cell.textContent;
+      }
+      cell.className = `sbs-td${c.numeric ? " sbs-num" : ""}${c.name ? " sbs-namecell" : ""}${c.cls ? ` ${c.cls(st, i)}` : ""}`;
+    });
+  }
+
   /** Draw the rows in view; returns how many row elements are in the DOM. */
   render() {
     const n = this.view.length;
     this.body.style.height = `${n * ROW_H}px`;
-    const total = this.store.count;
-    this.countEl.textContent = n === total ? `${n} rows` : `${n} of ${total} rows`;
-    const height = this.viewport.clientHeight || 360;
+    // as tall as its rows, up to maxHeight: no empty box under a short table
+    this.viewport.style.height = `${Math.max(3, Math.min(n, Math.floor(this.maxHeight / ROW_H))) * ROW_H + ROW_H + 2}px`;
+    if (this.onCount) this.onCount(n, this.store.count);
+    const height = this.viewport.clientHeight || this.maxHeight;
     const first = Math.max(0, Math.floor(this.viewport.scrollTop / ROW_H) - OVERSCAN);
-    const count = Math.min(n - first, Math.ceil(height / ROW_H) + 2 * OVERSCAN);
+    const count = Math.max(0, Math.min(n - first, Math.ceil(height / ROW_H) + 2 * OVERSCAN));
     while (this.pool.length < count) {
-      const tr = h("div", { class: "sbs-tr", style: `grid-template-columns:${this.template}` });
-      tr._cells = COLUMNS.map((c) => tr.appendChild(h("div", { class: `sbs-td${c.numeric ? " sbs-num" : ""}` })));
-      tr._idx = -1;
+      const tr = this._row();
       this.pool.push(tr);
       this.body.appendChild(tr);
     }
@@ -309,14 +303,11 @@ export class VirtualTable {
       const i = this.view[first + k];
       tr.style.display = "";
       tr.style.top = `${(first + k) * ROW_H}px`;
-      if (tr._idx !== i || tr._stale) {
+      if (tr._idx !== i) {
         tr._idx = i;
-        COLUMNS.forEach((c, j) => {
-          const cell = tr._cells[j];
-          cell.textContent = c.text(this.store, i);
-          cell.title = cell.textContent;
-          cell.className = `sbs-td${c.numeric ? " sbs-num" : ""}${c.cls ? ` ${c.cls(this.store, i)}` : ""}`;
-        });
+        tr.dataset.row = i;
+        tr.dataset.kind = this.store.get(i, "kind") || "";
+        this._fill(tr, i);
       }
       tr.classList.toggle("sbs-sel", i === this.selected);
       tr.classList.toggle("sbs-fail", this.store.failed(i));

@@ -1,7 +1,9 @@
-"""The widget in a real JupyterLab + headless Chromium: live rows, selection, every button.
+"""The widget in a real JupyterLab + headless Chromium: live rows, selection, every button,
+the layout at 1500 px and 800 px in the light and the dark theme (element geometry), the
+graph around a node, the exported report opened offline.
 
 Also measures, in the same browser, how long the front end takes to render 20,000 rows
-(printed, never asserted: machines differ).
+(printed, never asserted: machines differ).  Screenshots go to test-artifacts/.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import nbformat
 import pytest
 
 from onnx_sbs_nb import view_state
-from onnx_sbs_nb.records import Record
+from onnx_sbs_nb.records import RECORD_FIELDS, Record
 
+from ..browser import GEOMETRY_JS, check_layout
 from .conftest import copy_notebook
 
 pytestmark = [
@@ -139,6 +142,38 @@ def _widget(page, k: int):
     return page.locator(".sbs-root").nth(k)
 
 
+def _column(root, label: str) -> int:
+    """Position of a column in the table as laid out now (columns fold with the width)."""
+    labels = [re.sub(r" [▲▼]$", "", t) for t in root.locator(".sbs-th").all_inner_texts()]
+    return labels.index(label)
+
+
+def _layout(page, artifacts, name: str, *, width: int, dark: bool) -> None:
+    """Resize the window, let the view reflow, check its geometry, keep a screenshot."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    first = _widget(page, 0)
+    first.evaluate("e => e.scrollIntoView({block: 'start'})")
+    wide = "sbs-wide" if width >= 1300 else "sbs-narrow"  # the notebook is narrower
+    page.locator(f".sbs-root.{wide}").first.wait_for()
+    page.wait_for_timeout(1200)  # the chart redraws at most every 500 ms
+    g = first.evaluate(GEOMETRY_JS)
+    try:
+        check_layout(g, dark=dark)
+    finally:
+        page.screenshot(path=str(artifacts / f"ui_{name}.png"))
+    print(f"{name}: view {g['root']['width']:.0f} px wide, plot area "
+          f"{g['plot']['width']:.0f}x{g['plot']['height']:.0f} px, wide={g['wide']}")  # fmt: skip
+
+
+def _theme(page, name: str) -> None:
+    """Settings > Theme > name, as a user switches it."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Settings$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Theme$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{name}$")).click()
+    light = "false" if "Dark" in name else "true"
+    page.locator(f"body[data-jp-theme-light='{light}']").wait_for(state="attached", timeout=30_000)
+
+
 def _wait_state(root, state: str, timeout: float = 240_000) -> None:
     root.locator(f".sbs-badge.sbs-{state}").wait_for(timeout=timeout)
 
@@ -178,11 +213,34 @@ def _quickstart(lab, page, artifacts):
     # (a fast run may show its rows in one batch; the held runs below prove it mid-run)
     assert any(state == "running" and n > 0 for state, n in seen), seen
     assert final_rows > 100
-    # the answer, with a link that selects the node to blame
-    link = first.locator(".sbs-answer .sbs-link")
-    assert link.inner_text() == "gelu_4"
-    link.click()
-    assert first.locator(".sbs-detail-title").inner_text().endswith("gelu_4")
+    # the answer first: the culprit in the user's words, one click to select it
+    card = first.locator(".sbs-card.sbs-card-fail")
+    culprit = card.locator(".sbs-culprit")
+    name = culprit.inner_text()
+    assert "gelu" in name, card.inner_text()
+    assert first.locator(".sbs-answer .sbs-link").inner_text() == name  # the same word
+    if "ep_module" in RECORD_FIELDS:  # the engine names modules (issue 10)
+        assert card.locator(".sbs-card-module").inner_text() == "blocks.4"
+    assert "own error" in card.inner_text() and "atol" in card.inner_text()
+    culprit.click()
+    assert first.locator(".sbs-detail-name").inner_text() == name
+    assert first.locator(".sbs-tr.sbs-sel").count() == 1
+    # the graph around it: a click on a consumer moves the selection there
+    around = first.locator(".sbs-around .sbs-g-link")
+    around.first.wait_for()
+    target = around.last
+    row = target.get_attribute("data-row")
+    target.click()
+    first.locator(f".sbs-tr.sbs-sel[data-row='{row}']").wait_for()
+    assert first.locator(".sbs-detail-title").inner_text().startswith(f"#{row} ")
+    # nodes first: weights and constants are one line, listed on request
+    constants = first.locator(".sbs-constants")
+    assert re.search(r"\d+ weights? and constants \(\d+ compared\)", constants.inner_text())
+    assert first.locator(".sbs-tr[data-kind='weight']").count() == 0
+    constants.locator(".sbs-constants-toggle").click()
+    first.locator(".sbs-tr[data-kind='weight']").first.wait_for()
+    constants.locator(".sbs-constants-toggle").click()
+    first.locator(".sbs-tr[data-kind='weight']").first.wait_for(state="detached")
 
     # click a row (found with the text filter) and get the node detail from the kernel
     _only_row(first, "layer_norm_3").click()
@@ -192,11 +250,11 @@ def _quickstart(lab, page, artifacts):
     first.locator(".sbs-node").filter(has_text="approximate").wait_for(timeout=60_000)
     assert first.locator(".sbs-tr.sbs-sel").count() == 1
 
-    # Rerun in torch: working state, then the result against torch and the first run
+    # Rerun in torch: working state, then its own error next to the table's
     first.locator(".sbs-btn-rerun").click()
     action = first.locator(".sbs-action")
     action.filter(has_text="reran on cpu").wait_for(timeout=120_000)
-    assert "vs torch" in action.inner_text() and "vs first run" in action.inner_text()
+    assert "own err" in action.inner_text() and "(table: " in action.inner_text()
     first.locator(".sbs-rerun").wait_for()
 
     # Save replay: both paths shown, and both exist
@@ -223,12 +281,28 @@ def _quickstart(lab, page, artifacts):
     # Stop is only offered while running
     assert first.locator(".sbs-btn-stop").is_disabled()
 
+    # a weight's detail says what it is; no node action, no red error
+    first.locator(".sbs-f-text").fill("")
+    constants.locator(".sbs-constants-toggle").click()
+    first.locator(".sbs-tr[data-kind='weight']").first.click()
+    first.locator(".sbs-detail .sbs-note").filter(has_text="weight").wait_for()
+    assert first.locator(".sbs-detail .sbs-btn-rerun").count() == 0
+    assert first.locator(".sbs-detail .sbs-error").count() == 0
+    constants.locator(".sbs-constants-toggle").click()
+
+    # Export report: a file that opens offline, whatever the notebook's save settings
+    first.locator(".sbs-btn-export").click()
+    action.filter(has_text="report written to").wait_for(timeout=120_000)
+    report = Path(action.inner_text().split("report written to ", 1)[1].strip())
+    assert report.is_file() and lab.root in report.parents, report
+    _open_report_offline(page, report, artifacts)
+
     # the chart: click a point, the table follows
     chart = first.locator(".sbs-chart .main-svg").first
     chart.wait_for()
     first.locator(".sbs-f-text").fill("")
-    first.locator(".sbs-count").filter(has_text=re.compile(r"^\d+ rows$")).wait_for()
-    point = first.locator(".sbs-chart .scatterlayer .trace").first.locator(".point").nth(90)
+    first.locator(".sbs-count").filter(has_text=re.compile(r" rows$")).wait_for()
+    point = first.locator(".sbs-chart .scatterlayer .trace").first.locator(".point").nth(40)
     box = point.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -236,7 +310,7 @@ def _quickstart(lab, page, artifacts):
     sel = first.locator(".sbs-tr.sbs-sel")
     sel.wait_for()
     picked = first.locator(".sbs-detail-title").inner_text().split()[0]
-    assert sel.locator(".sbs-td").first.inner_text() == picked.lstrip("#")
+    assert sel.get_attribute("data-row") == picked.lstrip("#")
     first.screenshot(path=str(artifacts / "ui_quickstart_widget.png"))
 
     # the %sbs widget rendered too
@@ -280,9 +354,52 @@ def _quickstart(lab, page, artifacts):
         f"live widget, 20,000 rows: drawn {1000 * (time.perf_counter() - t):.0f} ms after it appeared"
     )
     big.locator(".sbs-th", has_text="err abs").click()
-    big.locator(".sbs-tr").first.locator(".sbs-td").nth(5).filter(has_text="9.60e-6").wait_for()
+    err_col = _column(big, "err abs")
+    big.locator(".sbs-tr").first.locator(".sbs-td").nth(err_col).filter(
+        has_text="9.60e-6"
+    ).wait_for()
     page.screenshot(path=str(artifacts / "ui_quickstart_page.png"))
+    # every view rendered: the static summaries next to them are hidden
+    assert page.locator(".onnx-sbs-fallback").count() >= 6
+    assert page.locator(".onnx-sbs-fallback:visible").count() == 0
+
+    # the layout, as wide and as narrow as people's windows, in both themes
+    page.locator(".jp-FileBrowser").wait_for()  # the file browser is open (1500 px case)
+    _layout(page, artifacts, "1500_light", width=1500, dark=False)
+    _layout(page, artifacts, "800_light", width=800, dark=False)
+    _theme(page, "JupyterLab Dark")
+    _layout(page, artifacts, "800_dark", width=800, dark=True)
+    _layout(page, artifacts, "1500_dark", width=1500, dark=True)
+    _theme(page, "JupyterLab Light")
     assert not page.js_errors, page.js_errors
+
+
+def _open_report_offline(page, report: Path, artifacts: Path) -> None:
+    """The exported report in a fresh page with every request outside file:// refused."""
+    ctx = page.context.browser.new_context(viewport={"width": 1400, "height": 900})
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith(("file:", "blob:", "data:")):
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
+
+    try:
+        pg = ctx.new_page()
+        pg.route("**/*", route)
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto(report.as_uri())
+        pg.locator(".sbs-root .sbs-tr").first.wait_for(timeout=30_000)
+        pg.locator(".sbs-chart .main-svg").first.wait_for(timeout=30_000)
+        assert "gelu" in pg.locator(".sbs-card .sbs-culprit").inner_text()
+        assert pg.locator(".sbs-btn").count() == 0  # a report has no kernel: no buttons
+        pg.screenshot(path=str(artifacts / "ui_exported_report.png"))
+        assert blocked == [] and errors == [], (blocked, errors)
+    finally:
+        ctx.close()
 
 
 def _static_page(tmp_path: Path, n: int) -> Path:
@@ -383,11 +500,10 @@ def test_static_render_20000_rows(page, tmp_path, artifacts):
     root.locator(".sbs-f-verdict").select_option("")
     t = time.perf_counter()
     root.locator(".sbs-th", has_text="err abs").click()
-    first_err = root.locator(".sbs-tr").first.locator(".sbs-td").nth(5)
+    first_err = root.locator(".sbs-tr").first.locator(".sbs-td").nth(_column(root, "err abs"))
     first_err.filter(has_text="9.60e-6").wait_for()
     print(f"sort 20,000 rows by error: {1000 * (time.perf_counter() - t):.0f} ms (round trip)")
-    # a static view has no kernel: actions are disabled and say why
-    assert root.locator(".sbs-btn-rerun").is_disabled()
-    assert "running kernel" in root.locator(".sbs-reason").inner_text()
+    # a static view has no kernel: no action buttons (none disabled either)
+    assert root.locator("button.sbs-btn").count() == 0
     page.screenshot(path=str(artifacts / "ui_static_20000.png"))
     assert not page.js_errors, page.js_errors

@@ -1,0 +1,127 @@
+// The answer first: the verdict and the culprit (summary["culprit"]) in the user's words
+// (their fx node name, module path, source line), the ONNX node and op, its own error
+// against the tolerance, why in a sentence, and one click to select it.
+import { h, fmtNum } from "./util.js";
+
+const RULE_WHY = {
+  rerun: "its own error (the node rerun on the torch values of its inputs) fails the tolerance: it makes the error, it does not inherit it",
+  error: "the node failed to run",
+  leaf: "a graph input or weight differs from its torch counterpart: nothing upstream to blame",
+  inputs_passed: "it fails while every compared input of its node passes",
+  first_failure: "the first value in execution order that fails the tolerance",
+};
+
+/** The culprit of a summary. Summaries saved before `culprit` existed give their first
+ * own failure, in the same shape. */
+export function culpritOf(summary) {
+  if (!summary || typeof summary !== "object") return null;
+  if ("culprit" in summary) return summary.culprit || null;
+  const r = summary.first_own_failure;
+  if (!r || typeof r !== "object") return null;
+  const rule = summary.first_own_failure_rule || null;
+  return {
+    ep_name: r.ep_name ?? null,
+    ep_user_name: r.ep_user_name ?? null,
+    ep_module: r.ep_module ?? null,
+    ep_source: r.ep_source ?? null,
+    onnx_node: r.onnx_name ?? null,
+    onnx_op_type: r.onnx_op_type ?? null,
+    onnx_nodes: null,
+    own_error: r.err_abs2 ?? r.err_abs ?? null,
+    atol: r.atol ?? null,
+    rtol: r.rtol ?? null,
+    why: RULE_WHY[rule] || null,
+    rule,
+    step: r.step ?? null,
+    kind: r.kind ?? null,
+  };
+}
+
+export function culpritName(c) {
+  return (c && (c.ep_user_name || c.ep_name || c.onnx_node)) || "?";
+}
+
+const VERDICTS = { pass: "PASS", fail: "FAIL", stopped: "STOPPED", incomplete: "INCOMPLETE" };
+
+export function verdictOf(summary, status) {
+  const st = status || {};
+  if (st.state === "running") return "running";
+  const v = summary && summary.verdict;
+  if (v === "pass" && (st.stopped || st.state === "stopped")) return "stopped"; // never a PASS
+  return v || (st.state === "stopped" ? "stopped" : st.state === "error" ? "incomplete" : "");
+}
+
+function progress(summary, status) {
+  const t = (summary && summary.totals) || {};
+  const done = t.nodes_done ?? status.done_onnx_nodes;
+  const total = t.nodes_total ?? status.total_onnx_nodes;
+  return total ? `${done ?? 0} of ${total} ONNX nodes` : "";
+}
+
+export class AnswerCard {
+  constructor(store, onSelect) {
+    this.store = store;
+    this.onSelect = onSelect;
+    this.el = h("div", { class: "sbs-card", hidden: true });
+  }
+
+  /** Row of the culprit (-1: not held). */
+  row(c) {
+    if (!c) return -1;
+    return this.store.find({ step: c.step, onnx_name: c.onnx_node, ep_name: c.ep_name });
+  }
+
+  render(summary, status) {
+    const st = status || {};
+    const verdict = verdictOf(summary, st);
+    if (!summary || verdict === "running" || !verdict) {
+      this.el.hidden = true;
+      return;
+    }
+    this.el.hidden = false;
+    this.el.className = `sbs-card sbs-card-${verdict}`;
+    const c = culpritOf(summary);
+    const badge = h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: VERDICTS[verdict] || verdict.toUpperCase() });
+    const prog = progress(summary, st);
+    const totals = summary.totals || {};
+    if (!c) {
+      const compared = totals.compared ?? "";
+      const text =
+        verdict === "pass"
+          ? `every compared value is within tolerance (${compared} compared${prog ? `, ${prog}` : ""})`
+          : verdict === "stopped"
+            ? `the run was stopped${prog ? ` after ${prog}` : ""}: no culprit among the ${compared} values compared so far`
+            : verdict === "incomplete"
+              ? `the run did not finish${prog ? ` (${prog})` : ""}: no culprit among the ${compared} values compared`
+              : "no culprit could be named";
+      this.el.replaceChildren(h("div", { class: "sbs-card-head" }, badge, h("span", { class: "sbs-card-text", text })));
+      return;
+    }
+    const i = this.row(c);
+    const name = culpritName(c);
+    const head = h(
+      "div",
+      { class: "sbs-card-head" },
+      badge,
+      h("span", { class: "sbs-card-label", text: verdict === "fail" ? "culprit" : `${verdict}${prog ? ` after ${prog}` : ""} · culprit so far` }),
+      h("button", { class: "sbs-link sbs-culprit", title: "select the culprit in the table, the chart and the detail panel", disabled: i < 0, onclick: () => this.onSelect(i, "card") }, name),
+      c.ep_module ? h("span", { class: "sbs-card-module", text: c.ep_module }) : null,
+    );
+    const lines = [];
+    if (c.ep_source) lines.push(["source", h("code", { class: "sbs-card-source", text: c.ep_source })]);
+    const nodes = Array.isArray(c.onnx_nodes) ? c.onnx_nodes.filter(Boolean) : [];
+    const onnx = [c.onnx_node ? `${c.onnx_node}` : "", c.onnx_op_type ? `(${c.onnx_op_type})` : ""].filter(Boolean).join(" ");
+    if (onnx || nodes.length) {
+      const lowering = nodes.length > 1 ? ` · its lowering: ${nodes.length} ONNX nodes (${nodes.slice(0, 6).join(", ")}${nodes.length > 6 ? ", …" : ""})` : "";
+      lines.push(["ONNX", h("span", { text: `${onnx}${lowering}` })]);
+    }
+    if (c.own_error !== null && c.own_error !== undefined) {
+      const tol = c.atol !== null && c.atol !== undefined ? ` against atol ${fmtNum(c.atol)}${c.rtol !== null && c.rtol !== undefined ? `, rtol ${fmtNum(c.rtol)}` : ""}` : "";
+      lines.push(["own error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);
+    }
+    if (c.why) lines.push(["why", h("span", { class: "sbs-why", text: c.why })]);
+    const grid = h("div", { class: "sbs-card-grid" });
+    for (const [k, v] of lines) grid.append(h("span", { class: "sbs-muted", text: k }), v);
+    this.el.replaceChildren(head, grid);
+  }
+}

@@ -1,0 +1,166 @@
+// What the table and the chart show: one filter for both (text, op, verdict, layer,
+// weights and constants folded or listed), and the bar of controls that sets it.
+import { h, FAILING } from "./util.js";
+
+export const VERDICTS = [
+  ["", "all verdicts"],
+  ["failing", "failing"],
+  ["ownfail", "own error fails"],
+  ["ok", "ok"],
+  ["fail", "fail"],
+  ["shape_mismatch", "shape mismatch"],
+  ["dtype_mismatch", "dtype mismatch"],
+  ["error", "error"],
+  ["unpaired", "unpaired"],
+  ["not_compared", "not compared"],
+];
+
+// fields the text filter looks in: the user's names first
+const TEXT_FIELDS = ["ep_user_name", "ep_name", "ep_module", "onnx_name", "onnx_op_type", "ep_target", "ep_source", "onnx_fx_node"];
+
+export class ViewFilter {
+  constructor(store) {
+    this.store = store;
+    this.state = { text: "", op: "", verdict: "", group: "", constants: false };
+    this.subs = new Set();
+  }
+
+  set(patch) {
+    Object.assign(this.state, patch);
+    for (const cb of this.subs) cb(this.state);
+  }
+
+  subscribe(cb) {
+    this.subs.add(cb);
+    return () => this.subs.delete(cb);
+  }
+
+  pass(i) {
+    const s = this.store;
+    if (!s.has(i)) return false;
+    const f = this.state;
+    if (!f.constants && s.isConstant(i)) return false;
+    if (f.group) {
+      const m = s.get(i, "ep_module") || "";
+      if (m !== f.group && !m.startsWith(`${f.group}.`)) return false;
+    }
+    if (f.op && s.get(i, "onnx_op_type") !== f.op) return false;
+    if (f.verdict) {
+      const st = s.get(i, "status");
+      if (f.verdict === "failing") {
+        if (!FAILING.has(st)) return false;
+      } else if (f.verdict === "ownfail") {
+        if (s.get(i, "passed2") !== false) return false;
+      } else if (f.verdict === "unpaired") {
+        if (st !== "unpaired_ep" && st !== "unpaired_onnx") return false;
+      } else if (st !== f.verdict) return false;
+    }
+    if (f.text) {
+      const t = f.text.toLowerCase();
+      if (!TEXT_FIELDS.some((k) => String(s.get(i, k) ?? "").toLowerCase().includes(t))) return false;
+    }
+    return true;
+  }
+}
+
+/** Counts of the weights and constants, for the one line that stands for them. */
+export function constantCounts(store) {
+  let n = 0;
+  let compared = 0;
+  let differ = 0;
+  for (let i = 0; i < store.length; i++) {
+    if (!store.has(i) || !store.isConstant(i)) continue;
+    n += 1;
+    const st = store.get(i, "status");
+    if (st === "ok" || FAILING.has(st)) compared += 1;
+    if (FAILING.has(st)) differ += 1;
+  }
+  return { n, compared, differ };
+}
+
+export class FilterBar {
+  constructor(store, filter) {
+    this.store = store;
+    this.filter = filter;
+    this.opTypes = new Set();
+    this.opSelect = h("select", { class: "sbs-f-op", title: "filter by op type", onchange: () => filter.set({ op: this.opSelect.value }) }, h("option", { value: "", text: "all ops" }));
+    this.verdictSelect = h("select", { class: "sbs-f-verdict", title: "filter by verdict", onchange: () => filter.set({ verdict: this.verdictSelect.value }) });
+    for (const [v, label] of VERDICTS) this.verdictSelect.appendChild(h("option", { value: v, text: label }));
+    this._timer = null;
+    this.textInput = h("input", {
+      class: "sbs-f-text",
+      type: "search",
+      placeholder: "filter: name, module, op…",
+      title: "matches fx node names, module paths, ONNX names, op types, targets and source lines",
+      oninput: () => {
+        clearTimeout(this._timer);
+        this._timer = setTimeout(() => {
+          this._timer = null;
+          filter.set({ text: this.textInput.value });
+        }, 120);
+      },
+    });
+    this.groupChip = h("span", { class: "sbs-chip", hidden: true });
+    this.countEl = h("span", { class: "sbs-count" });
+    this.constLine = h("div", { class: "sbs-constants" });
+    this.el = h("div", { class: "sbs-filters" }, h("div", { class: "sbs-filter-row" }, this.textInput, this.opSelect, this.verdictSelect, this.groupChip, this.countEl), this.constLine);
+    filter.subscribe(() => this.sync());
+  }
+
+  /** Show the filter's state (set elsewhere too: a layer click, a restored view). */
+  sync() {
+    const f = this.filter.state;
+    // what the user is typing wins over the state (its update is on its way)
+    if (this._timer === null && this.textInput.value !== f.text && document.activeElement !== this.textInput) this.textInput.value = f.text;
+    this.verdictSelect.value = f.verdict;
+    this.opSelect.value = f.op;
+    this.groupChip.hidden = !f.group;
+    if (f.group) {
+      this.groupChip.replaceChildren(
+        h("span", { class: "sbs-muted", text: "layer " }),
+        h("span", { class: "sbs-chip-name", text: f.group }),
+        h("button", { class: "sbs-chip-x", title: "show every layer", onclick: () => this.filter.set({ group: "" }) }, "×"),
+      );
+    }
+    this.renderConstants();
+  }
+
+  renderConstants() {
+    const { n, compared, differ } = constantCounts(this.store);
+    if (!n) {
+      this.constLine.replaceChildren();
+      return;
+    }
+    const shown = this.filter.state.constants;
+    const what = `${n} weight${n === 1 ? "" : "s"} and constants`;
+    const verdict = differ ? h("span", { class: "sbs-bad", text: `${differ} differ${differ === 1 ? "s" : ""}` }) : h("span", { class: "sbs-good", text: "none differs" });
+    this.constLine.replaceChildren(
+      h("span", { text: `${what} (${compared} compared): ` }),
+      verdict,
+      " ",
+      h("button", { class: "sbs-link sbs-constants-toggle", onclick: () => this.filter.set({ constants: !shown }) }, shown ? "hide them" : "list them"),
+    );
+  }
+
+  /** New op types seen from row `from` on. */
+  collectOps(from) {
+    let grew = false;
+    const ops = this.store.col("onnx_op_type") || [];
+    for (let i = from; i < ops.length; i++) {
+      const op = ops[i];
+      if (op && !this.opTypes.has(op)) {
+        this.opTypes.add(op);
+        grew = true;
+      }
+    }
+    if (!grew) return;
+    const current = this.filter.state.op;
+    while (this.opSelect.options.length > 1) this.opSelect.remove(1);
+    for (const op of [...this.opTypes].sort()) this.opSelect.appendChild(h("option", { value: op, text: op }));
+    this.opSelect.value = current;
+  }
+
+  setCount(shown, total) {
+    this.countEl.textContent = shown === total ? `${shown} rows` : `${shown} of ${total} rows`;
+  }
+}
