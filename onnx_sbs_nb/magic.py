@@ -2,17 +2,19 @@
 
     %load_ext onnx_sbs_nb
     %sbs ep onx inputs --atol 1e-4 --own-error
-    %sbs model.pt2 model.onnx inputs.pt --background -o w
+    w = %sbs model.pt2 model.onnx inputs.pt --background
 
 Each of EP, ONNX and INPUTS is a variable of the user's namespace or a file path.  The
-magic displays an :class:`~onnx_sbs_nb.widget.SbsWidget` (the run executes in the cell
-unless ``--background``); ``-o NAME`` also stores the widget in the namespace as NAME, and
-the last one is always available as ``_sbs``.
+magic returns an :class:`~onnx_sbs_nb.widget.SbsWidget` and shows it once (the run
+executes in the cell unless ``--background``): ``w = %sbs ...`` binds it, as any line
+magic's result; ``-o NAME`` also stores it as NAME, and the last one is always ``_sbs``.
+In terminal IPython the widget's summary line is printed once, after the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import shlex
 from pathlib import Path
 from typing import Any
@@ -90,30 +92,104 @@ def parse_line(line: str, namespace: dict[str, Any]) -> tuple[dict[str, Any], ar
     return kwargs, ns
 
 
-def sbs_magic(line: str, ipython: Any) -> None:
+# The cell each shell is running (transformed as IPython runs it), kept by the
+# pre/post_run_cell events the extension registers.
+_RUNNING: dict[int, str] = {}
+
+
+def _track_cells(ipython: Any) -> None:
+    def pre(info: Any) -> None:
+        cell = getattr(info, "transformed_cell", None)
+        if cell is None:
+            cell = ipython.transform_cell(getattr(info, "raw_cell", "") or "")
+        _RUNNING[id(ipython)] = cell
+
+    def post(_result: Any) -> None:
+        _RUNNING.pop(id(ipython), None)
+
+    ipython.events.register("pre_run_cell", pre)
+    ipython.events.register("post_run_cell", post)
+
+
+def _sbs_call(node: ast.AST | None) -> str | None:
+    """The line of ``get_ipython().run_line_magic('sbs', line)`` (what IPython turns
+    ``%sbs line`` into), else None."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "run_line_magic"
+        and len(node.args) >= 2
+        and all(isinstance(a, ast.Constant) for a in node.args[:2])
+        and node.args[0].value == "sbs"
+    ):
+        return str(node.args[1].value)
+    return None
+
+
+def result_is_displayed(ipython: Any, line: str) -> bool:
+    """Whether IPython will display what ``%sbs line`` returns: the rule its displayhook
+    follows (``ast_node_interactivity``, a trailing ``;``), read on the cell being run."""
+    from IPython.core.displayhook import DisplayHook
+
+    if DisplayHook.semicolon_at_end_of_expression(line):
+        return False  # silenced (the magic is marked output_can_be_silenced)
+    cell = _RUNNING.get(id(ipython))
+    if cell is None:
+        return False  # not called from a cell being run (run_line_magic, a callback)
+    try:
+        body = ast.parse(cell).body
+    except SyntaxError:  # a cell IPython could not have run: show it here
+        return False
+    calls = [c for c in ast.walk(ast.Module(body=body, type_ignores=[])) if _sbs_call(c)]
+
+    def this(node: ast.AST | None) -> bool:
+        found = _sbs_call(node)
+        # one %sbs in the cell is this one; among several, the line tells (before $-expansion
+        # it may differ, then this magic shows the widget itself)
+        return found is not None and (len(calls) == 1 or found == line)
+
+    mode = getattr(ipython, "ast_node_interactivity", "last_expr")
+    last = body[-1] if body else None
+    if mode == "all":
+        return any(isinstance(n, ast.Expr) and this(n.value) for n in body)
+    if mode in ("last_expr", "last"):
+        return isinstance(last, ast.Expr) and this(last.value)
+    if mode == "last_expr_or_assign":
+        return isinstance(last, ast.Expr | ast.Assign | ast.AnnAssign) and this(last.value)
+    return False
+
+
+def sbs_magic(line: str, ipython: Any) -> Any:
+    """Runs ``%sbs line``: returns the widget, shown once (here, unless IPython shows the
+    result itself because the magic ends the cell)."""
     from IPython.display import display
 
     from .widget import SbsWidget
 
-    kwargs, ns = parse_line(line, ipython.user_ns)
+    kwargs, ns = parse_line(line.rstrip().removesuffix(";"), ipython.user_ns)
     widget = SbsWidget(**kwargs)
     ipython.user_ns[LAST_WIDGET_NAME] = widget
     if ns.out:
         ipython.user_ns[ns.out] = widget
-    display(widget)  # runs in the cell unless --background
+    if not result_is_displayed(ipython, line):
+        display(widget)  # runs in the cell unless --background
+    return widget
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """Registers ``%sbs`` (``%load_ext onnx_sbs_nb``)."""
 
     from IPython.core.error import UsageError
+    from IPython.core.magic import output_can_be_silenced
 
-    def sbs(line: str) -> None:
+    @output_can_be_silenced  # `%sbs ...;` shows the widget without echoing it as a result
+    def sbs(line: str) -> Any:
         try:
-            sbs_magic(line, ipython)
+            return sbs_magic(line, ipython)
         except SbsMagicError as e:
             # IPython shows a UsageError as its message alone, without a traceback
             raise UsageError(str(e)) from None
 
     sbs.__doc__ = __doc__
     ipython.register_magic_function(sbs, magic_kind="line", magic_name="sbs")
+    _track_cells(ipython)

@@ -45,6 +45,30 @@ def test_variables_and_options(ip, model, capsys):
     assert "SbsWidget(finished" in capsys.readouterr().out  # the terminal shows the repr
 
 
+def test_assignment_binds_the_widget_and_shows_it_once(ip, model, capsys):
+    """``w = %sbs ...`` binds the widget as a line magic's result does; shown once, in the
+    terminal as its summary line, whether the magic ends the cell or is assigned."""
+    from onnx_sbs_nb.widget import SbsWidget
+
+    ep, onx, x = model
+    ip.user_ns.update(my_ep=ep, my_onx=onx, my_x=x)
+    capsys.readouterr()
+    ip.run_cell("w_bound = %sbs my_ep my_onx my_x --rerun", store_history=True)
+    w = ip.user_ns["w_bound"]
+    assert isinstance(w, SbsWidget) and w is ip.user_ns["_sbs"]
+    assert w.session.state == "finished"  # shown, so run in the cell
+    out = capsys.readouterr().out
+    assert out.count("SbsWidget(finished") == 1, out
+    assert "culprit" in out
+    ip.run_cell("%sbs my_ep my_onx my_x", store_history=True)  # the cell's result
+    out = capsys.readouterr().out
+    assert out.count("SbsWidget(") == 1, out
+    assert ip.user_ns["_"] is ip.user_ns["_sbs"]  # IPython displayed the returned widget
+    ip.run_cell("%sbs my_ep my_onx my_x;", store_history=True)  # silenced result
+    out = capsys.readouterr().out
+    assert out.count("SbsWidget(") == 1, out  # the magic shows it itself
+
+
 def test_file_paths_and_background(ip, model, tmp_path):
     ep, onx, x = model
     import onnx
