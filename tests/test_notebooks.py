@@ -117,6 +117,7 @@ def test_notebook_executes(nb_path, executed):
         )
         assert "verdict: FAIL" in text and "verdict: PASS" in text
         assert "on torch_inputs: max abs" in text  # the replay bundle's script ran
+        assert "llama_report.html" in text and "opens offline" in text  # save_html
 
 
 @pytest.fixture(scope="module")
