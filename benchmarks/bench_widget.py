@@ -62,6 +62,7 @@ _MEASURE = """async () => {
   const t0 = window.__t0;
   await until(() => document.querySelector('.sbs-tr') && document.querySelector('.sbs-chart .scatterlayer .trace'));
   const drawn = performance.now() - t0;
+  await new Promise((r) => setTimeout(r, 1000));  // let the deferred redraws settle
   const root = document.querySelector('.sbs-root');
   const first = () => root.querySelector('.sbs-tr').dataset.row;
   let t = performance.now();

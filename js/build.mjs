@@ -11,7 +11,7 @@ const options = {
   bundle: true,
   format: "esm",
   outfile,
-  minify: true,
+  minify: !process.env.SBS_NO_MINIFY, // SBS_NO_MINIFY=1 node build.mjs: readable profiles
   target: ["es2020"],
   loader: { ".css": "text" },
   legalComments: "eof",

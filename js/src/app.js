@@ -198,6 +198,7 @@ export function mount(el, src) {
       bar.collectOps(kind === "append" ? from : 0);
       if (kind === "append") table.appended(from);
       else {
+        filter.invalidate();
         table.invalidate();
         table.refresh();
       }

@@ -42,8 +42,69 @@ class Line {
     push(this.main, i, v, text);
   }
 
-  /** Points with no neighbour on the log axis: invisible in lines mode, drawn as markers. */
-  isolated() {
+  /** The line as drawn on `buckets` columns: per column its lowest and highest point (in
+   * order) and a gap where the line breaks. Above a few points per pixel nothing visible
+   * changes (every spike stays), and plotly draws a tenth of the points. */
+  decimated(buckets) {
+    const m = this.main;
+    if (m.x.length <= 2 * buckets) return m;
+    const x0 = m.x[0];
+    const span = Math.max(1, m.x[m.x.length - 1] - x0);
+    const out = series();
+    let cur = -1;
+    let lo = -1;
+    let hi = -1;
+    let gap = false;
+    const flush = () => {
+      if (lo >= 0) {
+        for (const k of lo === hi ? [lo] : lo < hi ? [lo, hi] : [hi, lo]) {
+          push(out, m.x[k], m.y[k], m.text[k]);
+          out.customdata[out.customdata.length - 1] = m.customdata[k];
+        }
+      }
+      if (gap) push(out, out.x.length ? out.x[out.x.length - 1] + 0.5 : x0, null, "");
+      lo = hi = -1;
+      gap = false;
+    };
+    for (let k = 0; k < m.x.length; k++) {
+      const b = Math.floor(((m.x[k] - x0) / span) * (buckets - 1));
+      if (b !== cur) {
+        flush();
+        cur = b;
+      }
+      const y = m.y[k];
+      if (y === null) {
+        gap = true;
+        continue;
+      }
+      if (lo < 0 || y < m.y[lo]) lo = k;
+      if (hi < 0 || y > m.y[hi]) hi = k;
+    }
+    flush();
+    return out;
+  }
+
+  /** The exact zeros as short segments on the 0 line, one per run of consecutive rows:
+   * thousands of SVG markers would cost seconds, one path costs nothing. */
+  zeroRuns() {
+    const z = this.zero;
+    const out = series();
+    for (let k = 0; k < z.x.length; ) {
+      let e = k;
+      while (e + 1 < z.x.length && z.x[e + 1] === z.x[e] + 1) e += 1;
+      push(out, z.x[k] - 0.4, 0, z.text[k]);
+      out.customdata[out.customdata.length - 1] = z.x[k];
+      push(out, z.x[e] + 0.4, 0, z.text[e]);
+      out.customdata[out.customdata.length - 1] = z.x[e];
+      push(out, z.x[e] + 0.5, null, "");
+      k = e + 1;
+    }
+    return out;
+  }
+
+  /** Points with no neighbour on the log axis: invisible in lines mode, drawn as markers
+   * (at most the highest per bucket when there are thousands). */
+  isolated(buckets = Infinity) {
     const m = this.main;
     const out = series();
     for (let k = 0; k < m.x.length; k++) {
@@ -52,7 +113,17 @@ class Line {
       const next = k + 1 < m.x.length ? m.y[k + 1] : null;
       if (prev === null && next === null) push(out, m.x[k], m.y[k], m.text[k]);
     }
-    return out;
+    if (out.x.length <= MARKER_LIMIT) return out;
+    const x0 = out.x[0];
+    const span = Math.max(1, out.x[out.x.length - 1] - x0);
+    const best = new Map();
+    out.x.forEach((x, k) => {
+      const b = Math.floor(((x - x0) / span) * (buckets - 1));
+      if (!best.has(b) || out.y[k] > out.y[best.get(b)]) best.set(b, k);
+    });
+    const kept = series();
+    for (const k of [...best.values()].sort((a, b) => a - b)) push(kept, out.x[k], out.y[k], out.text[k]);
+    return kept;
   }
 }
 
@@ -104,10 +175,13 @@ export class Chart {
     const many = this.err.main.x.length > MARKER_LIMIT;
     const mode = many ? "lines" : "lines+markers";
     const hov = "%{text}<extra></extra>";
+    const buckets = Math.max(200, 2 * Math.round(this.width));
     const line = (name, ln, color, extra = {}) => [
-      { name, type: "scatter", mode, ...ln.main, hovertemplate: hov, line: { width: 1.2, color }, marker: { size: 4, color }, connectgaps: false, legendgroup: name, ...extra },
-      { name, type: "scatter", mode: "markers", ...(many ? ln.isolated() : series()), hovertemplate: hov, marker: { size: 4, color }, legendgroup: name, showlegend: false, ...extra },
-      { name: `${name} = 0`, type: "scatter", mode: "markers", ...ln.zero, yaxis: "y2", hovertemplate: hov, marker: { size: many ? 3 : 5, color, symbol: "line-ns-open", line: { width: 1, color } }, legendgroup: name, showlegend: false, ...extra },
+      { name, type: "scatter", mode, ...(many ? ln.decimated(buckets) : ln.main), hovertemplate: hov, line: { width: 1.2, color }, marker: { size: 4, color }, connectgaps: false, legendgroup: name, ...extra },
+      { name, type: "scatter", mode: "markers", ...(many ? ln.isolated(Math.round(this.width / 3)) : series()), hovertemplate: hov, marker: { size: 4, color }, legendgroup: name, showlegend: false, ...extra },
+      many
+        ? { name: `${name} = 0`, type: "scatter", mode: "lines", ...ln.zeroRuns(), yaxis: "y2", hovertemplate: hov, line: { width: 3, color }, connectgaps: false, legendgroup: name, showlegend: false, ...extra }
+        : { name: `${name} = 0`, type: "scatter", mode: "markers", ...ln.zero, yaxis: "y2", hovertemplate: hov, marker: { size: 5, color, symbol: "line-ns-open", line: { width: 1, color } }, legendgroup: name, showlegend: false, ...extra },
     ];
     const ownShown = this.own.main.x.length + this.own.zero.x.length ? {} : { visible: "legendonly" };
     const traces = [

@@ -23,6 +23,22 @@ export class ViewFilter {
     this.store = store;
     this.state = { text: "", op: "", verdict: "", group: "", constants: false };
     this.subs = new Set();
+    this._hay = []; // per row, the lowercased text the text filter looks in
+  }
+
+  _haystack(i) {
+    let hay = this._hay[i];
+    if (hay === undefined) {
+      const s = this.store;
+      hay = TEXT_FIELDS.map((k) => String(s.get(i, k) ?? "")).join("\u0000").toLowerCase();
+      this._hay[i] = hay;
+    }
+    return hay;
+  }
+
+  /** Rows were replaced (not only appended): forget what was read from them. */
+  invalidate() {
+    this._hay = [];
   }
 
   set(patch) {
@@ -55,10 +71,7 @@ export class ViewFilter {
         if (st !== "unpaired_ep" && st !== "unpaired_onnx") return false;
       } else if (st !== f.verdict) return false;
     }
-    if (f.text) {
-      const t = f.text.toLowerCase();
-      if (!TEXT_FIELDS.some((k) => String(s.get(i, k) ?? "").toLowerCase().includes(t))) return false;
-    }
+    if (f.text && !this._haystack(i).includes(f.text.toLowerCase())) return false;
     return true;
   }
 }

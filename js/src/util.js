@@ -86,21 +86,28 @@ export function columnIndex(columns) {
 export function onWidth(el, fn) {
   let last = -1;
   let raf = null;
+  let width = 0;
   const check = () => {
     raf = null;
-    const w = Math.round(el.getBoundingClientRect().width);
+    const w = Math.round(width);
     if (w > 0 && w !== last) {
       last = w;
       fn(w);
     }
   };
   if (typeof ResizeObserver === "function") {
-    const ro = new ResizeObserver(() => {
+    // the observer's own measure: reading the layout here would force it on every change
+    const ro = new ResizeObserver((entries) => {
+      const box = entries[entries.length - 1].borderBoxSize;
+      width = box && box[0] ? box[0].inlineSize : entries[entries.length - 1].contentRect.width;
       if (raf === null) raf = requestAnimationFrame(check);
     });
     ro.observe(el);
     return () => ro.disconnect();
   }
-  const t = setInterval(check, 500);
+  const t = setInterval(() => {
+    width = el.getBoundingClientRect().width;
+    check();
+  }, 500);
   return () => clearInterval(t);
 }
