@@ -103,7 +103,9 @@ def _culprit_html(summary: Any) -> str:
         bits.append(f"<code>{html.escape(str(c['ep_module']))}</code>")
     if c.get("ep_source"):
         bits.append(f"<code>{html.escape(str(c['ep_source']))}</code>")
-    onnx = " ".join(str(v) for v in (c.get("onnx_node"), c.get("onnx_op_type")) if v)
+    onnx = " ".join(
+        str(v) for v in (c.get("onnx_node") or c.get("onnx_name"), c.get("onnx_op_type")) if v
+    )
     if onnx:
         bits.append(f"ONNX {html.escape(onnx)}")
     own = c.get("own_error")

@@ -240,7 +240,8 @@ def culprit_of(summary: Any) -> dict[str, Any] | None:
         "ep_user_name": r.get("ep_user_name"),
         "ep_module": r.get("ep_module"),
         "ep_source": r.get("ep_source"),
-        "onnx_node": r.get("onnx_name"),
+        "onnx_name": r.get("onnx_name"),
+        "onnx_node": None,
         "onnx_op_type": r.get("onnx_op_type"),
         "onnx_nodes": None,
         "own_error": own,
@@ -255,9 +256,10 @@ def culprit_of(summary: Any) -> dict[str, Any] | None:
 
 def culprit_name(culprit: dict[str, Any]) -> str:
     """The culprit in the user's words: their fx node name first."""
-    return str(
-        culprit.get("ep_user_name") or culprit.get("ep_name") or culprit.get("onnx_node") or "?"
-    )
+    for key in ("ep_user_name", "ep_name", "onnx_name", "onnx_node"):
+        if culprit.get(key):
+            return str(culprit[key])
+    return "?"
 
 
 def finished_status(records: list[Record]) -> dict[str, Any]:

@@ -23,59 +23,6 @@ def launch(playwright, **kwargs):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, **kwargs)
 
 
-def standin_names(state: dict, records: list, onx) -> dict:
-    """Until the engine fills ep_user_name / ep_module / ep_source and summary["culprit"]
-    (issue 10), give a state those from the ONNX model's own metadata (what the exporter
-    recorded: the fx node, the module scopes, the stack trace), so the views that show
-    them can be tested.  Fields the records already have are left alone."""
-    import ast
-
-    from onnx_sbs_nb.records import RECORD_FIELDS
-    from onnx_sbs_nb.view_state import encode_column
-
-    meta = {}
-    for node in onx.graph.node:
-        props = {p.key: p.value for p in node.metadata_props}
-        scopes = ast.literal_eval(props.get("pkg.torch.onnx.name_scopes", "[]") or "[]")
-        fx = props.get("pkg.torch.onnx.fx_node", "")
-        user = fx[1:].split(" ", 1)[0] if fx.startswith("%") else None
-        trace = props.get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
-        source = " ".join(line.strip() for line in trace[-2:]) if trace else None
-        for out in node.output:
-            meta[out] = (user, scopes[-2] if len(scopes) >= 2 else None, source)
-    state = dict(state)
-    state["columns"] = list(state["columns"])
-    state["rows"] = {**state["rows"], "data": list(state["rows"]["data"])}
-    for k, field in enumerate(("ep_user_name", "ep_module", "ep_source")):
-        if field in RECORD_FIELDS:
-            continue
-        values = [meta.get(r.onnx_name, (None,) * 3)[k] for r in records]
-        state["columns"].append(field)
-        state["rows"]["data"].append(encode_column(values))
-    summary = dict(state.get("summary") or {})
-    if "culprit" not in summary and summary.get("first_own_failure"):
-        r = summary["first_own_failure"]
-        user, module, source = meta.get(r["onnx_name"], (None,) * 3)
-        summary["culprit"] = {
-            "ep_name": r["ep_name"],
-            "ep_user_name": user,
-            "ep_module": module,
-            "ep_source": source,
-            "onnx_node": r["onnx_name"],
-            "onnx_op_type": r["onnx_op_type"],
-            "onnx_nodes": [r["onnx_name"]],
-            "own_error": r["err_abs2"] if r.get("err_abs2") is not None else r["err_abs"],
-            "atol": r["atol"],
-            "rtol": r["rtol"],
-            "why": "its own error fails the tolerance: it makes the error, it does not inherit it",
-            "rule": summary.get("first_own_failure_rule"),
-            "step": r["step"],
-            "kind": r["kind"],
-        }
-    state["summary"] = summary
-    return state
-
-
 # Measures one widget view (its .sbs-root element) for the layout assertions.
 GEOMETRY_JS = """(root) => {
   const r = (e) => (e ? e.getBoundingClientRect().toJSON() : null);

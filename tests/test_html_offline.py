@@ -16,7 +16,7 @@ import pytest
 
 from onnx_sbs_nb.records import Record
 
-from .browser import CHROMIUM, GEOMETRY_JS, check_layout, launch, standin_names
+from .browser import CHROMIUM, GEOMETRY_JS, check_layout, launch
 
 EVIL = "<img src=x onerror=alert(1)>"
 
@@ -218,8 +218,8 @@ def llama_report(tmp_path_factory):
     ep, onx, args = tiny_llama()  # cached: the engine tests export the same one
     onx = onnx.ModelProto.FromString(onx.SerializeToString())
     [n for n in onx.graph.node if n.op_type == "Sigmoid"][1].op_type = "HardSigmoid"
-    recs = list(run_aligned(ep, onx, args, rerun_with_torch_inputs=True))
-    state = standin_names(report_state(recs, model=onx), recs, onx)
+    recs = list(run_aligned(ep, onx, args, own_error=True))
+    state = report_state(recs, model=onx)
     body = view_html(state, "onnx-sbs-state-0", fallback_html(recs, state["summary"]))
     path = tmp_path_factory.mktemp("llama") / "llama.html"
     path.write_text(page_html("tiny Llama", body, load_bundle()), encoding="utf-8")

@@ -316,7 +316,7 @@ def test_rows_that_are_not_onnx_nodes_get_no_error(model):
 
 def test_export_and_save_html_write_the_offline_report(model, tmp_path):
     ep, onx, x = model
-    w = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True, export_dir=tmp_path / "out")
+    w = SbsWidget(ep, onx, x, own_error=True, export_dir=tmp_path / "out")
     path = w.save_html(tmp_path / "report.html")  # runs it first
     text = path.read_text(encoding="utf-8")
     assert w.session.state == "finished"
@@ -354,7 +354,7 @@ def test_display_in_a_notebook_makes_the_view_and_its_static_summary(model, monk
 
     monkeypatch.setattr(IPython.display, "display", display)
     monkeypatch.setattr(widget_mod, "_in_kernel", lambda: True)
-    w = SbsWidget(ep, onx, x, rerun_with_torch_inputs=True)
+    w = SbsWidget(ep, onx, x, own_error=True)
     w._ipython_display_()
     assert w.session.state == "finished"  # ran in the cell
     (_, view, _), (_, before, meta), (_, after, meta2) = shown
@@ -471,14 +471,11 @@ def test_reports_do_not_import_the_widget():
     import subprocess
     import sys
 
-    code = (
-        "import sys\n"
-        "import onnx_sbs_nb.report_html, onnx_sbs_nb.notebook_export, onnx_sbs_nb.view_state\n"
-        "print(','.join(sorted(m for m in sys.modules if m == 'onnx_sbs_nb.widget'\n"
-        "                      or m.split('.')[0] in ('anywidget', 'ipywidgets'))))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", out.stdout
+    reports = ("report_html", "notebook_export", "view_state")
+    imports = "; ".join(f"import onnx_sbs_nb.{m}" for m in reports)
+    shown = "[m for m in sys.modules if m == 'onnx_sbs_nb.widget' or m.startswith('anywidget')]"
+    cmd = [sys.executable, "-c", f"import sys; {imports}; print({shown})"]
+    assert subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
 def test_a_plain_install_has_the_widget():

@@ -24,7 +24,8 @@ export function culpritOf(summary) {
     ep_user_name: r.ep_user_name ?? null,
     ep_module: r.ep_module ?? null,
     ep_source: r.ep_source ?? null,
-    onnx_node: r.onnx_name ?? null,
+    onnx_name: r.onnx_name ?? null,
+    onnx_node: null,
     onnx_op_type: r.onnx_op_type ?? null,
     onnx_nodes: null,
     own_error: r.err_abs2 ?? r.err_abs ?? null,
@@ -38,7 +39,7 @@ export function culpritOf(summary) {
 }
 
 export function culpritName(c) {
-  return (c && (c.ep_user_name || c.ep_name || c.onnx_node)) || "?";
+  return (c && (c.ep_user_name || c.ep_name || c.onnx_name || c.onnx_node)) || "?";
 }
 
 const VERDICTS = { pass: "PASS", fail: "FAIL", stopped: "STOPPED", incomplete: "INCOMPLETE" };
@@ -68,7 +69,7 @@ export class AnswerCard {
   /** Row of the culprit (-1: not held). */
   row(c) {
     if (!c) return -1;
-    return this.store.find({ step: c.step, onnx_name: c.onnx_node, ep_name: c.ep_name });
+    return this.store.find({ step: c.step, onnx_name: c.onnx_name || c.onnx_node, ep_name: c.ep_name });
   }
 
   render(summary, status) {
@@ -110,7 +111,8 @@ export class AnswerCard {
     const lines = [];
     if (c.ep_source) lines.push(["source", h("code", { class: "sbs-card-source", text: c.ep_source })]);
     const nodes = Array.isArray(c.onnx_nodes) ? c.onnx_nodes.filter(Boolean) : [];
-    const onnx = [c.onnx_node ? `${c.onnx_node}` : "", c.onnx_op_type ? `(${c.onnx_op_type})` : ""].filter(Boolean).join(" ");
+    const value = c.onnx_name && c.onnx_name !== c.onnx_node ? `, value ${c.onnx_name}` : "";
+    const onnx = [c.onnx_node ? `node ${c.onnx_node}` : "", c.onnx_op_type ? `(${c.onnx_op_type}${value})` : ""].filter(Boolean).join(" ");
     if (onnx || nodes.length) {
       const lowering = nodes.length > 1 ? ` · its lowering: ${nodes.length} ONNX nodes (${nodes.slice(0, 6).join(", ")}${nodes.length > 6 ? ", …" : ""})` : "";
       lines.push(["ONNX", h("span", { text: `${onnx}${lowering}` })]);

@@ -72,7 +72,14 @@ export function mount(el, src) {
     if (st.error) statusEl.appendChild(h("details", { class: "sbs-error" }, h("summary", { text: "the run raised an exception" }), h("pre", { class: "sbs-pre", text: st.error })));
     card.render(sm, st);
     if (c && c.ep_module) layers.setFocus(c.ep_module);
+    // the answer in view: with nothing selected yet, the culprit is (its detail and graph)
+    if (c && selected < 0 && !autoSelected) {
+      autoSelected = true;
+      const i = card.row(c);
+      if (i >= 0) queueMicrotask(() => selected < 0 && select(i, "card"));
+    }
   };
+  let autoSelected = false;
 
   // ---- actions (live widget only: a static view has no kernel, so no buttons)
   const actionEl = h("span", { class: "sbs-action" });

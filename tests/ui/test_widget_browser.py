@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from onnx_sbs_nb import view_state
-from onnx_sbs_nb.records import RECORD_FIELDS, Record
+from onnx_sbs_nb.records import Record
 
 from ..browser import GEOMETRY_JS, check_layout
 from .conftest import copy_notebook
@@ -219,8 +219,7 @@ def _quickstart(lab, page, artifacts):
     name = culprit.inner_text()
     assert "gelu" in name, card.inner_text()
     assert first.locator(".sbs-answer .sbs-link").inner_text() == name  # the same word
-    if "ep_module" in RECORD_FIELDS:  # the engine names modules (issue 10)
-        assert card.locator(".sbs-card-module").inner_text() == "blocks.4"
+    assert card.locator(".sbs-card-module").inner_text() == "blocks.4"  # its module path
     assert "own error" in card.inner_text() and "atol" in card.inner_text()
     culprit.click()
     assert first.locator(".sbs-detail-name").inner_text() == name
