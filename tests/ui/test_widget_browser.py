@@ -200,9 +200,17 @@ def _quickstart(lab, page, artifacts):
     _accept_kernel_dialog(page)
     page.evaluate(OBSERVER)
 
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-    _accept_kernel_dialog(page)
+    started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+    for _attempt in range(3):  # a busy machine can drop the first click on a fresh page
+        page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        _accept_kernel_dialog(page)
+        try:
+            started.first.wait_for(timeout=30_000)
+            break
+        except Exception:
+            print("Run All Cells did not start the cells: trying again")
 
     first = _widget(page, 0)
     first.wait_for(timeout=int(os.environ.get("SBS_UI_TIMEOUT_MS", 240_000)))
