@@ -84,19 +84,20 @@ class Line {
     return out;
   }
 
-  /** The exact zeros as short segments on the 0 line, one per run of consecutive rows:
-   * thousands of SVG markers would cost seconds, one path costs nothing. */
-  zeroRuns() {
+  /** The exact zeros as short segments on the 0 line, one per run of consecutive rows
+   * (`pad` wide each side: a pixel or more, so a single zero among thousands still
+   * shows); thousands of SVG markers would cost seconds, one path costs nothing. */
+  zeroRuns(pad) {
     const z = this.zero;
     const out = series();
     for (let k = 0; k < z.x.length; ) {
       let e = k;
       while (e + 1 < z.x.length && z.x[e + 1] === z.x[e] + 1) e += 1;
-      push(out, z.x[k] - 0.4, 0, z.text[k]);
+      push(out, z.x[k] - pad, 0, z.text[k]);
       out.customdata[out.customdata.length - 1] = z.x[k];
-      push(out, z.x[e] + 0.4, 0, z.text[e]);
+      push(out, z.x[e] + pad, 0, z.text[e]);
       out.customdata[out.customdata.length - 1] = z.x[e];
-      push(out, z.x[e] + 0.5, null, "");
+      push(out, z.x[e] + pad, null, "");
       k = e + 1;
     }
     return out;
@@ -180,7 +181,7 @@ export class Chart {
       { name, type: "scatter", mode, ...(many ? ln.decimated(buckets) : ln.main), hovertemplate: hov, line: { width: 1.2, color }, marker: { size: 4, color }, connectgaps: false, legendgroup: name, ...extra },
       { name, type: "scatter", mode: "markers", ...(many ? ln.isolated(Math.round(this.width / 3)) : series()), hovertemplate: hov, marker: { size: 4, color }, legendgroup: name, showlegend: false, ...extra },
       many
-        ? { name: `${name} = 0`, type: "scatter", mode: "lines", ...ln.zeroRuns(), yaxis: "y2", hovertemplate: hov, line: { width: 3, color }, connectgaps: false, legendgroup: name, showlegend: false, ...extra }
+        ? { name: `${name} = 0`, type: "scatter", mode: "lines", ...ln.zeroRuns(Math.max(0.4, this.store.length / Math.max(1, this.width))), yaxis: "y2", hovertemplate: hov, line: { width: 3, color }, connectgaps: false, legendgroup: name, showlegend: false, ...extra }
         : { name: `${name} = 0`, type: "scatter", mode: "markers", ...ln.zero, yaxis: "y2", hovertemplate: hov, marker: { size: 5, color, symbol: "line-ns-open", line: { width: 1, color } }, legendgroup: name, showlegend: false, ...extra },
     ];
     const ownShown = this.own.main.x.length + this.own.zero.x.length ? {} : { visible: "legendonly" };
