@@ -115,7 +115,7 @@ class RunActions:
         Returns the torch values, the first-run ONNX values and, for ``own_names``, the
         values computed from torch inputs as the run's own-error pass computes them.
         """
-        from .run import NotComputed, own_error_inputs
+        from .judging import NotComputed, own_error_inputs
 
         ref, cand = self.ref, self.cand
         want_own = bool(own_names)
@@ -182,7 +182,7 @@ class RunActions:
         """What must be recomputed for candidate node ``k`` fed with ``inputs``: the torch
         values of those inputs (and of the node's outputs), their first-run values, and,
         with ``own``, the own-error values of inputs that have no torch partner."""
-        from .run import as_candidate
+        from .judging import as_candidate
 
         node = self.cand.nodes[k]
         outputs = [o for o in node.output if o]
@@ -390,7 +390,7 @@ def _attr_str(a: onnx.AttributeProto) -> str:
     if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
         return "<subgraph>"
     if a.type == onnx.AttributeProto.TENSOR:
-        from .run import _proto_shape_type
+        from .judging import proto_shape_type as _proto_shape_type
 
         return f"<tensor {_proto_shape_type(a.t)}>"
     v = onnx.helper.get_attribute_value(a)

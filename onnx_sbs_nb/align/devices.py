@@ -18,9 +18,9 @@ import onnx
 from ..device import device_name
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME, Record
 from .loading import SbsInputError, load_onnx_model
+from .loop import SideBySideRun
 from .names import Pair, Pairing
 from .options import RunOptions
-from .run import SideBySideRun
 from .runners import make_runner
 from .sides import OnnxSide
 

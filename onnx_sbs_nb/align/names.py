@@ -11,11 +11,11 @@ Rules, in order (each record says which one paired it):
    compared through the same transposition;
 3. ``metadata``: an fx node not paired by name pairs with the last output of the ONNX
    nodes that carry it in ``pkg.torch.onnx.fx_node`` whose declared type matches;
-4. ``position``: graph inputs and outputs left over pair by position.
-
-5. ``metadata`` again, for the outputs of a multi-output fx node (an LSTM, a Split):
+4. ``metadata`` again, for the outputs of a multi-output fx node (an LSTM, a Split):
    its ``getitem`` users pair with the values its lowering hands to other nodes, when
-   their declared type and shape single one out.
+   their declared type and shape single one out (through a permutation of the axes when
+   an optimizer merged the transposes around the lowering);
+5. ``position``: graph inputs and outputs left over pair by position.
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then
@@ -92,6 +92,23 @@ def _metadata(proto: Any, key: str) -> str | None:
     return None
 
 
+def lowering_of_nodes(nodes: list[onnx.NodeProto], producer: dict[str, int]) -> list[str | None]:
+    """The fx node each ONNX node lowers: its ``pkg.torch.onnx.fx_node`` metadata, else
+    (a node an optimizer added, a Cast say) the lowering of the node producing its first
+    computed input, so the unit of blame stays the lowering of one fx node."""
+    groups: list[str | None] = []
+    for k, node in enumerate(nodes):
+        group = fx_name_from_metadata(node)
+        if group is None:
+            for name in node.input:
+                p = producer.get(name)
+                if p is not None and p < k and groups[p] is not None:
+                    group = groups[p]
+                    break
+        groups.append(group)
+    return groups
+
+
 def onnx_value_types(model: onnx.ModelProto) -> dict[str, tuple[int, int | None]]:
     """Declared (elem_type, rank or None) of every typed value in the main graph."""
     types: dict[str, tuple[int, int | None]] = {}
@@ -155,6 +172,77 @@ def types_compatible(fx_type: tuple[torch.dtype, int] | None, onnx_type: Any) ->
     return rank is None or rank == fx_type[1]
 
 
+def _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair) -> None:
+    """An initializer consumed by the lowering of an fx node whose weight argument has as
+    many elements pairs with that weight (through a transposition when it is one)."""
+    for node in g.node:
+        fx_name = fx_name_from_metadata(node)
+        fx_node = fx_nodes.get(fx_name) if fx_name else None
+        if fx_node is None:
+            continue
+        weight_args = [
+            a
+            for a in torch.utils._pytree.tree_leaves((fx_node.args, fx_node.kwargs))
+            if isinstance(a, torch.fx.Node) and a.name in weights
+        ]
+        for inp in node.input:
+            if inp not in initializers or inp in pairing.by_onnx:
+                continue
+            dims = list(initializers[inp].dims)
+            numel = 1
+            for d in dims:
+                numel *= d
+            cands = []
+            for w in weight_args:
+                val = w.meta.get("val")
+                if isinstance(val, torch.Tensor) and val.numel() == numel and numel > 1:
+                    cands.append((w, list(val.shape)))
+            if len(cands) != 1:
+                continue
+            w, shape = cands[0]
+            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer
+            transposed = (
+                len(dims) == 2
+                and shape == dims[::-1]
+                and (
+                    shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target))
+                )
+            )
+            if transposed:
+                try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
+            elif shape == dims:
+                try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
+
+
+def _pair_by_metadata(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+    """An fx node not paired by name pairs with the last output of the last ONNX node
+    whose metadata names it, when the declared type and shape agree."""
+    last_by_fx: dict[str, onnx.NodeProto] = {}
+    for node in g.node:
+        fx_name = fx_name_from_metadata(node)
+        if fx_name:
+            last_by_fx[fx_name] = node
+    for fx_name, node in last_by_fx.items():
+        if fx_name in pairing.by_fx or fx_name not in fx_nodes:
+            continue
+        fx_type = fx_value_type(fx_nodes[fx_name])
+        if fx_type is None:
+            continue
+        candidates = [
+            o
+            for o in node.output
+            if o
+            and o not in pairing.by_onnx
+            and o in onnx_types
+            and types_compatible(fx_type, onnx_types[o])
+            and shapes_compatible(fx_value_shape(fx_nodes[fx_name]), onnx_shapes.get(o))
+        ]
+        if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
+            candidates = [node.output[0]] if node.output[0] not in onnx_types else []
+        if candidates:
+            try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
+
+
 def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...] | None:
     """The one permutation p with dst == src[p] (None: none, several, or the identity)."""
     if len(src) != len(dst) or sorted(src) != sorted(dst) or len(set(src)) != len(src):
@@ -164,8 +252,6 @@ def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int
 
 
 def _pair_getitems(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
-    from .sides import lowering_of_nodes
-
     nodes = list(g.node)
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
     lowering = lowering_of_nodes(nodes, producer)
@@ -292,74 +378,15 @@ def pair_values(
         if ph is not None:
             try_pair(name, ph, PAIRED_BY_STATE_DICT)
     # weights folded into new initializers (e.g. the transposed weight of a linear)
-    for node in g.node:
-        fx_name = fx_name_from_metadata(node)
-        fx_node = fx_nodes.get(fx_name) if fx_name else None
-        if fx_node is None:
-            continue
-        weight_args = [
-            a
-            for a in torch.utils._pytree.tree_leaves((fx_node.args, fx_node.kwargs))
-            if isinstance(a, torch.fx.Node) and a.name in weights
-        ]
-        for inp in node.input:
-            if inp not in initializers or inp in pairing.by_onnx:
-                continue
-            dims = list(initializers[inp].dims)
-            numel = 1
-            for d in dims:
-                numel *= d
-            cands = []
-            for w in weight_args:
-                val = w.meta.get("val")
-                if isinstance(val, torch.Tensor) and val.numel() == numel and numel > 1:
-                    cands.append((w, list(val.shape)))
-            if len(cands) != 1:
-                continue
-            w, shape = cands[0]
-            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer
-            transposed = (
-                len(dims) == 2
-                and shape == dims[::-1]
-                and (
-                    shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target))
-                )
-            )
-            if transposed:
-                try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
-            elif shape == dims:
-                try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
+    _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair)
 
     # 3. node metadata: the last ONNX node implementing an unpaired fx node
-    last_by_fx: dict[str, onnx.NodeProto] = {}
-    for node in g.node:
-        fx_name = fx_name_from_metadata(node)
-        if fx_name:
-            last_by_fx[fx_name] = node
-    for fx_name, node in last_by_fx.items():
-        if fx_name in pairing.by_fx or fx_name not in fx_nodes:
-            continue
-        fx_type = fx_value_type(fx_nodes[fx_name])
-        if fx_type is None:
-            continue
-        candidates = [
-            o
-            for o in node.output
-            if o
-            and o not in pairing.by_onnx
-            and o in onnx_types
-            and types_compatible(fx_type, onnx_types[o])
-            and shapes_compatible(fx_value_shape(fx_nodes[fx_name]), onnx_shapes.get(o))
-        ]
-        if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
-            candidates = [node.output[0]] if node.output[0] not in onnx_types else []
-        if candidates:
-            try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
+    _pair_by_metadata(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
-    # 5. getitems of multi-output fx nodes with the values their lowering hands on
+    # 4. getitems of multi-output fx nodes with the values their lowering hands on
     _pair_getitems(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
-    # 4. inputs and outputs by position
+    # 5. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (graph_outputs, fx_outputs)):
         if len(onnx_list) != len(fx_list):
             continue

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .loading import SbsInputError
+from ..errors import SbsInputError
 
 # Values of PreparedProgram.source
 PREPARED_BY_EXPORTER = "exporter"  # reproduced the exporter's preparation

@@ -17,7 +17,7 @@ import torch
 
 from ..convert import convert, initializer_value
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
-from .names import fx_name_from_metadata
+from .names import fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
 from .program import ProgramInputs
 from .provenance import Provenance
@@ -42,23 +42,6 @@ def fx_target_name(node: torch.fx.Node) -> str:
 
 def onnx_node_name(node: onnx.NodeProto, k: int) -> str:
     return node.name or f"{node.op_type}_{k}"
-
-
-def lowering_of_nodes(nodes: list[onnx.NodeProto], producer: dict[str, int]) -> list[str | None]:
-    """The fx node each ONNX node lowers: its ``pkg.torch.onnx.fx_node`` metadata, else
-    (a node an optimizer added, a Cast say) the lowering of the node producing its first
-    computed input, so the unit of blame stays the lowering of one fx node."""
-    groups: list[str | None] = []
-    for k, node in enumerate(nodes):
-        group = fx_name_from_metadata(node)
-        if group is None:
-            for name in node.input:
-                p = producer.get(name)
-                if p is not None and p < k and groups[p] is not None:
-                    group = groups[p]
-                    break
-        groups.append(group)
-    return groups
 
 
 class FxSide:

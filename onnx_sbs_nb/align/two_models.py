@@ -24,10 +24,10 @@ from ..errors import SbsInputError
 from ..records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_STATE_DICT, Record, RunStatus
 from .deployed import deploy
 from .loading import load_inputs, load_onnx_model
+from .loop import SideBySideRun
 from .names import Pairing
 from .onnx_pairing import cast_value, pair_onnx_models
 from .options import RunOptions
-from .run import SideBySideRun
 from .runners import make_runner
 from .sides import OnnxSide
 

@@ -440,34 +440,12 @@ class Compiler:
             step_nodes.append(node)
             step_inputs.append(ins)
 
-        if bad_attributes:
-            raise UnknownAttributeError("\n".join(dict.fromkeys(bad_attributes)))
-        if missing:
-            raise MissingKernelError(
-                "no kernel for "
-                + "; ".join(dict.fromkeys(missing))
-                + ". The supported ops are listed by "
-                "onnx_sbs_nb.evaluator.supported_ops(); pass "
-                "custom_kernels={(domain, op_type): fn} to add one."
-            )
-
+        _raise_compile_errors(missing, bad_attributes)
         for name in output_names:
             if name not in slots:
                 raise ValueError(f"output {name!r} is not produced by the graph")
         output_slots = [slots[n] for n in output_names]
-        protected = set(output_slots)
-        last_use: dict[int, int] = {}
-        for k, ins in enumerate(step_inputs):
-            for s in ins:
-                last_use[s] = k
-        free_at: list[list[int]] = [[] for _ in steps]
-        for s, k in last_use.items():
-            if s and s not in protected:
-                free_at[k].append(s)
-        for k, (_, _, outs, _) in enumerate(steps):
-            for s in outs:
-                if s not in last_use and s not in protected:
-                    free_at[k].append(s)
+        free_at = _free_schedule(steps, step_inputs, set(output_slots))
         cg = CompiledGraph()
         cg.input_names = list(input_names)
         cg.outer_names = list(outer_names)
@@ -483,15 +461,7 @@ class Compiler:
         cg.nodes = step_nodes
         cg.device = dev
         cg.placement = state if managed else {}
-        args = (cg.steps, template, cg.input_slots, cg.outer_slots, output_slots, cg._step_error)
-        cg.slow = cg.fast = cg.inline = generate(*args)
-        cg.script, cg.runs = None, 0
-        if any(inline):
-            cg.fast = cg.inline = generate(*args, inline=inline, on_fallback=cg._fall_back)
-            if jit and dev is not None and dev.type == "cpu" and not outer_names:
-                cg.script = script_source(cg.steps, template, cg.input_slots, output_slots, inline)
-                if cg.script is not None:
-                    cg.fast = cg._warming
+        _generate_tiers(cg, inline, jit)
         return cg
 
     def graph_initializers(self, graph: onnx.GraphProto) -> dict[str, torch.Tensor]:
@@ -733,3 +703,52 @@ def _mover(fn: Callable, positions: list[int], dev: torch.device) -> Callable:
         return fn(*args, **kw)
 
     return call_moved
+
+
+def _raise_compile_errors(missing: list[str], bad_attributes: list[str]) -> None:
+    """Every node the compiler refused, in one message."""
+    if bad_attributes:
+        raise UnknownAttributeError("\n".join(dict.fromkeys(bad_attributes)))
+    if missing:
+        raise MissingKernelError(
+            "no kernel for "
+            + "; ".join(dict.fromkeys(missing))
+            + ". The supported ops are listed by "
+            "onnx_sbs_nb.evaluator.supported_ops(); pass "
+            "custom_kernels={(domain, op_type): fn} to add one."
+        )
+
+
+def _free_schedule(
+    steps: list[tuple], step_inputs: list[list[int]], protected: set[int]
+) -> list[list[int]]:
+    """For each step, the slots no later step reads (outputs are never freed)."""
+    last_use: dict[int, int] = {}
+    for k, ins in enumerate(step_inputs):
+        for s in ins:
+            last_use[s] = k
+    free_at: list[list[int]] = [[] for _ in steps]
+    for s, k in last_use.items():
+        if s and s not in protected:
+            free_at[k].append(s)
+    for k, (_, _, outs, _) in enumerate(steps):
+        for s in outs:
+            if s not in last_use and s not in protected:
+                free_at[k].append(s)
+    return free_at
+
+
+def _generate_tiers(cg: CompiledGraph, inline: list[tuple | None], jit: bool) -> None:
+    """The generated code of a plan: kernels, inline forms, and TorchScript when allowed."""
+    args = (cg.steps, cg.template, cg.input_slots, cg.outer_slots, cg.output_slots, cg._step_error)
+    cg.slow = cg.fast = cg.inline = generate(*args)
+    cg.script, cg.runs = None, 0
+    if any(inline):
+        cg.fast = cg.inline = generate(*args, inline=inline, on_fallback=cg._fall_back)
+        dev = cg.device
+        if jit and dev is not None and dev.type == "cpu" and not cg.outer_names:
+            cg.script = script_source(
+                cg.steps, cg.template, cg.input_slots, cg.output_slots, inline
+            )
+            if cg.script is not None:
+                cg.fast = cg._warming

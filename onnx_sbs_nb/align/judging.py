@@ -1,0 +1,193 @@
+"""How one pair is judged: values brought into the candidate's layout, the comparisons
+filled into a record, and the inputs of a node's own-error run.
+
+Shared by the run loop (``loop.py``) and the post-run actions (``actions.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import torch
+
+from ..convert import to_torch
+from ..diff import Diff, compare
+from ..dtypes import dtype_name
+from ..records import (
+    STATUS_DTYPE_MISMATCH,
+    STATUS_FAIL,
+    STATUS_OK,
+    STATUS_SHAPE_MISMATCH,
+    Record,
+)
+from ..records import join_comments as _join
+from .names import TRANSFORM_PERMUTE, TRANSFORM_TRANSPOSE, Pair, Pairing
+from .onnx_pairing import TRANSFORM_CAST, cast_value
+from .sides import OnnxSide
+
+
+class SbsMismatchError(AssertionError):
+    """Raised with ``exc=True`` at the first pair that fails the tolerance."""
+
+    def __init__(self, record: Record):
+        self.record = record
+        super().__init__(
+            f"fx node {record.ep_name!r} ({record.ep_target}) and ONNX value "
+            f"{record.onnx_name!r} ({record.onnx_op_type}) disagree: status={record.status}, "
+            f"err_abs={record.err_abs}, atol={record.atol}, rtol={record.rtol}"
+            + (f", error: {record.error}" if record.error else "")
+        )
+
+
+LINEAR_TARGETS = ("aten.linear", "aten.addmm", "aten.mm", "aten.matmul", "aten.bmm")
+
+
+class NotComputed:
+    """An own-error value that could not be computed (the message says why)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def as_candidate(pair: Pair, value: Any) -> Any:
+    """A reference value in the candidate's layout and type (a folded transposition
+    undone, a cast made)."""
+    if pair.transform == TRANSFORM_TRANSPOSE and isinstance(value, torch.Tensor):
+        return value.t()
+    if pair.transform == TRANSFORM_PERMUTE and isinstance(value, torch.Tensor):
+        return value.permute(pair.perm)
+    if pair.transform == TRANSFORM_CAST:
+        return cast_value(value, pair.cast_to)
+    return value
+
+
+def as_expected(pair: Pair, value: Any) -> Any:
+    """A reference value to compare with: in the candidate's layout, its own type (a
+    cast pair is compared in the coarser type of the two)."""
+    return value if pair.transform == TRANSFORM_CAST else as_candidate(pair, value)
+
+
+def own_error_inputs(
+    cand: OnnxSide,
+    pairing: Pairing,
+    idx: int,
+    ref_env: dict[str, Any],
+    cand_env: dict[str, Any],
+    own: dict[Any, Any],
+    unproven: set[str] | frozenset[str] = frozenset(),
+) -> tuple[list[Any], frozenset[str]] | None:
+    """Inputs of candidate node ``idx`` for its own-error run, or None when one is missing.
+
+    An input with a reference partner gets the reference value; one without gets the
+    value computed from reference values upstream (``own``), so chains of nodes without
+    partners are judged from the nearest reference values.  A weight is the model's own
+    constant: the node is judged with it.  Pairs in ``unproven`` (the values turned out to
+    differ in shape) are not partners.  Also returns the lowerings (fx nodes) other than
+    the node's own that had to be recomputed that way: the own error inherits theirs.
+    """
+    values = []
+    taint: set[str] = set()
+    group = cand.lowering[idx]
+    for name in cand.node_inputs(cand.nodes[idx]):
+        if not name:
+            values.append(None)
+        elif name in cand.initializers:
+            values.append(cand.initializer(name))
+        elif name in pairing.by_onnx and name not in unproven:
+            pair = pairing.by_onnx[name]
+            key = ("ref", name)
+            if key not in own:
+                if pair.fx_name not in ref_env:
+                    return None
+                own[key] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
+            values.append(own[key])
+        elif name in own and not isinstance(own[name], NotComputed):
+            values.append(own[name])
+            taint.update(own.get(("from", name), ()))
+            producer = cand.producer.get(name)
+            source = cand.lowering[producer] if producer is not None else None
+            if source is not None and source != group:
+                taint.add(source)
+        elif name in cand_env and name in cand.feeds:
+            values.append(cand_env[name])
+        else:
+            return None
+    return values, frozenset(taint)
+
+
+def fill_first_comparison(rec: Record, d: Diff) -> None:
+    rec.atol, rec.rtol = d.atol, d.rtol
+    rec.err_abs, rec.err_rel, rec.err_nan = d.err_abs, d.err_rel, d.err_nan
+    rec.err_h01, rec.err_h001 = d.err_h01, d.err_h001
+    rec.passed = d.passed
+    if d.shape_mismatch:
+        rec.status = STATUS_SHAPE_MISMATCH
+        rec.comment = _join(rec.comment, d.note)
+    elif d.dtype_mismatch:
+        rec.status = STATUS_DTYPE_MISMATCH
+        rec.comment = _join(rec.comment, d.note)
+    else:
+        rec.status = STATUS_OK if d.passed else STATUS_FAIL
+
+
+def fill_own_error(rec: Record, d: Diff, own_device: str) -> None:
+    rec.err_abs2, rec.err_rel2, rec.err_nan2 = d.err_abs, d.err_rel, d.err_nan
+    rec.err_h012, rec.err_h0012 = d.err_h01, d.err_h001
+    rec.err_dev2 = 0.0 if own_device == rec.ep_device else 1.0
+    rec.passed2 = d.passed
+
+
+def comparable(expected: Any, got: Any) -> tuple[Any, Any]:
+    """Both sides as array-likes, or (None, None) when they are not comparable tensors."""
+    import numpy as np
+
+    if isinstance(expected, bool | int | float | torch.SymInt | torch.SymFloat | torch.SymBool):
+        try:
+            expected = np.asarray(
+                expected if isinstance(expected, bool | int | float) else expected.node.hint
+            )
+        except Exception:
+            return None, None
+        if hasattr(got, "reshape") and getattr(got, "size", None) is not None:
+            n = got.numel() if isinstance(got, torch.Tensor) else got.size
+            if n == 1:
+                got = got.reshape(())
+    if not isinstance(expected, torch.Tensor | np.ndarray | np.generic):
+        return None, None
+    if not isinstance(got, torch.Tensor | np.ndarray | np.generic):
+        return None, None
+    return expected, got
+
+
+def linear_check(node: onnx.NodeProto, inputs: list | None, got: Any) -> str | None:
+    """Compares a Gemm/MatMul output with torch on the same (ONNX-side) inputs."""
+    if not inputs or any(x is None for x in inputs[:2]):
+        return None
+    try:
+        a, b = to_torch(inputs[0]), to_torch(inputs[1])
+        if node.op_type == "MatMul":
+            ref = torch.matmul(a, b)
+        else:
+            attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+            if attrs.get("transA", 0):
+                a = a.t()
+            if attrs.get("transB", 0):
+                b = b.t()
+            ref = attrs.get("alpha", 1.0) * (a @ b)
+            if len(inputs) > 2 and inputs[2] is not None:
+                ref = ref + attrs.get("beta", 1.0) * to_torch(inputs[2])
+        d = compare(ref, got)
+        return f"vs torch.nn.functional.linear on the ONNX inputs: err_abs={d.err_abs:.3g}"
+    except Exception:
+        return None
+
+
+def proto_shape_type(t: onnx.TensorProto) -> str:
+    try:
+        name = dtype_name(t.data_type)
+    except TypeError:
+        name = onnx.TensorProto.DataType.Name(t.data_type).lower()
+    return f"{name}[{'x'.join(str(d) for d in t.dims)}]"

@@ -1,0 +1,631 @@
+"""The one loop of the engine: a reference side and a candidate ONNX model, step by step.
+
+:class:`SideBySideRun` runs the two sides (``sides.py``) in the order the plan gives
+(``plan.py``), compares each pair as soon as both values exist, optionally runs each
+candidate node again on the reference values of its inputs (its *own error*), and frees
+every value after its last use.  The same loop compares a torch program with its export
+(``run.py``), one model on two runtimes (``devices.py``) and two models (``two_models.py``).
+
+The engine imports no view code (no tqdm, pandas, plotly or widget): views read
+``run.status`` and consume the records.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from ..convert import device_of
+from ..diff import compare, shape_type
+from ..records import (
+    KIND_NODE,
+    KIND_OUTPUT,
+    KIND_WEIGHT,
+    STATUS_DTYPE_MISMATCH,
+    STATUS_ERROR,
+    STATUS_NOT_COMPARED,
+    STATUS_NOT_COMPUTED,
+    STATUS_SHAPE_MISMATCH,
+    STATUS_UNPAIRED_EP,
+    STATUS_UNPAIRED_ONNX,
+    STATUS_UNPAIRED_OUTPUT,
+    STATUS_WEIGHT_DIFFERS,
+    UNPAIRED,
+    Record,
+    RunStatus,
+)
+from ..records import join_comments as _join
+from .judging import (
+    LINEAR_TARGETS,
+    NotComputed,
+    SbsMismatchError,
+    as_candidate,
+    as_expected,
+    comparable,
+    fill_first_comparison,
+    fill_own_error,
+    linear_check,
+    own_error_inputs,
+    proto_shape_type,
+)
+from .names import PAIRED_BY_NAME, PAIRED_BY_STATE_DICT, TRANSFORM_PERMUTE, Pair, Pairing
+from .onnx_pairing import TRANSFORM_CAST, in_common_precision
+from .options import RESET_ALL, RunOptions
+from .plan import REF, Plan, schedule
+from .sides import OnnxSide
+
+
+@dataclass
+class RunValues:
+    """What a run holds between steps; the plan says when each value goes."""
+
+    ref: dict[str, Any]  # reference values by name
+    cand: dict[str, Any]  # candidate values by name
+    # own-error values, their reference inputs ("ref", name) and the lowerings they were
+    # recomputed through ("from", name)
+    own: dict[Any, Any] = field(default_factory=dict)
+    ref_times: dict[str, float] = field(default_factory=dict)
+    cand_times: dict[str, float] = field(default_factory=dict)
+    ref_errors: dict[str, str] = field(default_factory=dict)
+    cand_errors: dict[str, str] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)  # not computed: an input was missing
+    pending: dict[str, Record] = field(default_factory=dict)  # weights awaiting a verdict
+    awaiting: dict[str, list[str]] = field(default_factory=dict)  # consumer value -> weights
+    probe_inputs: dict[int, list[Any]] = field(default_factory=dict)
+    ref_weights_live: int = 0
+    peak_live: int = 0
+
+
+class SideBySideRun:
+    """One side-by-side run over a reference side and a candidate ONNX model.
+
+    Iterate it (once) to get the records; ``records`` keeps them, ``status`` tells the
+    progress, ``stop()`` ends the run after the current step with everything kept.
+    """
+
+    def __init__(
+        self,
+        reference: Any,
+        candidate: OnnxSide,
+        pairing: Pairing,
+        options: RunOptions,
+        status: RunStatus | None = None,
+    ) -> None:
+        self.reference = reference
+        self.candidate = candidate
+        self.pairing = pairing
+        self.options = options
+        self.device = candidate.device
+        self.atol, self.rtol = options.atol, options.rtol
+        self.reset_all = options.reset == RESET_ALL
+        self.reset_names = set(options.reset_names)
+        self.plan: Plan = schedule(
+            reference.graph, candidate.graph, pairing, options.needs_torch_inputs
+        )
+        self.status = status or RunStatus()
+        self.status.total_onnx_nodes = len(candidate.nodes)
+        self.status.total_ep_nodes = len(reference.graph.io)
+        self.records: list[Record] = []
+        self.deployment: Any = None  # a deployed.Deployment when the candidate is optimized
+        self._stop = threading.Event()
+        self._started = False
+        # pairs whose values turned out to differ in shape: not the same value after all
+        self._unproven: set[str] = set()
+        self._missing: set[str] = set()
+        self._consumers: dict[str, list[int]] | None = None
+        self._step_counter = 0
+        self._pending: dict[str, Record] = {}
+        self._probe_inputs: dict[int, list[Any]] = {}
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The candidate ONNX model."""
+        return self.candidate.model
+
+    # ------------------------------------------------------------ public API
+    def __iter__(self) -> Iterator[Record]:
+        if self._started:
+            raise RuntimeError("a run can be iterated once; its records are in .records")
+        self._started = True
+        return self._records()
+
+    def stop(self) -> None:
+        """Ends the run after the current step; everything yielded so far is kept."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _after_run(self) -> None:
+        """What a finished (not stopped) run does next (AlignedRun writes replays)."""
+
+    # ------------------------------------------------------------ the loop
+    def _records(self) -> Iterator[Record]:
+        t0 = time.perf_counter()
+        status = self.status
+        ref = self.reference
+        v = self._v = RunValues(
+            ref=ref.initial_env() if isinstance(ref, OnnxSide) else {},
+            cand=self.candidate.initial_env(),
+        )
+        self._missing = v.missing
+        self._pending, self._probe_inputs = v.pending, v.probe_inputs
+        self._step_counter = 0
+        try:
+            yield from self._unpaired_initializers()
+            for s, (side, idx) in enumerate(self.plan.steps):
+                if self._stop.is_set():
+                    status.stopped = True
+                    break
+                if side == REF:
+                    yield from self._reference_step(idx)
+                else:
+                    yield from self._candidate_step(idx)
+                yield from self._comparisons(s)
+                self._free(s)
+                status.elapsed = time.perf_counter() - t0
+            # weights whose consumers were never compared keep their own verdict
+            for wrec in v.pending.values():
+                wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
+                yield self._checked(wrec)
+        finally:
+            status.elapsed = time.perf_counter() - t0
+            status.current = None
+            status.finished = True
+        if not self._stop.is_set():
+            self._after_run()
+
+    def _unpaired_initializers(self) -> Iterator[Record]:
+        """Initializers without a partner (and no twin on the reference): listed up front."""
+        cand, by_onnx = self.candidate, self.pairing.by_onnx
+        for name in cand.initializers:
+            if name not in by_onnx and name not in self.reference.graph.available:
+                yield self._emit(
+                    Record(
+                        **cand.describe_candidate(name),
+                        onnx_shape_type=proto_shape_type(cand.initializers[name]),
+                        kind=KIND_WEIGHT,
+                        paired_by=UNPAIRED,
+                        status=STATUS_UNPAIRED_ONNX,
+                    )
+                )
+
+    def _reference_step(self, idx: int) -> Iterator[Record]:
+        ref, v, status = self.reference, self._v, self.status
+        outputs = ref.graph.io[idx].outputs
+        t = time.perf_counter()
+        try:
+            for o, value in zip(outputs, ref.run(idx, v.ref)):
+                if o:
+                    v.ref[o] = value
+                    if ref.is_weight(o):
+                        v.ref_weights_live += 1
+        except Exception as e:
+            if isinstance(e, KeyError) or "(upstream failure)" in str(e):
+                msg = f"not computed: an input is missing (upstream failure): {e}"
+                v.missing.update(outputs)
+            else:
+                msg = f"{type(e).__name__}: {e}"
+                status.errors += 1
+            for o in outputs:
+                v.ref_errors[o] = msg
+        elapsed = time.perf_counter() - t
+        status.done_ep_nodes += 1
+        by_fx = self.pairing.by_fx
+        for o in outputs:
+            v.ref_times[o] = elapsed
+            if o and o not in by_fx:
+                value = v.ref.get(o)
+                if ref.reports_unpaired(idx, value, o in v.ref_errors):
+                    yield self._emit(self._reference_only_record(o, value, elapsed, v.ref_errors))
+
+    def _candidate_step(self, idx: int) -> Iterator[Record]:
+        cand, v, status = self.candidate, self._v, self.status
+        node = cand.nodes[idx]
+        status.current = cand.node_name(idx)
+        t = time.perf_counter()
+        try:
+            inputs = cand.inputs(idx, v.cand)
+        except KeyError as e:
+            msg = f"not computed: input {e.args[0]!r} is missing (upstream failure)"
+            for o in node.output:
+                v.cand_errors[o] = msg
+                v.missing.add(o)
+            inputs = None
+        if inputs is not None:
+            try:
+                for o, value in zip(node.output, cand.call(idx, inputs)):
+                    if o:
+                        v.cand[o] = value
+            except Exception as e:
+                msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
+                status.errors += 1
+                for o in node.output:
+                    v.cand_errors[o] = msg
+                self._continue_from_reference(node, v.ref, v.cand)
+        elapsed = time.perf_counter() - t
+        for o in node.output:
+            v.cand_times[o] = elapsed
+        if self.options.own_error or self.reset_all:
+            self._run_own_error(idx, v.cand, v.ref, v.own, inputs)
+        status.done_onnx_nodes += 1
+        by_onnx = self.pairing.by_onnx
+        for o in node.output:
+            if o and o not in by_onnx:
+                yield self._emit(self._candidate_only_record(o, v.cand, elapsed, v.cand_errors))
+
+    def _comparisons(self, s: int) -> Iterator[Record]:
+        """The pairs whose two values exist after step ``s``."""
+        cand, v = self.candidate, self._v
+        for name in self.plan.compare_at.get(s, ()):
+            rec = self._compare(
+                name, v.ref, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
+            )
+            pair = self.pairing.by_onnx[name]
+            # a weight is the model's own constant: only replaced when named
+            rec.reset = pair.fx_name in v.ref and (
+                (self.reset_all and name not in cand.initializers)
+                or name in self.reset_names
+                or pair.fx_name in self.reset_names
+            )
+            if rec.kind == KIND_WEIGHT and rec.failed and name in cand.initializers:
+                outs = self._consumer_outputs(name)
+                if outs:
+                    # a differing weight waits for its first consumer's verdict
+                    v.pending[name] = rec
+                    for o in outs:
+                        v.awaiting.setdefault(o, []).append(name)
+                    continue
+            after = []
+            for w in v.awaiting.pop(name, ()):
+                wrec = v.pending.pop(w, None)
+                if wrec is not None:
+                    if self._settle_weight(wrec, rec, v.ref):
+                        yield self._checked(wrec)
+                    else:
+                        after.append(wrec)
+            yield self._checked(rec)
+            for wrec in after:
+                yield self._checked(wrec)
+            if rec.reset:
+                v.cand[name] = cand.as_runner_value(as_candidate(pair, v.ref[pair.fx_name]))
+
+    def _free(self, s: int) -> None:
+        """Frees what no later step needs, and keeps the peak count of live values."""
+        ref, cand, v = self.reference, self.candidate, self._v
+        for name in self.plan.free_ref_at.get(s, ()):
+            if v.ref.pop(name, None) is not None and ref.is_weight(name):
+                v.ref_weights_live -= 1
+            if isinstance(ref, OnnxSide):
+                ref.forget(name)
+        own = v.own
+        for name in self.plan.free_cand_at.get(s, ()):
+            v.cand.pop(name, None)
+            cand.forget(name)
+            if own:
+                own.pop(name, None)
+                own.pop(("ref", name), None)
+                own.pop(("from", name), None)
+        # activations only: weights are references to the program's own tensors
+        live = len(v.cand) + len(v.ref) - v.ref_weights_live + len(own)
+        if live > v.peak_live:
+            v.peak_live = live
+            self.status.extra["peak_live_values"] = live
+
+    def _checked(self, rec: Record) -> Record:
+        """Emits a comparison record (raising at the first failure with ``exc=True``)."""
+        if self.options.exc and rec.failed:
+            self._emit(rec)
+            raise SbsMismatchError(rec)
+        return self._emit(rec)
+
+    def _continue_from_reference(
+        self, node: onnx.NodeProto, ref_env: dict[str, Any], cand_env: dict[str, Any]
+    ) -> None:
+        """After a node failed, its outputs take their torch values, so the nodes after it
+        still run and are judged (a second, independent bug is not hidden)."""
+        cand = self.candidate
+        for o in node.output:
+            pair = self.pairing.by_onnx.get(o)
+            if o and pair is not None and pair.fx_name in ref_env and o not in self._unproven:
+                cand_env[o] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
+                cand.notes[o] = "the nodes after it continue from the torch value"
+
+    def _consumer_outputs(self, name: str, depth: int = 8) -> list[str]:
+        """The first paired values computed from initializer ``name`` (through values
+        without a partner, a Cast or a Transpose say)."""
+        cand, by_onnx = self.candidate, self.pairing.by_onnx
+        consumers = self._consumers
+        if consumers is None:
+            consumers = {}
+            for k, n in enumerate(cand.nodes):
+                for i in cand.node_inputs(n):
+                    consumers.setdefault(i, []).append(k)
+            self._consumers = consumers
+        found: list[str] = []
+        frontier, seen = [name], {name}
+        for _ in range(depth):
+            nxt = []
+            for value in frontier:
+                for k in consumers.get(value, ()):
+                    for o in cand.nodes[k].output:
+                        if not o or o in seen:
+                            continue
+                        seen.add(o)
+                        (found if o in by_onnx else nxt).append(o)
+            if found or not nxt:
+                break
+            frontier = nxt
+        return found
+
+    def _settle_weight(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> bool:
+        """A weight that differs from its torch parameter is the model's error only when
+        the node consuming it disagrees with torch because of it.  Returns whether the
+        weight's record comes before its consumer's (it is then the answer)."""
+        node = consumer.onnx_node_name or consumer.onnx_name
+        agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
+        if agrees:
+            wrec.status = STATUS_WEIGHT_DIFFERS
+            wrec.comment = _join(
+                wrec.comment,
+                f"differs from the torch parameter, but its consumer {node} agrees with torch: "
+                "the exporter changed it (a BatchNorm folded into a Conv, say)",
+            )
+            return True
+        if consumer.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
+            wrec.comment = _join(
+                wrec.comment, f"its consumer {node} computes another shape or type: not this"
+            )
+            return False
+        if consumer.passed2 is None and not consumer.failed:
+            wrec.comment = _join(wrec.comment, f"its consumer {node} could not be compared")
+            return True
+        with_torch = self._consumer_with_torch_weight(wrec, consumer, ref_env)
+        if with_torch is False:
+            wrec.comment = _join(
+                wrec.comment,
+                f"its consumer {node} disagrees with torch even with the torch parameter: "
+                "the error is the consumer's own",
+            )
+            return False
+        wrec.comment = _join(
+            wrec.comment,
+            f"its consumer {node} disagrees with torch"
+            + (" and agrees once given the torch parameter" if with_torch else " too"),
+        )
+        return True
+
+    def _consumer_with_torch_weight(
+        self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
+    ) -> bool | None:
+        """Whether the consumer agrees with torch when fed the torch parameter instead of
+        the differing weight (None when that cannot be tried)."""
+        cand = self.candidate
+        k = consumer.onnx_id_node
+        inputs = self._probe_inputs.get(k) if k is not None else None
+        pair = self.pairing.by_onnx.get(wrec.onnx_name)
+        out = self.pairing.by_onnx.get(consumer.onnx_name)
+        if inputs is None or pair is None or out is None or out.fx_name not in ref_env:
+            return None
+        names = cand.node_inputs(cand.nodes[k])
+        if wrec.onnx_name not in names:
+            return None
+        torch_value = cand.as_runner_value(
+            as_candidate(pair, self.reference.leaf_value(pair.fx_name))
+        )
+        fed = [torch_value if n == wrec.onnx_name else v for n, v in zip(names, inputs)]
+        try:
+            outputs = cand.call(k, fed)
+        except Exception:
+            return None
+        got = outputs[list(cand.nodes[k].output).index(consumer.onnx_name)]
+        e, g = comparable(as_candidate(out, ref_env[out.fx_name]), got)
+        if e is None:
+            return None
+        return bool(compare(e, g, self.atol, self.rtol).passed)
+
+    def _run_own_error(
+        self,
+        idx: int,
+        cand_env: dict[str, Any],
+        ref_env: dict[str, Any],
+        own: dict[Any, Any],
+        main_inputs: list[Any] | None,
+    ) -> None:
+        cand = self.candidate
+        node = cand.nodes[idx]
+        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own, self._unproven)
+        if found is None:
+            return
+        inputs, taint = found
+        for o in node.output:
+            if o and taint:
+                own[("from", o)] = taint
+        if any(n in self._pending for n in cand.node_inputs(node)):
+            self._probe_inputs[idx] = inputs  # to try it with the torch parameter
+        if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
+            # same inputs as the first run: the own error is the first error
+            for o in node.output:
+                if o and o in cand_env:
+                    own[o] = cand_env[o]
+            return
+        try:
+            outputs = cand.call(idx, inputs)
+        except Exception as e:
+            for o in node.output:
+                if o:
+                    own[o] = NotComputed(f"{type(e).__name__}: {e}")
+            return
+        for o, v in zip(node.output, outputs):
+            if o:
+                own[o] = v
+
+    # ------------------------------------------------------------ records
+    def _emit(self, rec: Record) -> Record:
+        if self.deployment is not None:
+            self.deployment.annotate(rec)
+        st = self.status
+        rec.step = self._step_counter
+        self._step_counter += 1
+        self.records.append(rec)
+        st.records += 1
+        if rec.failed:
+            st.failures += 1
+        if rec.err_abs is not None and rec.err_abs > st.max_err_abs and rec.err_abs == rec.err_abs:
+            st.max_err_abs = rec.err_abs
+            st.max_err_name = rec.onnx_name or rec.ep_name
+        return rec
+
+    def _reference_only_record(
+        self, name: str, value: Any, elapsed: float, ref_errors: dict[str, str]
+    ) -> Record:
+        ref = self.reference
+        kind = ref.kind_of(name)
+        if name in ref_errors:
+            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
+        elif kind == KIND_OUTPUT:
+            status = STATUS_UNPAIRED_OUTPUT
+        else:
+            status = STATUS_UNPAIRED_EP
+        rec = Record(
+            **ref.describe(name),
+            ep_shape_type=shape_type(value) if value is not None else None,
+            ep_time_run=elapsed,
+            ep_device=device_of(value) if value is not None else None,
+            kind=kind,
+            paired_by=UNPAIRED,
+            status=status,
+            error=ref_errors.get(name),
+        )
+        if status == STATUS_UNPAIRED_OUTPUT:
+            rec.comment = "no output of the ONNX model computes this output of the program"
+        elif kind == KIND_WEIGHT:
+            rec.comment = "no initializer holds it (unused, or folded into another by the exporter or an optimizer)"
+        return rec
+
+    def _candidate_only_record(
+        self, name: str, cand_env: dict[str, Any], elapsed: float, cand_errors: dict[str, str]
+    ) -> Record:
+        cand = self.candidate
+        if name in cand_errors:
+            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
+        elif name in cand.graph_outputs:
+            status = STATUS_UNPAIRED_OUTPUT
+        else:
+            status = STATUS_UNPAIRED_ONNX
+        rec = Record(
+            **cand.describe_candidate(name),
+            onnx_shape_type=shape_type(cand_env[name]) if name in cand_env else None,
+            onnx_time_run=elapsed,
+            onnx_device=device_of(cand_env[name]) if name in cand_env else None,
+            kind=KIND_OUTPUT if name in cand.graph_outputs else KIND_NODE,
+            paired_by=UNPAIRED,
+            status=status,
+            error=cand_errors.get(name),
+        )
+        if status == STATUS_UNPAIRED_OUTPUT:
+            rec.comment = "this output of the ONNX model matches no output of the program"
+        return rec
+
+    def _compare(
+        self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
+    ) -> Record:
+        cand = self.candidate
+        pair = self.pairing.by_onnx[name]
+        rec = Record(
+            **self.reference.describe(pair.fx_name),
+            **cand.describe_candidate(name),
+            ep_time_run=times.get(pair.fx_name),
+            onnx_time_run=cand_times.get(name),
+            kind=pair.kind,
+            paired_by=pair.rule,
+        )
+        if pair.transform == TRANSFORM_PERMUTE:
+            rec.comment = f"compared with the torch value permuted by {pair.perm}"
+        elif pair.transform and pair.transform != TRANSFORM_CAST:
+            rec.comment = f"compared with the {pair.transform}d torch weight"
+        rec.comment = _join(rec.comment, cand.notes.get(name))
+        if pair.fx_name in ref_errors:
+            missing = pair.fx_name in self._missing
+            rec.status = STATUS_NOT_COMPUTED if missing else STATUS_ERROR
+            rec.error = f"reference side: {ref_errors[pair.fx_name]}"
+            return rec
+        if name in cand_errors:
+            rec.error = cand_errors[name]
+            if name in self._missing:
+                # inherited from upstream: the node itself is still judged on torch inputs
+                rec.status = STATUS_NOT_COMPUTED
+                self._own_comparison(rec, pair, name, ref_env.get(pair.fx_name), own)
+            else:
+                rec.status = STATUS_ERROR
+            return rec
+        want = ref_env.get(pair.fx_name)
+        if want is None and pair.fx_name in self.reference.graph.available:
+            want = self.reference.leaf_value(pair.fx_name)  # a weight of an ONNX reference
+        expected = as_expected(pair, want)
+        got = cand_env[name] if name in cand_env else cand.initializer(name)
+        rec.ep_shape_type = shape_type(expected)
+        rec.onnx_shape_type = shape_type(got)
+        rec.ep_device = device_of(expected)
+        rec.onnx_device = device_of(got)
+        rec.err_dev = 0.0 if rec.ep_device == rec.onnx_device else 1.0
+        expected, got = comparable(expected, got)
+        if expected is None:
+            rec.status = STATUS_NOT_COMPARED
+            rec.comment = _join(rec.comment, "not a tensor on both sides")
+            return rec
+        if pair.transform == TRANSFORM_CAST:
+            expected, got, note = in_common_precision(expected, got)
+            rec.comment = _join(rec.comment, note)
+        d = compare(expected, got, self.atol, self.rtol)
+        if d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
+            # A pair made from metadata or position is a guess that the shapes disprove:
+            # not the same value, so neither a mismatch of the export nor a torch input.
+            self._unproven.add(name)
+            rec.status = STATUS_NOT_COMPARED
+            rec.paired_by = UNPAIRED
+            rec.comment = _join(
+                rec.comment,
+                f"paired by {pair.rule}, but the shapes differ ({d.note}): not the same value",
+            )
+            return rec
+        fill_first_comparison(rec, d)
+        self._own_comparison(rec, pair, name, want, own)
+        node_idx = cand.producer.get(name)
+        if (
+            node_idx is not None
+            and name in own
+            and rec.onnx_op_type in ("Gemm", "MatMul")
+            and (rec.ep_target or "").startswith(LINEAR_TARGETS)
+        ):
+            try:
+                inputs = cand.inputs(node_idx, cand_env)
+            except KeyError:
+                inputs = None
+            note = linear_check(cand.nodes[node_idx], inputs, got)
+            if note:
+                rec.comment = _join(rec.comment, note)
+        return rec
+
+    def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
+        """The own error: the node run on torch inputs, against the torch value."""
+        own_value = own.get(name)
+        if own_value is None or name not in self.candidate.producer:
+            return
+        taint = own.get(("from", name))
+        if taint:
+            rec.own_inputs_from = ", ".join(sorted(taint))
+        if isinstance(own_value, NotComputed):
+            rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
+            return
+        e2, g2 = comparable(as_expected(pair, want), own_value)
+        if e2 is not None and pair.transform == TRANSFORM_CAST:
+            e2, g2, _ = in_common_precision(e2, g2)
+        if e2 is not None:
+            fill_own_error(rec, compare(e2, g2, self.atol, self.rtol), device_of(own_value))
