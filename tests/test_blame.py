@@ -171,3 +171,26 @@ def test_an_output_the_model_does_not_compute_fails():
     statuses = {r.status for r in records}
     assert STATUS_UNPAIRED_OUTPUT in statuses, sorted(statuses)
     assert out.name  # (the original output value is still computed, just not an output)
+
+
+def test_reset_and_replay_selection_take_the_users_own_names():
+    from onnx_sbs_nb.align.replay import ReplayConfig
+
+    from .models import tiny_llama
+
+    ep, onx, args = tiny_llama()
+    records = list(run_aligned(ep, onx, args))
+    renamed = next(
+        r
+        for r in records
+        if r.onnx_id_node is not None
+        and r.onnx_id_node >= 0
+        and r.ep_user_name
+        and r.ep_user_name != r.ep_name
+        and r.status == "ok"
+    )
+    again = list(run_aligned(ep, onx, args, reset_names=[renamed.ep_user_name]))
+    assert any(r.reset and r.ep_name == renamed.ep_name for r in again)
+    assert ReplayConfig(names=[renamed.ep_user_name]).selects(renamed)
+    with pytest.raises(SbsInputError, match="your own fx node names"):
+        run_aligned(ep, onx, args, reset_names=["no_such_node"])

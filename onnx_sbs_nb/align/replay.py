@@ -107,7 +107,9 @@ class ReplayConfig:
             return False  # only ONNX nodes can be replayed
         if self.names or self.op_types:
             names = set(self.names)
-            by_name = bool(names & {record.onnx_name, record.ep_name, node_name} - {None})
+            # any name the record goes by: ONNX value or node, prepared or user fx node
+            known = {record.onnx_name, record.ep_name, record.ep_user_name, node_name}
+            by_name = bool(names & (known - {None}))
             if not by_name and record.onnx_op_type not in self.op_types:
                 return False
         if self.threshold is not None:

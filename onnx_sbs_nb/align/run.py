@@ -91,16 +91,7 @@ class AlignedRun(SideBySideRun):
             )
             deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)
-        unknown = (
-            set(options.reset_names)
-            - set(pairing.by_onnx)
-            - {p.fx_name for p in pairing.by_onnx.values()}
-        )
-        if unknown:
-            raise SbsInputError(
-                f"reset_names {sorted(unknown)[:5]} name no paired value: use ONNX value names "
-                "or fx node names that appear in the records"
-            )
+        options = _reset_names_in_program_words(options, pairing, provenance)
         # the ONNX graph inputs are the torch inputs they pair with
         for name in candidate.graph_inputs:
             pair = pairing.by_onnx.get(name)
@@ -120,6 +111,35 @@ class AlignedRun(SideBySideRun):
     def _after_run(self) -> None:
         if self.options.replay is not None:
             self.actions.write_selected_replays()
+
+
+def _reset_names_in_program_words(
+    options: RunOptions, pairing: Pairing, provenance: dict[str, Any]
+) -> RunOptions:
+    """``reset_names`` may use the user's fx node names: those become the paired fx nodes
+    of the prepared program that come from them.  An unknown name is an error."""
+    if not options.reset_names:
+        return options
+    known = set(pairing.by_onnx) | {p.fx_name for p in pairing.by_onnx.values()}
+    by_user: dict[str, list[str]] = {}
+    for fx_name, prov in provenance.items():
+        if prov.user_name and fx_name in pairing.by_fx:
+            by_user.setdefault(prov.user_name, []).append(fx_name)
+    names: list[str] = []
+    unknown = []
+    for name in options.reset_names:
+        if name in known:
+            names.append(name)
+        elif name in by_user:
+            names.extend(by_user[name])
+        else:
+            unknown.append(name)
+    if unknown:
+        raise SbsInputError(
+            f"reset_names {sorted(unknown)[:5]} name no paired value: use ONNX value names, "
+            "fx node names or your own fx node names (ep_user_name) from the records"
+        )
+    return options.replace(reset_names=tuple(dict.fromkeys(names)))
 
 
 def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None:
