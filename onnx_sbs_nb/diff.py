@@ -8,6 +8,7 @@ torch value's device, never to a hard-coded one).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,12 +79,30 @@ def shape_type(v) -> str:
     return type(v).__name__
 
 
+# torch dtypes numpy cannot hold (bfloat16 and float8 types live in ml_dtypes): their
+# comparisons run on the torch path, which upcasts them (torch cannot subtract float8)
+_NO_NUMPY = frozenset(
+    getattr(torch, name)
+    for name in (
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "float4_e2m1fn_x2",
+    )
+    if hasattr(torch, name)
+)
+_INT64_MAX = np.iinfo(np.int64).max
+
+
 def _as_numpy(v) -> np.ndarray | None:
     if isinstance(v, np.ndarray):
         return v
     if isinstance(v, np.generic | int | float | bool):
         return np.asarray(v)
-    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dtype != torch.bfloat16:
+    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dtype not in _NO_NUMPY:
         if v.is_conj() or v.is_neg():
             v = v.resolve_conj().resolve_neg()
         return v.detach().numpy()
@@ -97,12 +116,14 @@ def _as_torch(v, device: torch.device) -> torch.Tensor:
 def compare(expected, got, atol: float | None = None, rtol: float | None = None) -> Diff:
     """Compares ``got`` (ONNX side) with ``expected`` (torch side).
 
-    err_abs: max |got - expected| over positions where both are finite;
+    err_abs: max |got - expected|; infinite where one side is NaN/Inf and the other is
+    not the same non-finite value (NaN matches NaN, inf matches inf);
     err_rel: max |got - expected| / (|expected| + atol): bounded near zero, unlike a
     plain relative error, and equal to it where |expected| >> atol;
     err_nan: positions where one side is NaN/Inf and the other is not (or differs);
     err_h01 / err_h001: elements whose difference exceeds 0.1 / 0.01.
     passed: |got - expected| <= atol + rtol * |expected| everywhere and err_nan == 0.
+    Integers (and booleans) are compared as integers, exactly, whatever their size.
     """
     exp_dtype = value_dtype_name(expected)
     got_dtype = value_dtype_name(got)
@@ -132,15 +153,53 @@ def compare(expected, got, atol: float | None = None, rtol: float | None = None)
     return result
 
 
+def _empty(r: Diff) -> None:
+    r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
+    r.passed = True
+
+
+def _fill_integers(r: Diff, err_abs: float, err_rel: float, differing: int) -> None:
+    """Integers are equal or not: any difference fails, and it is at least 1."""
+    r.err_abs, r.err_rel, r.err_nan = err_abs, err_rel, 0.0
+    r.err_h01 = r.err_h001 = float(differing)
+    r.passed = differing == 0
+
+
+def _integer_difference(e: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """|e - g| exactly: uint64 (Python ints when a uint64 value does not fit in int64).
+
+    float64 holds integers exactly only up to 2**53: 2**60 and 2**60 + 1 would compare
+    equal there.
+    """
+    for a in (e, g):
+        if a.dtype == np.uint64 and a.max() > _INT64_MAX:
+            return np.abs(e.astype(object) - g.astype(object))
+    ei, gi = e.astype(np.int64, copy=False), g.astype(np.int64, copy=False)
+    hi, lo = np.maximum(ei, gi), np.minimum(ei, gi)
+    # modular uint64 arithmetic is exact here: 0 <= hi - lo < 2**64
+    return hi.view(np.uint64) - lo.view(np.uint64)
+
+
+def _compare_numpy_integers(e: np.ndarray, g: np.ndarray, r: Diff) -> None:
+    d = _integer_difference(e, g)
+    differing = int(np.count_nonzero(d))
+    if not differing:
+        _fill_integers(r, 0.0, 0.0, 0)
+        return
+    df = d.astype(np.float64)
+    rel = df / (np.abs(e.astype(np.float64)) + 1e-12)
+    _fill_integers(r, float(df.max()), float(rel.max()), differing)
+
+
 def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:
     if e.size == 0:
-        r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
-        r.passed = True
+        _empty(r)
+        return
+    if e.dtype.kind in "biu" and g.dtype.kind in "biu":
+        _compare_numpy_integers(e, g, r)
         return
     # Few passes over the data: most pairs of a faithful export are equal or tiny apart.
-    if e.dtype.kind in "biu" and g.dtype.kind in "biu":
-        ef, gf = e.astype(np.float64), g.astype(np.float64)
-    elif e.dtype.kind == "c" or g.dtype.kind == "c":
+    if e.dtype.kind == "c" or g.dtype.kind == "c":
         ef, gf = e.astype(np.complex128), g.astype(np.complex128)
     else:
         work = np.float64 if np.float64 in (e.dtype, g.dtype) else np.float32
@@ -154,16 +213,24 @@ def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Di
         both = fe & fg
         # non-finite on both sides agree only when they are the same value
         same_special = ~fe & ~fg & ((ef == gf) | (np.isnan(ef) & np.isnan(gf)))
-        nan = int((~both & ~same_special).sum())
+        disagree = ~both & ~same_special
+        nan = int(disagree.sum())
         d = np.where(both, d, 0.0)
         ef = np.where(both, ef, 0.0)
         m = d.max()
+    r.err_nan = float(nan)
+    if nan:
+        # NaN or an infinity against a number (or the other infinity): infinitely wrong
+        r.err_abs = r.err_rel = math.inf
+        r.err_h01 = float(np.count_nonzero(d > 0.1) + nan)
+        r.err_h001 = float(np.count_nonzero(d > 0.01) + nan)
+        r.passed = False
+        return
     err_abs = float(m)
     r.err_abs = err_abs
-    r.err_nan = float(nan)
     if err_abs == 0.0:
         r.err_rel = r.err_h01 = r.err_h001 = 0.0
-        r.passed = nan == 0
+        r.passed = True
         return
     denom = np.abs(ef)
     denom += atol if atol > 0 else 1e-12
@@ -171,18 +238,26 @@ def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Di
         r.err_rel = float((d / denom).max())
     r.err_h01 = float(np.count_nonzero(d > 0.1)) if err_abs > 0.1 else 0.0
     r.err_h001 = float(np.count_nonzero(d > 0.01)) if err_abs > 0.01 else 0.0
-    if nan:
-        r.passed = False
-    elif err_abs <= atol:
+    if err_abs <= atol:
         r.passed = True
     else:
         r.passed = bool((d <= atol + rtol * np.abs(ef)).all())
 
 
+def _compare_torch_integers(e: torch.Tensor, g: torch.Tensor, r: Diff) -> None:
+    ei, gi = e.to(torch.int64), g.to(torch.int64)
+    d = torch.maximum(ei, gi) - torch.minimum(ei, gi)  # wraps to < 0 beyond 2**63 - 1
+    df = d.double()
+    df = torch.where(d < 0, df + 2.0**64, df)
+    rel = df / (ei.double().abs() + 1e-12)
+    stats = torch.stack([df.max(), rel.max(), (ei != gi).sum().double()]).cpu()
+    err_abs, err_rel, differing = stats.tolist()
+    _fill_integers(r, err_abs, err_rel, int(differing))
+
+
 def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r: Diff) -> None:
     if e.numel() == 0:
-        r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
-        r.passed = True
+        _empty(r)
         return
     if e.is_complex() or g.is_complex():
         ef, gf = e.to(torch.complex128), g.to(torch.complex128)
@@ -190,7 +265,8 @@ def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r
         work = torch.float64 if torch.float64 in (e.dtype, g.dtype) else torch.float32
         ef, gf = e.to(work), g.to(work)
     else:
-        ef, gf = e.to(torch.float64), g.to(torch.float64)
+        _compare_torch_integers(e, g, r)
+        return
     d = (ef - gf).abs()
     fe, fg = torch.isfinite(ef), torch.isfinite(gf)
     both = fe & fg
@@ -213,5 +289,9 @@ def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r
         ]
     ).cpu()  # one device synchronisation for all metrics
     err_abs, err_rel, nan, h01, h001, ok = stats.tolist()
+    if nan:
+        # NaN or an infinity against a number (or the other infinity): infinitely wrong
+        err_abs = err_rel = math.inf
+        h01, h001 = h01 + nan, h001 + nan
     r.err_abs, r.err_rel, r.err_nan, r.err_h01, r.err_h001 = err_abs, err_rel, nan, h01, h001
     r.passed = bool(ok) and nan == 0

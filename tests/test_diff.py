@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -37,7 +39,48 @@ def test_nan_positions(as_torch):
         e, g = torch.from_numpy(e), torch.from_numpy(g).to(torch.float64)
     d = compare(e, g)
     assert d.err_nan == 2 and d.passed is False
-    assert d.err_abs == 0
+    # NaN against a number, +inf against -inf: an infinite error, never 0
+    assert d.err_abs == d.err_rel == math.inf and d.err_h01 == 2
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_non_finite_against_finite_is_an_infinite_error(as_torch):
+    e = np.array([np.inf, 1.0], np.float32)
+    g = np.array([1e38, 1.0], np.float32)
+    if as_torch:
+        e, g = torch.from_numpy(e), torch.from_numpy(g)
+    d = compare(e, g)
+    assert d.err_abs == math.inf and d.err_nan == 1 and d.passed is False
+    same = compare(e, e.copy() if isinstance(e, np.ndarray) else e.clone())
+    assert same.err_abs == 0 and same.passed  # inf against inf agrees
+
+
+# torch has no uint64 arithmetic: its path is tested on int64
+@pytest.mark.parametrize("as_torch, dtype", [(False, "int64"), (False, "uint64"), (True, "int64")])
+def test_integers_compare_as_integers(as_torch, dtype):
+    big = 2**60
+    e = np.array([big, 7], dtype)
+    g = np.array([big + 1, 7], dtype)
+    if as_torch:  # the torch path is the one used off-CPU
+        e, g = torch.from_numpy(e), torch.from_numpy(g)
+    d = compare(e, g)
+    # in float64, 2**60 and 2**60 + 1 are the same number
+    assert d.passed is False and d.err_abs == 1 and d.err_h01 == 1 and d.err_nan == 0
+    assert compare(e, e).passed
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    extreme = compare(np.array([lo]), np.array([hi]))  # no overflow in the difference
+    assert extreme.err_abs == float(2**64 - 1) and extreme.passed is False
+    top = np.array([2**64 - 1], np.uint64)
+    assert compare(top, top - np.uint64(1)).err_abs == 1
+
+
+def test_float8_compared_upcast():
+    t = torch.tensor([1.0, 2.0, -0.5]).to(torch.float8_e4m3fn)
+    d = compare(t, t.clone())
+    assert d.passed and d.err_abs == 0
+    other = (t.float() * 2).to(torch.float8_e4m3fn)
+    d = compare(t, other)
+    assert d.err_abs == pytest.approx(2.0) and d.passed is False
 
 
 def test_shape_and_dtype_mismatch():
