@@ -41,6 +41,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--replay-threshold", type=float, help="dump every node whose error exceeds this"
     )
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument(
+        "--trust-pickles",
+        action="store_true",
+        help="the .pt2 and inputs files are trusted: load them even if that runs code "
+        "from them (off: a file that needs code to load is refused)",
+    )
     add_deployment_arguments(p)
 
 
@@ -113,6 +119,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         device=args.device,
         optimize=args.optimize,
         providers=tuple(args.providers) if args.providers else None,
+        trust_pickles=args.trust_pickles,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,10 @@ import onnx
 import torch
 
 from ..errors import SbsInputError
+from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
 PathLike = str | os.PathLike
+log = logging.getLogger(__name__)
 
 
 def _existing(path: PathLike, what: str, fix: str) -> Path:
@@ -21,7 +24,13 @@ def _existing(path: PathLike, what: str, fix: str) -> Path:
     return path
 
 
-def load_exported_program(ep: Any) -> torch.export.ExportedProgram:
+def load_exported_program(ep: Any, *, trust_pickles: bool = False) -> torch.export.ExportedProgram:
+    """The program from an ExportedProgram or the path of a ``.pt2``.
+
+    A file is loaded without running code from it (see ``untrusted_pt2.py``): a file that
+    needs more is refused with SbsInputError, unless ``trust_pickles=True`` says the file
+    is trusted, which loads it as ``torch.export.load`` does.
+    """
     if isinstance(ep, torch.export.ExportedProgram):
         return ep
     if isinstance(ep, str | os.PathLike):
@@ -31,18 +40,9 @@ def load_exported_program(ep: Any) -> torch.export.ExportedProgram:
             "pass the path of a file written by torch.export.save(ep, 'model.pt2'), "
             "or the ExportedProgram",
         )
-        try:
-            from .program import quiet_torch_internals
-            from .quant_ops import register_quantized_ops
-
-            register_quantized_ops()  # quantized programs call ops torch registers lazily
-            with quiet_torch_internals():
-                return torch.export.load(str(path))
-        except Exception as e:
-            raise SbsInputError(
-                f"{str(path)!r} is not an exported program ({type(e).__name__}: {e}); "
-                "write one with torch.export.save(torch.export.export(model, args), path)"
-            ) from e
+        if not path.is_file():
+            raise SbsInputError(f"exported program {str(path)!r} is not a file")
+        return _load_pt2(path, trust_pickles)
     if isinstance(ep, torch.nn.Module):
         raise SbsInputError(
             "got a torch.nn.Module where an ExportedProgram is expected: pass "
@@ -51,6 +51,41 @@ def load_exported_program(ep: Any) -> torch.export.ExportedProgram:
     raise SbsInputError(
         f"expected a torch.export.ExportedProgram or the path of a .pt2 file, got {type(ep).__name__}"
     )
+
+
+def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
+    from .program import quiet_torch_internals
+    from .quant_ops import register_quantized_ops
+    from .untrusted_pt2 import UntrustedContentError, load_untrusted
+
+    if not isinstance(trust_pickles, bool):
+        raise SbsInputError(f"trust_pickles must be True or False, got {trust_pickles!r}")
+    # quantized programs call operators that exist once this module is imported
+    register_quantized_ops()
+    try:
+        with quiet_torch_internals(), torch_logs_to_debug():
+            if trust_pickles:
+                return torch.export.load(str(path))
+            return load_untrusted(str(path))[0]
+    except UntrustedContentError as e:
+        log.debug("refused %s", path, exc_info=True)
+        raise SbsInputError(
+            f"{str(path)!r} was not loaded: {e.reason}. onnx-sbs reads model files without "
+            f"running code from them (pickles with torch's weights-only unpickler); {TRUST_HINT}"
+        ) from None
+    except Exception as e:
+        # torch's traceback says nothing the message does not: it goes to the debug log
+        log.debug("cannot load %s", path, exc_info=True)
+        raise SbsInputError(
+            f"{str(path)!r} is not an exported program ({type(e).__name__}: {_first_line(e)}); "
+            "write one with torch.export.save(torch.export.export(model, args), path)"
+        ) from None
+
+
+def _first_line(e: BaseException, limit: int = 300) -> str:
+    text = str(e).strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def load_onnx_model(onx: Any) -> onnx.ModelProto:
@@ -82,8 +117,11 @@ def load_onnx_model(onx: Any) -> onnx.ModelProto:
     )
 
 
-def load_inputs(args: Any, kwargs: dict[str, Any] | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Normalises inputs to (args, kwargs); a path is read with torch.load(weights_only=True).
+def load_inputs(
+    args: Any, kwargs: dict[str, Any] | None, *, trust_pickles: bool = False
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Normalises inputs to (args, kwargs); a path is read with torch.load(weights_only=True)
+    (``weights_only=False`` with ``trust_pickles=True``: the file is trusted).
 
     A saved file may hold a tuple/list (positional inputs), a dict (keyword inputs) or a
     pair ``(args_tuple, kwargs_dict)``.
@@ -96,12 +134,21 @@ def load_inputs(args: Any, kwargs: dict[str, Any] | None) -> tuple[tuple[Any, ..
             "torch.save({'x': x}, 'inputs.pt')",
         )
         try:
-            loaded = torch.load(str(path), weights_only=True, map_location="cpu")
+            with torch_logs_to_debug():
+                loaded = torch.load(str(path), weights_only=not trust_pickles, map_location="cpu")
         except Exception as e:
+            log.debug("cannot load %s", path, exc_info=True)
+            reason = unpickling_reason(e)
+            if reason is not None:
+                raise SbsInputError(
+                    f"inputs {str(path)!r} were not loaded: {reason}. onnx-sbs reads input "
+                    f"files without running code from them; save plain tensors, tuples, lists "
+                    f"and dicts, or, {TRUST_HINT}"
+                ) from None
             raise SbsInputError(
-                f"cannot load inputs from {str(path)!r} with torch.load(weights_only=True) "
-                f"({type(e).__name__}: {e}); save plain tensors, tuples, lists and dicts"
-            ) from e
+                f"cannot load inputs from {str(path)!r} with torch.load ({type(e).__name__}: "
+                f"{_first_line(e)}); save plain tensors, tuples, lists and dicts with torch.save"
+            ) from None
         if (
             isinstance(loaded, tuple | list)
             and len(loaded) == 2

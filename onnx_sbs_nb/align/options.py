@@ -47,6 +47,9 @@ class RunOptions:
       contrib nodes included), each of its nodes run on its own (``align/deployed.py``).
     - ``providers``: the execution providers whose optimized graph that is (with
       ``optimize``; default CPU); a CUDA provider runs the nodes on ``"cuda"``.
+    - ``trust_pickles``: the ``.pt2`` and inputs files given by path are trusted: they are
+      loaded as ``torch.export.load`` and ``torch.load(weights_only=False)`` do, which can
+      run code from them.  Off by default: a file that needs code to load is refused.
     """
 
     runner: Any = "onnxruntime"
@@ -61,6 +64,7 @@ class RunOptions:
     device: str | None = None
     optimize: str | None = None
     providers: tuple[Any, ...] | None = None
+    trust_pickles: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.runner, str) and self.runner not in RUNNER_NAMES:
@@ -77,7 +81,7 @@ class RunOptions:
             )
         self.atol = _tolerance("atol", self.atol)
         self.rtol = _tolerance("rtol", self.rtol)
-        for flag in ("exc", "own_error"):
+        for flag in ("exc", "own_error", "trust_pickles"):
             if not isinstance(getattr(self, flag), bool):
                 raise SbsInputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.reset not in (None, RESET_ALL):
@@ -166,6 +170,7 @@ class RunOptions:
             "device": self.device,
             "optimize": self.optimize,
             "providers": [_provider_name(p) for p in self.providers or ()] or None,
+            "trust_pickles": self.trust_pickles,
         }
 
 

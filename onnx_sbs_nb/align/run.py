@@ -56,12 +56,12 @@ class AlignedRun(SideBySideRun):
     ):
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
-        self.ep = load_exported_program(ep)
+        self.ep = load_exported_program(ep, trust_pickles=options.trust_pickles)
         model = load_onnx_model(onx)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
-        self.args, self.kwargs = load_inputs(args, kwargs)
+        self.args, self.kwargs = load_inputs(args, kwargs, trust_pickles=options.trust_pickles)
         device = options.device
         if device is None:
             # inputs already on a GPU mean "run there"
