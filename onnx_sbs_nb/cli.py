@@ -1,18 +1,27 @@
 """``onnx-sbs``: run a side-by-side comparison from a terminal or a CI job.
 
 Exit codes: 0 every pair passes, 1 a pair fails its tolerance (or a node fails to run),
-2 bad input (a missing file, a wrong option), 130 interrupted (reports still written).
+2 bad input (a missing or hostile file, a wrong option, a report that cannot be written),
+3 the run did not compare the whole model (it ended with an error; ``report`` of a
+stopped or cut-short run), 130 interrupted (Ctrl-C: the reports of what was computed are
+still written, and say STOPPED).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from .align.options import RunOptions
+from .completion import Completion
+from .files import writable_location
 from .records import Record
 from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
 from .report_html import BundleMissingError
@@ -21,6 +30,7 @@ from .run_args import add_run_arguments, options_from_args
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_BAD_INPUT = 2
+EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 
 DEFAULT_JSONL = "onnx_sbs_run.jsonl"
@@ -86,48 +96,57 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script; returns the exit code (argparse's own exits included)."""
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2), already printed
-        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
-    try:
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "diff":
-            return cmd_diff(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "demo":
-            return cmd_demo(args)
-        if args.command == "notebook":
-            return cmd_notebook(args)
-    except (CliError, ReportFormatError, BundleMissingError) as e:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as e:  # --help (0) or a usage error (2), already printed
+            return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
+        commands = {
+            "run": cmd_run,
+            "diff": cmd_diff,
+            "report": cmd_report,
+            "demo": cmd_demo,
+            "notebook": cmd_notebook,
+        }
+        return commands[args.command](args)
+    except KeyboardInterrupt:
+        # before the run started (loading, preparing) or after it: nothing to keep
+        print("onnx-sbs: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (CliError, ReportFormatError, BundleMissingError, OSError) as e:
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:
         # the engine's own input checks (unreadable model, wrong inputs, no CUDA, ...)
-        from .align.loading import SbsInputError
+        from .errors import SbsInputError
 
         if isinstance(e, SbsInputError):
             print(f"onnx-sbs: error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
-    raise AssertionError(args.command)  # argparse rejects unknown commands
 
 
 # ---- outputs ---------------------------------------------------------------------------
 
 
 def check_outputs(outputs: Sequence[str]) -> list[pathlib.Path]:
-    paths = [pathlib.Path(o) for o in outputs]
+    """The report paths, checked before anything runs (a suffix we write, a writable place)."""
+    paths = [_path(o, "report") for o in outputs]
     for p in paths:
         if p.suffix.lower() not in REPORT_SUFFIXES:
             raise CliError(
                 f"cannot write {str(p)!r}: the report format follows the suffix, "
                 f"use one of {', '.join(REPORT_SUFFIXES)}"
             )
-        if p.exists() and p.is_dir():
-            raise CliError(f"{str(p)!r} is a folder: give a file name such as report.html")
+        why = writable_location(p)
+        if why:
+            raise CliError(why)
     return paths
+
+
+def _path(value: str, what: str) -> pathlib.Path:
+    if "\x00" in value or not value:
+        raise CliError(f"{what} path {value!r} is not a path")
+    return pathlib.Path(value)
 
 
 def jsonl_path(outputs: Sequence[pathlib.Path]) -> pathlib.Path:
@@ -147,17 +166,43 @@ def write_reports(
     stream: TextIO,
     streamed: pathlib.Path | None = None,
     title: str = "",
-) -> None:
+) -> bool:
+    """Writes each report (whole or not at all); False if one could not be written."""
+    ok = True
     for p in outputs:
         if streamed is not None and p.resolve() == streamed.resolve():
             continue  # the records streamed to this file during the run
         try:
             write_report(records, p, summary, title=title)
-        except BundleMissingError as e:
-            # an install problem with one format must not cost the user the other reports
+        except (BundleMissingError, OSError) as e:
+            # a problem with one report must not cost the user the others
             print(f"onnx-sbs: cannot write {p}: {e}", file=sys.stderr)
+            ok = False
             continue
         print(f"wrote {p}", file=stream)
+    return ok
+
+
+@contextlib.contextmanager
+def interrupts_wait() -> Iterator[Callable[[], bool]]:
+    """While reports are written, a first Ctrl-C waits for them to be whole (a second one
+    abandons them: each report is still whole or absent).  Yields "was there one?"."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        if len(seen) > 1:
+            raise KeyboardInterrupt
+        print("onnx-sbs: finishing the reports (Ctrl-C again abandons them)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield lambda: bool(seen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # ---- run -------------------------------------------------------------------------------
@@ -167,6 +212,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     files = (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs))
     outputs, node_data = check_paths(files, args.output)
     options = options_from_args(args)
+    if options.replay_dir is not None:
+        why = writable_location(options.replay_dir / "bundle")
+        if why:
+            raise CliError(f"--replay-dir: {why}")
     code = run_and_report(
         args.ep,
         args.onnx,
@@ -242,8 +291,15 @@ def report_run(
 
     stdout = stdout or sys.stdout
     jsonl = jsonl_path(list(outputs) or list(node_data))  # beside the files asked for
+    options = getattr(run, "options", None)
+    header = {
+        "title": title,
+        "nodes_total": run.status.total_onnx_nodes,
+        "options": options.to_dict() if options is not None else None,
+    }
     interrupted = False
-    with JsonlWriter(jsonl) as writer, _Progress(run, enabled=progress) as bar:
+    error = None
+    with JsonlWriter(jsonl, header=header) as writer, _Progress(run, enabled=progress) as bar:
         try:
             for rec in run:
                 writer.write(rec)
@@ -251,18 +307,58 @@ def report_run(
         except KeyboardInterrupt:
             interrupted = True
             run.stop()
-    # the other formats come from the streamed file, the record of the run that survives
-    records = read_jsonl(jsonl)
-    model = getattr(run, "model", None)
-    summary = summarize(records, node_inputs=model if hasattr(model, "graph") else None)
-    print(f"records: {jsonl}", file=stdout)
-    write_reports(records, outputs, summary, stdout, streamed=jsonl, title=title)
-    write_node_data_files(records, node_data, run, stdout, source)
-    print(summary.to_text(), file=stdout)
-    if interrupted:
+        except Exception as e:  # the engine's own failure: what it computed is kept
+            error = f"{type(e).__name__}: {e}"
+            traceback.print_exc(file=sys.stderr)
+        completion = Completion.of_run(run.status, ended=True, stopped=interrupted, error=error)
+        writer.finish(completion)
+    with interrupts_wait() as interrupted_again:
+        # the other formats come from the streamed file, the record of the run that survives
+        records = read_jsonl(jsonl)
+        model = getattr(run, "model", None)
+        summary = summarize(
+            records,
+            node_inputs=model if hasattr(model, "graph") else None,
+            completion=completion,
+        )
+        print(f"records: {jsonl}", file=stdout)
+        written = write_reports(records, outputs, summary, stdout, streamed=jsonl, title=title)
+        write_node_data_files(records, node_data, run, stdout, source)
+        print(summary.to_text(), file=stdout)
+        _print_replays(run.status.extra, stdout)
+    if interrupted or interrupted_again():
         print("interrupted: the reports hold the records computed so far", file=stdout)
         return EXIT_INTERRUPTED, summary
-    return (EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS), summary
+    if not written:
+        return EXIT_BAD_INPUT, summary
+    return verdict_exit_code(summary.verdict), summary
+
+
+def verdict_exit_code(verdict: str) -> int:
+    if verdict == "pass":
+        return EXIT_PASS
+    if verdict == "fail":
+        return EXIT_FAIL
+    return EXIT_INCOMPLETE  # stopped or incomplete: no verdict on the whole model
+
+
+def _print_replays(extra: dict[str, Any], stdout: TextIO) -> None:
+    """The replay bundles written after the run, and the ones that could not be."""
+    bundles = extra.get("replay_bundles") or []
+    if bundles:
+        print(f"replay bundles: {len(bundles)} written", file=stdout)
+        for b in bundles:
+            print(f"  {b}", file=stdout)
+    for problem in extra.get("replay_errors") or []:
+        print(f"onnx-sbs: replay bundle not written: {_printable(str(problem))}", file=sys.stderr)
+
+
+def _printable(text: str) -> str:
+    from .summary import _printable as printable
+
+    return printable(text)
+
+
 
 
 def _name(obj: Any) -> str:
@@ -315,17 +411,25 @@ def check_paths(
 ) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
     """The input files exist; returns the outputs, checked: (reports, node-data files)."""
     for flag, value in files:
-        if not pathlib.Path(value).is_file():
+        if not _path(value, flag).is_file():
             raise CliError(f"{flag} {value!r}: no such file")
     reports, node_data = split_node_data(outputs)
-    return check_outputs(reports), node_data
+    checked = check_outputs(reports)
+    for p in node_data:
+        why = writable_location(p)
+        if why:
+            raise CliError(why)
+    why = writable_location(jsonl_path(checked or node_data))
+    if why:
+        raise CliError(f"{why} (the records stream there: add a .jsonl to -o)")
+    return checked, node_data
 
 
 def split_node_data(outputs: Sequence[str]) -> tuple[list[str], list[pathlib.Path]]:
     """(report files, Model Explorer node-data files: the ``.json`` ones)."""
     reports, node_data = [], []
     for o in outputs:
-        p = pathlib.Path(o)
+        p = _path(o, "output")
         if p.suffix.lower() == ".json":
             if p.is_dir():
                 raise CliError(f"{o!r} is a folder: give a file name such as run.node_data.json")
@@ -463,16 +567,19 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import read_records
+    from .report import read_records_file
     from .summary import summarize
 
     outputs = check_outputs(args.output)
-    records = read_records(args.records)
-    summary = summarize(records)
+    found = read_records_file(_path(args.records, "records"))
+    summary = summarize(found.records, completion=found.completion)
     title = f"onnx-sbs: {pathlib.Path(args.records).name}"
-    write_reports(records, outputs, summary, sys.stdout, title=title)
+    with interrupts_wait():
+        written = write_reports(found.records, outputs, summary, sys.stdout, title=title)
     print(summary.to_text())
-    return EXIT_FAIL if summary.verdict == "fail" else EXIT_PASS
+    if not written:
+        return EXIT_BAD_INPUT
+    return verdict_exit_code(summary.verdict)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

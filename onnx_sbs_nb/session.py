@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .align.options import RunOptions
+from .completion import Completion
 from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
@@ -86,8 +87,8 @@ def _status_dict(status: RunStatus | None) -> dict[str, Any]:
     return status.to_dict() if status is not None else RunStatus().to_dict()
 
 
-def summary_dict(records: list[Record]) -> dict[str, Any]:
-    """The run's summary as a JSON-safe dict.
+def summary_dict(records: list[Record], completion: Completion | None = None) -> dict[str, Any]:
+    """The run's summary as a JSON-safe dict (``completion``: how far the run got).
 
     Uses :func:`onnx_sbs_nb.summary.summarize` when that module is present; otherwise
     counts, so views always have something to show.
@@ -97,7 +98,7 @@ def summary_dict(records: list[Record]) -> dict[str, Any]:
     except ImportError:
         summarize = None
     if summarize is not None:
-        return summarize(records).to_dict()
+        return summarize(records, completion=completion).to_dict()
     counts: dict[str, int] = {}
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -244,11 +245,27 @@ class SbsSession:
         return d
 
     @property
+    def completion(self) -> Completion:
+        """How far the run got: finished, stopped (Stop, an interrupt) or incomplete
+        (not started, still going, ended by an error)."""
+        status = getattr(self.run, "status", None)
+        if self._state == IDLE:
+            return Completion.of_run(status, ended=False)
+        error = self._error.strip().splitlines()[-1] if self._error else None
+        return Completion.of_run(
+            status,
+            ended=self.finished,
+            stopped=self._state == STOPPED,
+            error=error if self._state == FAILED else None,
+        )
+
+    @property
     def summary(self) -> dict[str, Any]:
-        """The summary dict (final once the run ended, of the records so far before)."""
+        """The summary dict (final once the run ended, of the records so far before); its
+        verdict is "stopped" or "incomplete" unless the run went to its end."""
         if self._summary is not None:
             return self._summary
-        return summary_dict(self.records)
+        return summary_dict(self.records, self.completion)
 
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Listener) -> None:
@@ -308,7 +325,14 @@ class SbsSession:
                     last = now
                 if self._stop_requested and not hasattr(self.run, "stop"):
                     break  # a plain iterable cannot be told to stop: leave it here
-            if self._stop_requested or getattr(getattr(self.run, "status", None), "stopped", False):
+            run_status = getattr(self.run, "status", None)
+            if run_status is not None and hasattr(self.run, "stop"):
+                # the engine says whether it left steps undone (a Stop after the last
+                # step leaves the run whole)
+                stopped = bool(getattr(run_status, "stopped", False))
+            else:
+                stopped = self._stop_requested
+            if stopped:
                 state = STOPPED
         except KeyboardInterrupt:
             # the interrupt is how a busy kernel stops the run: keep what was computed
@@ -321,11 +345,11 @@ class SbsSession:
         finally:
             self._elapsed = time.perf_counter() - (self._t0 or time.perf_counter())
             self._flush(sent)
+            self._state = state
             try:
-                self._summary = summary_dict(self.records)
+                self._summary = summary_dict(self.records, self.completion)
             except Exception:
                 self._summary = {"error": traceback.format_exc()}
-            self._state = state
             try:
                 # views finish their sync before wait() returns
                 self._notify("finished", {"status": self.status, "summary": self._summary})

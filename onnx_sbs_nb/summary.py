@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .completion import STOPPED, Completion
 from .records import (
     FAILING_STATUSES,
     KIND_INPUT,
@@ -202,10 +203,16 @@ class Summary:
     max_own_err: float | None = None
     max_own_err_name: str | None = None
     culprit: Culprit | None = None
+    # how far the run got (None: not said, e.g. summarize() over a list the caller holds)
+    completion: Completion | None = None
 
     @property
     def verdict(self) -> str:
-        """ "fail" when any comparison or own-error comparison failed, else "pass"."""
+        """ "stopped" or "incomplete" when the run did not compare the whole model (a culprit
+        found before that is still reported), else "fail" when any comparison or own-error
+        comparison failed, else "pass"."""
+        if self.completion is not None and not self.completion.finished:
+            return self.completion.state
         return (
             "fail" if self.totals.get("failed", 0) or self.totals.get("own_failed", 0) else "pass"
         )
@@ -216,8 +223,13 @@ class Summary:
         def rec(r: Record | None) -> dict[str, Any] | None:
             return None if r is None else r.to_dict()
 
+        totals = _json_safe(self.totals)
+        if self.completion is not None:
+            totals["nodes_done"] = self.completion.nodes_done
+            totals["nodes_total"] = self.completion.nodes_total
         return {
             "verdict": self.verdict,
+            "completion": self.completion.to_dict() if self.completion is not None else None,
             "first_own_failure": rec(self.first_own_failure),
             "first_own_failure_rule": self.first_own_failure_rule,
             "first_failure": rec(self.first_failure),
@@ -228,7 +240,7 @@ class Summary:
             "n_unpaired_ep": len(self.unpaired_ep),
             "n_unpaired_onnx": len(self.unpaired_onnx),
             "errors": [r.to_dict() for r in self.errors],
-            "totals": _json_safe(self.totals),
+            "totals": totals,
             "max_err_abs": _json_float(self.max_err_abs),
             "max_err_name": self.max_err_name,
             "max_own_err": _json_float(self.max_own_err),
@@ -256,16 +268,25 @@ class Summary:
             max_own_err=_float_or_none(d.get("max_own_err")),
             max_own_err_name=d.get("max_own_err_name"),
             culprit=Culprit.from_dict(d["culprit"]) if d.get("culprit") else None,
+            completion=Completion.from_dict(d["completion"]) if d.get("completion") else None,
         )
 
     def to_text(self, max_suspects: int = 5) -> str:
         """A few lines for a terminal: verdict, culprit, top suspects, counts."""
         t = self.totals
-        lines = [
-            f"verdict: {self.verdict.upper()}  "
-            f"({t.get('records', 0)} records, {t.get('compared', 0)} compared, "
-            f"{t.get('failed', 0)} failed, {len(self.errors)} errors)"
-        ]
+        counts = (
+            f"{t.get('records', 0)} records, {t.get('compared', 0)} compared, "
+            f"{t.get('failed', 0)} failed, {len(self.errors)} errors"
+        )
+        c = self.completion
+        head = f"verdict: {self.verdict.upper()}"
+        if c is not None and c.finished and c.nodes:
+            counts = f"{c.nodes}, {counts}"
+        elif c is not None and not c.finished:
+            head += f" at {c.nodes}" if c.nodes else ""
+            if c.reason and c.state != STOPPED:
+                head += f" ({_printable(c.reason)})"
+        lines = [f"{head}  ({counts})"]
         if self.culprit is not None:
             c = self.culprit
             lines.append(f"culprit: {_printable(c.label())}")
@@ -487,10 +508,14 @@ def summarize(
     *,
     node_inputs: Mapping[str, Sequence[str]] | Any | None = None,
     top: int = TOP_SUSPECTS,
+    completion: Completion | None = None,
 ) -> Summary:
     """Summarise records of a side-by-side run.
 
     Records are taken in execution order (sorted by ``step`` when they are not).
+    ``completion`` says how far the run got: a stopped or incomplete run's verdict is
+    ``"stopped"`` / ``"incomplete"``, never ``"pass"`` (None: the caller vouches that the
+    records are the whole run).
 
     - ``first_own_failure``: the first record whose *own* error fails the tolerance,
       i.e. the node that makes an error rather than inherits one.  A record qualifies when
@@ -524,7 +549,9 @@ def summarize(
     recs = records if isinstance(records, list) else list(records)
     if any(recs[i].step > recs[i + 1].step for i in range(len(recs) - 1)):
         recs = sorted(recs, key=lambda r: r.step)
-    return Summarizer(node_inputs=node_inputs, top=top).extend(recs).summary()
+    summary = Summarizer(node_inputs=node_inputs, top=top).extend(recs).summary()
+    summary.completion = completion
+    return summary
 
 
 def first_own_failure(records: Iterable[Record], **kwargs: Any) -> Record | None:

@@ -13,9 +13,23 @@ import textwrap
 import pytest
 import torch
 
-from onnx_sbs_nb.cli import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
+from onnx_sbs_nb.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_PASS,
+    main,
+)
 from onnx_sbs_nb.records import RECORD_FIELDS
-from onnx_sbs_nb.report import read_csv, read_jsonl, read_xlsx
+from onnx_sbs_nb.report import (
+    read_csv,
+    read_csv_file,
+    read_jsonl,
+    read_jsonl_file,
+    read_xlsx,
+    read_xlsx_file,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -209,11 +223,11 @@ def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
     recs = read_jsonl(jsonl)
     assert recs and all(r.onnx_op_type != "Softmax" for r in recs)  # stopped early
     assert not (tmp_path / "killed.html").exists()
-    assert main(["report", str(jsonl), "-o", str(tmp_path / "killed.html")]) in (
-        EXIT_PASS,
-        EXIT_FAIL,
-    )
-    assert (tmp_path / "killed.html").is_file()
+    # the file has no end-of-run line: whatever it holds, the run did not finish
+    code = main(["report", str(jsonl), "-o", str(tmp_path / "killed.html")])
+    assert code == EXIT_INCOMPLETE
+    html = (tmp_path / "killed.html").read_text()
+    assert "INCOMPLETE" in html and "PASS" not in html
 
 
 def test_interrupted_run_writes_reports(demo_run, demo_dir, tmp_path, capsys):
@@ -247,7 +261,9 @@ def test_interrupted_run_writes_reports(demo_run, demo_dir, tmp_path, capsys):
     assert code == EXIT_INTERRUPTED
     recs = read_csv(out)
     assert recs and len(recs) == len(read_jsonl(out.with_suffix(".jsonl")))
-    assert "interrupted" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "interrupted" in text and "verdict: STOPPED at 2 of 5 ONNX nodes" in text
+    assert read_csv_file(out).completion.state == "stopped"
 
 
 def test_python_dash_m(tmp_path):
@@ -259,3 +275,236 @@ def test_python_dash_m(tmp_path):
         text=True,
     )
     assert proc.returncode == 0 and "--replay-threshold" in proc.stdout
+
+
+# ---- untrusted input and interrupted runs (issue 12) ------------------------------------
+
+_SLOW_NODES = textwrap.dedent(
+    """
+    # loaded by `site` in the onnx-sbs subprocess: every ONNX node takes a while, so a
+    # signal lands in the middle of the run
+    import os, time
+    from onnx_sbs_nb.align import runners
+
+    _prepare = runners.OnnxruntimeRunner.prepare
+
+    def prepare(self, node, ctx):
+        fn = _prepare(self, node, ctx)
+
+        def slow(inputs):
+            time.sleep(float(os.environ["SBS_NODE_DELAY"]))
+            return fn(inputs)
+
+        return slow
+
+    runners.OnnxruntimeRunner.prepare = prepare
+    """
+)
+
+
+def _record_lines(path) -> int:
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if '"onnx_sbs"' not in line)
+
+
+def test_sigint_stops_a_real_run_and_every_report_says_so(demo_run, demo_dir, tmp_path):
+    """SIGINT to `onnx-sbs run` once 3 records are on disk: exit 130, and the .jsonl, CSV,
+    xlsx, HTML and terminal all say STOPPED with the node count, never PASS."""
+    import shutil
+    import signal
+    import time
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_SLOW_NODES)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(hook), ROOT, os.environ.get("PYTHONPATH", "")]),
+        "SBS_NODE_DELAY": "0.4",
+    }
+    exe = shutil.which("onnx-sbs", path=os.path.dirname(sys.executable))
+    cmd = [exe] if exe else [sys.executable, "-m", "onnx_sbs_nb"]
+    out = tmp_path / "out"
+    cmd += ["run", "--ep", str(demo_dir / "model.pt2"), "--onnx", str(demo_dir / "model.onnx")]
+    cmd += ["--inputs", str(demo_dir / "inputs.pt"), "--no-progress", "-o"]
+    cmd += [str(out / n) for n in ("r.jsonl", "r.csv", "r.xlsx", "r.html")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jsonl = out / "r.jsonl"
+    deadline = time.monotonic() + 240
+    while _record_lines(jsonl) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at_signal = _record_lines(jsonl)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == EXIT_INTERRUPTED, stderr[-3000:]
+    assert "Traceback" not in stderr
+    run = read_jsonl_file(jsonl)
+    c = run.completion
+    assert c.state == "stopped" and c.nodes_total == 5 and c.nodes_done < 5
+    assert len(run.records) >= at_signal >= 3
+    head = f"verdict: STOPPED at {c.nodes_done} of 5 ONNX nodes"
+    assert head in stdout and "PASS" not in stdout
+    assert read_csv_file(out / "r.csv").completion == c
+    assert read_xlsx_file(out / "r.xlsx").completion == c
+    csv_text = (out / "r.csv").read_text()
+    assert ",stopped,stopped," in csv_text.splitlines()[1]  # run_verdict, run_state
+    html = (out / "r.html").read_text()
+    assert head in html and "verdict: PASS" not in html
+    assert main(["report", str(jsonl), "-o", str(tmp_path / "again.html")]) == EXIT_INCOMPLETE
+
+
+def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path, capsys):
+    """Ctrl-C during the run, then again while the reports are written: they are whole."""
+    import signal
+
+    import onnx_sbs_nb.cli as cli
+    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+
+    class InterruptedOnce(OnnxruntimeRunner):
+        calls = 0
+
+        def prepare(self, node, ctx):
+            fn = super().prepare(node, ctx)
+
+            def run(inputs):
+                InterruptedOnce.calls += 1
+                if InterruptedOnce.calls == 2:
+                    raise KeyboardInterrupt
+                return fn(inputs)
+
+            return run
+
+    write = cli.write_report
+    calls = []
+
+    def write_interrupted(records, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)  # the user presses Ctrl-C again
+        return write(records, path, *args, **kwargs)
+
+    outputs = [tmp_path / "r.xlsx", tmp_path / "r.csv"]
+    try:
+        cli.write_report = write_interrupted
+        code = cli.run_and_report(
+            demo_dir / "model.pt2",
+            demo_dir / "model.onnx",
+            demo_dir / "inputs.pt",
+            outputs,
+            dict(runner=InterruptedOnce()),
+            progress=False,
+        )
+    finally:
+        cli.write_report = write
+    assert code == EXIT_INTERRUPTED and len(calls) == 2
+    assert "finishing the reports" in capsys.readouterr().err
+    assert read_xlsx_file(outputs[0]).completion.state == "stopped"
+    assert read_csv_file(outputs[1]).records
+    # no temporary file left next to the reports
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.jsonl", "r.xlsx"]
+
+
+def test_interrupt_during_startup_is_exit_130(demo_run, demo_dir, tmp_path, capfd):
+    import onnx_sbs_nb.align.run as run_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    original = run_module.AlignedRun.__init__
+    run_module.AlignedRun.__init__ = interrupted
+    try:
+        argv = ["run", "--ep", str(demo_dir / "model.pt2"), "--onnx", str(demo_dir / "model.onnx")]
+        code = main([*argv, "--inputs", str(demo_dir / "inputs.pt"), "-o", str(tmp_path / "r.csv")])
+    finally:
+        run_module.AlignedRun.__init__ = original
+    out, err = capfd.readouterr()
+    assert code == EXIT_INTERRUPTED and "interrupted" in err and "Traceback" not in err + out
+
+
+def _bad_files(tmp_path):
+    """Hostile or foreign inputs for the bad-option table, built here."""
+    import os as _os
+
+    files = {}
+    (tmp_path / "bad.json").write_text("{names: [")
+    (tmp_path / "types.json").write_text(json.dumps({"names": 5}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "garbage.xlsx").write_bytes(_os.urandom(300))
+    (tmp_path / "not_ours.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "typed.jsonl").write_text(json.dumps({"status": "ok", "kind": "node", "step": "x"}))
+    (tmp_path / "status.jsonl").write_text(
+        json.dumps({"status": "fine", "kind": "node", "step": 1})
+    )
+    (tmp_path / "a_file").write_text("x")
+    for name in ("bad", "types", "list", "binary"):
+        files[name] = str(tmp_path / f"{name}.json")
+    return files
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--replay-dir", "{tmp}/r", "--replay-config", "{tmp}/bad.json"], "not valid"),
+        (["--replay-dir", "{tmp}/r", "--replay-config", "{tmp}/types.json"], "list of str"),
+        (["--replay-dir", "{tmp}/r", "--replay-config", "{tmp}/list.json"], "must be an object"),
+        (["--replay-dir", "{tmp}/r", "--replay-config", "{tmp}/binary.json"], "not valid"),
+        (["--replay-dir", "{tmp}/a_file", "--replay-names", "x"], "is a file"),
+        (["--replay-dir", "{tmp}/r\x00x", "--replay-names", "x"], "folder path"),
+        (["--replay-dir", "{tmp}/a_file/sub", "--replay-names", "x"], "not a folder"),
+        (["-o", "{tmp}/a_file/r.html"], "not a folder"),
+        (["-o", "{tmp}/r\x00.html"], "not a path"),
+        (["--atol", "nan"], "finite number"),
+        (["--atol", "-1"], "finite number"),
+        (["--rtol", "inf"], "finite number"),
+        (["--runner", "bogus"], "invalid choice"),
+    ],
+)
+def test_every_bad_run_option_is_exit_2(extra, message, demo_run, demo_dir, tmp_path, capfd):
+    _bad_files(tmp_path)
+    argv = ["run", "--ep", str(demo_dir / "model.pt2"), "--onnx", str(demo_dir / "model.onnx")]
+    argv += ["--inputs", str(demo_dir / "inputs.pt"), "--no-progress"]
+    argv += [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    if "-o" not in extra:
+        argv += ["-o", str(tmp_path / "ok.jsonl")]
+    code = main(argv)
+    out, err = capfd.readouterr()
+    assert code == EXIT_BAD_INPUT, out + err
+    assert message in err and "Traceback" not in out + err, err
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("garbage.xlsx", "cannot read"),
+        ("not_ours.csv", "not an onnx-sbs records table"),
+        ("typed.jsonl", "step must be an integer"),
+        ("status.jsonl", "unknown status"),
+    ],
+)
+def test_report_refuses_files_that_are_not_ours(name, message, tmp_path, capfd):
+    _bad_files(tmp_path)
+    code = main(["report", str(tmp_path / name), "-o", str(tmp_path / "r.html")])
+    out, err = capfd.readouterr()
+    assert code == EXIT_BAD_INPUT and message in err and "Traceback" not in out + err, err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_replay_failures_are_printed(demo_run, demo_dir, tmp_path, capfd):
+    """A bundle that cannot be written is named on stderr (and kept in status.extra)."""
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    from onnx_sbs_nb.align.replay import safe_child
+
+    # a file where the bundle folder of the selected node goes: the bundle cannot be written
+    safe_child(replay, "node_layer_norm").write_text("in the way")
+    argv = ["run", "--ep", str(demo_dir / "model.pt2"), "--onnx", str(demo_dir / "model.onnx")]
+    argv += ["--inputs", str(demo_dir / "inputs.pt"), "--no-progress", "-o"]
+    argv += [str(tmp_path / "r.jsonl"), "--replay-dir", str(replay)]
+    code = main([*argv, "--replay-op-types", "LayerNormalization", "Gelu"])
+    out, err = capfd.readouterr()
+    assert code == EXIT_FAIL
+    assert "replay bundle not written: node_layer_norm" in err, err
+    assert "replay bundles: 1 written" in out

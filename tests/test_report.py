@@ -117,7 +117,7 @@ def test_xlsx_sheets(tmp_path):
     recs = make_records()
     path = write_report(recs, tmp_path / "r.xlsx", summarize(recs))
     wb = openpyxl.load_workbook(path)
-    assert wb.sheetnames == ["sbs", "summary"]
+    assert wb.sheetnames == ["sbs", "summary", "run"]
     header = [c.value for c in wb["sbs"][1]]
     assert header == list(RECORD_FIELDS)
     text = "\n".join(str(c.value) for c in wb["summary"]["A"])

@@ -77,7 +77,7 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         for attr in ("names", "op_types"):
             value = getattr(self, attr)
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise TypeError(f"ReplayConfig.{attr} must be a list of str, not {value!r}")
             setattr(self, attr, list(value))
         if self.threshold is not None:

@@ -1,0 +1,77 @@
+"""Writing files where the user said, whole or not at all.
+
+A report or a replay selection is written to a fresh name next to its destination and
+moved over it with ``os.replace``: an interrupted write leaves the previous file (or
+nothing), never half a file, and a symbolic link planted at the destination is replaced,
+never followed out of the folder the user chose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A new path next to ``path`` to write to; it replaces ``path`` if the block succeeds.
+
+    The temporary name keeps the suffix (writers that choose a format by suffix still
+    do) and starts with a dot; it is removed if the block fails or is interrupted.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{secrets.token_hex(6)}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def open_new(path: str | os.PathLike[str]) -> IO[str]:
+    """``path`` opened for writing as a new file: a link at ``path`` is replaced, not followed."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o666)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def writable_location(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be written (None when it can), checked before a run starts.
+
+    The nearest existing folder above it must be a folder the user may write in; the
+    folders in between are created when the file is written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return f"{str(path)!r} is a folder: give a file name such as report.html"
+    parent = path.parent
+    while not parent.exists():
+        if parent == parent.parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"cannot write {str(path)!r}: {str(parent)!r} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write {str(path)!r}: no permission to write in {str(parent)!r}"
+    if path.exists() and not os.access(path, os.W_OK) and not path.is_symlink():
+        # os.replace would still succeed in a writable folder, but the user said no
+        return f"cannot write {str(path)!r}: the file is read-only"
+    return None
+
+
+__all__ = ["atomic_path", "open_new", "writable_location", "write_text_atomic"]
