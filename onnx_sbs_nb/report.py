@@ -327,7 +327,9 @@ def restore_formula(text: str) -> str:
 
 
 def _string_columns(df: pandas.DataFrame) -> list[str]:
-    return [c for c in df.columns if df[c].dtype == object]
+    from pandas.api.types import is_string_dtype
+
+    return [c for c in df.columns if df[c].dtype == object or is_string_dtype(df[c].dtype)]
 
 
 def _completion_of(summary: Any) -> Completion | None:
@@ -376,7 +378,8 @@ def write_csv(
     for c in _string_columns(df):
         df[c] = df[c].map(lambda v: neutralize_formula(v) if isinstance(v, str) else v)
     with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
+        # RFC 4180 line ends: a field holding CR or LF is then quoted, not split
+        df.to_csv(tmp, index=False, lineterminator="\r\n")
     return path
 
 

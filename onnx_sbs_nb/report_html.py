@@ -426,7 +426,17 @@ def report_state(
     unless ``status`` says otherwise; ``model`` (the ONNX model) adds its graph."""
     if summary is None:
         summary = summarize(records)
-    return widget_state(records, summary=summary, status=status, model=model)
+    state = widget_state(records, summary=summary, status=status, model=model)
+    completion = (state.get("summary") or {}).get("completion")
+    if status is None and isinstance(completion, dict) and completion.get("state") != "finished":
+        # the run ended without comparing everything: the report never says "finished"
+        state["status"].update(
+            state=completion["state"],
+            stopped=completion["state"] == "stopped",
+            done_onnx_nodes=completion.get("nodes_done"),
+            total_onnx_nodes=completion.get("nodes_total"),
+        )
+    return state
 
 
 def report_html(

