@@ -17,6 +17,7 @@ import torch
 
 from ..convert import convert, initializer_value
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
+from .limits import check_output_size
 from .names import fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
 from .program import ProgramInputs
@@ -225,6 +226,8 @@ class OnnxSide:
         return values
 
     def call(self, idx: int, inputs: Sequence[Any]) -> list[Any]:
+        # an output larger than the free memory is refused before it is allocated
+        check_output_size(self.nodes[idx], inputs, self.device)
         fn = self.fn(idx)
         outputs = fn(inputs)
         note = getattr(fn, "fallback_reason", None)
