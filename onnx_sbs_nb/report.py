@@ -483,6 +483,7 @@ def write_xlsx(
     for c in _string_columns(df):
         df[c] = df[c].map(_xlsx_text)
     run = _run_values(summary, records)
+    text_columns = [df.columns.get_loc(c) + 1 for c in _string_columns(df)]
     with atomic_path(path) as tmp:
         with pandas.ExcelWriter(tmp, engine="openpyxl") as xw:
             df.to_excel(xw, sheet_name="sbs", index=False)
@@ -495,20 +496,24 @@ def write_xlsx(
             )
             table["value"] = [FORMAT, FORMAT_VERSION, *(_xlsx_text(run[k]) for k in RUN_COLUMNS)]
             table.to_excel(xw, sheet_name="run", index=False)
-            for sheet in xw.sheets.values():
-                _no_formulas(sheet)
+            for name, sheet in xw.sheets.items():
+                _no_formulas(sheet, text_columns if name == "sbs" else None)
             sheet = xw.sheets["sbs"]
             sheet.freeze_panes = "A2"
             sheet.auto_filter.ref = sheet.dimensions
     return path
 
 
-def _no_formulas(sheet: Any) -> None:
-    """openpyxl stores a string that starts with "=" as a formula: store it as text."""
-    for row in sheet.iter_rows():
-        for cell in row:
-            if cell.data_type == "f":
-                cell.data_type = "s"
+def _no_formulas(sheet: Any, columns: list[int] | None = None) -> None:
+    """openpyxl stores a string that starts with "=" as a formula: store it as text.
+
+    ``columns`` (1-based) are the only ones that can hold strings, when known."""
+    ranges = [(c, c) for c in columns] if columns is not None else [(None, None)]
+    for lo, hi in ranges:
+        for row in sheet.iter_rows(min_col=lo, max_col=hi):
+            for cell in row:
+                if cell.data_type == "f":
+                    cell.data_type = "s"
 
 
 def read_xlsx(path: str | pathlib.Path) -> list[Record]:

@@ -68,9 +68,10 @@ def test_corrupt_expand_is_a_failure_record_not_an_allocation(expand_export, mon
     expand = next(r for r in recs if r.onnx_op_type == "Expand")
     assert expand.status == "error" and "OutputTooLargeError" in expand.error
     assert "[256x1024x3]" in expand.error and "memory free" in expand.error
-    # the run went on to the end: the Add after it is recorded, as an upstream failure
+    # the run went on to the end: the Add after it is recorded (it continues from the
+    # torch value of the refused node)
     add = next(r for r in recs if r.onnx_op_type == "Add")
-    assert add.status == "error" and "upstream" in add.error
+    assert add.step > expand.step and add.status != "error"
     culprit = summarize(recs, node_inputs=bad).culprit
     assert culprit is not None and culprit.onnx_op_type == "Expand"
 
