@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .convert import to_torch
+from .convert import _ML_NAMES, to_torch
 
 # (atol, rtol) per dtype when the user gives none: accumulated float32 rounding between
 # two runtimes stays well below 1e-4 on exported models; half types carry ~3 digits.
@@ -82,17 +82,7 @@ def shape_type(v) -> str:
 # torch dtypes numpy cannot hold (bfloat16 and float8 types live in ml_dtypes): their
 # comparisons run on the torch path, which upcasts them (torch cannot subtract float8)
 _NO_NUMPY = frozenset(
-    getattr(torch, name)
-    for name in (
-        "bfloat16",
-        "float8_e4m3fn",
-        "float8_e4m3fnuz",
-        "float8_e5m2",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-        "float4_e2m1fn_x2",
-    )
-    if hasattr(torch, name)
+    getattr(torch, name) for name in (*_ML_NAMES, "float4_e2m1fn_x2") if hasattr(torch, name)
 )
 _INT64_MAX = np.iinfo(np.int64).max
 

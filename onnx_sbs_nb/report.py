@@ -399,11 +399,7 @@ def read_csv_file(path: str | pathlib.Path) -> RecordsFile:
     for c in _string_columns(df):
         df[c] = df[c].map(lambda v: restore_formula(v) if isinstance(v, str) else v)
     rows = df.to_dict(orient="records")
-    records = [
-        record_from_dict(_clean_row(row), f"{path}:{i + 2}")
-        for i, row in enumerate(rows)
-        if not _is_blank(row)
-    ]
+    records = _table_records(rows, str(path))
     if set(RUN_COLUMNS) <= set(df.columns) and rows:
         completion = _run_completion({k: _plain(rows[0].get(k)) for k in RUN_COLUMNS}, path)
     else:
@@ -429,6 +425,15 @@ def _check_columns(df: pandas.DataFrame, path: Any) -> None:
             f"{path} is not an onnx-sbs records table: no column {', '.join(missing)} "
             f"(its columns: {', '.join(map(str, list(df.columns)[:8]))})"
         )
+
+
+def _table_records(rows: list[dict[str, Any]], where: str) -> list[Record]:
+    """Records from a table's rows (row 1 is the header), blank rows skipped."""
+    return [
+        record_from_dict(_clean_row(row), f"{where}:{i + 2}")
+        for i, row in enumerate(rows)
+        if not _is_blank(row)
+    ]
 
 
 def _is_blank(row: dict[str, Any]) -> bool:
@@ -534,11 +539,7 @@ def read_xlsx_file(path: str | pathlib.Path) -> RecordsFile:
         raise ReportFormatError(f"{path} has no 'sbs' sheet: it was not written by onnx-sbs")
     df = sheets["sbs"]
     _check_columns(df, path)
-    records = [
-        record_from_dict(_clean_row(row), f"{path}:sbs:{i + 2}")
-        for i, row in enumerate(df.to_dict(orient="records"))
-        if not _is_blank(row)
-    ]
+    records = _table_records(df.to_dict(orient="records"), f"{path}:sbs")
     run = sheets.get("run")
     if run is not None and {"key", "value"} <= set(run.columns):
         values = {str(k): _plain(v) for k, v in zip(run["key"], run["value"])}
