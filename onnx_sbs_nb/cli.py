@@ -359,8 +359,6 @@ def _printable(text: str) -> str:
     return printable(text)
 
 
-
-
 def _name(obj: Any) -> str:
     """A short label for a path or an in-memory model in a report title."""
     if isinstance(obj, str | pathlib.Path):
