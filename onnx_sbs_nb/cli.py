@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from .align.options import RunOptions
 from .completion import Completion
+from .errors import SbsInputError
 from .files import writable_location
 from .records import Record
 from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
@@ -115,14 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, ReportFormatError, BundleMissingError, OSError) as e:
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Exception as e:
+    except SbsInputError as e:
         # the engine's own input checks (unreadable model, wrong inputs, no CUDA, ...)
-        from .errors import SbsInputError
-
-        if isinstance(e, SbsInputError):
-            print(f"onnx-sbs: error: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        raise
+        print(f"onnx-sbs: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 # ---- outputs ---------------------------------------------------------------------------
@@ -307,6 +304,8 @@ def report_run(
         except KeyboardInterrupt:
             interrupted = True
             run.stop()
+        except SbsInputError:
+            raise  # found while running (exit 2); the .jsonl stays without its trailer
         except Exception as e:  # the engine's own failure: what it computed is kept
             error = f"{type(e).__name__}: {e}"
             traceback.print_exc(file=sys.stderr)

@@ -264,3 +264,13 @@ def test_inputs_file_needing_code_is_refused(tmp_path):
     assert not marker.exists()
     load_inputs(str(path), None, trust_pickles=True)
     assert marker.exists()
+
+
+def test_trust_pickles_flag_reaches_the_options():
+    from onnx_sbs_nb.cli import build_parser
+    from onnx_sbs_nb.run_args import options_from_args
+
+    argv = ["run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "i.pt"]
+    assert options_from_args(build_parser().parse_args(argv)).trust_pickles is False
+    trusted = options_from_args(build_parser().parse_args([*argv, "--trust-pickles"]))
+    assert trusted.trust_pickles is True and trusted.to_dict()["trust_pickles"] is True
