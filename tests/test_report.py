@@ -25,6 +25,7 @@ from onnx_sbs_nb.report_html import (
     script_json,
 )
 from onnx_sbs_nb.summary import summarize
+from onnx_sbs_nb.view_state import decode_rows
 
 EVIL = "<img src=x onerror=alert(1)>"
 
@@ -152,7 +153,7 @@ def test_chart_downsamples_but_keeps_spikes():
     recs[4321].status = "fail"
     svg = error_chart_svg(recs, max_points=100)
     assert svg.count("<circle") <= 100
-    assert "v4321" in svg and "#d22" in svg
+    assert "v4321" in svg and "#e5534b" in svg  # the spike, in the failing colour
 
 
 def test_script_escapes():
@@ -173,7 +174,7 @@ def test_report_page_structure():
     assert page.count("</script>") == 3  # state, bundle, loader: the bundle's own is escaped
     state = page.split('<script type="application/json" id="onnx-sbs-state-0">')[1]
     data = json.loads(state.split("</script>")[0])
-    assert data["columns"] == list(RECORD_FIELDS) and len(data["rows"]) == len(recs)
+    assert data["columns"] == list(RECORD_FIELDS) and len(decode_rows(data["rows"])) == len(recs)
     assert data["summary"]["verdict"] == "fail"
 
 
