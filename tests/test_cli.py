@@ -227,7 +227,7 @@ def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
     code = main(["report", str(jsonl), "-o", str(tmp_path / "killed.html")])
     assert code == EXIT_INCOMPLETE
     html = (tmp_path / "killed.html").read_text()
-    assert "INCOMPLETE" in html and "PASS" not in html
+    assert "verdict: INCOMPLETE" in html and "verdict: PASS" not in html
 
 
 def test_interrupted_run_writes_reports(demo_run, demo_dir, tmp_path, capsys):
