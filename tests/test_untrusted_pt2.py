@@ -274,3 +274,20 @@ def test_trust_pickles_flag_reaches_the_options():
     assert options_from_args(build_parser().parse_args(argv)).trust_pickles is False
     trusted = options_from_args(build_parser().parse_args([*argv, "--trust-pickles"]))
     assert trusted.trust_pickles is True and trusted.to_dict()["trust_pickles"] is True
+
+
+def test_the_torch_internals_wrapped_are_there():
+    """The loader wraps names inside torch: a torch that renames them must fail here, not
+    silently load files the old way."""
+    import importlib
+    import inspect
+
+    from onnx_sbs_nb.align import untrusted_pt2
+
+    package = importlib.import_module(untrusted_pt2.PACKAGE_MODULE)
+    serialize = importlib.import_module(untrusted_pt2.SERIALIZE_MODULE)
+    assert package.pickle is pickle and callable(package._load_aoti)
+    assert "pickle.loads" in inspect.getsource(package._load_constants)
+    assert "sympy.sympify" in inspect.getsource(serialize.GraphModuleDeserializer._parse_sym_expr)
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" in inspect.getsource(torch.serialization.load)
+    assert "_guards_code" in inspect.getsource(torch.export.ExportedProgram.__init__)
