@@ -30,6 +30,7 @@ from .completion import Completion
 from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
+from .summary import summarize
 from .view_state import is_finite
 
 # Values of SbsSession.state
@@ -88,35 +89,8 @@ def _status_dict(status: RunStatus | None) -> dict[str, Any]:
 
 
 def summary_dict(records: list[Record], completion: Completion | None = None) -> dict[str, Any]:
-    """The run's summary as a JSON-safe dict (``completion``: how far the run got).
-
-    Uses :func:`onnx_sbs_nb.summary.summarize` when that module is present; otherwise
-    counts, so views always have something to show.
-    """
-    try:
-        from .summary import summarize
-    except ImportError:
-        summarize = None
-    if summarize is not None:
-        return summarize(records, completion=completion).to_dict()
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    first_own = next((r for r in records if r.passed2 is False), None)
-    first = next((r for r in records if r.status in FAILING_STATUSES), None)
-    return {
-        "totals": {"records": len(records), **counts},
-        "first_own_failure": _brief(first_own),
-        "first_failure": _brief(first),
-    }
-
-
-def _brief(rec: Record | None) -> dict[str, Any] | None:
-    if rec is None:
-        return None
-    d = rec.to_dict()
-    keep = ("step", "ep_name", "onnx_name", "onnx_op_type", "err_abs", "err_abs2", "status")
-    return {k: d[k] for k in keep}
+    """The run's summary as a JSON-safe dict (``completion``: how far the run got)."""
+    return summarize(records, completion=completion).to_dict()
 
 
 class SbsSession:

@@ -436,10 +436,11 @@ class SbsWidget(anywidget.AnyWidget):
         return pd.DataFrame([dataclasses.asdict(r) for r in recs], columns=RECORD_FIELDS)
 
     def get_summary(self) -> Any:
-        """The :class:`~onnx_sbs_nb.summary.Summary` of the records so far."""
+        """The :class:`~onnx_sbs_nb.summary.Summary` of the records so far (a stopped run
+        says so: its verdict is never pass)."""
         from .summary import summarize
 
-        return summarize(self.records)
+        return summarize(self.records, completion=self.session.completion)
 
     def figure(self) -> Any:
         """A plotly Figure of the errors along execution order (log scale, exact zeros

@@ -66,6 +66,7 @@ def test_stopped_widget_is_stopped_not_pass(model):
     w.session.start()
     assert w.summary["verdict"] == "stopped"
     assert w.summary["totals"]["nodes_done"] < w.summary["totals"]["nodes_total"]
+    assert w.get_summary().verdict == "stopped"  # the Python-side Summary says so too
 
 
 def test_finished_session_has_its_verdict(model):
