@@ -10,6 +10,7 @@ outputs) have, in it, the dtype and shape the model declares.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import onnx
@@ -25,6 +26,23 @@ _NAME = re.compile(r"^%([^\s:]+)\s*:")
 def _normal(text: str) -> str:
     # the number of users says nothing about the node itself
     return _USERS.sub("", text.strip())
+
+
+def fingerprint(model: onnx.ModelProto) -> str:
+    """A digest of everything :func:`disagreement` reads from ``model``: a verdict can be
+    reused for a model with the same digest without holding on to the model."""
+    h = hashlib.blake2b(digest_size=20)
+    g = model.graph
+    for n in g.node:
+        for p in n.metadata_props:
+            if p.key == FX_NODE_KEY:
+                h.update(p.value.encode())
+                h.update(b"\0")
+    for i in g.initializer:
+        h.update(f"{i.name}\0{i.data_type}\0{list(i.dims)}\0".encode())
+    for vi in g.output:
+        h.update(vi.SerializeToString())
+    return h.hexdigest()
 
 
 def disagreement(program: torch.export.ExportedProgram, model: onnx.ModelProto) -> str | None:

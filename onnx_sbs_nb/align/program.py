@@ -22,7 +22,7 @@ import logging
 import warnings
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -69,6 +69,7 @@ class _Preparations:
     reproduced: PreparedProgram | None = None
     declined: str | None = None  # why light_prep declined or failed
     exporter: PreparedProgram | None = None
+    checked: dict[str, str | None] = field(default_factory=dict)  # model fingerprint -> verdict
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -94,9 +95,12 @@ def prepare_program(
     if model is not None and reproduce:
         reproduced = _reproduce(ep, state)
         if reproduced is not None:
-            from .prep_check import disagreement
+            from .prep_check import disagreement, fingerprint
 
-            why = disagreement(reproduced.program, model)  # milliseconds: not cached
+            key = fingerprint(model)
+            if key not in state.checked:
+                state.checked[key] = disagreement(reproduced.program, model)
+            why = state.checked[key]
             if why is None:
                 return reproduced
             detail = f"the reproduced preparation differs from the ONNX model ({why})"
