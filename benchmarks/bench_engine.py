@@ -723,7 +723,7 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
                 ]
             )
     if rows:
-        method = results[0].memory[0].runs[0]["method"]
+        method = next(r.memory[0].runs[0]["method"] for r in results if r.memory)
         print_table(
             f"Peak RSS increase above the loaded baseline (median of runs, {method}); "
             f"ratios to {MEMORY_BASE}",

@@ -1,7 +1,7 @@
 """Real sizes (issue 13, goal 5): a Llama-style model above 2 GB, side by side.
 
 Builds a transformers Llama in code (random weights; default hidden 2048, 10 layers,
-intermediate 5632, vocabulary 8192: about 2.2 GB of float32 weights), exports it once
+intermediate 5632, vocabulary 32000: about 2.5 GB of float32 weights), exports it once
 (``model.pt2``; ``model.onnx`` with its weights in ``model.onnx.data``, the only way
 past protobuf's 2 GB limit), then measures in fresh processes, one variant each:
 
@@ -119,32 +119,39 @@ def measure_child(name: str, folder: Path) -> dict[str, Any]:
         import onnx_diagnostic.torch_onnx.sbs  # noqa: F401
     warnings.simplefilter("ignore")
     result: dict[str, Any] = {"variant": name}
-    with PeakRss() as peak:
+    # two sections one after the other (each resets the kernel's high-water mark)
+    with PeakRss() as loading:
         t = time.perf_counter()
         if name == MEMORY_BASE:
             sess = ort.InferenceSession(
                 str(folder / "model.onnx"), providers=["CPUExecutionProvider"]
             )
-            args = torch.load(str(folder / "inputs.pt"), weights_only=True)
-            result["load"] = time.perf_counter() - t
-            t = time.perf_counter()
-            sess.run(None, {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)})
-            result["run"] = time.perf_counter() - t
         else:
             ep = torch.export.load(str(folder / "model.pt2"))
             onx = onnx.load(str(folder / "model.onnx"), load_external_data=True)
-            args = tuple(torch.load(str(folder / "inputs.pt"), weights_only=True))
-            result["load"] = time.perf_counter() - t
-            t = time.perf_counter()
-            if name == THEIRS:
-                records = list(stream_theirs(ep, onx, args))
-                counts = count_theirs(records)
-            else:
-                records = list(stream_ours(ep, onx, args, OURS[name]))
-                counts = count_ours(records)
-            result["run"] = time.perf_counter() - t
-            result.update(records=len(records), paired=counts[0], failing=counts[1])
-    result.update(increase=peak.increase, baseline=peak.baseline, method=peak.method)
+        args = tuple(torch.load(str(folder / "inputs.pt"), weights_only=True))
+        result["load"] = time.perf_counter() - t
+    with PeakRss() as running:
+        t = time.perf_counter()
+        if name == MEMORY_BASE:
+            sess.run(None, {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)})
+        elif name == THEIRS:
+            records = list(stream_theirs(ep, onx, args))
+            counts = count_theirs(records)
+        else:
+            records = list(stream_ours(ep, onx, args, OURS[name]))
+            counts = count_ours(records)
+        result["run"] = time.perf_counter() - t
+    if name != MEMORY_BASE:
+        result.update(records=len(records), paired=counts[0], failing=counts[1])
+    base = loading.baseline  # after imports
+    result.update(
+        increase=max(loading.peak, running.peak) - base,
+        resident_after_load=running.baseline - base,
+        run_increase=running.increase,  # above what loading left resident
+        baseline=base,
+        method=loading.method,
+    )
     return result
 
 
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--layers", type=int, default=10)
     p.add_argument("--intermediate", type=int, default=5632)
-    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--workdir", help="folder for the exported model (default: a temp folder)")
     p.add_argument("--reuse", action="store_true", help="reuse the export left in --workdir")
@@ -212,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                     fmt_s(r["load"]),
                     fmt_s(r["run"]),
                     fmt_ratio(ratio(r["run"], base["load"] + base["run"])) if base else "-",
+                    fmt_mb(r["resident_after_load"]),
+                    fmt_mb(r["run_increase"]),
                     fmt_mb(r["increase"]),
                     fmt_ratio(ratio(r["increase"], weights)),
                     fmt_ratio(ratio(r["increase"], base["increase"])) if base else "-",
@@ -228,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                 "load files",
                 "run",
                 "run / ORT session+run",
+                "resident after load",
+                "run adds",
                 "peak RSS increase",
                 "peak / weights",
                 "peak / ORT",
