@@ -80,11 +80,11 @@ DEFAULT_MODELS = "small,large,large12,chain500,chain5000"
 # Our variants: name -> AlignedRun options ("prepare" is the benchmark's own, see stream_ours).
 OURS = {
     "ours": {"runner": "onnxruntime"},
-    "ours_fast": {"runner": "onnxruntime", "prepare": "reproduce"},
+    "ours_retrace": {"runner": "onnxruntime", "prepare": "retrace"},
     "ours_rerun": {"runner": "onnxruntime", "own_error": True},
 }
 # The variants timed on the chains (no weights, nothing to rerun: cost per node).
-CHAIN_VARIANTS = ("ours", "ours_fast")
+CHAIN_VARIANTS = ("ours", "ours_retrace")
 # a cold run of today's engine on the long chain takes tens of seconds: fewer rounds
 CHAIN_ROUNDS = {"chain5000": 1}
 # The ONNXProgram returned by torch.onnx.export carries the program the exporter lowered:
@@ -184,15 +184,15 @@ class FloorRunner:
 
 
 def stream_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> Iterator[Any]:
-    """Our records as they come.  ``prepare="reproduce"``: the program is prepared by
-    ``prepare_program(ep, model)`` (the reproduction checked against the ONNX model) and
-    handed to the engine the way an ONNXProgram hands its program, which is what the
-    engine will do itself once run.py passes the model to prepare_program."""
+    """Our records as they come.  ``prepare="retrace"``: the program is prepared by the
+    exporter's own re-trace (``prepare_program(ep)``, what the engine did before it
+    reproduced the preparation) and handed to the engine the way an ONNXProgram hands
+    its program: the before of issue 13, timed in the same run as the after."""
     from onnx_sbs_nb.align.run import AlignedRun
 
     options = dict(options)
-    if options.pop("prepare", None) == "reproduce":
-        onx = with_reproduced_program(ep, onx)
+    if options.pop("prepare", None) == "retrace":
+        onx = with_retraced_program(ep, onx)
     return iter(AlignedRun(ep, onx, args, **options))
 
 
@@ -204,15 +204,12 @@ class _ModelAndProgram:
         self.exported_program = program
 
 
-def with_reproduced_program(ep: Any, onx: Any) -> Any:
+def with_retraced_program(ep: Any, onx: Any) -> Any:
     from onnx_sbs_nb.align.loading import load_exported_program, load_onnx_model
-    from onnx_sbs_nb.align.program import PREPARED_REPRODUCED, prepare_program
+    from onnx_sbs_nb.align.program import prepare_program
 
-    model = load_onnx_model(onx)
-    prepared = prepare_program(load_exported_program(ep), model)
-    if prepared.source != PREPARED_REPRODUCED:
-        return model  # the engine prepares it its own way
-    return _ModelAndProgram(model, prepared.program)
+    prepared = prepare_program(load_exported_program(ep))  # no model: the re-trace
+    return _ModelAndProgram(load_onnx_model(onx), prepared.program)
 
 
 def run_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> list[Any]:
@@ -400,18 +397,18 @@ def warm_up_process(files: ModelFiles, with_theirs: bool) -> dict[str, float]:
     registry, onnxruntime environment): paid here, on the smallest model, and reported."""
     first: dict[str, float] = {}
     first["ours"], _ = time_call(lambda: run_ours(*files.load(), OURS["ours"]))
-    # the reproduction's own one-time costs (make_fx, type promotion tables)
-    first["ours_fast"], _ = time_call(lambda: run_ours(*files.load(), OURS["ours_fast"]))
+    # the re-trace's own one-time costs (the export machinery)
+    first["ours_retrace"], _ = time_call(lambda: run_ours(*files.load(), OURS["ours_retrace"]))
     if with_theirs:
         first[THEIRS], _ = time_call(lambda: run_theirs(*files.load()))
     return first
 
 
 # ---------------------------------------------------------------- cold from files (children)
-FRESH_VARIANTS = ("ours", "ours_fast")
-# ours_fast in a process whose cache folder is empty: what the very first run on a
+FRESH_VARIANTS = ("ours", "ours_retrace")
+# ours in a process whose cache folder is empty: what the very first run on a
 # machine pays once (the exporter's op decisions computed from torchlib's registry)
-FRESH_EMPTY_CACHE = "ours_fast_empty_cache"
+FRESH_EMPTY_CACHE = "ours_empty_cache"
 CLI = "ours_cli"
 
 
@@ -440,7 +437,7 @@ def child_fresh(name: str, folder: Path) -> dict[str, Any]:
         total, first, records = time_stream(lambda: stream_theirs(ep, onx, args))
         counts = count_theirs(records)
     else:
-        options = OURS["ours" if name == "ours" else "ours_fast"]
+        options = OURS[name]
         total, first, records = time_stream(lambda: stream_ours(ep, onx, args, options))
         counts = count_ours(records)
     return {
@@ -483,7 +480,7 @@ def measure_fresh(files: ModelFiles, names: list[str], repeats: int) -> list[Fre
                 if name == CLI:
                     results[name].runs.append({"wall": _time_cli(files)})
                     continue
-                variant = "ours_fast" if name == FRESH_EMPTY_CACHE else name
+                variant = "ours" if name == FRESH_EMPTY_CACHE else name
                 env = _child_env(name == FRESH_EMPTY_CACHE, tmp)
                 t = time.perf_counter()
                 run = run_child(
@@ -504,9 +501,10 @@ def _time_cli(files: ModelFiles) -> float:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "onnx_sbs_nb", "run", "--ep", str(files.ep_path)]
     cmd += ["--onnx", str(files.onnx_path), "--inputs", str(files.inputs_path), "--no-progress"]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    wall = time.perf_counter() - t
+    with tempfile.TemporaryDirectory(prefix="sbs_cli_") as cwd:  # it writes its records there
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, cwd=cwd)
+        wall = time.perf_counter() - t
     if proc.returncode not in (0, 1):  # 1: the run found failing pairs
         raise RuntimeError(f"onnx-sbs run failed (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
     return wall
@@ -774,7 +772,7 @@ def print_fresh(results: list[ModelResult]) -> None:
         print_table(
             "Cold from files in a fresh process (median): wall = the whole process; first "
             f"record and run from the call on the loaded files; {CLI} = `onnx-sbs run`, "
-            f"{FRESH_EMPTY_CACHE} = ours_fast with an empty cache folder",
+            f"{FRESH_EMPTY_CACHE} = ours with an empty cache folder",
             [
                 "model",
                 "variant",
@@ -860,7 +858,7 @@ def print_goals(results: list[ModelResult]) -> None:
         fresh = {f.name: f for f in r.fresh}
         theirs = fresh.get(THEIRS)
         variants = {v.name: v for v in r.variants}
-        for ours in ("ours", "ours_fast"):
+        for ours in ("ours", "ours_retrace"):
             parts = []
             if theirs is not None and ours in fresh:
                 f = fresh[ours]
@@ -874,7 +872,7 @@ def print_goals(results: list[ModelResult]) -> None:
             if parts:
                 lines.append(f"  1. cold <= 0.5x prior art, {name}, {ours}: " + ", ".join(parts))
         if name == LARGE.name:
-            for ours in ("ours", "ours_fast"):
+            for ours in ("ours", "ours_retrace"):
                 firsts = [fmt_s(variants[ours].first.median)] if ours in variants else []
                 if ours in fresh:
                     firsts.append(f"fresh process {fmt_s(fresh[ours].median('first'))}")
@@ -889,7 +887,7 @@ def print_goals(results: list[ModelResult]) -> None:
                         f"{fmt_ratio(ratio(v.warm.min, r.floor.min))} (min/min)"
                     )
             mem = {m.name: m for m in r.memory}
-            for ours in ("ours", "ours_fast"):
+            for ours in ("ours", "ours_retrace"):
                 if MEMORY_BASE in mem and ours in mem:
                     base = mem[MEMORY_BASE]
                     lines.append(
@@ -900,7 +898,7 @@ def print_goals(results: list[ModelResult]) -> None:
             if THEIRS in variants:
                 lines.append(
                     f"  paired >= prior art, {name}: ours {variants['ours'].paired}, "
-                    f"ours_fast {variants['ours_fast'].paired}, prior art "
+                    f"ours_retrace {variants['ours_retrace'].paired}, prior art "
                     f"{variants[THEIRS].paired}"
                 )
     chains = _chain_results(results)

@@ -53,7 +53,7 @@ def test_bench_engine_core(tiny_files, capsys):
         (run,) = m.runs
         assert run["method"] in ("VmHWM", "psutil-sampling")
         assert run["first"] >= 0 and run["steady"] >= 0 and run["baseline"] > 0
-    assert variants["ours_fast"].paired == variants["ours"].paired
+    assert variants["ours_retrace"].paired == variants["ours"].paired
     for v in result.variants:
         assert v.first.values and 0 < v.first.values[0] <= v.cold.values[0], v.name
     bench_engine.print_results([result], {"ours": 0.0})
@@ -66,7 +66,7 @@ def test_bench_engine_core(tiny_files, capsys):
 def test_bench_engine_fresh_processes_and_chains(tiny_files, tmp_path, capsys):
     """Cold runs from the files in fresh processes (and the `onnx-sbs run` command), and
     the cost-versus-size table on two short chains."""
-    names = ["ours_fast", bench_engine.FRESH_EMPTY_CACHE, bench_engine.CLI]
+    names = ["ours", bench_engine.FRESH_EMPTY_CACHE, bench_engine.CLI]
     fresh = {f.name: f for f in bench_engine.measure_fresh(tiny_files, names, repeats=1)}
     assert set(fresh) == set(names)
     for name in names[:2]:

@@ -742,7 +742,7 @@ class AlignedRun(SideBySideRun):
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep)
-        model = load_onnx_model(onx)
+        model = exported = load_onnx_model(onx)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
@@ -761,7 +761,8 @@ class AlignedRun(SideBySideRun):
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
         else:
-            self.prepared = prepare_program(self.ep)
+            # the exported model's node metadata vouches for the fast reproduction
+            self.prepared = prepare_program(self.ep, exported)
         program = self.prepared.program
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
@@ -798,6 +799,9 @@ class AlignedRun(SideBySideRun):
         self.bound = bound
         if self.prepared.note:
             self.status.extra["program_note"] = self.prepared.note
+        self.status.extra["program_source"] = self.prepared.source
+        if self.prepared.detail:
+            self.status.extra["program_detail"] = self.prepared.detail
         from .actions import RunActions
 
         self.actions = RunActions(self)
