@@ -219,24 +219,25 @@ def llama():
     return ep, onx, args
 
 
-def test_the_checked_reproduction_pairs_as_the_exporters_preparation(llama):
+def test_the_engine_pairs_with_the_reproduction_as_with_the_retrace(llama):
+    """AlignedRun prepares with the reproduction; the records are those of a run on the
+    exporter's re-traced program (same pairs, same verdicts, same errors)."""
     ep, onx, args = llama
-    prepared = prepare_program(ep, onx)
-    assert prepared.source == PREPARED_REPRODUCED, prepared.detail
+    run = AlignedRun(ep, onx, args)
+    assert run.prepared.source == PREPARED_REPRODUCED, run.prepared.detail
+    assert run.status.extra["program_source"] == PREPARED_REPRODUCED
+    retraced = prepare_program(ep)  # no model: the exporter's preparation
+    assert retraced.source == PREPARED_BY_EXPORTER
 
     class WithProgram:  # what torch.onnx.export returns: the model and its program
         model_proto = onx
-        exported_program = prepared.program
+        exported_program = retraced.program
 
-    ours = [
-        (r.ep_name, r.onnx_name, r.paired_by, r.status, r.err_abs)
-        for r in AlignedRun(ep, WithProgram(), args)
-    ]
-    theirs = [
-        (r.ep_name, r.onnx_name, r.paired_by, r.status, r.err_abs)
-        for r in AlignedRun(ep, onx, args)
-    ]
-    assert ours == theirs
+    def rows(records):
+        return [(r.ep_name, r.onnx_name, r.paired_by, r.status, r.err_abs) for r in records]
+
+    ours = rows(run)
+    assert ours == rows(AlignedRun(ep, WithProgram(), args))
     assert sum(1 for r in ours if r[2] != "unpaired") >= 100
 
 
@@ -292,6 +293,9 @@ def test_declined_program_says_why():
     assert prepared.source == PREPARED_BY_EXPORTER
     assert "symbolic" in prepared.detail
     assert prepare_program(ep).source == PREPARED_BY_EXPORTER
+    run = AlignedRun(ep, onx, (x,))
+    assert "symbolic" in run.status.extra["program_detail"]
+    assert not [r for r in run if r.failed]
 
 
 # ------------------------------------------------------------------ op decisions, disk cache
