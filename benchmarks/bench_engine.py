@@ -22,32 +22,39 @@ headline and minimums the best case.  Usage::
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import ctypes
-import gc
-import io
-import pstats
-import shutil
-import statistics
-import sys
-import tempfile
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+import time
+
+T_START = time.perf_counter()  # a cold child counts its imports from here
+
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import ctypes  # noqa: E402
+import gc  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import pstats  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
+    ChainSpec,
     LlamaSpec,
     ModelFiles,
     PeakRss,
     Timings,
     emit_result,
-    export_llama,
+    export_spec,
     fmt_mb,
     fmt_ratio,
     fmt_s,
@@ -64,13 +71,22 @@ from benchmarks.common import (  # noqa: E402
 
 SMALL = LlamaSpec("small", hidden=64, layers=2, seq=12)
 LARGE = LlamaSpec("large", hidden=256, layers=4, seq=64, intermediate=1024)
-SPECS = {"small": SMALL, "large": LARGE}
+LARGE12 = LlamaSpec("large12", hidden=256, layers=12, seq=64, intermediate=1024)
+CHAIN500 = ChainSpec("chain500", 500)
+CHAIN5000 = ChainSpec("chain5000", 5000)
+SPECS = {s.name: s for s in (SMALL, LARGE, LARGE12, CHAIN500, CHAIN5000)}
+DEFAULT_MODELS = "small,large,large12,chain500,chain5000"
 
-# Our variants: name -> AlignedRun options.
+# Our variants: name -> AlignedRun options ("prepare" is the benchmark's own, see stream_ours).
 OURS = {
     "ours": {"runner": "onnxruntime"},
+    "ours_retrace": {"runner": "onnxruntime", "prepare": "retrace"},
     "ours_rerun": {"runner": "onnxruntime", "own_error": True},
 }
+# The variants timed on the chains (no weights, nothing to rerun: cost per node).
+CHAIN_VARIANTS = ("ours", "ours_retrace")
+# a cold run of today's engine on the long chain takes tens of seconds: fewer rounds
+CHAIN_ROUNDS = {"chain5000": 1}
 # The ONNXProgram returned by torch.onnx.export carries the program the exporter lowered:
 # passing it instead of its ModelProto skips our preparation (no re-trace at all).
 OURS_ONNX_PROGRAM = "ours_onnxprogram"
@@ -107,6 +123,7 @@ class VariantResult:
     name: str
     cold: Timings
     warm: Timings | None = None
+    first: Timings = field(default_factory=Timings)  # cold: seconds to the first record
     records: int = 0
     paired: int = 0
     failing: int = 0
@@ -136,6 +153,7 @@ class ModelResult:
     variants: list[VariantResult]
     memory: list[MemoryResult]
     skipped: list[str]
+    fresh: list[Any] = field(default_factory=list)  # FreshResult per variant
 
 
 class FloorRunner:
@@ -165,17 +183,44 @@ class FloorRunner:
         return eager.min, ort_run.min
 
 
-def run_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> list[Any]:
+def stream_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> Iterator[Any]:
+    """Our records as they come.  ``prepare="retrace"``: the program is prepared by the
+    exporter's own re-trace (``prepare_program(ep)``, what the engine did before it
+    reproduced the preparation) and handed to the engine the way an ONNXProgram hands
+    its program: the before of issue 13, timed in the same run as the after."""
     from onnx_sbs_nb.align.run import AlignedRun
 
-    return list(AlignedRun(ep, onx, args, **options))
+    options = dict(options)
+    if options.pop("prepare", None) == "retrace":
+        onx = with_retraced_program(ep, onx)
+    return iter(AlignedRun(ep, onx, args, **options))
 
 
-def run_theirs(ep: Any, onx: Any, args: tuple) -> list[Any]:
+class _ModelAndProgram:
+    """What torch.onnx.export returns, as far as the engine reads it."""
+
+    def __init__(self, model: Any, program: Any):
+        self.model_proto = model
+        self.exported_program = program
+
+
+def with_retraced_program(ep: Any, onx: Any) -> Any:
+    from onnx_sbs_nb.align.loading import load_exported_program, load_onnx_model
+    from onnx_sbs_nb.align.program import prepare_program
+
+    prepared = prepare_program(load_exported_program(ep))  # no model: the re-trace
+    return _ModelAndProgram(load_onnx_model(onx), prepared.program)
+
+
+def run_ours(ep: Any, onx: Any, args: tuple, options: dict[str, Any]) -> list[Any]:
+    return list(stream_ours(ep, onx, args, options))
+
+
+def stream_theirs(ep: Any, onx: Any, args: tuple) -> Iterator[Any]:
     from onnx_diagnostic.reference import OnnxruntimeEvaluator
     from onnx_diagnostic.torch_onnx.sbs import run_aligned
 
-    return list(
+    return iter(
         run_aligned(
             ep,
             onx,
@@ -188,6 +233,23 @@ def run_theirs(ep: Any, onx: Any, args: tuple) -> list[Any]:
             verbose=0,
         )
     )
+
+
+def run_theirs(ep: Any, onx: Any, args: tuple) -> list[Any]:
+    return list(stream_theirs(ep, onx, args))
+
+
+def time_stream(make: Callable[[], Iterator[Any]]) -> tuple[float, float, list[Any]]:
+    """(seconds to the last record, seconds to the first, records) of one run; the
+    clock starts before ``make()`` (validation and preparation count)."""
+    t = time.perf_counter()
+    records = []
+    first = float("nan")
+    for rec in make():
+        if not records:
+            first = time.perf_counter() - t
+        records.append(rec)
+    return time.perf_counter() - t, first, records
 
 
 def count_ours(records: list[Any]) -> tuple[int, int]:
@@ -222,31 +284,34 @@ def count_theirs(records: list[Any]) -> tuple[int, int, int]:
 @dataclass
 class _Protocol:
     """How one variant is timed: ``cold()`` / ``warm()`` each run once and return
-    (seconds, records); ``rounds`` caps how many rounds include it."""
+    (seconds, seconds to the first record, records); ``rounds`` caps how many rounds
+    include it."""
 
     name: str
-    cold: Callable[[], tuple[float, list[Any]]]
-    warm: Callable[[], tuple[float, list[Any]]] | None
+    cold: Callable[[], tuple[float, float, list[Any]]]
+    warm: Callable[[], tuple[float, float, list[Any]]] | None
     rounds: int
     count: Callable[[list[Any]], tuple[int, ...]]
 
 
-def _ours_protocol(files: ModelFiles, name: str, repeats: int) -> _Protocol:
+def _ours_protocol(files: ModelFiles, name: str, repeats: int, warm: bool = True) -> _Protocol:
     options = OURS[name]
 
-    def cold() -> tuple[float, list[Any]]:
+    def cold() -> tuple[float, float, list[Any]]:
         ep, onx, args = files.load()  # a fresh program: the preparation is included
         gc.collect()
-        return time_call(lambda: run_ours(ep, onx, args, options))
+        return time_stream(lambda: stream_ours(ep, onx, args, options))
 
+    if not warm:
+        return _Protocol(name, cold, None, repeats, count_ours)
     ep, onx, args = files.load()
     run_ours(ep, onx, args, options)  # prepares this ep once: the warm runs reuse it
 
-    def warm() -> tuple[float, list[Any]]:
+    def warm_run() -> tuple[float, float, list[Any]]:
         gc.collect()
-        return time_call(lambda: run_ours(ep, onx, args, options))
+        return time_stream(lambda: stream_ours(ep, onx, args, options))
 
-    return _Protocol(name, cold, warm, repeats, count_ours)
+    return _Protocol(name, cold, warm_run, repeats, count_ours)
 
 
 def _onnx_program_protocol(files: ModelFiles, repeats: int) -> _Protocol:
@@ -258,19 +323,19 @@ def _onnx_program_protocol(files: ModelFiles, repeats: int) -> _Protocol:
     program = torch.onnx.export(ep, args, dynamo=True, verbose=False)
     options = OURS["ours"]
 
-    def cold() -> tuple[float, list[Any]]:
+    def cold() -> tuple[float, float, list[Any]]:
         gc.collect()
-        return time_call(lambda: run_ours(ep, program, args, options))
+        return time_stream(lambda: stream_ours(ep, program, args, options))
 
     return _Protocol(OURS_ONNX_PROGRAM, cold, None, repeats, count_ours)
 
 
 def _theirs_protocol(files: ModelFiles, repeats: int) -> _Protocol:
     # no preparation to cache: every run costs the same, so only the cold protocol
-    def cold() -> tuple[float, list[Any]]:
+    def cold() -> tuple[float, float, list[Any]]:
         ep, onx, args = files.load()
         gc.collect()
-        return time_call(lambda: run_theirs(ep, onx, args))
+        return time_stream(lambda: stream_theirs(ep, onx, args))
 
     return _Protocol(THEIRS, cold, None, repeats, count_theirs)
 
@@ -285,13 +350,17 @@ def measure_timings(
 ) -> tuple[Floor, list[VariantResult]]:
     """Round-robin: each round samples the floor, then runs every variant once (cold and
     warm), so that load changes on a shared machine hit floor and variants alike; each
-    ratio is taken to the floor of its own round."""
+    ratio is taken to the floor of its own round.  On a chain, only the cold runs of
+    CHAIN_VARIANTS and the prior art (cost per node), in CHAIN_ROUNDS rounds at most."""
+    chain = isinstance(files.spec, ChainSpec)
+    rounds = min(repeats, CHAIN_ROUNDS.get(files.spec.name, repeats))
     floor_runner = FloorRunner(files, builds=repeats)
-    protocols = [_ours_protocol(files, name, repeats) for name in OURS]
-    if with_onnx_program:
+    names = CHAIN_VARIANTS if chain else tuple(OURS)
+    protocols = [_ours_protocol(files, name, rounds, warm=not chain) for name in names]
+    if with_onnx_program and not chain:
         protocols.append(_onnx_program_protocol(files, repeats))
     if with_theirs:
-        protocols.append(_theirs_protocol(files, theirs_repeats))
+        protocols.append(_theirs_protocol(files, min(theirs_repeats, rounds)))
     floor = Floor(Timings(), floor_runner.ort_build, Timings())
     results = {
         p.name: VariantResult(p.name, Timings(), Timings() if p.warm else None) for p in protocols
@@ -305,11 +374,12 @@ def measure_timings(
             if i >= p.rounds:
                 continue
             r = results[p.name]
-            t, last[p.name] = p.cold()
+            t, first, last[p.name] = p.cold()
             r.cold.values.append(t)
+            r.first.values.append(first)
             r.cold_ratios.append(t / floor.at(i))
             if p.warm is not None and r.warm is not None:
-                t, last[p.name] = p.warm()
+                t, _, last[p.name] = p.warm()
                 r.warm.values.append(t)
                 r.warm_ratios.append(t / floor.at(i))
     for p in protocols:
@@ -327,14 +397,125 @@ def warm_up_process(files: ModelFiles, with_theirs: bool) -> dict[str, float]:
     registry, onnxruntime environment): paid here, on the smallest model, and reported."""
     first: dict[str, float] = {}
     first["ours"], _ = time_call(lambda: run_ours(*files.load(), OURS["ours"]))
+    # the re-trace's own one-time costs (the export machinery)
+    first["ours_retrace"], _ = time_call(lambda: run_ours(*files.load(), OURS["ours_retrace"]))
     if with_theirs:
         first[THEIRS], _ = time_call(lambda: run_theirs(*files.load()))
     return first
 
 
+# ---------------------------------------------------------------- cold from files (children)
+FRESH_VARIANTS = ("ours", "ours_retrace")
+# ours in a process whose cache folder is empty: what the very first run on a
+# machine pays once (the exporter's op decisions computed from torchlib's registry)
+FRESH_EMPTY_CACHE = "ours_empty_cache"
+CLI = "ours_cli"
+
+
+def fresh_variants(with_theirs: bool) -> list[str]:
+    names = [*FRESH_VARIANTS, FRESH_EMPTY_CACHE]
+    return [*names, THEIRS] if with_theirs else names
+
+
+def child_fresh(name: str, folder: Path) -> dict[str, Any]:
+    """In a fresh process, what a command-line user waits for: imports (counted from the
+    start of this script), loading the three files, then the run (first record, last
+    record), each first use of a lazy import or registry included."""
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+    import torch  # noqa: F401
+
+    if name == THEIRS:
+        import onnx_diagnostic.reference  # noqa: F401
+        import onnx_diagnostic.torch_onnx.sbs  # noqa: F401
+    else:
+        import onnx_sbs_nb.align.run  # noqa: F401
+    imports = time.perf_counter() - T_START
+    warnings.simplefilter("ignore")
+    load, (ep, onx, args) = time_call(lambda: load_exported(folder))
+    if name == THEIRS:
+        total, first, records = time_stream(lambda: stream_theirs(ep, onx, args))
+        counts = count_theirs(records)
+    else:
+        options = OURS[name]
+        total, first, records = time_stream(lambda: stream_ours(ep, onx, args, options))
+        counts = count_ours(records)
+    return {
+        "variant": name,
+        "imports": imports,
+        "load": load,
+        "first": first,
+        "run": total,
+        "records": len(records),
+        "paired": counts[0],
+        "failing": counts[1],
+    }
+
+
+@dataclass
+class FreshResult:
+    name: str
+    runs: list[dict[str, Any]] = field(default_factory=list)  # the child's figures + "wall"
+
+    def median(self, key: str) -> float:
+        return median_of(self.runs, key)
+
+
+def _child_env(empty_cache: bool, tmp: Path) -> dict[str, str] | None:
+    if not empty_cache:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="cache-", dir=tmp))
+    return {"ONNX_SBS_CACHE_DIR": str(folder)}
+
+
+def measure_fresh(files: ModelFiles, names: list[str], repeats: int) -> list[FreshResult]:
+    """Each variant in fresh processes, round-robin; ``wall``: the child's whole life
+    (interpreter start included), timed here."""
+    script = Path(__file__).resolve()
+    results = {n: FreshResult(n) for n in names}
+    tmp = Path(tempfile.mkdtemp(prefix="sbs_fresh_"))
+    try:
+        for _ in range(max(1, repeats)):
+            for name in names:
+                if name == CLI:
+                    results[name].runs.append({"wall": _time_cli(files)})
+                    continue
+                variant = "ours" if name == FRESH_EMPTY_CACHE else name
+                env = _child_env(name == FRESH_EMPTY_CACHE, tmp)
+                t = time.perf_counter()
+                run = run_child(
+                    script, ["--fresh-child", variant, "--files", str(files.folder)], env=env
+                )
+                run["wall"] = time.perf_counter() - t
+                results[name].runs.append(run)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return list(results.values())
+
+
+def _time_cli(files: ModelFiles) -> float:
+    """Wall time of ``onnx-sbs run`` on the three files (the command a user types)."""
+    from benchmarks.common import REPO_ROOT
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "onnx_sbs_nb", "run", "--ep", str(files.ep_path)]
+    cmd += ["--onnx", str(files.onnx_path), "--inputs", str(files.inputs_path), "--no-progress"]
+    with tempfile.TemporaryDirectory(prefix="sbs_cli_") as cwd:  # it writes its records there
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, cwd=cwd)
+        wall = time.perf_counter() - t
+    if proc.returncode not in (0, 1):  # 1: the run found failing pairs
+        raise RuntimeError(f"onnx-sbs run failed (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall
+
+
 # ---------------------------------------------------------------- peak memory (children)
-def memory_variants(with_theirs: bool) -> list[str]:
-    names = [MEMORY_BASE, "eager", *OURS]
+def memory_variants(with_theirs: bool, files: ModelFiles | None = None) -> list[str]:
+    if files is not None and isinstance(files.spec, ChainSpec):
+        names = [MEMORY_BASE, *CHAIN_VARIANTS]
+    else:
+        names = [MEMORY_BASE, "eager", *OURS]
     return names + [THEIRS] if with_theirs else names
 
 
@@ -419,8 +600,11 @@ def bench_model(
     with_memory: bool = True,
     with_onnx_program: bool = True,
     memory_names: list[str] | None = None,
+    fresh_repeats: int = 0,
+    fresh_names: list[str] | None = None,
 ) -> ModelResult:
-    """All measurements for one exported model (the core the smoke test runs)."""
+    """All measurements for one exported model (the core the smoke test runs).
+    ``fresh_repeats``: cold runs from the files in fresh processes (0: none)."""
     if with_theirs is None:
         with_theirs = has_onnx_diagnostic()
     skipped = [] if with_theirs else [f"{THEIRS} (not importable: run in .venv-bench)"]
@@ -433,11 +617,15 @@ def bench_model(
     )
     memory = []
     if with_memory:
-        names = memory_names or memory_variants(with_theirs)
+        names = memory_names or memory_variants(with_theirs, files)
         memory = measure_memory(files, names, memory_repeats)
     else:
         skipped.append("peak memory (--no-memory)")
-    return ModelResult(files, floor, variants, memory, skipped)
+    fresh = []
+    if fresh_repeats > 0:
+        names = fresh_names or [*fresh_variants(with_theirs), CLI]
+        fresh = measure_fresh(files, names, fresh_repeats)
+    return ModelResult(files, floor, variants, memory, skipped, fresh)
 
 
 # ---------------------------------------------------------------- printing
@@ -475,12 +663,13 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
                     fmt_ratio(_median(v.cold_ratios)),
                     fmt_ratio(_median(v.warm_ratios)) if warm else "-",
                     fmt_ratio(ratio(best.min, fl.min)),
+                    fmt_s(v.first.median),
                     len(v.cold.values),
                 ]
             )
     print_table(
         "Wall time (median / min); ratios to the floor: median over rounds of the ratio to "
-        "the same round's floor, and min / min",
+        "the same round's floor, and min / min; first record: cold, from the call",
         [
             "model",
             "variant",
@@ -489,10 +678,13 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
             "cold/floor (med)",
             "warm/floor (med)",
             "best/floor (min)",
+            "first record",
             "rounds",
         ],
         rows,
     )
+    print_fresh(results)
+    print_growth(results)
 
     rows = [
         [
@@ -529,7 +721,7 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
                 ]
             )
     if rows:
-        method = results[0].memory[0].runs[0]["method"]
+        method = next(r.memory[0].runs[0]["method"] for r in results if r.memory)
         print_table(
             f"Peak RSS increase above the loaded baseline (median of runs, {method}); "
             f"ratios to {MEMORY_BASE}",
@@ -557,42 +749,180 @@ def print_results(results: list[ModelResult], first_calls: dict[str, float]) -> 
     print_goals(results)
 
 
+def print_fresh(results: list[ModelResult]) -> None:
+    rows = []
+    for r in results:
+        theirs = {f.name: f for f in r.fresh}.get(THEIRS)
+        for f in r.fresh:
+            rows.append(
+                [
+                    r.files.spec.name,
+                    f.name,
+                    fmt_s(f.median("wall")),
+                    fmt_s(f.median("imports")),
+                    fmt_s(f.median("load")),
+                    fmt_s(f.median("first")),
+                    fmt_s(f.median("run")),
+                    fmt_ratio(ratio(f.median("wall"), theirs.median("wall"))) if theirs else "-",
+                    fmt_ratio(ratio(f.median("run"), theirs.median("run"))) if theirs else "-",
+                    len(f.runs),
+                ]
+            )
+    if rows:
+        print_table(
+            "Cold from files in a fresh process (median): wall = the whole process; first "
+            f"record and run from the call on the loaded files; {CLI} = `onnx-sbs run`, "
+            f"{FRESH_EMPTY_CACHE} = ours with an empty cache folder",
+            [
+                "model",
+                "variant",
+                "wall",
+                "imports",
+                "load files",
+                "first record",
+                "run",
+                "wall / prior art",
+                "run / prior art",
+                "runs",
+            ],
+            rows,
+        )
+
+
+def _chain_results(results: list[ModelResult]) -> tuple[ModelResult, ModelResult] | None:
+    """The shortest and the longest chain measured, if two were."""
+    chains = sorted(
+        (r for r in results if isinstance(r.files.spec, ChainSpec)),
+        key=lambda r: r.files.spec.nodes,
+    )
+    return (chains[0], chains[-1]) if len(chains) >= 2 else None
+
+
+def _ort_whole(r: ModelResult) -> float:
+    """A whole-model onnxruntime session created and run once (medians)."""
+    return r.floor.ort_build.median + r.floor.ort_run.median
+
+
+def print_growth(results: list[ModelResult]) -> None:
+    chains = _chain_results(results)
+    if chains is None:
+        return
+    small, large = chains
+    rows = []
+    cold_small = {v.name: v.cold.median for v in small.variants}
+    for v in large.variants:
+        rows.append(
+            [
+                v.name,
+                fmt_s(cold_small.get(v.name)),
+                fmt_s(v.cold.median),
+                fmt_ratio(ratio(v.cold.median, cold_small.get(v.name))),
+                fmt_ratio(ratio(v.cold.median, _ort_whole(large))),
+            ]
+        )
+    rows.append(
+        [
+            "whole-model ORT (session + run)",
+            fmt_s(_ort_whole(small)),
+            fmt_s(_ort_whole(large)),
+            fmt_ratio(ratio(_ort_whole(large), _ort_whole(small))),
+            "1.00x",
+        ]
+    )
+    print_table(
+        f"Cost versus graph size: cold runs on {small.files.spec.label} and "
+        f"{large.files.spec.label} (median)",
+        [
+            "variant",
+            small.files.spec.name,
+            large.files.spec.name,
+            "growth",
+            "long / whole-model ORT",
+        ],
+        rows,
+    )
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
 def print_goals(results: list[ModelResult]) -> None:
+    """Each goal of issue 13, with the figures of this run."""
     by_name = {r.files.spec.name: r for r in results}
-    target = by_name.get(LARGE.name) or results[-1]
-    ours = {v.name: v for v in target.variants}
-    lines = [f"\nGoals ({target.files.spec.name} model):"]
-    v = ours["ours"]
-    fl = target.floor
-    if v.warm is not None:
-        lines.append(
-            f"  wall <= 3x floor: warm {fmt_ratio(_median(v.warm_ratios))} (median per round), "
-            f"{fmt_ratio(ratio(v.warm.min, fl.min))} (min/min); cold "
-            f"{fmt_ratio(_median(v.cold_ratios))} / {fmt_ratio(ratio(v.cold.min, fl.min))}"
-        )
-    onnx_program = ours.get(OURS_ONNX_PROGRAM)
-    if onnx_program is not None:
-        lines.append(
-            "  given the ONNXProgram (no preparation): "
-            f"{fmt_ratio(_median(onnx_program.cold_ratios))} (median per round), "
-            f"{fmt_ratio(ratio(onnx_program.cold.min, fl.min))} (min/min)"
-        )
+    lines = ["\nGoals (issue 13):"]
+    for name in (LARGE.name, LARGE12.name):
+        r = by_name.get(name)
+        if r is None:
+            continue
+        fresh = {f.name: f for f in r.fresh}
+        theirs = fresh.get(THEIRS)
+        variants = {v.name: v for v in r.variants}
+        for ours in ("ours", "ours_retrace"):
+            parts = []
+            if theirs is not None and ours in fresh:
+                f = fresh[ours]
+                parts.append(
+                    f"fresh process {fmt_ratio(ratio(f.median('wall'), theirs.median('wall')))}"
+                    f" (run alone {fmt_ratio(ratio(f.median('run'), theirs.median('run')))})"
+                )
+            if THEIRS in variants and ours in variants:
+                in_process = ratio(variants[ours].cold.median, variants[THEIRS].cold.median)
+                parts.append(f"in process {fmt_ratio(in_process)}")
+            if parts:
+                lines.append(f"  1. cold <= 0.5x prior art, {name}, {ours}: " + ", ".join(parts))
+        if name == LARGE.name:
+            for ours in ("ours", "ours_retrace"):
+                firsts = [fmt_s(variants[ours].first.median)] if ours in variants else []
+                if ours in fresh:
+                    firsts.append(f"fresh process {fmt_s(fresh[ours].median('first'))}")
+                if firsts:
+                    lines.append(f"  1. first record <= 1 s, {name}, {ours}: " + ", ".join(firsts))
+            for ours in ("ours", "ours_rerun"):
+                v = variants.get(ours)
+                if v is not None and v.warm is not None:
+                    lines.append(
+                        f"  2. warm <= 3x floor, {name}, {ours}: "
+                        f"{fmt_ratio(_median(v.warm_ratios))} (median per round), "
+                        f"{fmt_ratio(ratio(v.warm.min, r.floor.min))} (min/min)"
+                    )
+            mem = {m.name: m for m in r.memory}
+            for ours in ("ours", "ours_retrace"):
+                if MEMORY_BASE in mem and ours in mem:
+                    base = mem[MEMORY_BASE]
+                    lines.append(
+                        f"  4. peak memory ~0.8x whole-model ORT, {name}, {ours}: steady "
+                        f"{fmt_ratio(ratio(mem[ours].steady, base.steady))}, first run "
+                        f"{fmt_ratio(ratio(mem[ours].first, base.first))}"
+                    )
+            if THEIRS in variants:
+                lines.append(
+                    f"  paired >= prior art, {name}: ours {variants['ours'].paired}, "
+                    f"ours_retrace {variants['ours_retrace'].paired}, prior art "
+                    f"{variants[THEIRS].paired}"
+                )
+    chains = _chain_results(results)
+    if chains is not None:
+        small, large = chains
+        cold_small = {v.name: v.cold.median for v in small.variants}
+        for v in large.variants:
+            lines.append(
+                f"  3. growth <= 10x and {large.files.spec.nodes} nodes <= 5x whole-model ORT, "
+                f"{v.name}: growth "
+                f"{fmt_ratio(ratio(v.cold.median, cold_small.get(v.name)))}, "
+                f"{fmt_ratio(ratio(v.cold.median, _ort_whole(large)))} of ORT"
+            )
+        mem = {m.name: m for m in large.memory}
+        if MEMORY_BASE in mem:
+            for m in large.memory:
+                if m.name != MEMORY_BASE:
+                    lines.append(
+                        f"  4. peak memory on {large.files.spec.name}, {m.name}: steady "
+                        f"{fmt_mb(m.steady)} ({fmt_ratio(ratio(m.steady, mem[MEMORY_BASE].steady))}"
+                        " of whole-model ORT)"
+                    )
     fails = {r.files.spec.name: {v.name: v.failing for v in r.variants} for r in results}
     lines.append(f"  zero failing pairs: {fails}")
-    theirs = ours.get(THEIRS)
-    if theirs is not None:
-        lines.append(f"  paired >= prior art: ours {v.paired} vs {theirs.paired}")
-    mem = {m.name: m for m in target.memory}
-    if MEMORY_BASE in mem and "ours" in mem:
-        lines.append(
-            "  peak memory <= 1.10x whole-model ORT: steady "
-            f"{fmt_ratio(ratio(mem['ours'].steady, mem[MEMORY_BASE].steady))}, first "
-            f"{fmt_ratio(ratio(mem['ours'].first, mem[MEMORY_BASE].first))}"
-        )
     print("\n".join(lines))
 
 
@@ -615,20 +945,32 @@ def profile_ours(files: ModelFiles, name: str = "ours", top: int = 25) -> str:
 # ---------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", default="small,large", help="comma-separated: small,large")
+    p.add_argument(
+        "--models", default=DEFAULT_MODELS, help=f"comma-separated, from: {DEFAULT_MODELS}"
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement")
     p.add_argument("--theirs-repeats", type=int, default=3, help="timed runs of the prior art")
     p.add_argument("--memory-repeats", type=int, default=2, help="subprocesses per variant")
+    p.add_argument(
+        "--fresh-repeats",
+        type=int,
+        default=2,
+        help="fresh processes per variant for the cold runs from files (0: none)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
     p.add_argument("--no-theirs", action="store_true", help="skip onnx-diagnostic")
     p.add_argument("--profile", action="store_true", help="cProfile our engine on each model")
     p.add_argument("--workdir", help="folder for the exported models (default: a temp folder)")
+    p.add_argument(
+        "--reuse", action="store_true", help="reuse the exports an earlier run left in --workdir"
+    )
     p.add_argument(
         "--torch-threads",
         type=int,
         help="torch.set_num_threads(N) for every measurement (default: torch's own choice)",
     )
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--fresh-child", help=argparse.SUPPRESS)
     p.add_argument("--files", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -638,6 +980,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(a.torch_threads)
     if a.child:
         emit_result(child_memory(a.child, Path(a.files)))
+        return 0
+    if a.fresh_child:
+        emit_result(child_fresh(a.fresh_child, Path(a.files)))
         return 0
 
     with_theirs = not a.no_theirs and has_onnx_diagnostic()
@@ -653,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
         all_files = []
         for m in a.models.split(","):
             print(f"exporting {SPECS[m].label} ...", flush=True)
-            all_files.append(export_llama(SPECS[m], root))
+            all_files.append(export_spec(SPECS[m], root, reuse=a.reuse and a.workdir))
         import torch
 
         print(f"torch intra-op threads: {torch.get_num_threads()}", flush=True)
@@ -668,7 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
                     theirs_repeats=a.theirs_repeats,
                     memory_repeats=a.memory_repeats,
                     with_theirs=with_theirs,
-                    with_memory=not a.no_memory,
+                    with_memory=not a.no_memory and files.spec != CHAIN500,
+                    fresh_repeats=a.fresh_repeats if files.spec in (LARGE, LARGE12) else 0,
                 )
             )
         print_results(results, first_calls)

@@ -50,11 +50,37 @@ class LlamaSpec:
         return f"{self.name} (h{self.hidden} i{inter} L{self.layers} s{self.seq})"
 
 
+@dataclass(frozen=True)
+class ChainSpec:
+    """A chain of ``nodes`` elementwise ops (alternately ``x * 1.001`` and ``sin``) on a
+    small tensor: one fx node and one ONNX node per op, so cost per node shows alone."""
+
+    name: str
+    nodes: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (chain of {self.nodes} ops)"
+
+
+def op_chain(nodes: int) -> Any:
+    """The ChainSpec's torch.nn.Module (torch imported on first use)."""
+    import torch
+
+    class OpChain(torch.nn.Module):
+        def forward(self, x):
+            for i in range(nodes):
+                x = torch.sin(x) if i % 2 else x * 1.001
+            return x
+
+    return OpChain()
+
+
 @dataclass
 class ModelFiles:
     """One exported model saved on disk, so that subprocesses load the same thing."""
 
-    spec: LlamaSpec
+    spec: LlamaSpec | ChainSpec
     folder: Path
     weight_bytes: int
 
@@ -93,10 +119,46 @@ def export_llama(spec: LlamaSpec, root: Path) -> ModelFiles:
     return ModelFiles(spec, folder, meta["weight_bytes"])
 
 
+def export_chain(spec: ChainSpec, root: Path) -> ModelFiles:
+    """Exports the spec'd chain once into root/<name>."""
+    import warnings
+
+    import onnx
+    import torch
+
+    folder = Path(root) / spec.name
+    folder.mkdir(parents=True, exist_ok=True)
+    args = (torch.randn(4, 8),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.export(op_chain(spec.nodes).eval(), args)
+        onx = torch.onnx.export(ep, args, dynamo=True, verbose=False).model_proto
+    torch.export.save(ep, str(folder / "model.pt2"))
+    onnx.save(onx, str(folder / "model.onnx"))
+    torch.save(tuple(args), str(folder / "inputs.pt"))
+    meta = {"kind": "chain", "spec": spec.__dict__, "weight_bytes": state_bytes(ep)}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return ModelFiles(spec, folder, meta["weight_bytes"])
+
+
+def export_spec(spec: LlamaSpec | ChainSpec, root: Path, reuse: bool = False) -> ModelFiles:
+    """The files of ``spec`` in root/<name>: exported now, or (``reuse``) the ones an
+    earlier run left there with the same spec (exports take minutes on large chains)."""
+    folder = Path(root) / spec.name
+    if reuse and (folder / "meta.json").exists():
+        files = model_files(folder)
+        if files.spec == spec and all(
+            p.exists() for p in (files.ep_path, files.onnx_path, files.inputs_path)
+        ):
+            return files
+    return export_chain(spec, root) if isinstance(spec, ChainSpec) else export_llama(spec, root)
+
+
 def model_files(folder: Path) -> ModelFiles:
-    """The ModelFiles saved by export_llama in folder."""
+    """The ModelFiles saved by export_llama or export_chain in folder."""
     meta = json.loads((Path(folder) / "meta.json").read_text())
-    return ModelFiles(LlamaSpec(**meta["spec"]), Path(folder), int(meta["weight_bytes"]))
+    kind = ChainSpec if meta.get("kind") == "chain" else LlamaSpec
+    return ModelFiles(kind(**meta["spec"]), Path(folder), int(meta["weight_bytes"]))
 
 
 def load_exported(folder: Path) -> tuple[Any, Any, tuple[Any, ...]]:
@@ -258,10 +320,16 @@ def emit_result(result: dict[str, Any]) -> None:
     print(RESULT_MARKER + json.dumps(result), flush=True)
 
 
-def run_child(script: Path, argv: Sequence[str], timeout: float = 1800) -> dict[str, Any]:
-    """Runs ``python script *argv`` in a fresh interpreter (same venv) and returns the dict
-    it emitted; raises with the child's stderr when it failed."""
-    env = dict(os.environ)
+def run_child(
+    script: Path,
+    argv: Sequence[str],
+    timeout: float = 1800,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Runs ``python script *argv`` in a fresh interpreter (same venv, ``env`` added to
+    this process's environment) and returns the dict it emitted; raises with the child's
+    stderr when it failed."""
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
         [sys.executable, str(script), *argv],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import bench_engine, bench_memory
-from benchmarks.common import LlamaSpec, export_llama, has_onnx_diagnostic
+from benchmarks.common import ChainSpec, LlamaSpec, export_llama, export_spec, has_onnx_diagnostic
 
 TINY = LlamaSpec("tiny", hidden=32, layers=1, seq=4)
 
@@ -53,10 +53,42 @@ def test_bench_engine_core(tiny_files, capsys):
         (run,) = m.runs
         assert run["method"] in ("VmHWM", "psutil-sampling")
         assert run["first"] >= 0 and run["steady"] >= 0 and run["baseline"] > 0
+    assert variants["ours_retrace"].paired == variants["ours"].paired
+    for v in result.variants:
+        assert v.first.values and 0 < v.first.values[0] <= v.cold.values[0], v.name
     bench_engine.print_results([result], {"ours": 0.0})
     out = capsys.readouterr().out
     for title in ("Floor", "Wall time", "Records", "Peak RSS", "Goals"):
         assert title in out
+
+
+@pytest.mark.slow
+def test_bench_engine_fresh_processes_and_chains(tiny_files, tmp_path, capsys):
+    """Cold runs from the files in fresh processes (and the `onnx-sbs run` command), and
+    the cost-versus-size table on two short chains."""
+    names = ["ours", bench_engine.FRESH_EMPTY_CACHE, bench_engine.CLI]
+    fresh = {f.name: f for f in bench_engine.measure_fresh(tiny_files, names, repeats=1)}
+    assert set(fresh) == set(names)
+    for name in names[:2]:
+        (run,) = fresh[name].runs
+        assert run["paired"] > 0 and run["failing"] == 0, run
+        assert 0 < run["first"] <= run["run"] < run["wall"] and run["imports"] > 0, run
+    assert fresh[bench_engine.CLI].runs[0]["wall"] > 0
+    chains = [export_spec(ChainSpec(f"chain{n}", n), tmp_path) for n in (10, 40)]
+    results = [
+        bench_engine.bench_model(
+            f, repeats=1, theirs_repeats=1, with_theirs=False, with_memory=False
+        )
+        for f in chains
+    ]
+    for r in results:
+        assert {v.name for v in r.variants} == set(bench_engine.CHAIN_VARIANTS)
+        assert all(v.warm is None and v.paired >= r.files.spec.nodes for v in r.variants)
+    bench_engine.print_results(results, {})
+    out = capsys.readouterr().out
+    assert "Cost versus graph size" in out and "3. growth" in out
+    # files already exported are reused when asked
+    assert export_spec(ChainSpec("chain10", 10), tmp_path, reuse=True).folder == chains[0].folder
 
 
 def test_count_theirs_verdicts():

@@ -18,8 +18,9 @@ from ..errors import SbsInputError
 def _bound(value: Any) -> int | None:
     try:
         v = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None  # an infinite bound
+    # an infinite bound; int() of torch's int_oo raises AttributeError inside sympy
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
     return v
 
 

@@ -315,8 +315,14 @@ def pair_values(
     model: onnx.ModelProto,
     weights: dict[str, str],
     user_inputs: list[str],
+    trusted: set[str] | None = None,
 ) -> Pairing:
-    """Pairs fx values (by node name) with ONNX values (by value name)."""
+    """Pairs fx values (by node name) with ONNX values (by value name).
+
+    ``trusted``: when the program is not known to be the one the model was lowered from,
+    the fx nodes its metadata describes exactly; computed values of other fx nodes are
+    not paired by name or metadata (the same name may be another computation).
+    """
     g = model.graph
     fx_nodes = {n.name: n for n in graph.nodes}
     onnx_types = onnx_value_types(model)
@@ -355,6 +361,14 @@ def pair_values(
             return False
         node = fx_nodes.get(fx_name)
         if node is None:
+            return False
+        if (
+            trusted is not None
+            and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA)
+            and node.op == "call_function"
+            and fx_name not in trusted
+            and not ("getitem" in str(node.target) and node.args and str(node.args[0]) in trusted)
+        ):
             return False
         if transform is None and not (
             types_compatible(fx_value_type(node), onnx_types.get(onnx_name))

@@ -4,26 +4,35 @@
 with its own registry, inserts type promotions and removes assertions, and the ONNX
 value names are the fx names of *that* program.  Running the user's program would pair
 values that merely share a name (``add_1`` can be two different computations), so we
-reproduce the exporter's preparation and run the prepared program.
+run the prepared program.
+
+Two ways to get it.  Given the ONNX model, :mod:`.light_prep` builds it by walking the
+user's graph once (tens of milliseconds), and it is used when the ONNX model's node
+metadata agrees with it node for node (:mod:`.prep_check`).  Otherwise, or for programs
+the reproduction declines (symbolic shapes, subgraphs, mutations), the exporter's own
+preparation runs: a full re-trace, seconds on a small Llama.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import warnings
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import onnx
 import torch
 
 from ..errors import SbsInputError
 
 # Values of PreparedProgram.source
-PREPARED_BY_EXPORTER = "exporter"  # reproduced the exporter's preparation
+PREPARED_BY_EXPORTER = "exporter"  # the exporter's preparation, re-traced here
+PREPARED_REPRODUCED = "reproduced"  # light_prep, checked against the ONNX model's metadata
 PREPARED_FROM_ONNX_PROGRAM = "onnx_program"  # the ONNXProgram carried its prepared program
 PREPARED_FALLBACK = "fallback"  # private API unavailable: plain run_decompositions()
 
@@ -32,7 +41,9 @@ PREPARED_FALLBACK = "fallback"  # private API unavailable: plain run_decompositi
 class PreparedProgram:
     program: torch.export.ExportedProgram
     source: str
-    note: str = ""
+    note: str = ""  # a limit of the run the user should know about
+    # why the fast reproduction was not used (empty when it was, or was not tried)
+    detail: str = ""
 
 
 @contextlib.contextmanager
@@ -51,46 +62,127 @@ def quiet_torch_internals() -> Iterator[None]:
         logger.setLevel(level)
 
 
-@functools.lru_cache(maxsize=1)
-def _torchlib_registry() -> Any:
-    from torch.onnx._internal.exporter import _registration
+@dataclass
+class _Preparations:
+    """What was prepared for one ExportedProgram (both ways are tried at most once)."""
 
-    with quiet_torch_internals():
-        return _registration.ONNXRegistry.from_torchlib()
+    reproduced: PreparedProgram | None = None
+    declined: str | None = None  # why light_prep declined or failed
+    exporter: PreparedProgram | None = None
+    checked: dict[str, str | None] = field(default_factory=dict)  # model fingerprint -> verdict
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def prepare_program(ep: torch.export.ExportedProgram) -> PreparedProgram:
-    """The program the exporter lowers, cached per ExportedProgram (preparation re-traces)."""
-    cached = _CACHE.get(ep)
-    if cached is not None:
-        return cached
+def prepare_program(
+    ep: torch.export.ExportedProgram,
+    model: onnx.ModelProto | None = None,
+    *,
+    reproduce: bool = True,
+) -> PreparedProgram:
+    """The program the exporter lowers, cached per ExportedProgram.
+
+    With ``model`` (the ONNX model exported from ``ep``) and ``reproduce``, the fast
+    reproduction is tried first and used when the model's metadata vouches for it.
+    """
+    state = _CACHE.get(ep)
+    if state is None:
+        state = _Preparations()
+        with contextlib.suppress(TypeError):
+            _CACHE[ep] = state
+    detail = ""
+    if model is not None and reproduce:
+        reproduced = _reproduce(ep, state)
+        if reproduced is not None:
+            from .prep_check import disagreement, fingerprint
+
+            key = fingerprint(model)
+            if key not in state.checked:
+                state.checked[key] = disagreement(reproduced.program, model)
+            why = state.checked[key]
+            if why is None:
+                return reproduced
+            detail = f"the reproduced preparation differs from the ONNX model ({why})"
+        else:
+            detail = f"the preparation was not reproduced: {state.declined}"
+    if state.exporter is None:
+        state.exporter = _exporter_preparation(ep)
+    prepared = state.exporter
+    if not detail:
+        return prepared
+    return PreparedProgram(prepared.program, prepared.source, prepared.note, detail)
+
+
+def _reproduce(ep: torch.export.ExportedProgram, state: _Preparations) -> PreparedProgram | None:
+    if state.reproduced is None and state.declined is None:
+        from .exporter_ops import exporter_ops
+        from .light_prep import Unsupported, prepare_light
+
+        try:
+            with quiet_torch_internals():
+                program = prepare_light(ep, exporter_ops())
+            state.reproduced = PreparedProgram(program, PREPARED_REPRODUCED)
+        except Unsupported as e:
+            state.declined = str(e)
+        except Exception as e:  # a reproduction that breaks is only a slower run
+            state.declined = f"{type(e).__name__}: {e}"
+    return state.reproduced
+
+
+def _exporter_preparation(ep: torch.export.ExportedProgram) -> PreparedProgram:
     try:
         # Private in torch 2.13; guarded, and tested against the installed version.
-        from torch.onnx._internal.exporter import _core
-
-        registry = _torchlib_registry()
-        with quiet_torch_internals():
-            prepared = _core._prepare_exported_program_for_export(ep, registry=registry)
-        result = PreparedProgram(prepared, PREPARED_BY_EXPORTER)
+        # Exports run without autograd: some decompositions only trace that way (a
+        # float SDPA mask gathered from a Parameter changes strides when it needs grad).
+        try:
+            with torch.no_grad():
+                prepared = _exporter_prepare(ep)
+        except Exception:
+            prepared = _exporter_prepare(ep)
+        return PreparedProgram(prepared, PREPARED_BY_EXPORTER)
     except Exception as e:  # pragma: no cover - depends on torch internals
         try:
             prepared = ep.run_decompositions()
         except Exception:
             prepared = ep
-        result = PreparedProgram(
+        return PreparedProgram(
             prepared,
             PREPARED_FALLBACK,
             f"could not reproduce the exporter's preparation ({type(e).__name__}: {e}); "
             "pairing relies on ONNX node metadata",
         )
-    try:
-        _CACHE[ep] = result
-    except TypeError:  # pragma: no cover
-        pass
-    return result
+
+
+@functools.lru_cache(maxsize=2)
+def _decomposition_table(names: frozenset[str]) -> dict[Any, Any]:
+    """The exporter's create_onnx_friendly_decomposition_table, from the op names."""
+    table: dict[Any, Any] = {}
+    for op, fn in itertools.chain(
+        torch.export.default_decompositions().items(),
+        torch._decomp.decomposition_table.items(),
+    ):
+        if str(op) in names and op not in table:
+            table[op] = fn
+    return table
+
+
+def _exporter_prepare(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``_core._prepare_exported_program_for_export(ep, registry=...)``, with the
+    decomposition table built from the cached op names instead of torchlib's registry
+    (which costs seconds to build): the same table, the same passes."""
+    from torch.onnx._internal.exporter import _fx_passes
+
+    from .exporter_ops import exporter_ops
+
+    table = dict(_decomposition_table(exporter_ops().table_names()))
+    with quiet_torch_internals(), torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        prepared = ep.run_decompositions(table)
+        graph_module = prepared.graph_module
+        _fx_passes.insert_type_promotion_nodes(graph_module)
+        graph_module = _fx_passes.remove_assertion_nodes(graph_module)
+        prepared._graph_module = graph_module
+    return prepared
 
 
 @dataclass

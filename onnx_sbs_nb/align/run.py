@@ -29,7 +29,13 @@ from .names import (
     pair_values,
 )
 from .options import RunOptions
-from .program import PREPARED_FROM_ONNX_PROGRAM, PreparedProgram, bind_inputs, prepare_program
+from .program import (
+    PREPARED_FROM_ONNX_PROGRAM,
+    PREPARED_REPRODUCED,
+    PreparedProgram,
+    bind_inputs,
+    prepare_program,
+)
 from .provenance import program_provenance
 from .runners import make_runner
 from .sides import FxSide, OnnxSide
@@ -57,7 +63,7 @@ class AlignedRun(SideBySideRun):
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep, trust_pickles=options.trust_pickles)
-        model = load_onnx_model(onx)
+        model = exported = load_onnx_model(onx)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
@@ -76,7 +82,8 @@ class AlignedRun(SideBySideRun):
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
         else:
-            self.prepared = prepare_program(self.ep)
+            # the exported model's node metadata vouches for the fast reproduction
+            self.prepared = prepare_program(self.ep, exported)
         program = self.prepared.program
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
@@ -84,10 +91,11 @@ class AlignedRun(SideBySideRun):
         provenance = program_provenance(program.graph, self.ep.graph, bound.weights)
         reference = FxSide(program, bound, provenance, device)
         candidate = OnnxSide(model, runner, device)
-        pairing = pair_values(program.graph, model, bound.weights, bound.user_inputs)
+        trusted, trust_note = _trusted_fx_nodes(self.prepared, exported)
+        pairing = pair_values(program.graph, model, bound.weights, bound.user_inputs, trusted)
         if deployment is not None:
             original = pair_values(
-                program.graph, deployment.original, bound.weights, bound.user_inputs
+                program.graph, deployment.original, bound.weights, bound.user_inputs, trusted
             )
             deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)
@@ -104,6 +112,11 @@ class AlignedRun(SideBySideRun):
         self.bound = bound
         if self.prepared.note:
             self.status.extra["program_note"] = self.prepared.note
+        if trust_note:
+            self.status.extra["pairing_note"] = trust_note
+        self.status.extra["program_source"] = self.prepared.source
+        if self.prepared.detail:
+            self.status.extra["program_detail"] = self.prepared.detail
         from .actions import RunActions
 
         self.actions = RunActions(self)
@@ -111,6 +124,27 @@ class AlignedRun(SideBySideRun):
     def _after_run(self) -> None:
         if self.options.replay is not None:
             self.actions.write_selected_replays()
+
+
+def _trusted_fx_nodes(
+    prepared: PreparedProgram, model: onnx.ModelProto
+) -> tuple[set[str] | None, str | None]:
+    """When the program run here may not be the one the model was lowered from (the
+    exporter's preparation redone, or a fallback), the fx nodes the model's metadata
+    describes exactly; None when every name can be trusted."""
+    if prepared.source in (PREPARED_FROM_ONNX_PROGRAM, PREPARED_REPRODUCED):
+        return None, None  # the exporter's own program, or checked against this model
+    from .prep_check import agreeing_nodes, disagreement
+
+    why = disagreement(prepared.program, model)
+    if why is None:
+        return None, None
+    trusted = agreeing_nodes(prepared.program, model)
+    return trusted, (
+        f"the program prepared here is not exactly the one the ONNX model was lowered from "
+        f"({why}): values are paired by name only where the model's metadata describes the "
+        f"same fx node ({len(trusted)} of them)"
+    )
 
 
 def _reset_names_in_program_words(

@@ -1,0 +1,509 @@
+"""The exporter's preparation of a program, reproduced without re-tracing the program.
+
+``torch.onnx.export`` re-traces the whole program with fake tensors before lowering it
+(``run_decompositions`` with its table, then explicit type promotions, then no
+assertions): seconds on a small Llama, and a cost that grows faster than the graph.
+Almost every node comes out of that re-trace unchanged; only the nodes whose op the
+exporter decomposes change, and the re-trace renames everything after them.  This module
+builds the same graph by walking the user's graph once:
+
+* a node whose op is kept is copied, under the name the re-trace gives it (the same fx
+  namespace rules, applied in the same order);
+* the nodes whose op is decomposed are traced together, once per distinct signature
+  (op, arguments, input shapes/strides/dtypes), with the exporter's decomposition
+  table, and their expansion is spliced in;
+* dead code goes, type promotions are inserted by the exporter's own rules (reading the
+  recorded dtypes, running only the nodes they change), assertions go.
+
+It is a reproduction, so it is checked against the ONNX model before it is used
+(:func:`.prep_check.disagreement`), and the exporter's preparation runs whenever the
+check fails or this module declines the program (:class:`Unsupported`: symbolic
+shapes, subgraphs, mutations, custom ops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from .exporter_ops import ExporterOps
+
+PASS_NAME = "onnx_sbs_nb.light_prep"
+
+# the exporter's remove_assertion_nodes
+_ASSERTION_TARGETS = (
+    "aten.sym_constrain_range_for_size.default",
+    "aten._assert_async.default",
+    "aten._assert_async.msg",
+    "aten._assert_scalar.default",
+    "aten._assert_tensor_metadata.default",
+)
+
+
+# in-place ops that only change autograd metadata: functionalization drops them
+_NO_OPS = (torch.ops.aten.detach_.default,)
+
+
+# what functionalization records for an op, where it is not the op itself
+_FUNCTIONAL_FORM = {torch.ops.aten.lift_fresh_copy.default: torch.ops.aten.clone.default}
+
+
+class Unsupported(Exception):
+    """The program has something this reproduction does not handle: use the re-trace."""
+
+
+@dataclass
+class _Expansion:
+    """How one decomposed call comes out of the re-trace, relative to its inputs."""
+
+    nodes: list[tuple[Any, Any, Any, dict[str, Any]]]  # (target, args, kwargs, meta), _Refs
+    output: Any  # the call's result: _Refs and constants in its structure
+
+
+def _is_op(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload)
+
+
+def _candidate_name(graph: torch.fx.Graph, target: Any) -> str:
+    """The name the re-trace proposes for a call (proxy_call's rule)."""
+    if _is_op(target):
+        return graph._target_to_str(target.overloadpacket.__name__)
+    return graph._target_to_str(target)
+
+
+def _check_supported(ep: torch.export.ExportedProgram) -> None:
+    from torch.export.graph_signature import OutputKind
+
+    gm = ep.graph_module
+    for name, _ in gm.named_children():
+        raise Unsupported(f"the program holds submodules (subgraphs: {name!r})")
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind not in (OutputKind.USER_OUTPUT,):
+            raise Unsupported(f"the program has {spec.kind.name} outputs (mutations)")
+    for node in ep.graph.nodes:
+        # the re-trace names symbolic-size nodes after ones it creates and drops again
+        if _has_symbols(node.meta.get("val")):
+            raise Unsupported(f"node {node.name!r} has symbolic shapes")
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.op != "call_function":
+            raise Unsupported(f"node {node.name!r} is a {node.op}")
+        t = node.target
+        if _is_op(t):
+            if t._schema.is_mutable and t not in _NO_OPS:
+                raise Unsupported(f"node {node.name!r} mutates ({t})")
+            if t.namespace not in ("aten", "prims"):
+                raise Unsupported(f"node {node.name!r} calls a custom op ({t})")
+        elif t is not operator.getitem:
+            raise Unsupported(f"node {node.name!r} calls {t!r}")
+
+
+def _has_symbols(val: Any) -> bool:
+    if isinstance(val, torch.Tensor):
+        return any(not isinstance(d, int) for d in (*val.shape, *val.stride()))
+    if isinstance(val, list | tuple):
+        return any(_has_symbols(v) for v in val)
+    return isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _fake_mode(ep: torch.export.ExportedProgram) -> Any:
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    if mode is None:
+        raise Unsupported("the program's placeholders carry no fake tensors")
+    return mode
+
+
+def _signature(node: torch.fx.Node) -> Any:
+    """What decides a decomposition's result: the op, constants, input metadata."""
+
+    def meta(a: torch.fx.Node) -> Any:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            return ("T", v.dtype, str(tuple(v.shape)), str(v.stride()), str(v.device))
+        return ("V", repr(v))
+
+    flat, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    items = tuple(
+        meta(a) if isinstance(a, torch.fx.Node) else ("C", type(a).__name__, repr(a)) for a in flat
+    )
+    return (str(node.target), str(spec), items)
+
+
+def _trace_expansions(
+    nodes: list[torch.fx.Node], ops: ExporterOps, fake_mode: Any
+) -> dict[Any, _Expansion]:
+    """Traces every distinct decomposed call once, all in one make_fx trace."""
+    from torch.export.exported_program import (
+        _override_composite_implicit_decomp,
+        _special_op_to_preserve_cia,
+    )
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+
+    unique: dict[Any, torch.fx.Node] = {}
+    for n in nodes:
+        unique.setdefault(_signature(n), n)
+    if not unique:
+        return {}
+    keys = list(unique)
+    inputs: list[torch.fx.Node] = []
+    spans: list[tuple[int, int]] = []
+    for key in keys:
+        start = len(inputs)
+        torch.fx.node.map_arg((unique[key].args, unique[key].kwargs), inputs.append)
+        spans.append((start, len(inputs)))
+    marks: list[tuple[int, Any]] = []  # per call: trace length before it, its result
+
+    def fn(*flat: Any) -> list[Any]:
+        graph = get_proxy_mode().tracer.graph
+        outs = []
+        for key, (start, stop) in zip(keys, spans):
+            node = unique[key]
+            args, kwargs = _bind(node, flat[start:stop])
+            before = len(graph.nodes)
+            out = node.target(*args, **kwargs)
+            marks.append((before, out))
+            outs.append(out)
+        return torch.utils._pytree.tree_leaves(outs)
+
+    # ops with an ONNX function stay whole, inside a decomposition too (as in the re-trace)
+    keep = {op: _special_op_to_preserve_cia for op in ops.preserved_ops()}
+    with (
+        _trace_context(fake_mode),
+        _override_composite_implicit_decomp(keep),
+        torch._dispatch.python.enable_python_dispatcher(),
+    ):
+        gm = make_fx(
+            fn,
+            decomposition_table=ops.python_table(),
+            tracing_mode="real",
+            pre_dispatch=False,
+            record_module_stack=True,
+        )(*[_fresh(a.meta["val"]) for a in inputs])
+    traced = list(gm.graph.nodes)
+    placeholders = [n for n in traced if n.op == "placeholder"]
+    flat_outs = list(traced[-1].args[0])
+    ends = [m[0] for m in marks[1:]] + [len(traced) - 1]
+    result: dict[Any, _Expansion] = {}
+    pos = 0  # position of the call's first result among the trace's outputs
+    for key, (start, stop), (before, out), end in zip(keys, spans, marks, ends):
+        mine = [n for n in traced[before:end] if n.op == "call_function"]
+        local = {n: j for j, n in enumerate(mine)}
+        local_in = {placeholders[k]: k - start for k in range(start, stop)}
+
+        def ref(a: torch.fx.Node, local: dict = local, local_in: dict = local_in) -> _Ref:
+            if a in local:
+                return _Ref("node", local[a])
+            if a in local_in:
+                return _Ref("in", local_in[a])
+            raise Unsupported(f"a decomposition reads another call's value ({a.name})")
+
+        templ = [(n.target, *torch.fx.node.map_arg((n.args, n.kwargs), ref), n.meta) for n in mine]
+        leaves, spec = torch.utils._pytree.tree_flatten(out)
+        refs = []
+        for k, leaf in enumerate(leaves):
+            traced_out = flat_outs[pos + k]
+            refs.append(ref(traced_out) if isinstance(traced_out, torch.fx.Node) else leaf)
+        pos += len(leaves)
+        result[key] = _Expansion(templ, torch.utils._pytree.tree_unflatten(refs, spec))
+    return result
+
+
+def _bind(node: torch.fx.Node, values: Any) -> tuple[Any, Any]:
+    """``node``'s args and kwargs with its input nodes replaced by ``values``, in order."""
+    it = iter(values)
+    return torch.fx.node.map_arg((node.args, node.kwargs), lambda _: next(it))
+
+
+def _fresh(val: Any) -> Any:
+    """A new fake tensor like ``val``: the tracer knows a value by its tensor object, so
+    each input of each call needs its own, or two calls would read the same input."""
+    if isinstance(val, torch.Tensor):
+        return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device)
+    return val
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """A value inside an expansion: the call's k-th input or the expansion's j-th node."""
+
+    kind: str
+    index: int
+
+
+@contextlib.contextmanager
+def _trace_context(fake_mode: Any) -> Iterator[None]:
+    with (
+        torch.fx.experimental._config.patch(backed_size_oblivious=True),
+        torch.no_grad(),
+        fake_mode,
+    ):
+        yield
+
+
+def _output_arity(node: torch.fx.Node) -> int | None:
+    """Number of outputs of a call the tracer unpacks (None: a single value)."""
+    val = node.meta.get("val")
+    if isinstance(val, list | tuple):
+        return len(val)
+    return None
+
+
+def prepare_light(
+    ep: torch.export.ExportedProgram, ops: ExporterOps
+) -> torch.export.ExportedProgram:
+    """The program the exporter would lower, built by walking ``ep`` once."""
+    _check_supported(ep)
+    fake_mode = _fake_mode(ep)
+    decomposed = [n for n in ep.graph.nodes if n.op == "call_function" and ops.decomposes(n.target)]
+    expansions = _trace_expansions(decomposed, ops, fake_mode)
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, Any] = {}  # user node -> its value in the new graph
+
+    def new_arg(a: torch.fx.Node) -> Any:
+        v = env[a]
+        if not isinstance(v, torch.fx.Node):
+            raise Unsupported(f"{a.name!r} is not a single value")
+        return v
+
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            p = graph.placeholder(node.name)
+            p.target = node.target
+            p.meta = dict(node.meta)
+            env[node] = p
+        elif node.op == "output":
+            out = graph.output(torch.fx.node.map_arg(node.args[0], new_arg))
+            out.meta = dict(node.meta)
+        elif node.target in _NO_OPS:
+            env[node] = env[node.args[0]]
+        elif node.target is operator.getitem:
+            src, idx = node.args
+            env[node] = env[src][idx]
+        elif ops.decomposes(node.target):
+            env[node] = _splice(graph, node, expansions[_signature(node)], env)
+        else:
+            args = torch.fx.node.map_arg(node.args, new_arg)
+            kwargs = torch.fx.node.map_arg(node.kwargs, new_arg)
+            target = node.target
+            target = _FUNCTIONAL_FORM.get(target, target)
+            new = graph.create_node(
+                "call_function", target, args, kwargs, name=_candidate_name(graph, target)
+            )
+            new.meta = _meta_from(node, node.meta)
+            arity = _output_arity(node)
+            if arity is None:
+                env[node] = new
+            else:
+                # the tracer unpacks every output at once, in order
+                items = []
+                for i in range(arity):
+                    g = graph.create_node(
+                        "call_function", operator.getitem, (new, i), {}, name="getitem"
+                    )
+                    g.meta = _meta_from(node, {**node.meta, "val": node.meta["val"][i]})
+                    items.append(g)
+                env[node] = items
+    graph.eliminate_dead_code()
+    gm = _graph_module(graph)
+    _insert_type_promotions(gm, fake_mode)
+    _remove_assertions(gm)
+    return _with_graph(ep, gm)
+
+
+def _meta_from(user_node: torch.fx.Node, meta: dict[str, Any]) -> dict[str, Any]:
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    meta = dict(meta)
+    for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn"):
+        if key in user_node.meta:
+            meta[key] = user_node.meta[key]
+    meta["from_node"] = [NodeSource(user_node, PASS_NAME, NodeSourceAction.CREATE)]
+    return meta
+
+
+def _splice(
+    graph: torch.fx.Graph, node: torch.fx.Node, exp: _Expansion, env: dict[torch.fx.Node, Any]
+) -> Any:
+    inputs: list[Any] = []
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: inputs.append(env[a]))
+    made: list[torch.fx.Node] = []
+
+    def resolve(x: Any) -> Any:
+        if isinstance(x, _Ref):
+            return inputs[x.index] if x.kind == "in" else made[x.index]
+        if isinstance(x, list | tuple):
+            return type(x)(resolve(v) for v in x)
+        if isinstance(x, dict):
+            return {k: resolve(v) for k, v in x.items()}
+        return x
+
+    for target, args, kwargs, meta in exp.nodes:
+        new = graph.create_node(
+            "call_function",
+            target,
+            resolve(args),
+            resolve(kwargs),
+            name=_candidate_name(graph, target),
+        )
+        new.meta = _meta_from(node, meta)
+        made.append(new)
+    return resolve(exp.output)
+
+
+def _insert_type_promotions(gm: torch.fx.GraphModule, fake_mode: Any) -> None:
+    """The exporter's InsertTypePromotion, running only the nodes it changes.
+
+    The exporter's pass runs every node on fake tensors to learn the dtypes its rules
+    read; they are already recorded in ``meta["val"]``, so a node is only run (and its
+    meta recorded) when a rule changes one of its arguments, through the pass's own code.
+    """
+    from torch.fx import traceback as fx_traceback
+    from torch.onnx._internal.fx.passes import type_promotion as tp
+
+    table = _type_promotion_table()
+    interp = tp._TypePromotionInterpreter(gm, table)
+    interp.env = _RecordedValues()
+    rules: dict[Any, Any] = {}
+    with (
+        fake_mode,
+        torch._dispatch.python.enable_python_dispatcher(),
+        fx_traceback.preserve_node_meta(),
+    ):
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target not in rules:
+                rules[node.target] = tp.get_type_promotion_rule(node, table)
+            rule = rules[node.target]
+            if rule is not None and _promotes(interp.env, node, rule):
+                with interp._set_current_node(node):
+                    interp._maybe_promote_node(node, rule)
+
+
+class _RecordedValues(dict):
+    """The pass's environment: a node's value is the one its meta records."""
+
+    def __missing__(self, node: torch.fx.Node) -> Any:
+        return node.meta.get("val")
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, torch.fx.Node)
+
+
+def _promotes(env: dict, node: torch.fx.Node, rule: Any) -> bool:
+    """Whether the exporter's rule changes an argument of ``node`` (its _maybe_promote_arg)."""
+    from torch.onnx._internal.fx import type_utils
+
+    signature = _dtype_signature(env, (node.args, node.kwargs))
+    key = (id(rule), signature)
+    info = _PREVIEWS.get(key) if signature is not None else None
+    if info is None:
+        args = torch.fx.node.map_arg(node.args, env.__getitem__)
+        kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+        info = rule.preview_type_promotion(args, kwargs)
+        if signature is not None and len(_PREVIEWS) < 100_000:
+            _PREVIEWS[key] = info
+    wanted = [(a, info.args_dtypes.get(i)) for i, a in enumerate(node.args)]
+    wanted += [(a, info.kwargs_dtypes.get(k)) for k, a in node.kwargs.items()]
+
+    def changes(arg: Any, dtype: Any) -> bool:
+        if dtype is None:
+            return False
+        if isinstance(arg, torch.fx.Node):
+            val = env[arg]
+            if isinstance(val, torch.Tensor):
+                return val.dtype != dtype
+            if type_utils.is_torch_symbolic_type(val):
+                return type_utils.from_scalar_type_to_torch_dtype(type(val)) != dtype
+            return False
+        if isinstance(arg, list | tuple):
+            return any(changes(a, dtype) for a in arg)
+        scalar = type_utils.from_scalar_type_to_torch_dtype(type(arg))
+        return scalar is not None and scalar != dtype
+
+    return any(changes(a, d) for a, d in wanted)
+
+
+# previews by (rule, what it reads): a model repeats the same few thousand times
+_PREVIEWS: dict[Any, Any] = {}
+_SCALARS = (bool, int, float, complex, type(None))
+_NAMED = (str, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _dtype_signature(env: dict, tree: Any) -> Any:
+    """What a type promotion preview reads from the arguments; None: more than that."""
+    if isinstance(tree, torch.fx.Node):
+        v = env[tree]
+        if isinstance(v, torch.Tensor):
+            return (v.dtype, v.dim() == 0)
+        return None
+    if isinstance(tree, _SCALARS):
+        return type(tree)
+    if isinstance(tree, _NAMED):
+        return (type(tree), str(tree))
+    if isinstance(tree, list | tuple):
+        items = tuple(_dtype_signature(env, v) for v in tree)
+        return None if None in items else (type(tree), items)
+    if isinstance(tree, dict):
+        items = tuple((k, _dtype_signature(env, v)) for k, v in tree.items())
+        return None if any(v is None for _, v in items) else ("dict", items)
+    return None
+
+
+def _graph_module(graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """A GraphModule whose Python code is generated on first use, not now: the engine
+    runs the graph node by node, so most runs never need it."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+
+        return _LazyGraphModule(torch.nn.Module(), graph)
+    except ImportError:  # pragma: no cover - older torch
+        return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+_TABLE: Any = None
+
+
+def _type_promotion_table() -> Any:
+    global _TABLE
+    if _TABLE is None:
+        from torch.onnx._internal.fx.passes import type_promotion as tp
+
+        _TABLE = tp.TypePromotionTable()
+    return _TABLE
+
+
+def _remove_assertions(gm: torch.fx.GraphModule) -> None:
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and str(node.target) in _ASSERTION_TARGETS:
+            gm.graph.erase_node(node)
+
+
+def _with_graph(
+    ep: torch.export.ExportedProgram, gm: torch.fx.GraphModule
+) -> torch.export.ExportedProgram:
+    """A copy of ``ep`` running ``gm``, its signature's output names updated."""
+    from torch.export.graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
+
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    new_outputs = list(out_node.args[0])
+    specs = []
+    for spec, value in zip(ep.graph_signature.output_specs, new_outputs):
+        arg = spec.arg
+        if isinstance(arg, TensorArgument) and isinstance(value, torch.fx.Node):
+            arg = TensorArgument(name=value.name)
+        specs.append(OutputSpec(spec.kind, arg, spec.target))
+    prepared = copy.copy(ep)
+    prepared._graph_module = gm
+    prepared._graph_signature = ExportGraphSignature(list(ep.graph_signature.input_specs), specs)
+    return prepared

@@ -1,0 +1,113 @@
+"""Checks a reproduced preparation against what the ONNX model says was lowered.
+
+The dynamo exporter writes, on every ONNX node, the fx node of the prepared program it
+lowers (``pkg.torch.onnx.fx_node``: that node as ``Node.format_node()`` printed it).
+A reproduction of the preparation is used only when every such node exists in it, under
+the same name, with the same target and arguments; and when the values the ONNX model
+names after fx nodes without saying which node made them (folded constants, graph
+outputs) have, in it, the dtype and shape the model declares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import onnx
+import torch
+
+from ..dtypes import ONNX_TO_TORCH
+from .names import FX_NODE_KEY
+
+_USERS = re.compile(r"\[num_users=\d+\] ")
+_NAME = re.compile(r"^%([^\s:]+)\s*:")
+
+
+def _normal(text: str) -> str:
+    # the number of users says nothing about the node itself
+    return _USERS.sub("", text.strip())
+
+
+def fingerprint(model: onnx.ModelProto) -> str:
+    """A digest of everything :func:`disagreement` reads from ``model``: a verdict can be
+    reused for a model with the same digest without holding on to the model."""
+    h = hashlib.blake2b(digest_size=20)
+    g = model.graph
+    for n in g.node:
+        for p in n.metadata_props:
+            if p.key == FX_NODE_KEY:
+                h.update(p.value.encode())
+                h.update(b"\0")
+    for i in g.initializer:
+        h.update(f"{i.name}\0{i.data_type}\0{list(i.dims)}\0".encode())
+    for vi in g.output:
+        h.update(vi.SerializeToString())
+    return h.hexdigest()
+
+
+def disagreement(program: torch.export.ExportedProgram, model: onnx.ModelProto) -> str | None:
+    """The first way ``program`` is not the one ``model`` was lowered from, or None.
+
+    A model that names no fx node cannot vouch for anything: that is a disagreement.
+    """
+    nodes = {n.name: n for n in program.graph.nodes}
+    checked = 0
+    formatted: dict[str, str] = {}
+    for onnx_node in model.graph.node:
+        text = next((p.value for p in onnx_node.metadata_props if p.key == FX_NODE_KEY), None)
+        if text is None:
+            continue
+        m = _NAME.match(text)
+        if m is None:
+            return f"ONNX node {onnx_node.name!r} names no fx node ({text[:80]!r})"
+        name = m.group(1)
+        node = nodes.get(name)
+        if node is None:
+            return f"fx node {name!r} (lowered by ONNX node {onnx_node.name!r}) is missing"
+        if name not in formatted:
+            formatted[name] = _normal(node.format_node())
+        if formatted[name] != _normal(text):
+            return f"fx node {name!r} differs: {formatted[name]!r} vs {_normal(text)!r}"
+        checked += 1
+    if checked == 0:
+        return "the ONNX model carries no fx node metadata to check against"
+    g = model.graph
+    declared = [(i.name, i.data_type, list(i.dims)) for i in g.initializer]
+    for vi in g.output:
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            declared.append((vi.name, tt.elem_type, [d.dim_value for d in tt.shape.dim]))
+    for name, elem, dims in declared:
+        node = nodes.get(name)
+        if node is None or node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        dtype = ONNX_TO_TORCH.get(elem)
+        if (dtype is not None and dtype != val.dtype) or list(val.shape) != dims:
+            return (
+                f"ONNX value {name!r} is {dims} {dtype} but fx node {name!r} is "
+                f"{list(val.shape)} {val.dtype}"
+            )
+    return None
+
+
+def agreeing_nodes(program: torch.export.ExportedProgram, model: onnx.ModelProto) -> set[str]:
+    """The fx nodes of ``program`` that the ONNX model's metadata describes exactly (same
+    name, target and arguments): the values a program that is not the exporter's own
+    may still be paired by."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    agree: set[str] = set()
+    seen: set[str] = set()
+    for onnx_node in model.graph.node:
+        text = next((p.value for p in onnx_node.metadata_props if p.key == FX_NODE_KEY), None)
+        m = _NAME.match(text) if text else None
+        if m is None or m.group(1) in seen:
+            continue
+        name = m.group(1)
+        seen.add(name)
+        node = nodes.get(name)
+        if node is not None and _normal(node.format_node()) == _normal(text):
+            agree.add(name)
+    return agree

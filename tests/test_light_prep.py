@@ -1,0 +1,368 @@
+"""The exporter's preparation reproduced without a re-trace (align/light_prep.py), the
+check that decides whether it is used (align/prep_check.py), and the op decisions and
+disk cache it reads (align/exporter_ops.py, align/disk_cache.py).
+
+The reproduction is compared node for node with torch's private preparation function in
+the installed torch: names, targets, arguments, recorded dtypes/shapes/strides, graph
+signature and the user node each prepared node comes from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import warnings
+
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from onnx_sbs_nb.align import disk_cache, exporter_ops
+from onnx_sbs_nb.align.light_prep import Unsupported, prepare_light
+from onnx_sbs_nb.align.prep_check import disagreement
+from onnx_sbs_nb.align.program import (
+    PREPARED_BY_EXPORTER,
+    PREPARED_REPRODUCED,
+    _exporter_prepare,
+    prepare_program,
+)
+from onnx_sbs_nb.align.run import AlignedRun
+
+from .models import (
+    Attention,
+    CausalAttention,
+    Cond,
+    LlamaLogits,
+    NonZero,
+    ShapeOps,
+    tiny_llama,
+    tiny_llama_config,
+)
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.down = nn.Conv2d(8, 4, 3, stride=2)
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(self.down(F.relu(self.bn(self.conv(x)))), 1).flatten(1)
+
+
+class MultiOutput(nn.Module):
+    """List and tuple outputs, some unused (the re-trace unpacks every one)."""
+
+    def forward(self, x):
+        a, b = x.split(4, dim=-1)
+        c = torch.chunk(x, 2, 1)
+        v, idx = x.topk(3, -1)
+        m, am = x.max(-1)
+        return a * b + c[0] + v.sum() + idx.float().sum() + m.unsqueeze(-1) + am.unsqueeze(-1)
+
+
+class Promotions(nn.Module):
+    """Mixed dtypes: the exporter inserts explicit casts."""
+
+    def forward(self, x, i):
+        y = (x * i + i // 2).sum(-1, keepdim=True) + torch.where(x > 0, x, 0.5).mean()
+        return y + (i > 1).float()
+
+
+class SameInputs(nn.Module):
+    """Decomposed calls that read the same value (std and var of one tensor), an
+    einsum, a buffer and an embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.register_buffer("offset", torch.arange(4.0))
+
+    def forward(self, x, ids):
+        y = self.emb(ids) + self.offset
+        y = torch.cumsum(y, 1) + torch.einsum("bij,bkj->bik", y, y).sum(-1, keepdim=True)
+        z = x.permute(0, 2, 1).contiguous().view(x.shape[0], -1)
+        return y.flatten(1).sum(1) + z.std(1) + z.var(1) + F.log_softmax(z, 1).mean(1)
+
+
+class Constants(nn.Module):
+    """torch.tensor(...) inside forward: lift_fresh_copy and detach_ in the program."""
+
+    def forward(self, x, idx):
+        rows = torch.tensor([0, 1, 2, 3])
+        out = torch.zeros(4, 8).scatter_add(1, idx, x)
+        return out + x.new_zeros(4, 8).index_add(0, rows, x) + x.masked_fill(x > 0.5, 0.0)
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def _llama():
+    torch.manual_seed(0)
+    return LlamaLogits(tiny_llama_config(64, 2)), (torch.randint(0, 128, (1, 12)),)
+
+
+MODELS = {
+    "attention": lambda: (Attention(), (torch.randn(2, 5, 16),)),
+    "causal_attention": lambda: (CausalAttention(), (torch.randn(2, 5, 16),)),
+    "shape_ops": lambda: (ShapeOps(), (torch.randn(2, 3, 8),)),
+    "conv_bn": lambda: (ConvBN(), (torch.randn(2, 3, 8, 8),)),
+    "multi_output": lambda: (MultiOutput(), (torch.randn(4, 8),)),
+    "promotions": lambda: (Promotions(), (torch.randn(3, 4), torch.randint(0, 4, (3, 4)))),
+    "same_inputs": lambda: (SameInputs(), (torch.randn(2, 3, 4), torch.randint(0, 10, (2, 3)))),
+    "constants": lambda: (Constants(), (torch.randn(4, 8), torch.randint(0, 8, (4, 8)))),
+    "lstm": lambda: (Recurrent(), (torch.randn(2, 5, 8),)),
+}
+
+
+def _export(model, args, dynamic_shapes=None):
+    return torch.export.export(model.eval(), args, dynamic_shapes=dynamic_shapes)
+
+
+@pytest.fixture(scope="module")
+def exporter_prepare():
+    """torch's own preparation (private; the function the exporter calls)."""
+    from torch.onnx._internal.exporter import _core, _registration
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        registry = _registration.ONNXRegistry.from_torchlib()
+    return lambda ep: _core._prepare_exported_program_for_export(ep, registry=registry)
+
+
+_USERS = re.compile(r"\[num_users=\d+\] ")
+
+
+def _value(v):
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, tuple(v.shape), tuple(v.stride()))
+    if isinstance(v, list | tuple):
+        return [_value(x) for x in v]
+    return type(v).__name__
+
+
+def _user_node(node):
+    """The user's node a prepared node comes from (the deepest from_node entry)."""
+    if node.op != "call_function":
+        return None  # torch records artifacts of its re-trace on placeholders and outputs
+    sources = node.meta.get("from_node") or []
+    name = None
+    while sources:
+        name, sources = sources[-1].name, sources[-1].from_node
+    return name
+
+
+def _describe(program):
+    return (
+        [
+            (_USERS.sub("", n.format_node()), _value(n.meta.get("val")), _user_node(n))
+            for n in program.graph.nodes
+        ],
+        str(program.graph_signature),
+    )
+
+
+def _same(ours, theirs):
+    (a, sig_a), (b, sig_b) = _describe(ours), _describe(theirs)
+    diff = [(x, y) for x, y in zip(a, b) if x != y]
+    assert not diff and len(a) == len(b), diff[:3] or (len(a), len(b))
+    assert sig_a == sig_b
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_reproduction_is_the_exporters_preparation(name, exporter_prepare):
+    model, args = MODELS[name]()
+    ours = prepare_light(_export(model, args), exporter_ops.exporter_ops())
+    _same(ours, exporter_prepare(_export(model, args)))
+
+
+def test_reproduction_of_a_tiny_llama(exporter_prepare):
+    model, args = _llama()
+    ours = prepare_light(_export(model, args), exporter_ops.exporter_ops())
+    theirs = exporter_prepare(_export(model, args))
+    _same(ours, theirs)
+    # the decomposed ops are gone (to, reshape, __and__, diff) and their users renamed
+    targets = {str(n.target) for n in ours.graph.nodes}
+    assert "aten.bitwise_and.Tensor" in targets and "aten.reshape.default" not in targets
+
+
+@pytest.mark.parametrize("name", ["nonzero", "cond", "dynamic"])
+def test_declined_programs(name, exporter_prepare):
+    """What the reproduction declines, the exporter's preparation (with the table built
+    from the cached op names) prepares exactly as torch's own function does."""
+    if name == "nonzero":
+        model, args, ds = NonZero(), (torch.randn(4, 3),), None
+    elif name == "cond":
+        model, args, ds = Cond(), (torch.randn(2, 4),), None
+    else:
+        batch = torch.export.Dim("batch")
+        model, args, ds = CausalAttention(), (torch.randn(2, 5, 16),), ({0: batch},)
+    with pytest.raises(Unsupported):
+        prepare_light(_export(model, args, ds), exporter_ops.exporter_ops())
+    _same(_exporter_prepare(_export(model, args, ds)), exporter_prepare(_export(model, args, ds)))
+
+
+# ------------------------------------------------------------------ the check
+@pytest.fixture(scope="module")
+def llama():
+    ep, onx, args = tiny_llama()
+    return ep, onx, args
+
+
+def test_the_engine_pairs_with_the_reproduction_as_with_the_retrace(llama):
+    """AlignedRun prepares with the reproduction; the records are those of a run on the
+    exporter's re-traced program (same pairs, same verdicts, same errors)."""
+    ep, onx, args = llama
+    run = AlignedRun(ep, onx, args)
+    assert run.prepared.source == PREPARED_REPRODUCED, run.prepared.detail
+    assert run.status.extra["program_source"] == PREPARED_REPRODUCED
+    retraced = prepare_program(ep)  # no model: the exporter's preparation
+    assert retraced.source == PREPARED_BY_EXPORTER
+
+    class WithProgram:  # what torch.onnx.export returns: the model and its program
+        model_proto = onx
+        exported_program = retraced.program
+
+    def rows(records):
+        return [(r.ep_name, r.onnx_name, r.paired_by, r.status, r.err_abs) for r in records]
+
+    ours = rows(run)
+    assert ours == rows(AlignedRun(ep, WithProgram(), args))
+    assert sum(1 for r in ours if r[2] != "unpaired") >= 100
+
+
+def _fx_metadata(node: onnx.NodeProto) -> onnx.StringStringEntryProto | None:
+    return next((p for p in node.metadata_props if p.key == "pkg.torch.onnx.fx_node"), None)
+
+
+def test_a_model_that_disagrees_gets_the_exporters_preparation(llama):
+    ep, onx, _ = llama
+    reproduced = prepare_program(ep, onx)
+    assert reproduced.source == PREPARED_REPRODUCED
+    assert disagreement(reproduced.program, onx) is None
+
+    changed = copy.deepcopy(onx)
+    entry = next(
+        _fx_metadata(n) for n in changed.graph.node if n.op_type == "Mul" and _fx_metadata(n)
+    )
+    entry.value = entry.value.replace("aten.mul.Tensor", "aten.div.Tensor")
+    why = disagreement(reproduced.program, changed)
+    assert why and "differs" in why
+    prepared = prepare_program(ep, changed)
+    assert prepared.source == PREPARED_BY_EXPORTER and "differs" in prepared.detail
+
+    renamed = copy.deepcopy(onx)
+    entry = next(_fx_metadata(n) for n in renamed.graph.node if _fx_metadata(n))
+    entry.value = entry.value.replace("%", "%not_a_node_", 1)
+    assert "missing" in disagreement(reproduced.program, renamed)
+
+    bare = copy.deepcopy(onx)
+    for n in bare.graph.node:
+        del n.metadata_props[:]
+    assert "no fx node metadata" in disagreement(reproduced.program, bare)
+
+
+def test_a_folded_constant_of_another_shape_disagrees(llama):
+    ep, onx, _ = llama
+    program = prepare_program(ep, onx).program
+    nodes = {n.name for n in program.graph.nodes if n.op == "call_function"}
+    changed = copy.deepcopy(onx)
+    init = next(i for i in changed.graph.initializer if i.name in nodes)
+    init.dims.insert(0, 1)
+    assert "ONNX value" in disagreement(program, changed)
+
+
+def test_declined_program_says_why():
+    batch = torch.export.Dim("batch")
+    x = torch.randn(2, 5, 16)
+    ep = _export(CausalAttention(), (x,), ({0: batch},))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    prepared = prepare_program(ep, onx)
+    assert prepared.source == PREPARED_BY_EXPORTER
+    assert "symbolic" in prepared.detail
+    assert prepare_program(ep).source == PREPARED_BY_EXPORTER
+    run = AlignedRun(ep, onx, (x,))
+    assert "symbolic" in run.status.extra["program_detail"]
+    assert not [r for r in run if r.failed]
+
+
+# ------------------------------------------------------------------ op decisions, disk cache
+def test_exporter_ops_from_json_rejects_what_is_not_ours():
+    ops = exporter_ops.exporter_ops()
+    assert exporter_ops.ExporterOps.from_json(ops.to_json()) == ops
+    for bad in (
+        None,
+        [],
+        {"format": 99},
+        {**ops.to_json(), "python": "aten.add.Tensor"},
+        {**ops.to_json(), "cia": [1, 2]},
+        {**ops.to_json(), "format": "1"},
+    ):
+        assert exporter_ops.ExporterOps.from_json(bad) is None
+
+
+def test_exporter_ops_decisions():
+    ops = exporter_ops.exporter_ops()
+    aten = torch.ops.aten
+    assert not ops.decomposes(aten.add.Tensor)  # torchlib has it
+    assert not ops.decomposes(aten.linear.default)  # a CIA op with an ONNX function: kept
+    assert ops.decomposes(aten.reshape.default)  # CIA, not functional: always decomposed
+    assert ops.decomposes(aten.diff.default)
+    assert not ops.decomposes("not an op")
+
+
+def test_op_names_resolve_to_ops_only():
+    assert exporter_ops._resolve("aten.add.Tensor") is torch.ops.aten.add.Tensor
+    for name in ("os.system.call", "aten.add", "aten..Tensor", "__import__.os.x", "a.b.c.d"):
+        assert exporter_ops._resolve(name) is None
+
+
+def test_exporter_ops_are_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(disk_cache.ENV_DIR, str(tmp_path))
+    monkeypatch.setattr(exporter_ops, "_LOADED", None)
+    doctored = exporter_ops.ExporterOps(frozenset({"aten.add.Tensor"}), frozenset(), frozenset())
+    name = f"exporter-ops-{disk_cache.versions()}.json"
+    assert disk_cache.write_json(name, doctored.to_json())
+    assert exporter_ops.exporter_ops() == doctored
+    assert exporter_ops.exporter_ops().decomposes(torch.ops.aten.add.Tensor)
+
+
+@pytest.mark.slow
+def test_a_broken_cache_file_is_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv(disk_cache.ENV_DIR, str(tmp_path))
+    monkeypatch.setattr(exporter_ops, "_LOADED", None)
+    name = f"exporter-ops-{disk_cache.versions()}.json"
+    (tmp_path / name).write_text('{"format": 1, "python": [')
+    ops = exporter_ops.exporter_ops()
+    assert "aten.diff.default" in ops.table_names()
+    assert exporter_ops.ExporterOps.from_json(json.loads((tmp_path / name).read_text())) == ops
+
+
+def test_disk_cache_round_trip_and_refusals(tmp_path, monkeypatch):
+    monkeypatch.setenv(disk_cache.ENV_DIR, str(tmp_path / "cache"))
+    assert disk_cache.read_json("absent.json") is None
+    assert disk_cache.write_json("a.json", {"x": [1, 2]})
+    assert disk_cache.read_json("a.json") == {"x": [1, 2]}
+    assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / "a.json"]  # no temp
+    for bad in ("../a.json", "a/b.json", ".hidden.json", "a b.json"):
+        assert not disk_cache.write_json(bad, 1)
+        assert disk_cache.read_json(bad) is None
+    assert not disk_cache.write_json("nan.json", float("nan"))  # only strict JSON
+    (tmp_path / "cache" / "bad.json").write_text("{not json")
+    assert disk_cache.read_json("bad.json") is None
+    monkeypatch.setattr(disk_cache, "MAX_BYTES", 4)
+    assert disk_cache.read_json("a.json") is None
+    monkeypatch.setenv(disk_cache.ENV_DIR, "")  # off
+    assert disk_cache.cache_dir() is None and not disk_cache.write_json("b.json", 1)
