@@ -23,11 +23,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.corpus.evaluate import choose_fault, fault_plan, run  # noqa: E402
 from tests.corpus.zoo import ZOO, export_entry  # noqa: E402
+from tests.corpus.zoo2 import ZOO2  # noqa: E402
 
 
-def _zoo(names: set[str] | None, emit) -> None:
+def _zoo(names: set[str] | None, emit, zoo=ZOO) -> None:
     faithful_ok = faults_ok = faults_total = 0
-    for index, entry in enumerate(ZOO):
+    for index, entry in enumerate(zoo):
         if names and entry.name not in names:
             continue
         t0 = time.perf_counter()
@@ -37,7 +38,11 @@ def _zoo(names: set[str] | None, emit) -> None:
             emit(f"\n## {entry.name} ({entry.kind}): EXPORT FAILED {type(e).__name__}: {e}"[:400])
             continue
         t_export = time.perf_counter() - t0
-        out = run(ex, ex.onx)
+        try:
+            out = run(ex, ex.onx)
+        except Exception as e:  # the engine raised: that is a finding too
+            emit(f"\n## {entry.name} ({entry.kind}): ENGINE RAISED {type(e).__name__}: {e}"[:600])
+            continue
         faithful_ok += out.faithful_ok
         emit(
             f"\n## {entry.name} ({entry.kind}) — {len(ex.onx.graph.node)} ONNX nodes, "
@@ -60,7 +65,7 @@ def _zoo(names: set[str] | None, emit) -> None:
             faults_total += 1
             try:
                 fault, bad = choose_fault(ex, kind, depth)
-            except LookupError as e:
+            except (LookupError, AssertionError) as e:
                 emit(f"  fault {kind}-{depth}: NO VALID FAULT ({e})")
                 continue
             res = run(ex, bad, fault)
@@ -82,7 +87,7 @@ def _bugs(emit) -> None:
     from tests.corpus import exporter_bugs as eb
 
     emit("\n# real exporter bugs")
-    for bug in eb.BUGS:
+    for bug in (*eb.BUGS, *eb.BUGS2):
         try:
             res = eb.evaluate_bug(bug)
         except Exception as e:  # a missing venv, an export that fails
@@ -96,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="", help="comma-separated zoo model names (default: all)")
     p.add_argument("--bugs", action="store_true", help="also the real exporter bugs")
     p.add_argument("--no-zoo", action="store_true")
+    p.add_argument(
+        "--zoo", choices=("1", "2", "all"), default="all",
+        help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo2.py) or all (default)",
+    )  # fmt: skip
     p.add_argument("--out", default=None, help="also write the table to this file")
     a = p.parse_args(argv)
     lines: list[str] = []
@@ -107,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     names = {n for n in a.models.split(",") if n} or None
     try:
         if not a.no_zoo:
-            _zoo(names, emit)
+            zoos = {"1": [ZOO], "2": [ZOO2], "all": [ZOO, ZOO2]}[a.zoo]
+            for zoo in zoos:
+                _zoo(names, emit, zoo)
         if a.bugs:
             _bugs(emit)
     except Exception:

@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # keep in sync with OLD_RELEASES in tests/corpus/exporter_bugs.py
 versions=("$@")
-[ ${#versions[@]} -eq 0 ] && versions=(0.7.0)
+# 0.7.0: the first corpus's five bugs, gemm_beta_bn, linear_1d_weight; 0.6.0: the last
+# release before the SDPA fully-masked-row regression (the correct export of that bug)
+[ ${#versions[@]} -eq 0 ] && versions=(0.7.0 0.6.0)
 for ver in "${versions[@]}"; do
   venv=".venv-onnxscript-${ver}"
   if [ -x "$venv/bin/python" ] &&

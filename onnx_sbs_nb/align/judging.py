@@ -22,7 +22,7 @@ from ..records import (
     Record,
 )
 from ..records import join_comments as _join
-from .names import TRANSFORM_PERMUTE, TRANSFORM_TRANSPOSE, Pair, Pairing
+from .names import TRANSFORM_AS_REAL, TRANSFORM_PERMUTE, TRANSFORM_TRANSPOSE, Pair, Pairing
 from .onnx_pairing import TRANSFORM_CAST, cast_value
 from .sides import OnnxSide
 
@@ -61,6 +61,8 @@ def as_candidate(pair: Pair, value: Any) -> Any:
         return value.permute(pair.perm)
     if pair.transform == TRANSFORM_CAST:
         return cast_value(value, pair.cast_to)
+    if pair.transform == TRANSFORM_AS_REAL and isinstance(value, torch.Tensor):
+        return torch.view_as_real(value.resolve_conj()) if value.is_complex() else value
     return value
 
 

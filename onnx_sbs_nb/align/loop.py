@@ -53,7 +53,14 @@ from .judging import (
     own_error_inputs,
     proto_shape_type,
 )
-from .names import PAIRED_BY_NAME, PAIRED_BY_STATE_DICT, TRANSFORM_PERMUTE, Pair, Pairing
+from .names import (
+    PAIRED_BY_NAME,
+    PAIRED_BY_STATE_DICT,
+    TRANSFORM_AS_REAL,
+    TRANSFORM_PERMUTE,
+    Pair,
+    Pairing,
+)
 from .onnx_pairing import TRANSFORM_CAST, in_common_precision
 from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
@@ -548,6 +555,8 @@ class SideBySideRun:
         )
         if pair.transform == TRANSFORM_PERMUTE:
             rec.comment = f"compared with the torch value permuted by {pair.perm}"
+        elif pair.transform == TRANSFORM_AS_REAL:
+            rec.comment = "complex torch value compared as the real pairs the export computes"
         elif pair.transform and pair.transform != TRANSFORM_CAST:
             rec.comment = f"compared with the {pair.transform}d torch weight"
         rec.comment = _join(rec.comment, cand.notes.get(name))
@@ -570,7 +579,8 @@ class SideBySideRun:
             want = self.reference.leaf_value(pair.fx_name)  # a weight of an ONNX reference
         expected = as_expected(pair, want)
         got = cand_env[name] if name in cand_env else cand.initializer(name)
-        rec.ep_shape_type = shape_type(expected)
+        # the user's value is complex: show it as torch has it
+        rec.ep_shape_type = shape_type(want if pair.transform == TRANSFORM_AS_REAL else expected)
         rec.onnx_shape_type = shape_type(got)
         rec.ep_device = device_of(expected)
         rec.onnx_device = device_of(got)

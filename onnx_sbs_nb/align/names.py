@@ -51,6 +51,10 @@ _FX_NAME = re.compile(r"^%([^\s:]+)\s*:")
 TRANSFORM_TRANSPOSE = "transpose"
 TRANSFORM_RESHAPE = "reshape"
 TRANSFORM_PERMUTE = "permute"  # the ONNX value is the fx value with its axes permuted (perm)
+# the ONNX value is the complex fx value as real pairs: ONNX has no complex arithmetic, so
+# the exporter computes torch.fft and complex products on [..., 2] tensors
+TRANSFORM_AS_REAL = "as_real"
+_REAL_OF_COMPLEX = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
 @dataclass
@@ -172,6 +176,22 @@ def types_compatible(fx_type: tuple[torch.dtype, int] | None, onnx_type: Any) ->
     return rank is None or rank == fx_type[1]
 
 
+def as_real_compatible(node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | None) -> bool:
+    """Whether a complex fx value may be the ONNX value holding its real pairs."""
+    fx_type = fx_value_type(node)
+    if fx_type is None or fx_type[0] not in _REAL_OF_COMPLEX or onnx_type is None:
+        return False
+    elem, rank = onnx_type
+    if ONNX_TO_TORCH.get(elem) != _REAL_OF_COMPLEX[fx_type[0]]:
+        return False
+    if rank is not None and rank != fx_type[1] + 1:
+        return False
+    if onnx_shape is not None and onnx_shape and onnx_shape[-1] not in (None, 2):
+        return False
+    shape = fx_value_shape(node)
+    return shapes_compatible(None if shape is None else (*shape, 2), onnx_shape)
+
+
 def _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair) -> None:
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one)."""
@@ -234,8 +254,11 @@ def _pair_by_metadata(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -
             if o
             and o not in pairing.by_onnx
             and o in onnx_types
-            and types_compatible(fx_type, onnx_types[o])
-            and shapes_compatible(fx_value_shape(fx_nodes[fx_name]), onnx_shapes.get(o))
+            and (
+                types_compatible(fx_type, onnx_types[o])
+                and shapes_compatible(fx_value_shape(fx_nodes[fx_name]), onnx_shapes.get(o))
+                or as_real_compatible(fx_nodes[fx_name], onnx_types[o], onnx_shapes.get(o))
+            )
         ]
         if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
             candidates = [node.output[0]] if node.output[0] not in onnx_types else []
@@ -374,7 +397,9 @@ def pair_values(
             types_compatible(fx_value_type(node), onnx_types.get(onnx_name))
             and shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name))
         ):
-            return False
+            if not as_real_compatible(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name)):
+                return False
+            transform = TRANSFORM_AS_REAL
         pairing.add(Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform))
         return True
 

@@ -81,6 +81,69 @@ class BicubicAntialias(nn.Module):
         return self.c2(y)
 
 
+class PaddedAttention(nn.Module):
+    """SDPA with a boolean key-padding mask in which one query row attends to nothing
+    (a fully padded sequence in the batch): torch returns 0 for that row."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x, keep):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        mask = keep[:, None, None, :] & keep[:, None, :, None]  # (b, 1, s, s)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(b, s, 8))
+
+
+class AddmmBatchNorm(nn.Module):
+    """``torch.addmm`` with beta != 1 (ONNX Gemm with beta) then BatchNorm1d: the
+    optimizer fuses the BatchNorm into the Gemm."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 5) * 0.5)
+        self.b = nn.Parameter(torch.randn(5))
+        self.bn = nn.BatchNorm1d(5)
+        self.out = nn.Linear(5, 3)
+        self.bn.running_mean.uniform_(-0.5, 0.5)
+        self.bn.running_var.uniform_(0.5, 2.0)
+        self.bn.weight.data.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        h = torch.addmm(self.b, torch.tanh(x), self.w, beta=0.5)
+        return self.out(torch.relu(self.bn(h)))
+
+
+class VectorLinear(nn.Module):
+    """``F.linear`` with a 1-D weight (a learned projection onto a direction), no bias:
+    the result drops the last dimension."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 6)
+        self.direction = nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        score = F.linear(torch.tanh(self.inp(x)), self.direction)  # (b, s)
+        return torch.softmax(score, dim=-1)
+
+
+def _padded_attention():
+    keep = torch.tensor([[True, True, True, True, False], [False] * 5])
+    return PaddedAttention(), (torch.randn(2, 5, 8), keep)
+
+
+def _addmm_bn():
+    return AddmmBatchNorm(), (torch.randn(4, 6),)
+
+
+def _vector_linear():
+    return VectorLinear(), (torch.randn(2, 5, 4),)
+
+
 def _gru():
     return GRUTagger(), (torch.randn(2, 5, 6),)
 
@@ -108,6 +171,9 @@ BUILDERS = {
     "upsample_bilinear_size1": _global_bilinear,
     "masked_scatter": _masked_scatter,
     "bicubic_antialias": _bicubic_aa,
+    "sdpa_fully_masked_row": _padded_attention,
+    "gemm_beta_bn": _addmm_bn,
+    "linear_1d_weight": _vector_linear,
 }
 
 

@@ -12,7 +12,12 @@ import onnx
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.records import STATUS_UNPAIRED_EP, STATUS_UNPAIRED_ONNX, STATUS_WEIGHT_DIFFERS
+from onnx_sbs_nb.records import (
+    KIND_OUTPUT,
+    STATUS_UNPAIRED_EP,
+    STATUS_UNPAIRED_ONNX,
+    STATUS_WEIGHT_DIFFERS,
+)
 from onnx_sbs_nb.summary import summarize
 
 from .faults import Fault, ort_outputs, pick_fault
@@ -41,6 +46,8 @@ class BadRecord:
     onnx_shape_type: str | None
     error: str | None
     comment: str | None
+    own_inputs_from: str | None = None
+    onnx_fx_node: str | None = None
 
     def line(self) -> str:
         def f(v):
@@ -55,6 +62,8 @@ class BadRecord:
             f"passed2={self.passed2} shapes={self.ep_shape_type}|{self.onnx_shape_type}"
             + (f" error={msg!r}" if msg else "")
             + (f" comment={com!r}" if com else "")
+            + (f" own_inputs_from={self.own_inputs_from}" if self.own_inputs_from else "")
+            + (f" fx={self.onnx_fx_node}" if self.onnx_fx_node else "")
         )
 
 
@@ -73,6 +82,8 @@ class Outcome:
     seconds: float
     summary_text: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # ONNX graph outputs whose record compared values (err_abs set)
+    compared_outputs: frozenset[str] = frozenset()
 
     @property
     def faithful_ok(self) -> bool:
@@ -83,7 +94,11 @@ def feeds_of(ex: Exported) -> dict[str, np.ndarray]:
     inits = {i.name for i in ex.onx.graph.initializer}
     names = [i.name for i in ex.onx.graph.input if i.name not in inits]
     flat = [a for a in torch.utils._pytree.tree_leaves(ex.args) if isinstance(a, torch.Tensor)]
-    return {n: a.detach().numpy() for n, a in zip(names, flat)}
+    # bfloat16 goes as float32 (numpy has no bfloat16; faults.ort_outputs casts it back)
+    return {
+        n: (a.float() if a.dtype == torch.bfloat16 else a).detach().numpy()
+        for n, a in zip(names, flat)
+    }
 
 
 def _bad_records(records) -> list[BadRecord]:
@@ -111,6 +126,8 @@ def _bad_records(records) -> list[BadRecord]:
                     r.onnx_shape_type,
                     r.error,
                     r.comment,
+                    getattr(r, "own_inputs_from", None),
+                    getattr(r, "onnx_fx_node", None),
                 )  # fmt: skip
             )
     return out
@@ -135,6 +152,9 @@ def run(ex: Exported, model: onnx.ModelProto, fault: Fault | None = None) -> Out
         correct=correct,
         seconds=time.perf_counter() - t0,
         summary_text=s.to_text(),
+        compared_outputs=frozenset(
+            r.onnx_name for r in records if r.kind == KIND_OUTPUT and r.err_abs is not None
+        ),
     )
 
 
@@ -158,6 +178,14 @@ def choose_fault(ex: Exported, kind: str, depth: str) -> tuple[Fault, onnx.Model
     return picked
 
 
+def entry_by_name(name: str):
+    """The zoo entry of that name, in the first zoo (zoo.py) or the second (zoo2.py)."""
+    from .zoo import ZOO_BY_NAME
+    from .zoo2 import ZOO2_BY_NAME
+
+    return ZOO_BY_NAME.get(name) or ZOO2_BY_NAME[name]
+
+
 class ZooSession:
     """Exports each zoo model once, picks each fault once, runs each case once."""
 
@@ -167,10 +195,10 @@ class ZooSession:
         self._outcomes: dict[tuple[str, str], Outcome] = {}
 
     def exported(self, name: str) -> Exported:
-        from .zoo import ZOO_BY_NAME, export_entry
+        from .zoo import export_entry
 
         if name not in self._exported:
-            self._exported[name] = export_entry(ZOO_BY_NAME[name])
+            self._exported[name] = export_entry(entry_by_name(name))
         return self._exported[name]
 
     def fault(self, name: str, kind: str, depth: str) -> tuple[Fault, onnx.ModelProto]:

@@ -22,17 +22,20 @@ import onnx
 ROOT = Path(__file__).resolve().parents[2]
 EXPORT_SCRIPT = Path(__file__).with_name("export_bug.py")
 # keep in sync with the default list of scripts/exporter_bug_venvs.sh
-OLD_RELEASES = ("0.7.0",)
+OLD_RELEASES = ("0.7.0", "0.6.0")
 
 
 @dataclass(frozen=True)
 class Bug:
     id: str  # also the bug_models builder name
     aten_op: str  # the op whose lowering is wrong, as in str(fx_node.target)
-    buggy: str  # the onnxscript release that has the bug (its venv must exist)
+    buggy: str  # the onnxscript release that has the bug (its venv, or this venv's release)
     fixed: str  # the first release with the fix
     links: tuple[str, ...]
     what: str
+    # the release the "fixed" export is made with: None for this venv's; a regression
+    # still present in this venv's release is compared with the last release without it
+    fixed_export: str | None = None
 
 
 BUGS: tuple[Bug, ...] = (
@@ -92,15 +95,79 @@ BUGS: tuple[Bug, ...] = (
         "drops out-of-bounds taps and renormalises the filter (exclude_outside=1)",
     ),  # fmt: skip
 )
-BUGS_BY_ID = {b.id: b for b in BUGS}
+# The second corpus's bugs (tests/test_corpus_exporter_bugs2.py): a regression still in
+# this venv's release, and two bugs of the optimizer and torch_lib fixed in 0.7.2.
+BUGS2: tuple[Bug, ...] = (
+    Bug(
+        "sdpa_fully_masked_row",
+        "aten.scaled_dot_product_attention.default",
+        "0.7.2",
+        "0.6.0",
+        (
+            "https://github.com/microsoft/onnxscript/pull/2654",
+            "https://github.com/microsoft/onnxscript/issues/2561",
+            "https://github.com/microsoft/onnxscript/pull/2479",
+        ),
+        "a regression: #2479 (0.4.0) matched torch on fully masked rows of a boolean mask "
+        "(the -inf mask makes the Softmax row NaN, a Where(IsNaN) turns it into 0, as "
+        "torch returns); #2654 (0.6.1) fills the mask with the dtype's lowest finite value "
+        "instead, the Softmax row becomes uniform and no NaN is left to catch, so a fully "
+        "padded query gets the mean of V. Still in 0.7.2 (this venv); 0.6.0 is correct",
+        fixed_export="0.6.0",
+    ),
+    Bug(
+        "gemm_beta_bn",
+        "aten._native_batch_norm_legit_no_training.default",
+        "0.7.0",
+        "0.7.2",
+        (
+            "https://github.com/microsoft/onnxscript/pull/3027",
+            "https://github.com/microsoft/onnxscript/pull/2553",
+        ),
+        "the optimizer's FuseBatchNormIntoGemm (a default rule since #2553) folds a "
+        "BatchNorm into a Gemm whose beta != 1 "
+        "(torch.addmm(b, x, w, beta=0.5)) and keeps beta on the fused node: the fused bias "
+        "(b - mean) * s + shift gets scaled by beta again. Fixed in 0.7.2 (fused bias "
+        "(beta * b - mean) * s + shift, beta dropped); also in 0.6.0 and 0.7.1",
+    ),  # fmt: skip
+    Bug(
+        "linear_1d_weight",
+        "aten.linear.default",
+        "0.7.0",
+        "0.7.2",
+        (
+            "https://github.com/microsoft/onnxscript/issues/2982",
+            "https://github.com/microsoft/onnxscript/pull/2984",
+            "https://github.com/pytorch/pytorch/issues/191332",
+        ),
+        "aten_linear with a 1-D weight unsqueezed it to (in, 1) for MatMul and never "
+        "squeezed the added axis back: the result has shape (b, s, 1) where torch returns "
+        "(b, s) (the following softmax then normalises over a size-1 axis: all ones)",
+    ),
+)
+BUGS_BY_ID = {b.id: b for b in (*BUGS, *BUGS2)}
+
+
+def this_release() -> str:
+    import onnxscript
+
+    return onnxscript.__version__
+
+
+def export_release(release: str | None) -> str | None:
+    """The venv release to export with: None when it is this venv's own release."""
+    return None if release is None or release == this_release() else release
 
 
 def venv_python(release: str) -> Path:
     return ROOT / f".venv-onnxscript-{release}" / "bin" / "python"
 
 
-def missing_venv(release: str) -> str | None:
-    """Why the old release cannot be used (None when its venv is there)."""
+def missing_venv(release: str | None) -> str | None:
+    """Why the old release cannot be used (None when its venv is there, or when it is
+    this venv's release)."""
+    if export_release(release) is None:
+        return None
     py = venv_python(release)
     if not py.exists():
         return (
@@ -114,6 +181,7 @@ def export_with_release(release: str | None, names: list[str], root: Path) -> di
     """Exports the bug models into root/<name>/; release None: this interpreter's
     exporter (in process), else the old venv's (one subprocess for all models)."""
     folders = {n: root / n for n in names}
+    release = export_release(release)
     if release is None:
         import importlib.util
 
@@ -200,7 +268,7 @@ def evaluate_bug(bug: Bug, root: Path | None = None) -> tuple[BugRun, BugRun]:
 
     root = Path(root or tempfile.mkdtemp(prefix=f"bug-{bug.id}-"))
     old = export_with_release(bug.buggy, [bug.id], root / bug.buggy)[bug.id]
-    new = export_with_release(None, [bug.id], root / "fixed")[bug.id]
+    new = export_with_release(bug.fixed_export, [bug.id], root / "fixed")[bug.id]
     return run_on_files(old, bug.aten_op), run_on_files(new, bug.aten_op)
 
 
@@ -208,7 +276,7 @@ def describe(bug: Bug, res: tuple[BugRun, BugRun]) -> str:
     old, new = res
     lines = [
         f"## {bug.id}: {bug.aten_op} — onnxscript {bug.buggy} (buggy) vs "
-        f"{fixed_release_label()} (fixed from {bug.fixed})",
+        f"{fixed_release_label(bug.fixed_export)} (correct: {bug.fixed})",
         f"   {bug.what}",
         f"   links: {' '.join(bug.links)}",
         f"   buggy: verdict={old.verdict} named={old.named.label() if old.named else 'nothing'}"
@@ -234,14 +302,14 @@ def _verdict_of_naming(res: BugRun) -> str:
     return "OK"
 
 
-def fixed_release_label() -> str:
-    import onnxscript
-
-    return f"{onnxscript.__version__} (this venv)"
+def fixed_release_label(release: str | None = None) -> str:
+    if export_release(release) is None:
+        return f"{this_release()} (this venv)"
+    return f"{release} (.venv-onnxscript-{release})"
 
 
 if __name__ == "__main__":  # quick look: python -m tests.corpus.exporter_bugs [ids]
-    for b in BUGS:
+    for b in (*BUGS, *BUGS2):
         if len(sys.argv) > 1 and b.id not in sys.argv[1:]:
             continue
         print(describe(b, evaluate_bug(b)), flush=True)
