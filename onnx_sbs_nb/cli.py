@@ -163,6 +163,7 @@ def write_reports(
     stream: TextIO,
     streamed: pathlib.Path | None = None,
     title: str = "",
+    model: Any = None,
 ) -> bool:
     """Writes each report (whole or not at all); False if one could not be written."""
     ok = True
@@ -170,7 +171,7 @@ def write_reports(
         if streamed is not None and p.resolve() == streamed.resolve():
             continue  # the records streamed to this file during the run
         try:
-            write_report(records, p, summary, title=title)
+            write_report(records, p, summary, title=title, model=model)
         except (BundleMissingError, OSError) as e:
             # a problem with one report must not cost the user the others
             print(f"onnx-sbs: cannot write {p}: {e}", file=sys.stderr)
@@ -321,7 +322,15 @@ def report_run(
             completion=completion,
         )
         print(f"records: {jsonl}", file=stdout)
-        written = write_reports(records, outputs, summary, stdout, streamed=jsonl, title=title)
+        written = write_reports(
+            records,
+            outputs,
+            summary,
+            stdout,
+            streamed=jsonl,
+            title=title,
+            model=model if hasattr(model, "graph") else None,
+        )
         write_node_data_files(records, node_data, run, stdout, source)
         print(summary.to_text(), file=stdout)
         _print_replays(run.status.extra, stdout)

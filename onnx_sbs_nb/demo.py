@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import onnx
 import torch
 
-from .align.program import quiet_torch_internals
+from .align.quiet import quiet_torch_internals
 
 #: The epsilon written into the ONNX model instead of LayerNorm's 1e-5.
 WRONG_EPSILON = 0.5

@@ -574,9 +574,16 @@ def read_records_file(path: str | pathlib.Path) -> RecordsFile:
 
 
 def write_report(
-    records: list[Record], path: str | pathlib.Path, summary: Any = None, *, title: str = ""
+    records: list[Record],
+    path: str | pathlib.Path,
+    summary: Any = None,
+    *,
+    title: str = "",
+    model: Any = None,
 ) -> pathlib.Path:
     """Writes one report whose format follows the path's suffix (see :data:`REPORT_SUFFIXES`).
+
+    ``model``: the ONNX model, for the HTML report's graph around each node.
 
     The file is written whole or not at all (a new file moved over the old one), and a
     link at ``path`` is replaced, not followed.
@@ -596,7 +603,7 @@ def write_report(
         return write_xlsx(records, path, summary)
     from .report_html import report_html
 
-    return write_text_atomic(path, report_html(records, summary, title=title))
+    return write_text_atomic(path, report_html(records, summary, title=title, model=model))
 
 
 def _plain(v: Any) -> Any:

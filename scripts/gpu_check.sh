@@ -24,7 +24,7 @@ PY
 # the modules holding CUDA tests: none of them needs the widget's packages
 timeout "${TEST_TIMEOUT:-300}" $PY -m pytest -q -rs -m cuda -p no:cacheprovider \
     tests/test_devices.py tests/test_evaluator_core.py tests/test_evaluator_models.py \
-    tests/test_kernels_nn.py tests/test_replay.py tests/test_session.py \
+    tests/test_kernels_nn.py tests/test_prior_art_sbs.py tests/test_replay.py tests/test_session.py \
     2>&1 | tee "$LOGS/pytest.log"
 rc=${PIPESTATUS[0]}
 timeout "${BENCH_TIMEOUT:-240}" $PY benchmarks/bench_evaluator.py --device cuda --big \

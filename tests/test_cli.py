@@ -6,10 +6,12 @@ import contextlib
 import io
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
 
+import onnx
 import pytest
 import torch
 
@@ -108,6 +110,32 @@ def test_run_passes_with_exit_0(passing_files, tmp_path, capsys):
     assert "verdict: PASS" in text
     # records always stream to a .jsonl next to the first report
     assert len(read_jsonl(out.with_suffix(".jsonl"))) == len(read_csv(out)) > 5
+
+
+def _html_state(path: pathlib.Path) -> dict:
+    """The view state a saved HTML report embeds (inflated when stored gzipped)."""
+    import base64
+    import gzip
+    import re
+
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r'<script type="application/json" id="[^"]+"([^>]*)>(.*?)</script>', text, re.S)
+    assert m, "no embedded state"
+    data = json.loads(m.group(2))
+    if "gzip+base64" in m.group(1):
+        data = json.loads(gzip.decompress(base64.b64decode(data)))
+    return data
+
+
+def test_cli_html_report_has_the_graph_around_each_node(passing_files, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    args = ["run", "--ep", str(passing_files.ep), "--onnx", str(passing_files.onnx)]
+    code = main([*args, "--inputs", str(passing_files.inputs), "-o", str(out), "--no-progress"])
+    assert code == EXIT_PASS, capsys.readouterr().out
+    graph = _html_state(out)["graph"]
+    onx = onnx.load(str(passing_files.onnx), load_external_data=False)
+    produced = {o for n in onx.graph.node for o in n.output if o}
+    assert graph and produced <= set(graph["values"])
 
 
 def test_run_options_reach_the_engine(demo_run, demo_dir, tmp_path, capsys):

@@ -144,3 +144,85 @@ def test_ordinary_nodes_pass():
     # inputs a rule cannot read are for the runtime to judge
     check_output_size(_node("Expand", 2), [a, "not a tensor"], "cpu")
     check_output_size(_node("Expand", 2, domain="custom"), [a, np.array([_TB])], "cpu")
+
+
+# ---- the program side: a .pt2 is untrusted input too
+
+
+class ZerosPlus(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.zeros(2, 3)
+
+
+def _tampered_program(shape: list[int]):
+    """A program whose aten.zeros asks for ``shape``, as a hostile .pt2 can."""
+    x = torch.randn(2, 3)
+    ep = torch.export.export(ZerosPlus(), (x,))
+    onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    zeros = next(n for n in ep.graph.nodes if "zeros" in str(n.target))
+    zeros.args = (shape, *zeros.args[1:])
+    return ep, onx, x
+
+
+def test_huge_program_allocation_is_a_failure_record():
+    ep, onx, x = _tampered_program([2**30, 2**30])  # 4 exabytes of float32
+    recs = list(run_aligned(ep, onx, (x,)))
+    zeros = next(r for r in recs if r.ep_name and "zeros" in r.ep_name)
+    assert zeros.error and "OutputTooLargeError" in zeros.error, zeros
+    assert "[1073741824x1073741824]" in zeros.error and "memory free" in zeros.error
+    # the run goes to the end: the program's output has its record
+    assert any(r.kind == "output" for r in recs)
+
+
+def test_broadcast_bomb_in_the_program_is_refused_before_it_allocates():
+    class Outer(torch.nn.Module):
+        def forward(self, a, b):
+            return a * b
+
+    n = 2**18  # [n, 1] * [1, n]: 256 GB of float32 from two 1 MB inputs
+    a, b = torch.randn(n, 1), torch.randn(1, n)
+    dims = {"a": {0: torch.export.Dim("n")}, "b": {1: torch.export.Dim("m")}}
+    small = (torch.randn(4, 1), torch.randn(1, 4))
+    ep = torch.export.export(Outer(), small, dynamic_shapes=dims)
+    onx = torch.onnx.export(ep, small, dynamo=True, verbose=False).model_proto
+    recs = list(run_aligned(ep, onx, (a, b)))
+    errors = [r.error for r in recs if r.error]
+    # refused on the program's side (its record says so), not only on the ONNX side
+    assert any(
+        e.startswith("reference side") and "OutputTooLargeError" in e and "262144x262144" in e
+        for e in errors
+    ), errors
+
+
+@pytest.mark.parametrize(
+    "target, args, kwargs, shape",
+    [
+        (torch.ops.aten.full.default, ([3, 4], 1.5), {}, (3, 4)),
+        (torch.ops.aten.new_zeros.default, (torch.zeros(2), [5, 6]), {}, (5, 6)),
+        (torch.ops.aten.arange.start_step, (0, 10, 3), {}, (4,)),
+        (torch.ops.aten.repeat.default, (torch.zeros(2, 3), [4, 1, 2]), {}, (4, 2, 6)),
+        (torch.ops.aten.mul.Tensor, (torch.zeros(7, 1), torch.zeros(1, 9)), {}, (7, 9)),
+        (
+            torch.ops.aten.addmm.default,
+            (torch.zeros(5), torch.zeros(3, 4), torch.zeros(4, 5)),
+            {},
+            (3, 5),
+        ),
+        (torch.ops.aten.constant_pad_nd.default, (torch.zeros(2, 3), [1, 2, 3, 4]), {}, (9, 6)),
+    ],
+)
+def test_program_rules_see_the_output_size(target, args, kwargs, shape):
+    from onnx_sbs_nb.align.fx_limits import fx_size_rule
+
+    rule = fx_size_rule(target)
+    assert rule is not None
+    assert rule(args, kwargs)[0] == shape
+    assert shape == tuple(target(*args, **kwargs).shape)
+
+
+def test_ordinary_program_ops_have_no_rule_or_pass():
+    from onnx_sbs_nb.align.fx_limits import check_fx_output_size, fx_size_rule
+
+    assert fx_size_rule(torch.ops.aten.relu.default) is None
+    rule = fx_size_rule(torch.ops.aten.add.Tensor)
+    check_fx_output_size(rule, (torch.zeros(3), torch.zeros(3)), {}, "cpu")  # no raise

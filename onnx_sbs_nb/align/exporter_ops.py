@@ -118,7 +118,7 @@ def compute_exporter_ops() -> ExporterOps:
     )
     from torch.onnx._internal.exporter import _decomp, _registration
 
-    from .program import quiet_torch_internals
+    from .quiet import quiet_torch_internals
 
     with quiet_torch_internals():
         registry = _registration.ONNXRegistry.from_torchlib()

@@ -385,9 +385,12 @@ def check_output_size(node: onnx.NodeProto, inputs: Sequence[Any], device: str =
         estimate = rule(node, inputs)
     except Exception:  # inputs the rule cannot read: the runtime decides
         return
-    if estimate is None:
-        return
-    shape, itemsize = estimate
+    if estimate is not None:
+        refuse_if_too_large(*estimate, device=device)
+
+
+def refuse_if_too_large(shape: Sequence[int], itemsize: int, device: Any = "cpu") -> None:
+    """Raises :class:`OutputTooLargeError` when ``shape`` x ``itemsize`` bytes do not fit."""
     nbytes = math.prod(shape) * itemsize
     if nbytes < _SMALL or min(shape, default=0) < 0:
         return  # small, or invalid (the runtime says so)
@@ -400,4 +403,4 @@ def check_output_size(node: onnx.NodeProto, inputs: Sequence[Any], device: str =
         )
 
 
-__all__ = ["OutputTooLargeError", "check_output_size", "free_memory"]
+__all__ = ["OutputTooLargeError", "check_output_size", "free_memory", "refuse_if_too_large"]

@@ -54,8 +54,8 @@ def load_exported_program(ep: Any, *, trust_pickles: bool = False) -> torch.expo
 
 
 def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
-    from .program import quiet_torch_internals
     from .quant_ops import register_quantized_ops
+    from .quiet import quiet_torch_internals
     from .untrusted_pt2 import UntrustedContentError, load_untrusted
 
     if not isinstance(trust_pickles, bool):

@@ -18,10 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import logging
-import warnings
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +26,7 @@ import onnx
 import torch
 
 from ..errors import SbsInputError
+from .quiet import quiet_torch_internals
 
 # Values of PreparedProgram.source
 PREPARED_BY_EXPORTER = "exporter"  # the exporter's preparation, re-traced here
@@ -44,22 +42,6 @@ class PreparedProgram:
     note: str = ""  # a limit of the run the user should know about
     # why the fast reproduction was not used (empty when it was, or was not tried)
     detail: str = ""
-
-
-@contextlib.contextmanager
-def quiet_torch_internals() -> Iterator[None]:
-    """Silences what torch's exporter machinery prints about itself (missing torchvision
-    ops, deprecations inside torch): it says nothing about the user's model."""
-    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
-            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
-            yield
-    finally:
-        logger.setLevel(level)
 
 
 @dataclass

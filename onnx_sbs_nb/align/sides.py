@@ -17,6 +17,7 @@ import torch
 
 from ..convert import convert, initializer_value
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
+from .fx_limits import check_fx_output_size, fx_size_rule
 from .limits import check_output_size
 from .names import fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
@@ -25,6 +26,7 @@ from .provenance import Provenance
 from .runners import ModelContext
 
 _NO_PROVENANCE = Provenance()
+_UNSEEN = object()
 
 
 def fx_target_name(node: torch.fx.Node) -> str:
@@ -67,6 +69,7 @@ class FxSide:
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in program.graph.nodes}
         self.weights = bound.weights
+        self._size_rules: dict[int, Any] = {}
         out = next(n for n in reversed(program.graph.nodes) if n.op == "output")
         self.graph_outputs = [
             a.name
@@ -100,6 +103,12 @@ class FxSide:
         args = torch.fx.node.map_arg(node.args, load)
         kwargs = torch.fx.node.map_arg(node.kwargs, load)
         if node.op == "call_function":
+            rule = self._size_rules.get(idx, _UNSEEN)
+            if rule is _UNSEEN:
+                rule = self._size_rules[idx] = fx_size_rule(node.target)
+            if rule is not None:
+                # the program is untrusted input too: a huge output is refused, not allocated
+                check_fx_output_size(rule, args, kwargs, self.device)
             return [node.target(*args, **kwargs)]
         if node.op == "call_module":
             return [self.graph_module.get_submodule(str(node.target))(*args, **kwargs)]
