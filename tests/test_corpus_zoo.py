@@ -15,22 +15,16 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tests.corpus.checks import assert_faithful, assert_named, case  # noqa: E402
 from tests.corpus.evaluate import ZooSession, fault_plan  # noqa: E402
-from tests.corpus.known import known_failure  # noqa: E402
 from tests.corpus.zoo import ZOO  # noqa: E402
 
 pytestmark = pytest.mark.corpus
 
 
-def _case(model: str, case: str, *values):
-    reason = known_failure(model, case)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(model, *values, marks=marks, id=f"{model}-{case}")
-
-
-FAITHFUL = [_case(e.name, "faithful") for e in ZOO]
+FAITHFUL = [case(e.name, "faithful") for e in ZOO]
 FAULTS = [
-    _case(e.name, f"{kind}-{depth}", kind, depth)
+    case(e.name, f"{kind}-{depth}", kind, depth)
     for i, e in enumerate(ZOO)
     for kind, depth in fault_plan(i)
 ]
@@ -47,10 +41,7 @@ def test_faithful_export_names_nothing(zoo, model, record_property):
     record_property("paired", out.paired)
     record_property("unpaired_ep", out.unpaired_ep)
     record_property("unpaired_onnx", out.unpaired_onnx)
-    bad = "\n".join(b.line() for b in out.bad[:10])
-    assert not out.bad, f"{len(out.bad)} failing pairs on a faithful export:\n{bad}"
-    assert out.verdict == "pass", out.summary_text
-    assert out.named is None, f"the summary names {out.named.label()}\n{out.summary_text}"
+    assert_faithful(out)
 
 
 @pytest.mark.parametrize("model", [pytest.param(e.name, id=e.name) for e in ZOO])
@@ -68,14 +59,8 @@ def test_pairing_covers_outputs_and_most_nodes(zoo, model):
 
 @pytest.mark.parametrize("model,kind,depth", FAULTS)
 def test_injected_fault_is_named(zoo, model, kind, depth):
-    fault, _ = zoo.fault(model, kind, depth)
-    out = zoo.faulted(model, kind, depth)
-    named = out.named.label() if out.named else "nothing"
-    assert out.verdict == "fail", f"{fault.what}: verdict {out.verdict}\n{out.summary_text}"
-    assert out.correct, (
-        f"injected {fault.what} [{fault.op_type} at {fault.position}]; the summary names "
-        f"{named}\n{out.summary_text}"
-    )
+    zoo.fault(model, kind, depth)
+    assert_named(zoo.faulted(model, kind, depth))
 
 
 def test_dynamic_shapes_other_input_sizes(zoo):

@@ -98,3 +98,46 @@ def test_rerun_waits_for_torch_inputs():
     freed_fx = {name: s for s, names in plan.free_ref_at.items() for name in names}
     # the torch value of exp feeds the rerun of Neg (step 6): kept until then
     assert freed_fx["exp"] == 6
+
+
+class _Deep(torch.nn.Module):
+    def __init__(self, layers: int = 12):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_weights_are_never_all_copied_at_once():
+    """Each initializer is compared just before its first consumer and its copy freed
+    after its last: a large model's weights are not all converted up front."""
+    from onnx_sbs_nb.align.run import AlignedRun
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 16)
+    ep = torch.export.export(_Deep().eval(), (x,))
+    onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    n_init = len(onx.graph.initializer)
+    assert n_init >= 24
+    run = AlignedRun(ep, onx, (x,), runner="onnxruntime")
+    live = []
+    weights = 0
+    for rec in run:
+        live.append(len(run.candidate._init_cache))
+        weights += rec.kind == "weight" and rec.err_abs is not None
+    assert weights >= 24  # every weight is still compared
+    assert max(live) <= 4, live
+    plan = run.plan
+    for name in (i.name for i in onx.graph.initializer):
+        if name not in run.pairing.by_onnx:
+            continue
+        first = min(
+            s
+            for s, (side, k) in enumerate(plan.steps)
+            if side == CAND and name in run.candidate.nodes[k].input
+        )
+        compared = next(s for s, names in plan.compare_at.items() if name in names)
+        assert compared == first - 1, (name, compared, first)
