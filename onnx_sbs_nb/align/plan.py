@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import onnx
 import torch
 
-from ..records import KIND_WEIGHT
 from .names import Pairing
 
 REF = 0
@@ -105,7 +104,7 @@ def schedule(
         p = pairing.by_onnx.get(name)
         return ref_producer.get(p.fx_name, -1) if p is not None else -1
 
-    # leading reference nodes (the program's weights and inputs) first
+    # leading reference nodes first: weights and inputs are compared before any node runs
     ref_pos = 0
     while ref_pos < ref.leading:
         steps.append((REF, ref_pos))
@@ -145,24 +144,12 @@ def schedule(
     for name in cand.available:
         plan.cand_step.setdefault(name, -1)
 
-    # A value the candidate has from the start (an initializer) is compared just before
-    # its first use, not at the start: the copy made to compare it then lives only until
-    # its consumers ran, and the weights of a large model are never all copied at once.
-    first_use: dict[str, int] = {}
-    for s, (side, idx) in enumerate(steps):
-        if side != REF:
-            for name in cand_io[idx].inputs:
-                if name and plan.cand_step.get(name) == -1:
-                    first_use.setdefault(name, s)
     last_ref: dict[str, int] = {}
     last_cand: dict[str, int] = {}
     for name, pair in pairing.by_onnx.items():
         if name not in plan.cand_step or pair.fx_name not in plan.ref_step:
             continue
-        ready = plan.cand_step[name]
-        if ready == -1 and pair.kind == KIND_WEIGHT and name in first_use:
-            ready = first_use[name] - 1
-        s = max(ready, plan.ref_step[pair.fx_name], 0)
+        s = max(plan.cand_step[name], plan.ref_step[pair.fx_name], 0)
         plan.compare_at.setdefault(s, []).append(name)
         last_ref[pair.fx_name] = max(last_ref.get(pair.fx_name, -1), s)
         last_cand[name] = max(last_cand.get(name, -1), s)
