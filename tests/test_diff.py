@@ -114,3 +114,30 @@ def test_zero_dimensional_values():
     assert d.err_abs == pytest.approx(0.5) and d.passed is False
     d = compare(torch.tensor(3.0), np.array(3.0, np.float32))
     assert d.err_abs == 0 and d.passed
+
+
+@pytest.mark.parametrize("case", ["equal", "close", "far", "nan", "inf", "transposed"])
+def test_large_values_compared_in_blocks_give_the_same_answer(case, monkeypatch):
+    """Large floats are compared block by block (bounded temporaries): every field of
+    the answer is the one a single pass gives."""
+    from onnx_sbs_nb import diff
+
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal((37, 11)).astype(np.float32)
+    g = e.copy()
+    if case == "close":
+        g += 1e-6
+    elif case == "far":
+        g[30, 5] += 0.5
+        g[3] += 0.02
+    elif case == "nan":
+        g[20, 1] = np.nan
+        e[2, 2] = g[2, 2] = np.inf
+    elif case == "inf":
+        g[36, 10] = -np.inf
+    elif case == "transposed":
+        e, g = e.T, (g + 1e-3).T  # non-contiguous views
+    whole = diff.compare(e, g, 1e-4, 1e-4)
+    monkeypatch.setattr(diff, "_BLOCK", 40)  # blocks of 3 rows
+    blocks = diff.compare(e, g, 1e-4, 1e-4)
+    assert blocks == whole
