@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.corpus.checks import assert_bug_named, assert_export_passes
 from tests.corpus.exporter_bugs import (
     BUGS,
     OLD_RELEASES,
@@ -47,32 +48,18 @@ def fixed_exports(tmp_path_factory):
     return export_with_release(None, [b.id for b in BUGS], tmp_path_factory.mktemp("fixed"))
 
 
-def _no_tool_errors(res) -> list[str]:
-    return [b.line() for b in res.bad if b.status == "error"]
-
-
 @pytest.mark.parametrize("bug", [_param(b, "buggy") for b in BUGS])
 def test_buggy_release_is_named(buggy_exports, bug):
     reason = missing_venv(bug.buggy)
     if reason:
         pytest.skip(reason)
     res = run_on_files(buggy_exports[bug.buggy][bug.id], bug.aten_op)
-    assert res.verdict == "fail", res.summary_text
-    assert not _no_tool_errors(res), "\n".join(_no_tool_errors(res))
-    named = res.named.label() if res.named else "nothing"
-    assert res.names_op, (
-        f"onnxscript {bug.buggy}: the lowering of {bug.aten_op} is wrong ({bug.what}); the "
-        f"summary names {named} (fx targets {res.named_targets})\n{res.summary_text}"
-    )
+    assert_bug_named(res, bug.buggy, bug)
 
 
 @pytest.mark.parametrize("bug", [_param(b, "fixed") for b in BUGS])
 def test_fixed_release_passes(fixed_exports, bug):
-    res = run_on_files(fixed_exports[bug.id], bug.aten_op)
-    bad = "\n".join(b.line() for b in res.bad[:8])
-    assert not res.bad, f"{len(res.bad)} failing pairs on the fixed export:\n{bad}"
-    assert res.verdict == "pass", res.summary_text
-    assert res.named is None, res.summary_text
+    assert_export_passes(run_on_files(fixed_exports[bug.id], bug.aten_op))
 
 
 def test_old_releases_have_a_venv_script():

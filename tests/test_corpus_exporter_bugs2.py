@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.corpus.checks import assert_bug_named, assert_export_passes
 from tests.corpus.exporter_bugs import BUGS2, export_with_release, missing_venv, run_on_files
 from tests.corpus.known import known_failure
 
@@ -59,24 +60,13 @@ def _skip_without(release):
 def test_buggy_release_is_named(exports2, bug):
     _skip_without(bug.buggy)
     res = run_on_files(exports2.folder(bug.buggy, bug.id), bug.aten_op)
-    assert res.verdict == "fail", res.summary_text
-    errors = [b.line() for b in res.bad if b.status == "error"]
-    assert not errors, "\n".join(errors)
-    named = res.named.label() if res.named else "nothing"
-    assert res.names_op, (
-        f"onnxscript {bug.buggy}: the lowering of {bug.aten_op} is wrong ({bug.what}); the "
-        f"summary names {named} (fx targets {res.named_targets})\n{res.summary_text}"
-    )
+    assert_bug_named(res, bug.buggy, bug)
 
 
 @pytest.mark.parametrize("bug", [_param(b, "fixed") for b in BUGS2])
 def test_correct_release_passes(exports2, bug):
     _skip_without(bug.fixed_export)
-    res = run_on_files(exports2.folder(bug.fixed_export, bug.id), bug.aten_op)
-    bad = "\n".join(b.line() for b in res.bad[:8])
-    assert not res.bad, f"{len(res.bad)} failing pairs on the correct export:\n{bad}"
-    assert res.verdict == "pass", res.summary_text
-    assert res.named is None, res.summary_text
+    assert_export_passes(run_on_files(exports2.folder(bug.fixed_export, bug.id), bug.aten_op))
 
 
 def test_buggy_exports_really_differ(exports2):

@@ -31,3 +31,23 @@ def assert_named(out: Outcome) -> None:
         f"injected {fault.what} [{fault.op_type} at {fault.position}]; the summary names "
         f"{named}\n{out.summary_text}"
     )
+
+
+def assert_bug_named(res, release: str, bug) -> None:
+    """A buggy export: FAIL, no tool error, and the summary names the wrong lowering."""
+    assert res.verdict == "fail", res.summary_text
+    errors = [b.line() for b in res.bad if b.status == "error"]
+    assert not errors, "\n".join(errors)
+    named = res.named.label() if res.named else "nothing"
+    assert res.names_op, (
+        f"onnxscript {release}: the lowering of {bug.aten_op} is wrong ({bug.what}); the "
+        f"summary names {named} (fx targets {res.named_targets})\n{res.summary_text}"
+    )
+
+
+def assert_export_passes(res) -> None:
+    """A correct export: no failing pair, PASS, nothing named."""
+    bad = "\n".join(b.line() for b in res.bad[:8])
+    assert not res.bad, f"{len(res.bad)} failing pairs on the correct export:\n{bad}"
+    assert res.verdict == "pass", res.summary_text
+    assert res.named is None, res.summary_text
