@@ -404,11 +404,9 @@ class OnnxruntimeRunner(_CachedRunner):
 
 
 def _ort_value_to_numpy(v: Any, to_numpy: Callable[[Any], Any]) -> Any:
-    if not v.is_tensor():
-        return v.numpy()
     try:
         return v.numpy()
-    except RuntimeError:
+    except RuntimeError:  # no numpy type: torch reads the tensor through DLPack
         return to_numpy(torch.from_dlpack(v))
 
 
