@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .limits import refuse_if_too_large
+from .limits import broadcast_shape, matmul_shape, refuse_if_too_large
 
 Estimate = tuple[tuple[int, ...], int] | None  # (output shape, bytes per element)
 FxRule = Callable[[tuple, dict], Estimate]
@@ -30,10 +30,6 @@ def _ints(v: Any) -> tuple[int, ...]:
 def _dtype_size(kwargs: dict, default: int) -> int:
     dtype = kwargs.get("dtype")
     return dtype.itemsize if isinstance(dtype, torch.dtype) else default
-
-
-def _shape(v: Any) -> tuple[int, ...] | None:
-    return tuple(int(d) for d in v.shape) if isinstance(v, torch.Tensor) else None
 
 
 def _factory(size_at: int) -> FxRule:
@@ -73,13 +69,6 @@ def _repeat(args: tuple, kwargs: dict) -> Estimate:
     return tuple(int(d) * r for d, r in zip(shape, repeats)), x.element_size()
 
 
-def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(d) for d in torch.broadcast_shapes(*shapes))
-    except RuntimeError:
-        return None
-
-
 def _elementwise(args: tuple, kwargs: dict) -> Estimate:
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     if len(tensors) < 2:
@@ -87,21 +76,14 @@ def _elementwise(args: tuple, kwargs: dict) -> Estimate:
     shapes = [tuple(t.shape) for t in tensors]
     if all(s == shapes[0] for s in shapes):
         return None  # no broadcasting (most calls): no larger than an input
-    shape = _broadcast_shape(shapes)
+    shape = broadcast_shape(*shapes)
     return (shape, max(t.element_size() for t in tensors)) if shape is not None else None
 
 
 def _matmul(args: tuple, kwargs: dict) -> Estimate:
     a, b = (args[1], args[2]) if len(args) > 2 and isinstance(args[2], torch.Tensor) else args[:2]
-    sa, sb = _shape(a), _shape(b)
-    if not sa or not sb:
-        return None
-    sa2 = (1, *sa) if len(sa) == 1 else sa
-    sb2 = (*sb, 1) if len(sb) == 1 else sb
-    batch = _broadcast_shape([sa2[:-2], sb2[:-2]])
-    if batch is None:
-        return None
-    return (*batch, sa2[-2], sb2[-1]), a.element_size()
+    shape = matmul_shape(tuple(a.shape), tuple(b.shape))
+    return (shape, a.element_size()) if shape is not None else None
 
 
 def _pad(args: tuple, kwargs: dict) -> Estimate:

@@ -137,7 +137,7 @@ def _given(inputs: Sequence[Any], k: int) -> Any:
     return v
 
 
-def _broadcast(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     """Numpy broadcasting on Python ints (None when the shapes do not broadcast)."""
     rank = max(map(len, shapes), default=0)
     out = [1] * rank
@@ -173,7 +173,7 @@ def _constant_of_shape(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
 
 
 def _expand(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
-    shape = _broadcast(_shape(inputs[0]), [int(d) for d in _values(inputs[1])])
+    shape = broadcast_shape(_shape(inputs[0]), [int(d) for d in _values(inputs[1])])
     return (shape, _itemsize(inputs[0])) if shape is not None else None
 
 
@@ -286,13 +286,13 @@ def _conv_transpose(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
     return (xs[0], out_channels, *dims), _itemsize(x)
 
 
-def _matmul(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
-    a, b = _shape(inputs[0]), _shape(inputs[1])
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The output shape of a numpy-style matmul of shapes ``a`` and ``b`` (None: none)."""
     if not a or not b:
         return None
     a2 = (1, *a) if len(a) == 1 else a
     b2 = (*b, 1) if len(b) == 1 else b
-    batch = _broadcast(a2[:-2], b2[:-2])
+    batch = broadcast_shape(a2[:-2], b2[:-2])
     if batch is None:
         return None
     out = [*batch, a2[-2], b2[-1]]
@@ -300,7 +300,12 @@ def _matmul(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
         out.pop(-2)
     if len(b) == 1:
         out.pop(-1)
-    return tuple(out), _itemsize(inputs[0])
+    return tuple(out)
+
+
+def _matmul(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
+    shape = matmul_shape(_shape(inputs[0]), _shape(inputs[1]))
+    return (shape, _itemsize(inputs[0])) if shape is not None else None
 
 
 def _gemm(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
@@ -322,7 +327,7 @@ def _broadcasting(itemsize: Callable[[Sequence[Any]], int]) -> Callable[..., Est
         if all(v is None or v.shape == first for v in inputs):
             return None  # no broadcasting (most nodes): no larger than an input that exists
         values = [v for v in inputs if v is not None]
-        shape = _broadcast(*(tuple(v.shape) for v in values))
+        shape = broadcast_shape(*(tuple(v.shape) for v in values))
         return (shape, itemsize(values)) if shape is not None else None
 
     return rule
@@ -403,4 +408,11 @@ def refuse_if_too_large(shape: Sequence[int], itemsize: int, device: Any = "cpu"
         )
 
 
-__all__ = ["OutputTooLargeError", "check_output_size", "free_memory", "refuse_if_too_large"]
+__all__ = [
+    "OutputTooLargeError",
+    "broadcast_shape",
+    "check_output_size",
+    "free_memory",
+    "matmul_shape",
+    "refuse_if_too_large",
+]

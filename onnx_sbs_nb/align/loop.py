@@ -302,7 +302,7 @@ class SideBySideRun:
                 yield self._checked(wrec)
             if rec.reset:
                 v.cand[name] = cand.as_runner_value(as_candidate(pair, v.ref[pair.fx_name]))
-            elif name in cand.initializers and self.plan.cand_step.get(name, -1) == -1:
+            elif name in cand.initializers:
                 # Weights are compared up front; the copy made to compare one goes now
                 # (its consumer converts it again), so a large model's weights are never
                 # all copied at once.

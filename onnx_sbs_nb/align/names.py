@@ -192,6 +192,16 @@ def as_real_compatible(node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | 
     return shapes_compatible(None if shape is None else (*shape, 2), onnx_shape)
 
 
+def value_transform(node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | None) -> str | bool:
+    """How the fx value of ``node`` may be the ONNX value of that type and shape: ``True``
+    as it is, :data:`TRANSFORM_AS_REAL` as its real pairs, ``False`` not at all."""
+    if types_compatible(fx_value_type(node), onnx_type) and shapes_compatible(
+        fx_value_shape(node), onnx_shape
+    ):
+        return True
+    return TRANSFORM_AS_REAL if as_real_compatible(node, onnx_type, onnx_shape) else False
+
+
 def _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair) -> None:
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one)."""
@@ -254,11 +264,7 @@ def _pair_by_metadata(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -
             if o
             and o not in pairing.by_onnx
             and o in onnx_types
-            and (
-                types_compatible(fx_type, onnx_types[o])
-                and shapes_compatible(fx_value_shape(fx_nodes[fx_name]), onnx_shapes.get(o))
-                or as_real_compatible(fx_nodes[fx_name], onnx_types[o], onnx_shapes.get(o))
-            )
+            and value_transform(fx_nodes[fx_name], onnx_types[o], onnx_shapes.get(o))
         ]
         if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
             candidates = [node.output[0]] if node.output[0] not in onnx_types else []
@@ -393,13 +399,11 @@ def pair_values(
             and not ("getitem" in str(node.target) and node.args and str(node.args[0]) in trusted)
         ):
             return False
-        if transform is None and not (
-            types_compatible(fx_value_type(node), onnx_types.get(onnx_name))
-            and shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name))
-        ):
-            if not as_real_compatible(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name)):
+        if transform is None:
+            how = value_transform(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name))
+            if how is False:
                 return False
-            transform = TRANSFORM_AS_REAL
+            transform = None if how is True else how
         pairing.add(Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform))
         return True
 
