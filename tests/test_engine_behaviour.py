@@ -423,3 +423,34 @@ def test_post_run_actions_recompute_what_they_need(softmax_model):
     assert o["err_abs_vs_torch"] > 1e-2 and o["err_abs_vs_first_run"] < 1e-6
     with pytest.raises(SbsInputError, match="no ONNX node"):
         run.actions.node_detail("nothing_by_that_name")
+
+
+def test_onnxruntime_node_calls_return_every_output_in_order():
+    """One-node sessions are run without the wrapper's checks: a node with several
+    outputs still hands them back in the model's order, and a wrong feed still fails."""
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, None),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], dtype=np.float32)
+    fn = OnnxruntimeRunner().prepare(node, ModelContext.from_model(model))
+    for _ in range(2):  # the session built, then the session reused
+        values, indices = fn([x, np.array([2], dtype=np.int64)])
+        np.testing.assert_array_equal(values, [[5, 4], [9, 6]])
+        np.testing.assert_array_equal(indices, [[4, 2], [0, 2]])
+    with pytest.raises(Exception, match="(?i)k|input"):
+        fn([x, np.array([[2, 2]], dtype=np.int64)])  # a rank the node refuses

@@ -96,13 +96,20 @@ def _metadata(proto: Any, key: str) -> str | None:
     return None
 
 
-def lowering_of_nodes(nodes: list[onnx.NodeProto], producer: dict[str, int]) -> list[str | None]:
+def lowering_of_nodes(
+    nodes: list[onnx.NodeProto],
+    producer: dict[str, int],
+    fx_names: list[str | None] | None = None,
+) -> list[str | None]:
     """The fx node each ONNX node lowers: its ``pkg.torch.onnx.fx_node`` metadata, else
     (a node an optimizer added, a Cast say) the lowering of the node producing its first
-    computed input, so the unit of blame stays the lowering of one fx node."""
+    computed input, so the unit of blame stays the lowering of one fx node.  ``fx_names``:
+    each node's metadata, when the caller has read it already."""
+    if fx_names is None:
+        fx_names = [fx_name_from_metadata(n) for n in nodes]
     groups: list[str | None] = []
     for k, node in enumerate(nodes):
-        group = fx_name_from_metadata(node)
+        group = fx_names[k]
         if group is None:
             for name in node.input:
                 p = producer.get(name)
@@ -202,21 +209,19 @@ def value_transform(node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | Non
     return TRANSFORM_AS_REAL if as_real_compatible(node, onnx_type, onnx_shape) else False
 
 
-def _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair) -> None:
+def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair) -> None:
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one)."""
-    for node in g.node:
-        fx_name = fx_name_from_metadata(node)
+    for node, fx_name in zip(g.node, fx_of):
+        unpaired = [i for i in node.input if i in initializers and i not in pairing.by_onnx]
+        if not unpaired:
+            continue
         fx_node = fx_nodes.get(fx_name) if fx_name else None
         if fx_node is None:
             continue
-        weight_args = [
-            a
-            for a in torch.utils._pytree.tree_leaves((fx_node.args, fx_node.kwargs))
-            if isinstance(a, torch.fx.Node) and a.name in weights
-        ]
-        for inp in node.input:
-            if inp not in initializers or inp in pairing.by_onnx:
+        weight_args = [a for a in fx_node.all_input_nodes if a.name in weights]
+        for inp in unpaired:
+            if inp in pairing.by_onnx:
                 continue
             dims = list(initializers[inp].dims)
             numel = 1
@@ -244,12 +249,11 @@ def _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair) 
                 try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
 
 
-def _pair_by_metadata(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+def _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
     """An fx node not paired by name pairs with the last output of the last ONNX node
     whose metadata names it, when the declared type and shape agree."""
     last_by_fx: dict[str, onnx.NodeProto] = {}
-    for node in g.node:
-        fx_name = fx_name_from_metadata(node)
+    for node, fx_name in zip(g.node, fx_of):
         if fx_name:
             last_by_fx[fx_name] = node
     for fx_name, node in last_by_fx.items():
@@ -280,10 +284,10 @@ def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int
     return None if perm == tuple(range(len(src))) else perm
 
 
-def _pair_getitems(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
     nodes = list(g.node)
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    lowering = lowering_of_nodes(nodes, producer)
+    lowering = lowering_of_nodes(nodes, producer, fx_of)
     consumers: dict[str, set[int]] = {}
     for k, n in enumerate(nodes):
         for i in n.input:
@@ -421,13 +425,14 @@ def pair_values(
         if ph is not None:
             try_pair(name, ph, PAIRED_BY_STATE_DICT)
     # weights folded into new initializers (e.g. the transposed weight of a linear)
-    _pair_folded_weights(g, fx_nodes, initializers, weights, pairing, try_pair)
+    fx_of = [fx_name_from_metadata(n) for n in g.node]  # read once: protobuf is slow
+    _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair)
 
     # 3. node metadata: the last ONNX node implementing an unpaired fx node
-    _pair_by_metadata(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+    _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
     # 4. getitems of multi-output fx nodes with the values their lowering hands on
-    _pair_getitems(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+    _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
     # 5. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (graph_outputs, fx_outputs)):

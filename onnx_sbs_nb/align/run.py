@@ -17,6 +17,7 @@ import torch
 from ..device import device_name
 from ..records import KIND_INPUT, Record, RunStatus
 from .deployed import deploy
+from .gc_pause import gc_paused
 from .guards import check_input_shapes
 from .judging import SbsMismatchError
 from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
@@ -36,8 +37,8 @@ from .program import (
     bind_inputs,
     prepare_program,
 )
-from .provenance import program_provenance
 from .runners import make_runner
+from .setup_cache import cached_pairing, cached_provenance
 from .sides import FxSide, OnnxSide
 
 
@@ -60,6 +61,10 @@ class AlignedRun(SideBySideRun):
         status: RunStatus | None = None,
         **option_kwargs: Any,
     ):
+        with gc_paused():
+            self._set_up(ep, onx, args, kwargs, options, status, option_kwargs)
+
+    def _set_up(self, ep, onx, args, kwargs, options, status, option_kwargs) -> None:
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep, trust_pickles=options.trust_pickles)
@@ -88,11 +93,11 @@ class AlignedRun(SideBySideRun):
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
         check_input_shapes(program, bound.values, bound.user_inputs)
-        provenance = program_provenance(program.graph, self.ep.graph, bound.weights)
+        provenance = cached_provenance(program, self.ep, bound.weights)
         reference = FxSide(program, bound, provenance, device)
         candidate = OnnxSide(model, runner, device)
         trusted, trust_note = _trusted_fx_nodes(self.prepared, exported)
-        pairing = pair_values(program.graph, model, bound.weights, bound.user_inputs, trusted)
+        pairing = cached_pairing(program, model, bound.weights, bound.user_inputs, trusted)
         if deployment is not None:
             original = pair_values(
                 program.graph, deployment.original, bound.weights, bound.user_inputs, trusted
