@@ -57,7 +57,7 @@ FAILING_STATUSES = frozenset(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One aligned pair (or one unpaired value) of a side-by-side run.
 

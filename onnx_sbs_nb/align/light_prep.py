@@ -402,8 +402,6 @@ class _RecordedValues(dict):
 
 def _promotes(env: dict, node: torch.fx.Node, rule: Any) -> bool:
     """Whether the exporter's rule changes an argument of ``node`` (its _maybe_promote_arg)."""
-    from torch.onnx._internal.fx import type_utils
-
     signature = _dtype_signature(env, (node.args, node.kwargs))
     key = (id(rule), signature)
     info = _PREVIEWS.get(key) if signature is not None else None
@@ -415,23 +413,27 @@ def _promotes(env: dict, node: torch.fx.Node, rule: Any) -> bool:
             _PREVIEWS[key] = info
     wanted = [(a, info.args_dtypes.get(i)) for i, a in enumerate(node.args)]
     wanted += [(a, info.kwargs_dtypes.get(k)) for k, a in node.kwargs.items()]
+    return any(_changes(env, a, d) for a, d in wanted)
 
-    def changes(arg: Any, dtype: Any) -> bool:
-        if dtype is None:
-            return False
-        if isinstance(arg, torch.fx.Node):
-            val = env[arg]
-            if isinstance(val, torch.Tensor):
-                return val.dtype != dtype
-            if type_utils.is_torch_symbolic_type(val):
-                return type_utils.from_scalar_type_to_torch_dtype(type(val)) != dtype
-            return False
-        if isinstance(arg, list | tuple):
-            return any(changes(a, dtype) for a in arg)
-        scalar = type_utils.from_scalar_type_to_torch_dtype(type(arg))
-        return scalar is not None and scalar != dtype
 
-    return any(changes(a, d) for a, d in wanted)
+def _changes(env: dict, arg: Any, dtype: Any) -> bool:
+    """Whether promoting ``arg`` to ``dtype`` changes it.  A module-level function: a
+    recursive closure per node would be a reference cycle per node for the collector."""
+    from torch.onnx._internal.fx import type_utils
+
+    if dtype is None:
+        return False
+    if isinstance(arg, torch.fx.Node):
+        val = env[arg]
+        if isinstance(val, torch.Tensor):
+            return val.dtype != dtype
+        if type_utils.is_torch_symbolic_type(val):
+            return type_utils.from_scalar_type_to_torch_dtype(type(val)) != dtype
+        return False
+    if isinstance(arg, list | tuple):
+        return any(_changes(env, a, dtype) for a in arg)
+    scalar = type_utils.from_scalar_type_to_torch_dtype(type(arg))
+    return scalar is not None and scalar != dtype
 
 
 # previews by (rule, what it reads): a model repeats the same few thousand times

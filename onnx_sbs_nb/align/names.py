@@ -57,7 +57,7 @@ TRANSFORM_AS_REAL = "as_real"
 _REAL_OF_COMPLEX = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
-@dataclass
+@dataclass(slots=True)
 class Pair:
     onnx_name: str
     fx_name: str

@@ -23,7 +23,7 @@ REF = 0
 CAND = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeIO:
     """The names one node reads and writes."""
 

@@ -21,7 +21,7 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fun
 _MACHINERY = (os.sep + "torch" + os.sep, os.sep + "onnxscript" + os.sep)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Provenance:
     user_name: str | None = None
     module: str | None = None

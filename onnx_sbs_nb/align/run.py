@@ -17,7 +17,6 @@ import torch
 from ..device import device_name
 from ..records import KIND_INPUT, Record, RunStatus
 from .deployed import deploy
-from .gc_pause import gc_paused
 from .guards import check_input_shapes
 from .judging import SbsMismatchError
 from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
@@ -61,10 +60,6 @@ class AlignedRun(SideBySideRun):
         status: RunStatus | None = None,
         **option_kwargs: Any,
     ):
-        with gc_paused():
-            self._set_up(ep, onx, args, kwargs, options, status, option_kwargs)
-
-    def _set_up(self, ep, onx, args, kwargs, options, status, option_kwargs) -> None:
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep, trust_pickles=options.trust_pickles)
@@ -122,9 +117,15 @@ class AlignedRun(SideBySideRun):
         self.status.extra["program_source"] = self.prepared.source
         if self.prepared.detail:
             self.status.extra["program_detail"] = self.prepared.detail
+
+    @property
+    def actions(self) -> Any:
+        """The post-run actions (``actions.py``).  Made on each use, not kept: a run that
+        held its actions, which hold the run, would be a reference cycle, and a dropped
+        run (its records, plan and values) would wait for the cyclic collector."""
         from .actions import RunActions
 
-        self.actions = RunActions(self)
+        return RunActions(self)
 
     def _after_run(self) -> None:
         if self.options.replay is not None:

@@ -58,26 +58,28 @@ class ModelContext:
 def _free_variables(node: onnx.NodeProto) -> list[str]:
     free: list[str] = []
     seen: set[str] = set(node.input)
-
-    def visit(graph: onnx.GraphProto, defined: set[str]) -> None:
-        local = set(defined)
-        local.update(i.name for i in graph.input)
-        local.update(i.name for i in graph.initializer)
-        local.update(i.name for i in graph.sparse_initializer)
-        for n in graph.node:
-            for i in n.input:
-                if i and i not in local and i not in seen:
-                    seen.add(i)
-                    free.append(i)
-            for att in n.attribute:
-                for sub in _subgraphs(att):
-                    visit(sub, local)
-            local.update(o for o in n.output if o)
-
     for att in node.attribute:
         for sub in _subgraphs(att):
-            visit(sub, set())
+            _visit_free(sub, set(), seen, free)
     return free
+
+
+def _visit_free(graph: onnx.GraphProto, defined: set[str], seen: set[str], free: list) -> None:
+    # a module-level function, not a recursive closure: a closure that calls itself is a
+    # reference cycle, garbage that only the cyclic collector frees, one per node
+    local = set(defined)
+    local.update(i.name for i in graph.input)
+    local.update(i.name for i in graph.initializer)
+    local.update(i.name for i in graph.sparse_initializer)
+    for n in graph.node:
+        for i in n.input:
+            if i and i not in local and i not in seen:
+                seen.add(i)
+                free.append(i)
+        for att in n.attribute:
+            for sub in _subgraphs(att):
+                _visit_free(sub, local, seen, free)
+        local.update(o for o in n.output if o)
 
 
 def _subgraphs(att: onnx.AttributeProto) -> list[onnx.GraphProto]:
@@ -269,34 +271,7 @@ class _CachedRunner:
         )
         if not rename:
             static_key = (*static_key, node.SerializeToString())
-        cache = self._cache
-        limit = self.MAX_CACHED
-        exact_key = ("exact shapes", static_key)
-
-        def run(inputs: Sequence[Any]) -> list[Any]:
-            large = _is_large(inputs)
-            exact = exact_key in cache
-            key = (static_key, large, exact, tuple(input_signature(v, exact) for v in inputs))
-            entry = cache.get(key)
-            if entry is None:
-                entry = self._entry(node, ctx, inputs, rename, large, exact)
-                if entry[2] and not exact:
-                    # this node only runs with exact shapes: every later call says so
-                    cache[exact_key] = True
-                    key = (static_key, large, True, tuple(input_signature(v, True) for v in inputs))
-                cache[key] = entry
-                if len(cache) > limit:
-                    cache.popitem(last=False)
-            sess, names, note = entry
-            if note:
-                run.fallback_reason = note
-            if isinstance(sess, _Fallback):
-                return sess(inputs)
-            feeds = {n: v for n, v in zip(names, (v for v in inputs if v is not None))}
-            return self._run(sess, feeds)
-
-        run.fallback_reason = None
-        return run
+        return _PreparedNode(self, node, ctx, static_key, rename)
 
     def _entry(
         self, node, ctx, inputs, rename: bool, large: bool, exact: bool
@@ -339,6 +314,52 @@ _EXACT_NOTE = "{name} checks this node alone only with the exact input shapes"
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().split("\n")[0]
     return text if len(text) <= 240 else text[:237] + "..."
+
+
+class _PreparedNode:
+    """One node ready to run: finds (or builds) the session of its input signature.
+
+    ``fallback_reason`` says how the node had to be run, once a call needed that.  An
+    object, not a closure: a closure that sets an attribute on itself is a reference
+    cycle, and a large graph made one per node for the cyclic collector to free.
+    """
+
+    __slots__ = ("runner", "node", "ctx", "static_key", "exact_key", "rename", "fallback_reason")
+
+    def __init__(
+        self, runner: _CachedRunner, node: onnx.NodeProto, ctx: Any, static_key: tuple, rename: bool
+    ) -> None:
+        self.runner = runner
+        self.node = node
+        self.ctx = ctx
+        self.static_key = static_key
+        self.exact_key = ("exact shapes", static_key)
+        self.rename = rename
+        self.fallback_reason: str | None = None
+
+    def __call__(self, inputs: Sequence[Any]) -> list[Any]:
+        runner, static_key = self.runner, self.static_key
+        cache = runner._cache
+        large = _is_large(inputs)
+        exact = self.exact_key in cache
+        key = (static_key, large, exact, tuple(input_signature(v, exact) for v in inputs))
+        entry = cache.get(key)
+        if entry is None:
+            entry = runner._entry(self.node, self.ctx, inputs, self.rename, large, exact)
+            if entry[2] and not exact:
+                # this node only runs with exact shapes: every later call says so
+                cache[self.exact_key] = True
+                key = (static_key, large, True, tuple(input_signature(v, True) for v in inputs))
+            cache[key] = entry
+            if len(cache) > runner.MAX_CACHED:
+                cache.popitem(last=False)
+        sess, names, note = entry
+        if note:
+            self.fallback_reason = note
+        if isinstance(sess, _Fallback):
+            return sess(inputs)
+        feeds = {n: v for n, v in zip(names, (v for v in inputs if v is not None))}
+        return runner._run(sess, feeds)
 
 
 class OnnxruntimeRunner(_CachedRunner):

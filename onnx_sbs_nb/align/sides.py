@@ -9,7 +9,7 @@ program with its export, one model on two runtimes, or two models of one program
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import onnx
@@ -26,6 +26,7 @@ from .provenance import Provenance
 from .runners import ModelContext
 
 _NO_PROVENANCE = Provenance()
+_UNSEEN = object()
 
 
 def fx_target_name(node: torch.fx.Node) -> str:
@@ -40,24 +41,6 @@ def fx_target_name(node: torch.fx.Node) -> str:
         except Exception:
             pass
     return str(name or t)
-
-
-def _loader(arg: Any) -> Callable[[dict[str, Any]], Any]:
-    """Reads an fx argument (a node, a constant, or lists, tuples and dicts of them) from
-    the values computed so far."""
-    if isinstance(arg, torch.fx.Node):
-        name = arg.name
-        return lambda env: env[name]
-    if isinstance(arg, list | tuple) and any(
-        isinstance(a, torch.fx.Node | list | tuple | dict) for a in arg
-    ):
-        parts = [_loader(a) for a in arg]
-        kind = type(arg)
-        return lambda env: kind([f(env) for f in parts])
-    if isinstance(arg, dict):
-        items = {k: _loader(v) for k, v in arg.items()}
-        return lambda env: {k: f(env) for k, f in items.items()}
-    return lambda env: arg
 
 
 def onnx_node_name(node: onnx.NodeProto, k: int) -> str:
@@ -86,7 +69,8 @@ class FxSide:
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in program.graph.nodes}
         self.weights = bound.weights
-        self._steps: dict[int, Callable[[dict[str, Any]], list[Any]]] = {}
+        self._size_rules: dict[int, Any] = {}
+        self._flat: dict[int, bool] = {}
         out = next(n for n in reversed(program.graph.nodes) if n.op == "output")
         self.graph_outputs = [
             a.name
@@ -103,60 +87,62 @@ class FxSide:
         return v
 
     def run(self, idx: int, env: dict[str, Any]) -> list[Any]:
-        step = self._steps.get(idx)
-        if step is None:
-            step = self._steps[idx] = self._step(self.nodes[idx])
-        try:
-            return step(env)
-        except KeyError as e:
-            if e.args and e.args[0] in self.by_name and e.args[0] not in env:
-                raise RuntimeError(
-                    f"input {e.args[0]!r} is not available (upstream failure)"
-                ) from None
-            raise
-
-    def _step(self, node: torch.fx.Node) -> Callable[[dict[str, Any]], list[Any]]:
-        """How to run ``node`` from the values computed so far, built once per node: the
-        arguments are read through loaders made from its arguments' structure, not by
-        walking that structure at every call."""
-        if node.op == "placeholder":
-            name = node.name
-            return lambda env: [self.leaf_value(name)]
-        if node.op == "get_attr":
+        node = self.nodes[idx]
+        op = node.op
+        if op == "placeholder":
+            return [self.leaf_value(node.name)]
+        if op == "get_attr":
             obj: Any = self.graph_module
             for part in str(node.target).split("."):
                 obj = getattr(obj, part)
-            return lambda env: [obj]
-        load_args = [_loader(a) for a in node.args]
-        load_kwargs = {k: _loader(a) for k, a in node.kwargs.items()}
-        if node.op == "call_function":
-            fn = node.target
-            rule = fx_size_rule(fn)
-        elif node.op == "call_module":
-            fn = self.graph_module.get_submodule(str(node.target))
-            rule = None
-        elif node.op == "call_method":
-            method = str(node.target)
+            return [obj]
+        try:
+            args, kwargs = self._arguments(idx, node, env)
+        except KeyError as e:
+            raise RuntimeError(f"input {e.args[0]!r} is not available (upstream failure)") from None
+        # the values, not their gradients, are compared: autograd would only record
+        with torch.no_grad():
+            if op == "call_function":
+                rule = self._size_rules.get(idx, _UNSEEN)
+                if rule is _UNSEEN:
+                    rule = self._size_rules[idx] = fx_size_rule(node.target)
+                if rule is not None:
+                    # the program is untrusted input too: a huge output is refused
+                    check_fx_output_size(rule, args, kwargs, self.device)
+                return [node.target(*args, **kwargs)]
+            if op == "call_module":
+                return [self.graph_module.get_submodule(str(node.target))(*args, **kwargs)]
+            if op == "call_method":
+                return [getattr(args[0], str(node.target))(*args[1:], **kwargs)]
+        raise RuntimeError(f"unsupported fx node op {op!r}")
 
-            def fn(obj: Any, *args: Any, **kwargs: Any) -> Any:
-                return getattr(obj, method)(*args, **kwargs)
+    def _arguments(
+        self, idx: int, node: torch.fx.Node, env: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """``node``'s arguments with its input nodes replaced by their values (KeyError:
+        one is missing).  Most nodes take their inputs as plain arguments: those are read
+        directly, without walking nested structures (nor making closures, which the
+        garbage collector would walk again on a large graph)."""
+        flat = self._flat.get(idx)
+        if flat is None:
+            flat = self._flat[idx] = not any(
+                isinstance(a, list | tuple | dict) for a in (*node.args, *node.kwargs.values())
+            )
+        if flat:
+            args = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args]
+            kwargs = {
+                k: env[a.name] if isinstance(a, torch.fx.Node) else a
+                for k, a in node.kwargs.items()
+            }
+            return args, kwargs
 
-            rule = None
-        else:
-            raise RuntimeError(f"unsupported fx node op {node.op!r}")
-        device = self.device
+        def load(a: torch.fx.Node) -> Any:
+            return env[a.name]
 
-        def step(env: dict[str, Any]) -> list[Any]:
-            args = [f(env) for f in load_args]
-            kwargs = {k: f(env) for k, f in load_kwargs.items()}
-            if rule is not None:
-                # the program is untrusted input too: a huge output is refused, not allocated
-                check_fx_output_size(rule, args, kwargs, device)
-            # the values, not their gradients, are compared: autograd would only record
-            with torch.no_grad():
-                return [fn(*args, **kwargs)]
-
-        return step
+        return (
+            torch.fx.node.map_arg(node.args, load),
+            torch.fx.node.map_arg(node.kwargs, load),
+        )
 
     def is_weight(self, name: str) -> bool:
         return name in self.weights
