@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import re
 import threading
 import weakref
 
@@ -454,3 +455,23 @@ def test_onnxruntime_node_calls_return_every_output_in_order():
         np.testing.assert_array_equal(indices, [[4, 2], [0, 2]])
     with pytest.raises(Exception, match="(?i)k|input"):
         fn([x, np.array([[2, 2]], dtype=np.int64)])  # a rank the node refuses
+
+
+def test_a_failing_linear_says_what_torch_computes_on_its_onnx_inputs(mlp):
+    ep, onx, args = mlp
+    recs = list(run_aligned(ep, onx, args, own_error=True))
+    note = "vs torch.nn.functional.linear on the ONNX inputs"
+    assert not any(note in (r.comment or "") for r in recs)  # nothing fails: nothing said
+    w = next(r for r in recs if r.kind == KIND_WEIGHT and r.ep_name == "p_fc2_weight")
+
+    def corrupt(a):
+        a[0, 0] += 1.0
+        return a
+
+    bad = _set_initializer(onx, w.onnx_name, corrupt)
+    recs = list(run_aligned(ep, bad, args, own_error=True))
+    linear = next(r for r in recs if r.ep_name == "linear_1")
+    assert linear.failed and note in linear.comment
+    # torch's product on the same (corrupted) inputs agrees: the weight, not the kernel
+    said = re.search(re.escape(note) + r": err_abs=([0-9.e+-]+)", linear.comment)
+    assert said and float(said.group(1)) < 1e-4

@@ -149,3 +149,30 @@ def test_transposed_weight_against_its_contiguous_twin():
     assert d.err_abs == pytest.approx(0.5, abs=1e-6) and d.err_h01 == 1 and not d.passed
     strided = diff.compare(w.t(), np.ascontiguousarray(twin.T).T)  # both strided: as is
     assert strided.err_abs == d.err_abs and strided.err_rel == d.err_rel
+
+
+def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp):
+    """A run holds its records, plan, values and sessions' wrappers: with no reference
+    cycle through it, dropping it frees them all at once.  A cycle would leave them for
+    the cyclic collector, whose full passes over a large program cost a run's time."""
+    import gc
+    import weakref
+
+    ep, onx, args = mlp
+    list(AlignedRun(ep, onx, args, own_error=True))  # the program prepared, sessions built
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        run = AlignedRun(ep, onx, args, own_error=True)
+        records = list(run)
+        run.actions.find_node(records[-1])  # the actions do not hold on to the run
+        assert run.candidate._fns  # the one-node runners, freed with the run
+        refs = [weakref.ref(o) for o in (run, run.candidate, run.reference, run.plan)]
+        del run, records
+        assert [r() for r in refs] == [None] * len(refs)
+        # what is left for the collector is a few objects of torch's, not the run's
+        assert gc.collect() < 200
+    finally:
+        if was:
+            gc.enable()
