@@ -34,6 +34,14 @@ class MLP(torch.nn.Module):
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
 
+def mlp_export():
+    """The MLP on a (5, 8) input, seeded: (ExportedProgram, ModelProto, args)."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 8)
+    ep, onx = export(MLP(), (x,))
+    return ep, onx, (x,)
+
+
 class ShapeOps(torch.nn.Module):
     def forward(self, x):
         b, s, d = x.shape

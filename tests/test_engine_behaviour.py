@@ -25,15 +25,12 @@ from onnx_sbs_nb.records import (
     STATUS_SHAPE_MISMATCH,
 )
 
-from .models import MLP, Chain, export
+from .models import MLP, Chain, export, mlp_export
 
 
 @pytest.fixture(scope="module")
 def mlp():
-    torch.manual_seed(0)
-    x = torch.randn(5, 8)
-    ep, onx = export(MLP(), (x,))
-    return ep, onx, (x,)
+    return mlp_export()
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,12 @@ from onnx_sbs_nb import diff
 from onnx_sbs_nb.align import setup_cache
 from onnx_sbs_nb.align.run import AlignedRun
 
-from .models import MLP, export
+from .models import MLP, export, mlp_export
 
 
 @pytest.fixture(scope="module")
 def mlp():
-    torch.manual_seed(0)
-    x = torch.randn(5, 8)
-    ep, onx = export(MLP(), (x,))
-    return ep, onx, (x,)
+    return mlp_export()
 
 
 def _pairs(records):
@@ -107,17 +104,13 @@ def test_structure_digest_reads_structure_not_weight_values(mlp):
 
 
 def test_torch_side_records_no_autograd_and_reads_nested_arguments():
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 4)
-
+    class Nested(MLP):
         def forward(self, x):
-            y = self.lin(x)
-            return torch.cat([y, x * 2, y], dim=-1).sum(dim=[0])
+            y = self.fc1(x)
+            return torch.cat([y, x * 2, y], dim=-1).sum(dim=[0])  # a list of inputs
 
     x = torch.randn(3, 4)
-    model = M()
+    model = Nested(d_in=4, hidden=4)
     ep, onx = export(model, (x,))
     run = AlignedRun(ep, onx, (x,))
     side = run.reference
