@@ -28,20 +28,27 @@ def _normal(text: str) -> str:
     return _USERS.sub("", text.strip())
 
 
-def fingerprint(model: onnx.ModelProto) -> str:
-    """A digest of everything :func:`disagreement` reads from ``model``: a verdict can be
-    reused for a model with the same digest without holding on to the model."""
-    h = hashlib.blake2b(digest_size=20)
+def structure_digest(model: onnx.ModelProto) -> str:
+    """A digest of the model's structure: nodes (op, inputs, outputs, metadata), declared
+    values, initializers' names, types, shapes and metadata; not the weights' values.
+    It covers what :func:`disagreement` and pairing read, so their results can be reused
+    for a model with the same digest without holding on to the model."""
     g = model.graph
+    parts: list[str] = []
     for n in g.node:
+        parts += (n.domain, n.op_type, *n.input, "\1", *n.output, "\1")
         for p in n.metadata_props:
-            if p.key == FX_NODE_KEY:
-                h.update(p.value.encode())
-                h.update(b"\0")
+            parts += (p.key, p.value)
+        parts.append("\2")
     for i in g.initializer:
-        h.update(f"{i.name}\0{i.data_type}\0{list(i.dims)}\0".encode())
-    for vi in g.output:
+        parts += (i.name, str(i.data_type), str(list(i.dims)))
+        for p in i.metadata_props:
+            parts += (p.key, p.value)
+        parts.append("\2")
+    h = hashlib.blake2b("\0".join(parts).encode(), digest_size=20)
+    for vi in (*g.input, *g.output, *g.value_info):
         h.update(vi.SerializeToString())
+        h.update(b"\3")
     return h.hexdigest()
 
 

@@ -51,7 +51,7 @@ class _Preparations:
     reproduced: PreparedProgram | None = None
     declined: str | None = None  # why light_prep declined or failed
     exporter: PreparedProgram | None = None
-    checked: dict[str, str | None] = field(default_factory=dict)  # model fingerprint -> verdict
+    checked: dict[str, str | None] = field(default_factory=dict)  # model digest -> verdict
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -62,11 +62,13 @@ def prepare_program(
     model: onnx.ModelProto | None = None,
     *,
     reproduce: bool = True,
+    digest: str | None = None,
 ) -> PreparedProgram:
     """The program the exporter lowers, cached per ExportedProgram.
 
     With ``model`` (the ONNX model exported from ``ep``) and ``reproduce``, the fast
     reproduction is tried first and used when the model's metadata vouches for it.
+    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known.
     """
     state = _CACHE.get(ep)
     if state is None:
@@ -77,9 +79,9 @@ def prepare_program(
     if model is not None and reproduce:
         reproduced = _reproduce(ep, state)
         if reproduced is not None:
-            from .prep_check import disagreement, fingerprint
+            from .prep_check import disagreement, structure_digest
 
-            key = fingerprint(model)
+            key = digest or structure_digest(model)
             if key not in state.checked:
                 state.checked[key] = disagreement(reproduced.program, model)
             why = state.checked[key]

@@ -29,6 +29,7 @@ from .names import (
     pair_values,
 )
 from .options import RunOptions
+from .prep_check import structure_digest
 from .program import (
     PREPARED_FROM_ONNX_PROGRAM,
     PREPARED_REPRODUCED,
@@ -79,11 +80,12 @@ class AlignedRun(SideBySideRun):
             device = next((d for d in sorted(devices) if d.startswith("cuda")), None)
         device = device_name(device)
         runner = make_runner(options.runner, device)
+        digest = structure_digest(exported)  # one digest: preparation check and pairing
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
         else:
             # the exported model's node metadata vouches for the fast reproduction
-            self.prepared = prepare_program(self.ep, exported)
+            self.prepared = prepare_program(self.ep, exported, digest=digest)
         program = self.prepared.program
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
@@ -92,7 +94,14 @@ class AlignedRun(SideBySideRun):
         reference = FxSide(program, bound, provenance, device)
         candidate = OnnxSide(model, runner, device)
         trusted, trust_note = _trusted_fx_nodes(self.prepared, exported)
-        pairing = cached_pairing(program, model, bound.weights, bound.user_inputs, trusted)
+        pairing = cached_pairing(
+            program,
+            model,
+            bound.weights,
+            bound.user_inputs,
+            trusted,
+            digest if model is exported else None,
+        )
         if deployment is not None:
             original = pair_values(
                 program.graph, deployment.original, bound.weights, bound.user_inputs, trusted

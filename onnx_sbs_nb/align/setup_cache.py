@@ -11,7 +11,6 @@ weight reshaped) is paired again.
 
 from __future__ import annotations
 
-import hashlib
 import weakref
 from typing import Any
 
@@ -19,33 +18,12 @@ import onnx
 import torch
 
 from .names import Pairing, pair_values
+from .prep_check import structure_digest
 from .provenance import Provenance, program_provenance
 
 _PROVENANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PAIRINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PAIRINGS_PER_PROGRAM = 8
-
-
-def structure_digest(model: onnx.ModelProto) -> str:
-    """A digest of what pairing reads from ``model``: nodes (op, inputs, outputs,
-    metadata), declared values, initializers' names, types, shapes and metadata."""
-    g = model.graph
-    parts: list[str] = []
-    for n in g.node:
-        parts += (n.domain, n.op_type, *n.input, "\1", *n.output, "\1")
-        for p in n.metadata_props:
-            parts += (p.key, p.value)
-        parts.append("\2")
-    for i in g.initializer:
-        parts += (i.name, str(i.data_type), str(list(i.dims)))
-        for p in i.metadata_props:
-            parts += (p.key, p.value)
-        parts.append("\2")
-    h = hashlib.blake2b("\0".join(parts).encode(), digest_size=20)
-    for vi in (*g.input, *g.output, *g.value_info):
-        h.update(vi.SerializeToString())
-        h.update(b"\3")
-    return h.hexdigest()
 
 
 def cached_provenance(
@@ -54,7 +32,7 @@ def cached_provenance(
     weights: dict[str, str],
 ) -> dict[str, Provenance]:
     """:func:`.provenance.program_provenance`, computed once per program pair."""
-    key = (id(user_program), tuple(weights.items()))
+    key = tuple(weights.items())
     entry = _PROVENANCE.get(program)
     if entry is not None and entry[0]() is user_program and entry[1] == key:
         return entry[2]
@@ -72,11 +50,13 @@ def cached_pairing(
     weights: dict[str, str],
     user_inputs: list[str],
     trusted: set[str] | None,
+    digest: str | None = None,
 ) -> Pairing:
     """:func:`.names.pair_values`, computed once per program and model structure; each
-    caller gets its own tables (the pairs themselves are not changed after pairing)."""
+    caller gets its own tables (the pairs themselves are not changed after pairing).
+    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known."""
     key: Any = (
-        structure_digest(model),
+        digest or structure_digest(model),
         tuple(weights.items()),
         tuple(user_inputs),
         None if trusted is None else frozenset(trusted),
