@@ -57,8 +57,14 @@ def onnx_to_np_dtype(elem_type: int) -> np.dtype:
     return onnx.helper.tensor_dtype_to_np_dtype(elem_type)
 
 
+_NP_TO_ONNX: dict = {}
+
+
 def np_to_onnx_dtype(dtype: np.dtype) -> int:
-    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    elem = _NP_TO_ONNX.get(dtype)
+    if elem is None:
+        elem = _NP_TO_ONNX[dtype] = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return elem
 
 
 def dtype_name(dtype) -> str:

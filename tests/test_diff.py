@@ -141,3 +141,53 @@ def test_large_values_compared_in_blocks_give_the_same_answer(case, monkeypatch)
     monkeypatch.setattr(diff, "_BLOCK", 40)  # blocks of 3 rows
     blocks = diff.compare(e, g, 1e-4, 1e-4)
     assert blocks == whole
+
+
+@pytest.mark.parametrize(
+    "case", ["same", "same_specials", "signed_zero", "last_slice", "first_slice", "strided", "ints"]
+)
+def test_identical_bits_give_the_full_comparisons_answer(case, monkeypatch):
+    """Bit-identical values are answered by a byte comparison, in slices for large ones:
+    the answer is the full comparison's, and a value that differs anywhere (in any
+    slice, or only in the sign of a zero) still goes through the full comparison."""
+    from onnx_sbs_nb import diff
+
+    monkeypatch.setattr(diff, "_BITS_SLICE", 64)  # 16 floats per slice: 7 slices
+    rng = np.random.default_rng(1)
+    e = rng.standard_normal((10, 11)).astype(np.float32)
+    g = e.copy()
+    if case == "same_specials":
+        e[1, 1] = g[1, 1] = np.nan
+        e[2, 2] = g[2, 2] = -np.inf
+    elif case == "signed_zero":
+        e[0, 0], g[0, 0] = 0.0, -0.0
+    elif case == "last_slice":
+        g[9, 10] += 0.25
+    elif case == "first_slice":
+        g[0, 0] = np.nan
+    elif case == "strided":
+        e, g = e.T, g.T
+    elif case == "ints":
+        e = g = rng.integers(-5, 5, (10, 11))
+        g = g.copy()
+    fast = diff.compare(torch.from_numpy(np.ascontiguousarray(e)), g)
+    monkeypatch.setattr(diff, "_same_bits", lambda a, b: False)
+    full = diff.compare(torch.from_numpy(np.ascontiguousarray(e)), g)
+    assert fast == full
+    if case in ("last_slice", "first_slice"):
+        assert not fast.passed and fast.err_abs > 0
+    else:
+        assert fast.passed and fast.err_abs == 0 and fast.err_nan == 0
+
+
+def test_same_bits_reads_every_slice(monkeypatch):
+    from onnx_sbs_nb import diff
+
+    monkeypatch.setattr(diff, "_BITS_SLICE", 64)
+    a = np.arange(1000, dtype=np.float64)
+    assert diff._same_bits(a, a.copy())
+    for k in (0, 500, 999):
+        b = a.copy()
+        b[k] = np.nextafter(b[k], np.inf)
+        assert not diff._same_bits(a, b)
+    assert not diff._same_bits(a[::2], a[::2].copy())  # strided: left to the full path

@@ -100,7 +100,14 @@ def test_structure_digest_reads_structure_not_weight_values(mlp):
     assert setup_cache.structure_digest(onx) != digest
     retyped = setup_cache.structure_digest(onx)
     onx.graph.node[0].input[0] = "another_value"
-    assert setup_cache.structure_digest(onx) != retyped
+    renamed = setup_cache.structure_digest(onx)
+    assert renamed != retyped
+    # nodes are read whole: metadata and attributes count too
+    onx.graph.node[-1].metadata_props.add(key="pkg.torch.onnx.fx_node", value="%x : ...")
+    assert setup_cache.structure_digest(onx) != renamed
+    annotated = setup_cache.structure_digest(onx)
+    onx.graph.node[-1].attribute.append(onnx.helper.make_attribute("alpha", 0.5))
+    assert setup_cache.structure_digest(onx) != annotated
 
 
 def test_torch_side_records_no_autograd_and_reads_nested_arguments():
@@ -126,6 +133,16 @@ def test_torch_side_records_no_autograd_and_reads_nested_arguments():
     last = len(side.nodes) - 1
     with pytest.raises(RuntimeError, match="not available"):
         side.run(last, {})
+    # the grad mode is the caller's again after every node, a failing one too
+    linear = next(i for i, n in enumerate(side.nodes) if "linear" in str(n.target))
+    bad = {**env, side.nodes[linear].args[0].name: torch.randn(3, 5)}
+    assert torch.is_grad_enabled()
+    with pytest.raises(RuntimeError):
+        side.run(linear, bad)
+    assert torch.is_grad_enabled()
+    with torch.no_grad():
+        side.run(linear, env)
+        assert not torch.is_grad_enabled()
 
 
 def test_transposed_weight_against_its_contiguous_twin():

@@ -313,7 +313,10 @@ def prepare_light(
                     g.meta = _meta_from(node, {**node.meta, "val": node.meta["val"][i]})
                     items.append(g)
                 env[node] = items
-    graph.eliminate_dead_code()
+    if any(not n.users and n.op == "call_function" for n in graph.nodes):
+        # the pass lints the graph and asks every node whether it is impure; exported
+        # programs almost never hold a dead node, and without one it removes nothing
+        graph.eliminate_dead_code()
     gm = _graph_module(graph)
     _insert_type_promotions(gm, fake_mode)
     _remove_assertions(gm)

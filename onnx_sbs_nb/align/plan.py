@@ -25,10 +25,11 @@ CAND = 1
 
 @dataclass(slots=True)
 class NodeIO:
-    """The names one node reads and writes."""
+    """The names one node reads and writes.  Tuples: the cyclic collector stops tracking
+    a tuple of strings, not a list, and a large graph has two per node."""
 
-    inputs: list[str]
-    outputs: list[str]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
 
 
 @dataclass
@@ -46,17 +47,19 @@ class SideGraph:
         while leading < len(nodes) and nodes[leading].op == "placeholder":
             leading += 1
         return cls(
-            [NodeIO([a.name for a in n.all_input_nodes], [n.name]) for n in nodes], set(), leading
+            [NodeIO(tuple(a.name for a in n.all_input_nodes), (n.name,)) for n in nodes],
+            set(),
+            leading,
         )
 
     @classmethod
     def of_onnx(
         cls,
         model: onnx.ModelProto,
-        free_variables: Callable[[onnx.NodeProto], list[str]] = lambda n: [],
+        free_variables: Callable[[onnx.NodeProto], Sequence[str]] = lambda n: (),
     ) -> SideGraph:
         g = model.graph
-        io = [NodeIO([*n.input, *free_variables(n)], list(n.output)) for n in g.node]
+        io = [NodeIO((*n.input, *free_variables(n)), tuple(n.output)) for n in g.node]
         available = {i.name for i in g.initializer} | {i.name for i in g.input}
         return cls(io, available, 0)
 
@@ -180,6 +183,10 @@ def schedule(
     for name, s in last_cand.items():
         if name not in keep_cand:
             plan.free_cand_at.setdefault(s, []).append(name)
+    # read-only from here: tuples, which the cyclic collector stops tracking
+    for table in (plan.compare_at, plan.free_ref_at, plan.free_cand_at):
+        for s, names in table.items():
+            table[s] = tuple(names)
     return plan
 
 
@@ -194,7 +201,7 @@ def build_plan(
     """The plan of a torch program (reference) against an ONNX model (candidate)."""
     return schedule(
         SideGraph.of_fx(graph),
-        SideGraph.of_onnx(model, lambda n: list(free_variables(n))),
+        SideGraph.of_onnx(model, free_variables),
         pairing,
         needs_torch_inputs,
         **kwargs,

@@ -21,6 +21,10 @@ from .names import FX_NODE_KEY
 
 _USERS = re.compile(r"\[num_users=\d+\] ")
 _NAME = re.compile(r"^%([^\s:]+)\s*:")
+_A = onnx.AttributeProto
+_HEAVY = frozenset(
+    (_A.TENSOR, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS, _A.GRAPH, _A.GRAPHS)
+)
 
 
 def _normal(text: str) -> str:
@@ -29,26 +33,33 @@ def _normal(text: str) -> str:
 
 
 def structure_digest(model: onnx.ModelProto) -> str:
-    """A digest of the model's structure: nodes (op, inputs, outputs, metadata), declared
-    values, initializers' names, types, shapes and metadata; not the weights' values.
-    It covers what :func:`disagreement` and pairing read, so their results can be reused
-    for a model with the same digest without holding on to the model."""
+    """A digest of the model's structure: nodes (whole, but for the tensors and subgraphs
+    of their attributes), declared values, initializers' names, types, shapes and
+    metadata; not the weights' values.  It covers what :func:`disagreement` and pairing
+    read, so their results can be reused for a model with the same digest without
+    holding on to the model."""
     g = model.graph
-    parts: list[str] = []
+    h = hashlib.blake2b(digest_size=20)
     for n in g.node:
-        parts += (n.domain, n.op_type, *n.input, "\1", *n.output, "\1")
-        for p in n.metadata_props:
-            parts += (p.key, p.value)
-        parts.append("\2")
+        if any(a.type in _HEAVY for a in n.attribute):
+            # a constant's tensor or a subgraph can be large: its fields, not a copy
+            fields = [n.domain, n.op_type, *n.input, "\1", *n.output, "\1"]
+            for p in n.metadata_props:
+                fields += (p.key, p.value)
+            h.update(b"F" + "\0".join(fields).encode() + b"\3")
+        else:
+            # one call, where reading the fields from Python costs several
+            h.update(b"N" + n.SerializeToString() + b"\3")
+    for vi in (*g.input, *g.output, *g.value_info):
+        h.update(vi.SerializeToString())
+        h.update(b"\3")
+    parts: list[str] = []
     for i in g.initializer:
         parts += (i.name, str(i.data_type), str(list(i.dims)))
         for p in i.metadata_props:
             parts += (p.key, p.value)
         parts.append("\2")
-    h = hashlib.blake2b("\0".join(parts).encode(), digest_size=20)
-    for vi in (*g.input, *g.output, *g.value_info):
-        h.update(vi.SerializeToString())
-        h.update(b"\3")
+    h.update("\0".join(parts).encode())
     return h.hexdigest()
 
 

@@ -55,7 +55,9 @@ class ModelContext:
         return self._free[key]
 
 
-def _free_variables(node: onnx.NodeProto) -> list[str]:
+def _free_variables(node: onnx.NodeProto) -> Sequence[str]:
+    if not any(_subgraphs(a) for a in node.attribute):
+        return ()  # most nodes: one shared empty tuple, not a list per node
     free: list[str] = []
     seen: set[str] = set(node.input)
     for att in node.attribute:
