@@ -289,5 +289,42 @@ def test_the_torch_internals_wrapped_are_there():
     assert package.pickle is pickle and callable(package._load_aoti)
     assert "pickle.loads" in inspect.getsource(package._load_constants)
     assert "sympy.sympify" in inspect.getsource(serialize.GraphModuleDeserializer._parse_sym_expr)
+    assert "typing.get_type_hints" in inspect.getsource(serialize._dict_to_dataclass)
     assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" in inspect.getsource(torch.serialization.load)
     assert "_guards_code" in inspect.getsource(torch.export.ExportedProgram.__init__)
+
+
+def test_type_hints_are_asked_once_per_schema_class(tmp_path, monkeypatch):
+    """The deserializer asks ``typing.get_type_hints`` for every object it rebuilds; the
+    loader answers each schema class once, and the program is the one torch loads."""
+    import typing
+
+    class Chain(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(40):
+                x = torch.sin(x) * 1.5
+            return x
+
+    path = tmp_path / "chain.pt2"
+    torch.export.save(torch.export.export(Chain(), (torch.randn(2, 3),)), path)
+    calls: list = []
+    real = typing.get_type_hints
+
+    def counting(obj, *args, **kwargs):
+        calls.append(obj)
+        return real(obj, *args, **kwargs)
+
+    monkeypatch.setattr(typing, "get_type_hints", counting)
+    ours = load_exported_program(path)
+    asked = len(calls)
+    calls.clear()
+    theirs = torch.export.load(path)
+    assert len(calls) > 4 * asked  # torch alone asks per object (80 nodes here)
+    assert asked == len(set(calls)) and asked > 0  # ours: once per class
+    calls.clear()
+    trusted = load_exported_program(path, trust_pickles=True)
+    assert len(calls) == asked and str(trusted.graph) == str(theirs.graph)
+    assert str(ours.graph) == str(theirs.graph)
+    assert ours.graph_signature == theirs.graph_signature
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(ours.module()(x), theirs.module()(x))

@@ -137,7 +137,7 @@ class RunActions:
             for s, (side, idx) in enumerate(plan.steps):
                 if side == REF:
                     try:
-                        for o, v in zip(ref.graph.io[idx].outputs, ref.run(idx, ref_env)):
+                        for o, v in zip(ref.graph.outputs[idx], ref.run(idx, ref_env)):
                             ref_env[o] = v
                     except Exception:
                         pass  # a value that failed in the run fails here too: left out

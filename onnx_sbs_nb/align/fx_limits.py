@@ -123,8 +123,19 @@ _FX_RULES: dict[str, FxRule] = {
 }
 
 
+_RULES_BY_TARGET: dict[Any, FxRule | None] = {}
+
+
 def fx_size_rule(target: Any) -> FxRule | None:
     """The size rule of an fx call_function target (an aten overload), or None."""
+    if isinstance(target, torch._ops.OpOverload):
+        if target not in _RULES_BY_TARGET:
+            _RULES_BY_TARGET[target] = _size_rule(target)
+        return _RULES_BY_TARGET[target]
+    return _size_rule(target)
+
+
+def _size_rule(target: Any) -> FxRule | None:
     schema = getattr(target, "_schema", None)
     name = getattr(schema, "name", "")
     if not name.startswith("aten::"):

@@ -56,7 +56,7 @@ def load_exported_program(ep: Any, *, trust_pickles: bool = False) -> torch.expo
 def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
     from .quant_ops import register_quantized_ops
     from .quiet import quiet_torch_internals
-    from .untrusted_pt2 import UntrustedContentError, load_untrusted
+    from .untrusted_pt2 import UntrustedContentError, load_trusted, load_untrusted
 
     if not isinstance(trust_pickles, bool):
         raise SbsInputError(f"trust_pickles must be True or False, got {trust_pickles!r}")
@@ -65,7 +65,7 @@ def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
     try:
         with quiet_torch_internals(), torch_logs_to_debug():
             if trust_pickles:
-                return torch.export.load(str(path))
+                return load_trusted(str(path))
             return load_untrusted(str(path))[0]
     except UntrustedContentError as e:
         log.debug("refused %s", path, exc_info=True)

@@ -116,7 +116,7 @@ class SideBySideRun:
         )
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
-        self.status.total_ep_nodes = len(reference.graph.io)
+        self.status.total_ep_nodes = len(reference.graph)
         self.records: list[Record] = []
         self.deployment: Any = None  # a deployed.Deployment when the candidate is optimized
         self._stop = threading.Event()
@@ -205,7 +205,7 @@ class SideBySideRun:
 
     def _reference_step(self, idx: int) -> Iterator[Record]:
         ref, v, status = self.reference, self._v, self.status
-        outputs = ref.graph.io[idx].outputs
+        outputs = ref.graph.outputs[idx]
         t = time.perf_counter()
         try:
             for o, value in zip(outputs, ref.run(idx, v.ref)):

@@ -71,11 +71,13 @@ class Pair:
 @dataclass
 class Pairing:
     by_onnx: dict[str, Pair] = field(default_factory=dict)
-    by_fx: dict[str, list[Pair]] = field(default_factory=dict)
+    # tuples: a run shares them with the cached pairing, and the cyclic collector does
+    # not track a tuple the way it tracks a list (one per fx value)
+    by_fx: dict[str, tuple[Pair, ...]] = field(default_factory=dict)
 
     def add(self, pair: Pair) -> None:
         self.by_onnx[pair.onnx_name] = pair
-        self.by_fx.setdefault(pair.fx_name, []).append(pair)
+        self.by_fx[pair.fx_name] = (*self.by_fx.get(pair.fx_name, ()), pair)
 
     def __len__(self) -> int:
         return len(self.by_onnx)

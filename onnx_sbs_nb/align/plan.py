@@ -23,22 +23,19 @@ REF = 0
 CAND = 1
 
 
-@dataclass(slots=True)
-class NodeIO:
-    """The names one node reads and writes.  Tuples: the cyclic collector stops tracking
-    a tuple of strings, not a list, and a large graph has two per node."""
-
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-
 @dataclass
 class SideGraph:
-    """The structure of one side, enough to schedule it."""
+    """The structure of one side, enough to schedule it: the names each node reads and
+    writes, by node index.  Tuples of strings, not objects: the cyclic collector stops
+    tracking those, and a large graph has two per node."""
 
-    io: list[NodeIO]
+    inputs: list[tuple[str, ...]]
+    outputs: list[tuple[str, ...]]
     available: set[str] = field(default_factory=set)  # values that exist before any node
     leading: int = 0  # nodes that run before anything else (fx placeholders)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
 
     @classmethod
     def of_fx(cls, graph: torch.fx.Graph) -> SideGraph:
@@ -46,11 +43,8 @@ class SideGraph:
         leading = 0
         while leading < len(nodes) and nodes[leading].op == "placeholder":
             leading += 1
-        return cls(
-            [NodeIO(tuple(a.name for a in n.all_input_nodes), (n.name,)) for n in nodes],
-            set(),
-            leading,
-        )
+        inputs = [tuple(a.name for a in n.all_input_nodes) for n in nodes]
+        return cls(inputs, [(n.name,) for n in nodes], set(), leading)
 
     @classmethod
     def of_onnx(
@@ -59,9 +53,10 @@ class SideGraph:
         free_variables: Callable[[onnx.NodeProto], Sequence[str]] = lambda n: (),
     ) -> SideGraph:
         g = model.graph
-        io = [NodeIO((*n.input, *free_variables(n)), tuple(n.output)) for n in g.node]
+        inputs = [(*n.input, *free_variables(n)) for n in g.node]
+        outputs = [tuple(n.output) for n in g.node]
         available = {i.name for i in g.initializer} | {i.name for i in g.input}
-        return cls(io, available, 0)
+        return cls(inputs, outputs, available, 0)
 
 
 @dataclass
@@ -98,8 +93,8 @@ def schedule(
     never freed (post-run actions collect them).  ``stop_after_cand``: the plan ends after
     that candidate node (post-run actions need no more).
     """
-    cand_io = cand.io if stop_after_cand is None else cand.io[: stop_after_cand + 1]
-    ref_producer = {o: i for i, node in enumerate(ref.io) for o in node.outputs if o}
+    n_cand = len(cand) if stop_after_cand is None else min(len(cand), stop_after_cand + 1)
+    ref_producer = {o: i for i, outs in enumerate(ref.outputs) for o in outs if o}
     plan = Plan([], ref_producer=ref_producer)
     steps = plan.steps
 
@@ -113,17 +108,17 @@ def schedule(
         steps.append((REF, ref_pos))
         ref_pos += 1
     last_needed_ref = -1
-    for k, node in enumerate(cand_io):
-        need = max((partner_index(o) for o in node.outputs if o), default=-1)
+    for k in range(n_cand):
+        need = max((partner_index(o) for o in cand.outputs[k] if o), default=-1)
         if needs_reference_inputs:
-            need = max([need, *(partner_index(i) for i in node.inputs if i)])
+            need = max([need, *(partner_index(i) for i in cand.inputs[k] if i)])
         last_needed_ref = max(last_needed_ref, need)
         while ref_pos <= need:
             steps.append((REF, ref_pos))
             ref_pos += 1
         steps.append((CAND, k))
     if stop_after_cand is None:
-        end_ref = len(ref.io)
+        end_ref = len(ref)
     else:
         end_ref = last_needed_ref + 1
         if keep_ref:
@@ -134,11 +129,11 @@ def schedule(
 
     for s, (side, idx) in enumerate(steps):
         if side == REF:
-            for o in ref.io[idx].outputs:
+            for o in ref.outputs[idx]:
                 if o:
                     plan.ref_step[o] = s
         else:
-            for o in cand_io[idx].outputs:
+            for o in cand.outputs[idx]:
                 if o:
                     plan.cand_step[o] = s
                     plan.cand_producer[o] = idx
@@ -158,11 +153,11 @@ def schedule(
         last_cand[name] = max(last_cand.get(name, -1), s)
     for s, (side, idx) in enumerate(steps):
         if side == REF:
-            for name in ref.io[idx].inputs:
+            for name in ref.inputs[idx]:
                 if name:
                     last_ref[name] = max(last_ref.get(name, -1), s)
         else:
-            for name in cand_io[idx].inputs:
+            for name in cand.inputs[idx]:
                 if not name:
                     continue
                 last_cand[name] = max(last_cand.get(name, -1), s)

@@ -74,4 +74,4 @@ def cached_pairing(
         if len(per_program) >= _PAIRINGS_PER_PROGRAM:
             per_program.pop(next(iter(per_program)))
         per_program[key] = pairing
-    return Pairing(dict(pairing.by_onnx), {k: list(v) for k, v in pairing.by_fx.items()})
+    return Pairing(dict(pairing.by_onnx), dict(pairing.by_fx))

@@ -29,11 +29,24 @@ _NO_PROVENANCE = Provenance()
 _UNSEEN = object()
 
 
+# op overload -> its name: asked once per record, and a graph calls few distinct ops
+_OP_NAMES: dict[Any, str] = {}
+
+
 def fx_target_name(node: torch.fx.Node) -> str:
     """``aten.linear.default``, ``placeholder``, ...: what the fx node computes."""
     if node.op in ("placeholder", "get_attr", "output"):
         return node.op
     t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        text = _OP_NAMES.get(t)
+        if text is None:
+            text = _OP_NAMES[t] = _target_text(t)
+        return text
+    return _target_text(t)
+
+
+def _target_text(t: Any) -> str:
     name = getattr(t, "__name__", None) if not isinstance(t, str) else t
     if hasattr(t, "name") and callable(t.name):
         try:
@@ -259,7 +272,7 @@ class OnnxSide:
     def inputs(self, idx: int, env: dict[str, Any]) -> list[Any]:
         """The node's inputs from ``env`` and the initializers (KeyError: one is missing)."""
         values = []
-        for name in self.graph.io[idx].inputs:  # node_inputs(), listed once per model
+        for name in self.graph.inputs[idx]:  # node_inputs(), listed once per model
             if not name:
                 values.append(None)
             elif name in env:

@@ -233,6 +233,32 @@ class _SympyModule:
         return getattr(self._sympy, name)
 
 
+class _TypingModule:
+    """``typing`` as the deserializer sees it while loading: ``get_type_hints`` answers
+    once per schema class.  The deserializer asks it again for every object it rebuilds
+    (every node, argument and tensor description): most of the time a ``.pt2`` takes to
+    load.  The schema classes do not change during a load, so neither do their hints."""
+
+    def __init__(self) -> None:
+        import typing
+
+        self._typing = typing
+        self._hints: dict[tuple, dict[str, Any]] = {}
+
+    def get_type_hints(
+        self, obj: Any, globalns: Any = None, localns: Any = None, include_extras: bool = False
+    ) -> dict[str, Any]:
+        key = (obj, id(globalns), id(localns), include_extras)
+        hints = self._hints.get(key)
+        if hints is None:
+            hints = self._typing.get_type_hints(obj, globalns, localns, include_extras)
+            self._hints[key] = hints
+        return dict(hints)  # the caller's own copy, as typing gives
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._typing, name)
+
+
 # ---- 3. guards ---------------------------------------------------------------------------
 
 # what torch writes in guards: sizes of inputs (L['x'].size()[0]), comparisons, arithmetic
@@ -431,6 +457,7 @@ def load_untrusted(path: str) -> tuple[torch.export.ExportedProgram, list[str]]:
         stack.enter_context(_patched(package, "pickle", _PickleModule(guard)))
         stack.enter_context(_patched(package, "_load_aoti", _refuse_compiled(guard)))
         stack.enter_context(_patched(serialize, "sympy", _SympyModule(guard)))
+        stack.enter_context(_patched(serialize, "typing", _TypingModule()))
         try:
             ep = torch.export.load(path)
         except Exception as e:
@@ -446,9 +473,19 @@ def load_untrusted(path: str) -> tuple[torch.export.ExportedProgram, list[str]]:
     return ep, guard.notes
 
 
+def load_trusted(path: str) -> torch.export.ExportedProgram:
+    """``torch.export.load(path)``, pickles and all, with the type hints answered once."""
+    import importlib
+
+    serialize = importlib.import_module(SERIALIZE_MODULE)
+    with _LOCK, _patched(serialize, "typing", _TypingModule()):
+        return torch.export.load(path)
+
+
 __all__ = [
     "TRUST_HINT",
     "UntrustedContentError",
+    "load_trusted",
     "load_untrusted",
     "torch_logs_to_debug",
     "unpickling_reason",
