@@ -117,8 +117,7 @@ class FxSide:
         # The grad mode is switched directly: torch.no_grad() as a context costs as much
         # as a small op, once per node.
         grad = torch.is_grad_enabled()
-        if grad:
-            torch._C._set_grad_enabled(False)
+        torch._C._set_grad_enabled(False)
         try:
             if op == "call_function":
                 rule = self._size_rules.get(idx, _UNSEEN)
@@ -133,8 +132,8 @@ class FxSide:
             if op == "call_method":
                 return [getattr(args[0], str(node.target))(*args[1:], **kwargs)]
         finally:
-            if grad:
-                torch._C._set_grad_enabled(True)
+            # the caller's mode, whatever a node set (a program may switch it itself)
+            torch._C._set_grad_enabled(grad)
         raise RuntimeError(f"unsupported fx node op {op!r}")
 
     def _arguments(
