@@ -63,10 +63,10 @@ class SideGraph:
 class Plan:
     steps: list[tuple[int, int]]  # (REF | CAND, index of the node on that side)
     # comparisons to make right after a step: step -> candidate value names
-    compare_at: dict[int, list[str]] = field(default_factory=dict)
+    compare_at: dict[int, Sequence[str]] = field(default_factory=dict)
     # values to free after a step
-    free_ref_at: dict[int, list[str]] = field(default_factory=dict)
-    free_cand_at: dict[int, list[str]] = field(default_factory=dict)
+    free_ref_at: dict[int, Sequence[str]] = field(default_factory=dict)
+    free_cand_at: dict[int, Sequence[str]] = field(default_factory=dict)
     ref_step: dict[str, int] = field(default_factory=dict)  # ref value -> producing step
     cand_step: dict[str, int] = field(default_factory=dict)  # candidate value -> step
     ref_producer: dict[str, int] = field(default_factory=dict)  # ref value -> node index
@@ -144,11 +144,14 @@ def schedule(
 
     last_ref: dict[str, int] = {}
     last_cand: dict[str, int] = {}
+    compare_at: dict[int, list[str]] = {}
+    free_ref_at: dict[int, list[str]] = {}
+    free_cand_at: dict[int, list[str]] = {}
     for name, pair in pairing.by_onnx.items():
         if name not in plan.cand_step or pair.fx_name not in plan.ref_step:
             continue
         s = max(plan.cand_step[name], plan.ref_step[pair.fx_name], 0)
-        plan.compare_at.setdefault(s, []).append(name)
+        compare_at.setdefault(s, []).append(name)
         last_ref[pair.fx_name] = max(last_ref.get(pair.fx_name, -1), s)
         last_cand[name] = max(last_cand.get(name, -1), s)
     for s, (side, idx) in enumerate(steps):
@@ -174,14 +177,14 @@ def schedule(
     keep_cand = keep_cand or set()
     for name, s in last_ref.items():
         if name not in keep_ref:
-            plan.free_ref_at.setdefault(s, []).append(name)
+            free_ref_at.setdefault(s, []).append(name)
     for name, s in last_cand.items():
         if name not in keep_cand:
-            plan.free_cand_at.setdefault(s, []).append(name)
+            free_cand_at.setdefault(s, []).append(name)
     # read-only from here: tuples, which the cyclic collector stops tracking
-    for table in (plan.compare_at, plan.free_ref_at, plan.free_cand_at):
-        for s, names in table.items():
-            table[s] = tuple(names)
+    plan.compare_at = {s: tuple(names) for s, names in compare_at.items()}
+    plan.free_ref_at = {s: tuple(names) for s, names in free_ref_at.items()}
+    plan.free_cand_at = {s: tuple(names) for s, names in free_cand_at.items()}
     return plan
 
 
