@@ -489,3 +489,25 @@ def test_a_plain_install_has_the_widget():
     assert {"ipywidgets", "anywidget", "pandas", "plotly", "tqdm"} <= deps
     assert "openpyxl" not in deps and "playwright" not in deps
     assert project["optional-dependencies"]["report"] == ["openpyxl>=3.1"]
+
+
+def test_widget_takes_the_onnx_program_as_the_readme_shows():
+    """``SbsWidget(ep, torch.onnx.export(...))``: the ONNXProgram's own prepared program
+    is used (nothing re-prepared), and the rows are those its ModelProto gives."""
+    import warnings
+
+    from tests.models import MLP
+
+    torch.manual_seed(0)
+    x = (torch.randn(3, 8),)
+    ep = torch.export.export(MLP().eval(), x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(ep, x, dynamo=True, verbose=False)
+    w = SbsWidget(ep, program, x, own_error=True)
+    assert w.wait(120)
+    assert w.session.run.prepared.source == "onnx_program"
+    v = SbsWidget(ep, program.model_proto, x, own_error=True)
+    assert v.wait(120)
+    assert w.summary["verdict"] == v.summary["verdict"] == "pass"
+    assert w.to_frame()[["ep_name", "onnx_name"]].equals(v.to_frame()[["ep_name", "onnx_name"]])
