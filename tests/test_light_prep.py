@@ -152,11 +152,12 @@ def _value(v):
 
 
 def _user_node(node):
-    """The user's node a prepared node comes from (the deepest from_node entry)."""
+    """The user's node a prepared node comes from (the deepest from_node entry; a node
+    without one is the user's node itself, under its own name)."""
     if node.op != "call_function":
         return None  # torch records artifacts of its re-trace on placeholders and outputs
     sources = node.meta.get("from_node") or []
-    name = None
+    name = None if sources else node.name
     while sources:
         name, sources = sources[-1].name, sources[-1].from_node
     return name

@@ -299,7 +299,13 @@ def prepare_light(
             new = graph.create_node(
                 "call_function", target, args, kwargs, name=_candidate_name(graph, target)
             )
-            new.meta = _meta_from(node, node.meta)
+            if new.name == node.name and "from_node" not in node.meta:
+                # the user's node itself, under its own name: the name is its provenance
+                # (provenance.user_node_name), and a record per node would be 7 objects
+                # more for the cyclic collector on every node of a long graph
+                new.meta = dict(node.meta)
+            else:
+                new.meta = _meta_from(node, node.meta)
             arity = _output_arity(node)
             if arity is None:
                 env[node] = new
