@@ -26,7 +26,6 @@ from .provenance import Provenance
 from .runners import ModelContext
 
 _NO_PROVENANCE = Provenance()
-_UNSEEN = object()
 
 
 # op overload -> its name: asked once per record, and a graph calls few distinct ops
@@ -82,7 +81,6 @@ class FxSide:
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in program.graph.nodes}
         self.weights = bound.weights
-        self._size_rules: dict[int, Any] = {}
         self._flat: dict[int, bool] = {}
         out = next(n for n in reversed(program.graph.nodes) if n.op == "output")
         self.graph_outputs = [
@@ -120,9 +118,7 @@ class FxSide:
         torch._C._set_grad_enabled(False)
         try:
             if op == "call_function":
-                rule = self._size_rules.get(idx, _UNSEEN)
-                if rule is _UNSEEN:
-                    rule = self._size_rules[idx] = fx_size_rule(node.target)
+                rule = fx_size_rule(node.target)  # kept per op by fx_limits
                 if rule is not None:
                     # the program is untrusted input too: a huge output is refused
                     check_fx_output_size(rule, args, kwargs, self.device)
