@@ -251,7 +251,7 @@ def bind_inputs(
 
 def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword inputs in the order the program flattens them (its signature's order)."""
-    spec = getattr(getattr(ep, "call_spec", None), "in_spec", None)
+    spec = _in_spec(ep)
     try:
         expected = list(spec.child(1).context)
     except Exception:
@@ -267,6 +267,15 @@ def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> d
             f"keyword input(s) {missing} are missing: the program was exported with {expected}"
         )
     return {k: kwargs[k] for k in expected}
+
+
+def _in_spec(ep: torch.export.ExportedProgram) -> Any:
+    """The program's input tree spec, read where ``ep.call_spec`` reads it: that property
+    defines a new NamedTuple class on every access, garbage only the cyclic collector frees."""
+    calls = getattr(ep, "module_call_graph", None) or ()
+    if not calls or calls[0].fqn != "" or calls[0].signature is None:
+        return None
+    return calls[0].signature.in_spec
 
 
 def _detach(v: Any) -> Any:
