@@ -128,15 +128,20 @@ def _c_order(a: np.ndarray) -> np.ndarray:
 # comparison makes several passes and temporaries.  Large values are compared in slices,
 # so the copies made to compare stay small and the first differing slice ends the check.
 _BITS_SLICE = 1 << 20
+_BITS_PREFIX = 64
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two C-ordered arrays of one dtype hold the same bytes (NaN matching NaN)."""
     if not (a.flags.c_contiguous and b.flags.c_contiguous) or a.dtype.hasobject:
         return False
+    a8, b8 = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+    # once the runtimes round differently, nearly every element differs: the first bytes
+    # tell, before the whole value is copied to be compared
+    if a8[:_BITS_PREFIX].tobytes() != b8[:_BITS_PREFIX].tobytes():
+        return False
     if a.nbytes <= _BITS_SLICE:
         return a.tobytes() == b.tobytes()
-    a8, b8 = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
     return all(
         a8[k : k + _BITS_SLICE].tobytes() == b8[k : k + _BITS_SLICE].tobytes()
         for k in range(0, a8.size, _BITS_SLICE)

@@ -191,3 +191,17 @@ def test_same_bits_reads_every_slice(monkeypatch):
         b[k] = np.nextafter(b[k], np.inf)
         assert not diff._same_bits(a, b)
     assert not diff._same_bits(a[::2], a[::2].copy())  # strided: left to the full path
+
+
+@pytest.mark.parametrize("k", [0, 7, 8, 9, 999])
+def test_same_bits_prefix_only_rejects(k):
+    """The first bytes reject a differing value early; equal first bytes never accept
+    alone: a difference just past them, or at the end, is still found."""
+    from onnx_sbs_nb import diff
+
+    a = np.arange(1000, dtype=np.float64)  # 8 000 bytes: one slice, past the prefix
+    b = a.copy()
+    b[k] = np.nextafter(b[k], np.inf)
+    assert diff._same_bits(a, a.copy())
+    assert not diff._same_bits(a, b)
+    assert diff.compare(a, b).err_abs > 0

@@ -197,6 +197,55 @@ def test_reproduction_of_a_tiny_llama(exporter_prepare):
     assert "aten.bitwise_and.Tensor" in targets and "aten.reshape.default" not in targets
 
 
+class Elementwise(nn.Module):
+    """Ops the exporter lowers as they are: its preparation changes nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        y = torch.sin(x) * self.scale
+        return torch.relu(y) + torch.tanh(x) * 1.5
+
+
+def test_a_program_the_preparation_keeps_runs_as_it_is(exporter_prepare):
+    """Nothing to decompose, promote, rename or remove: the prepared program is the user's
+    own graph, not a copy, and it is the exporter's preparation node for node."""
+    args = (torch.randn(2, 8),)
+    ep = _export(Elementwise(), args)
+    ours = prepare_light(ep, exporter_ops.exporter_ops())
+    assert ours.graph_module is ep.graph_module
+    _same(ours, exporter_prepare(_export(Elementwise(), args)))
+
+
+@pytest.mark.parametrize("change", ["renamed", "promoted", "decomposed", "provenance"])
+def test_a_program_the_preparation_changes_is_copied(change, exporter_prepare):
+    """One node the re-trace would treat differently is enough for the copy: the result
+    is still the exporter's preparation, never the user's graph with a stale name."""
+    args = (torch.randn(2, 8),)
+    model = Elementwise()
+    if change == "promoted":
+        model, args = Promotions(), (torch.randn(3, 4), torch.randint(0, 4, (3, 4)))
+    elif change == "decomposed":
+        model, args = MultiOutput(), (torch.randn(4, 8),)
+
+    def program():
+        ep = _export(model, args)
+        nodes = [n for n in ep.graph.nodes if n.op == "call_function"]
+        if change == "renamed":
+            nodes[0]._rename("my_sin")
+            ep.graph_module.recompile()
+        elif change == "provenance":
+            nodes[1].meta["from_node"] = []
+        return ep
+
+    ep = program()
+    ours = prepare_light(ep, exporter_ops.exporter_ops())
+    assert ours.graph_module is not ep.graph_module
+    _same(ours, exporter_prepare(program()))
+
+
 @pytest.mark.parametrize("name", ["nonzero", "cond", "dynamic"])
 def test_declined_programs(name, exporter_prepare):
     """What the reproduction declines, the exporter's preparation (with the table built

@@ -264,6 +264,10 @@ def prepare_light(
     """The program the exporter would lower, built by walking ``ep`` once."""
     _check_supported(ep)
     fake_mode = _fake_mode(ep)
+    if _kept_as_is(ep, ops, fake_mode):
+        # nothing to decompose, promote, rename or remove: the user's graph is the one the
+        # exporter lowers, and runs as it is (a copy is most of a long graph's set-up)
+        return _with_graph(ep, ep.graph_module)
     decomposed = [n for n in ep.graph.nodes if n.op == "call_function" and ops.decomposes(n.target)]
     expansions = _trace_expansions(decomposed, ops, fake_mode)
     graph = torch.fx.Graph()
@@ -376,27 +380,80 @@ def _insert_type_promotions(gm: torch.fx.GraphModule, fake_mode: Any) -> None:
     read; they are already recorded in ``meta["val"]``, so a node is only run (and its
     meta recorded) when a rule changes one of its arguments, through the pass's own code.
     """
-    from torch.fx import traceback as fx_traceback
     from torch.onnx._internal.fx.passes import type_promotion as tp
 
-    table = _type_promotion_table()
-    interp = tp._TypePromotionInterpreter(gm, table)
+    interp = tp._TypePromotionInterpreter(gm, _type_promotion_table())
     interp.env = _RecordedValues()
-    rules: dict[Any, Any] = {}
+    with _promotion_context(fake_mode):
+        for node, rule in _promoted(list(gm.graph.nodes), interp.env):
+            with interp._set_current_node(node):
+                interp._maybe_promote_node(node, rule)
+
+
+@contextlib.contextmanager
+def _promotion_context(fake_mode: Any) -> Iterator[None]:
+    from torch.fx import traceback as fx_traceback
+
     with (
         fake_mode,
         torch._dispatch.python.enable_python_dispatcher(),
         fx_traceback.preserve_node_meta(),
     ):
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function":
-                continue
-            if node.target not in rules:
-                rules[node.target] = tp.get_type_promotion_rule(node, table)
-            rule = rules[node.target]
-            if rule is not None and _promotes(interp.env, node, rule):
-                with interp._set_current_node(node):
-                    interp._maybe_promote_node(node, rule)
+        yield
+
+
+def _promoted(nodes: list[torch.fx.Node], env: dict) -> Iterator[tuple[torch.fx.Node, Any]]:
+    """The calls whose arguments the exporter's type promotion rules change, and the rule."""
+    from torch.onnx._internal.fx.passes import type_promotion as tp
+
+    table = _type_promotion_table()
+    rules: dict[Any, Any] = {}
+    for node in nodes:
+        if node.op != "call_function":
+            continue
+        if node.target not in rules:
+            rules[node.target] = tp.get_type_promotion_rule(node, table)
+        rule = rules[node.target]
+        if rule is not None and _promotes(env, node, rule):
+            yield node, rule
+
+
+def _kept_as_is(ep: torch.export.ExportedProgram, ops: ExporterOps, fake_mode: Any) -> bool:
+    """Whether the re-trace gives back ``ep``'s graph node for node: no op decomposed,
+    unpacked, promoted or removed, no dead code, and every node named as the re-trace's
+    namespace would name it.  ``prepare_light``'s walk, asked without building a graph."""
+    scratch = torch.fx.Graph()  # its namespace proposes the names, as the walk's does
+    names = scratch._graph_namespace
+    proposals: dict[Any, str | None] = {}  # target -> its name, None: the walk changes it
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            proposed = scratch._target_to_str(node.name)
+        elif node.op == "output":
+            proposed = "output"
+        else:
+            t = node.target
+            if t in proposals:
+                proposed = proposals[t]
+            else:
+                changed = (
+                    t in _NO_OPS
+                    or t in _FUNCTIONAL_FORM
+                    or t is operator.getitem
+                    or ops.decomposes(t)
+                    or str(t) in _ASSERTION_TARGETS
+                )
+                proposed = proposals[t] = None if changed else _candidate_name(scratch, t)
+            if (
+                proposed is None
+                or not node.users
+                or "from_node" in node.meta  # the copy would record another provenance
+                or _output_arity(node) is not None
+            ):
+                return False
+        if names.create_name(proposed, None) != node.name:
+            return False
+    with _promotion_context(fake_mode):
+        return next(_promoted(list(ep.graph.nodes), _RecordedValues()), None) is None
 
 
 class _RecordedValues(dict):
@@ -410,19 +467,27 @@ class _RecordedValues(dict):
 
 
 def _promotes(env: dict, node: torch.fx.Node, rule: Any) -> bool:
-    """Whether the exporter's rule changes an argument of ``node`` (its _maybe_promote_arg)."""
-    signature = _dtype_signature(env, (node.args, node.kwargs))
+    """Whether the exporter's rule changes an argument of ``node`` (its _maybe_promote_arg).
+
+    The answer reads only what the signature holds (the rule, each tensor's dtype, each
+    constant's type), so it is kept per signature: a model asks the same few questions
+    thousands of times."""
+    signature = _args_signature(env, node.args)
+    if signature is not None and node.kwargs:
+        kwargs = _dtype_signature(env, node.kwargs)
+        signature = None if kwargs is None else (*signature, ("kwargs", kwargs))
     key = (id(rule), signature)
-    info = _PREVIEWS.get(key) if signature is not None else None
-    if info is None:
+    verdict = _VERDICTS.get(key) if signature is not None else None
+    if verdict is None:
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         info = rule.preview_type_promotion(args, kwargs)
-        if signature is not None and len(_PREVIEWS) < 100_000:
-            _PREVIEWS[key] = info
-    wanted = [(a, info.args_dtypes.get(i)) for i, a in enumerate(node.args)]
-    wanted += [(a, info.kwargs_dtypes.get(k)) for k, a in node.kwargs.items()]
-    return any(_changes(env, a, d) for a, d in wanted)
+        wanted = [(a, info.args_dtypes.get(i)) for i, a in enumerate(node.args)]
+        wanted += [(a, info.kwargs_dtypes.get(k)) for k, a in node.kwargs.items()]
+        verdict = any(_changes(env, a, d) for a, d in wanted)
+        if signature is not None and len(_VERDICTS) < 100_000:
+            _VERDICTS[key] = verdict
+    return verdict
 
 
 def _changes(env: dict, arg: Any, dtype: Any) -> bool:
@@ -445,10 +510,29 @@ def _changes(env: dict, arg: Any, dtype: Any) -> bool:
     return scalar is not None and scalar != dtype
 
 
-# previews by (rule, what it reads): a model repeats the same few thousand times
-_PREVIEWS: dict[Any, Any] = {}
+# verdicts by (rule, what it reads)
+_VERDICTS: dict[Any, bool] = {}
 _SCALARS = (bool, int, float, complex, type(None))
 _NAMED = (str, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _args_signature(env: dict, args: tuple) -> tuple | None:
+    """``_dtype_signature`` of a node's positional arguments, the common kinds inline."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.fx.Node):
+            v = env[a]
+            if not isinstance(v, torch.Tensor):
+                return None
+            out.append((v.dtype, v.dim() == 0))
+        elif isinstance(a, _SCALARS):
+            out.append(type(a))
+        else:
+            item = _dtype_signature(env, a)
+            if item is None:
+                return None
+            out.append(item)
+    return tuple(out)
 
 
 def _dtype_signature(env: dict, tree: Any) -> Any:
@@ -463,10 +547,10 @@ def _dtype_signature(env: dict, tree: Any) -> Any:
     if isinstance(tree, _NAMED):
         return (type(tree), str(tree))
     if isinstance(tree, list | tuple):
-        items = tuple(_dtype_signature(env, v) for v in tree)
+        items = tuple([_dtype_signature(env, v) for v in tree])
         return None if None in items else (type(tree), items)
     if isinstance(tree, dict):
-        items = tuple((k, _dtype_signature(env, v)) for k, v in tree.items())
+        items = tuple([(k, _dtype_signature(env, v)) for k, v in tree.items()])
         return None if any(v is None for _, v in items) else ("dict", items)
     return None
 
