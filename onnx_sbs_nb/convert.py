@@ -121,7 +121,7 @@ def initializer_value(init: onnx.TensorProto, kind: str, device: Any = None) -> 
 
 
 def device_of(v: Any) -> str:
-    if isinstance(v, torch.Tensor):
+    if isinstance(v, torch.Tensor) and not v.is_cpu:  # is_cpu: no device object made
         return str(v.device)
     return "cpu"
 

@@ -153,6 +153,7 @@ def test_identical_bits_give_the_full_comparisons_answer(case, monkeypatch):
     from onnx_sbs_nb import diff
 
     monkeypatch.setattr(diff, "_BITS_SLICE", 64)  # 16 floats per slice: 7 slices
+    monkeypatch.setattr(diff, "_BITS_PREFIX", 16)  # and a prefix shorter than a slice
     rng = np.random.default_rng(1)
     e = rng.standard_normal((10, 11)).astype(np.float32)
     g = e.copy()
@@ -184,6 +185,7 @@ def test_same_bits_reads_every_slice(monkeypatch):
     from onnx_sbs_nb import diff
 
     monkeypatch.setattr(diff, "_BITS_SLICE", 64)
+    monkeypatch.setattr(diff, "_BITS_PREFIX", 16)
     a = np.arange(1000, dtype=np.float64)
     assert diff._same_bits(a, a.copy())
     for k in (0, 500, 999):
@@ -193,12 +195,13 @@ def test_same_bits_reads_every_slice(monkeypatch):
     assert not diff._same_bits(a[::2], a[::2].copy())  # strided: left to the full path
 
 
-@pytest.mark.parametrize("k", [0, 7, 8, 9, 999])
+@pytest.mark.parametrize("k", [0, 511, 512, 513, 999])
 def test_same_bits_prefix_only_rejects(k):
-    """The first bytes reject a differing value early; equal first bytes never accept
-    alone: a difference just past them, or at the end, is still found."""
+    """The first bytes (512 float64) reject a differing value early; equal first bytes
+    never accept alone: a difference just past them, or at the end, is still found."""
     from onnx_sbs_nb import diff
 
+    assert diff._BITS_PREFIX == 4096
     a = np.arange(1000, dtype=np.float64)  # 8 000 bytes: one slice, past the prefix
     b = a.copy()
     b[k] = np.nextafter(b[k], np.inf)
