@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,3 +91,26 @@ def test_torch_runner_stays_on_cpu_by_default(mlp):
     bad = copy.deepcopy(onx)
     recs = list(run_aligned(ep, bad, (x,), runner="torch"))
     assert recs and all(r.ep_device == "cpu" for r in recs if r.ep_device)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_session_signature_is_the_same_for_numpy_and_torch_values(exact):
+    """A node's session is chosen by its inputs' signature: an array and the same tensor
+    (the two forms a value takes between runners) give one signature, shape-like
+    integers with their exact shape."""
+    from onnx_sbs_nb.align.runners import input_signature
+
+    values = [
+        np.zeros((2, 3), np.float32),
+        np.arange(4, dtype=np.int64),  # shape-like: exact shape
+        np.arange(65, dtype=np.int64),  # too long to be a shape
+        np.zeros((2, 2), np.int64),  # rank 2: not shape-like
+        np.array(3, np.int32),
+        np.zeros(0, np.float64),
+        np.array([True, False]),
+    ]
+    for a in values:
+        sig = input_signature(a, exact)
+        assert sig == input_signature(torch.from_numpy(a), exact), a
+        shape_like = a.ndim <= 1 and a.size <= 64 and a.dtype.kind in "biu"
+        assert len(sig) == (3 if exact or shape_like else 2)

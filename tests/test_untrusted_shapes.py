@@ -128,6 +128,14 @@ _f32 = np.zeros((2, 3), np.float32)
             _node("Mul", 2),
             [torch.zeros(2**20, 1), torch.zeros(1, 2**20)],  # a broadcast gone wrong
         ),
+        (
+            _node("Where", 3),  # a scalar among them does not hide the other broadcast
+            [
+                np.zeros((2**20, 1), bool),
+                np.array(1.0, np.float32),
+                np.zeros((1, 2**20), np.float32),
+            ],
+        ),
         (_node("Gather", 2), [np.zeros((1, 2**20), np.float32), np.zeros(2**20, np.int64)]),
     ],
     ids=lambda v: v.op_type if isinstance(v, onnx.NodeProto) else "",

@@ -327,6 +327,10 @@ def _broadcasting(itemsize: Callable[[Sequence[Any]], int]) -> Callable[..., Est
         if all(v is None or v.shape == first for v in inputs):
             return None  # no broadcasting (most nodes): no larger than an input that exists
         values = [v for v in inputs if v is not None]
+        widest = max(values, key=lambda v: len(v.shape))
+        rank = len(widest.shape)
+        if all(v is widest or (math.prod(v.shape) == 1 and len(v.shape) <= rank) for v in values):
+            return None  # a tensor with scalars (x * 0.5): the tensor's own shape
         shape = broadcast_shape(*(tuple(v.shape) for v in values))
         return (shape, itemsize(values)) if shape is not None else None
 

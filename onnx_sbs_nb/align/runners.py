@@ -129,6 +129,11 @@ def _is_shape_like(v: Any) -> bool:
 def input_signature(v: Any, exact: bool = False) -> tuple | None:
     """What a one-node model declares about an input: element type and rank, and the
     exact shape for shape-like inputs (or every input when ``exact``)."""
+    if type(v) is np.ndarray:  # what onnxruntime nodes are fed, once per call: inline
+        elem = np_to_onnx_dtype(v.dtype)
+        if exact or (v.ndim <= 1 and v.size <= SHAPE_LIKE_ELEMENTS and v.dtype.kind in "biu"):
+            return (elem, v.ndim, tuple(int(d) for d in v.shape))
+        return (elem, v.ndim)
     t = _elem_and_rank(v)
     if t is None or len(t) == 3:
         return t
