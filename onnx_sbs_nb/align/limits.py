@@ -321,13 +321,17 @@ def _gather(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
     return (*data[:axis], *indices, *data[axis + 1 :]), _itemsize(inputs[0])
 
 
+def _rank(v: Any) -> int:
+    return len(v.shape)
+
+
 def _broadcasting(itemsize: Callable[[Sequence[Any]], int]) -> Callable[..., Estimate]:
     def rule(node: onnx.NodeProto, inputs: Sequence[Any]) -> Estimate:
         first = inputs[0].shape
         if all(v is None or v.shape == first for v in inputs):
             return None  # no broadcasting (most nodes): no larger than an input that exists
         values = [v for v in inputs if v is not None]
-        widest = max(values, key=lambda v: len(v.shape))
+        widest = max(values, key=_rank)
         rank = len(widest.shape)
         if all(v is widest or (math.prod(v.shape) == 1 and len(v.shape) <= rank) for v in values):
             return None  # a tensor with scalars (x * 0.5): the tensor's own shape
