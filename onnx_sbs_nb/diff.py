@@ -54,12 +54,14 @@ class Diff:
 
 
 _DTYPE_NAMES: dict = {}
+# tuples, not ``a | b`` unions: a union is a new object at every call, and these are
+# asked several times per comparison
+ARRAY_TYPES = (torch.Tensor, np.ndarray, np.generic)
+_NUMPY_SCALARS = (np.generic, int, float, bool)
 
 
 def value_dtype_name(v) -> str:
-    dtype = (
-        v.dtype if isinstance(v, torch.Tensor | np.ndarray | np.generic) else np.asarray(v).dtype
-    )
+    dtype = v.dtype if isinstance(v, ARRAY_TYPES) else np.asarray(v).dtype
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         name = str(dtype).replace("torch.", "") if isinstance(dtype, torch.dtype) else dtype.name
@@ -73,8 +75,8 @@ _SHAPE_TYPES: dict = {}
 
 def shape_type(v) -> str:
     """'float32[2x3]' for a tensor, the type name otherwise."""
-    if isinstance(v, torch.Tensor | np.ndarray | np.generic):
-        key = (v.dtype, tuple(v.shape))
+    if isinstance(v, ARRAY_TYPES):
+        key = (v.dtype, v.shape)  # a torch.Size is a tuple: one key for both kinds
         text = _SHAPE_TYPES.get(key)
         if text is None:
             shape = "x".join(str(d) for d in v.shape)
@@ -98,14 +100,18 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 
 def _as_numpy(v) -> np.ndarray | None:
-    if isinstance(v, np.ndarray):
+    if type(v) is np.ndarray:
         return v
-    if isinstance(v, np.generic | int | float | bool):
-        return np.asarray(v)
-    if isinstance(v, torch.Tensor) and v.is_cpu and v.dtype not in _NO_NUMPY:
+    if isinstance(v, torch.Tensor):
+        if not v.is_cpu or v.dtype in _NO_NUMPY:
+            return None
         if v.is_conj() or v.is_neg():
             v = v.resolve_conj().resolve_neg()
         return v.detach().numpy() if v.requires_grad else v.numpy()
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, _NUMPY_SCALARS):
+        return np.asarray(v)
     return None
 
 

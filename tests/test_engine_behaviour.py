@@ -472,3 +472,72 @@ def test_a_failing_linear_says_what_torch_computes_on_its_onnx_inputs(mlp):
     # torch's product on the same (corrupted) inputs agrees: the weight, not the kernel
     said = re.search(re.escape(note) + r": err_abs=([0-9.e+-]+)", linear.comment)
     assert said and float(said.group(1)) < 1e-4
+
+
+def test_onnxruntime_node_with_an_empty_optional_input_between_given_ones():
+    """Clip(x, "", hi): the feed names skip the empty input, and the values after it
+    still go to their own names (min is absent, max is given)."""
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+
+    node = helper.make_node("Clip", ["x", "", "hi"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("hi", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    fn = OnnxruntimeRunner().prepare(node, ModelContext.from_model(model))
+    x = np.array([-5.0, 0.5, 2.0, 9.0], dtype=np.float32)
+    for _ in range(2):  # the session built, then reused
+        (y,) = fn([x, None, np.array(1.0, dtype=np.float32)])
+        np.testing.assert_array_equal(y, [-5.0, 0.5, 1.0, 1.0])  # no lower bound
+    lower = helper.make_node("Clip", ["x", "lo"], ["y"])  # the max left out at the end
+    fn = OnnxruntimeRunner().prepare(lower, ModelContext.from_model(model))
+    (y,) = fn([x, np.array(0.0, dtype=np.float32)])
+    np.testing.assert_array_equal(y, [0.0, 0.5, 2.0, 9.0])
+
+
+def test_local_functions_key_sessions_by_their_body():
+    """Two models whose local function has the same name but another body run their own
+    body: the session key holds the function (serialized once per model)."""
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+
+    def model_with(op: str) -> onnx.ModelProto:
+        fn = helper.make_function(
+            "local",
+            "f",
+            ["a"],
+            ["b"],
+            [helper.make_node(op, ["a"], ["b"])],
+            [helper.make_opsetid("", 18)],
+        )
+        node = helper.make_node("f", ["x"], ["y"], domain="local")
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        return helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+            functions=[fn],
+        )
+
+    x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
+    runner = OnnxruntimeRunner()
+    for op, want in (("Neg", [1.0, 0.0, -2.0]), ("Relu", [0.0, 0.0, 2.0])):
+        model = model_with(op)
+        ctx = ModelContext.from_model(model)
+        (y,) = runner.prepare(model.graph.node[0], ctx)([x])
+        np.testing.assert_array_equal(y, want)
+        assert ctx.function_bytes("local", "f") == model.functions[0].SerializeToString()
+        assert ctx.function_bytes("local", "g") is None

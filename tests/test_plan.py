@@ -132,3 +132,33 @@ def test_weights_are_never_all_copied_at_once():
     first_node = kinds.index("node")
     assert max(weights) < first_node, kinds  # every weight before any node
     assert max(live) <= 4, live
+
+
+def test_declared_types_and_shapes_in_one_reading():
+    from onnx import numpy_helper
+
+    from onnx_sbs_nb.align.names import onnx_value_shapes, onnx_value_types
+
+    t = onnx.TensorProto
+    graph = oh.make_graph(
+        [oh.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [oh.make_tensor_value_info("x", t.FLOAT, ["batch", 3])],
+        [oh.make_tensor_value_info("y", t.FLOAT, None)],  # typed, no shape: rank unknown
+        initializer=[numpy_helper.from_array(__import__("numpy").zeros((2, 5), "int64"), "w")],
+        value_info=[
+            oh.make_tensor_value_info("s", t.FLOAT16, []),  # a scalar: rank 0
+            oh.make_tensor_value_info("u", t.UNDEFINED, [4]),  # a shape, no element type
+            oh.make_value_info(
+                "q", oh.make_sequence_type_proto(oh.make_tensor_type_proto(1, None))
+            ),
+        ],
+    )
+    model = oh.make_model(graph)
+    assert onnx_value_types(model) == {
+        "x": (t.FLOAT, 2),
+        "y": (t.FLOAT, None),
+        "s": (t.FLOAT16, 0),
+        "w": (t.INT64, 2),
+    }
+    assert onnx_value_shapes(model) == {"x": (None, 3), "s": (), "u": (4,), "w": (2, 5)}

@@ -178,9 +178,12 @@ def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp):
         records = list(run)
         run.actions.find_node(records[-1])  # the actions do not hold on to the run
         assert run.candidate._fns  # the one-node runners, freed with the run
-        refs = [weakref.ref(o) for o in (run, run.candidate, run.reference, run.plan)]
+        refs = [weakref.ref(o) for o in (run, run.candidate, run.reference)]
+        # the plan (names and step numbers) is kept for the next run of this program
+        kept = weakref.ref(run.plan)
         del run, records
         assert [r() for r in refs] == [None] * len(refs)
+        assert AlignedRun(ep, onx, args, own_error=True).plan is kept()
         # what is left for the collector (torch's own cycles, whose number depends on
         # what ran before in the process) holds nothing of the run: none of our objects,
         # no value, no session
@@ -203,3 +206,98 @@ def _run_owned(o: object) -> str | None:
     if isinstance(o, (torch.Tensor, np.ndarray)):
         return kind.__qualname__
     return None
+
+
+def test_a_trace_shared_by_many_nodes_gives_each_its_source_line():
+    from onnx_sbs_nb.align.provenance import source_line
+
+    def trace(line: int) -> str:
+        return (
+            f'  File "/work/model.py", line {line}, in forward\n    y = self.fc(x)\n'
+            '  File "/site-packages/torch/nn/modules/module.py", line 9, in _call_impl\n'
+            "    return f()\n"
+        )
+
+    assert source_line({"stack_trace": trace(12)}) == "/work/model.py:12 in forward: y = self.fc(x)"
+    # the same text in another string object, and more distinct traces than are kept
+    for line in range(1, 700):
+        text = "".join(list(trace(line)))
+        assert (
+            source_line({"stack_trace": text})
+            == f"/work/model.py:{line} in forward: y = self.fc(x)"
+        )
+    assert source_line({"stack_trace": trace(12)}) == "/work/model.py:12 in forward: y = self.fc(x)"
+    assert source_line({}) is None and source_line({"stack_trace": "no frame"}) is None
+
+
+def _protobuf_objects(obj, seen=None) -> list:
+    """The protobuf messages reachable from ``obj`` through containers and dataclasses."""
+    import dataclasses
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, onnx.ModelProto | onnx.NodeProto | onnx.TensorProto | onnx.GraphProto):
+        return [obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        items = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    elif isinstance(obj, dict):
+        items = [*obj.keys(), *obj.values()]
+    elif isinstance(obj, list | tuple | set | frozenset):
+        items = list(obj)
+    else:
+        return []
+    return [p for item in items for p in _protobuf_objects(item, seen)]
+
+
+def test_a_second_run_reuses_the_tables_keys_and_plan_and_finds_the_same(mlp):
+    ep, onx, args = mlp
+    for own_error in (False, True):
+        first = AlignedRun(ep, onx, args, own_error=own_error)
+        first_records = list(first)
+        second = AlignedRun(ep, onx, args, own_error=own_error)
+        assert second.candidate.tables is first.candidate.tables
+        assert second.reference.graph is first.reference.graph
+        assert second.plan is first.plan
+        second_records = list(second)
+        assert _pairs(first_records) == _pairs(second_records)
+        assert [r.err_abs for r in first_records] == [r.err_abs for r in second_records]
+        assert [r.err_abs2 for r in first_records] == [r.err_abs2 for r in second_records]
+    # each node's session key was kept as the node first ran
+    tables = second.candidate.tables
+    assert all(k is not None for k in tables.node_keys)
+    # own-error runs wait for torch inputs: a plan of their own
+    assert AlignedRun(ep, onx, args).plan is not AlignedRun(ep, onx, args, own_error=True).plan
+    # nothing kept holds a protobuf object (it would keep the model's weights alive)
+    assert _protobuf_objects(tables) == []
+
+
+def test_another_opset_or_local_function_gets_its_own_tables(mlp):
+    ep, _, args = mlp
+    onx = onnx.ModelProto()
+    onx.CopyFrom(mlp[1])
+    before = AlignedRun(ep, onx, args).candidate.tables
+    assert AlignedRun(ep, onx, args).candidate.tables is before
+    onx.ir_version = onx.ir_version - 1  # not read by the digest: read by the sessions
+    lowered = AlignedRun(ep, onx, args).candidate.tables
+    assert lowered is not before
+    onx.functions.add().CopyFrom(onnx.helper.make_function("local", "unused", ["a"], ["b"], [], []))
+    assert AlignedRun(ep, onx, args).candidate.tables is not lowered
+
+
+def test_the_kept_tables_go_with_their_program():
+    """The tables are kept per program, weakly: they hold the program's fx nodes, never
+    the program itself, so dropping the program drops them."""
+    import gc
+    import weakref
+
+    ep, onx, args = mlp_export()
+    run = AlignedRun(ep, onx, args)
+    list(run)
+    prepared = weakref.ref(run.program)
+    assert prepared() in setup_cache._FX_TABLES and prepared() in setup_cache._ONNX_TABLES
+    fx_tables = weakref.ref(setup_cache._FX_TABLES[prepared()])
+    del run, ep
+    gc.collect()
+    assert prepared() is None and fx_tables() is None

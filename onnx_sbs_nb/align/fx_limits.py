@@ -129,9 +129,11 @@ _RULES_BY_TARGET: dict[Any, FxRule | None] = {}
 def fx_size_rule(target: Any) -> FxRule | None:
     """The size rule of an fx call_function target (an aten overload), or None."""
     if isinstance(target, torch._ops.OpOverload):
-        if target not in _RULES_BY_TARGET:
-            _RULES_BY_TARGET[target] = _size_rule(target)
-        return _RULES_BY_TARGET[target]
+        try:  # one lookup: an op overload hashes in Python
+            return _RULES_BY_TARGET[target]
+        except KeyError:
+            rule = _RULES_BY_TARGET[target] = _size_rule(target)
+            return rule
     return _size_rule(target)
 
 

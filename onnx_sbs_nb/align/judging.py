@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 
 from ..convert import to_torch
-from ..diff import Diff, compare
+from ..diff import ARRAY_TYPES, Diff, compare
 from ..dtypes import dtype_name
 from ..records import (
     STATUS_DTYPE_MISMATCH,
@@ -142,11 +143,12 @@ def fill_own_error(rec: Record, d: Diff, own_device: str) -> None:
     rec.passed2 = d.passed
 
 
+_SCALARS = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def comparable(expected: Any, got: Any) -> tuple[Any, Any]:
     """Both sides as array-likes, or (None, None) when they are not comparable tensors."""
-    import numpy as np
-
-    if isinstance(expected, bool | int | float | torch.SymInt | torch.SymFloat | torch.SymBool):
+    if isinstance(expected, _SCALARS):
         try:
             expected = np.asarray(
                 expected if isinstance(expected, bool | int | float) else expected.node.hint
@@ -157,9 +159,7 @@ def comparable(expected: Any, got: Any) -> tuple[Any, Any]:
             n = got.numel() if isinstance(got, torch.Tensor) else got.size
             if n == 1:
                 got = got.reshape(())
-    if not isinstance(expected, torch.Tensor | np.ndarray | np.generic):
-        return None, None
-    if not isinstance(got, torch.Tensor | np.ndarray | np.generic):
+    if not isinstance(expected, ARRAY_TYPES) or not isinstance(got, ARRAY_TYPES):
         return None, None
     return expected, got
 

@@ -88,6 +88,22 @@ class RunValues:
     peak_live: int = 0
 
 
+def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: bool) -> Plan:
+    """The run's plan; kept with the candidate's tables when those and the pairing are
+    kept for a second run of the same program and model (``setup_cache.py``)."""
+    if pairing.cache_key is None:
+        return schedule(reference.graph, candidate.graph, pairing, needs_inputs)
+    key = (pairing.cache_key, needs_inputs)
+    plans = candidate.tables.plans
+    plan = plans.get(key)
+    if plan is None or plan[0] is not reference.graph:
+        plan = plans[key] = (
+            reference.graph,
+            schedule(reference.graph, candidate.graph, pairing, needs_inputs),
+        )
+    return plan[1]
+
+
 class SideBySideRun:
     """One side-by-side run over a reference side and a candidate ONNX model.
 
@@ -111,9 +127,7 @@ class SideBySideRun:
         self.atol, self.rtol = options.atol, options.rtol
         self.reset_all = options.reset == RESET_ALL
         self.reset_names = set(options.reset_names)
-        self.plan: Plan = schedule(
-            reference.graph, candidate.graph, pairing, options.needs_torch_inputs
-        )
+        self.plan: Plan = _plan(reference, candidate, pairing, options.needs_torch_inputs)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -164,17 +178,18 @@ class SideBySideRun:
         self._missing = v.missing
         self._pending, self._probe_inputs = v.pending, v.probe_inputs
         self._step_counter = 0
+        compare_at = self.plan.compare_at
+        stop = self._stop
         try:
             yield from self._unpaired_initializers()
             for s, (side, idx) in enumerate(self.plan.steps):
-                if self._stop.is_set():
+                if stop.is_set():
                     status.stopped = True
                     break
-                if side == REF:
-                    yield from self._reference_step(idx)
-                else:
-                    yield from self._candidate_step(idx)
-                yield from self._comparisons(s)
+                # a step returns its records: a generator per step costs more than the step
+                yield from self._reference_step(idx) if side == REF else self._candidate_step(idx)
+                if s in compare_at:
+                    yield from self._comparisons(s)
                 self._free(s)
                 status.elapsed = time.perf_counter() - t0
             # weights whose consumers were never compared keep their own verdict
@@ -203,7 +218,7 @@ class SideBySideRun:
                     )
                 )
 
-    def _reference_step(self, idx: int) -> Iterator[Record]:
+    def _reference_step(self, idx: int) -> tuple[Record, ...]:
         ref, v, status = self.reference, self._v, self.status
         outputs = ref.graph.outputs[idx]
         t = time.perf_counter()
@@ -225,47 +240,54 @@ class SideBySideRun:
         elapsed = time.perf_counter() - t
         status.done_ep_nodes += 1
         by_fx = self.pairing.by_fx
+        records: tuple[Record, ...] = ()
         for o in outputs:
             v.ref_times[o] = elapsed
             if o and o not in by_fx:
                 value = v.ref.get(o)
                 if ref.reports_unpaired(idx, value, o in v.ref_errors):
-                    yield self._emit(self._reference_only_record(o, value, elapsed, v.ref_errors))
+                    rec = self._reference_only_record(o, value, elapsed, v.ref_errors)
+                    records += (self._emit(rec),)
+        return records
 
-    def _candidate_step(self, idx: int) -> Iterator[Record]:
+    def _candidate_step(self, idx: int) -> tuple[Record, ...]:
         cand, v, status = self.candidate, self._v, self.status
-        node = cand.nodes[idx]
+        outputs = cand.graph.outputs[idx]  # the node's outputs, read once per model
         status.current = cand.node_name(idx)
         t = time.perf_counter()
         try:
             inputs = cand.inputs(idx, v.cand)
         except KeyError as e:
             msg = f"not computed: input {e.args[0]!r} is missing (upstream failure)"
-            for o in node.output:
+            for o in outputs:
                 v.cand_errors[o] = msg
                 v.missing.add(o)
             inputs = None
         if inputs is not None:
             try:
-                for o, value in zip(node.output, cand.call(idx, inputs)):
+                for o, value in zip(outputs, cand.call(idx, inputs)):
                     if o:
                         v.cand[o] = value
             except Exception as e:
+                node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
                 status.errors += 1
-                for o in node.output:
+                for o in outputs:
                     v.cand_errors[o] = msg
                 self._continue_from_reference(node, v.ref, v.cand)
         elapsed = time.perf_counter() - t
-        for o in node.output:
+        for o in outputs:
             v.cand_times[o] = elapsed
         if self.options.own_error or self.reset_all:
             self._run_own_error(idx, v.cand, v.ref, v.own, inputs)
         status.done_onnx_nodes += 1
         by_onnx = self.pairing.by_onnx
-        for o in node.output:
+        records: tuple[Record, ...] = ()
+        for o in outputs:
             if o and o not in by_onnx:
-                yield self._emit(self._candidate_only_record(o, v.cand, elapsed, v.cand_errors))
+                rec = self._candidate_only_record(o, v.cand, elapsed, v.cand_errors)
+                records += (self._emit(rec),)
+        return records
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
@@ -310,20 +332,24 @@ class SideBySideRun:
 
     def _free(self, s: int) -> None:
         """Frees what no later step needs, and keeps the peak count of live values."""
-        ref, cand, v = self.reference, self.candidate, self._v
-        for name in self.plan.free_ref_at.get(s, ()):
-            if v.ref.pop(name, None) is not None and ref.is_weight(name):
-                v.ref_weights_live -= 1
-            if isinstance(ref, OnnxSide):
-                ref.forget(name)
+        ref, cand, v, plan = self.reference, self.candidate, self._v, self.plan
+        if s in plan.free_ref_at:
+            ref_env, onnx_ref = v.ref, isinstance(ref, OnnxSide)
+            for name in plan.free_ref_at[s]:
+                if ref_env.pop(name, None) is not None and ref.is_weight(name):
+                    v.ref_weights_live -= 1
+                if onnx_ref:
+                    ref.forget(name)
         own = v.own
-        for name in self.plan.free_cand_at.get(s, ()):
-            v.cand.pop(name, None)
-            cand.forget(name)
-            if own:
-                own.pop(name, None)
-                own.pop(("ref", name), None)
-                own.pop(("from", name), None)
+        if s in plan.free_cand_at:
+            cand_env = v.cand
+            for name in plan.free_cand_at[s]:
+                cand_env.pop(name, None)
+                cand.forget(name)
+                if own:
+                    own.pop(name, None)
+                    own.pop(("ref", name), None)
+                    own.pop(("from", name), None)
         # activations only: weights are references to the program's own tensors
         live = len(v.cand) + len(v.ref) - v.ref_weights_live + len(own)
         if live > v.peak_live:

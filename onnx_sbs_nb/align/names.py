@@ -74,6 +74,8 @@ class Pairing:
     # tuples: a run shares them with the cached pairing, and the cyclic collector does
     # not track a tuple the way it tracks a list (one per fx value)
     by_fx: dict[str, tuple[Pair, ...]] = field(default_factory=dict)
+    # what a kept pairing is keyed on (setup_cache.py): a plan made from it may be kept too
+    cache_key: Any = field(default=None, compare=False)
 
     def add(self, pair: Pair) -> None:
         self.by_onnx[pair.onnx_name] = pair
@@ -124,31 +126,39 @@ def lowering_of_nodes(
 
 def onnx_value_types(model: onnx.ModelProto) -> dict[str, tuple[int, int | None]]:
     """Declared (elem_type, rank or None) of every typed value in the main graph."""
-    types: dict[str, tuple[int, int | None]] = {}
-    g = model.graph
-    for vi in [*g.input, *g.output, *g.value_info]:
-        tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.elem_type:
-            rank = len(tt.shape.dim) if tt.HasField("shape") else None
-            types[vi.name] = (tt.elem_type, rank)
-    for init in g.initializer:
-        types[init.name] = (init.data_type, len(init.dims))
-    return types
+    return onnx_value_types_and_shapes(model)[0]
 
 
 def onnx_value_shapes(model: onnx.ModelProto) -> dict[str, tuple[int | None, ...]]:
     """Declared shapes of the main graph's values (None for a dimension not known)."""
+    return onnx_value_types_and_shapes(model)[1]
+
+
+def onnx_value_types_and_shapes(
+    model: onnx.ModelProto,
+) -> tuple[dict[str, tuple[int, int | None]], dict[str, tuple[int | None, ...]]]:
+    """:func:`onnx_value_types` and :func:`onnx_value_shapes` in one reading of the
+    graph (each protobuf field read from Python makes an object)."""
+    types: dict[str, tuple[int, int | None]] = {}
     shapes: dict[str, tuple[int | None, ...]] = {}
     g = model.graph
-    for vi in [*g.input, *g.output, *g.value_info]:
-        tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
-            shapes[vi.name] = tuple(
-                d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
-            )
+    for vi in (*g.input, *g.output, *g.value_info):
+        vt = vi.type
+        if not vt.HasField("tensor_type"):
+            continue
+        tt = vt.tensor_type
+        if tt.HasField("shape"):
+            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            shapes[vi.name] = shape
+            if tt.elem_type:
+                types[vi.name] = (tt.elem_type, len(shape))
+        elif tt.elem_type:
+            types[vi.name] = (tt.elem_type, None)
     for init in g.initializer:
-        shapes[init.name] = tuple(int(d) for d in init.dims)
-    return shapes
+        dims = tuple(int(d) for d in init.dims)
+        types[init.name] = (init.data_type, len(dims))
+        shapes[init.name] = dims
+    return types, shapes
 
 
 def fx_value_shape(node: torch.fx.Node) -> tuple[int | None, ...] | None:
@@ -287,6 +297,18 @@ def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int
 
 
 def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+    # only the lowerings of multi-output fx nodes matter: most programs have few or none,
+    # and the walk below reads every ONNX node
+    sources = {
+        u.args[0].name
+        for u in fx_nodes.values()
+        if u.op == "call_function"
+        and "getitem" in str(u.target)
+        and u.args
+        and isinstance(u.args[0], torch.fx.Node)
+    }
+    if not sources.intersection(fx_of):
+        return
     nodes = list(g.node)
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
     lowering = lowering_of_nodes(nodes, producer, fx_of)
@@ -360,8 +382,7 @@ def pair_values(
     """
     g = model.graph
     fx_nodes = {n.name: n for n in graph.nodes}
-    onnx_types = onnx_value_types(model)
-    onnx_shapes = onnx_value_shapes(model)
+    onnx_types, onnx_shapes = onnx_value_types_and_shapes(model)
     initializers = {i.name: i for i in g.initializer}
     produced: dict[str, int] = {}
     for i, node in enumerate(g.node):

@@ -97,10 +97,11 @@ def schedule(
     ref_producer = {o: i for i, outs in enumerate(ref.outputs) for o in outs if o}
     plan = Plan([], ref_producer=ref_producer)
     steps = plan.steps
-
-    def partner_index(name: str) -> int:
-        p = pairing.by_onnx.get(name)
-        return ref_producer.get(p.fx_name, -1) if p is not None else -1
+    by_onnx = pairing.by_onnx
+    # candidate value -> index of the reference node making its partner (-1: none)
+    partner = {}
+    for name, p in by_onnx.items():
+        partner[name] = ref_producer.get(p.fx_name, -1)
 
     # leading reference nodes first: weights and inputs are compared before any node runs
     ref_pos = 0
@@ -109,10 +110,11 @@ def schedule(
         ref_pos += 1
     last_needed_ref = -1
     for k in range(n_cand):
-        need = max((partner_index(o) for o in cand.outputs[k] if o), default=-1)
+        need = max([partner.get(o, -1) for o in cand.outputs[k] if o], default=-1)
         if needs_reference_inputs:
-            need = max([need, *(partner_index(i) for i in cand.inputs[k] if i)])
-        last_needed_ref = max(last_needed_ref, need)
+            need = max([need, *(partner.get(i, -1) for i in cand.inputs[k] if i)])
+        if need > last_needed_ref:
+            last_needed_ref = need
         while ref_pos <= need:
             steps.append((REF, ref_pos))
             ref_pos += 1
@@ -127,52 +129,58 @@ def schedule(
         steps.append((REF, ref_pos))
         ref_pos += 1
 
-    for s, (side, idx) in enumerate(steps):
-        if side == REF:
-            for o in ref.outputs[idx]:
-                if o:
-                    plan.ref_step[o] = s
-        else:
-            for o in cand.outputs[idx]:
-                if o:
-                    plan.cand_step[o] = s
-                    plan.cand_producer[o] = idx
-    for name in ref.available:
-        plan.ref_step.setdefault(name, -1)
-    for name in cand.available:
-        plan.cand_step.setdefault(name, -1)
-
+    # One walk: where each value appears, and the last step reading it (steps only grow,
+    # so the last assignment is the latest use).
+    ref_step, cand_step, cand_producer = plan.ref_step, plan.cand_step, plan.cand_producer
     last_ref: dict[str, int] = {}
     last_cand: dict[str, int] = {}
+    ref_inputs, ref_outputs = ref.inputs, ref.outputs
+    cand_inputs, cand_outputs = cand.inputs, cand.outputs
+    for s, (side, idx) in enumerate(steps):
+        if side == REF:
+            for o in ref_outputs[idx]:
+                if o:
+                    ref_step[o] = s
+            for name in ref_inputs[idx]:
+                if name:
+                    last_ref[name] = s
+        else:
+            for o in cand_outputs[idx]:
+                if o:
+                    cand_step[o] = s
+                    cand_producer[o] = idx
+            for name in cand_inputs[idx]:
+                if not name:
+                    continue
+                last_cand[name] = s
+                if needs_reference_inputs:
+                    p = by_onnx.get(name)
+                    if p is not None:
+                        last_ref[p.fx_name] = s
+    for name in ref.available:
+        ref_step.setdefault(name, -1)
+    for name in cand.available:
+        cand_step.setdefault(name, -1)
+
     compare_at: dict[int, list[str]] = {}
     free_ref_at: dict[int, list[str]] = {}
     free_cand_at: dict[int, list[str]] = {}
-    for name, pair in pairing.by_onnx.items():
-        if name not in plan.cand_step or pair.fx_name not in plan.ref_step:
+    for name, pair in by_onnx.items():
+        if name not in cand_step or pair.fx_name not in ref_step:
             continue
-        s = max(plan.cand_step[name], plan.ref_step[pair.fx_name], 0)
+        s = max(cand_step[name], ref_step[pair.fx_name], 0)
         compare_at.setdefault(s, []).append(name)
-        last_ref[pair.fx_name] = max(last_ref.get(pair.fx_name, -1), s)
-        last_cand[name] = max(last_cand.get(name, -1), s)
-    for s, (side, idx) in enumerate(steps):
-        if side == REF:
-            for name in ref.inputs[idx]:
-                if name:
-                    last_ref[name] = max(last_ref.get(name, -1), s)
-        else:
-            for name in cand.inputs[idx]:
-                if not name:
-                    continue
-                last_cand[name] = max(last_cand.get(name, -1), s)
-                if needs_reference_inputs:
-                    p = pairing.by_onnx.get(name)
-                    if p is not None:
-                        last_ref[p.fx_name] = max(last_ref.get(p.fx_name, -1), s)
+        if last_ref.get(pair.fx_name, -1) < s:
+            last_ref[pair.fx_name] = s
+        if last_cand.get(name, -1) < s:
+            last_cand[name] = s
     # values never used are freed right after they appear
-    for name, s in plan.ref_step.items():
-        last_ref.setdefault(name, max(s, 0))
-    for name, s in plan.cand_step.items():
-        last_cand.setdefault(name, max(s, 0))
+    for name, s in ref_step.items():
+        if name not in last_ref:
+            last_ref[name] = max(s, 0)
+    for name, s in cand_step.items():
+        if name not in last_cand:
+            last_cand[name] = max(s, 0)
     keep_ref = keep_ref or set()
     keep_cand = keep_cand or set()
     for name, s in last_ref.items():

@@ -62,11 +62,28 @@ def module_path(meta: dict[str, Any]) -> str | None:
     return str(path) or None
 
 
+# stack trace -> its source line: the nodes of one line of code (a layer's code, run for
+# every layer) share their trace, which is parsed once
+_SOURCE_LINES: dict[str, str | None] = {}
+
+
 def source_line(meta: dict[str, Any]) -> str | None:
     """The innermost frame of the stack trace outside torch: ``file.py:12 in f: code``."""
     trace = meta.get("stack_trace")
     if not trace:
         return None
+    try:
+        return _SOURCE_LINES[trace]
+    except KeyError:
+        pass
+    text = _parse_source_line(trace)
+    if len(_SOURCE_LINES) >= 512:  # traces are kilobytes each
+        _SOURCE_LINES.clear()
+    _SOURCE_LINES[trace] = text
+    return text
+
+
+def _parse_source_line(trace: str) -> str | None:
     lines = trace.rstrip().splitlines()
     frames: list[tuple[str, str, str, str]] = []
     for i, text in enumerate(lines):

@@ -38,7 +38,12 @@ from .program import (
     prepare_program,
 )
 from .runners import make_runner
-from .setup_cache import cached_pairing, cached_provenance
+from .setup_cache import (
+    cached_fx_tables,
+    cached_onnx_tables,
+    cached_pairing,
+    cached_provenance,
+)
 from .sides import FxSide, OnnxSide
 
 
@@ -91,8 +96,10 @@ class AlignedRun(SideBySideRun):
         bound = bind_inputs(program, self.args, self.kwargs)
         check_input_shapes(program, bound.values, bound.user_inputs)
         provenance = cached_provenance(program, self.ep, bound.weights)
-        reference = FxSide(program, bound, provenance, device)
-        candidate = OnnxSide(model, runner, device)
+        reference = FxSide(program, bound, provenance, device, cached_fx_tables(program))
+        # an optimized model is made anew per run: its tables are not kept
+        tables = cached_onnx_tables(program, model, digest) if model is exported else None
+        candidate = OnnxSide(model, runner, device, tables=tables)
         trusted, trust_note = _trusted_fx_nodes(self.prepared, exported)
         pairing = cached_pairing(
             program,

@@ -37,6 +37,7 @@ class ModelContext:
     ir_version: int = 10
     device: str = "cpu"
     _free: dict[int, list[str]] = field(default_factory=dict)
+    _function_bytes: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
     @classmethod
     def from_model(cls, model: onnx.ModelProto, device: str = "cpu") -> ModelContext:
@@ -46,6 +47,17 @@ class ModelContext:
             ir_version=max(model.ir_version, 8),
             device=device,
         )
+
+    def function_bytes(self, domain: str, name: str) -> bytes | None:
+        """The serialized local function ``domain.name``, None when the model has none
+        (a session key: nodes calling it are keyed on its body, serialized once)."""
+        key = (domain, name)
+        if key not in self.functions:
+            return None
+        data = self._function_bytes.get(key)
+        if data is None:
+            data = self._function_bytes[key] = self.functions[key].SerializeToString()
+        return data
 
     def free_variables(self, node: onnx.NodeProto) -> list[str]:
         """Outer-scope names read by the node's subgraphs, in a stable order."""
@@ -211,6 +223,34 @@ class _Fallback:
         return [to_numpy(v) for v in outs]
 
 
+def node_session_key(node: onnx.NodeProto, ctx: ModelContext) -> tuple[tuple, bool]:
+    """(what a one-node session of ``node`` is keyed on besides its inputs, whether the
+    session renames its values): bytes and strings only, so a caller may keep it for a
+    second run without keeping the model."""
+    # protobuf fields are read once each: every read from Python makes an object
+    attributes = node.attribute
+    if attributes:
+        # Nodes with subgraphs keep their names: the subgraphs refer to outer names.
+        rename = not any(_subgraphs(a) for a in attributes)
+        attrs = b"".join([a.SerializeToString() for a in attributes])
+    else:
+        rename, attrs = True, b""
+    domain, op_type = node.domain, node.op_type
+    static_key: tuple = (
+        domain,
+        op_type,
+        ctx.opsets.get(domain or "", ctx.opsets.get("ai.onnx")),
+        attrs,
+        len(node.output),
+        tuple(map(bool, node.input)),
+        # a local function with the same name may differ from model to model
+        ctx.function_bytes(domain, op_type),
+    )
+    if not rename:
+        static_key = (*static_key, node.SerializeToString())
+    return static_key, rename
+
+
 def _unsupported_dtype(inputs: Sequence[Any]) -> str | None:
     for v in inputs:
         name = getattr(getattr(v, "dtype", None), "name", "")
@@ -230,7 +270,7 @@ LARGE_NODE_ELEMENTS = 1 << 18
 def _is_large(inputs: Sequence[Any]) -> bool:
     """Whether a node is worth a multi-threaded session (any input of 256K+ elements)."""
     for v in inputs:
-        if getattr(v, "size", 0) >= LARGE_NODE_ELEMENTS if isinstance(v, np.ndarray) else False:
+        if isinstance(v, np.ndarray) and v.size >= LARGE_NODE_ELEMENTS:
             return True
     return False
 
@@ -260,24 +300,9 @@ class _CachedRunner:
     def _run(self, sess: Any, feeds: dict[str, Any]) -> list[Any]:  # pragma: no cover
         raise NotImplementedError
 
-    def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
-        has_subgraph = any(_subgraphs(a) for a in node.attribute)
-        # Nodes with subgraphs keep their names: the subgraphs refer to outer names.
-        rename = not has_subgraph
-        attrs = b"".join(a.SerializeToString() for a in node.attribute)
-        function = ctx.functions.get((node.domain, node.op_type))
-        static_key = (
-            node.domain,
-            node.op_type,
-            ctx.opsets.get(node.domain or "", ctx.opsets.get("ai.onnx")),
-            attrs,
-            len(node.output),
-            tuple(bool(i) for i in node.input),
-            # a local function with the same name may differ from model to model
-            function.SerializeToString() if function is not None else None,
-        )
-        if not rename:
-            static_key = (*static_key, node.SerializeToString())
+    def prepare(self, node: onnx.NodeProto, ctx: ModelContext, key: tuple | None = None) -> NodeFn:
+        """``key``: the node's :func:`node_session_key`, when the caller keeps it."""
+        static_key, rename = key if key is not None else node_session_key(node, ctx)
         return _PreparedNode(self, node, ctx, static_key, rename)
 
     def _entry(
@@ -349,7 +374,7 @@ class _PreparedNode:
         cache = runner._cache
         large = _is_large(inputs)
         exact = self.exact_key in cache
-        key = (static_key, large, exact, tuple(input_signature(v, exact) for v in inputs))
+        key = (static_key, large, exact, tuple([input_signature(v, exact) for v in inputs]))
         entry = cache.get(key)
         if entry is None:
             entry = runner._entry(self.node, self.ctx, inputs, self.rename, large, exact)
@@ -365,8 +390,9 @@ class _PreparedNode:
             self.fallback_reason = note
         if isinstance(sess, _Fallback):
             return sess(inputs)
-        feeds = {n: v for n, v in zip(names, (v for v in inputs if v is not None))}
-        return runner._run(sess, feeds)
+        if len(names) == len(inputs):  # no optional input left empty
+            return runner._run(sess, dict(zip(names, inputs)))
+        return runner._run(sess, dict(zip(names, [v for v in inputs if v is not None])))
 
 
 class OnnxruntimeRunner(_CachedRunner):

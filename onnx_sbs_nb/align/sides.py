@@ -10,6 +10,7 @@ program with its export, one model on two runtimes, or two models of one program
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -23,9 +24,11 @@ from .names import fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
 from .program import ProgramInputs
 from .provenance import Provenance
-from .runners import ModelContext
+from .runners import ModelContext, _CachedRunner, node_session_key
 
 _NO_PROVENANCE = Provenance()
+_NODE = torch.fx.Node
+_NESTED = (list, tuple, dict)
 
 
 # op overload -> its name: asked once per record, and a graph calls few distinct ops
@@ -59,6 +62,35 @@ def onnx_node_name(node: onnx.NodeProto, k: int) -> str:
     return node.name or f"{node.op_type}_{k}"
 
 
+@dataclass
+class FxTables:
+    """What an :class:`FxSide` derives from its program's graph (kept per program by
+    ``setup_cache.py``: a program's graph does not change)."""
+
+    nodes: list[torch.fx.Node]
+    graph: SideGraph
+    index: dict[str, int]
+    by_name: dict[str, torch.fx.Node]
+    graph_outputs: list[str]
+
+    @classmethod
+    def of(cls, program: torch.export.ExportedProgram) -> FxTables:
+        g = program.graph
+        nodes = [n for n in g.nodes if n.op != "output"]
+        out = next(n for n in reversed(g.nodes) if n.op == "output")
+        return cls(
+            nodes,
+            SideGraph.of_fx(g),
+            {n.name: i for i, n in enumerate(nodes)},
+            {n.name: n for n in g.nodes},
+            [
+                a.name
+                for a in torch.utils._pytree.tree_leaves(out.args)
+                if isinstance(a, torch.fx.Node)
+            ],
+        )
+
+
 class FxSide:
     """The torch program the exporter lowered, run one fx node at a time."""
 
@@ -70,24 +102,20 @@ class FxSide:
         bound: ProgramInputs,
         provenance: dict[str, Provenance],
         device: str,
+        tables: FxTables | None = None,
     ) -> None:
         self.program = program
         self.graph_module = program.graph_module
         self.bound = bound
         self.provenance = provenance
         self.device = device
-        self.nodes = [n for n in program.graph.nodes if n.op != "output"]
-        self.graph = SideGraph.of_fx(program.graph)
-        self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        self.by_name = {n.name: n for n in program.graph.nodes}
+        tables = tables or FxTables.of(program)
+        self.nodes = tables.nodes
+        self.graph = tables.graph
+        self.index = tables.index
+        self.by_name = tables.by_name
         self.weights = bound.weights
-        self._flat: dict[int, bool] = {}
-        out = next(n for n in reversed(program.graph.nodes) if n.op == "output")
-        self.graph_outputs = [
-            a.name
-            for a in torch.utils._pytree.tree_leaves(out.args)
-            if isinstance(a, torch.fx.Node)
-        ]
+        self.graph_outputs = tables.graph_outputs
 
     def leaf_value(self, name: str) -> Any:
         """The value of a placeholder (input or weight), on the run's device."""
@@ -137,21 +165,31 @@ class FxSide:
     ) -> tuple[Any, dict[str, Any]]:
         """``node``'s arguments with its input nodes replaced by their values (KeyError:
         one is missing).  Most nodes take their inputs as plain arguments: those are read
-        directly, without walking nested structures (nor making closures, which the
+        in one walk, without walking nested structures (nor making closures, which the
         garbage collector would walk again on a large graph)."""
-        flat = self._flat.get(idx)
-        if flat is None:
-            flat = self._flat[idx] = not any(
-                isinstance(a, list | tuple | dict) for a in (*node.args, *node.kwargs.values())
-            )
-        if flat:
-            args = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args]
-            kwargs = {
-                k: env[a.name] if isinstance(a, torch.fx.Node) else a
-                for k, a in node.kwargs.items()
-            }
-            return args, kwargs
+        args = []
+        for a in node.args:
+            if isinstance(a, _NODE):
+                args.append(env[a.name])
+            elif isinstance(a, _NESTED):
+                return self._nested_arguments(node, env)
+            else:
+                args.append(a)
+        kwargs = node.kwargs
+        if not kwargs:
+            return args, {}
+        values = {}
+        for k, a in kwargs.items():
+            if isinstance(a, _NODE):
+                values[k] = env[a.name]
+            elif isinstance(a, _NESTED):
+                return self._nested_arguments(node, env)
+            else:
+                values[k] = a
+        return args, values
 
+    @staticmethod
+    def _nested_arguments(node: torch.fx.Node, env: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         def load(a: torch.fx.Node) -> Any:
             return env[a.name]
 
@@ -195,8 +233,46 @@ class FxSide:
         }
 
 
+@dataclass
+class OnnxTables:
+    """What an :class:`OnnxSide` derives from its model's structure: names and keys, no
+    protobuf object, so a second run of the same program and model may keep them
+    (``setup_cache.py``) without keeping the model, weights included, alive."""
+
+    graph: SideGraph
+    graph_inputs: list[str]
+    graph_outputs: list[str]
+    producer: dict[str, int]
+    lowering: list[str | None]
+    # per node: its session key (runners.node_session_key), filled as the node first runs
+    node_keys: list[Any]
+    # plans of runs over these tables, by (pairing key, whether nodes wait for torch inputs)
+    plans: dict[Any, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, model: onnx.ModelProto, ctx: ModelContext, nodes: list[onnx.NodeProto] | None = None
+    ) -> OnnxTables:
+        g = model.graph
+        graph = SideGraph.of_onnx(model, ctx.free_variables)
+        initializers = {i.name for i in g.initializer}
+        producer = {o: k for k, outs in enumerate(graph.outputs) for o in outs if o}
+        return cls(
+            graph,
+            [i.name for i in g.input if i.name not in initializers],
+            [o.name for o in g.output],
+            producer,
+            lowering_of_nodes(nodes if nodes is not None else list(g.node), producer),
+            [None] * len(graph.outputs),
+        )
+
+
 class OnnxSide:
-    """An ONNX model run one node at a time by a node runner."""
+    """An ONNX model run one node at a time by a node runner.
+
+    ``tables``: its :class:`OnnxTables`, when kept from an earlier run of this model's
+    structure (their opsets and local functions included).
+    """
 
     def __init__(
         self,
@@ -204,6 +280,7 @@ class OnnxSide:
         runner: Any,
         device: str,
         feeds: dict[str, Any] | None = None,
+        tables: OnnxTables | None = None,
     ) -> None:
         self.model = model
         self.runner = runner
@@ -211,12 +288,15 @@ class OnnxSide:
         self.ctx = ModelContext.from_model(model, device)
         g = model.graph
         self.nodes = list(g.node)
-        self.graph = SideGraph.of_onnx(model, self.ctx.free_variables)
+        self.tables = tables = tables or OnnxTables.of(model, self.ctx, self.nodes)
+        self.graph = tables.graph
         self.initializers = {i.name: i for i in g.initializer}
-        self.graph_inputs = [i.name for i in g.input if i.name not in self.initializers]
-        self.graph_outputs = [o.name for o in g.output]
-        self.producer = {o: k for k, n in enumerate(self.nodes) for o in n.output if o}
-        self.lowering = lowering_of_nodes(self.nodes, self.producer)
+        self.graph_inputs = tables.graph_inputs
+        self.graph_outputs = tables.graph_outputs
+        self.producer = tables.producer
+        self.lowering = tables.lowering
+        # sessions keyed by kept keys: only where the runner's own prepare is not replaced
+        self._keyed = getattr(type(runner), "prepare", None) is _CachedRunner.prepare
         # the values of the graph inputs, in any form (converted for the runner when used)
         self.feeds: dict[str, Any] = dict(feeds or {})
         self.notes: dict[str, str] = {}  # value -> how its node was run, if unusual
@@ -260,7 +340,15 @@ class OnnxSide:
     def fn(self, idx: int) -> Any:
         fn = self._fns.get(idx)
         if fn is None:
-            fn = self.runner.prepare(self.nodes[idx], self.ctx)
+            node = self.nodes[idx]
+            if self._keyed:
+                keys = self.tables.node_keys
+                key = keys[idx]
+                if key is None:
+                    key = keys[idx] = node_session_key(node, self.ctx)
+                fn = self.runner.prepare(node, self.ctx, key)
+            else:
+                fn = self.runner.prepare(node, self.ctx)
             self._fns[idx] = fn
         return fn
 
@@ -340,4 +428,4 @@ class OnnxSide:
         }
 
 
-__all__ = ["FxSide", "OnnxSide", "fx_target_name", "onnx_node_name"]
+__all__ = ["FxSide", "FxTables", "OnnxSide", "OnnxTables", "fx_target_name", "onnx_node_name"]
