@@ -541,3 +541,38 @@ def test_local_functions_key_sessions_by_their_body():
         np.testing.assert_array_equal(y, want)
         assert ctx.function_bytes("local", "f") == model.functions[0].SerializeToString()
         assert ctx.function_bytes("local", "g") is None
+
+
+def test_free_variables_of_nodes_read_through_passing_wrappers():
+    """Protobuf hands out a new wrapper object at each read of a node; an answer kept
+    by the wrapper's id must not be handed to the next node's wrapper at that id."""
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.runners import ModelContext
+
+    def branch(outer: str, name: str):
+        return helper.make_graph(
+            [helper.make_node("Identity", [outer], [name])],
+            name,
+            [],
+            [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
+        )
+
+    nodes = [
+        helper.make_node(
+            "If",
+            ["c"],
+            [f"y{k}"],
+            then_branch=branch(f"a{k}", f"t{k}"),
+            else_branch=branch(f"b{k}", f"e{k}"),
+        )
+        for k in range(40)
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])], []
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    ctx = ModelContext.from_model(model)
+    for _ in range(2):
+        got = [list(ctx.free_variables(n)) for n in model.graph.node]  # no wrapper kept
+        assert got == [[f"b{k}", f"a{k}"] for k in range(40)]  # attributes by name

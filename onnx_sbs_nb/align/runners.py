@@ -36,7 +36,9 @@ class ModelContext:
     functions: dict[tuple[str, str], onnx.FunctionProto] = field(default_factory=dict)
     ir_version: int = 10
     device: str = "cpu"
-    _free: dict[int, list[str]] = field(default_factory=dict)
+    # id(node) -> (node, its free variables): the node is held, so its id is not reused
+    # by another message while the entry lives (protobuf wrappers come and go)
+    _free: dict[int, tuple[onnx.NodeProto, Sequence[str]]] = field(default_factory=dict)
     _function_bytes: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
     @classmethod
@@ -61,10 +63,10 @@ class ModelContext:
 
     def free_variables(self, node: onnx.NodeProto) -> list[str]:
         """Outer-scope names read by the node's subgraphs, in a stable order."""
-        key = id(node)
-        if key not in self._free:
-            self._free[key] = _free_variables(node)
-        return self._free[key]
+        entry = self._free.get(id(node))
+        if entry is None or entry[0] is not node:
+            entry = self._free[id(node)] = (node, _free_variables(node))
+        return entry[1]
 
 
 def _free_variables(node: onnx.NodeProto) -> Sequence[str]:
