@@ -150,3 +150,19 @@ def test_gpu_check_script_runs_every_cuda_test():
     cuda_modules = {line.split("::")[0] for line in out.splitlines() if "::" in line}
     assert len(cuda_modules) >= 5, out[-2000:]
     assert cuda_modules <= listed, f"not in scripts/gpu_check.sh: {cuda_modules - listed}"
+
+
+def test_bench_instructions_child_runs_its_counted_runs(tiny_files, tmp_path):
+    """The child that callgrind counts, run here without valgrind: the parent's signals
+    are already there, so it runs straight through, warm and cold."""
+    from benchmarks import bench_instructions
+
+    flag = tmp_path / "run.flag"
+    for what in ("go", "end"):
+        flag.with_suffix("." + what).touch()
+    for mode in bench_instructions.MODES:
+        flag.with_suffix(".done").unlink(missing_ok=True)
+        bench_instructions.child(mode, tiny_files.folder, 1, flag)
+        assert flag.with_suffix(".ready").exists() and flag.with_suffix(".done").exists()
+    with pytest.raises(SystemExit):
+        bench_instructions.main(["--models", "no-such-model"])

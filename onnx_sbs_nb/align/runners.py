@@ -227,8 +227,8 @@ class _Fallback:
 
 def node_session_key(node: onnx.NodeProto, ctx: ModelContext) -> tuple[tuple, bool]:
     """(what a one-node session of ``node`` is keyed on besides its inputs, whether the
-    session renames its values): bytes and strings only, so a caller may keep it for a
-    second run without keeping the model."""
+    session renames its values): bytes, strings and numbers only, so a caller may keep
+    it for a second run without keeping the model."""
     # protobuf fields are read once each: every read from Python makes an object
     attributes = node.attribute
     if attributes:
