@@ -296,16 +296,18 @@ def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int
     return None if perm == tuple(range(len(src))) else perm
 
 
+def _is_getitem(node: torch.fx.Node) -> bool:
+    """Whether ``node`` takes one output of a multi-output fx node."""
+    return node.op == "call_function" and "getitem" in str(node.target)
+
+
 def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
     # only the lowerings of multi-output fx nodes matter: most programs have few or none,
     # and the walk below reads every ONNX node
     sources = {
         u.args[0].name
         for u in fx_nodes.values()
-        if u.op == "call_function"
-        and "getitem" in str(u.target)
-        and u.args
-        and isinstance(u.args[0], torch.fx.Node)
+        if _is_getitem(u) and u.args and isinstance(u.args[0], torch.fx.Node)
     }
     if not sources.intersection(fx_of):
         return
@@ -335,10 +337,7 @@ def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pai
         getitems = [
             u
             for u in source.users
-            if u.op == "call_function"
-            and "getitem" in str(u.target)
-            and u.name not in pairing.by_fx
-            and fx_value_type(u) is not None
+            if _is_getitem(u) and u.name not in pairing.by_fx and fx_value_type(u) is not None
         ]
         for u in getitems:
             ftype, fshape = fx_value_type(u), fx_value_shape(u)
