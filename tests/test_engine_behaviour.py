@@ -24,6 +24,7 @@ from onnx_sbs_nb.records import (
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
 )
+from onnx_sbs_nb.summary import summarize
 
 from .models import MLP, Chain, export, mlp_export
 
@@ -576,3 +577,37 @@ def test_free_variables_of_nodes_read_through_passing_wrappers():
     for _ in range(2):
         got = [list(ctx.free_variables(n)) for n in model.graph.node]  # no wrapper kept
         assert got == [[f"b{k}", f"a{k}"] for k in range(40)]  # attributes by name
+
+
+class _GatedChunks(torch.nn.Module):
+    """A GLU-style gate: one projection chunked into two equal parts (same shape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 6)
+
+    def forward(self, x):
+        a, b, c = self.proj(x).chunk(3, dim=-1)
+        return torch.sigmoid(a) * torch.tanh(b) + c
+
+
+def test_equal_parts_of_a_split_pair_by_their_place_and_a_swap_is_caught():
+    """The optimizer's Split has no metadata and its parts all have one shape: each
+    getitem pairs with the Split output at its index.  An export whose consumers read the
+    parts exchanged is caught at the first consumer, the parts themselves being right."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    ep, onx = export(_GatedChunks(), (x,))
+    (split,) = [n for n in onx.graph.node if n.op_type == "Split"]
+    records = list(AlignedRun(ep, onx, (x,), runner="onnxruntime"))
+    parts = {r.ep_name: r for r in records if r.ep_target == "getitem"}
+    assert [parts[k].onnx_name for k in ("getitem", "getitem_1", "getitem_2")] == list(split.output)
+    assert all(r.status == STATUS_OK for r in parts.values())
+    swapped = copy.deepcopy(onx)
+    (node,) = [n for n in swapped.graph.node if n.op_type == "Split"]
+    first, second = node.output[0], node.output[1]
+    node.output[0], node.output[1] = second, first  # a and b exchanged
+    records = list(AlignedRun(ep, swapped, (x,), runner="onnxruntime", own_error=True))
+    bad = {r.ep_name for r in records if r.failed}
+    assert {"sigmoid", "tanh"} <= bad and not bad & set(parts), bad
+    assert summarize(records).first_own_failure.ep_name == "sigmoid"

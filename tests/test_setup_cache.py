@@ -110,6 +110,40 @@ def test_structure_digest_reads_structure_not_weight_values(mlp):
     assert setup_cache.structure_digest(onx) != annotated
 
 
+def test_a_constant_edited_in_place_is_run_again_not_from_the_kept_session():
+    """A Constant node's tensor (and a subgraph) is part of the structure: the one-node
+    session keys kept for the model's digest must not hand out the old value."""
+
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("c", torch.arange(6.0).reshape(2, 3))
+
+        def forward(self, x):
+            return (x + self.c).sin()
+
+    x = torch.randn(2, 3)
+    ep, onx = export(WithBuffer(), (x,))
+    g = onx.graph
+    (init,) = g.initializer
+    value = onnx.numpy_helper.to_array(init)
+    g.node.insert(
+        0,
+        onnx.helper.make_node(
+            "Constant", [], [init.name], value=onnx.numpy_helper.from_array(value, init.name)
+        ),
+    )
+    del g.initializer[:]
+    digest = setup_cache.structure_digest(onx)
+    first = {r.onnx_name: r.status for r in AlignedRun(ep, onx, (x,))}
+    assert first["add"] == first["sin"] == "ok"
+    tensor = g.node[0].attribute[0].t
+    tensor.CopyFrom(onnx.numpy_helper.from_array(value * 2, tensor.name))
+    assert setup_cache.structure_digest(onx) != digest
+    second = {r.onnx_name: r.status for r in AlignedRun(ep, onx, (x,))}
+    assert second["add"] == second["sin"] == "fail"
+
+
 def test_torch_side_records_no_autograd_and_reads_nested_arguments():
     class Nested(MLP):
         def forward(self, x):
@@ -159,6 +193,41 @@ def test_transposed_weight_against_its_contiguous_twin():
     assert d.err_abs == pytest.approx(0.5, abs=1e-6) and d.err_h01 == 1 and not d.passed
     strided = diff.compare(w.t(), np.ascontiguousarray(twin.T).T)  # both strided: as is
     assert strided.err_abs == d.err_abs and strided.err_rel == d.err_rel
+
+
+def test_strided_twins_equal_in_value_are_answered_in_one_pass(monkeypatch):
+    """A transposed weight against its twin is checked by value in torch, without a
+    relayout; the read-only arrays onnx gives reach torch through a read-only-safe alias
+    (torch warns on a read-only array, once per process, the user's arrays too)."""
+    torch.manual_seed(0)
+    w = torch.randn(512, 128)
+    twin = np.frombuffer(w.t().contiguous().numpy().tobytes(), np.float32).reshape(128, 512)
+    assert not twin.flags.writeable
+    seen = []
+    real = torch.from_numpy
+
+    def from_numpy(a):
+        seen.append(a.flags.writeable)
+        return real(a)
+
+    monkeypatch.setattr(torch, "from_numpy", from_numpy)
+    relayouts = []
+    monkeypatch.setattr(diff, "_c_order", lambda a: relayouts.append(1) or a)
+    d = diff.compare(w.t(), twin)
+    assert d.passed and d.err_abs == 0.0 and d.err_rel == 0.0
+    assert seen and all(seen) and not relayouts
+    monkeypatch.undo()
+    # equal values, not bits: -0.0 against 0.0 is no difference; NaN against NaN goes
+    # to the full comparison, which matches them
+    signed = w.clone()
+    signed[0, 0], signed[1, 1] = 0.0, float("nan")
+    other = signed.t().contiguous().numpy().copy()
+    other[0, 0] = -0.0
+    d = diff.compare(signed.t(), other)
+    assert d.passed and d.err_abs == 0.0 and d.err_nan == 0
+    other[5, 9] += 1.0
+    d = diff.compare(signed.t(), other)
+    assert not d.passed and d.err_abs == pytest.approx(1.0, rel=1e-5)
 
 
 def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp):

@@ -21,7 +21,7 @@ from typing import Any
 import onnx
 
 from ..convert import device_of
-from ..diff import compare, shape_type
+from ..diff import compare, shape_type, value_dtype_name
 from ..records import (
     KIND_NODE,
     KIND_OUTPUT,
@@ -64,7 +64,15 @@ from .names import (
 from .onnx_pairing import TRANSFORM_CAST, in_common_precision
 from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
+from .randomness import random_values
 from .sides import OnnxSide
+
+
+def _same_kind(expected: Any, got: Any) -> bool:
+    """The same shape and element type (what a random draw can be checked on)."""
+    return tuple(expected.shape) == tuple(got.shape) and value_dtype_name(
+        expected
+    ) == value_dtype_name(got)
 
 
 @dataclass
@@ -128,6 +136,10 @@ class SideBySideRun:
         self.reset_all = options.reset == RESET_ALL
         self.reset_names = set(options.reset_names)
         self.plan: Plan = _plan(reference, candidate, pairing, options.needs_torch_inputs)
+        # values drawn at random: not compared, the candidate continues from the reference
+        self._random = random_values(
+            candidate.graph, candidate.tables.random_nodes, pairing.by_onnx
+        )
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -302,6 +314,7 @@ class SideBySideRun:
                 (self.reset_all and name not in cand.initializers)
                 or name in self.reset_names
                 or pair.fx_name in self.reset_names
+                or (name in self._random and rec.status == STATUS_NOT_COMPARED)
             )
             if rec.kind == KIND_WEIGHT and rec.failed and name in cand.initializers:
                 outs = self._consumer_outputs(name)
@@ -624,6 +637,14 @@ class SideBySideRun:
         if pair.transform == TRANSFORM_CAST:
             expected, got, note = in_common_precision(expected, got)
             rec.comment = _join(rec.comment, note)
+        if name in self._random and _same_kind(expected, got):
+            rec.status = STATUS_NOT_COMPARED
+            rec.comment = _join(
+                rec.comment,
+                "drawn at random: each side makes its own draw, so only the shape and type "
+                "are compared; the nodes after it continue from the torch value",
+            )
+            return rec
         d = compare(expected, got, self.atol, self.rtol)
         if d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
             # A pair made from metadata or position is a guess that the shapes disprove:

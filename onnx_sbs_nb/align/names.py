@@ -355,6 +355,13 @@ def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pai
             if len(same) == 1:
                 try_pair(same[0], u.name, PAIRED_BY_METADATA)
                 continue
+            if len(same) > 1:
+                # equal parts (chunk, split into equal sizes): one Split makes them all, in
+                # the order torch returns them, so the getitem's index names its output
+                v = _split_output(nodes, producer, same, u.args[1] if len(u.args) > 1 else None)
+                if v is not None:
+                    try_pair(v, u.name, PAIRED_BY_METADATA)
+                continue
             # Optimizers merge the transposes around RNN lowerings into their neighbours,
             # so the value handed on may be the getitem with its axes permuted: pair it
             # when one value and one permutation single it out, compared through it.
@@ -364,6 +371,80 @@ def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pai
                 v, perm = permuted[0]
                 if try_pair(v, u.name, PAIRED_BY_METADATA, TRANSFORM_PERMUTE):
                     pairing.by_onnx[v].perm = perm
+
+
+def _split_output(nodes, producer, candidates: list[str], index: Any) -> str | None:
+    """The output at ``index`` of the one Split node making every candidate, or None."""
+    makers = {producer.get(v) for v in candidates}
+    if len(makers) != 1 or None in makers or not isinstance(index, int):
+        return None
+    node = nodes[makers.pop()]
+    outputs = list(node.output)
+    if node.op_type != "Split" or node.domain not in ("", "ai.onnx"):
+        return None
+    if index < 0:
+        index += len(outputs)
+    if not 0 <= index < len(outputs) or outputs[index] not in candidates:
+        return None
+    return outputs[index]
+
+
+_SPLITS = ("aten.split.Tensor", "aten.split_with_sizes.default", "aten.unsafe_split.Tensor")
+
+
+def _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+    """Pairs the getitems of an fx split with the outputs of the ONNX Split of the same
+    tensor (its input paired with the split's) along the same axis, part by part: the
+    optimizer rewrites a split's lowering into one Split node and drops its metadata, and
+    equal parts (``chunk``) cannot be told apart by shape."""
+    splits = {}
+    for u in fx_nodes.values():
+        if _is_getitem(u) and u.name not in pairing.by_fx and len(u.args) > 1:
+            src = u.args[0]
+            if isinstance(src, torch.fx.Node) and str(src.target) in _SPLITS:
+                splits.setdefault(src.name, {})[u.args[1]] = u
+    if not splits:
+        return
+    for n in g.node:
+        if n.op_type != "Split" or n.domain not in ("", "ai.onnx") or not n.input:
+            continue
+        data = pairing.by_onnx.get(n.input[0])
+        if data is None or data.transform is not None:
+            continue
+        for name, parts in splits.items():
+            src = fx_nodes[name]
+            if not (src.args and getattr(src.args[0], "name", None) == data.fx_name):
+                continue
+            if not _same_split_axis(src, n, onnx_shapes.get(n.input[0])):
+                continue
+            outputs = list(n.output)
+            for index, u in parts.items():
+                if not isinstance(index, int) or not -len(outputs) <= index < len(outputs):
+                    continue
+                v = outputs[index]
+                shape = fx_value_shape(u)
+                ftype = fx_value_type(u)
+                if (
+                    v
+                    and shape is not None
+                    and onnx_shapes.get(v) == shape
+                    and ftype is not None
+                    and v in onnx_types
+                    and types_compatible(ftype, onnx_types[v])
+                ):
+                    try_pair(v, u.name, PAIRED_BY_POSITION)
+
+
+def _same_split_axis(src: torch.fx.Node, node: onnx.NodeProto, shape) -> bool:
+    dim = src.args[2] if len(src.args) > 2 else src.kwargs.get("dim", 0)
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if not isinstance(dim, int):
+        return False
+    if dim < 0 or axis < 0:
+        if shape is None:
+            return False
+        dim, axis = dim % len(shape), axis % len(shape)
+    return dim == axis
 
 
 def pair_values(
@@ -455,6 +536,9 @@ def pair_values(
 
     # 4. getitems of multi-output fx nodes with the values their lowering hands on
     _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+
+    # 4b. the parts of a split whose lowering lost its metadata, by their place
+    _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
     # 5. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (graph_outputs, fx_outputs)):

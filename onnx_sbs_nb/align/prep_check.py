@@ -21,10 +21,6 @@ from .names import FX_NODE_KEY
 
 _USERS = re.compile(r"\[num_users=\d+\] ")
 _NAME = re.compile(r"^%([^\s:]+)\s*:")
-_A = onnx.AttributeProto
-_HEAVY = frozenset(
-    (_A.TENSOR, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS, _A.GRAPH, _A.GRAPHS)
-)
 
 
 def _normal(text: str) -> str:
@@ -33,34 +29,29 @@ def _normal(text: str) -> str:
 
 
 def structure_digest(model: onnx.ModelProto) -> str:
-    """A digest of the model's structure: nodes (whole, but for the tensors and subgraphs
-    of their attributes), declared values, initializers' names, types, shapes and
-    metadata; not the weights' values.  It covers what :func:`disagreement` and pairing
-    read, so their results can be reused for a model with the same digest without
-    holding on to the model."""
+    """A digest of the model's structure: nodes (whole: attributes, subgraphs and
+    constants' tensors included), declared values, initializers' names, types, shapes and
+    metadata; not the weights' values.  It covers what :func:`disagreement`, pairing and
+    the one-node session keys read, so their results can be reused for a model with the
+    same digest without holding on to the model (a Constant changed in place makes
+    another digest, and so another session).  It is taken on every run: one hash over
+    one joined buffer (sha256 runs on the CPU's hash instructions), each node serialized
+    in one call."""
     g = model.graph
-    h = hashlib.blake2b(digest_size=20)
-    for n in g.node:
-        if any(a.type in _HEAVY for a in n.attribute):
-            # a constant's tensor or a subgraph can be large: its fields, not a copy
-            fields = [n.domain, n.op_type, *n.input, "\1", *n.output, "\1"]
-            for p in n.metadata_props:
-                fields += (p.key, p.value)
-            h.update(b"F" + "\0".join(fields).encode() + b"\3")
-        else:
-            # one call, where reading the fields from Python costs several
-            h.update(b"N" + n.SerializeToString() + b"\3")
-    for vi in (*g.input, *g.output, *g.value_info):
-        h.update(vi.SerializeToString())
-        h.update(b"\3")
-    parts: list[str] = []
+    parts: list[bytes] = []
+    for section in (g.node, (*g.input, *g.output, *g.value_info)):
+        for message in section:
+            data = message.SerializeToString()
+            parts += (len(data).to_bytes(8, "little"), data)  # lengths: no two splits alike
+        parts.append(b"\xff" * 8)
+    names: list[str] = []
     for i in g.initializer:
-        parts += (i.name, str(i.data_type), str(list(i.dims)))
+        names += (i.name, str(i.data_type), str(list(i.dims)))
         for p in i.metadata_props:
-            parts += (p.key, p.value)
-        parts.append("\2")
-    h.update("\0".join(parts).encode())
-    return h.hexdigest()
+            names += (p.key, p.value)
+        names.append("\2")
+    parts.append("\0".join(names).encode())
+    return hashlib.sha256(b"".join(parts)).hexdigest()[:40]
 
 
 def disagreement(program: torch.export.ExportedProgram, model: onnx.ModelProto) -> str | None:

@@ -24,6 +24,7 @@ from .names import fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
 from .program import ProgramInputs
 from .provenance import Provenance
+from .randomness import random_nodes
 from .runners import ModelContext, _CachedRunner, node_session_key
 
 _NO_PROVENANCE = Provenance()
@@ -246,6 +247,8 @@ class OnnxTables:
     lowering: list[str | None]
     # per node: its session key (runners.node_session_key), filled as the node first runs
     node_keys: list[Any]
+    # the nodes drawing random values (randomness.py)
+    random_nodes: tuple[int, ...] = ()
     # plans of runs over these tables, by (pairing key, whether nodes wait for torch inputs)
     plans: dict[Any, Any] = field(default_factory=dict)
 
@@ -257,13 +260,15 @@ class OnnxTables:
         graph = SideGraph.of_onnx(model, ctx.free_variables)
         initializers = {i.name for i in g.initializer}
         producer = {o: k for k, outs in enumerate(graph.outputs) for o in outs if o}
+        nodes = nodes if nodes is not None else list(g.node)
         return cls(
             graph,
             [i.name for i in g.input if i.name not in initializers],
             [o.name for o in g.output],
             producer,
-            lowering_of_nodes(nodes if nodes is not None else list(g.node), producer),
+            lowering_of_nodes(nodes, producer),
             [None] * len(graph.outputs),
+            random_nodes(nodes),
         )
 
 

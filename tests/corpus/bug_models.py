@@ -131,6 +131,20 @@ class VectorLinear(nn.Module):
         return torch.softmax(score, dim=-1)
 
 
+class SmoothedLoss(nn.Module):
+    """A classifier returning its logits and its training loss with label smoothing
+    (``F.cross_entropy(..., label_smoothing=)``); ``smoothing=0`` is the control."""
+
+    def __init__(self, smoothing: float):
+        super().__init__()
+        self.head = nn.Linear(6, 5)
+        self.smoothing = smoothing
+
+    def forward(self, x, target):
+        logits = self.head(torch.tanh(x))
+        return logits, F.cross_entropy(logits, target, label_smoothing=self.smoothing)
+
+
 def _padded_attention():
     keep = torch.tensor([[True, True, True, True, False], [False] * 5])
     return PaddedAttention(), (torch.randn(2, 5, 8), keep)
@@ -165,6 +179,10 @@ def _bicubic_aa():
     return BicubicAntialias(), (torch.randn(1, 3, 16, 16),)
 
 
+def _smoothed_loss(smoothing: float):
+    return SmoothedLoss(smoothing), (torch.randn(4, 6), torch.tensor([1, 0, 4, 2]))
+
+
 BUILDERS = {
     "gru": _gru,
     "pixel_unshuffle": _pixel_unshuffle,
@@ -174,6 +192,8 @@ BUILDERS = {
     "sdpa_fully_masked_row": _padded_attention,
     "gemm_beta_bn": _addmm_bn,
     "linear_1d_weight": _vector_linear,
+    "cross_entropy_label_smoothing": lambda: _smoothed_loss(0.1),
+    "cross_entropy_no_smoothing": lambda: _smoothed_loss(0.0),
 }
 
 

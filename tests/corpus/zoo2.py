@@ -18,6 +18,9 @@ torch.nn), exported with the real exporter by :func:`tests.corpus.zoo.export_ent
   and scatter_reduce/index_copy/gather, embedding with ``padding_idx``, LayerNorm without
   affine, weight tying, bfloat16, buffers updated in forward, constants made in forward
   (``torch.tensor``, ``arange``), a 200-layer chain of tiny MLPs.
+- more decoders and encoders: Gemma 2 (soft-capping, sliding window), Qwen3 (query/key
+  RMSNorm), Mistral (sliding window), OPT, BLOOM (ALiBi), GPT-NeoX (parallel residual),
+  Falcon (multi-query), DeBERTa-v2 (disentangled relative attention).
 """
 
 from __future__ import annotations
@@ -148,6 +151,70 @@ def _gemma():
         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=1, head_dim=8,
         max_position_embeddings=64, tie_word_embeddings=True,
     )  # fmt: skip
+
+
+_SMALL_DECODER = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=64,
+)  # fmt: skip
+
+
+def _gemma2():
+    # logit soft-capping (tanh) in attention and on the logits; a window of 4 over 6 tokens
+    return _decoder(
+        "Gemma2Config", "Gemma2ForCausalLM", head_dim=8, sliding_window=4, **_SMALL_DECODER
+    )
+
+
+def _qwen3():
+    # RMSNorm on the queries and keys of each head
+    return _decoder("Qwen3Config", "Qwen3ForCausalLM", head_dim=8, **_SMALL_DECODER)
+
+
+def _mistral():
+    return _decoder("MistralConfig", "MistralForCausalLM", sliding_window=4, **_SMALL_DECODER)
+
+
+def _opt():
+    return _decoder(
+        "OPTConfig", "OPTForCausalLM", hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+        num_attention_heads=4, word_embed_proj_dim=32, max_position_embeddings=64,
+    )  # fmt: skip
+
+
+def _bloom():
+    # ALiBi: a per-head linear bias on the attention scores, no position embedding
+    return _decoder("BloomConfig", "BloomForCausalLM", hidden_size=32, n_layer=2, n_head=4)
+
+
+def _gpt_neox():
+    # parallel residual (attention and MLP from the same input), partial rotary
+    return _decoder(
+        "GPTNeoXConfig", "GPTNeoXForCausalLM", hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+    )  # fmt: skip
+
+
+def _falcon():
+    # multi-query attention, parallel attention and MLP
+    return _decoder(
+        "FalconConfig", "FalconForCausalLM", hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4,
+    )  # fmt: skip
+
+
+def _deberta_v2():
+    # disentangled attention: content-to-position and position-to-content terms from
+    # relative position embeddings, gathered per query/key pair
+    import transformers
+
+    cfg = transformers.DebertaV2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=64, relative_attention=True,
+        pos_att_type=["p2c", "c2p"],
+    )  # fmt: skip
+    model = _Field(transformers.DebertaV2Model(cfg), ("input_ids",), ("last_hidden_state",))
+    return model, (torch.randint(0, 64, (1, 7)),)
 
 
 class _MaskedLM(nn.Module):
@@ -520,6 +587,21 @@ ZOO2: list[ZooEntry] = [
     ZooEntry("stateful", "buffer updated in forward, constants in forward", _stateful,
              attribute_ops=("Softmax",)),
     ZooEntry("deep_chain", "200 tiny MLP layers", _deep_chain),
+    ZooEntry("gemma2", "decoder: soft-capping, sliding window", _gemma2,
+             attribute_ops=("Softmax",)),
+    ZooEntry("qwen3", "decoder: RMSNorm on queries and keys", _qwen3,
+             attribute_ops=("Softmax",)),
+    ZooEntry("mistral", "decoder: sliding window, GQA", _mistral, attribute_ops=("Softmax",)),
+    ZooEntry("opt", "decoder: learned positions, ReLU MLP", _opt,
+             attribute_ops=("LayerNormalization", "Softmax")),
+    ZooEntry("bloom", "decoder: ALiBi biases", _bloom,
+             attribute_ops=("LayerNormalization", "Softmax")),
+    ZooEntry("gpt_neox", "decoder: parallel residual, partial rotary", _gpt_neox,
+             attribute_ops=("LayerNormalization", "Softmax")),
+    ZooEntry("falcon", "decoder: multi-query, parallel block", _falcon,
+             attribute_ops=("LayerNormalization", "Softmax")),
+    ZooEntry("deberta_v2", "encoder: disentangled relative attention", _deberta_v2,
+             attribute_ops=("LayerNormalization", "Softmax")),
 ]  # fmt: skip
 
 ZOO2_BY_NAME = {e.name: e for e in ZOO2}

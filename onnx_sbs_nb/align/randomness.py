@@ -1,0 +1,56 @@
+"""Values drawn at random: the two sides make independent draws, so they never agree.
+
+A program that draws noise in its forward (a VAE's ``randn_like``, diffusion noise, a
+``rand`` mask) exports to ONNX random ops.  Comparing those values would report a faithful
+export as wrong, and every value computed from them would inherit the difference.  The
+engine checks their shape and type only, then lets the candidate continue from the
+reference's draw, so everything after it is compared as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+
+import onnx
+
+from .plan import SideGraph
+
+RANDOM_OPS = frozenset(
+    {
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "Bernoulli",
+        "Multinomial",
+    }
+)
+
+
+def random_nodes(nodes: Sequence[onnx.NodeProto]) -> tuple[int, ...]:
+    """Indices of the nodes that draw random values (standard domain)."""
+    return tuple(
+        k for k, n in enumerate(nodes) if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
+    )
+
+
+def random_values(
+    graph: SideGraph, drawing: Sequence[int], paired: Container[str]
+) -> frozenset[str]:
+    """The paired values that are random draws, or are computed from draws through values
+    without a partner (a Cast of the draw, say): the first values along each path where
+    the reference's draw can take over.  Past them, nothing is random any more."""
+    if not drawing:
+        return frozenset()
+    sources = set(drawing)
+    tainted: set[str] = set()
+    found: set[str] = set()
+    for k in range(drawing[0], len(graph.outputs)):
+        if k in sources or any(i in tainted for i in graph.inputs[k]):
+            for o in graph.outputs[k]:
+                if o:
+                    (found if o in paired else tainted).add(o)
+    return frozenset(found)
+
+
+__all__ = ["RANDOM_OPS", "random_nodes", "random_values"]
