@@ -93,3 +93,38 @@ def test_a_draw_of_another_shape_is_still_a_mismatch(vae):
     records = list(AlignedRun(ep, bad, args, runner="onnxruntime"))
     (draw,) = [r for r in records if r.onnx_name == node.output[0]]
     assert draw.status == "dtype_mismatch" and draw.failed
+
+
+def test_a_dropout_in_training_mode_is_a_draw_and_one_in_inference_is_not():
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.randomness import random_nodes
+
+    def dropout(mode: str):
+        return helper.make_node("Dropout", ["x", "r", mode], ["y", f"m_{mode}"])
+
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["on"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])
+        ),
+        dropout("on"),  # a constant true: trains
+        dropout("off"),  # an initializer false: the identity
+        dropout("computed"),  # decided at run time: may train
+        helper.make_node("Dropout", ["x"], ["z"]),  # no training_mode: inference
+        helper.make_node("RandomNormalLike", ["x"], ["n"]),
+    ]
+    off = numpy_helper.from_array(__import__("numpy").array(False), "off")
+    assert random_nodes(nodes, {"off": off}) == (1, 3, 5)
+
+    class TrainDropout(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.dropout(x.sin(), 0.5, training=True) + 1
+
+    x = torch.rand(4, 6)
+    ep, onx = export(TrainDropout(), (x,))
+    records = list(AlignedRun(ep, onx, (x,), runner="onnxruntime", own_error=True))
+    assert not [r for r in records if r.failed]
+    drawn = [r for r in records if r.status == "not_compared" and r.reset]
+    assert drawn and {r.onnx_op_type for r in drawn} == {"Dropout"}
+    (add,) = [r for r in records if r.ep_name == "add"]
+    assert add.status == "ok" and add.err_abs is not None

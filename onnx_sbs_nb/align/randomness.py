@@ -9,9 +9,10 @@ reference's draw, so everything after it is compared as usual.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 
 import onnx
+from onnx import numpy_helper
 
 from .plan import SideGraph
 
@@ -27,11 +28,36 @@ RANDOM_OPS = frozenset(
 )
 
 
-def random_nodes(nodes: Sequence[onnx.NodeProto]) -> tuple[int, ...]:
-    """Indices of the nodes that draw random values (standard domain)."""
-    return tuple(
-        k for k, n in enumerate(nodes) if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
-    )
+def random_nodes(
+    nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.TensorProto] | None = None
+) -> tuple[int, ...]:
+    """Indices of the nodes that draw random values (standard domain): the random ops,
+    and a Dropout in training mode (its ``training_mode`` input not a constant false).
+    ``constants``: initializers by name, to read that input."""
+    found = []
+    known = dict(constants or {})
+    for k, n in enumerate(nodes):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type == "Constant" and n.output:
+            tensor = next((a.t for a in n.attribute if a.name == "value"), None)
+            if tensor is not None:
+                known[n.output[0]] = tensor
+        elif n.op_type in RANDOM_OPS or (n.op_type == "Dropout" and _trains(n, known)):
+            found.append(k)
+    return tuple(found)
+
+
+def _trains(node: onnx.NodeProto, known: Mapping[str, onnx.TensorProto]) -> bool:
+    if len(node.input) < 3 or not node.input[2]:
+        return False  # no training_mode: inference, the identity
+    tensor = known.get(node.input[2])
+    if tensor is None:
+        return True  # computed: it may train
+    try:
+        return bool(numpy_helper.to_array(tensor).any())
+    except Exception:
+        return True
 
 
 def random_values(

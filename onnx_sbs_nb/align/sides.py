@@ -268,7 +268,7 @@ class OnnxTables:
             producer,
             lowering_of_nodes(nodes, producer),
             [None] * len(graph.outputs),
-            random_nodes(nodes),
+            random_nodes(nodes, {i.name: i for i in g.initializer if not i.dims}),
         )
 
 
