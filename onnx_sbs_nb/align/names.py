@@ -397,24 +397,24 @@ def _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -
     tensor (its input paired with the split's) along the same axis, part by part: the
     optimizer rewrites a split's lowering into one Split node and drops its metadata, and
     equal parts (``chunk``) cannot be told apart by shape."""
-    splits = {}
+    # the split tensor's fx name -> {split node name -> {index -> getitem}}
+    splits: dict[str, dict[str, dict[Any, torch.fx.Node]]] = {}
     for u in fx_nodes.values():
         if _is_getitem(u) and u.name not in pairing.by_fx and len(u.args) > 1:
             src = u.args[0]
-            if isinstance(src, torch.fx.Node) and str(src.target) in _SPLITS:
-                splits.setdefault(src.name, {})[u.args[1]] = u
+            if isinstance(src, torch.fx.Node) and str(src.target) in _SPLITS and src.args:
+                split_of = getattr(src.args[0], "name", None)
+                splits.setdefault(split_of, {}).setdefault(src.name, {})[u.args[1]] = u
     if not splits:
         return
     for n in g.node:
         if n.op_type != "Split" or n.domain not in ("", "ai.onnx") or not n.input:
             continue
         data = pairing.by_onnx.get(n.input[0])
-        if data is None or data.transform is not None:
+        if data is None or data.transform is not None or data.fx_name not in splits:
             continue
-        for name, parts in splits.items():
+        for name, parts in splits[data.fx_name].items():
             src = fx_nodes[name]
-            if not (src.args and getattr(src.args[0], "name", None) == data.fx_name):
-                continue
             if not _same_split_axis(src, n, onnx_shapes.get(n.input[0])):
                 continue
             outputs = list(n.output)
