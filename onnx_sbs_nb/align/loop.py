@@ -66,6 +66,15 @@ from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .sides import OnnxSide
+from .ties import TIE_NOTE, same_choice
+
+
+def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
+    """A failed comparison of TopK indices that select the same values (ties.py)."""
+    if d.passed or d.shape_mismatch or d.dtype_mismatch:
+        return False
+    axis, x = tie
+    return same_choice(x, expected, got, axis)
 
 
 def _same_kind(expected: Any, got: Any) -> bool:
@@ -152,6 +161,9 @@ class SideBySideRun:
         self._missing: set[str] = set()
         self._consumers: dict[str, list[int]] | None = None
         self._step_counter = 0
+        # a TopK's input, by its indices output, until those are compared (ties.py)
+        self._tie_x: dict[str, tuple[int, Any]] = {}
+        self._tie_x_own: dict[str, tuple[int, Any]] = {}
         self._pending: dict[str, Record] = {}
         self._probe_inputs: dict[int, list[Any]] = {}
 
@@ -280,6 +292,8 @@ class SideBySideRun:
                 for o, value in zip(outputs, cand.call(idx, inputs)):
                     if o:
                         v.cand[o] = value
+                if idx in cand.tables.tie_axes:
+                    self._tie_x[outputs[1]] = (cand.tables.tie_axes[idx], inputs[0])
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
@@ -355,10 +369,13 @@ class SideBySideRun:
                     ref.forget(name)
         own = v.own
         if s in plan.free_cand_at:
-            cand_env = v.cand
+            cand_env, ties, ties_own = v.cand, self._tie_x, self._tie_x_own
             for name in plan.free_cand_at[s]:
                 cand_env.pop(name, None)
                 cand.forget(name)
+                if ties or ties_own:
+                    ties.pop(name, None)
+                    ties_own.pop(name, None)
                 if own:
                     own.pop(name, None)
                     own.pop(("ref", name), None)
@@ -498,6 +515,8 @@ class SideBySideRun:
         for o in node.output:
             if o and taint:
                 own[("from", o)] = taint
+        if idx in cand.tables.tie_axes:
+            self._tie_x_own[node.output[1]] = (cand.tables.tie_axes[idx], inputs[0])
         if any(n in self._pending for n in cand.node_inputs(node)):
             self._probe_inputs[idx] = inputs  # to try it with the torch parameter
         if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
@@ -657,6 +676,10 @@ class SideBySideRun:
                 f"paired by {pair.rule}, but the shapes differ ({d.note}): not the same value",
             )
             return rec
+        tie = self._tie_x.pop(name, None)
+        if tie is not None and _tied(d, tie, expected, got):
+            d.passed = True
+            rec.comment = _join(rec.comment, TIE_NOTE)
         fill_first_comparison(rec, d)
         self._own_comparison(rec, pair, name, want, own)
         node_idx = cand.producer.get(name)
@@ -693,4 +716,9 @@ class SideBySideRun:
         if e2 is not None and pair.transform == TRANSFORM_CAST:
             e2, g2, _ = in_common_precision(e2, g2)
         if e2 is not None:
-            fill_own_error(rec, compare(e2, g2, self.atol, self.rtol), device_of(own_value))
+            d2 = compare(e2, g2, self.atol, self.rtol)
+            tie = self._tie_x_own.pop(name, None)
+            if tie is not None and _tied(d2, tie, e2, g2):
+                d2.passed = True
+                rec.comment = _join(rec.comment, TIE_NOTE)
+            fill_own_error(rec, d2, device_of(own_value))

@@ -26,6 +26,7 @@ from .program import ProgramInputs
 from .provenance import Provenance
 from .randomness import random_nodes
 from .runners import ModelContext, _CachedRunner, node_session_key
+from .ties import tie_axes
 
 _NO_PROVENANCE = Provenance()
 _NODE = torch.fx.Node
@@ -249,6 +250,8 @@ class OnnxTables:
     node_keys: list[Any]
     # the nodes drawing random values (randomness.py)
     random_nodes: tuple[int, ...] = ()
+    # TopK nodes and their axes: indices among ties (ties.py)
+    tie_axes: dict[int, int] = field(default_factory=dict)
     # plans of runs over these tables, by (pairing key, whether nodes wait for torch inputs)
     plans: dict[Any, Any] = field(default_factory=dict)
 
@@ -269,6 +272,7 @@ class OnnxTables:
             lowering_of_nodes(nodes, producer),
             [None] * len(graph.outputs),
             random_nodes(nodes, {i.name: i for i in g.initializer if not i.dims}),
+            tie_axes=tie_axes(nodes),
         )
 
 
