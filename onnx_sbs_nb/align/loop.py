@@ -720,5 +720,6 @@ class SideBySideRun:
             tie = self._tie_x_own.pop(name, None)
             if tie is not None and _tied(d2, tie, e2, g2):
                 d2.passed = True
-                rec.comment = _join(rec.comment, TIE_NOTE)
+                if TIE_NOTE not in (rec.comment or ""):
+                    rec.comment = _join(rec.comment, TIE_NOTE)
             fill_own_error(rec, d2, device_of(own_value))
