@@ -162,6 +162,7 @@ class SideBySideRun:
         self._consumers: dict[str, list[int]] | None = None
         self._step_counter = 0
         # a TopK's input, by its indices output, until those are compared (ties.py)
+        self._tie_axes = candidate.tables.tie_axes
         self._tie_x: dict[str, tuple[int, Any]] = {}
         self._tie_x_own: dict[str, tuple[int, Any]] = {}
         self._pending: dict[str, Record] = {}
@@ -292,8 +293,8 @@ class SideBySideRun:
                 for o, value in zip(outputs, cand.call(idx, inputs)):
                     if o:
                         v.cand[o] = value
-                if idx in cand.tables.tie_axes:
-                    self._tie_x[outputs[1]] = (cand.tables.tie_axes[idx], inputs[0])
+                if idx in self._tie_axes:
+                    self._tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
@@ -515,8 +516,8 @@ class SideBySideRun:
         for o in node.output:
             if o and taint:
                 own[("from", o)] = taint
-        if idx in cand.tables.tie_axes:
-            self._tie_x_own[node.output[1]] = (cand.tables.tie_axes[idx], inputs[0])
+        if idx in self._tie_axes:
+            self._tie_x_own[node.output[1]] = (self._tie_axes[idx], inputs[0])
         if any(n in self._pending for n in cand.node_inputs(node)):
             self._probe_inputs[idx] = inputs  # to try it with the torch parameter
         if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
@@ -676,7 +677,7 @@ class SideBySideRun:
                 f"paired by {pair.rule}, but the shapes differ ({d.note}): not the same value",
             )
             return rec
-        tie = self._tie_x.pop(name, None)
+        tie = self._tie_x.pop(name, None) if self._tie_x else None
         if tie is not None and _tied(d, tie, expected, got):
             d.passed = True
             rec.comment = _join(rec.comment, TIE_NOTE)
@@ -717,7 +718,7 @@ class SideBySideRun:
             e2, g2, _ = in_common_precision(e2, g2)
         if e2 is not None:
             d2 = compare(e2, g2, self.atol, self.rtol)
-            tie = self._tie_x_own.pop(name, None)
+            tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
             if tie is not None and _tied(d2, tie, e2, g2):
                 d2.passed = True
                 if TIE_NOTE not in (rec.comment or ""):

@@ -29,29 +29,38 @@ RANDOM_OPS = frozenset(
 
 
 def random_nodes(
-    nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.TensorProto] | None = None
+    nodes: Sequence[onnx.NodeProto], initializers: Mapping[str, onnx.TensorProto] | None = None
 ) -> tuple[int, ...]:
     """Indices of the nodes that draw random values (standard domain): the random ops,
     and a Dropout in training mode (its ``training_mode`` input not a constant false).
-    ``constants``: initializers by name, to read that input."""
+    ``initializers``: by name, to read that input when it is one."""
     found = []
-    known = dict(constants or {})
+    constants: dict[str, onnx.TensorProto] = {}  # Constant nodes' tensors, as met
     for k, n in enumerate(nodes):
         if n.domain not in ("", "ai.onnx"):
             continue
         if n.op_type == "Constant" and n.output:
             tensor = next((a.t for a in n.attribute if a.name == "value"), None)
             if tensor is not None:
-                known[n.output[0]] = tensor
-        elif n.op_type in RANDOM_OPS or (n.op_type == "Dropout" and _trains(n, known)):
+                constants[n.output[0]] = tensor
+        elif n.op_type in RANDOM_OPS or (
+            n.op_type == "Dropout" and _trains(n, constants, initializers or {})
+        ):
             found.append(k)
     return tuple(found)
 
 
-def _trains(node: onnx.NodeProto, known: Mapping[str, onnx.TensorProto]) -> bool:
+def _trains(
+    node: onnx.NodeProto,
+    constants: Mapping[str, onnx.TensorProto],
+    initializers: Mapping[str, onnx.TensorProto],
+) -> bool:
     if len(node.input) < 3 or not node.input[2]:
         return False  # no training_mode: inference, the identity
-    tensor = known.get(node.input[2])
+    mode = node.input[2]
+    tensor = constants.get(mode)
+    if tensor is None:
+        tensor = initializers.get(mode)
     if tensor is None:
         return True  # computed: it may train
     try:

@@ -261,7 +261,7 @@ class OnnxTables:
     ) -> OnnxTables:
         g = model.graph
         graph = SideGraph.of_onnx(model, ctx.free_variables)
-        initializers = {i.name for i in g.initializer}
+        initializers = {i.name: i for i in g.initializer}
         producer = {o: k for k, outs in enumerate(graph.outputs) for o in outs if o}
         nodes = nodes if nodes is not None else list(g.node)
         return cls(
@@ -271,7 +271,7 @@ class OnnxTables:
             producer,
             lowering_of_nodes(nodes, producer),
             [None] * len(graph.outputs),
-            random_nodes(nodes, {i.name: i for i in g.initializer if not i.dims}),
+            random_nodes(nodes, initializers),
             tie_axes=tie_axes(nodes),
         )
 
