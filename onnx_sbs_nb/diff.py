@@ -191,8 +191,23 @@ def _as_torch(v, device: torch.device) -> torch.Tensor:
     return to_torch(v, device).detach()
 
 
-def compare(expected, got, atol: float | None = None, rtol: float | None = None) -> Diff:
+def compare(
+    expected,
+    got,
+    atol: float | None = None,
+    rtol: float | None = None,
+    inherited: str | None = None,
+    constant: bool = False,
+) -> Diff:
     """Compares ``got`` (ONNX side) with ``expected`` (torch side).
+
+    ``inherited``: a float dtype whose default tolerance applies when looser than the
+    one of the values' own dtype (a float32 value computed from float16 values,
+    ``align/precision.py``); the user's ``atol``/``rtol`` still win.
+    ``constant``: the values are a weight, copied by the exporter, not computed: the
+    default absolute tolerance is capped at ``rtol`` times the weight's largest
+    magnitude, so that a weight of 0.02s in bfloat16 (atol 5e-2) is not passed half
+    changed; a weight cast to a lower precision still rounds within ``rtol``.
 
     err_abs: max |got - expected|; infinite where one side is NaN/Inf and the other is
     not the same non-finite value (NaN matches NaN, inf matches inf);
@@ -207,6 +222,10 @@ def compare(expected, got, atol: float | None = None, rtol: float | None = None)
     got_dtype = value_dtype_name(got)
     d_atol, d_rtol = default_tolerance(exp_dtype)
     is_float = exp_dtype.startswith(("float", "bfloat", "complex"))
+    if inherited is not None and is_float:
+        i_atol, i_rtol = default_tolerance(inherited)
+        d_atol, d_rtol = max(d_atol, i_atol), max(d_rtol, i_rtol)
+    scaled = constant and is_float and atol is None
     atol = d_atol if atol is None or not is_float else atol
     rtol = d_rtol if rtol is None or not is_float else rtol
     result = Diff(atol=atol, rtol=rtol)
@@ -231,13 +250,25 @@ def compare(expected, got, atol: float | None = None, rtol: float | None = None)
             # one side in order, the other not: put both in order once (see _RELAYOUT)
             if _RELAYOUT <= ea.size <= _BLOCK and ea.flags.c_contiguous != ga.flags.c_contiguous:
                 ea, ga = _c_order(ea), _c_order(ga)
+            if scaled and ea.size:
+                atol = result.atol = _capped_atol(atol, rtol, float(np.abs(ea).max()))
             _compare_numpy(ea, ga, atol, rtol, result)
     else:
         dev = expected.device if isinstance(expected, torch.Tensor) else torch.device("cpu")
-        _compare_torch(_as_torch(expected, dev), _as_torch(got, dev), atol, rtol, result)
+        et = _as_torch(expected, dev)
+        if scaled and et.numel():
+            atol = result.atol = _capped_atol(atol, rtol, float(et.abs().max().double()))
+        _compare_torch(et, _as_torch(got, dev), atol, rtol, result)
     if result.dtype_mismatch:
         result.passed = False
     return result
+
+
+def _capped_atol(atol: float, rtol: float, magnitude: float) -> float:
+    """A weight's absolute tolerance: at most rtol times its largest magnitude (a NaN
+    magnitude keeps atol)."""
+    capped = rtol * magnitude
+    return capped if capped < atol else atol
 
 
 def _empty(r: Diff) -> None:

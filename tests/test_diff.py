@@ -208,3 +208,22 @@ def test_same_bits_prefix_only_rejects(k):
     assert diff._same_bits(a, a.copy())
     assert not diff._same_bits(a, b)
     assert diff.compare(a, b).err_abs > 0
+
+
+def test_a_weight_is_not_passed_by_an_absolute_tolerance_above_its_values():
+    torch.manual_seed(0)
+    w = (torch.randn(64, 32) * 0.02).to(torch.bfloat16)
+    changed = w * 1.5
+    # as an activation, bfloat16's atol (5e-2) covers a change of 0.01s
+    assert compare(w, changed).passed
+    d = compare(w, changed, constant=True)
+    assert not d.passed and d.atol < 5e-2 * 0.2
+    # a weight stored in a lower precision rounds within rtol of each value
+    w32 = torch.randn(64, 32) * 0.02
+    rounded = w32.half().float()
+    assert compare(w32, rounded, rtol=1e-2, constant=True).passed
+    # the user's atol wins
+    assert compare(w, changed, atol=5e-2, constant=True).passed
+    # a weight of zeros is compared exactly
+    z = torch.zeros(8)
+    assert not compare(z, z + 1e-6, constant=True).passed

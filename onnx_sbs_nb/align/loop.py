@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
+import torch
 
 from ..convert import device_of
-from ..diff import compare, shape_type, value_dtype_name
+from ..diff import compare, default_tolerance, shape_type, value_dtype_name
 from ..records import (
     KIND_NODE,
     KIND_OUTPUT,
@@ -64,6 +66,7 @@ from .names import (
 from .onnx_pairing import TRANSFORM_CAST, in_common_precision
 from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
+from .precision import INHERITED_NOTE
 from .randomness import random_values
 from .sides import OnnxSide
 from .ties import TIE_NOTE, same_choice
@@ -119,6 +122,24 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
             schedule(reference.graph, candidate.graph, pairing, needs_inputs),
         )
     return plan[1]
+
+
+def _agrees_at_its_scale(consumer: Record, want: Any) -> bool:
+    """Whether a consumer that passed did so on its own scale: its difference within its
+    relative tolerance of its largest torch value.  A low-precision absolute tolerance
+    (bfloat16's 5e-2) passes a changed weight's consumer whose values are all small (a
+    randomly initialised MLP's 0.01s); a weight the exporter transformed (a folded
+    BatchNorm) changes its consumer by a rounding, far below that."""
+    err = consumer.err_abs2 if consumer.passed2 is not None else consumer.err_abs
+    if err is None or consumer.rtol is None:
+        return True
+    if isinstance(want, torch.Tensor) and want.is_floating_point() and want.numel():
+        scale = float(want.detach().abs().max().float())
+    elif isinstance(want, np.ndarray) and want.dtype.kind == "f" and want.size:
+        scale = float(np.abs(want).max())
+    else:
+        return True
+    return err <= consumer.rtol * scale
 
 
 class SideBySideRun:
@@ -439,6 +460,13 @@ class SideBySideRun:
         weight's record comes before its consumer's (it is then the answer)."""
         node = consumer.onnx_node_name or consumer.onnx_name
         agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
+        if agrees and not _agrees_at_its_scale(consumer, ref_env.get(consumer.ep_name or "")):
+            agrees = False
+            wrec.comment = _join(
+                wrec.comment,
+                f"its consumer {node} is within tolerance only by the absolute tolerance: "
+                "its difference is large beside its own values",
+            )
         if agrees:
             wrec.status = STATUS_WEIGHT_DIFFERS
             wrec.comment = _join(
@@ -665,7 +693,10 @@ class SideBySideRun:
                 "are compared; the nodes after it continue from the torch value",
             )
             return rec
-        d = compare(expected, got, self.atol, self.rtol)
+        inherited = self.reference.inherited.get(pair.fx_name)
+        d = compare(expected, got, self.atol, self.rtol, inherited, pair.kind == KIND_WEIGHT)
+        if inherited is not None and d.passed and self._inherited_made_it_pass(d, expected, got):
+            rec.comment = _join(rec.comment, INHERITED_NOTE.format(dtype=inherited))
         if d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
             # A pair made from metadata or position is a guess that the shapes disprove:
             # not the same value, so neither a mismatch of the export nor a torch input.
@@ -701,6 +732,16 @@ class SideBySideRun:
             if note:
                 rec.comment = _join(rec.comment, note)
         return rec
+
+    def _inherited_made_it_pass(self, d: Any, expected: Any, got: Any) -> bool:
+        """Whether a comparison that passed with an inherited tolerance would fail with the
+        one of the values' own dtype (the record then says why it passed)."""
+        atol, rtol = default_tolerance(value_dtype_name(expected))
+        atol = atol if self.atol is None else self.atol
+        rtol = rtol if self.rtol is None else self.rtol
+        if (d.atol, d.rtol) == (atol, rtol) or not d.err_abs or d.err_abs <= atol:
+            return False
+        return not compare(expected, got, self.atol, self.rtol).passed
 
     def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
         """The own error: the node run on torch inputs, against the torch value."""

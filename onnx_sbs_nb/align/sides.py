@@ -22,6 +22,7 @@ from .fx_limits import check_fx_output_size, fx_size_rule
 from .limits import check_output_size
 from .names import fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
+from .precision import inherited_precision
 from .program import ProgramInputs
 from .provenance import Provenance
 from .randomness import random_nodes
@@ -74,6 +75,8 @@ class FxTables:
     index: dict[str, int]
     by_name: dict[str, torch.fx.Node]
     graph_outputs: list[str]
+    # fx node name -> the looser float dtype its value inherits (precision.py)
+    inherited: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, program: torch.export.ExportedProgram) -> FxTables:
@@ -90,6 +93,7 @@ class FxTables:
                 for a in torch.utils._pytree.tree_leaves(out.args)
                 if isinstance(a, torch.fx.Node)
             ],
+            inherited_precision(nodes),
         )
 
 
@@ -118,6 +122,7 @@ class FxSide:
         self.by_name = tables.by_name
         self.weights = bound.weights
         self.graph_outputs = tables.graph_outputs
+        self.inherited = tables.inherited
 
     def leaf_value(self, name: str) -> Any:
         """The value of a placeholder (input or weight), on the run's device."""
@@ -302,6 +307,8 @@ class OnnxSide:
         self.initializers = {i.name: i for i in g.initializer}
         self.graph_inputs = tables.graph_inputs
         self.graph_outputs = tables.graph_outputs
+        # an ONNX reference runs its own precision on both sides: nothing inherited
+        self.inherited: dict[str, str] = {}
         self.producer = tables.producer
         self.lowering = tables.lowering
         # sessions keyed by kept keys: only where the runner's own prepare is not replaced

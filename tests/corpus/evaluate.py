@@ -179,11 +179,13 @@ def choose_fault(ex: Exported, kind: str, depth: str) -> tuple[Fault, onnx.Model
 
 
 def entry_by_name(name: str):
-    """The zoo entry of that name, in the first zoo (zoo.py) or the second (zoo2.py)."""
+    """The zoo entry of that name, in the first zoo (zoo.py), the second (zoo2.py) or the
+    third (zoo3.py)."""
     from .zoo import ZOO_BY_NAME
     from .zoo2 import ZOO2_BY_NAME
+    from .zoo3 import ZOO3_BY_NAME
 
-    return ZOO_BY_NAME.get(name) or ZOO2_BY_NAME[name]
+    return ZOO_BY_NAME.get(name) or ZOO2_BY_NAME.get(name) or ZOO3_BY_NAME[name]
 
 
 class ZooSession:
