@@ -251,17 +251,27 @@ def compare(
             if _RELAYOUT <= ea.size <= _BLOCK and ea.flags.c_contiguous != ga.flags.c_contiguous:
                 ea, ga = _c_order(ea), _c_order(ga)
             if scaled and ea.size:
-                atol = result.atol = _capped_atol(atol, rtol, float(np.abs(ea).max()))
+                atol = result.atol = _capped_atol(atol, rtol, largest_magnitude(ea))
             _compare_numpy(ea, ga, atol, rtol, result)
     else:
         dev = expected.device if isinstance(expected, torch.Tensor) else torch.device("cpu")
         et = _as_torch(expected, dev)
         if scaled and et.numel():
-            atol = result.atol = _capped_atol(atol, rtol, float(et.abs().max().double()))
+            atol = result.atol = _capped_atol(atol, rtol, largest_magnitude(et))
         _compare_torch(et, _as_torch(got, dev), atol, rtol, result)
     if result.dtype_mismatch:
         result.passed = False
     return result
+
+
+def largest_magnitude(v) -> float | None:
+    """max |v| of a non-empty float tensor or array, None for anything else."""
+    if isinstance(v, torch.Tensor):
+        if v.is_floating_point() and v.numel():
+            return float(v.detach().abs().max().double())
+    elif isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+        return float(np.abs(v).max())
+    return None
 
 
 def _capped_atol(atol: float, rtol: float, magnitude: float) -> float:

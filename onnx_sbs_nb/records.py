@@ -144,6 +144,13 @@ class Record:
         return self.status in FAILING_STATUSES
 
     @property
+    def drifted(self) -> bool:
+        """An intermediate value beyond tolerance whose node, rerun on the torch values of
+        its inputs, agrees with torch: it carries an error made upstream (or rounding
+        that the graph amplified), it makes none. Its failure alone is no verdict."""
+        return self.kind == KIND_NODE and self.status == STATUS_FAIL and self.passed2 is True
+
+    @property
     def own_error(self) -> float | None:
         """The node's own error when it was rerun on torch inputs, else None."""
         return self.err_abs2

@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import warnings
 
+import numpy as np
+import onnx
+import onnx.numpy_helper
 import torch
 
 
@@ -147,3 +150,43 @@ def tiny_llama(hidden=64, layers=2, seq=12, intermediate=None):
     ids = torch.randint(0, 128, (1, seq))
     ep, onx = export(model, (ids,))
     return ep, onx, (ids,)
+
+
+class Cancellation(torch.nn.Module):
+    """A cancellation that amplifies one rounding a millionfold, then a contraction that
+    brings the value back to its scale: the output is as exact as the first division."""
+
+    def __init__(self, contract: bool = True):
+        super().__init__()
+        self.contract = contract
+
+    def forward(self, x):
+        y = x / 10
+        z = (y - 0.1) * 1e6
+        return z * 1e-6 + 0.1 if self.contract else z
+
+
+def _division_as_product(onx: onnx.ModelProto) -> onnx.ModelProto:
+    """The export with its Div by 10 computed as a Mul by 0.1 (the float32 constant): a
+    rewrite as faithful as an exporter's, one rounding away on some elements."""
+    out = onnx.ModelProto()
+    out.CopyFrom(onx)
+    g = out.graph
+    div = next(n for n in g.node if n.op_type == "Div")
+    tenth = div.output[0] + "_tenth"
+    g.initializer.append(onnx.numpy_helper.from_array(np.array(0.1, dtype=np.float32), tenth))
+    div.op_type = "Mul"
+    div.input[1] = tenth
+    return out
+
+
+def cancellation_run(contract: bool, **options):
+    """Records (own errors included) of Cancellation exported with its division rewritten
+    as a product, and that model."""
+    from onnx_sbs_nb.align.run import AlignedRun
+
+    torch.manual_seed(0)
+    x = 1 + 1e-4 * torch.randn(64)
+    ep, onx = export(Cancellation(contract), (x,))
+    onx = _division_as_product(onx)
+    return list(AlignedRun(ep, onx, (x,), own_error=True, **options)), onx

@@ -278,3 +278,26 @@ def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
             assert p.dialogs == [] and p.errors == [] and p.blocked == []
         finally:
             p.close()
+
+
+def test_report_of_a_drifting_faithful_export_passes_and_says_why(browser, tmp_path):
+    """Values beyond tolerance that no node makes (rounding a cancellation amplifies):
+    the report's card says PASS and why, with JavaScript and without."""
+    from onnx_sbs_nb.report import write_report
+
+    from .models import cancellation_run
+
+    records, _ = cancellation_run(contract=True)
+    assert any(r.drifted for r in records)
+    path = write_report(records, tmp_path / "drift.html")
+    p = Page(browser)
+    try:
+        p.page.goto(path.as_uri())
+        card = p.page.locator(".sbs-card.sbs-card-pass")
+        card.wait_for(timeout=20000)
+        text = card.inner_text()
+        assert "the outputs agree" in text and "drift beyond tolerance" in text, text
+        assert p.errors == [] and p.blocked == []
+    finally:
+        p.close()
+    assert "verdict: PASS" in path.read_text() and "drift:" in path.read_text()

@@ -9,13 +9,14 @@ import onnx.helper as oh
 import pytest
 import torch
 
+from onnx_sbs_nb.align.judging import SbsMismatchError
 from onnx_sbs_nb.align.precision import INHERITED_NOTE, inherited_precision
 from onnx_sbs_nb.align.run import AlignedRun
 from onnx_sbs_nb.summary import summarize
 
 from .corpus.zoo import export_entry
 from .corpus.zoo3 import ZOO3_BY_NAME
-from .models import MLP, export
+from .models import MLP, cancellation_run, export
 
 
 class _Island(torch.nn.Module):
@@ -149,3 +150,27 @@ def test_a_changed_weight_is_named_though_its_consumer_is_within_the_absolute_to
     assert wrec.failed and wrec.status != "weight_differs", (wrec.status, wrec.comment)
     summary = summarize(records)
     assert summary.verdict == "fail" and summary.culprit.onnx_name == weight
+
+
+def test_rounding_a_graph_amplifies_is_no_error_of_the_export():
+    records, onx = cancellation_run(contract=True)
+    drifted = [r for r in records if r.drifted]
+    # the cancellation's values are beyond tolerance, though each node agrees with torch
+    assert drifted and all(r.onnx_op_type in ("Sub", "Mul") for r in drifted)
+    assert not any(r.passed2 is False for r in records)
+    s = summarize(records, node_inputs=onx)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    assert "drift" in s.to_text()
+    # exc=True raises where an error is made: a drifted value is not one
+    assert len(cancellation_run(contract=True, exc=True)[0]) == len(records)
+
+
+def test_rounding_amplified_up_to_the_outputs_fails_naming_no_node():
+    records, onx = cancellation_run(contract=False)
+    out = [r for r in records if r.kind == "output"]
+    assert out and out[0].failed and out[0].passed2 is not False
+    s = summarize(records, node_inputs=onx)
+    assert s.verdict == "fail" and s.culprit is None, s.to_text()
+    assert s.totals["own_failed"] == 0
+    with pytest.raises(SbsMismatchError):
+        cancellation_run(contract=False, exc=True)

@@ -137,10 +137,42 @@ def test_weight_and_error_records_are_their_own_culprits():
 
 
 def test_passed2_true_never_qualifies_even_when_first_comparison_fails():
-    s = summarize([rec("a", 0, 0.5, err_abs2=0.0), rec("b", 1, 0.6, err_abs2=0.0)])
-    assert s.first_own_failure is None
+    out = rec("out", 2, 0.7, kind=KIND_OUTPUT, op="Identity")
+    s = summarize([rec("a", 0, 0.5, err_abs2=0.0), rec("b", 1, 0.6, err_abs2=0.0), out])
+    assert s.first_own_failure is None and s.culprit is None
     assert s.first_failure.onnx_name == "a"
-    assert s.verdict == "fail"
+    assert s.verdict == "fail"  # the outputs differ, though no node makes an error
+    assert s.totals["drifted"] == 2 and s.totals["failed"] == 3
+    assert "no node" not in s.to_text() and "carried from upstream" in s.to_text()
+
+
+def test_drift_alone_fails_no_verdict():
+    """Values beyond tolerance whose nodes agree on torch's inputs, with outputs that
+    agree: rounding a deep graph amplified, not an error of the export."""
+    drifted = [rec("a", 0, 3e-4, err_abs2=1e-7), rec("b", 1, 2e-4, err_abs2=0.0)]
+    out = rec("out", 2, 1e-5, kind=KIND_OUTPUT, op="Identity")
+    s = summarize([*drifted, out])
+    assert [r.drifted for r in (*drifted, out)] == [True, True, False]
+    assert s.verdict == "pass" and s.culprit is None
+    assert s.totals["failed"] == 2 and s.totals["drifted"] == 2
+    text = s.to_text()
+    assert "verdict: PASS" in text and "2 of the failed drifted" in text
+    assert "the outputs agree" in text
+    assert Summary.from_dict(json.loads(json.dumps(s.to_dict()))).verdict == "pass"
+
+
+def test_drift_is_no_excuse_where_the_node_was_not_rerun_or_is_an_output():
+    # a failing node whose own error was not measured may be the one making the error
+    not_rerun = rec("b", 1, 3e-4)
+    assert not not_rerun.drifted
+    assert summarize([rec("a", 0, 0.0, err_abs2=0.0), not_rerun]).verdict == "fail"
+    # an output beyond tolerance fails the verdict, whatever its own error
+    out = rec("out", 1, 3e-4, err_abs2=0.0, kind=KIND_OUTPUT)
+    assert not out.drifted and summarize([out]).verdict == "fail"
+    # a node whose own error fails: the culprit, downstream drift changes nothing
+    s = summarize([rec("a", 0, 0.5, err_abs2=0.5), rec("b", 1, 0.6, err_abs2=0.0)])
+    assert s.verdict == "fail" and s.culprit.onnx_name == "a"
+    assert s.totals["drifted"] == 1
 
 
 def test_first_nan_unpaired_totals_and_out_of_order_steps():

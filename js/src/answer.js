@@ -87,14 +87,19 @@ export class AnswerCard {
     const totals = summary.totals || {};
     if (!c) {
       const compared = totals.compared ?? "";
+      const drifted = totals.drifted || 0;
       const text =
-        verdict === "pass"
+        verdict === "pass" && drifted
+          ? `the outputs agree; ${drifted} of ${compared} compared values drift beyond tolerance while every node, rerun on torch's inputs, agrees (rounding the graph amplifies)`
+          : verdict === "pass"
           ? `every compared value is within tolerance (${compared} compared${prog ? `, ${prog}` : ""})`
           : verdict === "stopped"
             ? `the run was stopped${prog ? ` after ${prog}` : ""}: no culprit among the ${compared} values compared so far`
             : verdict === "incomplete"
               ? `the run did not finish${prog ? ` (${prog})` : ""}: no culprit among the ${compared} values compared`
-              : "no culprit could be named";
+              : drifted
+                ? `no node makes an error of its own: ${drifted} values drift beyond tolerance while each node, rerun on torch's inputs, agrees`
+                : "no culprit could be named";
       this.el.replaceChildren(h("div", { class: "sbs-card-head" }, badge, h("span", { class: "sbs-card-text", text })));
       return;
     }

@@ -55,11 +55,7 @@ _KV_LAYERS = 2
 def _llama_kv_cache():
     import transformers
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=_KV_LAYERS,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    model = _CachedDecoder(transformers.LlamaForCausalLM(cfg), _KV_LAYERS)
+    model = _CachedDecoder(transformers.LlamaForCausalLM(_llama_config(_KV_LAYERS)), _KV_LAYERS)
     batch, seq, past = 2, 3, 5
     ids = torch.randint(0, 64, (batch, seq))
     mask = torch.ones(batch, past + seq, dtype=torch.int64)
@@ -79,28 +75,29 @@ def _kv_dynamic_shapes():
     )
 
 
-def _llama_fp16():
+def _llama_config(layers: int, **kw):
+    """The tiny Llama every decoder of this zoo uses (vocabulary 64, hidden 32, GQA)."""
     import transformers
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        use_cache=False,
+    return transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **kw,
     )  # fmt: skip
-    model = _Logits(transformers.LlamaForCausalLM(cfg), "input_ids").half()
-    return model, (torch.randint(0, 64, (1, 6)),)
+
+
+def _llama_in(dtype: torch.dtype, layers: int):
+    import transformers
+
+    model = transformers.LlamaForCausalLM(_llama_config(layers, use_cache=False))
+    return _Logits(model, "input_ids").to(dtype), (torch.randint(0, 64, (1, 6)),)
+
+
+def _llama_fp16():
+    return _llama_in(torch.float16, layers=2)
 
 
 def _llama_bf16():
-    import transformers
-
-    cfg = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        use_cache=False,
-    )  # fmt: skip
-    model = _Logits(transformers.LlamaForCausalLM(cfg), "input_ids").to(torch.bfloat16)
-    return model, (torch.randint(0, 64, (1, 6)),)
+    return _llama_in(torch.bfloat16, layers=1)
 
 
 def _t5():
