@@ -1,9 +1,12 @@
 """Hatchling build hook: builds the widget's JS bundle so that ``pip install .`` and
 ``pip install -e .`` produce ``onnx_sbs_nb/static/widget.js`` (git-ignored, never
-committed).  Enabled in pyproject.toml by ``[tool.hatch.build.targets.wheel.hooks.custom]``.
+committed), and the comparisons' C library ``onnx_sbs_nb/native/_sbs_native.so`` when a C
+compiler is there (without it the package compares with numpy, more slowly).  Enabled in
+pyproject.toml by ``[tool.hatch.build.targets.wheel.hooks.custom]``.
 
-Set ``ONNX_SBS_SKIP_JS_BUILD=1`` to skip it (the package then works without the widget
-and the HTML report until ``cd js && npm ci && npm run build`` is run).
+Set ``ONNX_SBS_SKIP_JS_BUILD=1`` to skip the bundle (the package then works without the
+widget and the HTML report until ``cd js && npm ci && npm run build`` is run), and
+``ONNX_SBS_SKIP_NATIVE_BUILD=1`` to skip the library.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 BUNDLE = Path("onnx_sbs_nb") / "static" / "widget.js"
+NATIVE_SOURCE = Path("onnx_sbs_nb") / "native" / "sbs_native.c"
 
 
 def _newest_source(js: Path) -> float:
@@ -53,11 +59,60 @@ def build_bundle(root: Path, *, force: bool = False) -> Path:
     return out
 
 
+def native_library() -> Path:
+    """Where the C library goes (its name as onnx_sbs_nb/native/__init__.py loads it)."""
+    if sys.platform == "win32":
+        name = "_sbs_native.dll"
+    elif sys.platform == "darwin":
+        name = "_sbs_native.dylib"
+    else:
+        name = "_sbs_native.so"
+    return NATIVE_SOURCE.with_name(name)
+
+
+def build_native(root: Path, *, force: bool = False) -> Path | None:
+    """Compile the comparisons' C library under *root* when it is missing or older than
+    its source; None (and a warning) when no C compiler can: the package then compares
+    with numpy."""
+    src, out = root / NATIVE_SOURCE, root / native_library()
+    if not src.is_file():
+        return out if out.is_file() else None
+    if not force and out.is_file() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    cc = cc.split()[0]
+    if shutil.which(cc) is None:
+        cc = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), "")
+    if not cc or sys.platform == "win32":
+        print("onnx_sbs_nb: no C compiler: comparisons run in numpy (slower)", file=sys.stderr)
+        return None
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    # -ffp-contract=off: a * b + c rounds twice, as numpy computes it
+    cmd = [cc, "-O3", "-fPIC", "-shared", "-ffp-contract=off", "-o", str(tmp), str(src)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        detail = getattr(e, "stderr", "") or str(e)
+        print(f"onnx_sbs_nb: the C library did not build ({detail.strip()[:500]}): "
+              "comparisons run in numpy (slower)", file=sys.stderr)  # fmt: skip
+        tmp.unlink(missing_ok=True)
+        return None
+    os.replace(tmp, out)
+    return out
+
+
 class JsBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
-        if self.target_name != "wheel" or os.environ.get("ONNX_SBS_SKIP_JS_BUILD") == "1":
+        if self.target_name != "wheel":
             return
-        build_bundle(Path(self.root))
-        build_data.setdefault("artifacts", []).append(BUNDLE.as_posix())
+        if os.environ.get("ONNX_SBS_SKIP_JS_BUILD") != "1":
+            build_bundle(Path(self.root))
+            build_data.setdefault("artifacts", []).append(BUNDLE.as_posix())
+        if os.environ.get("ONNX_SBS_SKIP_NATIVE_BUILD") != "1":
+            if build_native(Path(self.root)) is not None:
+                build_data.setdefault("artifacts", []).append(native_library().as_posix())
+                # a platform library inside: the wheel is for this platform only
+                build_data["pure_python"] = False
+                build_data["infer_tag"] = True

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .convert import _ML_NAMES, to_torch
+from .native import NATIVE
 
 # (atol, rtol) per dtype when the user gives none: accumulated float32 rounding between
 # two runtimes stays well below 1e-4 on exported models; half types carry ~3 digits.
@@ -119,6 +120,9 @@ def _as_numpy(v) -> np.ndarray | None:
 # walks one of them across the cache at every pass; torch's blocked copy puts it in
 # order once, and every pass after that is contiguous.
 _RELAYOUT = 1 << 15
+_RELAYOUT_NATIVE = 2
+# below this many elements, the C library's comparison is as cheap as a byte comparison
+_NATIVE_DIRECT = 1 << 16
 
 
 def _c_order(a: np.ndarray) -> np.ndarray:
@@ -141,6 +145,8 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two C-ordered arrays of one dtype hold the same bytes (NaN matching NaN)."""
     if not (a.flags.c_contiguous and b.flags.c_contiguous) or a.dtype.hasobject:
         return False
+    if NATIVE is not None:
+        return NATIVE.same_bytes(a, b)
     if a.nbytes <= _BITS_PREFIX:
         return a.tobytes() == b.tobytes()
     a8, b8 = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
@@ -163,6 +169,14 @@ def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
     make a zero difference; NaNs make it False, and the full comparison matches them."""
     if a.dtype.kind not in "biufc" or min(a.strides + b.strides, default=0) < 0:
         return False
+    if NATIVE is not None and a.ndim == 2:
+        # a transposed weight: the same bytes tell in one pass through the cache (±0.0
+        # or NaNs that differ in bits go on to the full comparison, which matches them)
+        for x, y in ((a, b), (b, a)):
+            if x.T.flags.c_contiguous and y.flags.c_contiguous:
+                same = NATIVE.equal_transposed(x.T, y)
+                if same is not None:
+                    return same
     try:
         return torch.equal(_read_view(a), _read_view(b))
     except (TypeError, RuntimeError):  # a dtype torch does not take from numpy
@@ -242,13 +256,22 @@ def compare(
     ea, ga = _as_numpy(expected), _as_numpy(got)
     if ea is not None and ga is not None:
         contiguous = ea.flags.c_contiguous and ga.flags.c_contiguous
-        if ea.dtype == ga.dtype and (
-            _same_bits(ea, ga) if contiguous else _RELAYOUT <= ea.size and _same_values(ea, ga)
+        # a small value the C library compares: its one pass answers "equal" too
+        direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
+        if (
+            not direct
+            and ea.dtype == ga.dtype
+            and (
+                _same_bits(ea, ga) if contiguous else _RELAYOUT <= ea.size and _same_values(ea, ga)
+            )
         ):
             _empty(result)
         else:
-            # one side in order, the other not: put both in order once (see _RELAYOUT)
-            if _RELAYOUT <= ea.size <= _BLOCK and ea.flags.c_contiguous != ga.flags.c_contiguous:
+            # one side in order, the other not: put both in order once (see _RELAYOUT;
+            # with the C library, at any size: its one pass needs both in order)
+            if (
+                _RELAYOUT_NATIVE if NATIVE is not None else _RELAYOUT
+            ) <= ea.size <= _BLOCK and ea.flags.c_contiguous != ga.flags.c_contiguous:
                 ea, ga = _c_order(ea), _c_order(ga)
             if scaled and ea.size:
                 atol = result.atol = _capped_atol(atol, rtol, largest_magnitude(ea))
@@ -331,10 +354,44 @@ def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Di
     if e.dtype.kind in "biu" and g.dtype.kind in "biu":
         _compare_numpy_integers(e, g, r)
         return
+    if _native(e, g) and (atol == 0 or e.dtype.type(atol) > 0):  # never a zero denominator
+        _fill_native(r, NATIVE.compare(e, g, atol, rtol), atol)
+        return
     if e.size > _BLOCK and e.ndim > 0:
         _compare_numpy_blocks(e, g, atol, rtol, r)
         return
     _compare_numpy_floats(e, g, atol, rtol, r)
+
+
+def _native(e: np.ndarray, g: np.ndarray) -> bool:
+    """Whether the C library compares these two arrays (one float dtype, both in order)."""
+    return (
+        NATIVE is not None
+        and e.dtype == g.dtype
+        and NATIVE.compares(e.dtype)
+        and e.flags.c_contiguous
+        and g.flags.c_contiguous
+    )
+
+
+def _fill_native(r: Diff, found: tuple[float, ...], atol: float) -> None:
+    """The metrics from the C library's one pass, as _compare_numpy_floats sets them."""
+    err_abs, err_rel, nan, h01, h001, fails = found
+    r.err_nan = nan
+    if nan:
+        r.err_abs = r.err_rel = math.inf
+        r.err_h01, r.err_h001 = h01 + nan, h001 + nan
+        r.passed = False
+        return
+    r.err_abs = err_abs
+    if err_abs == 0.0:
+        r.err_rel = r.err_h01 = r.err_h001 = 0.0
+        r.passed = True
+        return
+    r.err_rel = err_rel
+    r.err_h01 = h01 if err_abs > 0.1 else 0.0
+    r.err_h001 = h001 if err_abs > 0.01 else 0.0
+    r.passed = err_abs <= atol or fails == 0
 
 
 def _compare_numpy_blocks(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:

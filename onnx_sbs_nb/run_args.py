@@ -47,6 +47,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="the .pt2 and inputs files are trusted: load them even if that runs code "
         "from them (off: a file that needs code to load is refused)",
     )
+    p.add_argument(
+        "--time-nodes",
+        action="store_true",
+        help="time every ONNX node on its own (one session per node) on every run, "
+        "instead of running stretches of nodes as one session on a second run",
+    )
     add_deployment_arguments(p)
 
 
@@ -120,6 +126,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         optimize=args.optimize,
         providers=tuple(args.providers) if args.providers else None,
         trust_pickles=args.trust_pickles,
+        time_nodes=args.time_nodes,
     )
 
 

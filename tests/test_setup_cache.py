@@ -195,10 +195,16 @@ def test_transposed_weight_against_its_contiguous_twin():
     assert strided.err_abs == d.err_abs and strided.err_rel == d.err_rel
 
 
-def test_strided_twins_equal_in_value_are_answered_in_one_pass(monkeypatch):
-    """A transposed weight against its twin is checked by value in torch, without a
-    relayout; the read-only arrays onnx gives reach torch through a read-only-safe alias
-    (torch warns on a read-only array, once per process, the user's arrays too)."""
+@pytest.mark.parametrize("native", [True, False])
+def test_strided_twins_equal_in_value_are_answered_in_one_pass(monkeypatch, native):
+    """A transposed weight against its twin is checked in one pass, without a relayout:
+    by the C library's tiled byte comparison, or by value in torch, where the read-only
+    arrays onnx gives reach torch through a read-only-safe alias (torch warns on a
+    read-only array, once per process, the user's arrays too)."""
+    if native and diff.NATIVE is None:
+        pytest.skip("the C library was not built")
+    if not native:
+        monkeypatch.setattr(diff, "NATIVE", None)
     torch.manual_seed(0)
     w = torch.randn(512, 128)
     twin = np.frombuffer(w.t().contiguous().numpy().tobytes(), np.float32).reshape(128, 512)
@@ -215,7 +221,8 @@ def test_strided_twins_equal_in_value_are_answered_in_one_pass(monkeypatch):
     monkeypatch.setattr(diff, "_c_order", lambda a: relayouts.append(1) or a)
     d = diff.compare(w.t(), twin)
     assert d.passed and d.err_abs == 0.0 and d.err_rel == 0.0
-    assert seen and all(seen) and not relayouts
+    assert all(seen) and not relayouts
+    assert bool(seen) is not native  # the C library reads the arrays as they are
     monkeypatch.undo()
     # equal values, not bits: -0.0 against 0.0 is no difference; NaN against NaN goes
     # to the full comparison, which matches them

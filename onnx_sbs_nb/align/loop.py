@@ -73,6 +73,7 @@ from .plan import REF, Plan, schedule
 from .precision import INHERITED_NOTE
 from .randomness import random_values
 from .sides import OnnxSide
+from .stretches import kept_memo, layout, memo_key, runs_stretches
 from .ties import TIE_NOTE, same_choice
 
 
@@ -187,6 +188,11 @@ class SideBySideRun:
         self._tie_x_own: dict[str, tuple[int, Any]] = {}
         self._pending: dict[str, Record] = {}
         self._probe_inputs: dict[int, list[Any]] = {}
+        # stretches of candidate nodes run as one session (stretches.py): the run's
+        # layout of them, or the memo this run records for the next
+        self._layout: Any = None
+        self._memo: Any = None
+        self._ahead: bytearray = bytearray()
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -223,6 +229,7 @@ class SideBySideRun:
         self._missing = v.missing
         self._pending, self._probe_inputs = v.pending, v.probe_inputs
         self._step_counter = 0
+        self._start_stretches(v.cand)
         compare_at = self.plan.compare_at
         stop = self._stop
         try:
@@ -241,6 +248,8 @@ class SideBySideRun:
             for wrec in v.pending.values():
                 wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
                 yield self._checked(wrec)
+            if self._memo is not None and not stop.is_set():
+                self._memo.complete = True  # every node was seen: the next run may use it
         finally:
             status.elapsed = time.perf_counter() - t0
             status.current = None
@@ -299,6 +308,12 @@ class SideBySideRun:
         cand, v, status = self.candidate, self._v, self.status
         outputs = cand.graph.outputs[idx]  # the node's outputs, read once per model
         status.current = cand.node_name(idx)
+        if self._layout is not None:
+            stretch = self._layout.starting.get(idx)
+            if stretch is not None and not stretch.broken:
+                self._run_stretch(stretch)
+            if self._ahead[idx]:
+                return self._candidate_step_ahead(idx, outputs)
         t = time.perf_counter()
         try:
             inputs = cand.inputs(idx, v.cand)
@@ -310,11 +325,16 @@ class SideBySideRun:
             inputs = None
         if inputs is not None:
             try:
-                for o, value in zip(outputs, cand.call(idx, inputs)):
+                values = cand.call(idx, inputs)
+                for o, value in zip(outputs, values):
                     if o:
                         v.cand[o] = value
                 if idx in self._tie_axes:
                     self._tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
+                if self._memo is not None:
+                    plain = not any(o in cand.notes for o in outputs)
+                    names_in = cand.graph.inputs[idx]
+                    self._memo.observe(idx, names_in, inputs, outputs, values, plain)
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
@@ -335,6 +355,70 @@ class SideBySideRun:
                 rec = self._candidate_only_record(o, v.cand, elapsed, v.cand_errors)
                 records += (self._emit(rec),)
         return records
+
+    def _candidate_step_ahead(self, idx: int, outputs: tuple[str, ...]) -> tuple[Record, ...]:
+        """A candidate node whose values its stretch made: nothing runs, nothing is timed."""
+        cand, v = self.candidate, self._v
+        if self.options.own_error:
+            self._run_own_error(idx, v.cand, v.ref, v.own, cand.inputs(idx, v.cand))
+        self.status.done_onnx_nodes += 1
+        by_onnx = self.pairing.by_onnx
+        records: tuple[Record, ...] = ()
+        for o in outputs:
+            if o and o not in by_onnx:
+                rec = self._candidate_only_record(o, v.cand, None, v.cand_errors)
+                records += (self._emit(rec),)
+        return records
+
+    def _start_stretches(self, env: dict[str, Any]) -> None:
+        """Runs the stretches recorded by an earlier run of this model on inputs of these
+        shapes, or records this run for the next (``stretches.py``)."""
+        self._layout = self._memo = None
+        cand, options = self.candidate, self.options
+        if (
+            options.time_nodes
+            or self.reset_all
+            or self.deployment is not None
+            or not runs_stretches(cand.runner)
+        ):
+            return
+        key = memo_key(cand.runner, env)
+        if key is None:
+            return
+        memo = kept_memo(cand, key)
+        if not memo.complete:
+            self._memo = memo
+            return
+        by_onnx = self.pairing.by_onnx
+        fed = set(self._random)
+        if self.reset_names:
+            fed.update(
+                name
+                for name, pair in by_onnx.items()
+                if name in self.reset_names or pair.fx_name in self.reset_names
+            )
+        found = layout(memo, cand, frozenset(fed))
+        if len(found):
+            self._layout = found
+            self._ahead = bytearray(len(cand.nodes))
+            self.status.extra["stretches"] = len(found)
+
+    def _run_stretch(self, stretch: Any) -> None:
+        """Runs a stretch's nodes as one session; on any failure its nodes run one by one
+        (and the stretch is not tried again)."""
+        cand, v = self.candidate, self._v
+        feeds = stretch.feeds(v.cand, cand)
+        if feeds is None:
+            return  # an input missing, or not as recorded: one node at a time
+        try:
+            values = stretch.run(feeds, cand)
+        except Exception:
+            stretch.broken = True
+            return
+        v.cand.update(zip(stretch.outputs, values))
+        ahead = self._ahead
+        for k in range(stretch.first, stretch.last + 1):
+            ahead[k] = 1
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""

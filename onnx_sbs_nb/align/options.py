@@ -47,6 +47,11 @@ class RunOptions:
       contrib nodes included), each of its nodes run on its own (``align/deployed.py``).
     - ``providers``: the execution providers whose optimized graph that is (with
       ``optimize``; default CPU); a CUDA provider runs the nodes on ``"cuda"``.
+    - ``time_nodes``: time every ONNX node on its own, on every run.  Off, a second run of
+      the same model on inputs of the same shapes runs stretches of onnxruntime nodes as
+      one session (the same kernels on the same values, every value compared, a few
+      times faster), and those nodes' records have no ``onnx_time_run``
+      (``align/stretches.py``).
     - ``trust_pickles``: the ``.pt2`` and inputs files given by path are trusted: they are
       loaded as ``torch.export.load`` and ``torch.load(weights_only=False)`` do, which can
       run code from them.  Off by default: a file that needs code to load is refused.
@@ -65,6 +70,7 @@ class RunOptions:
     optimize: str | None = None
     providers: tuple[Any, ...] | None = None
     trust_pickles: bool = False
+    time_nodes: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.runner, str) and self.runner not in RUNNER_NAMES:
@@ -81,7 +87,7 @@ class RunOptions:
             )
         self.atol = _tolerance("atol", self.atol)
         self.rtol = _tolerance("rtol", self.rtol)
-        for flag in ("exc", "own_error", "trust_pickles"):
+        for flag in ("exc", "own_error", "trust_pickles", "time_nodes"):
             if not isinstance(getattr(self, flag), bool):
                 raise SbsInputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.reset not in (None, RESET_ALL):
@@ -171,6 +177,7 @@ class RunOptions:
             "optimize": self.optimize,
             "providers": [_provider_name(p) for p in self.providers or ()] or None,
             "trust_pickles": self.trust_pickles,
+            "time_nodes": self.time_nodes,
         }
 
 

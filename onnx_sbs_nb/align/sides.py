@@ -259,6 +259,8 @@ class OnnxTables:
     tie_axes: dict[int, int] = field(default_factory=dict)
     # plans of runs over these tables, by (pairing key, whether nodes wait for torch inputs)
     plans: dict[Any, Any] = field(default_factory=dict)
+    # what runs saw node by node, by runner and input shapes: stretches (stretches.py)
+    stretch_memos: dict[Any, Any] = field(default_factory=dict)
 
     @classmethod
     def of(

@@ -1,0 +1,132 @@
+"""The C comparisons (onnx_sbs_nb/native) against the numpy path they replace: the same
+numbers, bit for bit, on ordinary values and on every edge the numpy path handles."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from onnx_sbs_nb import diff
+from onnx_sbs_nb.native import NATIVE
+
+if NATIVE is None:
+    if os.environ.get("CI"):
+        pytest.fail(
+            "the C library was not built (pip install -e . builds it with a C compiler)",
+            pytrace=False,
+        )
+    pytest.skip("the C library was not built", allow_module_level=True)
+
+FIELDS = ("err_abs", "err_rel", "err_nan", "err_h01", "err_h001", "passed")
+
+
+def _numpy_diff(e, g, atol, rtol):
+    r = diff.Diff()
+    diff._compare_numpy_floats(e, g, atol, rtol, r)
+    return r
+
+
+def _native_diff(e, g, atol, rtol):
+    r = diff.Diff()
+    diff._fill_native(r, NATIVE.compare(e, g, atol, rtol), atol)
+    return r
+
+
+def _same(a, b) -> bool:
+    return (a == b) or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+
+
+def _cases(dtype):
+    rng = np.random.default_rng(0)
+    f = np.dtype(dtype).type
+    for n in (1, 7, 8, 9, 31, 1000, 16384 + 3):
+        e = rng.standard_normal(n).astype(dtype)
+        yield f"rounding-{n}", e, (e + rng.standard_normal(n).astype(dtype) * f(1e-6))
+        yield f"equal-{n}", e, e.copy()
+        yield f"far-{n}", e, e + f(0.05) * rng.standard_normal(n).astype(dtype)
+        yield f"large-{n}", e * f(1e4), (e * f(1e4) + f(0.5))
+    e = rng.standard_normal(64).astype(dtype)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], dtype=dtype)
+    for k, a in enumerate(specials):
+        for j, b in enumerate(specials):
+            x, y = e.copy(), e.copy()
+            x[5], y[5] = a, b
+            x[40], y[40] = x[40] + f(0.2), y[40]
+            yield f"special-{k}-{j}", x, y
+    big = np.finfo(dtype).max
+    yield "overflow", np.array([big, 1.0] * 9, dtype=dtype), np.array([-big, 1.0] * 9, dtype=dtype)
+    # differences exactly at the thresholds of h01 / h001 and of the tolerance
+    x = np.zeros(24, dtype=dtype)
+    y = x.copy()
+    y[:4] = (0.1, 0.01, 1e-4, 2e-4)
+    yield "thresholds", x, y
+    yield "thresholds-neg", -y, x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("atol,rtol", [(1e-4, 1e-4), (0.0, 0.0), (1e-7, 1e-7), (0.5, 0.0)])
+def test_native_comparison_equals_the_numpy_one(dtype, atol, rtol):
+    for name, e, g in _cases(dtype):
+        want = _numpy_diff(e, g, atol, rtol)
+        got = _native_diff(e, g, atol, rtol)
+        for field in FIELDS:
+            assert _same(getattr(got, field), getattr(want, field)), (
+                name,
+                field,
+                getattr(got, field),
+                getattr(want, field),
+            )
+
+
+def test_compare_takes_the_native_path_for_contiguous_floats(monkeypatch):
+    calls = []
+    real = NATIVE.compare
+    monkeypatch.setattr(NATIVE, "compare", lambda *a: calls.append(1) or real(*a))
+    e = torch.randn(32, 64)
+    d = diff.compare(e, (e + 1e-3).numpy())
+    assert calls and not d.passed and d.err_abs == pytest.approx(1e-3, rel=1e-3)
+    # a dtype the library does not take: numpy, the same verdict
+    calls.clear()
+    h = diff.compare(e.half(), (e + 1e-3).half().numpy())
+    assert not calls and h.err_abs is not None
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (33, 65), (256, 96)])
+def test_transposed_bytes(itemsize, shape):
+    dtype = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}[itemsize]
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal(shape) * 100).astype(dtype)
+    b = np.ascontiguousarray(a.T)
+    assert NATIVE.equal_transposed(a, b) is True
+    for i, j in {(0, 0), (shape[0] - 1, shape[1] - 1), (shape[0] // 2, shape[1] // 3)}:
+        c = b.copy()
+        c[j, i] = c[j, i] + 1 if dtype is np.uint8 else -(c[j, i] + 1)
+        assert NATIVE.equal_transposed(a, c) is False, (i, j)
+    assert NATIVE.equal_transposed(np.zeros((2, 2), dtype=np.complex128), np.zeros((2, 2))) is None
+
+
+def test_a_transposed_weight_is_compared_natively_and_still_fails_when_it_differs():
+    w = torch.randn(96, 40)  # a linear weight (out, in)
+    twin = np.ascontiguousarray(w.numpy().T)  # the ONNX initializer (in, out)
+    ok = diff.compare(w.t(), twin, constant=True)
+    assert ok.passed and ok.err_abs == 0.0
+    twin[3, 7] += 0.5
+    bad = diff.compare(w.t(), twin, constant=True)
+    assert not bad.passed and bad.err_abs == pytest.approx(0.5, rel=1e-3)
+    # -0.0 against 0.0: other bytes, the same value
+    z = torch.zeros(64, 64)
+    zt = np.ascontiguousarray(-z.numpy().T)
+    assert diff.compare(z.t(), zt).passed
+
+
+def test_same_bytes():
+    a = np.arange(10000, dtype=np.float32)
+    b = a.copy()
+    assert NATIVE.same_bytes(a, b)
+    b[-1] += 1
+    assert not NATIVE.same_bytes(a, b)

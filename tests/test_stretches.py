@@ -1,0 +1,202 @@
+"""Stretches (align/stretches.py): a second run of a model on inputs of the same shapes runs
+consecutive onnxruntime nodes as one session, and gives the records of one node at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from onnx_sbs_nb.align.run import AlignedRun
+from onnx_sbs_nb.align.stretches import ALONE_OPS, MAX_NODES
+from onnx_sbs_nb.records import RECORD_FIELDS
+
+from .models import export
+
+_TIMES = ("ep_time_run", "onnx_time_run")
+
+
+def _fields(records):
+    """Every field of every record but the timings (NaN made comparable)."""
+    out = []
+    for r in records:
+        d = r.to_dict()
+        out.append(
+            {
+                k: ("nan" if isinstance(v, float) and v != v else v)
+                for k, v in d.items()
+                if k not in _TIMES
+            }
+        )
+    return out
+
+
+class Wide(torch.nn.Module):
+    """Linears onnxruntime runs with threads (a weight of 256K elements and more) between
+    ones it runs on one thread: a MatMul of N=128 rounds otherwise with two threads."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(256, 1024)
+        self.down = torch.nn.Linear(1024, 256)
+        self.kv = torch.nn.Linear(256, 128)
+        self.out = torch.nn.Linear(128, 256)
+
+    def forward(self, x):
+        h = torch.nn.functional.silu(self.up(x))
+        y = self.down(h) * torch.sigmoid(x)
+        z = torch.tanh(self.kv(y)).reshape(*y.shape[:-1], 2, 64).transpose(-1, -2)
+        z = z.reshape(*y.shape[:-1], 128)
+        return self.out(z) + y.mean(-1, keepdim=True)
+
+
+@pytest.fixture(scope="module")
+def wide():
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 256)
+    ep, onx = export(Wide(), (x,))
+    return ep, onx, (x,)
+
+
+def _run(ep, onx, args, **options):
+    run = AlignedRun(ep, onx, args, **options)
+    return run, list(run)
+
+
+def test_a_second_run_runs_stretches_and_gives_the_same_records(wide):
+    ep, onx, args = wide
+    first, a = _run(ep, onx, args, own_error=True)
+    second, b = _run(ep, onx, args, own_error=True)
+    assert "stretches" not in first.status.extra
+    assert second.status.extra["stretches"] >= 2
+    # the same kernels on the same values: every field of every record, bit for bit
+    # (a stretch that mixed one- and multi-threaded nodes would change errors here)
+    assert _fields(a) == _fields(b)
+    assert any(r.err_abs for r in b), "the test wants values that differ by rounding"
+    covered = second._layout.covered
+    nodes = [r for r in b if r.onnx_id_node is not None and r.onnx_id_node >= 0]
+    in_stretch = [r for r in nodes if covered[r.onnx_id_node]]
+    alone = [r for r in nodes if not covered[r.onnx_id_node]]
+    assert in_stretch and alone
+    assert all(r.onnx_time_run is None for r in in_stretch)
+    assert all(r.onnx_time_run is not None for r in alone)
+    assert all(
+        r.onnx_time_run is not None for r in a if r.onnx_id_node is not None and r.onnx_id_node >= 0
+    )
+    # asked to, every node runs and is timed on its own
+    timed, c = _run(ep, onx, args, own_error=True, time_nodes=True)
+    assert "stretches" not in timed.status.extra and _fields(c) == _fields(a)
+    assert all(
+        r.onnx_time_run is not None for r in c if r.onnx_id_node is not None and r.onnx_id_node >= 0
+    )
+
+
+def test_stretches_keep_a_node_s_threading(wide):
+    """A stretch holds nodes that ran with threads, or nodes that did not, never both."""
+    ep, onx, args = wide
+    _run(ep, onx, args)
+    second, _ = _run(ep, onx, args)
+    memo = next(iter(second.candidate.tables.stretch_memos.values()))
+    assert any(memo.large) and not all(memo.large)
+    for s in second._layout.starting.values():
+        flags = {memo.large[k] for k in range(s.first, s.last + 1)}
+        assert flags == {s.large}, (s.first, s.last, flags)
+        assert s.last - s.first + 1 <= MAX_NODES
+
+
+def test_inputs_of_other_shapes_are_run_node_by_node_first():
+    torch.manual_seed(1)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    x2 = torch.randn(2, 64, 256)
+    ep, onx = export(Wide(), (x2,), dynamic_shapes=({0: batch},))
+    x3 = torch.randn(3, 64, 256)
+    runs = [_run(ep, onx, (x,)) for x in (x2, x2, x3, x3)]
+    used = ["stretches" in run.status.extra for run, _ in runs]
+    assert used == [False, True, False, True]
+    for (_, recs), x in zip(runs, (x2, x2, x3, x3)):
+        _, want = _run(ep, onx, (x,), time_nodes=True)
+        assert _fields(recs) == _fields(want)
+
+
+class Lookup(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, ids, x):
+        return self.fc(torch.tanh(self.emb(ids) * 2 + x)) + 1
+
+
+def test_a_stretch_that_fails_runs_node_by_node():
+    """Indices out of range (same shapes): the stretch holding the Gather fails, its
+    nodes run one by one, each failure its own record, as without stretches."""
+    torch.manual_seed(2)
+    ids, x = torch.randint(0, 16, (2, 5)), torch.randn(2, 5, 8)
+    ep, onx = export(Lookup(), (ids, x))
+    _run(ep, onx, (ids, x))
+    bad = ids.clone()
+    bad[1, 2] = 99
+    run, got = _run(ep, onx, (bad, x))
+    assert run.status.extra.get("stretches")
+    broken = [s for s in run._layout.starting.values() if s.broken]
+    assert broken, "the stretch with the Gather failed"
+    _, want = _run(ep, onx, (bad, x), time_nodes=True)
+    assert _fields(got) == _fields(want)
+    assert any(r.status == "error" and r.onnx_op_type == "Gather" for r in got)
+    # not tried again: the next run on good indices runs those nodes one by one
+    again, recs = _run(ep, onx, (ids, x))
+    assert all(r.status in ("ok", "unpaired_ep", "unpaired_onnx") for r in recs if r.onnx_name)
+    assert broken[0] in again._layout.starting.values() and broken[0].broken
+
+
+class Grow(torch.nn.Module):
+    def forward(self, x, n):
+        z = torch.zeros(n.shape[0], x.shape[-1]) + x.sum(0)
+        return (z.expand(3, -1, -1) * 2).sin() + 1
+
+
+def test_nodes_whose_size_values_set_run_alone():
+    torch.manual_seed(3)
+    x, n = torch.randn(4, 6), torch.zeros(5)
+    ep, onx = export(Grow(), (x, n))
+    _run(ep, onx, (x, n))
+    run, recs = _run(ep, onx, (x, n))
+    ops = [node.op_type for node in onx.graph.node]
+    alone = [k for k, op in enumerate(ops) if op in ALONE_OPS]
+    assert alone, ops
+    if run._layout is not None:
+        assert not any(run._layout.covered[k] for k in alone)
+    _, want = _run(ep, onx, (x, n), time_nodes=True)
+    assert _fields(recs) == _fields(want)
+
+
+def test_consumers_of_reset_values_run_after_the_reset(wide):
+    ep, onx, args = wide
+    first, _ = _run(ep, onx, args, own_error=True)
+    reset = next(
+        r.onnx_name for r in _run(ep, onx, args, own_error=True)[1] if r.onnx_op_type == "Tanh"
+    )
+    _run(ep, onx, args, reset_names=[reset])  # records the memo
+    run, got = _run(ep, onx, args, reset_names=[reset])
+    assert run.status.extra.get("stretches")
+    consumers = [k for k, n in enumerate(onx.graph.node) if reset in n.input]
+    assert consumers and not any(run._layout.covered[k] for k in consumers)
+    _, want = _run(ep, onx, args, reset_names=[reset], time_nodes=True)
+    assert _fields(got) == _fields(want)
+    assert any(r.reset for r in got)
+
+
+def test_time_nodes_is_an_option_everywhere():
+    from onnx_sbs_nb.align.options import RunOptions
+    from onnx_sbs_nb.cli import build_parser
+    from onnx_sbs_nb.errors import SbsInputError
+    from onnx_sbs_nb.run_args import options_from_args
+
+    assert RunOptions(time_nodes=True).to_dict()["time_nodes"] is True
+    with pytest.raises(SbsInputError, match="time_nodes"):
+        RunOptions(time_nodes="yes")
+    argv = ["run", "--ep", "a.pt2", "--onnx", "b.onnx", "--inputs", "c.pt", "--time-nodes"]
+    args = build_parser().parse_args(argv)
+    assert options_from_args(args).time_nodes is True
+    assert "onnx_time_run" in RECORD_FIELDS and np is not None
