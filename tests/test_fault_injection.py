@@ -190,9 +190,11 @@ def test_llama_summary_names_the_corrupted_node(llama, case):
     if case.node is not None:
         assert s.first_own_failure_rule == "rerun"
         assert s.first_own_failure.passed2 is False
-    # without the rerun, the fallback rule lands on the same node
+    # without the rerun, the fallback rule lands on the same node (a second run of the
+    # same corrupted model runs stretches, which may list records in another order)
     _, s2 = _check(ep, onx, args, case, rerun=False)
-    assert s2.first_own_failure.step == s.first_own_failure.step
+    assert s2.first_own_failure.onnx_name == s.first_own_failure.onnx_name
+    assert s2.first_own_failure.ep_name == s.first_own_failure.ep_name
 
 
 @pytest.mark.parametrize("case", [c for c in LLAMA_CASES if c.inherits], ids=lambda c: c.id)

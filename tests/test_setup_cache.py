@@ -237,23 +237,30 @@ def test_strided_twins_equal_in_value_are_answered_in_one_pass(monkeypatch, nati
     assert not d.passed and d.err_abs == pytest.approx(1.0, rel=1e-5)
 
 
-def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp):
+@pytest.mark.parametrize("time_nodes", [True, False])
+def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp, time_nodes):
     """A run holds its records, plan, values and sessions' wrappers: with no reference
     cycle through it, dropping it frees them all at once.  A cycle would leave them for
-    the cyclic collector, whose full passes over a large program cost a run's time."""
+    the cyclic collector, whose full passes over a large program cost a run's time.
+    Without ``time_nodes``, a second run runs stretches (their own-error batch too)."""
     import gc
     import weakref
 
     ep, onx, args = mlp
-    list(AlignedRun(ep, onx, args, own_error=True))  # the program prepared, sessions built
+    options = {"own_error": True, "time_nodes": time_nodes}
+    for _ in range(2):  # the program prepared, sessions built, stretches recorded
+        list(AlignedRun(ep, onx, args, **options))
     gc.collect()
     was = gc.isenabled()
     gc.disable()
     try:
-        run = AlignedRun(ep, onx, args, own_error=True)
+        run = AlignedRun(ep, onx, args, **options)
         records = list(run)
         run.actions.find_node(records[-1])  # the actions do not hold on to the run
-        assert run.candidate._fns  # the one-node runners, freed with the run
+        if time_nodes:
+            assert run.candidate._fns  # the one-node runners, freed with the run
+        else:
+            assert run._layout is not None and any(run._own_done)
         refs = [weakref.ref(o) for o in (run, run.candidate, run.reference)]
         # the plan (names and step numbers) is kept for the next run of this program
         kept = weakref.ref(run.plan)
@@ -272,7 +279,9 @@ def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp):
         if was:
             gc.enable()
     # outside the collector's check: a new run makes garbage of torch's own
-    assert AlignedRun(ep, onx, args, own_error=True).plan is kept()
+    again = AlignedRun(ep, onx, args, **options)
+    list(again)
+    assert again.plan is kept()
 
 
 def _run_owned(o: object) -> str | None:
@@ -331,9 +340,10 @@ def _protobuf_objects(obj, seen=None) -> list:
 def test_a_second_run_reuses_the_tables_keys_and_plan_and_finds_the_same(mlp):
     ep, onx, args = mlp
     for own_error in (False, True):
-        first = AlignedRun(ep, onx, args, own_error=own_error)
+        # time_nodes: one node at a time, the plan as kept (stretches: test_stretches.py)
+        first = AlignedRun(ep, onx, args, own_error=own_error, time_nodes=True)
         first_records = list(first)
-        second = AlignedRun(ep, onx, args, own_error=own_error)
+        second = AlignedRun(ep, onx, args, own_error=own_error, time_nodes=True)
         assert second.candidate.tables is first.candidate.tables
         assert second.reference.graph is first.reference.graph
         assert second.plan is first.plan

@@ -3,6 +3,8 @@ consecutive onnxruntime nodes as one session, and gives the records of one node 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -13,22 +15,23 @@ from onnx_sbs_nb.records import RECORD_FIELDS
 
 from .models import export
 
-_TIMES = ("ep_time_run", "onnx_time_run")
+# timings, and the place in the stream: with own errors, a stretch's nodes wait together
+# for the torch values they read, so a value only torch computes may be listed earlier
+_NOT_COMPARED = ("ep_time_run", "onnx_time_run", "step")
 
 
 def _fields(records):
-    """Every field of every record but the timings (NaN made comparable)."""
+    """Every field of every record but the timings and the place (NaN made comparable),
+    in one order."""
     out = []
     for r in records:
-        d = r.to_dict()
-        out.append(
-            {
-                k: ("nan" if isinstance(v, float) and v != v else v)
-                for k, v in d.items()
-                if k not in _TIMES
-            }
-        )
-    return out
+        d = {
+            k: ("nan" if isinstance(v, float) and v != v else v)
+            for k, v in r.to_dict().items()
+            if k not in _NOT_COMPARED
+        }
+        out.append(json.dumps(d, sort_keys=True, default=str))
+    return sorted(out)
 
 
 class Wide(torch.nn.Module):
@@ -200,3 +203,119 @@ def test_time_nodes_is_an_option_everywhere():
     args = build_parser().parse_args(argv)
     assert options_from_args(args).time_nodes is True
     assert "onnx_time_run" in RECORD_FIELDS and np is not None
+
+
+def test_torch_nodes_before_a_stretch_run_as_one_function(wide):
+    ep, onx, args = wide
+    _run(ep, onx, args)
+    run, recs = _run(ep, onx, args)
+    assert run._fx_runs and run._fx_until >= 0
+    assert not any(r.broken for r in run._fx_runs.values())
+    ahead = [r for r in recs if r.ep_name and r.ep_time_run is None]
+    assert ahead, "torch nodes of a compiled run are not timed one by one"
+    _, want = _run(ep, onx, args, time_nodes=True)
+    assert _fields(recs) == _fields(want)
+
+
+def test_a_compiled_torch_run_that_fails_runs_node_by_node():
+    torch.manual_seed(4)
+    ids, x = torch.randint(0, 16, (2, 5)), torch.randn(2, 5, 8)
+    ep, onx = export(Lookup(), (ids, x))
+    _run(ep, onx, (ids, x))
+    bad = ids.clone()
+    bad[0, 0] = 77  # torch's embedding raises too
+    run, got = _run(ep, onx, (bad, x))
+    assert any(r.broken for r in run._fx_runs.values())
+    _, want = _run(ep, onx, (bad, x), time_nodes=True)
+    assert _fields(got) == _fields(want)
+    assert any(r.status == "error" and r.ep_target == "aten.embedding" for r in got)
+
+
+def test_compiled_torch_runs_check_output_sizes(wide, monkeypatch):
+    """The size rules of fx_limits.py hold in a compiled run as one node at a time."""
+    from onnx_sbs_nb.align import fx_limits
+    from onnx_sbs_nb.align.limits import OutputTooLargeError
+
+    ep, onx, args = wide
+    _run(ep, onx, args)
+
+    def refuse(shape, itemsize, device="cpu"):
+        if int(np.prod(shape)) * itemsize >= 2 * 64 * 256 * 4:
+            raise OutputTooLargeError(f"refused {list(shape)}")
+
+    monkeypatch.setattr(fx_limits, "refuse_if_too_large", refuse)
+    run, got = _run(ep, onx, args)
+    assert run.status.extra.get("stretches")
+    _, want = _run(ep, onx, args, time_nodes=True)
+    assert _fields(got) == _fields(want)
+    assert any(r.error and "refused" in r.error for r in got)
+
+
+def test_a_compiled_run_never_executes_names_from_the_program():
+    """Keyword and value names come from a file: they reach the generated code as string
+    literals only."""
+    from onnx_sbs_nb.align.fx_runs import _function
+
+    seen = {}
+
+    def op(x, **kwargs):
+        seen.update(kwargs)
+        return x + 1
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    hostile = "y=1); raise SystemExit('ran code from the file'); (z"
+    a = g.call_function(op, (x,), {hostile: 2})
+    a.name = "a'); raise SystemExit('name'); ('"
+    b = g.call_function(op, (a,), {})
+    fn = _function([a, b])
+    env = {"x": torch.zeros(2)}
+    fn(env, "cpu")
+    assert seen == {hostile: 2}
+    assert torch.equal(env[b.name], torch.full((2,), 2.0)) and a.name in env
+
+
+def test_stretch_sessions_keep_no_memory_arena(wide):
+    """An arena keeps the peak of every value a session made for the session's life: with
+    one session per stretch, a model's activations would stay held between runs."""
+    ep, onx, args = wide
+    _run(ep, onx, args, own_error=True)
+    run, _ = _run(ep, onx, args, own_error=True)
+    sessions = [s.session for s in run._layout.starting.values() if s.session is not None]
+    sessions += [x for s in run._layout.starting.values() for x in s.own_sessions.values()]
+    assert sessions
+    for sess in sessions:
+        options = sess.get_session_options()
+        assert not options.enable_cpu_mem_arena and not options.enable_mem_pattern
+
+
+def test_a_node_checked_with_exact_shapes_keeps_its_note_in_a_stretch(wide):
+    """onnxruntime refused to check a node alone with symbolic shapes (simulated): it ran
+    with exact ones and its records say so; a stretch declares exact shapes anyway, so
+    the node joins one, and its records still say how one node at a time runs it."""
+    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+
+    ep, onx, args = wide
+    runner = OnnxruntimeRunner(fallback=False)  # a cache of its own: nothing else sees this
+    warm = AlignedRun(ep, onx, args, runner=runner, time_nodes=True)
+    list(warm)
+    k, fn = next(
+        (k, f) for k, f in warm.candidate._fns.items() if warm.candidate.nodes[k].op_type == "Tanh"
+    )
+
+    def forget_the_node():  # the sessions keyed without exact shapes, or with
+        for key in [key for key in runner._cache if fn.static_key in key]:
+            del runner._cache[key]
+
+    forget_the_node()
+    runner._cache[fn.exact_key] = True
+    try:
+        _run(ep, onx, args, runner=runner)  # records what it saw
+        run, got = _run(ep, onx, args, runner=runner)
+        assert run._layout.covered[k]
+        _, want = _run(ep, onx, args, runner=runner, time_nodes=True)
+        assert _fields(got) == _fields(want)
+        noted = [r for r in got if r.onnx_id_node == k]
+        assert noted and all("exact input shapes" in (r.comment or "") for r in noted)
+    finally:
+        forget_the_node()

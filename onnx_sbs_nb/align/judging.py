@@ -73,6 +73,15 @@ def as_expected(pair: Pair, value: Any) -> Any:
     return value if pair.transform == TRANSFORM_CAST else as_candidate(pair, value)
 
 
+class Pending:
+    """An own-error input that a batch computes before the node reads it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 def own_error_inputs(
     cand: OnnxSide,
     pairing: Pairing,
@@ -81,6 +90,7 @@ def own_error_inputs(
     cand_env: dict[str, Any],
     own: dict[Any, Any],
     unproven: set[str] | frozenset[str] = frozenset(),
+    pending: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[list[Any], frozenset[str]] | None:
     """Inputs of candidate node ``idx`` for its own-error run, or None when one is missing.
 
@@ -90,11 +100,13 @@ def own_error_inputs(
     constant: the node is judged with it.  Pairs in ``unproven`` (the values turned out to
     differ in shape) are not partners.  Also returns the lowerings (fx nodes) other than
     the node's own that had to be recomputed that way: the own error inherits theirs.
+    ``pending``: values whose own-error value a batch of nodes computes with this one
+    (``stretches.py``): they come as :class:`Pending` markers.
     """
     values = []
     taint: set[str] = set()
     group = cand.lowering[idx]
-    for name in cand.node_inputs(cand.nodes[idx]):
+    for name in cand.graph.inputs[idx]:  # node_inputs(), listed once per model
         if not name:
             values.append(None)
         elif name in cand.initializers:
@@ -107,8 +119,8 @@ def own_error_inputs(
                     return None
                 own[key] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
             values.append(own[key])
-        elif name in own and not isinstance(own[name], NotComputed):
-            values.append(own[name])
+        elif (name in own and not isinstance(own[name], NotComputed)) or name in pending:
+            values.append(own[name] if name in own else Pending(name))
             taint.update(own.get(("from", name), ()))
             producer = cand.producer.get(name)
             source = cand.lowering[producer] if producer is not None else None

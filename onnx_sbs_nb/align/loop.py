@@ -46,9 +46,11 @@ from ..records import (
     RunStatus,
 )
 from ..records import join_comments as _join
+from .fx_runs import compile_runs
 from .judging import (
     LINEAR_TARGETS,
     NotComputed,
+    Pending,
     SbsMismatchError,
     as_candidate,
     as_expected,
@@ -72,9 +74,14 @@ from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
 from .precision import INHERITED_NOTE
 from .randomness import random_values
-from .sides import OnnxSide
-from .stretches import kept_memo, layout, memo_key, runs_stretches
+from .sides import FxSide, OnnxSide
+from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
 from .ties import TIE_NOTE, same_choice
+
+# A model whose weights take at most this (bytes) keeps the copies made to compare them
+# for their consumers: converted once per run.  A larger model's copies go once compared
+# (their consumers convert them again): its weights are never all copied at once.
+KEPT_WEIGHT_BYTES = 64 << 20
 
 
 def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
@@ -191,8 +198,15 @@ class SideBySideRun:
         # stretches of candidate nodes run as one session (stretches.py): the run's
         # layout of them, or the memo this run records for the next
         self._layout: Any = None
+        self._layout_notes: dict[int, str] = {}
         self._memo: Any = None
-        self._ahead: bytearray = bytearray()
+        self._ahead: bytearray = bytearray()  # nodes whose values a stretch made
+        self._own_done: bytearray = bytearray()  # ... and whose own-error values too
+        # reference nodes run as one function (fx_runs.py), by first plan step, and the
+        # last step a run has computed
+        self._fx_runs: dict[int, Any] = {}
+        self._fx_until = -1
+        self._kept_weight_bytes = 0  # weights' copies kept from their comparison
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -229,6 +243,9 @@ class SideBySideRun:
         self._missing = v.missing
         self._pending, self._probe_inputs = v.pending, v.probe_inputs
         self._step_counter = 0
+        # a large model keeps none (see KEPT_WEIGHT_BYTES)
+        small = self.candidate.tables.weight_bytes <= KEPT_WEIGHT_BYTES
+        self._kept_weight_bytes = 0 if small else KEPT_WEIGHT_BYTES + 1
         self._start_stretches(v.cand)
         compare_at = self.plan.compare_at
         stop = self._stop
@@ -239,7 +256,12 @@ class SideBySideRun:
                     status.stopped = True
                     break
                 # a step returns its records: a generator per step costs more than the step
-                yield from self._reference_step(idx) if side == REF else self._candidate_step(idx)
+                if side == REF:
+                    if s in self._fx_runs:
+                        self._run_fx(self._fx_runs[s])
+                    yield from self._reference_step(idx, s <= self._fx_until)
+                else:
+                    yield from self._candidate_step(idx)
                 if s in compare_at:
                     yield from self._comparisons(s)
                 self._free(s)
@@ -272,9 +294,13 @@ class SideBySideRun:
                     )
                 )
 
-    def _reference_step(self, idx: int) -> tuple[Record, ...]:
+    def _reference_step(self, idx: int, ahead: bool = False) -> tuple[Record, ...]:
+        """``ahead``: a compiled run (fx_runs.py) already computed it; it is not timed."""
         ref, v, status = self.reference, self._v, self.status
         outputs = ref.graph.outputs[idx]
+        if ahead:
+            status.done_ep_nodes += 1
+            return self._reference_only_records(idx, outputs, None)
         t = time.perf_counter()
         try:
             for o, value in zip(outputs, ref.run(idx, v.ref)):
@@ -293,16 +319,35 @@ class SideBySideRun:
                 v.ref_errors[o] = msg
         elapsed = time.perf_counter() - t
         status.done_ep_nodes += 1
+        for o in outputs:
+            v.ref_times[o] = elapsed
+        return self._reference_only_records(idx, outputs, elapsed)
+
+    def _reference_only_records(
+        self, idx: int, outputs: tuple[str, ...], elapsed: float | None
+    ) -> tuple[Record, ...]:
+        ref, v = self.reference, self._v
         by_fx = self.pairing.by_fx
         records: tuple[Record, ...] = ()
         for o in outputs:
-            v.ref_times[o] = elapsed
             if o and o not in by_fx:
                 value = v.ref.get(o)
                 if ref.reports_unpaired(idx, value, o in v.ref_errors):
                     rec = self._reference_only_record(o, value, elapsed, v.ref_errors)
                     records += (self._emit(rec),)
         return records
+
+    def _run_fx(self, run: Any) -> None:
+        """A compiled run of reference nodes; on any failure they run one at a time (and
+        the run is not tried again)."""
+        if run.broken:
+            return
+        try:
+            run.fn(self._v.ref, self.reference.device)
+        except Exception:
+            run.broken = True
+            return
+        self._fx_until = run.last
 
     def _candidate_step(self, idx: int) -> tuple[Record, ...]:
         cand, v, status = self.candidate, self._v, self.status
@@ -312,6 +357,8 @@ class SideBySideRun:
             stretch = self._layout.starting.get(idx)
             if stretch is not None and not stretch.broken:
                 self._run_stretch(stretch)
+                if self.options.own_error and self._ahead[idx]:
+                    self._rerun_stretch(stretch)
             if self._ahead[idx]:
                 return self._candidate_step_ahead(idx, outputs)
         t = time.perf_counter()
@@ -332,9 +379,12 @@ class SideBySideRun:
                 if idx in self._tie_axes:
                     self._tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
                 if self._memo is not None:
-                    plain = not any(o in cand.notes for o in outputs)
+                    # onnxruntime ran it (checked with exact shapes or not: so does a stretch)
+                    fn = cand.fn(idx)
+                    plain = getattr(fn, "elsewhere", None) is False
+                    note = getattr(fn, "fallback_reason", None)
                     names_in = cand.graph.inputs[idx]
-                    self._memo.observe(idx, names_in, inputs, outputs, values, plain)
+                    self._memo.observe(idx, names_in, inputs, outputs, values, plain, note)
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
@@ -348,25 +398,24 @@ class SideBySideRun:
         if self.options.own_error or self.reset_all:
             self._run_own_error(idx, v.cand, v.ref, v.own, inputs)
         status.done_onnx_nodes += 1
-        by_onnx = self.pairing.by_onnx
-        records: tuple[Record, ...] = ()
-        for o in outputs:
-            if o and o not in by_onnx:
-                rec = self._candidate_only_record(o, v.cand, elapsed, v.cand_errors)
-                records += (self._emit(rec),)
-        return records
+        return self._candidate_only_records(outputs, elapsed)
 
     def _candidate_step_ahead(self, idx: int, outputs: tuple[str, ...]) -> tuple[Record, ...]:
         """A candidate node whose values its stretch made: nothing runs, nothing is timed."""
         cand, v = self.candidate, self._v
-        if self.options.own_error:
+        if self.options.own_error and not self._own_done[idx]:
             self._run_own_error(idx, v.cand, v.ref, v.own, cand.inputs(idx, v.cand))
         self.status.done_onnx_nodes += 1
-        by_onnx = self.pairing.by_onnx
+        return self._candidate_only_records(outputs, None)
+
+    def _candidate_only_records(
+        self, outputs: tuple[str, ...], elapsed: float | None
+    ) -> tuple[Record, ...]:
+        v, by_onnx = self._v, self.pairing.by_onnx
         records: tuple[Record, ...] = ()
         for o in outputs:
             if o and o not in by_onnx:
-                rec = self._candidate_only_record(o, v.cand, None, v.cand_errors)
+                rec = self._candidate_only_record(o, v.cand, elapsed, v.cand_errors)
                 records += (self._emit(rec),)
         return records
 
@@ -398,10 +447,79 @@ class SideBySideRun:
                 if name in self.reset_names or pair.fx_name in self.reset_names
             )
         found = layout(memo, cand, frozenset(fed))
-        if len(found):
-            self._layout = found
-            self._ahead = bytearray(len(cand.nodes))
-            self.status.extra["stretches"] = len(found)
+        if not len(found):
+            return
+        self._layout = found
+        self._layout_notes = memo.notes
+        self._ahead = bytearray(len(cand.nodes))
+        self._own_done = bytearray(len(cand.nodes))
+        self.status.extra["stretches"] = len(found)
+        # A stretch's nodes wait together for every torch value any of them reads (its
+        # own-error runs are one session too: all their inputs exist when the first
+        # runs), and the torch nodes before it run as one function (fx_runs.py).
+        ref = self.reference
+        key = (self.pairing.cache_key, options.needs_torch_inputs)
+        plan = found.plans.get(key) if key[0] is not None else None
+        if plan is None or plan[0] is not ref.graph:
+            units = [(s.first, s.last) for s in found.starting.values()]
+            made = schedule(
+                ref.graph, cand.graph, self.pairing, options.needs_torch_inputs, units=units
+            )
+            fx_runs = compile_runs(made, ref.nodes) if isinstance(ref, FxSide) else {}
+            plan = (ref.graph, made, fx_runs)
+            if key[0] is not None:
+                found.plans[key] = plan
+        self.plan, self._fx_runs = plan[1], plan[2]
+
+    def _rerun_stretch(self, stretch: Any) -> None:
+        """The own-error runs of a stretch's nodes as one session (``stretches.OwnBatch``);
+        where that cannot be, each node reruns alone at its step, as without stretches."""
+        cand, v, pairing = self.candidate, self._v, self.pairing
+        own, ref_env, cand_env = v.own, v.ref, v.cand
+        batch = OwnBatch(stretch)
+        pending: set[str] = set()
+        for k in range(stretch.first, stretch.last + 1):
+            if any(n in self._pending for n in cand.graph.inputs[k]):
+                return  # a differing weight's consumer: probed alone (_settle_weight)
+            found = own_error_inputs(
+                cand, pairing, k, ref_env, cand_env, own, self._unproven, pending
+            )
+            if found is None:
+                return
+            inputs, taint = found
+            outputs = cand.graph.outputs[k]
+            for o in outputs:
+                if o and taint:
+                    own[("from", o)] = taint
+            main = cand.inputs(k, cand_env)
+            if all(a is b for a, b in zip(inputs, main)):
+                for o in outputs:  # the first run's inputs: its values are the own values
+                    if o:
+                        own[o] = cand_env[o]
+                continue
+            for name, value in zip(cand.graph.inputs[k], inputs):
+                p = pairing.by_onnx.get(name)
+                if (
+                    p is not None
+                    and type(value) is not Pending
+                    and name in cand_env
+                    and getattr(value, "shape", None) != getattr(cand_env[name], "shape", None)
+                ):
+                    return  # a pair the comparison may disprove: one node at a time
+            if not batch.add(k, inputs, Pending):
+                return
+            pending.update(o for o in outputs if o)
+        try:
+            values = batch.run(cand) if batch.nodes else []
+        except Exception:
+            return
+        for k, outs in zip(batch.nodes, values):
+            for o, value in zip(cand.graph.outputs[k], outs):
+                if o:
+                    own[o] = value
+        done = self._own_done
+        for k in range(stretch.first, stretch.last + 1):
+            done[k] = 1
 
     def _run_stretch(self, stretch: Any) -> None:
         """Runs a stretch's nodes as one session; on any failure its nodes run one by one
@@ -416,9 +534,13 @@ class SideBySideRun:
             stretch.broken = True
             return
         v.cand.update(zip(stretch.outputs, values))
-        ahead = self._ahead
+        ahead, notes = self._ahead, self._layout_notes
         for k in range(stretch.first, stretch.last + 1):
             ahead[k] = 1
+            if k in notes:  # as one node at a time says how it ran
+                for o in cand.graph.outputs[k]:
+                    if o:
+                        cand.notes[o] = notes[k]
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
@@ -457,10 +579,19 @@ class SideBySideRun:
             if rec.reset:
                 v.cand[name] = cand.as_runner_value(as_candidate(pair, v.ref[pair.fx_name]))
             elif name in cand.initializers:
-                # Weights are compared up front; the copy made to compare one goes now
-                # (its consumer converts it again), so a large model's weights are never
-                # all copied at once.
-                cand.forget(name)
+                # Weights are compared up front.  The copy made to compare one is kept for
+                # its consumer while the copies kept stay under KEPT_WEIGHT_BYTES; past
+                # that it goes now (its consumer converts it again), so a large model's
+                # weights are never all copied at once.
+                self._keep_or_forget(name)
+
+    def _keep_or_forget(self, name: str) -> None:
+        cand = self.candidate
+        size = cand.held_bytes(name)
+        if size is not None and self._kept_weight_bytes + size <= KEPT_WEIGHT_BYTES:
+            self._kept_weight_bytes += size
+        else:
+            cand.forget(name)
 
     def _free(self, s: int) -> None:
         """Frees what no later step needs, and keeps the peak count of live values."""
@@ -630,7 +761,7 @@ class SideBySideRun:
                 own[("from", o)] = taint
         if idx in self._tie_axes:
             self._tie_x_own[node.output[1]] = (self._tie_axes[idx], inputs[0])
-        if any(n in self._pending for n in cand.node_inputs(node)):
+        if any(n in self._pending for n in cand.graph.inputs[idx]):
             self._probe_inputs[idx] = inputs  # to try it with the torch parameter
         if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
             # same inputs as the first run: the own error is the first error

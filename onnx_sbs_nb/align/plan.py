@@ -85,13 +85,16 @@ def schedule(
     keep_ref: set[str] | None = None,
     keep_cand: set[str] | None = None,
     stop_after_cand: int | None = None,
+    units: Sequence[tuple[int, int]] = (),
 ) -> Plan:
     """Builds the schedule of a run.
 
     ``needs_reference_inputs``: each candidate node also waits for the reference partners
     of its inputs (own-error runs and resets feed them to the node).  ``keep_*``: values
     never freed (post-run actions collect them).  ``stop_after_cand``: the plan ends after
-    that candidate node (post-run actions need no more).
+    that candidate node (post-run actions need no more).  ``units``: ranges of candidate
+    nodes (first, last) that run together (``stretches.py``): the first waits for what
+    any of them waits for, so no reference node runs between them.
     """
     n_cand = len(cand) if stop_after_cand is None else min(len(cand), stop_after_cand + 1)
     ref_producer = {o: i for i, outs in enumerate(ref.outputs) for o in outs if o}
@@ -109,10 +112,16 @@ def schedule(
         steps.append((REF, ref_pos))
         ref_pos += 1
     last_needed_ref = -1
+    needs = []
     for k in range(n_cand):
         need = max([partner.get(o, -1) for o in cand.outputs[k] if o], default=-1)
         if needs_reference_inputs:
             need = max([need, *(partner.get(i, -1) for i in cand.inputs[k] if i)])
+        needs.append(need)
+    for first, last in units:
+        if first < n_cand:
+            needs[first] = max(needs[first : last + 1])
+    for k, need in enumerate(needs):
         if need > last_needed_ref:
             last_needed_ref = need
         while ref_pos <= need:

@@ -358,7 +358,16 @@ class _PreparedNode:
     cycle, and a large graph made one per node for the cyclic collector to free.
     """
 
-    __slots__ = ("runner", "node", "ctx", "static_key", "exact_key", "rename", "fallback_reason")
+    __slots__ = (
+        "runner",
+        "node",
+        "ctx",
+        "static_key",
+        "exact_key",
+        "rename",
+        "fallback_reason",
+        "elsewhere",
+    )
 
     def __init__(
         self, runner: _CachedRunner, node: onnx.NodeProto, ctx: Any, static_key: tuple, rename: bool
@@ -370,6 +379,8 @@ class _PreparedNode:
         self.exact_key = ("exact shapes", static_key)
         self.rename = rename
         self.fallback_reason: str | None = None
+        # the last call ran the node with another runtime (the torch evaluator)
+        self.elsewhere = False
 
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
         runner, static_key = self.runner, self.static_key
@@ -391,7 +402,9 @@ class _PreparedNode:
         if note:
             self.fallback_reason = note
         if isinstance(sess, _Fallback):
+            self.elsewhere = True
             return sess(inputs)
+        self.elsewhere = False
         if len(names) == len(inputs):  # no optional input left empty
             return runner._run(sess, dict(zip(names, inputs)))
         return runner._run(sess, dict(zip(names, [v for v in inputs if v is not None])))
@@ -413,24 +426,40 @@ class OnnxruntimeRunner(_CachedRunner):
         self.providers = list(providers or ["CPUExecutionProvider"])
         self.threads = threads
         super().__init__(fallback)
-        so = ort.SessionOptions()
-        # One node per session: graph optimisations have nothing to fuse and cost time.
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.log_severity_level = 3
-        if threads:
-            so.intra_op_num_threads = threads
-        # Spinning worker threads would starve torch's threads between two nodes.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        self._options = so
+        self._options = self._session_options(large=True, arena=True)
         # A session with its own thread pool costs ~15x more to build than a
         # single-threaded one; small nodes gain nothing from threads.
-        single = ort.SessionOptions()
-        single.graph_optimization_level = so.graph_optimization_level
-        single.log_severity_level = 3
-        single.intra_op_num_threads = 1
-        single.inter_op_num_threads = 1
-        self._single = single
+        self._single = self._session_options(large=False, arena=True)
+        self._stretch_options: dict[bool, Any] = {}
+
+    def _session_options(self, large: bool, arena: bool) -> Any:
+        so = self._ort.SessionOptions()
+        # One node per session: graph optimisations have nothing to fuse and cost time
+        # (and a stretch of nodes must run each node's own kernel: stretches.py).
+        so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        if large:
+            if self.threads:
+                so.intra_op_num_threads = self.threads
+            # Spinning worker threads would starve torch's threads between two nodes.
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        else:
+            so.intra_op_num_threads = 1
+            so.inter_op_num_threads = 1
+        if not arena:
+            so.enable_cpu_mem_arena = False
+            so.enable_mem_pattern = False
+        return so
+
+    def build_stretch(self, model: onnx.ModelProto, large: bool) -> Any:
+        """A session running many nodes (``stretches.py``), with the threading one of them
+        has alone.  Without onnxruntime's memory arena: an arena keeps the peak of every
+        value the session made for the session's life, and a model has many stretches."""
+        so = self._stretch_options.get(large)
+        if so is None:
+            so = self._stretch_options[large] = self._session_options(large, arena=False)
+        return self._ort.InferenceSession(model.SerializeToString(), so, providers=self.providers)
 
     def _config(self, fallback: bool) -> tuple:
         return (type(self).__name__, fallback, tuple(self.providers), self.threads)

@@ -9,11 +9,13 @@ program with its export, one model on two runtimes, or two models of one program
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
+import onnx.helper
 import torch
 
 from ..convert import convert, initializer_value
@@ -261,6 +263,10 @@ class OnnxTables:
     plans: dict[Any, Any] = field(default_factory=dict)
     # what runs saw node by node, by runner and input shapes: stretches (stretches.py)
     stretch_memos: dict[Any, Any] = field(default_factory=dict)
+    # the initializers' size, as their shapes and types declare it
+    weight_bytes: int = 0
+    # per node: (op type, domain, the name records show), read once per model
+    node_facts: list[tuple[str, str, str]] = field(default_factory=list)
 
     @classmethod
     def of(
@@ -280,7 +286,17 @@ class OnnxTables:
             [None] * len(graph.outputs),
             random_nodes(nodes, initializers),
             tie_axes=tie_axes(nodes),
+            weight_bytes=sum(_tensor_bytes(t) for t in initializers.values()),
+            node_facts=[(n.op_type, n.domain, onnx_node_name(n, k)) for k, n in enumerate(nodes)],
         )
+
+
+def _tensor_bytes(t: onnx.TensorProto) -> int:
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        itemsize = 8
+    return math.prod(t.dims) * itemsize
 
 
 class OnnxSide:
@@ -338,6 +354,11 @@ class OnnxSide:
             v = initializer_value(self.initializers[name], self.value_kind, self.device)
             self._init_cache[name] = v
         return v
+
+    def held_bytes(self, name: str) -> int | None:
+        """The size of our copy of an initializer, None when none is held."""
+        v = self._init_cache.get(name)
+        return None if v is None else getattr(v, "nbytes", None)
 
     def forget(self, name: str) -> None:
         """Our copy of an initializer goes (the ModelProto still holds its bytes)."""
@@ -412,7 +433,8 @@ class OnnxSide:
         return KIND_NODE if name in self.producer else KIND_INPUT
 
     def node_name(self, idx: int) -> str:
-        return onnx_node_name(self.nodes[idx], idx)
+        facts = self.tables.node_facts
+        return facts[idx][2] if facts else onnx_node_name(self.nodes[idx], idx)
 
     def describe(self, name: str) -> dict[str, Any]:
         """The ``ep_*`` fields of a record, when this model is the reference."""
@@ -434,14 +456,19 @@ class OnnxSide:
         if k is None:
             op = "initializer" if name in self.initializers else "input"
             return {"onnx_id_node": -1, "onnx_name": name, "onnx_op_type": op}
-        node = self.nodes[k]
+        facts = self.tables.node_facts
+        if facts:
+            op_type, domain, node_name = facts[k]
+        else:
+            node = self.nodes[k]
+            op_type, domain, node_name = node.op_type, node.domain, onnx_node_name(node, k)
         return {
             "onnx_id_node": k,
             "onnx_name": name,
-            "onnx_op_type": node.op_type,
-            "onnx_domain": node.domain or None,
-            "onnx_id_output": list(node.output).index(name),
-            "onnx_node_name": onnx_node_name(node, k),
+            "onnx_op_type": op_type,
+            "onnx_domain": domain or None,
+            "onnx_id_output": self.graph.outputs[k].index(name),
+            "onnx_node_name": node_name,
             "onnx_fx_node": self.lowering[k],
         }
 

@@ -81,11 +81,16 @@ def _signature(v: Any) -> Signature | None:
 
 
 def runs_stretches(runner: Any) -> bool:
-    """Whether this runner's nodes may run in stretches: onnxruntime on the CPU, with its
-    own ``prepare`` (a user's subclass that replaces it decides per node)."""
+    """Whether this runner's nodes may run in stretches: onnxruntime on the CPU, as this
+    package runs it."""
+    kind = type(runner)
     return (
         isinstance(runner, OnnxruntimeRunner)
-        and getattr(type(runner), "prepare", None) is _CachedRunner.prepare
+        # a subclass that runs or builds nodes its own way (a user's, a test's) decides
+        # per node
+        and getattr(kind, "prepare", None) is _CachedRunner.prepare
+        and kind._run is OnnxruntimeRunner._run
+        and kind._build is OnnxruntimeRunner._build
         and runner.providers == ["CPUExecutionProvider"]
     )
 
@@ -105,7 +110,7 @@ def memo_key(runner: Any, env: dict[str, Any]) -> tuple | None:
 class StretchMemo:
     """What one run saw, node by node (see the module's docstring)."""
 
-    __slots__ = ("plain", "large", "made", "seen", "complete", "layouts")
+    __slots__ = ("plain", "large", "made", "seen", "notes", "complete", "layouts")
 
     def __init__(self, n_nodes: int) -> None:
         self.plain = bytearray(n_nodes)  # 1: the node ran plainly
@@ -114,6 +119,7 @@ class StretchMemo:
         self.large = bytearray(n_nodes)
         self.made = [0] * n_nodes  # bytes of the node's outputs
         self.seen: dict[str, Signature] = {}  # every value's signature
+        self.notes: dict[int, str] = {}  # how a node had to be run, when its records say
         self.complete = False  # every node was run
         self.layouts: dict[Any, Layout] = {}  # by what the run resets
 
@@ -125,35 +131,45 @@ class StretchMemo:
         names_out: Sequence[str],
         outputs: Sequence[Any],
         plain: bool,
+        note: str | None = None,
     ) -> None:
-        seen = self.seen
-        made = 0
-        large = False
-        for name, v in zip(names_in, inputs):
-            if name:
-                sig = _signature(v)
-                if sig is None:
-                    plain = False
-                else:
-                    seen[name] = sig
-                    large = large or v.size >= LARGE_NODE_ELEMENTS
-        for name, v in zip(names_out, outputs):
-            if name:
-                sig = _signature(v)
-                if sig is None:
-                    plain = False
-                else:
-                    seen[name] = sig
-                    made += v.nbytes
-        self.plain[idx] = plain
-        self.large[idx] = large
+        plain_in, largest, _ = self._see(names_in, inputs)
+        plain_out, _, made = self._see(names_out, outputs)
+        self.plain[idx] = plain and plain_in and plain_out
+        self.large[idx] = largest >= LARGE_NODE_ELEMENTS
         self.made[idx] = made
+        if note:
+            self.notes[idx] = note
+
+    def _see(self, names: Sequence[str], values: Sequence[Any]) -> tuple[bool, int, int]:
+        """Records the values' signatures: (all plain arrays, most elements, bytes)."""
+        plain, largest, nbytes = True, 0, 0
+        for name, v in zip(names, values):
+            if name:
+                sig = _signature(v)
+                if sig is None:
+                    plain = False
+                else:
+                    self.seen[name] = sig
+                    largest = max(largest, v.size)
+                    nbytes += v.nbytes
+        return plain, largest, nbytes
 
 
 class Stretch:
     """Nodes ``first`` to ``last`` run as one session (built at first use)."""
 
-    __slots__ = ("first", "last", "inputs", "signatures", "outputs", "large", "session", "broken")
+    __slots__ = (
+        "first",
+        "last",
+        "inputs",
+        "signatures",
+        "outputs",
+        "large",
+        "session",
+        "broken",
+        "own_sessions",
+    )
 
     def __init__(
         self,
@@ -172,6 +188,8 @@ class Stretch:
         self.large = large
         self.session: Any = None
         self.broken = False
+        # own-error batches by their wiring and feeds (see OwnBatch)
+        self.own_sessions: dict[Any, Any] = {}
 
     def feeds(self, env: dict[str, Any], candidate: Any) -> dict[str, Any] | None:
         """The session's feeds from ``env`` (and the weights), or None when an input is
@@ -192,7 +210,7 @@ class Stretch:
     def run(self, feeds: dict[str, Any], candidate: Any) -> list[Any]:
         if self.session is None:
             runner = candidate.runner
-            self.session = runner._build(self.model(candidate), self.large)
+            self.session = runner.build_stretch(self.model(candidate), self.large)
             runner.stretch_sessions_built = getattr(runner, "stretch_sessions_built", 0) + 1
         # the session was built with exactly these feeds: the wrapper's checks are skipped
         return self.session._sess.run(list(self.outputs), feeds, None)
@@ -200,33 +218,113 @@ class Stretch:
     def model(self, candidate: Any) -> onnx.ModelProto:
         """The nodes as one model: every output of every node is an output of the graph,
         inputs declared with the exact types and shapes they were recorded with."""
-        nodes = []
-        for k in range(self.first, self.last + 1):
-            node = onnx.NodeProto()
-            node.CopyFrom(candidate.nodes[k])
-            node.ClearField("metadata_props")
-            nodes.append(node)
-        inputs = [
-            oh.make_tensor_value_info(name, np_to_onnx_dtype(np.dtype(char)), list(shape))
-            for name, (char, shape) in zip(self.inputs, self.signatures)
+        nodes = [_bare(candidate.nodes[k]) for k in range(self.first, self.last + 1)]
+        return _model(candidate, nodes, zip(self.inputs, self.signatures), self.outputs)
+
+
+def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.ClearField("metadata_props")
+    return copy
+
+
+def _model(
+    candidate: Any, nodes: list[onnx.NodeProto], inputs: Any, outputs: Sequence[str]
+) -> onnx.ModelProto:
+    ctx = candidate.ctx
+    declared = [
+        oh.make_tensor_value_info(name, np_to_onnx_dtype(np.dtype(char)), list(shape))
+        for name, (char, shape) in inputs
+    ]
+    return oh.make_model(
+        oh.make_graph(
+            nodes, "stretch", declared, [oh.make_value_info(o, onnx.TypeProto()) for o in outputs]
+        ),
+        opset_imports=[oh.make_opsetid(d, v) for d, v in ctx.opsets.items()],
+        ir_version=ctx.ir_version,
+        functions=list(ctx.functions.values()),
+    )
+
+
+class OwnBatch:
+    """The own-error runs of a stretch's nodes as one session: each node fed the torch
+    values of its inputs (or, for an input without a torch partner, the value computed
+    from torch values upstream: inside the batch, the output of the node before).
+
+    ``add`` takes a node's own-error inputs (``judging.own_error_inputs``, with the values
+    the batch computes as ``Pending`` markers); ``run`` returns each node's outputs.
+    """
+
+    __slots__ = ("stretch", "nodes", "wiring", "feeds", "signatures")
+
+    def __init__(self, stretch: Stretch) -> None:
+        self.stretch = stretch
+        self.nodes: list[int] = []
+        self.wiring: list[tuple] = []
+        self.feeds: list[Any] = []
+        self.signatures: list[Signature] = []
+
+    def add(self, idx: int, inputs: Sequence[Any], pending_type: type) -> bool:
+        """False when an input cannot be fed to a session (not a plain array)."""
+        wires = []
+        for v in inputs:
+            if v is None:
+                wires.append(None)
+            elif type(v) is pending_type:
+                wires.append(v.name)
+            else:
+                sig = _signature(v)
+                if sig is None:
+                    return False
+                wires.append(len(self.feeds))
+                self.feeds.append(v)
+                self.signatures.append(sig)
+        self.nodes.append(idx)
+        self.wiring.append(tuple(wires))
+        return True
+
+    def run(self, candidate: Any) -> list[list[Any]]:
+        stretch = self.stretch
+        key = (tuple(zip(self.nodes, self.wiring)), tuple(self.signatures))
+        session = stretch.own_sessions.get(key)
+        outputs = [f"own/{o}" for k in self.nodes for o in candidate.graph.outputs[k] if o]
+        if session is None:
+            session = stretch.own_sessions[key] = candidate.runner.build_stretch(
+                self._model(candidate, outputs), stretch.large
+            )
+        feeds = {f"feed/{i}": v for i, v in enumerate(self.feeds)}
+        values = iter(session._sess.run(outputs, feeds, None))
+        return [
+            [next(values) if o else None for o in candidate.graph.outputs[k]] for k in self.nodes
         ]
-        outputs = [oh.make_value_info(o, onnx.TypeProto()) for o in self.outputs]
-        ctx = candidate.ctx
-        return oh.make_model(
-            oh.make_graph(nodes, "stretch", inputs, outputs),
-            opset_imports=[oh.make_opsetid(d, v) for d, v in ctx.opsets.items()],
-            ir_version=ctx.ir_version,
-            functions=list(ctx.functions.values()),
-        )
+
+    def _model(self, candidate: Any, outputs: list[str]) -> onnx.ModelProto:
+        nodes = []
+        for k, wires in zip(self.nodes, self.wiring):
+            node = _bare(candidate.nodes[k])
+            del node.input[:]
+            node.input.extend(
+                "" if w is None else f"feed/{w}" if isinstance(w, int) else f"own/{w}"
+                for w in wires
+            )
+            renamed = [f"own/{o}" if o else "" for o in node.output]
+            del node.output[:]
+            node.output.extend(renamed)
+            nodes.append(node)
+        inputs = ((f"feed/{i}", sig) for i, sig in enumerate(self.signatures))
+        return _model(candidate, nodes, inputs, outputs)
 
 
 class Layout:
     """The stretches of one run: by first node, and which nodes they cover."""
 
-    __slots__ = ("starting", "covered")
+    __slots__ = ("starting", "covered", "plans")
 
     def __init__(self, stretches: Sequence[Stretch], n_nodes: int) -> None:
         self.starting = {s.first: s for s in stretches}
+        # plans whose stretches run as units (plan.schedule's units), by plan key
+        self.plans: dict[Any, Any] = {}
         self.covered = bytearray(n_nodes)
         for s in stretches:
             self.covered[s.first : s.last + 1] = b"\x01" * (s.last - s.first + 1)
@@ -335,6 +433,7 @@ __all__ = [
     "MAX_BYTES",
     "MAX_NODES",
     "Layout",
+    "OwnBatch",
     "Stretch",
     "StretchMemo",
     "kept_memo",
