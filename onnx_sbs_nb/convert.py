@@ -8,6 +8,7 @@ share memory whenever they can, and never hand out a writable alias of read-only
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 from onnx import numpy_helper
 
 from .dtypes import ONNX_TO_TORCH, np_to_onnx_dtype
+from .external import external_array, is_deferred
 
 # integer views of the same width, for the dtypes numpy only knows through ml_dtypes
 _VIEW_NP = {1: np.uint8, 2: np.uint16}
@@ -115,8 +117,13 @@ def convert(v: Any, kind: str, device: torch.device | str | None = None) -> Any:
     return to_numpy(v) if kind == "numpy" else to_torch(v, device)
 
 
-def initializer_value(init: onnx.TensorProto, kind: str, device: Any = None) -> Any:
-    """An initializer's value in the form a node runner wants."""
+def initializer_value(
+    init: onnx.TensorProto, kind: str, device: Any = None, folder: Path | None = None
+) -> Any:
+    """An initializer's value in the form a node runner wants; ``folder``: where a model
+    loaded with its large weights left in their file finds them (``external.py``)."""
+    if folder is not None and is_deferred(init):
+        return convert(external_array(init, folder), kind, device)
     return convert(numpy_helper.to_array(init), kind, device)
 
 

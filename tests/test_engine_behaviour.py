@@ -611,32 +611,3 @@ def test_equal_parts_of_a_split_pair_by_their_place_and_a_swap_is_caught():
     bad = {r.ep_name for r in records if r.failed}
     assert {"sigmoid", "tanh"} <= bad and not bad & set(parts), bad
     assert summarize(records).first_own_failure.ep_name == "sigmoid"
-
-
-@pytest.mark.parametrize("small", [True, False])
-def test_a_small_model_converts_each_weight_once_per_run(mlp, monkeypatch, small):
-    """The copy made to compare a weight serves its consumer too when the model's weights
-    are small; a large model's copies go once compared (never all held at once)."""
-    from onnx_sbs_nb.align import loop, sides
-
-    ep, onx, args = mlp
-    if not small:
-        monkeypatch.setattr(loop, "KEPT_WEIGHT_BYTES", 64)  # the MLP's weights are larger
-    calls: dict[str, int] = {}
-    real = sides.initializer_value
-
-    def counted(tensor, *a, **k):
-        calls[tensor.name] = calls.get(tensor.name, 0) + 1
-        return real(tensor, *a, **k)
-
-    monkeypatch.setattr(sides, "initializer_value", counted)
-    recs = list(AlignedRun(ep, onx, args, time_nodes=True))
-    assert all(r.status == STATUS_OK for r in recs if r.passed is not None)
-    weights = [i.name for i in onx.graph.initializer if i.name in calls]
-    assert len(weights) >= 6
-    big = [w for w in weights if numpy_helper.to_array(
-        next(i for i in onx.graph.initializer if i.name == w)).nbytes > 64]  # fmt: skip
-    if small:
-        assert all(calls[w] == 1 for w in weights), calls
-    else:
-        assert big and all(calls[w] == 2 for w in big), calls

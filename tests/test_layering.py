@@ -25,7 +25,17 @@ def test_engine_imports_no_view_code():
 
 # The floors of the package, bottom first: a module imports only from its floor or below.
 FLOORS: list[tuple[str, ...]] = [
-    ("errors", "dtypes", "records", "convert", "device", "completion", "files", "native"),
+    (
+        "errors",
+        "dtypes",
+        "records",
+        "convert",
+        "device",
+        "completion",
+        "files",
+        "native",
+        "external",
+    ),
     ("diff",),
     ("evaluator",),
     ("align",),

@@ -111,14 +111,11 @@ class _Deep(torch.nn.Module):
         return x
 
 
-def test_weights_are_never_all_copied_at_once(monkeypatch):
+def test_weights_are_never_all_copied_at_once():
     """Weights are compared up front (their records come first, as the prior art lists
     them), but the copy made to compare each goes right after: a large model's weights
-    are never all converted at once (a small one keeps them for their consumers)."""
-    from onnx_sbs_nb.align import loop
+    are never all converted at once."""
     from onnx_sbs_nb.align.run import AlignedRun
-
-    monkeypatch.setattr(loop, "KEPT_WEIGHT_BYTES", 1024)  # the model counts as large
 
     torch.manual_seed(0)
     x = torch.randn(2, 16)

@@ -362,6 +362,7 @@ class RunActions:
             expected=data.expected,
             mapping=data.mapping,
             record=record,
+            base_dir=self.cand.folder,
             **kwargs,
         )
 

@@ -11,6 +11,7 @@ import onnx
 import torch
 
 from ..errors import SbsInputError
+from ..external import defer_external_data
 from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
 PathLike = str | os.PathLike
@@ -88,7 +89,17 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def load_onnx_model(onx: Any) -> onnx.ModelProto:
+def onnx_folder(onx: Any) -> Path | None:
+    """The folder of an ONNX model given by path (where its external data lives)."""
+    if isinstance(onx, str | os.PathLike):
+        return Path(onx).resolve().parent
+    return None
+
+
+def load_onnx_model(onx: Any, *, defer_weights: bool = False) -> onnx.ModelProto:
+    """The model from a ModelProto, an ONNXProgram or a path.  ``defer_weights``: a file's
+    large initializers kept in an external data file stay there, checked, until read
+    (``external.py``: :func:`onnx_folder` says where)."""
     if isinstance(onx, onnx.ModelProto):
         return onx
     if hasattr(onx, "model_proto") and isinstance(onx.model_proto, onnx.ModelProto):
@@ -102,7 +113,7 @@ def load_onnx_model(onx: Any) -> onnx.ModelProto:
             "or the ModelProto",
         )
         try:
-            model = onnx.load(str(path), load_external_data=True)
+            model = onnx.load(str(path), load_external_data=not defer_weights)
         except Exception as e:
             raise SbsInputError(
                 f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e}); pass the .onnx "
@@ -110,6 +121,16 @@ def load_onnx_model(onx: Any) -> onnx.ModelProto:
             ) from e
         if not model.graph.node and not model.graph.output:
             raise SbsInputError(f"{str(path)!r} holds no ONNX graph: is it really an .onnx file?")
+        if defer_weights:
+            try:
+                defer_external_data(model, path.resolve().parent)
+            except SbsInputError:
+                raise
+            except Exception as e:  # onnx's own checks of a reference
+                raise SbsInputError(
+                    f"{str(path)!r} refers to external data it cannot load "
+                    f"({type(e).__name__}: {e})"
+                ) from e
         return model
     raise SbsInputError(
         f"expected an onnx.ModelProto, a torch.onnx.ONNXProgram or the path of a .onnx file, "

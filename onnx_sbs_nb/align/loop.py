@@ -78,11 +78,6 @@ from .sides import FxSide, OnnxSide
 from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
 from .ties import TIE_NOTE, same_choice
 
-# A model whose weights take at most this (bytes) keeps the copies made to compare them
-# for their consumers: converted once per run.  A larger model's copies go once compared
-# (their consumers convert them again): its weights are never all copied at once.
-KEPT_WEIGHT_BYTES = 64 << 20
-
 
 def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
     """A failed comparison of TopK indices that select the same values (ties.py)."""
@@ -206,7 +201,6 @@ class SideBySideRun:
         # last step a run has computed
         self._fx_runs: dict[int, Any] = {}
         self._fx_until = -1
-        self._kept_weight_bytes = 0  # weights' copies kept from their comparison
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -243,9 +237,6 @@ class SideBySideRun:
         self._missing = v.missing
         self._pending, self._probe_inputs = v.pending, v.probe_inputs
         self._step_counter = 0
-        # a large model keeps none (see KEPT_WEIGHT_BYTES)
-        small = self.candidate.tables.weight_bytes <= KEPT_WEIGHT_BYTES
-        self._kept_weight_bytes = 0 if small else KEPT_WEIGHT_BYTES + 1
         self._start_stretches(v.cand)
         compare_at = self.plan.compare_at
         stop = self._stop
@@ -579,19 +570,10 @@ class SideBySideRun:
             if rec.reset:
                 v.cand[name] = cand.as_runner_value(as_candidate(pair, v.ref[pair.fx_name]))
             elif name in cand.initializers:
-                # Weights are compared up front.  The copy made to compare one is kept for
-                # its consumer while the copies kept stay under KEPT_WEIGHT_BYTES; past
-                # that it goes now (its consumer converts it again), so a large model's
-                # weights are never all copied at once.
-                self._keep_or_forget(name)
-
-    def _keep_or_forget(self, name: str) -> None:
-        cand = self.candidate
-        size = cand.held_bytes(name)
-        if size is not None and self._kept_weight_bytes + size <= KEPT_WEIGHT_BYTES:
-            self._kept_weight_bytes += size
-        else:
-            cand.forget(name)
+                # Weights are compared up front; the copy made to compare one goes now
+                # (its consumer converts it again), so a model's weights are never all
+                # copied at once (kept, they made a run's peak memory 7x larger).
+                cand.forget(name)
 
     def _free(self, s: int) -> None:
         """Frees what no later step needs, and keeps the peak count of live values."""

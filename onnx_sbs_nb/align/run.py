@@ -19,7 +19,13 @@ from ..records import KIND_INPUT, Record, RunStatus
 from .deployed import deploy
 from .guards import check_input_shapes
 from .judging import SbsMismatchError
-from .loading import SbsInputError, load_exported_program, load_inputs, load_onnx_model
+from .loading import (
+    SbsInputError,
+    load_exported_program,
+    load_inputs,
+    load_onnx_model,
+    onnx_folder,
+)
 from .loop import SideBySideRun
 from .names import (
     PAIRED_BY_METADATA,
@@ -69,7 +75,10 @@ class AlignedRun(SideBySideRun):
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep, trust_pickles=options.trust_pickles)
-        model = exported = load_onnx_model(onx)
+        # a file's large weights stay in its data file until read (the optimized graph
+        # onnxruntime makes needs them all)
+        model = exported = load_onnx_model(onx, defer_weights=options.optimize is None)
+        folder = onnx_folder(onx)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
@@ -99,7 +108,7 @@ class AlignedRun(SideBySideRun):
         reference = FxSide(program, bound, provenance, device, cached_fx_tables(program))
         # an optimized model is made anew per run: its tables are not kept
         tables = cached_onnx_tables(program, model, digest) if model is exported else None
-        candidate = OnnxSide(model, runner, device, tables=tables)
+        candidate = OnnxSide(model, runner, device, tables=tables, folder=folder)
         trusted, trust_note = _trusted_fx_nodes(self.prepared, exported)
         pairing = cached_pairing(
             program,

@@ -9,13 +9,11 @@ program with its export, one model on two runtimes, or two models of one program
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
-import onnx.helper
 import torch
 
 from ..convert import convert, initializer_value
@@ -263,8 +261,6 @@ class OnnxTables:
     plans: dict[Any, Any] = field(default_factory=dict)
     # what runs saw node by node, by runner and input shapes: stretches (stretches.py)
     stretch_memos: dict[Any, Any] = field(default_factory=dict)
-    # the initializers' size, as their shapes and types declare it
-    weight_bytes: int = 0
     # per node: (op type, domain, the name records show), read once per model
     node_facts: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -286,24 +282,16 @@ class OnnxTables:
             [None] * len(graph.outputs),
             random_nodes(nodes, initializers),
             tie_axes=tie_axes(nodes),
-            weight_bytes=sum(_tensor_bytes(t) for t in initializers.values()),
             node_facts=[(n.op_type, n.domain, onnx_node_name(n, k)) for k, n in enumerate(nodes)],
         )
-
-
-def _tensor_bytes(t: onnx.TensorProto) -> int:
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        itemsize = 8
-    return math.prod(t.dims) * itemsize
 
 
 class OnnxSide:
     """An ONNX model run one node at a time by a node runner.
 
     ``tables``: its :class:`OnnxTables`, when kept from an earlier run of this model's
-    structure (their opsets and local functions included).
+    structure (their opsets and local functions included).  ``folder``: the folder of a
+    model loaded with its large weights left in their external data file.
     """
 
     def __init__(
@@ -313,8 +301,11 @@ class OnnxSide:
         device: str,
         feeds: dict[str, Any] | None = None,
         tables: OnnxTables | None = None,
+        folder: Any = None,
     ) -> None:
         self.model = model
+        # where the model's external data lives, when its large weights stayed there
+        self.folder = folder
         self.runner = runner
         self.device = device
         self.ctx = ModelContext.from_model(model, device)
@@ -351,14 +342,11 @@ class OnnxSide:
     def initializer(self, name: str) -> Any:
         v = self._init_cache.get(name)
         if v is None:
-            v = initializer_value(self.initializers[name], self.value_kind, self.device)
+            v = initializer_value(
+                self.initializers[name], self.value_kind, self.device, self.folder
+            )
             self._init_cache[name] = v
         return v
-
-    def held_bytes(self, name: str) -> int | None:
-        """The size of our copy of an initializer, None when none is held."""
-        v = self._init_cache.get(name)
-        return None if v is None else getattr(v, "nbytes", None)
 
     def forget(self, name: str) -> None:
         """Our copy of an initializer goes (the ModelProto still holds its bytes)."""

@@ -64,6 +64,15 @@ ALONE_OPS = frozenset(
         "NonMaxSuppression",
         "StringSplit",
         "Dropout",
+        # sizes read from an input's values: frames, windows, images, grids
+        "STFT",
+        "DFT",
+        "MelWeightMatrix",
+        "HannWindow",
+        "HammingWindow",
+        "BlackmanWindow",
+        "Col2Im",
+        "AffineGrid",
     }
     | RANDOM_OPS
 )
