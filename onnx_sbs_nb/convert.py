@@ -65,8 +65,10 @@ def _symbolic_hint(v: Any) -> Any:
 def to_numpy(v: Any) -> Any:
     """A numpy array from a tensor (ml_dtypes for bfloat16 and float8); lists stay lists."""
     if isinstance(v, torch.Tensor):
-        t = v.detach()
-        if t.device.type != "cpu":
+        # a run converts hundreds of values: no detached copy, no device object, where
+        # neither is needed (``numpy()`` refuses only a tensor that requires grad)
+        t = v.detach() if v.requires_grad else v
+        if not t.is_cpu:
             t = t.cpu()
         ml = _ml_dtype(t.dtype)
         if ml is not None:

@@ -258,7 +258,10 @@ def compare(
         contiguous = ea.flags.c_contiguous and ga.flags.c_contiguous
         # a small value the C library compares: its one pass answers "equal" too
         direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
-        if (
+        if direct and ea.size and (atol == 0 or ea.dtype.type(atol) > 0):
+            # what _compare_numpy would do for these, without asking again
+            _fill_native(result, NATIVE.compare(ea, ga, atol, rtol), atol)
+        elif (
             not direct
             and ea.dtype == ga.dtype
             and (
