@@ -20,6 +20,15 @@ from .browser import CHROMIUM, GEOMETRY_JS, check_layout, launch
 
 EVIL = "<img src=x onerror=alert(1)>"
 
+# true once every row the table shows belongs to layer ``group`` (and one does)
+SHOWS_ONLY_GROUP_JS = """(group) => {
+    const mods = [...document.querySelectorAll(".sbs-root .sbs-tr .sbs-module")].filter((e) => {
+        const r = e.getBoundingClientRect();
+        return r.width > 0 && r.height > 0;
+    }).map((e) => e.textContent);
+    return mods.length > 0 && mods.every((m) => m === group || m.startsWith(group + "."));
+}"""
+
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium"
 )
@@ -267,7 +276,9 @@ def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
             layer.click()
             group = root.locator(".sbs-chip-name").inner_text()
             assert module.startswith(group) and "layers.1" in group, group
-            root.locator(".sbs-count").filter(has_text=" of ").wait_for()
+            # the table redraws on the next animation frame (and the count reads "n of m"
+            # before the click already: weights are hidden): wait for the filtered rows
+            page.wait_for_function(SHOWS_ONLY_GROUP_JS, arg=group, timeout=15000)
             mods = root.locator(".sbs-tr:visible .sbs-module").all_text_contents()
             assert mods and all(m == group or m.startswith(f"{group}.") for m in mods), mods
             root.locator(".sbs-chip-x").click()
