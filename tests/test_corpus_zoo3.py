@@ -1,5 +1,7 @@
 """The third zoo (tests/corpus/zoo3.py): a decoder with its KV cache in and out, a
-float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM.
+float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; and the fourth
+(tests/corpus/zoo4.py): StableLM, Starcoder2, OLMo2, Granite, Phi-3, Cohere, GPTBigCode,
+ELECTRA, MPNet, ResNet, DeiT.
 
 Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the
 faithful export has no failing pair, verdict "pass" and a summary that names nothing;
@@ -19,13 +21,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from tests.corpus.checks import assert_faithful, assert_named, case  # noqa: E402
 from tests.corpus.evaluate import ZooSession, fault_plan, run  # noqa: E402
 from tests.corpus.zoo3 import ZOO3  # noqa: E402
+from tests.corpus.zoo4 import ZOO4  # noqa: E402
 
 pytestmark = pytest.mark.corpus
 
-FAITHFUL = [case(e.name, "faithful", prefix="zoo3-") for e in ZOO3]
+# (entry, test id prefix): one session exports each model once, whichever zoo it is in
+ENTRIES = [(e, "zoo3-") for e in ZOO3] + [(e, "zoo4-") for e in ZOO4]
+FAITHFUL = [case(e.name, "faithful", prefix=prefix) for e, prefix in ENTRIES]
 FAULTS = [
-    case(e.name, f"{kind}-{depth}", kind, depth, prefix="zoo3-")
-    for i, e in enumerate(ZOO3)
+    case(e.name, f"{kind}-{depth}", kind, depth, prefix=prefix)
+    for i, (e, prefix) in enumerate(ENTRIES)
     for kind, depth in fault_plan(i)
 ]
 
@@ -46,7 +51,7 @@ def test_injected_fault_is_named(zoo3, model, kind, depth):
     assert_named(zoo3.faulted(model, kind, depth))
 
 
-@pytest.mark.parametrize("model", [pytest.param(e.name, id=e.name) for e in ZOO3])
+@pytest.mark.parametrize("model", [pytest.param(e.name, id=f"{p}{e.name}") for e, p in ENTRIES])
 def test_every_output_is_compared(zoo3, model):
     """The KV-cache decoder returns the logits and every grown key and value tensor:
     each graph output has a record that compared it."""

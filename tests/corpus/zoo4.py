@@ -1,0 +1,97 @@
+"""A fourth zoo: decoders, encoders and vision models the first three lack.
+
+Built in code with random weights (transformers configs, never ``from_pretrained``),
+exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
+
+- decoders: StableLM (partial rotary, LayerNorm), Starcoder2 (biases, sliding window),
+  OLMo2 (RMSNorm on queries and keys, after the attention and MLP), Granite (scaled
+  embeddings, residuals and logits), Phi-3 (fused qkv and gate/up projections), Cohere
+  (parallel attention and MLP, interleaved rotary), GPTBigCode (multi-query attention)
+- encoders: ELECTRA (embeddings narrower than the hidden size, projected), MPNet
+  (relative position bias)
+- vision: ResNet (batch norm folded or not, shortcut projections), DeiT (class and
+  distillation tokens)
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .zoo import ZooEntry, _causal_lm, _Logits
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# two layers: a fault "deep" in the graph sits in the second one
+_DECODER = dict(
+    hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=64,
+)  # fmt: skip
+_ENCODER = dict(
+    hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+)  # fmt: skip
+
+
+def _decoder(config: str, model: str, **kw):
+    return lambda: _causal_lm(config, model, **{**_DECODER, **kw})
+
+
+def _masked_lm(config: str, model: str, **kw):
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config)(
+            vocab_size=64, max_position_embeddings=64, **_ENCODER, **kw
+        )
+        ids = torch.randint(0, 64, (1, 7))
+        return _Logits(getattr(transformers, model)(cfg), "input_ids"), (ids,)
+
+    return build
+
+
+def _classifier(config: str, model: str, **kw):
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config)(num_labels=5, **kw)
+        image = torch.randn(1, 3, 32, 32)
+        return _Logits(getattr(transformers, model)(cfg), "pixel_values"), (image,)
+
+    return build
+
+
+_gpt_bigcode = _decoder(
+    "GPTBigCodeConfig", "GPTBigCodeForCausalLM", n_embd=32, n_layer=2, n_head=4, n_positions=64
+)
+
+ZOO4: list[ZooEntry] = [
+    ZooEntry("stablelm", "decoder, partial rotary, LayerNorm",
+             _decoder("StableLmConfig", "StableLmForCausalLM"), attribute_ops=("LayerNormalization",)),
+    ZooEntry("starcoder2", "decoder, biases, sliding window",
+             _decoder("Starcoder2Config", "Starcoder2ForCausalLM"), attribute_ops=("Softmax",)),
+    ZooEntry("olmo2", "decoder, RMSNorm on queries and keys",
+             _decoder("Olmo2Config", "Olmo2ForCausalLM"), attribute_ops=("Softmax",)),
+    ZooEntry("granite", "decoder, scaled embeddings, residuals and logits",
+             _decoder("GraniteConfig", "GraniteForCausalLM"), attribute_ops=("Softmax",)),
+    ZooEntry("phi3", "decoder, fused qkv and gate/up projections",
+             _decoder("Phi3Config", "Phi3ForCausalLM", pad_token_id=0), attribute_ops=("Softmax",)),
+    ZooEntry("cohere", "decoder, parallel attention and MLP",
+             _decoder("CohereConfig", "CohereForCausalLM"), attribute_ops=("Softmax",)),
+    ZooEntry("gpt_bigcode", "decoder, multi-query attention", _gpt_bigcode,
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("electra", "encoder, projected embeddings",
+             _masked_lm("ElectraConfig", "ElectraForMaskedLM", embedding_size=16),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("mpnet", "encoder, relative position bias", _masked_lm("MPNetConfig", "MPNetForMaskedLM"),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("resnet", "conv net, batch norm, shortcut projections",
+             _classifier("ResNetConfig", "ResNetForImageClassification", embedding_size=8,
+                         hidden_sizes=[8, 16], depths=[1, 1]),
+             attribute_ops=("Conv",)),
+    ZooEntry("deit", "vision transformer, class and distillation tokens",
+             _classifier("DeiTConfig", "DeiTForImageClassification", image_size=32, patch_size=8,
+                         **_ENCODER),
+             attribute_ops=("LayerNormalization",)),
+]  # fmt: skip
+ZOO4_BY_NAME = {e.name: e for e in ZOO4}
