@@ -300,6 +300,16 @@ def largest_magnitude(v) -> float | None:
     return None
 
 
+def smallest_normal(v) -> float:
+    """The smallest positive normal number of a float tensor's or array's dtype (0.0 for
+    anything else): below it, values keep only a few significant bits."""
+    if isinstance(v, torch.Tensor):
+        return float(torch.finfo(v.dtype).tiny) if v.is_floating_point() else 0.0
+    if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+        return float(np.finfo(v.dtype).tiny)
+    return 0.0
+
+
 def _capped_atol(atol: float, rtol: float, magnitude: float) -> float:
     """A weight's absolute tolerance: at most rtol times its largest magnitude (a NaN
     magnitude keeps atol)."""

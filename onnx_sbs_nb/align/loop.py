@@ -26,6 +26,7 @@ from ..diff import (
     default_tolerance,
     largest_magnitude,
     shape_type,
+    smallest_normal,
     value_dtype_name,
 )
 from ..records import (
@@ -136,9 +137,14 @@ def _agrees_at_its_scale(consumer: Record, want: Any) -> bool:
     relative tolerance of its largest torch value.  A low-precision absolute tolerance
     (bfloat16's 5e-2) passes a changed weight's consumer whose values are all small (a
     randomly initialised MLP's 0.01s); a weight the exporter transformed (a folded
-    BatchNorm) changes its consumer by a rounding, far below that."""
+    BatchNorm) changes its consumer by a rounding, far below that.  A difference below the
+    dtype's smallest normal number is no evidence: values that small (a deep random net's
+    activations, shrunk to 1e-44) keep a few significant bits, and any rounding is a
+    large part of them."""
     err = consumer.err_abs2 if consumer.passed2 is not None else consumer.err_abs
     if err is None or consumer.rtol is None:
+        return True
+    if err <= smallest_normal(want):
         return True
     scale = largest_magnitude(want)
     return scale is None or err <= consumer.rtol * scale

@@ -6,11 +6,16 @@ exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
 - decoders: StableLM (partial rotary, LayerNorm), Starcoder2 (biases, sliding window),
   OLMo2 (RMSNorm on queries and keys, after the attention and MLP), Granite (scaled
   embeddings, residuals and logits), Phi-3 (fused qkv and gate/up projections), Cohere
-  (parallel attention and MLP, interleaved rotary), GPTBigCode (multi-query attention)
+  (parallel attention and MLP, interleaved rotary), GPTBigCode (multi-query attention),
+  GPT-Neo (local attention layers), XGLM (sinusoidal positions)
 - encoders: ELECTRA (embeddings narrower than the hidden size, projected), MPNet
-  (relative position bias)
+  (relative position bias), ConvBERT (span-based dynamic convolution), SqueezeBERT
+  (grouped 1x1 convolutions), FNet (Fourier transform instead of attention), ERNIE,
+  RemBERT (decoupled input and output embeddings), BigBird (full attention)
+- encoder-decoders: Pegasus, M2M100 (sinusoidal positions, scaled embeddings)
 - vision: ResNet (batch norm folded or not, shortcut projections), DeiT (class and
-  distillation tokens)
+  distillation tokens), ConvNeXt V2 (global response normalization), PoolFormer
+  (pooling as the token mixer)
 """
 
 from __future__ import annotations
@@ -46,6 +51,22 @@ def _masked_lm(config: str, model: str, **kw):
         )
         ids = torch.randint(0, 64, (1, 7))
         return _Logits(getattr(transformers, model)(cfg), "input_ids"), (ids,)
+
+    return build
+
+
+def _seq2seq(config: str, model: str):
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config)(
+            vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37,
+            decoder_ffn_dim=37, max_position_embeddings=64, use_cache=False,
+        )  # fmt: skip
+        ids, decoder_ids = torch.randint(3, 64, (1, 7)), torch.randint(3, 64, (1, 5))
+        lm = _Logits(getattr(transformers, model)(cfg), "input_ids", "decoder_input_ids")
+        return lm, (ids, decoder_ids)
 
     return build
 
@@ -93,5 +114,46 @@ ZOO4: list[ZooEntry] = [
              _classifier("DeiTConfig", "DeiTForImageClassification", image_size=32, patch_size=8,
                          **_ENCODER),
              attribute_ops=("LayerNormalization",)),
+    ZooEntry("gpt_neo", "decoder, local attention layers",
+             lambda: _causal_lm("GPTNeoConfig", "GPTNeoForCausalLM", hidden_size=32, num_layers=2,
+                                num_heads=4, attention_types=[[["global", "local"], 1]],
+                                window_size=4, max_position_embeddings=64),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("xglm", "decoder, sinusoidal positions",
+             lambda: _causal_lm("XGLMConfig", "XGLMForCausalLM", d_model=32, ffn_dim=37,
+                                num_layers=2, attention_heads=4, max_position_embeddings=64),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("convbert", "encoder, span-based dynamic convolution",
+             _masked_lm("ConvBertConfig", "ConvBertForMaskedLM"), attribute_ops=("Softmax",)),
+    ZooEntry("squeezebert", "encoder, grouped 1x1 convolutions",
+             _masked_lm("SqueezeBertConfig", "SqueezeBertForMaskedLM", embedding_size=32,
+                        q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2,
+                        intermediate_groups=1, output_groups=1),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("fnet", "encoder, Fourier transform as the token mixer",
+             _masked_lm("FNetConfig", "FNetForMaskedLM", use_tpu_fourier_optimizations=False),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("ernie", "encoder", _masked_lm("ErnieConfig", "ErnieForMaskedLM"),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("rembert", "encoder, decoupled input and output embeddings",
+             _masked_lm("RemBertConfig", "RemBertForMaskedLM", input_embedding_size=16,
+                        output_embedding_size=16),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("bigbird", "encoder, BigBird with full attention",
+             _masked_lm("BigBirdConfig", "BigBirdForMaskedLM", attention_type="original_full"),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("pegasus", "encoder-decoder, sinusoidal positions",
+             _seq2seq("PegasusConfig", "PegasusForConditionalGeneration"), attribute_ops=("Softmax",)),
+    ZooEntry("m2m100", "encoder-decoder, scaled embeddings",
+             _seq2seq("M2M100Config", "M2M100ForConditionalGeneration"), attribute_ops=("Softmax",)),
+    ZooEntry("convnextv2", "conv net, global response normalization",
+             _classifier("ConvNextV2Config", "ConvNextV2ForImageClassification", num_stages=2,
+                         hidden_sizes=[8, 16], depths=[1, 1]),
+             attribute_ops=("Conv",)),
+    ZooEntry("poolformer", "pooling as the token mixer",
+             _classifier("PoolFormerConfig", "PoolFormerForImageClassification", hidden_sizes=[8, 16],
+                         depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3], strides=[4, 2],
+                         padding=[2, 1]),
+             attribute_ops=("Conv",)),
 ]  # fmt: skip
 ZOO4_BY_NAME = {e.name: e for e in ZOO4}
