@@ -1,6 +1,6 @@
 """The third zoo (tests/corpus/zoo3.py): a decoder with its KV cache in and out, a
 float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; and the fourth
-(tests/corpus/zoo4.py): 23 decoders, encoders, encoder-decoders and vision models the
+(tests/corpus/zoo4.py): 27 decoders, encoders, encoder-decoders and vision models the
 first three lack.
 
 Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the

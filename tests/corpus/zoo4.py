@@ -12,10 +12,12 @@ exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
   (relative position bias), ConvBERT (span-based dynamic convolution), SqueezeBERT
   (grouped 1x1 convolutions), FNet (Fourier transform instead of attention), ERNIE,
   RemBERT (decoupled input and output embeddings), BigBird (full attention)
-- encoder-decoders: Pegasus, M2M100 (sinusoidal positions, scaled embeddings)
+- encoder-decoders: Pegasus, M2M100 (sinusoidal positions, scaled embeddings),
+  Speech2Text (strided 1-D convolutions over audio features)
 - vision: ResNet (batch norm folded or not, shortcut projections), DeiT (class and
   distillation tokens), ConvNeXt V2 (global response normalization), PoolFormer
-  (pooling as the token mixer)
+  (pooling as the token mixer), BEiT (relative position bias), Swin V2 (shifted windows,
+  cosine attention), YOLOS (detection tokens)
 """
 
 from __future__ import annotations
@@ -55,20 +57,35 @@ def _masked_lm(config: str, model: str, **kw):
     return build
 
 
+_SEQ2SEQ = dict(
+    vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, use_cache=False,
+)  # fmt: skip
+
+
 def _seq2seq(config: str, model: str):
     def build():
         import transformers
 
-        cfg = getattr(transformers, config)(
-            vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2,
-            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37,
-            decoder_ffn_dim=37, max_position_embeddings=64, use_cache=False,
-        )  # fmt: skip
+        cfg = getattr(transformers, config)(max_position_embeddings=64, **_SEQ2SEQ)
         ids, decoder_ids = torch.randint(3, 64, (1, 7)), torch.randint(3, 64, (1, 5))
         lm = _Logits(getattr(transformers, model)(cfg), "input_ids", "decoder_input_ids")
         return lm, (ids, decoder_ids)
 
     return build
+
+
+def _speech2text():
+    """Speech2Text: two strided 1-D convolutions subsample 20 frames of 16 features."""
+    import transformers
+
+    cfg = transformers.Speech2TextConfig(
+        input_feat_per_channel=16, conv_channels=32, max_source_positions=64,
+        max_target_positions=64, **_SEQ2SEQ,
+    )  # fmt: skip
+    model = transformers.Speech2TextForConditionalGeneration(cfg)
+    features, decoder_ids = torch.randn(1, 20, 16), torch.randint(3, 64, (1, 5))
+    return _Logits(model, "input_features", "decoder_input_ids"), (features, decoder_ids)
 
 
 def _classifier(config: str, model: str, **kw):
@@ -155,5 +172,19 @@ ZOO4: list[ZooEntry] = [
                          depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3], strides=[4, 2],
                          padding=[2, 1]),
              attribute_ops=("Conv",)),
+    ZooEntry("speech2text", "speech encoder-decoder, strided 1-D conv subsampling", _speech2text,
+             attribute_ops=("Softmax",)),
+    ZooEntry("beit", "vision transformer, relative position bias",
+             _classifier("BeitConfig", "BeitForImageClassification", image_size=32, patch_size=8,
+                         use_relative_position_bias=True, **_ENCODER),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("swinv2", "shifted windows, cosine attention, log-spaced position bias",
+             _classifier("Swinv2Config", "Swinv2ForImageClassification", image_size=32, patch_size=4,
+                         embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("yolos", "vision transformer with detection tokens",
+             _classifier("YolosConfig", "YolosForObjectDetection", image_size=[32, 32], patch_size=8,
+                         num_detection_tokens=5, **_ENCODER),
+             attribute_ops=("LayerNormalization",)),
 ]  # fmt: skip
 ZOO4_BY_NAME = {e.name: e for e in ZOO4}
