@@ -258,7 +258,7 @@ def compare(
         contiguous = ea.flags.c_contiguous and ga.flags.c_contiguous
         # a small value the C library compares: its one pass answers "equal" too
         direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
-        if direct and ea.size and (atol == 0 or ea.dtype.type(atol) > 0):
+        if direct and ea.size and _native_atol(ea, atol):
             # what _compare_numpy would do for these, without asking again
             _fill_native(result, NATIVE.compare(ea, ga, atol, rtol), atol)
         elif (
@@ -367,7 +367,7 @@ def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Di
     if e.dtype.kind in "biu" and g.dtype.kind in "biu":
         _compare_numpy_integers(e, g, r)
         return
-    if _native(e, g) and (atol == 0 or e.dtype.type(atol) > 0):  # never a zero denominator
+    if _native(e, g) and _native_atol(e, atol):
         _fill_native(r, NATIVE.compare(e, g, atol, rtol), atol)
         return
     if e.size > _BLOCK and e.ndim > 0:
@@ -385,6 +385,12 @@ def _native(e: np.ndarray, g: np.ndarray) -> bool:
         and e.flags.c_contiguous
         and g.flags.c_contiguous
     )
+
+
+def _native_atol(e: np.ndarray, atol: float) -> bool:
+    """Whether the C library may take this atol: zero, or nonzero in the values' dtype
+    (its relative error divides by |e| + atol: never a zero denominator)."""
+    return atol == 0 or e.dtype.type(atol) > 0
 
 
 def _fill_native(r: Diff, found: tuple[float, ...], atol: float) -> None:

@@ -188,10 +188,10 @@ def entry_by_name(name: str):
     from .zoo3 import ZOO3_BY_NAME
     from .zoo4 import ZOO4_BY_NAME
 
-    for zoo in (ZOO_BY_NAME, ZOO2_BY_NAME, ZOO3_BY_NAME):
+    for zoo in (ZOO_BY_NAME, ZOO2_BY_NAME, ZOO3_BY_NAME, ZOO4_BY_NAME):
         if name in zoo:
             return zoo[name]
-    return ZOO4_BY_NAME[name]
+    raise KeyError(name)
 
 
 class ZooSession:
