@@ -1,12 +1,12 @@
 """Hatchling build hook: builds the widget's JS bundle so that ``pip install .`` and
 ``pip install -e .`` produce ``onnx_sbs_nb/static/widget.js`` (git-ignored, never
-committed), and the comparisons' C library ``onnx_sbs_nb/native/_sbs_native.so`` when a C
-compiler is there (without it the package compares with numpy, more slowly).  Enabled in
-pyproject.toml by ``[tool.hatch.build.targets.wheel.hooks.custom]``.
+committed), and the comparisons' C extension ``onnx_sbs_nb/native/_sbs_native*.so`` when
+a C compiler and Python's headers are there (without it the package compares with numpy,
+more slowly).  Enabled in pyproject.toml by ``[tool.hatch.build.targets.wheel.hooks.custom]``.
 
 Set ``ONNX_SBS_SKIP_JS_BUILD=1`` to skip the bundle (the package then works without the
 widget and the HTML report until ``cd js && npm ci && npm run build`` is run), and
-``ONNX_SBS_SKIP_NATIVE_BUILD=1`` to skip the library.
+``ONNX_SBS_SKIP_NATIVE_BUILD=1`` to skip the extension.
 """
 
 from __future__ import annotations
@@ -60,20 +60,19 @@ def build_bundle(root: Path, *, force: bool = False) -> Path:
 
 
 def native_library() -> Path:
-    """Where the C library goes (its name as onnx_sbs_nb/native/__init__.py loads it)."""
-    if sys.platform == "win32":
-        name = "_sbs_native.dll"
-    elif sys.platform == "darwin":
-        name = "_sbs_native.dylib"
-    else:
-        name = "_sbs_native.so"
-    return NATIVE_SOURCE.with_name(name)
+    """Where the extension module goes (the name onnx_sbs_nb/native/__init__.py imports)."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    return NATIVE_SOURCE.with_name("_sbs_native" + suffix)
+
+
+def _no_native(why: str) -> None:
+    print(f"onnx_sbs_nb: {why}: comparisons run in numpy (slower)", file=sys.stderr)
 
 
 def build_native(root: Path, *, force: bool = False) -> Path | None:
-    """Compile the comparisons' C library under *root* when it is missing or older than
-    its source; None (and a warning) when no C compiler can: the package then compares
-    with numpy."""
+    """Compile the comparisons' extension module under *root* when it is missing or older
+    than its source; None (and a warning) when no C compiler or no Python headers can:
+    the package then compares with numpy."""
     src, out = root / NATIVE_SOURCE, root / native_library()
     if not src.is_file():
         return out if out.is_file() else None
@@ -84,20 +83,31 @@ def build_native(root: Path, *, force: bool = False) -> Path | None:
     if shutil.which(cc) is None:
         cc = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), "")
     if not cc or sys.platform == "win32":
-        print("onnx_sbs_nb: no C compiler: comparisons run in numpy (slower)", file=sys.stderr)
+        _no_native("no C compiler")
         return None
-    tmp = out.with_suffix(out.suffix + ".tmp")
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").is_file():
+        _no_native(f"no Python.h in {include} (install Python's development headers)")
+        return None
+    tmp = out.with_name(out.name + ".tmp")
     # -ffp-contract=off: a * b + c rounds twice, as numpy computes it
-    cmd = [cc, "-O3", "-fPIC", "-shared", "-ffp-contract=off", "-o", str(tmp), str(src)]
+    cmd = [cc, "-O3", "-fPIC", "-shared", "-ffp-contract=off", "-Wno-psabi", f"-I{include}"]
+    if sys.platform == "darwin":
+        cmd += ["-undefined", "dynamic_lookup"]  # Python's symbols come from the interpreter
+    cmd += ["-o", str(tmp), str(src)]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as e:
         detail = getattr(e, "stderr", "") or str(e)
-        print(f"onnx_sbs_nb: the C library did not build ({detail.strip()[:500]}): "
-              "comparisons run in numpy (slower)", file=sys.stderr)  # fmt: skip
+        _no_native(f"the C module did not build ({detail.strip()[:500]})")
         tmp.unlink(missing_ok=True)
         return None
     os.replace(tmp, out)
+    # the ctypes library of earlier versions, beside it, is never loaded again
+    for old in ("_sbs_native.so", "_sbs_native.dylib", "_sbs_native.dll"):
+        stale = out.with_name(old)
+        if stale != out:
+            stale.unlink(missing_ok=True)
     return out
 
 

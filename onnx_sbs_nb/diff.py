@@ -70,6 +70,21 @@ def value_dtype_name(v) -> str:
     return name
 
 
+# dtype -> (name, default atol, default rtol, is a float type): asked at every comparison
+_DTYPE_FACTS: dict = {}
+_FLOAT_PREFIXES = ("float", "bfloat", "complex")
+
+
+def _dtype_facts(v) -> tuple[str, float, float, bool]:
+    dtype = v.dtype if isinstance(v, ARRAY_TYPES) else np.asarray(v).dtype
+    facts = _DTYPE_FACTS.get(dtype)
+    if facts is None:
+        name = value_dtype_name(v)
+        facts = (name, *default_tolerance(name), name.startswith(_FLOAT_PREFIXES))
+        _DTYPE_FACTS[dtype] = facts
+    return facts
+
+
 # (dtype, shape) -> text: a run shows the same few shapes thousands of times
 _SHAPE_TYPES: dict = {}
 
@@ -232,10 +247,8 @@ def compare(
     passed: |got - expected| <= atol + rtol * |expected| everywhere and err_nan == 0.
     Integers (and booleans) are compared as integers, exactly, whatever their size.
     """
-    exp_dtype = value_dtype_name(expected)
+    exp_dtype, d_atol, d_rtol, is_float = _dtype_facts(expected)
     got_dtype = value_dtype_name(got)
-    d_atol, d_rtol = default_tolerance(exp_dtype)
-    is_float = exp_dtype.startswith(("float", "bfloat", "complex"))
     if inherited is not None and is_float:
         i_atol, i_rtol = default_tolerance(inherited)
         d_atol, d_rtol = max(d_atol, i_atol), max(d_rtol, i_rtol)
@@ -243,12 +256,10 @@ def compare(
     atol = d_atol if atol is None or not is_float else atol
     rtol = d_rtol if rtol is None or not is_float else rtol
     result = Diff(atol=atol, rtol=rtol)
-    e_shape = tuple(expected.shape)
-    g_shape = tuple(got.shape)
-    if e_shape != g_shape:
+    if expected.shape != got.shape:  # a torch.Size is a tuple: equal shapes compare equal
         result.shape_mismatch = True
         result.passed = False
-        result.note = f"shape {e_shape} vs {g_shape}"
+        result.note = f"shape {tuple(expected.shape)} vs {tuple(got.shape)}"
         return result
     if exp_dtype != got_dtype:
         result.dtype_mismatch = True
@@ -256,7 +267,7 @@ def compare(
     ea, ga = _as_numpy(expected), _as_numpy(got)
     if ea is not None and ga is not None:
         contiguous = ea.flags.c_contiguous and ga.flags.c_contiguous
-        # a small value the C library compares: its one pass answers "equal" too
+        # a small value the C module compares: its one pass answers "equal" too
         direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
         if direct and ea.size and _native_atol(ea, atol):
             # what _compare_numpy would do for these, without asking again
@@ -271,7 +282,7 @@ def compare(
             _empty(result)
         else:
             # one side in order, the other not: put both in order once (see _RELAYOUT;
-            # with the C library, at any size: its one pass needs both in order)
+            # with the C module, at any size: its one pass needs both in order)
             if (
                 _RELAYOUT_NATIVE if NATIVE is not None else _RELAYOUT
             ) <= ea.size <= _BLOCK and ea.flags.c_contiguous != ga.flags.c_contiguous:

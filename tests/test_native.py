@@ -107,7 +107,23 @@ def test_transposed_bytes(itemsize, shape):
         c = b.copy()
         c[j, i] = c[j, i] + 1 if dtype is np.uint8 else -(c[j, i] + 1)
         assert NATIVE.equal_transposed(a, c) is False, (i, j)
-    assert NATIVE.equal_transposed(np.zeros((2, 2), dtype=np.complex128), np.zeros((2, 2))) is None
+    z = np.zeros((2, 2), dtype=np.complex128)  # 16-byte items: not handled
+    assert NATIVE.equal_transposed(z, z.copy()) is None
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (16, 16), (24, 40), (40, 24), (33, 17), (80, 72)])
+def test_transposed_float32_blocks_catch_a_change_at_every_position(shape):
+    """4-byte items are compared in 8 x 8 blocks transposed in registers, tiles of 16 x
+    16, strips of 8 and scalar edges: a change at any one position must be seen."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = np.ascontiguousarray(a.T)
+    assert NATIVE.equal_transposed(a, b) is True
+    assert NATIVE.equal_transposed(b, a) is True
+    for j, i in np.ndindex(*b.shape):
+        c = b.copy()
+        c[j, i] = np.nextafter(c[j, i], np.float32(np.inf))
+        assert NATIVE.equal_transposed(a, c) is False, (i, j)
 
 
 def test_a_transposed_weight_is_compared_natively_and_still_fails_when_it_differs():
@@ -122,6 +138,23 @@ def test_a_transposed_weight_is_compared_natively_and_still_fails_when_it_differ
     z = torch.zeros(64, 64)
     zt = np.ascontiguousarray(-z.numpy().T)
     assert diff.compare(z.t(), zt).passed
+
+
+def test_the_module_refuses_arrays_it_cannot_compare():
+    """Arguments the C code cannot read are errors, never a read past an array's end."""
+    a = np.zeros(8, dtype=np.float32)
+    with pytest.raises(ValueError, match="differ in size"):
+        NATIVE.compare(a, np.zeros(9, dtype=np.float32), 1e-4, 1e-4)
+    with pytest.raises(ValueError, match="differ in size"):
+        NATIVE.same_bytes(a, np.zeros(8, dtype=np.float64))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        NATIVE.compare(a.view(np.int32), a.view(np.int32), 1e-4, 1e-4)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        NATIVE.compare(a, a.view(np.int32), 1e-4, 1e-4)  # one float32, one int32
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        NATIVE.compare(np.zeros((4, 4), np.float32).T, np.zeros((4, 4), np.float32), 0.0, 0.0)
+    with pytest.raises(ValueError, match="2-D"):
+        NATIVE.equal_transposed(a, a)
 
 
 def test_same_bytes():

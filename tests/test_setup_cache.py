@@ -55,6 +55,32 @@ def test_second_run_pairs_once_and_finds_the_same(mlp, monkeypatch):
     assert len(pairings) <= 1 and len(provenances) <= 1
 
 
+def test_record_fields_are_described_once_per_program_and_provenance(mlp):
+    """The ep_*/onnx_* fields of a pair are the same at every run: kept with each side's
+    tables, and made again for another provenance (another user program)."""
+    from onnx_sbs_nb.align.sides import FxSide
+
+    ep, onx, args = mlp
+    first = AlignedRun(ep, onx, args)
+    list(first)
+    second = AlignedRun(ep, onx, args)
+    records = list(second)
+    name = next(r.ep_name for r in records if r.kind == "node" and r.onnx_name)
+    onnx_name = next(r.onnx_name for r in records if r.ep_name == name)
+    ref = second.reference
+    assert ref.describe(name) is first.reference.describe(name)
+    assert second.candidate.describe_candidate(onnx_name) is (
+        first.candidate.describe_candidate(onnx_name)
+    )
+    assert ref.describe(name)["ep_module"] == next(
+        r.ep_module for r in records if r.ep_name == name
+    )
+    tables = setup_cache.cached_fx_tables(ref.program)
+    other = FxSide(ref.program, ref.bound, {}, "cpu", tables)  # no provenance at all
+    assert other.describe(name)["ep_module"] is None
+    assert other.describe(name) is not ref.describe(name)
+
+
 def test_a_model_edited_in_place_is_paired_again(mlp, monkeypatch):
     ep, _, args = mlp
     onx = onnx.ModelProto()

@@ -77,6 +77,10 @@ class FxTables:
     graph_outputs: list[str]
     # fx node name -> the looser float dtype its value inherits (precision.py)
     inherited: dict[str, str] = field(default_factory=dict)
+    # FxSide.describe's answers, for the provenance they were made with (a record per
+    # pair per run: the same fields each run)
+    described: dict[str, dict[str, Any]] = field(default_factory=dict)
+    described_with: Any = None
 
     @classmethod
     def of(cls, program: torch.export.ExportedProgram) -> FxTables:
@@ -123,6 +127,9 @@ class FxSide:
         self.weights = bound.weights
         self.graph_outputs = tables.graph_outputs
         self.inherited = tables.inherited
+        if tables.described_with is not provenance:
+            tables.described, tables.described_with = {}, provenance
+        self._described = tables.described
 
     def leaf_value(self, name: str) -> Any:
         """The value of a placeholder (input or weight), on the run's device."""
@@ -227,17 +234,20 @@ class FxSide:
         return KIND_NODE
 
     def describe(self, name: str) -> dict[str, Any]:
-        """The ``ep_*`` fields of a record about value ``name``."""
-        node = self.by_name[name]
-        prov = self.provenance.get(name, _NO_PROVENANCE)
-        return {
-            "ep_id_node": self.index.get(name),
-            "ep_name": name,
-            "ep_target": fx_target_name(node),
-            "ep_user_name": prov.user_name,
-            "ep_module": prov.module,
-            "ep_source": prov.source,
-        }
+        """The ``ep_*`` fields of a record about value ``name`` (read only: kept)."""
+        found = self._described.get(name)
+        if found is None:
+            node = self.by_name[name]
+            prov = self.provenance.get(name, _NO_PROVENANCE)
+            found = self._described[name] = {
+                "ep_id_node": self.index.get(name),
+                "ep_name": name,
+                "ep_target": fx_target_name(node),
+                "ep_user_name": prov.user_name,
+                "ep_module": prov.module,
+                "ep_source": prov.source,
+            }
+        return found
 
 
 @dataclass
@@ -263,6 +273,8 @@ class OnnxTables:
     stretch_memos: dict[Any, Any] = field(default_factory=dict)
     # per node: (op type, domain, the name records show), read once per model
     node_facts: list[tuple[str, str, str]] = field(default_factory=list)
+    # OnnxSide.describe_candidate's answers (structure only: the same each run)
+    described: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -439,26 +451,34 @@ class OnnxSide:
         }
 
     def describe_candidate(self, name: str) -> dict[str, Any]:
-        """The ``onnx_*`` fields of a record about value ``name`` of this model."""
+        """The ``onnx_*`` fields of a record about value ``name`` of this model (read
+        only: kept with the tables)."""
+        described = self.tables.described
+        found = described.get(name)
+        if found is not None:
+            return found
         k = self.producer.get(name)
         if k is None:
             op = "initializer" if name in self.initializers else "input"
-            return {"onnx_id_node": -1, "onnx_name": name, "onnx_op_type": op}
-        facts = self.tables.node_facts
-        if facts:
-            op_type, domain, node_name = facts[k]
+            found = {"onnx_id_node": -1, "onnx_name": name, "onnx_op_type": op}
         else:
-            node = self.nodes[k]
-            op_type, domain, node_name = node.op_type, node.domain, onnx_node_name(node, k)
-        return {
-            "onnx_id_node": k,
-            "onnx_name": name,
-            "onnx_op_type": op_type,
-            "onnx_domain": domain or None,
-            "onnx_id_output": self.graph.outputs[k].index(name),
-            "onnx_node_name": node_name,
-            "onnx_fx_node": self.lowering[k],
-        }
+            facts = self.tables.node_facts
+            if facts:
+                op_type, domain, node_name = facts[k]
+            else:
+                node = self.nodes[k]
+                op_type, domain, node_name = node.op_type, node.domain, onnx_node_name(node, k)
+            found = {
+                "onnx_id_node": k,
+                "onnx_name": name,
+                "onnx_op_type": op_type,
+                "onnx_domain": domain or None,
+                "onnx_id_output": self.graph.outputs[k].index(name),
+                "onnx_node_name": node_name,
+                "onnx_fx_node": self.lowering[k],
+            }
+        described[name] = found
+        return found
 
 
 __all__ = ["FxSide", "FxTables", "OnnxSide", "OnnxTables", "fx_target_name", "onnx_node_name"]
