@@ -163,3 +163,50 @@ def test_same_bytes():
     assert NATIVE.same_bytes(a, b)
     b[-1] += 1
     assert not NATIVE.same_bytes(a, b)
+
+
+def _hatch_build():
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    try:
+        import hatch_build
+    finally:
+        sys.path.remove(str(repo))
+    return repo, hatch_build
+
+
+def test_the_build_makes_a_module_this_interpreter_loads(tmp_path, monkeypatch, capsys):
+    """hatch_build.build_native compiles the extension for the running interpreter, which
+    native.load takes; without Python's headers it builds nothing and says why (the
+    package then compares with numpy)."""
+    import shutil
+
+    from onnx_sbs_nb import native
+
+    repo, hatch_build = _hatch_build()
+    src = tmp_path / hatch_build.NATIVE_SOURCE
+    src.parent.mkdir(parents=True)
+    shutil.copy(repo / hatch_build.NATIVE_SOURCE, src)
+    (src.parent / "_sbs_native.so").write_bytes(b"a ctypes library of an earlier version")
+    built = hatch_build.build_native(tmp_path)
+    assert built == tmp_path / hatch_build.native_library() and built.is_file()
+    assert not (src.parent / "_sbs_native.so").exists()  # never loaded again
+    module = native.load(built)
+    assert module is not None and module.module.VERSION == native.VERSION
+    e = np.linspace(-1, 1, 50, dtype=np.float32)
+    assert module.compare(e, e + np.float32(1e-3), 1e-4, 1e-4) == NATIVE.compare(
+        e, e + np.float32(1e-3), 1e-4, 1e-4
+    )
+    assert hatch_build.build_native(tmp_path) == built  # fresh: not built again
+    built.unlink()
+    no_headers = tmp_path / "include"
+    no_headers.mkdir()
+    real = hatch_build.sysconfig.get_paths
+    monkeypatch.setattr(
+        hatch_build.sysconfig, "get_paths", lambda *a: {**real(*a), "include": str(no_headers)}
+    )
+    assert hatch_build.build_native(tmp_path) is None
+    assert "no Python.h" in capsys.readouterr().err
