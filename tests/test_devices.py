@@ -114,3 +114,56 @@ def test_session_signature_is_the_same_for_numpy_and_torch_values(exact):
         assert sig == input_signature(torch.from_numpy(a), exact), a
         shape_like = a.ndim <= 1 and a.size <= 64 and a.dtype.kind in "biu"
         assert len(sig) == (3 if exact or shape_like else 2)
+
+
+class _Positions(torch.nn.Module):
+    """A factory call: exported on the CPU, the program says device=cpu for it."""
+
+    def forward(self, x):
+        return x + torch.arange(x.shape[-1], dtype=x.dtype)
+
+
+def test_a_program_traced_on_the_cpu_makes_its_values_on_the_run_device():
+    """A program exported on the CPU names the CPU in its factory calls; on a GPU those
+    values must be made there (as torch.export's move_to_device_pass does), in the
+    node-by-node run and in the compiled runs alike.  Checked here on no GPU: the map,
+    the arguments a node gets, and a compiled run sent to the meta device."""
+    from onnx_sbs_nb.align.fx_runs import _function
+    from onnx_sbs_nb.align.program import bind_inputs
+    from onnx_sbs_nb.align.sides import FxSide, traced_device_map
+
+    x = torch.randn(2, 5)
+    ep = torch.export.export(_Positions(), (x,))
+    nodes = [n for n in ep.graph.nodes if n.op != "output"]
+    cpu, cuda = torch.device("cpu"), torch.device("cuda:0")
+    assert traced_device_map(nodes, "cpu") == {}
+    assert traced_device_map(nodes, "cuda:0") == {cpu: cuda}
+    arange = next(n for n in nodes if "arange" in str(n.target))
+    assert arange.kwargs["device"] == cpu
+    side = FxSide(ep, bind_inputs(ep, (x,), {}), {}, "cuda:0")
+    args, kwargs = side._on_run_device(*side._arguments(0, arange, {}))
+    assert kwargs["device"] == cuda and kwargs["dtype"] == torch.float32
+    meta = torch.device("meta")
+    run = [n for n in nodes if n.op == "call_function"]
+    env = {"x": torch.empty(2, 5, device=meta)}
+    _function(run, {cpu: meta})(env, "meta")
+    assert env[arange.name].device == meta
+    # on the device it was traced on, nothing moves
+    env = {"x": x}
+    _function(run)(env, "cpu")
+    assert torch.equal(env[run[-1].name], _Positions()(x))
+
+
+def test_a_size_computed_from_symbolic_shapes_is_on_no_device():
+    """The torch side of a size is a Python number: it has no device, so it never counts
+    as a value on another device (err_dev 0) than its ONNX partner."""
+    from onnx_sbs_nb.align.judging import fill_own_error
+    from onnx_sbs_nb.diff import Diff
+    from onnx_sbs_nb.records import Record
+
+    rec = Record(ep_device=None)
+    fill_own_error(rec, Diff(err_abs=0.0, passed=True), "cuda:0")
+    assert rec.err_dev2 == 0.0
+    rec = Record(ep_device="cpu")
+    fill_own_error(rec, Diff(err_abs=0.0, passed=True), "cuda:0")
+    assert rec.err_dev2 == 1.0

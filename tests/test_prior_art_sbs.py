@@ -199,6 +199,9 @@ def test_sbs_dict_tensor_cpu_reshape():
     compared = [r for r in records if r.err_abs is not None]
     assert compared and all(r.err_dev == 0 for r in compared)
     assert all(r.err_dev is None for r in records if r.err_abs is None)
+    # sizes are Python numbers on the torch side: on no device (the CUDA case relies on it)
+    sizes = [r for r in compared if r.ep_shape_type == "int"]
+    assert sizes and all(r.ep_device is None and r.onnx_device == "cpu" for r in sizes)
     assert max(r.err_abs for r in compared) < 1e-5
     out = [r for r in records if r.kind == "output"]
     assert out and out[0].ep_shape_type == out[0].onnx_shape_type == "float32[4x128x128]"

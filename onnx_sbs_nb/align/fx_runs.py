@@ -42,8 +42,13 @@ class _NotCompilable(Exception):
     pass
 
 
-def compile_runs(plan: Plan, nodes: Sequence[torch.fx.Node]) -> dict[int, FxRun]:
-    """The runs of ``plan`` (by first step) over the reference's fx ``nodes``."""
+def compile_runs(
+    plan: Plan,
+    nodes: Sequence[torch.fx.Node],
+    device_map: dict[torch.device, torch.device] | None = None,
+) -> dict[int, FxRun]:
+    """The runs of ``plan`` (by first step) over the reference's fx ``nodes``;
+    ``device_map``: devices the program names, replaced (``sides.traced_device_map``)."""
     steps = plan.steps
     runs: dict[int, FxRun] = {}
     s = 0
@@ -53,7 +58,7 @@ def compile_runs(plan: Plan, nodes: Sequence[torch.fx.Node]) -> dict[int, FxRun]
             e += 1
         if e - s >= MIN_NODES:
             try:
-                fn = _function([nodes[steps[k][1]] for k in range(s, e)])
+                fn = _function([nodes[steps[k][1]] for k in range(s, e)], device_map)
             except _NotCompilable:
                 fn = None
             if fn is not None:
@@ -62,8 +67,12 @@ def compile_runs(plan: Plan, nodes: Sequence[torch.fx.Node]) -> dict[int, FxRun]
     return runs
 
 
-def _function(run: Sequence[torch.fx.Node]) -> Any:
-    """``f(env, device)``: the nodes' values into ``env``, computed in order."""
+def _function(
+    run: Sequence[torch.fx.Node], device_map: dict[torch.device, torch.device] | None = None
+) -> Any:
+    """``f(env, device)``: the nodes' values into ``env``, computed in order; devices
+    the nodes name are replaced by ``device_map``."""
+    device_map = device_map or {}
     scope: dict[str, Any] = {
         "_grad": torch.is_grad_enabled,
         "_set_grad": torch._C._set_grad_enabled,
@@ -91,6 +100,8 @@ def _function(run: Sequence[torch.fx.Node]) -> Any:
             return f"[{items}]" if isinstance(a, list) else f"({items}{',' if len(a) == 1 else ''})"
         if isinstance(a, dict | slice) and _holds_nodes(a):
             raise _NotCompilable
+        if isinstance(a, torch.device):
+            return constant(device_map.get(a, a))
         return constant(a)
 
     for node in run:

@@ -151,7 +151,7 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
 def fill_own_error(rec: Record, d: Diff, own_device: str) -> None:
     rec.err_abs2, rec.err_rel2, rec.err_nan2 = d.err_abs, d.err_rel, d.err_nan
     rec.err_h012, rec.err_h0012 = d.err_h01, d.err_h001
-    rec.err_dev2 = 0.0 if own_device == rec.ep_device else 1.0
+    rec.err_dev2 = 0.0 if rec.ep_device in (None, own_device) else 1.0
     rec.passed2 = d.passed
 
 

@@ -22,6 +22,7 @@ import onnx
 
 from ..convert import device_of
 from ..diff import (
+    ARRAY_TYPES,
     compare,
     default_tolerance,
     largest_magnitude,
@@ -455,14 +456,18 @@ class SideBySideRun:
         # own-error runs are one session too: all their inputs exist when the first
         # runs), and the torch nodes before it run as one function (fx_runs.py).
         ref = self.reference
-        key = (self.pairing.cache_key, options.needs_torch_inputs)
+        # the compiled torch runs hold the devices they move values to (sides.FxSide)
+        moved = tuple(getattr(ref, "device_map", {}).items())
+        key = (self.pairing.cache_key, options.needs_torch_inputs, moved)
         plan = found.plans.get(key) if key[0] is not None else None
         if plan is None or plan[0] is not ref.graph:
             units = [(s.first, s.last) for s in found.starting.values()]
             made = schedule(
                 ref.graph, cand.graph, self.pairing, options.needs_torch_inputs, units=units
             )
-            fx_runs = compile_runs(made, ref.nodes) if isinstance(ref, FxSide) else {}
+            fx_runs = (
+                compile_runs(made, ref.nodes, ref.device_map) if isinstance(ref, FxSide) else {}
+            )
             plan = (ref.graph, made, fx_runs)
             if key[0] is not None:
                 found.plans[key] = plan
@@ -877,9 +882,10 @@ class SideBySideRun:
         # the user's value is complex: show it as torch has it
         rec.ep_shape_type = shape_type(want if pair.transform == TRANSFORM_AS_REAL else expected)
         rec.onnx_shape_type = shape_type(got)
-        rec.ep_device = device_of(expected)
+        # a Python number (a size computed from symbolic shapes) is on no device
+        rec.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
         rec.onnx_device = device_of(got)
-        rec.err_dev = 0.0 if rec.ep_device == rec.onnx_device else 1.0
+        rec.err_dev = 0.0 if rec.ep_device in (None, rec.onnx_device) else 1.0
         expected, got = comparable(expected, got)
         if expected is None:
             rec.status = STATUS_NOT_COMPARED

@@ -101,6 +101,28 @@ class FxTables:
         )
 
 
+def traced_device_map(nodes: list[torch.fx.Node], device: str) -> dict[torch.device, torch.device]:
+    """{the device the program was traced on: the run's device} when they differ, else
+    empty.  A program exported on the CPU says ``device=cpu`` in its factory calls
+    (``arange``, ``zeros``, ``_to_copy``...): run on a GPU as recorded, those values would
+    stay on the CPU and the first op mixing them with the inputs would fail.  Those
+    arguments move to the run's device, as torch.export's ``move_to_device_pass`` does."""
+    run = torch.device(device)
+    traced: set[torch.device] = set()
+    for node in nodes:
+        if node.op != "placeholder":
+            break  # placeholders come first
+        v = node.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            traced.add(v.device)
+    if len(traced) != 1:
+        return {}  # nothing traced, or on several devices: the program says where
+    (device_traced,) = traced
+    if device_traced == run or (device_traced.type == run.type and run.type == "cpu"):
+        return {}
+    return {device_traced: run}
+
+
 class FxSide:
     """The torch program the exporter lowered, run one fx node at a time."""
 
@@ -130,6 +152,7 @@ class FxSide:
         if tables.described_with is not provenance:
             tables.described, tables.described_with = {}, provenance
         self._described = tables.described
+        self.device_map = traced_device_map(self.nodes, device)
 
     def leaf_value(self, name: str) -> Any:
         """The value of a placeholder (input or weight), on the run's device."""
@@ -153,6 +176,8 @@ class FxSide:
             args, kwargs = self._arguments(idx, node, env)
         except KeyError as e:
             raise RuntimeError(f"input {e.args[0]!r} is not available (upstream failure)") from None
+        if self.device_map:
+            args, kwargs = self._on_run_device(args, kwargs)
         # The values, not their gradients, are compared: autograd would only record.
         # The grad mode is switched directly: torch.no_grad() as a context costs as much
         # as a small op, once per node.
@@ -201,6 +226,15 @@ class FxSide:
             else:
                 values[k] = a
         return args, values
+
+    def _on_run_device(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The arguments with the traced device replaced by the run's (``device_map``)."""
+        moved = self.device_map
+        args = [moved.get(a, a) if isinstance(a, torch.device) else a for a in args]
+        kwargs = {
+            k: moved.get(a, a) if isinstance(a, torch.device) else a for k, a in kwargs.items()
+        }
+        return args, kwargs
 
     @staticmethod
     def _nested_arguments(node: torch.fx.Node, env: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -10,7 +10,6 @@ values).
 from __future__ import annotations
 
 import importlib
-import importlib.machinery
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -20,11 +19,6 @@ import numpy as np
 # the module's VERSION: a module built from another version's source is not used
 VERSION = 2
 MODULE = "_sbs_native"
-
-
-def library_name() -> str:
-    """The file name of the built module for this interpreter."""
-    return MODULE + importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 class Native:
@@ -68,4 +62,4 @@ def load(path: Path | None = None) -> Native | None:
 
 NATIVE: Native | None = load()
 
-__all__ = ["MODULE", "NATIVE", "VERSION", "Native", "library_name", "load"]
+__all__ = ["MODULE", "NATIVE", "VERSION", "Native", "load"]
