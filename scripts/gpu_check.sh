@@ -6,8 +6,9 @@
 # 1. every test marked `cuda` (engine, evaluator end-to-end models against eager CUDA,
 #    placement of shapes on the host, replay bundles of CUDA values, widget session rerun);
 # 2. the evaluator benchmark on CUDA, the issue's reference Llama (hidden 1024, 8 layers,
-#    seq 256, batch 2) included, with ratios against eager torch on CUDA.
-# Its own timeouts (300 s + 240 s) keep it under a device call's 10-minute limit.
+#    seq 256, batch 2) included, with ratios against eager torch on CUDA;
+# 3. the engine on CUDA (run_aligned warm, with and without own errors) against eager.
+# Its own timeouts (200 s + 200 s + 150 s) keep it under a device call's 10-minute limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,11 +23,13 @@ print("device", torch.cuda.get_device_name(), "capability", torch.cuda.get_devic
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 # the modules holding CUDA tests: none of them needs the widget's packages
-timeout "${TEST_TIMEOUT:-300}" $PY -m pytest -q -rs -m cuda -p no:cacheprovider \
+timeout "${TEST_TIMEOUT:-200}" $PY -m pytest -q -rs -m cuda -p no:cacheprovider \
     tests/test_devices.py tests/test_evaluator_core.py tests/test_evaluator_models.py \
     tests/test_kernels_nn.py tests/test_prior_art_sbs.py tests/test_replay.py tests/test_session.py \
     2>&1 | tee "$LOGS/pytest.log"
 rc=${PIPESTATUS[0]}
-timeout "${BENCH_TIMEOUT:-240}" $PY benchmarks/bench_evaluator.py --device cuda --big \
+timeout "${BENCH_TIMEOUT:-200}" $PY benchmarks/bench_evaluator.py --device cuda --big \
     --repeat "${REPEAT:-30}" 2>&1 | grep -v "Skipping torchvision" | tee "$LOGS/bench.log"
+timeout "${ENGINE_TIMEOUT:-150}" $PY benchmarks/bench_engine_device.py --device cuda \
+    2>&1 | grep -v "Skipping torchvision" | tee "$LOGS/engine.log"
 exit "$rc"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import bench_engine, bench_memory
+from benchmarks import bench_engine, bench_engine_device, bench_memory
 from benchmarks.common import ChainSpec, LlamaSpec, export_llama, export_spec, has_onnx_diagnostic
 
 TINY = LlamaSpec("tiny", hidden=32, layers=1, seq=4)
@@ -166,3 +166,11 @@ def test_bench_instructions_child_runs_its_counted_runs(tiny_files, tmp_path):
         assert flag.with_suffix(".ready").exists() and flag.with_suffix(".done").exists()
     with pytest.raises(SystemExit):
         bench_instructions.main(["--models", "no-such-model"])
+
+
+def test_bench_engine_device_on_the_cpu(capsys):
+    """The CUDA benchmark of scripts/gpu_check.sh, on the CPU and a tiny Llama."""
+    assert bench_engine_device.main(["--device", "cpu", "--small", "--runs", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| h32")]
+    assert len(rows) == 2  # without and with own errors
+    assert all(line.rstrip(" |").endswith("| 0") for line in rows), rows  # no failing pair

@@ -414,3 +414,27 @@ def test_the_kept_tables_go_with_their_program():
     del run, ep
     gc.collect()
     assert prepared() is None and fx_tables() is None
+
+
+def test_a_second_run_with_the_torch_runner_compiles_no_node(mlp):
+    """The torch evaluator's compiled nodes are shared like onnxruntime's sessions: a
+    second run compiles none (each compilation generates and compiles Python source), and
+    finds the same; a runner with custom kernels compiles its own, and they run."""
+    from onnx_sbs_nb.align.runners import TorchRunner
+
+    ep, onx, args = mlp
+    first = AlignedRun(ep, onx, args, runner="torch")
+    records = list(first)
+    second = AlignedRun(ep, onx, args, runner="torch")
+    again = list(second)
+    assert second.candidate.runner.nodes_compiled == 0
+    assert _pairs(again) == _pairs(records)
+    assert [r.err_abs for r in again] == [r.err_abs for r in records]
+    assert all(r.status == "ok" for r in again if r.err_abs is not None)
+    broken = TorchRunner("cpu", custom_kernels={("", "Relu"): lambda a: torch.relu(a) * 1.5})
+    custom = AlignedRun(ep, onx, args, runner=broken)
+    found = list(custom)
+    assert broken.nodes_compiled > 0
+    assert any(r.onnx_op_type == "Relu" and r.status == "fail" for r in found)
+    # and the shared nodes were not replaced by the custom ones
+    assert all(r.status == "ok" for r in AlignedRun(ep, onx, args, runner="torch") if r.err_abs)

@@ -531,12 +531,36 @@ class TorchRunner:
     name = "torch"
     value_kind = "torch"
 
+    # Compiled nodes are shared by the torch runners of a device in the process, as
+    # onnxruntime's sessions are (_CachedRunner): a second run compiles none again (each
+    # compilation generates and compiles Python source: a warm run on a GPU spent most of
+    # its time there).  A compiled node depends on its session key and the device alone;
+    # a runner with custom kernels compiles its own.
+    _SHARED: dict[str, OrderedDict] = {}
+    MAX_CACHED = 4096
+
     def __init__(self, device: str | torch.device = "cpu", custom_kernels: dict | None = None):
         self.device = torch.device(device)
         self.custom_kernels = custom_kernels
+        self.nodes_compiled = 0
+        self._compiled = self._SHARED.setdefault(str(self.device), OrderedDict())
 
     def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
+        if self.custom_kernels is not None:
+            return self._compile(node, ctx)
+        cache = self._compiled
+        key, _ = node_session_key(node, ctx)
+        fn = cache.get(key)
+        if fn is None:
+            fn = cache[key] = self._compile(node, ctx)
+            if len(cache) > self.MAX_CACHED:
+                cache.popitem(last=False)
+        return fn
+
+    def _compile(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
         from ..evaluator.evaluator import compile_node
+
+        self.nodes_compiled += 1
 
         fn = compile_node(
             node, ctx.opsets, ctx.functions, device=self.device, custom_kernels=self.custom_kernels
