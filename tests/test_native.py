@@ -16,10 +16,10 @@ from onnx_sbs_nb.native import NATIVE
 if NATIVE is None:
     if os.environ.get("CI"):
         pytest.fail(
-            "the C library was not built (pip install -e . builds it with a C compiler)",
+            "the C module was not built (pip install -e . builds it with a C compiler)",
             pytrace=False,
         )
-    pytest.skip("the C library was not built", allow_module_level=True)
+    pytest.skip("the C module was not built", allow_module_level=True)
 
 FIELDS = ("err_abs", "err_rel", "err_nan", "err_h01", "err_h001", "passed")
 

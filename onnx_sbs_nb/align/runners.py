@@ -545,11 +545,12 @@ class TorchRunner:
         self.nodes_compiled = 0
         self._compiled = self._SHARED.setdefault(str(self.device), OrderedDict())
 
-    def prepare(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
+    def prepare(self, node: onnx.NodeProto, ctx: ModelContext, key: tuple | None = None) -> NodeFn:
+        """``key``: the node's :func:`node_session_key`, when the caller keeps it."""
         if self.custom_kernels is not None:
             return self._compile(node, ctx)
         cache = self._compiled
-        key, _ = node_session_key(node, ctx)
+        key = (key or node_session_key(node, ctx))[0]
         fn = cache.get(key)
         if fn is None:
             fn = cache[key] = self._compile(node, ctx)

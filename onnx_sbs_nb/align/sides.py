@@ -26,7 +26,7 @@ from .precision import inherited_precision
 from .program import ProgramInputs
 from .provenance import Provenance
 from .randomness import random_nodes
-from .runners import ModelContext, _CachedRunner, node_session_key
+from .runners import ModelContext, TorchRunner, _CachedRunner, node_session_key
 from .ties import tie_axes
 
 _NO_PROVENANCE = Provenance()
@@ -332,6 +332,9 @@ class OnnxTables:
         )
 
 
+_KEYED_PREPARE = (_CachedRunner.prepare, TorchRunner.prepare)
+
+
 class OnnxSide:
     """An ONNX model run one node at a time by a node runner.
 
@@ -367,7 +370,8 @@ class OnnxSide:
         self.producer = tables.producer
         self.lowering = tables.lowering
         # sessions keyed by kept keys: only where the runner's own prepare is not replaced
-        self._keyed = getattr(type(runner), "prepare", None) is _CachedRunner.prepare
+        # runners whose prepare takes the node's session key, kept with the tables
+        self._keyed = getattr(type(runner), "prepare", None) in _KEYED_PREPARE
         # the values of the graph inputs, in any form (converted for the runner when used)
         self.feeds: dict[str, Any] = dict(feeds or {})
         self.notes: dict[str, str] = {}  # value -> how its node was run, if unusual

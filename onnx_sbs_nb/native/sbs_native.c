@@ -260,15 +260,17 @@ static char sbs_letter(const Py_buffer *v) {
     return f[0] && !f[1] ? f[0] : 0;
 }
 
-/* two views of one size, or -1 with an exception set (both released) */
-static int sbs_views(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *name,
-                     Py_buffer *a, Py_buffer *b) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
-        return -1;
-    }
-    if (sbs_view(args[0], a) < 0) return -1;
-    if (sbs_view(args[1], b) < 0) {
+/* -1 with an exception set unless a function got the number of arguments it takes */
+static int sbs_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
+    if (nargs == want) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+    return -1;
+}
+
+/* views of two arrays of one size, or -1 with an exception set (both released) */
+static int sbs_views(PyObject *x, PyObject *y, const char *name, Py_buffer *a, Py_buffer *b) {
+    if (sbs_view(x, a) < 0) return -1;
+    if (sbs_view(y, b) < 0) {
         PyBuffer_Release(a);
         return -1;
     }
@@ -286,13 +288,10 @@ static int sbs_views(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, c
 
 static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer e, g;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "compare(e, g, atol, rtol) takes 4 arguments");
-        return NULL;
-    }
+    if (sbs_nargs(nargs, 4, "compare") < 0) return NULL;
     double atol = PyFloat_AsDouble(args[2]), rtol = PyFloat_AsDouble(args[3]);
     if ((atol == -1.0 || rtol == -1.0) && PyErr_Occurred()) return NULL;
-    if (sbs_views(args, 2, 2, "compare", &e, &g) < 0) return NULL;
+    if (sbs_views(args[0], args[1], "compare", &e, &g) < 0) return NULL;
     char letter = sbs_letter(&e);
     double out[6];
     int ok = 1;
@@ -330,7 +329,8 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyObject *py_same_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer a, b;
-    if (sbs_views(args, nargs, 2, "same_bytes", &a, &b) < 0) return NULL;
+    if (sbs_nargs(nargs, 2, "same_bytes") < 0 || sbs_views(args[0], args[1], "same_bytes", &a, &b) < 0)
+        return NULL;
     int long_loop = SBS_LONG(a.len);
     PyThreadState *ts = long_loop ? PyEval_SaveThread() : NULL;
     int same = memcmp(a.buf, b.buf, (size_t)a.len) == 0;
@@ -344,7 +344,8 @@ static PyObject *py_same_bytes(PyObject *self, PyObject *const *args, Py_ssize_t
  * None for an item size it does not handle */
 static PyObject *py_equal_transposed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer a, b;
-    if (sbs_views(args, nargs, 2, "equal_transposed", &a, &b) < 0) return NULL;
+    if (sbs_nargs(nargs, 2, "equal_transposed") < 0 || sbs_views(args[0], args[1], "equal_transposed", &a, &b) < 0)
+        return NULL;
     if (a.ndim != 2) {
         PyBuffer_Release(&a);
         PyBuffer_Release(&b);
