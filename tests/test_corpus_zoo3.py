@@ -1,7 +1,9 @@
 """The third zoo (tests/corpus/zoo3.py): a decoder with its KV cache in and out, a
-float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; and the fourth
+float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; the fourth
 (tests/corpus/zoo4.py): 27 decoders, encoders, encoder-decoders and vision models the
-first three lack.
+first three lack; and the fifth (tests/corpus/zoo5.py): 22 more (Gemma 3, GPT-J, MPT with
+ALiBi, LFM2's gated convolutions, BitNet, ModernBERT, Funnel, HuBERT, MobileNetV2,
+MobileViT, LeViT, CvT...).
 
 Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the
 faithful export has no failing pair, verdict "pass" and a summary that names nothing;
@@ -22,11 +24,12 @@ from tests.corpus.checks import assert_faithful, assert_named, case  # noqa: E40
 from tests.corpus.evaluate import ZooSession, fault_plan, run  # noqa: E402
 from tests.corpus.zoo3 import ZOO3  # noqa: E402
 from tests.corpus.zoo4 import ZOO4  # noqa: E402
+from tests.corpus.zoo5 import ZOO5  # noqa: E402
 
 pytestmark = pytest.mark.corpus
 
 # (entry, test id prefix): one session exports each model once, whichever zoo it is in
-ENTRIES = [(e, "zoo3-") for e in ZOO3] + [(e, "zoo4-") for e in ZOO4]
+ENTRIES = [(e, "zoo3-") for e in ZOO3] + [(e, "zoo4-") for e in ZOO4] + [(e, "zoo5-") for e in ZOO5]
 FAITHFUL = [case(e.name, "faithful", prefix=prefix) for e, prefix in ENTRIES]
 FAULTS = [
     case(e.name, f"{kind}-{depth}", kind, depth, prefix=prefix)

@@ -133,6 +133,50 @@ def test_report_renders_offline(report_file, browser):
         p.close()
 
 
+def _x_ticks(page) -> list[str]:
+    return [t for t in page.locator(".sbs-chart .xtick text").all_text_contents() if t]
+
+
+def test_zoomed_chart_ticks_only_whole_nodes(report_file, browser):
+    """Zoomed in on a few nodes, the x axis labels nodes, never node 2.5; the zoom
+    survives a redraw (a resize); a double click gives plotly its own ticks back."""
+    p = Page(browser, viewport={"width": 1200, "height": 900})
+    try:
+        page = p.page
+        page.goto(report_file.as_uri())
+        page.wait_for_selector(".sbs-chart .main-svg", timeout=20000)
+        page.wait_for_timeout(700)  # the chart settles at its container's width
+        wide = _x_ticks(page)
+        box = page.locator(".sbs-chart .nsewdrag").first.bounding_box()
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * 0.20, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.60, y + 2, steps=5)
+        page.mouse.up()
+        page.wait_for_function(
+            "(before) => [...document.querySelectorAll('.sbs-chart .xtick text')]"
+            ".map((e) => e.textContent).join() !== before",
+            arg=",".join(wide),
+            timeout=10000,
+        )
+        page.wait_for_timeout(300)
+        zoomed = _x_ticks(page)
+        assert zoomed and all(t.lstrip("−-").isdigit() for t in zoomed), zoomed
+        assert 2 <= len(zoomed) <= 4 and len(set(zoomed)) == len(zoomed), zoomed
+        page.set_viewport_size({"width": 1000, "height": 900})
+        page.wait_for_timeout(900)  # resized and redrawn (throttled)
+        assert _x_ticks(page) == zoomed
+        page.locator(".sbs-chart .nsewdrag").first.dblclick(
+            position={"x": box["width"] * 0.5, "y": box["height"] * 0.5}
+        )
+        page.wait_for_timeout(500)
+        again = _x_ticks(page)
+        assert len(again) > len(zoomed) and all(t.isdigit() for t in again), again
+        assert p.errors == [] and p.blocked == []
+    finally:
+        p.close()
+
+
 def test_report_without_javascript_shows_the_fallback(report_file, browser):
     p = Page(browser, javascript=False)
     try:

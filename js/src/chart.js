@@ -10,6 +10,12 @@ const MARKER_LIMIT = 2000; // above this, lines only (SVG markers get slow)
 const THROTTLE_MS = 500;
 const ZERO_DOMAIN = [0, 0.07];
 const LOG_DOMAIN = [0.13, 1];
+const WHOLE_TICKS = { tickmode: "linear", tick0: 0, dtick: 1 };
+const AUTO_TICKS = { tickmode: "auto" };
+
+function prefixed(prefix, obj) {
+  return Object.fromEntries(Object.entries(obj).map(([k, v]) => [prefix + k, v]));
+}
 
 function series() {
   return { x: [], y: [], customdata: [], text: [] };
@@ -138,6 +144,7 @@ export class Chart {
     this.revision = 0;
     this.plotted = false;
     this.width = 800;
+    this.xspan = null; // the width of the zoomed x range in nodes; null: every row shown
     this._reset();
   }
 
@@ -219,7 +226,7 @@ export class Chart {
       autosize: false,
       margin: { l: tiny ? 44 : 64, r: tiny ? 6 : 12, t: narrow ? 50 : 30, b: 40 },
       font: { color: th.fg, size: 11 },
-      xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: Math.max(4, Math.floor(this.width / 90)), anchor: "y2" },
+      xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: this._nticks(), anchor: "y2", ...(this._wholeTicks() ? WHOLE_TICKS : AUTO_TICKS) },
       yaxis: { ...axis, type: "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : "abs error" }, exponentformat: "power", nticks: 6 },
       yaxis2: { ...axis, domain: ZERO_DOMAIN, range: [-1, 1], tickvals: [0], ticktext: ["0"], showgrid: false, zeroline: true, zerolinecolor: th.axis, fixedrange: true },
       // in the top margin, measured from the figure's edge: it never sits on the plot
@@ -227,9 +234,32 @@ export class Chart {
       hovermode: "closest",
       hoverlabel: { bgcolor: th.hoverBg, bordercolor: th.axis, font: { color: th.fg } },
       datarevision: ++this.revision,
+      uirevision: "user", // a zoom survives the redraws of a live run, a resize, a theme
+
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
     };
+  }
+
+  _nticks() {
+    return Math.max(4, Math.floor(this.width / 90));
+  }
+
+  /** Ticks on whole nodes: plotly's own go down to 0.5 or 0.2 when fewer nodes than
+   * ticks are in view, and there is no node 220.5. */
+  _wholeTicks() {
+    return (this.xspan ?? this.store.length) < this._nticks();
+  }
+
+  /** The user zoomed, panned or reset the x axis: ticks on whole nodes if needed. */
+  _zoomed(ev) {
+    if (!ev) return;
+    const whole = this._wholeTicks();
+    if (ev["xaxis.autorange"]) this.xspan = null;
+    else if ("xaxis.range[0]" in ev && "xaxis.range[1]" in ev) this.xspan = Math.abs(ev["xaxis.range[1]"] - ev["xaxis.range[0]"]);
+    else if (Array.isArray(ev["xaxis.range"])) this.xspan = Math.abs(ev["xaxis.range"][1] - ev["xaxis.range"][0]);
+    else return;
+    if (this._wholeTicks() !== whole) Plotly.relayout(this.el, prefixed("xaxis.", this._wholeTicks() ? WHOLE_TICKS : AUTO_TICKS));
   }
 
   /** Bring the plot up to date with the store, at most every THROTTLE_MS. */
@@ -277,6 +307,7 @@ export class Chart {
         const p = ev && ev.points && ev.points[0];
         if (p && typeof p.customdata === "number") this.onSelect(p.customdata, "chart");
       });
+      this.el.on("plotly_relayout", (ev) => this._zoomed(ev));
     }
   }
 
