@@ -3,6 +3,16 @@
 
 - cross_entropy_label_smoothing: torch_lib's aten_cross_entropy_loss drops
   ``label_smoothing``; the control is the same classifier without smoothing.
+- avg_pool_divisor_override: aten_avg_pool2d drops ``divisor_override``; the control
+  pools with the window's size.
+- scatter_reduce_mean: aten_scatter_reduce writes the last source instead of the mean;
+  the control reduces with ``amax``.
+- mean_dim_int_dtype: aten_mean_dim averages an int64 mask in integers and casts after;
+  the control casts the mask first.
+- log_sigmoid_large_negative: aten_log_sigmoid is Log(Sigmoid(x)), -inf below about -17;
+  the control writes the same loss with ``softplus``.
+- erfcx_lower_tail: aten_special_erfcx cancels (1 - Erf(x)) to nothing, so log_ndtr's
+  lower tail is wrong; the control's scores stay above -1.
 
 The buggy export must fail with a culprit whose fx node is the op whose lowering is
 wrong; the control must pass with no failing pair.  Once this venv installs a later

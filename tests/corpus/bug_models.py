@@ -145,6 +145,85 @@ class SmoothedLoss(nn.Module):
         return logits, F.cross_entropy(logits, target, label_smoothing=self.smoothing)
 
 
+class PooledFeatures(nn.Module):
+    """A conv net whose average pooling divides each window's sum by a fixed number
+    (``nn.AvgPool2d(divisor_override=)``); ``divisor=None`` is the control."""
+
+    def __init__(self, divisor: int | None):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.pool = nn.AvgPool2d(2, divisor_override=divisor)
+        self.head = nn.Linear(4 * 3 * 3, 5)
+
+    def forward(self, x):
+        return self.head(self.pool(torch.relu(self.conv(x))).flatten(1))
+
+
+class SegmentPooling(nn.Module):
+    """Graph-style pooling: each node's features reduced into its segment's row with
+    ``scatter_reduce`` (several nodes per segment); ``reduce="amax"`` is the control."""
+
+    def __init__(self, reduce: str):
+        super().__init__()
+        self.embed = nn.Linear(3, 4)
+        self.reduce = reduce
+
+    def forward(self, x, segment):
+        h = torch.tanh(self.embed(x))  # (nodes, 4)
+        index = segment.unsqueeze(1).expand_as(h)
+        out = torch.zeros(3, 4).scatter_reduce(0, index, h, self.reduce, include_self=False)
+        return out
+
+
+class ValidFraction(nn.Module):
+    """The share of valid tokens per row of an int64 attention mask, as a float
+    (``mask.mean(dim, dtype=torch.float32)``), scaling pooled features;
+    ``cast_first`` (``mask.float().mean(dim)``) is the control."""
+
+    def __init__(self, cast_first: bool):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.cast_first = cast_first
+
+    def forward(self, x, mask):
+        if self.cast_first:
+            share = mask.float().mean(dim=1)
+        else:
+            share = mask.mean(dim=1, dtype=torch.float32)
+        return self.proj(x).sum(1) * share.unsqueeze(1)
+
+
+class PairwiseRanker(nn.Module):
+    """A reward model's pairwise loss: ``-logsigmoid(beta * (chosen - rejected))`` per
+    pair, as in DPO or RankNet; ``softplus=True`` writes the same loss as
+    ``softplus(-margin)`` (the control)."""
+
+    def __init__(self, softplus: bool):
+        super().__init__()
+        self.score = nn.Linear(6, 1)
+        self.beta = 10.0
+        self.softplus = softplus
+
+    def forward(self, chosen, rejected):
+        margin = self.beta * (self.score(chosen) - self.score(rejected)).squeeze(-1)
+        if self.softplus:
+            return F.softplus(-margin)
+        return -F.logsigmoid(margin)
+
+
+class ProbitLikelihood(nn.Module):
+    """A probit model's log-likelihood ``log_ndtr(z)`` of a scaled score: torch computes
+    the lower tail (z < -1) through ``erfcx``; the control feeds scores above -1 only,
+    where the other branch is taken and ``erfcx``'s argument stays small."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.25))
+
+    def forward(self, z):
+        return torch.special.log_ndtr(self.scale * z)
+
+
 def _padded_attention():
     keep = torch.tensor([[True, True, True, True, False], [False] * 5])
     return PaddedAttention(), (torch.randn(2, 5, 8), keep)
@@ -183,6 +262,29 @@ def _smoothed_loss(smoothing: float):
     return SmoothedLoss(smoothing), (torch.randn(4, 6), torch.tensor([1, 0, 4, 2]))
 
 
+def _pooled(divisor: int | None):
+    return PooledFeatures(divisor), (torch.randn(2, 2, 6, 6),)
+
+
+def _segments(reduce: str):
+    return SegmentPooling(reduce), (torch.randn(7, 3), torch.tensor([0, 1, 0, 2, 1, 0, 2]))
+
+
+def _ranker(softplus: bool):
+    # margins from -40 to +40: a pair ranked wrong by a clear margin is where it matters
+    return PairwiseRanker(softplus), (torch.randn(8, 6) * 3, torch.randn(8, 6) * 3)
+
+
+def _probit(tail: bool):
+    low = -7.0 if tail else -0.75
+    return ProbitLikelihood(), (torch.linspace(low, 2.0, 12),)
+
+
+def _valid_fraction(cast_first: bool):
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    return ValidFraction(cast_first), (torch.randn(3, 5, 4), mask)
+
+
 BUILDERS = {
     "gru": _gru,
     "pixel_unshuffle": _pixel_unshuffle,
@@ -194,6 +296,16 @@ BUILDERS = {
     "linear_1d_weight": _vector_linear,
     "cross_entropy_label_smoothing": lambda: _smoothed_loss(0.1),
     "cross_entropy_no_smoothing": lambda: _smoothed_loss(0.0),
+    "avg_pool_divisor_override": lambda: _pooled(3),
+    "avg_pool_default_divisor": lambda: _pooled(None),
+    "scatter_reduce_mean": lambda: _segments("mean"),
+    "scatter_reduce_amax": lambda: _segments("amax"),
+    "mean_dim_int_dtype": lambda: _valid_fraction(False),
+    "mean_dim_cast_first": lambda: _valid_fraction(True),
+    "log_sigmoid_large_negative": lambda: _ranker(False),
+    "softplus_same_loss": lambda: _ranker(True),
+    "erfcx_lower_tail": lambda: _probit(True),
+    "erfcx_small_arguments": lambda: _probit(False),
 }
 
 

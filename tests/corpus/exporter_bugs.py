@@ -160,9 +160,84 @@ BUGS_LIVE: tuple[Bug, ...] = (
         'not support"): the export computes the loss without smoothing, silently '
         "(3.17 against torch's 3.09 here); found by tests/corpus probing, no tracker entry",
     ),
+    Bug(
+        "avg_pool_divisor_override",
+        "aten.avg_pool2d.default",
+        "0.7.2",
+        "unfixed",
+        (
+            "https://github.com/microsoft/onnxscript/blob/v0.7.2/onnxscript/function_libs/torch_lib/ops/nn.py",
+            "https://github.com/pytorch/pytorch/issues/105349",
+        ),
+        "aten_avg_pool2d takes divisor_override and drops it (a TODO in its body): each "
+        "window is divided by its size instead of the given divisor, silently (the old "
+        "exporter refused the argument, pytorch#105349); found by probing ops' arguments",
+    ),
+    Bug(
+        "scatter_reduce_mean",
+        "aten.scatter_reduce.two",
+        "0.7.2",
+        "unfixed",
+        (
+            "https://github.com/microsoft/onnxscript/blob/v0.7.2/onnxscript/function_libs/torch_lib/ops/core.py",
+            "https://github.com/onnx/onnx/issues/5100",
+            "https://github.com/pytorch/pytorch/issues/147617",
+        ),
+        'aten_scatter_reduce maps reduce="mean" to ScatterElements reduction="none" (ONNX '
+        "has no mean, onnx#5100): where several sources share an index the last one is "
+        "written instead of their mean, silently (a GNN's segment mean, pytorch#147617)",
+    ),
+    Bug(
+        "mean_dim_int_dtype",
+        "aten.mean.dim",
+        "0.7.2",
+        "unfixed",
+        (
+            "https://github.com/microsoft/onnxscript/blob/v0.7.2/onnxscript/function_libs/torch_lib/ops/core.py",
+            "https://github.com/microsoft/onnxscript/issues/3008",
+            "https://github.com/microsoft/onnxscript/pull/3009",
+        ),
+        "aten_mean_dim reduces first and casts to the requested dtype after: an int64 "
+        "mask's mean(dim, dtype=float32) is computed in integers and truncated (0.6 "
+        "becomes 0); onnxscript#3009 moved the cast before the reduction for aten_mean "
+        "without dim only",
+    ),
+    Bug(
+        "log_sigmoid_large_negative",
+        "aten.log_sigmoid.default",
+        "0.7.2",
+        "unfixed",
+        (
+            "https://github.com/microsoft/onnxscript/blob/v0.7.2/onnxscript/function_libs/torch_lib/ops/nn.py",
+            "https://github.com/pytorch/pytorch/issues/1835",
+            "https://github.com/pytorch/pytorch/pull/14830",
+        ),
+        "aten_log_sigmoid is Log(Sigmoid(x)): below about -17 onnxruntime's Sigmoid "
+        "underflows and the loss is -inf (or 0.8 off at -17), where torch computes it "
+        "stably since pytorch#1835; the old exporter had the same form (pytorch#14830)",
+    ),
+    Bug(
+        "erfcx_lower_tail",
+        "aten.special_erfcx.default",
+        "0.7.2",
+        "unfixed",
+        (
+            "https://github.com/microsoft/onnxscript/blob/v0.7.2/onnxscript/function_libs/torch_lib/ops/special.py",
+        ),
+        "aten_special_erfcx is Exp(x*x) * (1 - Erf(x)): 1 - Erf(x) cancels to nothing "
+        "beyond x of about 3, so the lower tail of log_ndtr (a probit likelihood), which "
+        "torch computes through erfcx, is far off or -inf; found by probing ops",
+    ),
 )
 # the model exporting correctly beside each live bug
-LIVE_CONTROLS = {"cross_entropy_label_smoothing": "cross_entropy_no_smoothing"}
+LIVE_CONTROLS = {
+    "cross_entropy_label_smoothing": "cross_entropy_no_smoothing",
+    "avg_pool_divisor_override": "avg_pool_default_divisor",
+    "scatter_reduce_mean": "scatter_reduce_amax",
+    "mean_dim_int_dtype": "mean_dim_cast_first",
+    "log_sigmoid_large_negative": "softplus_same_loss",
+    "erfcx_lower_tail": "erfcx_small_arguments",
+}
 BUGS_BY_ID = {b.id: b for b in (*BUGS, *BUGS2, *BUGS_LIVE)}
 
 
