@@ -19,11 +19,13 @@ from .records import (
     FAILING_STATUSES,
     KIND_INPUT,
     KIND_WEIGHT,
+    STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
     STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
     STATUS_OK,
+    STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_UNPAIRED_OUTPUT,
@@ -180,6 +182,13 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
             rec.comment
             or "an output only one side computes: the model does not compute the program"
         )
+    if rec.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
+        what = "shapes" if rec.status == STATUS_SHAPE_MISMATCH else "types"
+        text = (
+            f"the {what} differ: {rec.ep_shape_type} in the program, {rec.onnx_shape_type} "
+            f"in the model"
+        )
+        return f"{text} ({rec.comment})" if rec.comment else text
     if rule == RULE_INPUTS_PASSED:
         return f"it differs by {_fmt(own)} (beyond {tol}) while every compared input agrees"
     return f"it is the first value that differs ({_fmt(own)}, beyond {tol})"

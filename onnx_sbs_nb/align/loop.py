@@ -186,6 +186,9 @@ class SideBySideRun:
         self.deployment: Any = None  # a deployed.Deployment when the candidate is optimized
         self._stop = threading.Event()
         self._started = False
+        # prepared values whose decomposition fixed a size on the example inputs
+        # (``specialized.py``): set by a run that knows the user's program
+        self.specialized: dict[str, Any] = {}
         # pairs whose values turned out to differ in shape: not the same value after all
         self._unproven: set[str] = set()
         self._missing: set[str] = set()
@@ -886,6 +889,13 @@ class SideBySideRun:
         rec.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
         rec.onnx_device = device_of(got)
         rec.err_dev = 0.0 if rec.ep_device in (None, rec.onnx_device) else 1.0
+        fixed = self.specialized.get(pair.fx_name) if self.specialized else None
+        if fixed is not None:
+            # both sides agree, on a shape the user's program does not make
+            rec.status = STATUS_SHAPE_MISMATCH
+            rec.ep_shape_type = fixed.user_shape_type
+            rec.comment = _join(rec.comment, fixed.note())
+            return rec
         expected, got = comparable(expected, got)
         if expected is None:
             rec.status = STATUS_NOT_COMPARED

@@ -51,6 +51,7 @@ from .setup_cache import (
     cached_provenance,
 )
 from .sides import FxSide, OnnxSide
+from .specialized import specialized_values
 
 
 class AlignedRun(SideBySideRun):
@@ -131,6 +132,9 @@ class AlignedRun(SideBySideRun):
             if pair is not None:
                 candidate.feeds[name] = reference.leaf_value(pair.fx_name)
         super().__init__(reference, candidate, pairing, options, status)
+        self.specialized = specialized_values(
+            program, self.ep, provenance, bound.values, bound.user_inputs
+        )
         self.deployment = deployment
         if deployment is not None:
             self.status.extra["deployed"] = deployment.summary()
