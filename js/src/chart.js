@@ -235,7 +235,6 @@ export class Chart {
       hoverlabel: { bgcolor: th.hoverBg, bordercolor: th.axis, font: { color: th.fg } },
       datarevision: ++this.revision,
       uirevision: "user", // a zoom survives the redraws of a live run, a resize, a theme
-
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
     };

@@ -40,7 +40,7 @@ class Specialized:
         )
 
 
-# per prepared program: (input sizes, user program) -> findings, for a run repeated with
+# per prepared program: (input sizes, user program, findings), for a run repeated with
 # the same sizes (a notebook's reruns) to skip the walk over the graph
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -60,13 +60,12 @@ def specialized_values(
     sizes = _input_sizes(program, values, user_inputs)
     if sizes is None:
         return {}
-    key = (sizes, id(user_program))
     kept = _KEPT.get(program)
-    if kept is not None and kept[0] == key and kept[1]() is user_program:
+    if kept is not None and kept[0] == sizes and kept[1]() is user_program:
         return kept[2]
     found = _find(program, user_program, provenance, values, user_inputs)
     try:
-        _KEPT[program] = (key, weakref.ref(user_program), found)
+        _KEPT[program] = (sizes, weakref.ref(user_program), found)
     except TypeError:  # pragma: no cover - a program that cannot be weakly referenced
         pass
     return found
@@ -76,11 +75,7 @@ def _input_sizes(
     program: torch.export.ExportedProgram, values: dict[str, Any], user_inputs: list[str]
 ) -> tuple | None:
     """The user inputs' sizes when some placeholder has a symbolic size, else None."""
-    placeholders = {}
-    for node in program.graph.nodes:  # placeholders come first: stop at the first op
-        if node.op != "placeholder":
-            break
-        placeholders[node.name] = node
+    placeholders = {n.name: n for n in _placeholders(program.graph)}
     symbolic = False
     sizes = []
     for name in user_inputs:
@@ -94,11 +89,23 @@ def _input_sizes(
     return tuple(sizes) if symbolic else None
 
 
-def _bindings(graph: torch.fx.Graph, values: dict[str, Any], user_inputs: list[str]) -> dict:
-    """Each input size's symbol -> the run's size."""
-    bound: dict = {}
+def _placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The graph's placeholders: they come first, so the walk stops at the first op."""
+    found = []
     for node in graph.nodes:
-        if node.op != "placeholder" or node.name not in user_inputs:
+        if node.op != "placeholder":
+            break
+        found.append(node)
+    return found
+
+
+def _bindings(graph: torch.fx.Graph, values: dict[str, Any], user_inputs: list[str]) -> dict:
+    """Each input size's symbol -> the run's size (a sympy integer, ready to substitute)."""
+    import sympy
+
+    bound: dict = {}
+    for node in _placeholders(graph):
+        if node.name not in user_inputs:
             continue
         val, value = node.meta.get("val"), values.get(node.name)
         if not isinstance(val, torch.Tensor) or not isinstance(value, torch.Tensor):
@@ -107,14 +114,12 @@ def _bindings(graph: torch.fx.Graph, values: dict[str, Any], user_inputs: list[s
             continue
         for dim, size in zip(val.shape, value.shape):
             if isinstance(dim, torch.SymInt) and dim.node.expr.is_Symbol:
-                bound[dim.node.expr] = int(size)
+                bound[dim.node.expr] = sympy.Integer(int(size))
     return bound
 
 
 def _shape_at(val: Any, bound: dict) -> tuple[int, ...] | None:
     """A value's shape at the bound sizes; None when a size does not evaluate."""
-    import sympy
-
     if not isinstance(val, torch.Tensor):
         return None
     shape = []
@@ -123,7 +128,7 @@ def _shape_at(val: Any, bound: dict) -> tuple[int, ...] | None:
             shape.append(dim)
             continue
         try:
-            expr = dim.node.expr.xreplace({s: sympy.Integer(v) for s, v in bound.items()})
+            expr = dim.node.expr.xreplace(bound)
         except (AttributeError, TypeError):
             return None
         if not expr.is_Integer:
