@@ -357,7 +357,16 @@ def test_sigint_stops_a_real_run_and_every_report_says_so(demo_run, demo_dir, tm
     cmd += ["run", "--ep", str(demo_dir / "model.pt2"), "--onnx", str(demo_dir / "model.onnx")]
     cmd += ["--inputs", str(demo_dir / "inputs.pt"), "--no-progress", "-o"]
     cmd += [str(out / n) for n in ("r.jsonl", "r.csv", "r.xlsx", "r.html")]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a terminal's Ctrl-C: a test run started in the background (`cmd &`) hands its
+    # children SIGINT ignored, and Python then installs no KeyboardInterrupt handler
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     jsonl = out / "r.jsonl"
     deadline = time.monotonic() + 240
     while _record_lines(jsonl) < 3 and proc.poll() is None and time.monotonic() < deadline:
