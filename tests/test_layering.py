@@ -35,6 +35,7 @@ FLOORS: list[tuple[str, ...]] = [
         "files",
         "native",
         "external",
+        "command_gc",
     ),
     ("diff",),
     ("evaluator",),
