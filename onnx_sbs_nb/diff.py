@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -411,10 +412,20 @@ def _native(e: np.ndarray, g: np.ndarray) -> bool:
     )
 
 
+# (dtype, atol) -> whether the C library may take it: a run asks for the same few
+_ATOL_OK: dict[tuple[Any, float], bool] = {}
+
+
 def _native_atol(e: np.ndarray, atol: float) -> bool:
     """Whether the C library may take this atol: zero, or nonzero in the values' dtype
     (its relative error divides by |e| + atol: never a zero denominator)."""
-    return atol == 0 or e.dtype.type(atol) > 0
+    key = (e.dtype, atol)
+    ok = _ATOL_OK.get(key)
+    if ok is None:
+        ok = atol == 0 or bool(e.dtype.type(atol) > 0)
+        if len(_ATOL_OK) < 4096:
+            _ATOL_OK[key] = ok
+    return ok
 
 
 def _fill_native(r: Diff, found: tuple[float, ...], atol: float) -> None:

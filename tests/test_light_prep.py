@@ -22,7 +22,8 @@ from torch import nn
 
 from onnx_sbs_nb.align import disk_cache, exporter_ops
 from onnx_sbs_nb.align.light_prep import Unsupported, prepare_light
-from onnx_sbs_nb.align.prep_check import disagreement
+from onnx_sbs_nb.align.names import FxMetadata, fx_name_from_metadata, fx_node_text, pair_values
+from onnx_sbs_nb.align.prep_check import _NodeText, disagreement
 from onnx_sbs_nb.align.program import (
     PREPARED_BY_EXPORTER,
     PREPARED_REPRODUCED,
@@ -334,6 +335,50 @@ def test_a_folded_constant_of_another_shape_disagrees(llama):
     init = next(i for i in changed.graph.initializer if i.name in nodes)
     init.dims.insert(0, 1)
     assert "ONNX value" in disagreement(program, changed)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_check_prints_nodes_as_format_node_does(name, exporter_prepare):
+    """The preparation check prints fx nodes itself (format_node is a third of a cold
+    run's check); every node of the prepared programs prints the same, and the fast
+    printing is the one used (a torch that printed otherwise would turn it off)."""
+    model, args = MODELS[name]()
+    program = exporter_prepare(_export(model, args))
+    node_text = _NodeText()
+    for node in program.graph.nodes:
+        assert node_text(node) == node.format_node(), node.name
+    assert node_text._trusted is True
+
+
+def test_the_check_falls_back_to_format_node_where_it_prints_otherwise():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    typed = graph.call_function(torch.ops.aten.sin.default, (x,))
+    typed.type = torch.Tensor  # printed with its type: format_node's own path
+    odd = graph.call_function(torch.ops.aten.mul.Tensor, (typed, torch.ones(2)))
+    graph.output((odd,))
+    node_text = _NodeText()
+    assert node_text(typed) == typed.format_node()
+    assert node_text(odd) == odd.format_node()  # a tensor argument
+    assert node_text._trusted is None  # neither was printed by the fast path
+    node_text._trusted = False  # what a torch printing differently leaves
+    plain = graph.call_function(torch.ops.aten.cos.default, (x,))
+    assert node_text(plain) == plain.format_node()
+
+
+def test_node_metadata_is_read_once_for_every_step(llama):
+    ep, onx, _ = llama
+    metadata = FxMetadata(onx)
+    assert metadata.texts == [fx_node_text(n) for n in onx.graph.node]
+    assert metadata.names == [fx_name_from_metadata(n) for n in onx.graph.node]
+    assert metadata.texts is metadata.texts and any(metadata.names)
+    program = prepare_program(ep, onx).program
+    assert disagreement(program, onx, metadata) is None
+    weights = {s.arg.name: s.target for s in program.graph_signature.input_specs if s.target}
+    inputs = [n.name for n in program.graph.nodes if n.op == "placeholder"][-1:]
+    with_reading = pair_values(program.graph, onx, weights, inputs, None, metadata)
+    alone = pair_values(program.graph, onx, weights, inputs)
+    assert with_reading.by_onnx == alone.by_onnx and len(alone) > 50
 
 
 def test_declined_program_says_why():

@@ -383,15 +383,21 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"  # pragma: no cover
 
 
-def check_output_size(node: onnx.NodeProto, inputs: Sequence[Any], device: str = "cpu") -> None:
+def check_output_size(
+    node: onnx.NodeProto,
+    inputs: Sequence[Any],
+    device: str = "cpu",
+    op: tuple[str, str] | None = None,
+) -> None:
     """Raises :class:`OutputTooLargeError` if the node's output would not fit in memory.
 
     Only the output's size is checked (from the input shapes and, for ``Expand``,
     ``ConstantOfShape``, ``Tile``, ``Resize``..., the few values of the shape input), so
     the check costs next to nothing; an op it does not know, or an input it cannot read,
-    passes.
+    passes.  ``op``: the node's (op type, domain), when the caller has read them already.
     """
-    rule = _RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    op_type, domain = op if op is not None else (node.op_type, node.domain)
+    rule = _RULES.get(op_type) if domain in ("", "ai.onnx") else None
     if rule is None:
         return
     try:

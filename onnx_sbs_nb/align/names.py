@@ -85,12 +85,47 @@ class Pairing:
         return len(self.by_onnx)
 
 
-def fx_name_from_metadata(node: onnx.NodeProto) -> str | None:
+def fx_node_text(node: onnx.NodeProto) -> str | None:
+    """The fx node ``node`` says it lowers, as the exporter printed it (its metadata)."""
     for p in node.metadata_props:
         if p.key == FX_NODE_KEY:
-            m = _FX_NAME.match(p.value)
-            return m.group(1) if m else None
+            return p.value
     return None
+
+
+def _fx_name_in(text: str | None) -> str | None:
+    m = _FX_NAME.match(text) if text is not None else None
+    return m.group(1) if m else None
+
+
+def fx_name_from_metadata(node: onnx.NodeProto) -> str | None:
+    """The name of the fx node ``node`` says it lowers."""
+    return _fx_name_in(fx_node_text(node))
+
+
+class FxMetadata:
+    """What the ONNX nodes of one model say they lower (``pkg.torch.onnx.fx_node``), read
+    at most once per run: the preparation check, pairing and the model's tables all need
+    it, and every metadata entry read from Python makes an object (5 per exported node)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self._nodes = model.graph.node
+        self._texts: list[str | None] | None = None
+        self._names: list[str | None] | None = None
+
+    @property
+    def texts(self) -> list[str | None]:
+        """Each node's metadata text, None where it has none."""
+        if self._texts is None:
+            self._texts = [fx_node_text(n) for n in self._nodes]
+        return self._texts
+
+    @property
+    def names(self) -> list[str | None]:
+        """The name of the fx node each node lowers, None where it names none."""
+        if self._names is None:
+            self._names = [_fx_name_in(text) for text in self.texts]
+        return self._names
 
 
 def _metadata(proto: Any, key: str) -> str | None:
@@ -296,9 +331,25 @@ def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int
     return None if perm == tuple(range(len(src))) else perm
 
 
+# fx target -> whether it takes one output of a multi-output node: pairing asks for every
+# fx node, and printing an op overload costs a microsecond or two
+_GETITEM_TARGETS: dict[Any, bool] = {}
+
+
 def _is_getitem(node: torch.fx.Node) -> bool:
     """Whether ``node`` takes one output of a multi-output fx node."""
-    return node.op == "call_function" and "getitem" in str(node.target)
+    if node.op != "call_function":
+        return False
+    target = node.target
+    try:
+        found = _GETITEM_TARGETS.get(target)
+    except TypeError:  # an unhashable target
+        return "getitem" in str(target)
+    if found is None:
+        found = "getitem" in str(target)
+        if len(_GETITEM_TARGETS) < 4096:
+            _GETITEM_TARGETS[target] = found
+    return found
 
 
 def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
@@ -453,12 +504,14 @@ def pair_values(
     weights: dict[str, str],
     user_inputs: list[str],
     trusted: set[str] | None = None,
+    metadata: FxMetadata | None = None,
 ) -> Pairing:
     """Pairs fx values (by node name) with ONNX values (by value name).
 
     ``trusted``: when the program is not known to be the one the model was lowered from,
     the fx nodes its metadata describes exactly; computed values of other fx nodes are
     not paired by name or metadata (the same name may be another computation).
+    ``metadata``: the model's :class:`FxMetadata`, when the caller reads it too.
     """
     g = model.graph
     fx_nodes = {n.name: n for n in graph.nodes}
@@ -528,7 +581,7 @@ def pair_values(
         if ph is not None:
             try_pair(name, ph, PAIRED_BY_STATE_DICT)
     # weights folded into new initializers (e.g. the transposed weight of a linear)
-    fx_of = [fx_name_from_metadata(n) for n in g.node]  # read once: protobuf is slow
+    fx_of = (metadata or FxMetadata(model)).names  # read once: protobuf is slow
     _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair)
 
     # 3. node metadata: the last ONNX node implementing an unpaired fx node

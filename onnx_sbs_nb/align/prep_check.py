@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 from array import array
+from typing import Any
 
 import onnx
 import torch
 
 from ..dtypes import ONNX_TO_TORCH
-from .names import FX_NODE_KEY
+from .names import FxMetadata
 
 _USERS = re.compile(r"\[num_users=\d+\] ")
 _NAME = re.compile(r"^%([^\s:]+)\s*:")
@@ -56,28 +57,116 @@ def structure_digest(model: onnx.ModelProto) -> str:
     return h.hexdigest()[:40]
 
 
-def disagreement(program: torch.export.ExportedProgram, model: onnx.ModelProto) -> str | None:
+# values _format_arg prints as str(value): what fx arguments mostly are
+_PLAIN_ARGS = frozenset(
+    {
+        int,
+        float,
+        bool,
+        str,
+        type(None),
+        torch.dtype,
+        torch.device,
+        torch.layout,
+        torch.memory_format,
+    }
+)
+
+
+def _fast_arg(arg: Any) -> str | None:
+    """``torch.fx.node._format_arg(arg)`` for plain arguments (nodes, numbers, strings,
+    dtypes and containers of them); None for anything else."""
+    t = type(arg)
+    if t in _PLAIN_ARGS:
+        return str(arg)
+    if t is torch.fx.Node:
+        return "%" + str(arg)
+    if hasattr(arg, "_custom_fx_repr_fn"):
+        return None
+    if isinstance(arg, tuple | list):
+        items = [_fast_arg(a) for a in arg]
+        if None in items:
+            return None
+        if isinstance(arg, list):
+            return f"[{', '.join(items)}]"
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    if isinstance(arg, dict):
+        parts = []
+        for k, v in arg.items():
+            text = _fast_arg(v)
+            if text is None:
+                return None
+            parts.append(f"{k}: {text}")
+        return f"{{{', '.join(parts)}}}"
+    return None
+
+
+class _NodeText:
+    """``node.format_node()`` of call_function nodes, several times faster: each target
+    printed once, plain arguments printed here.  It is checked against ``format_node``
+    on the first node it prints; a torch that prints otherwise gets ``format_node``."""
+
+    def __init__(self) -> None:
+        self._targets: dict[Any, str] = {}
+        self._trusted: bool | None = None
+
+    def __call__(self, node: torch.fx.Node) -> str:
+        if self._trusted is False or node.op != "call_function" or node.type is not None:
+            return node.format_node()
+        try:
+            text = self._fast(node)
+        except Exception:
+            text = None
+        if text is None:
+            return node.format_node()
+        if self._trusted is None:
+            reference = node.format_node()
+            self._trusted = text == reference
+            return reference
+        return text
+
+    def _fast(self, node: torch.fx.Node) -> str | None:
+        target = self._targets.get(node.target)
+        if target is None:
+            target = self._targets[node.target] = torch.fx.Node._pretty_print_target(node.target)
+        args, kwargs = _fast_arg(node.args), _fast_arg(node.kwargs)
+        if args is None or kwargs is None:
+            return None
+        return (
+            f"%{node.name} : [num_users={len(node.users)}] = call_function[target={target}]"
+            f"(args = {args}, kwargs = {kwargs})"
+        )
+
+
+def disagreement(
+    program: torch.export.ExportedProgram,
+    model: onnx.ModelProto,
+    metadata: FxMetadata | None = None,
+) -> str | None:
     """The first way ``program`` is not the one ``model`` was lowered from, or None.
 
     A model that names no fx node cannot vouch for anything: that is a disagreement.
+    ``metadata``: the model's :class:`.names.FxMetadata`, when the caller reads it too.
     """
     nodes = {n.name: n for n in program.graph.nodes}
     checked = 0
     formatted: dict[str, str] = {}
-    for onnx_node in model.graph.node:
-        text = next((p.value for p in onnx_node.metadata_props if p.key == FX_NODE_KEY), None)
+    node_text = _NodeText()
+    texts = (metadata or FxMetadata(model)).texts
+    for k, text in enumerate(texts):
         if text is None:
             continue
         m = _NAME.match(text)
         if m is None:
-            return f"ONNX node {onnx_node.name!r} names no fx node ({text[:80]!r})"
+            return f"ONNX node {model.graph.node[k].name!r} names no fx node ({text[:80]!r})"
         name = m.group(1)
         node = nodes.get(name)
         if node is None:
-            return f"fx node {name!r} (lowered by ONNX node {onnx_node.name!r}) is missing"
+            lowering = model.graph.node[k].name
+            return f"fx node {name!r} (lowered by ONNX node {lowering!r}) is missing"
         mine = formatted.get(name)
         if mine is None:
-            mine = formatted[name] = node.format_node()
+            mine = formatted[name] = node_text(node)
         # equal texts need no normalizing (most do: same node, same number of users)
         if mine != text and _normal(mine) != _normal(text):
             return f"fx node {name!r} differs: {_normal(mine)!r} vs {_normal(text)!r}"
@@ -106,15 +195,19 @@ def disagreement(program: torch.export.ExportedProgram, model: onnx.ModelProto) 
     return None
 
 
-def agreeing_nodes(program: torch.export.ExportedProgram, model: onnx.ModelProto) -> set[str]:
+def agreeing_nodes(
+    program: torch.export.ExportedProgram,
+    model: onnx.ModelProto,
+    metadata: FxMetadata | None = None,
+) -> set[str]:
     """The fx nodes of ``program`` that the ONNX model's metadata describes exactly (same
     name, target and arguments): the values a program that is not the exporter's own
     may still be paired by."""
     nodes = {n.name: n for n in program.graph.nodes}
     agree: set[str] = set()
     seen: set[str] = set()
-    for onnx_node in model.graph.node:
-        text = next((p.value for p in onnx_node.metadata_props if p.key == FX_NODE_KEY), None)
+    node_text = _NodeText()
+    for text in (metadata or FxMetadata(model)).texts:
         m = _NAME.match(text) if text else None
         if m is None or m.group(1) in seen:
             continue
@@ -122,7 +215,7 @@ def agreeing_nodes(program: torch.export.ExportedProgram, model: onnx.ModelProto
         seen.add(name)
         node = nodes.get(name)
         if node is not None:
-            mine = node.format_node()
+            mine = node_text(node)
             if mine == text or _normal(mine) == _normal(text):
                 agree.add(name)
     return agree

@@ -20,13 +20,16 @@ import functools
 import itertools
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import torch
 
 from ..errors import SbsInputError
 from .quiet import quiet_torch_internals
+
+if TYPE_CHECKING:
+    from .names import FxMetadata
 
 # Values of PreparedProgram.source
 PREPARED_BY_EXPORTER = "exporter"  # the exporter's preparation, re-traced here
@@ -63,12 +66,14 @@ def prepare_program(
     *,
     reproduce: bool = True,
     digest: str | None = None,
+    metadata: FxMetadata | None = None,
 ) -> PreparedProgram:
     """The program the exporter lowers, cached per ExportedProgram.
 
     With ``model`` (the ONNX model exported from ``ep``) and ``reproduce``, the fast
     reproduction is tried first and used when the model's metadata vouches for it.
-    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known.
+    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known;
+    ``metadata``: its :class:`.names.FxMetadata`, when the caller reads it too.
     """
     state = _CACHE.get(ep)
     if state is None:
@@ -83,7 +88,7 @@ def prepare_program(
 
             key = digest or structure_digest(model)
             if key not in state.checked:
-                state.checked[key] = disagreement(reproduced.program, model)
+                state.checked[key] = disagreement(reproduced.program, model, metadata)
             why = state.checked[key]
             if why is None:
                 return reproduced

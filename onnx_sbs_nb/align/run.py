@@ -31,6 +31,7 @@ from .names import (
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
     PAIRED_BY_STATE_DICT,
+    FxMetadata,
     Pairing,
     pair_values,
 )
@@ -96,11 +97,12 @@ class AlignedRun(SideBySideRun):
         device = device_name(device)
         runner = make_runner(options.runner, device)
         digest = structure_digest(exported)  # one digest: preparation check and pairing
+        metadata = FxMetadata(exported)  # read once, where a step needs it
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
         else:
             # the exported model's node metadata vouches for the fast reproduction
-            self.prepared = prepare_program(self.ep, exported, digest=digest)
+            self.prepared = prepare_program(self.ep, exported, digest=digest, metadata=metadata)
         program = self.prepared.program
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
@@ -108,9 +110,9 @@ class AlignedRun(SideBySideRun):
         provenance = cached_provenance(program, self.ep, bound.weights)
         reference = FxSide(program, bound, provenance, device, cached_fx_tables(program))
         # an optimized model is made anew per run: its tables are not kept
-        tables = cached_onnx_tables(program, model, digest) if model is exported else None
+        tables = cached_onnx_tables(program, model, digest, metadata) if model is exported else None
         candidate = OnnxSide(model, runner, device, tables=tables, folder=folder)
-        trusted, trust_note = _trusted_fx_nodes(self.prepared, exported)
+        trusted, trust_note = _trusted_fx_nodes(self.prepared, exported, metadata)
         pairing = cached_pairing(
             program,
             model,
@@ -118,6 +120,7 @@ class AlignedRun(SideBySideRun):
             bound.user_inputs,
             trusted,
             digest if model is exported else None,
+            metadata if model is exported else None,
         )
         if deployment is not None:
             original = pair_values(
@@ -162,7 +165,7 @@ class AlignedRun(SideBySideRun):
 
 
 def _trusted_fx_nodes(
-    prepared: PreparedProgram, model: onnx.ModelProto
+    prepared: PreparedProgram, model: onnx.ModelProto, metadata: FxMetadata
 ) -> tuple[set[str] | None, str | None]:
     """When the program run here may not be the one the model was lowered from (the
     exporter's preparation redone, or a fallback), the fx nodes the model's metadata
@@ -171,10 +174,10 @@ def _trusted_fx_nodes(
         return None, None  # the exporter's own program, or checked against this model
     from .prep_check import agreeing_nodes, disagreement
 
-    why = disagreement(prepared.program, model)
+    why = disagreement(prepared.program, model, metadata)
     if why is None:
         return None, None
-    trusted = agreeing_nodes(prepared.program, model)
+    trusted = agreeing_nodes(prepared.program, model, metadata)
     return trusted, (
         f"the program prepared here is not exactly the one the ONNX model was lowered from "
         f"({why}): values are paired by name only where the model's metadata describes the "

@@ -21,7 +21,7 @@ from typing import Any
 import onnx
 import torch
 
-from .names import Pairing, pair_values
+from .names import FxMetadata, Pairing, pair_values
 from .prep_check import structure_digest
 from .provenance import Provenance, program_provenance
 from .runners import ModelContext
@@ -59,10 +59,12 @@ def cached_pairing(
     user_inputs: list[str],
     trusted: set[str] | None,
     digest: str | None = None,
+    metadata: FxMetadata | None = None,
 ) -> Pairing:
     """:func:`.names.pair_values`, computed once per program and model structure; each
     caller gets its own tables (the pairs themselves are not changed after pairing).
-    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known."""
+    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known;
+    ``metadata``: its :class:`.names.FxMetadata`, when the caller reads it too."""
     key: Any = (
         digest or structure_digest(model),
         tuple(weights.items()),
@@ -73,7 +75,7 @@ def cached_pairing(
         _PAIRINGS,
         program,
         key,
-        lambda: pair_values(program.graph, model, weights, user_inputs, trusted),
+        lambda: pair_values(program.graph, model, weights, user_inputs, trusted, metadata),
     )
     return Pairing(dict(pairing.by_onnx), dict(pairing.by_fx), cache_key=key)
 
@@ -110,11 +112,15 @@ def cached_fx_tables(program: torch.export.ExportedProgram) -> FxTables:
 
 
 def cached_onnx_tables(
-    program: torch.export.ExportedProgram, model: onnx.ModelProto, digest: str
+    program: torch.export.ExportedProgram,
+    model: onnx.ModelProto,
+    digest: str,
+    metadata: FxMetadata | None = None,
 ) -> OnnxTables:
     """:meth:`.sides.OnnxTables.of` for ``model``, computed once per program and model
-    structure (``digest``: its :func:`.prep_check.structure_digest`); the opsets and
-    local functions the session keys read are part of the key."""
+    structure (``digest``: its :func:`.prep_check.structure_digest`, ``metadata``: its
+    :class:`.names.FxMetadata` when the caller reads it too); the opsets and local
+    functions the session keys read are part of the key."""
     functions = hashlib.blake2b(digest_size=16)
     for f in model.functions:
         functions.update(f.SerializeToString())
@@ -125,5 +131,8 @@ def cached_onnx_tables(
         functions.hexdigest(),
     )
     return _kept(
-        _ONNX_TABLES, program, key, lambda: OnnxTables.of(model, ModelContext.from_model(model))
+        _ONNX_TABLES,
+        program,
+        key,
+        lambda: OnnxTables.of(model, ModelContext.from_model(model), metadata=metadata),
     )

@@ -20,7 +20,7 @@ from ..convert import convert, initializer_value
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from .fx_limits import check_fx_output_size, fx_size_rule
 from .limits import check_output_size
-from .names import fx_name_from_metadata, lowering_of_nodes
+from .names import FxMetadata, fx_name_from_metadata, lowering_of_nodes
 from .plan import SideGraph
 from .precision import inherited_precision
 from .program import ProgramInputs
@@ -312,7 +312,11 @@ class OnnxTables:
 
     @classmethod
     def of(
-        cls, model: onnx.ModelProto, ctx: ModelContext, nodes: list[onnx.NodeProto] | None = None
+        cls,
+        model: onnx.ModelProto,
+        ctx: ModelContext,
+        nodes: list[onnx.NodeProto] | None = None,
+        metadata: FxMetadata | None = None,
     ) -> OnnxTables:
         g = model.graph
         graph = SideGraph.of_onnx(model, ctx.free_variables)
@@ -324,7 +328,7 @@ class OnnxTables:
             [i.name for i in g.input if i.name not in initializers],
             [o.name for o in g.output],
             producer,
-            lowering_of_nodes(nodes, producer),
+            lowering_of_nodes(nodes, producer, metadata.names if metadata else None),
             [None] * len(graph.outputs),
             random_nodes(nodes, initializers),
             tie_axes=tie_axes(nodes),
@@ -445,7 +449,8 @@ class OnnxSide:
 
     def call(self, idx: int, inputs: Sequence[Any]) -> list[Any]:
         # an output larger than the free memory is refused before it is allocated
-        check_output_size(self.nodes[idx], inputs, self.device)
+        facts = self.tables.node_facts
+        check_output_size(self.nodes[idx], inputs, self.device, facts[idx][:2] if facts else None)
         fn = self.fn(idx)
         outputs = fn(inputs)
         note = getattr(fn, "fallback_reason", None)
