@@ -22,7 +22,6 @@ from ..dtypes import ONNX_TO_TORCH
 from .names import FxMetadata
 
 _USERS = re.compile(r"\[num_users=\d+\] ")
-_NAME = re.compile(r"^%([^\s:]+)\s*:")
 
 
 def _normal(text: str) -> str:
@@ -152,14 +151,12 @@ def disagreement(
     checked = 0
     formatted: dict[str, str] = {}
     node_text = _NodeText()
-    texts = (metadata or FxMetadata(model)).texts
-    for k, text in enumerate(texts):
+    metadata = metadata or FxMetadata(model)
+    for k, (text, name) in enumerate(zip(metadata.texts, metadata.names)):
         if text is None:
             continue
-        m = _NAME.match(text)
-        if m is None:
+        if name is None:
             return f"ONNX node {model.graph.node[k].name!r} names no fx node ({text[:80]!r})"
-        name = m.group(1)
         node = nodes.get(name)
         if node is None:
             lowering = model.graph.node[k].name
@@ -207,11 +204,10 @@ def agreeing_nodes(
     agree: set[str] = set()
     seen: set[str] = set()
     node_text = _NodeText()
-    for text in (metadata or FxMetadata(model)).texts:
-        m = _NAME.match(text) if text else None
-        if m is None or m.group(1) in seen:
+    metadata = metadata or FxMetadata(model)
+    for text, name in zip(metadata.texts, metadata.names):
+        if name is None or name in seen:
             continue
-        name = m.group(1)
         seen.add(name)
         node = nodes.get(name)
         if node is not None:
