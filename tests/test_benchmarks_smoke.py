@@ -174,3 +174,43 @@ def test_bench_engine_device_on_the_cpu(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| h32")]
     assert len(rows) == 2  # without and with own errors
     assert all(line.rstrip(" |").endswith("| 0") for line in rows), rows  # no failing pair
+
+
+def test_bench_budget_splits_a_run(tiny_files, capsys):
+    """The budget's split: torch and onnxruntime calls counted, own-error reruns only with
+    own errors, every wrapper taken off afterwards, and the sessions timed again alone."""
+    import torch
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    from benchmarks import bench_budget
+    from onnx_sbs_nb.align import loop
+
+    originals = (
+        torch._ops.OpOverload.__call__,
+        ort_c.InferenceSession.run,
+        *(getattr(loop.SideBySideRun, m) for m in bench_budget.OWN_METHODS),
+    )
+    ep, onx, args = tiny_files.load()
+    splits = {}
+    for name, options in bench_budget.VARIANTS.items():
+        bench_engine.run_ours(ep, onx, args, options)
+        splits[name] = bench_budget.measure_split(ep, onx, args, options, repeats=2)
+    for name, split in splits.items():
+        assert split.runs == 2 and split.torch_calls > 0 and split.ort_calls > 0, name
+        assert split.torch > 0 and split.ort_main > 0 and split.rest > 0, name
+        assert split.wall > split.torch + split.ort_main + split.ort_own, name
+        (inside, alone), *_ = bench_budget.alone(split, top=1, repeats=2)
+        assert inside > 0 and alone > 0
+    assert splits["ours"].ort_own == 0 < splits["ours_rerun"].ort_own
+    assert originals == (
+        torch._ops.OpOverload.__call__,
+        ort_c.InferenceSession.run,
+        *(getattr(loop.SideBySideRun, m) for m in bench_budget.OWN_METHODS),
+    )
+    with pytest.raises(SystemExit):
+        bench_budget.main(["--models", "no-such-model"])
+    capsys.readouterr()
+    bench_budget.bench(tiny_files, repeats=1)
+    out = capsys.readouterr().out
+    assert out.count("left to the rest at 3x the floor") == len(bench_budget.VARIANTS)
+    assert "timed again alone" in out and "floor (min of 1)" in out

@@ -3,7 +3,8 @@ float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; the fou
 (tests/corpus/zoo4.py): 27 decoders, encoders, encoder-decoders and vision models the
 first three lack; and the fifth (tests/corpus/zoo5.py): 22 more (Gemma 3, GPT-J, MPT with
 ALiBi, LFM2's gated convolutions, BitNet, ModernBERT, Funnel, HuBERT, MobileNetV2,
-MobileViT, LeViT, CvT...).
+MobileViT, LeViT, CvT...); and the sixth (tests/corpus/zoo6.py): 7 more (Whisper,
+BlenderbotSmall, XLNet, RoBERTa-PreLayerNorm, CANINE, PatchTST, PVTv2).
 
 Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the
 faithful export has no failing pair, verdict "pass" and a summary that names nothing;
@@ -25,11 +26,17 @@ from tests.corpus.evaluate import ZooSession, fault_plan, run  # noqa: E402
 from tests.corpus.zoo3 import ZOO3  # noqa: E402
 from tests.corpus.zoo4 import ZOO4  # noqa: E402
 from tests.corpus.zoo5 import ZOO5  # noqa: E402
+from tests.corpus.zoo6 import ZOO6  # noqa: E402
 
 pytestmark = pytest.mark.corpus
 
 # (entry, test id prefix): one session exports each model once, whichever zoo it is in
-ENTRIES = [(e, "zoo3-") for e in ZOO3] + [(e, "zoo4-") for e in ZOO4] + [(e, "zoo5-") for e in ZOO5]
+ENTRIES = [
+    *((e, "zoo3-") for e in ZOO3),
+    *((e, "zoo4-") for e in ZOO4),
+    *((e, "zoo5-") for e in ZOO5),
+    *((e, "zoo6-") for e in ZOO6),
+]
 FAITHFUL = [case(e.name, "faithful", prefix=prefix) for e, prefix in ENTRIES]
 FAULTS = [
     case(e.name, f"{kind}-{depth}", kind, depth, prefix=prefix)

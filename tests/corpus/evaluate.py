@@ -181,15 +181,17 @@ def choose_fault(ex: Exported, kind: str, depth: str) -> tuple[Fault, onnx.Model
 
 
 def entry_by_name(name: str):
-    """The zoo entry of that name, in the first zoo (zoo.py) or the second to the fifth
-    (zoo2.py ... zoo5.py)."""
+    """The zoo entry of that name, in the first zoo (zoo.py) or the second to the sixth
+    (zoo2.py ... zoo6.py)."""
     from .zoo import ZOO_BY_NAME
     from .zoo2 import ZOO2_BY_NAME
     from .zoo3 import ZOO3_BY_NAME
     from .zoo4 import ZOO4_BY_NAME
     from .zoo5 import ZOO5_BY_NAME
+    from .zoo6 import ZOO6_BY_NAME
 
-    for zoo in (ZOO_BY_NAME, ZOO2_BY_NAME, ZOO3_BY_NAME, ZOO4_BY_NAME, ZOO5_BY_NAME):
+    zoos = (ZOO_BY_NAME, ZOO2_BY_NAME, ZOO3_BY_NAME, ZOO4_BY_NAME, ZOO5_BY_NAME, ZOO6_BY_NAME)
+    for zoo in zoos:
         if name in zoo:
             return zoo[name]
     raise KeyError(name)

@@ -1,0 +1,124 @@
+"""A sixth zoo: architectures the first five lack, from another sweep of transformers'
+model families that export with the real exporter.
+
+Built in code with random weights (transformers configs, never ``from_pretrained``),
+exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
+
+- Whisper: log-mel features through two 1-D convs, an encoder-decoder with sinusoidal
+  encoder positions and learned decoder positions
+- BlenderbotSmall: an encoder-decoder with post-LayerNorm blocks
+- XLNet: two-stream relative attention (content and position), relative segment biases
+- RoBERTa-PreLayerNorm: LayerNorm before each sublayer
+- CANINE: characters hashed into several embeddings, a local transformer, a strided
+  convolution downsampling the sequence, and the deep stack on the shorter sequence
+- PatchTST: a time series cut into patches, per-channel instance normalization, a
+  transformer over patches with batch norms, a linear forecast head
+- PVTv2: overlapping patch embeddings by strided convs, attention whose keys and values
+  come from a spatially reduced sequence, depthwise convs inside the MLP
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .zoo import ZooEntry, _Logits
+from .zoo2 import _Field
+from .zoo5 import _masked_lm, _variance_preserving
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+_SEQ2SEQ = dict(
+    vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, use_cache=False,
+)  # fmt: skip
+
+
+def _whisper():
+    import transformers
+
+    cfg = transformers.WhisperConfig(
+        **{**_SEQ2SEQ, "encoder_layers": 2, "decoder_layers": 2},
+        num_mel_bins=16, max_source_positions=16, max_target_positions=16, pad_token_id=1,
+        bos_token_id=2, eos_token_id=3, decoder_start_token_id=2, begin_suppress_tokens=None,
+        suppress_tokens=None,
+    )  # fmt: skip
+    model = transformers.WhisperForConditionalGeneration(cfg)
+    features = torch.randn(1, 16, 32)  # 32 frames: two convs, the second strided, make 16
+    decoder_ids = torch.randint(4, 64, (1, 5))
+    net = _Field(model, ("input_features", "decoder_input_ids"), ("logits",), use_cache=False)
+    return net, (features, decoder_ids)
+
+
+def _blenderbot_small():
+    import transformers
+
+    cfg = transformers.BlenderbotSmallConfig(**_SEQ2SEQ)
+    model = transformers.BlenderbotSmallForConditionalGeneration(cfg)
+    ids, decoder_ids = torch.randint(4, 64, (1, 6)), torch.randint(4, 64, (1, 5))
+    net = _Field(model, ("input_ids", "decoder_input_ids"), ("logits",), use_cache=False)
+    return net, (ids, decoder_ids)
+
+
+def _canine():
+    import transformers
+
+    cfg = transformers.CanineConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        num_hash_functions=2, num_hash_buckets=64, downsampling_rate=2,
+        local_transformer_stride=4,
+    )  # fmt: skip
+    chars = torch.randint(0, 200, (1, 8))
+    net = _Field(transformers.CanineModel(cfg), ("input_ids",), ("last_hidden_state",))
+    return net, (chars,)
+
+
+def _patchtst():
+    import transformers
+
+    cfg = transformers.PatchTSTConfig(
+        num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, d_model=16,
+        num_attention_heads=2, num_hidden_layers=2, ffn_dim=32, prediction_length=8,
+    )  # fmt: skip
+    series = torch.randn(1, 32, 3)
+    # initialized as transformers does (std 0.02), the forecast is the series' mean to
+    # 1e-5 whatever the layers compute: no fault could show in it
+    model = _variance_preserving(transformers.PatchTSTForPrediction(cfg))
+    return _Field(model, ("past_values",), ("prediction_outputs",)), (series,)
+
+
+def _pvt_v2():
+    import transformers
+
+    cfg = transformers.PvtV2Config(
+        hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, sr_ratios=[2, 1],
+        num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2],
+        num_labels=5,
+    )  # fmt: skip
+    image = torch.randn(1, 3, 32, 32)
+    return _Logits(transformers.PvtV2ForImageClassification(cfg), "pixel_values"), (image,)
+
+
+ZOO6: list[ZooEntry] = [
+    ZooEntry("whisper", "speech encoder-decoder, conv front end over log-mel features",
+             _whisper, attribute_ops=("Conv",)),
+    ZooEntry("blenderbot_small", "encoder-decoder, post-LayerNorm blocks", _blenderbot_small,
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("xlnet", "two-stream relative attention, relative segment biases",
+             _masked_lm("XLNetConfig", "XLNetLMHeadModel", d_model=32, n_layer=2, n_head=4,
+                        d_inner=64, hidden_size=None, num_hidden_layers=None,
+                        num_attention_heads=None, intermediate_size=None),
+             attribute_ops=("Softmax",)),
+    ZooEntry("roberta_prelayernorm", "encoder, LayerNorm before each sublayer",
+             _masked_lm("RobertaPreLayerNormConfig", "RobertaPreLayerNormForMaskedLM"),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("canine", "hashed character embeddings, downsampling conv, local transformer",
+             _canine, attribute_ops=("Conv",)),
+    ZooEntry("patchtst", "time-series patches, instance normalization, forecast head",
+             _patchtst, attribute_ops=("Softmax",)),
+    ZooEntry("pvt_v2", "overlapping patch convs, spatially reduced attention",
+             _pvt_v2, attribute_ops=("Conv",)),
+]  # fmt: skip
+ZOO6_BY_NAME = {e.name: e for e in ZOO6}
