@@ -31,6 +31,7 @@ import contextlib
 import gc
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -255,8 +256,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in a.models.split(",") if m not in SPECS]
     if unknown:
         p.error(f"unknown model(s) {unknown}: choose from {sorted(SPECS)}")
-    import tempfile
-
     with contextlib.ExitStack() as stack:
         root = (
             Path(a.workdir)
