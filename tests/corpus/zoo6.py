@@ -15,6 +15,13 @@ exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
   transformer over patches with batch norms, a linear forecast head
 - PVTv2: overlapping patch embeddings by strided convs, attention whose keys and values
   come from a spatially reduced sequence, depthwise convs inside the MLP
+- SigLIP: text and vision towers, pairwise sigmoid logits
+- speech encoders over raw audio: WavLM (gated relative position bias), SEW-D (squeezed
+  sequence, disentangled attention), UniSpeechSat
+- vision: SwiftFormer (efficient additive attention; layer scales of 1, not transformers'
+  1e-5, and He initialization, or no fault would show in the logits), DPT and GLPN (depth
+  estimation heads over reassembled multi-scale features)
+- encoders: XLM, Megatron-BERT (LayerNorm before each sublayer)
 """
 
 from __future__ import annotations
@@ -25,11 +32,12 @@ import torch
 
 from .zoo import ZooEntry, _Logits
 from .zoo2 import _Field
-from .zoo5 import _masked_lm, _variance_preserving
+from .zoo5 import _audio_ctc, _classifier, _masked_lm, _variance_preserving
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+_TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
 _SEQ2SEQ = dict(
     vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, use_cache=False,
@@ -101,6 +109,44 @@ def _pvt_v2():
     return _Logits(transformers.PvtV2ForImageClassification(cfg), "pixel_values"), (image,)
 
 
+def _siglip():
+    import transformers
+
+    text = dict(vocab_size=64, max_position_embeddings=16, **_TOWER)
+    vision = dict(image_size=32, patch_size=8, **_TOWER)
+    model = transformers.SiglipModel(
+        transformers.SiglipConfig(text_config=text, vision_config=vision)
+    )
+    ids, image = torch.randint(0, 64, (2, 16)), torch.randn(1, 3, 32, 32)
+    return _Field(model, ("input_ids", "pixel_values"), ("logits_per_image",)), (ids, image)
+
+
+def _dpt():
+    import transformers
+
+    cfg = transformers.DPTConfig(
+        image_size=32, patch_size=8, backbone_out_indices=[0, 1, 2, 3],
+        neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
+        reassemble_factors=[4, 2, 1, 0.5], head_in_index=-1, **{**_TOWER, "num_hidden_layers": 4},
+    )  # fmt: skip
+    model = _variance_preserving(transformers.DPTForDepthEstimation(cfg))
+    image = torch.randn(1, 3, 32, 32)
+    return _Field(model, ("pixel_values",), ("predicted_depth",)), (image,)
+
+
+def _glpn():
+    import transformers
+
+    cfg = transformers.GLPNConfig(
+        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+        patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+        decoder_hidden_size=16,
+    )  # fmt: skip
+    model = transformers.GLPNForDepthEstimation(cfg)
+    image = torch.randn(1, 3, 32, 32)
+    return _Field(model, ("pixel_values",), ("predicted_depth",)), (image,)
+
+
 ZOO6: list[ZooEntry] = [
     ZooEntry("whisper", "speech encoder-decoder, conv front end over log-mel features",
              _whisper, attribute_ops=("Conv",)),
@@ -120,5 +166,29 @@ ZOO6: list[ZooEntry] = [
              _patchtst, attribute_ops=("Softmax",)),
     ZooEntry("pvt_v2", "overlapping patch convs, spatially reduced attention",
              _pvt_v2, attribute_ops=("Conv",)),
+    ZooEntry("siglip", "text and vision towers, sigmoid pairwise logits", _siglip,
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("wavlm", "speech encoder, gated relative position bias", _audio_ctc("WavLMConfig", "WavLMForCTC"),
+             attribute_ops=("Conv",)),
+    ZooEntry("sew_d", "speech encoder, squeezed sequence, disentangled attention",
+             _audio_ctc("SEWDConfig", "SEWDForCTC"), attribute_ops=("Conv",)),
+    ZooEntry("unispeech_sat", "speech encoder, conv feature extractor",
+             _audio_ctc("UniSpeechSatConfig", "UniSpeechSatForCTC"), attribute_ops=("Conv",)),
+    ZooEntry("swiftformer", "conv net with efficient additive attention",
+             _classifier("SwiftFormerConfig", "SwiftFormerForImageClassification",
+                         depths=[1, 1, 1, 1], embed_dims=[8, 16, 24, 32],
+                         layer_scale_init_value=1.0, reinit=True),
+             attribute_ops=("Conv",)),
+    ZooEntry("dpt", "ViT backbone, reassembled multi-scale features, depth head", _dpt,
+             attribute_ops=("Conv",)),
+    ZooEntry("glpn", "hierarchical encoder, selective feature fusion, depth head", _glpn,
+             attribute_ops=("Conv",)),
+    ZooEntry("xlm", "encoder, post-LayerNorm, learned positions",
+             _masked_lm("XLMConfig", "XLMWithLMHeadModel", emb_dim=32, n_layers=2, n_heads=4,
+                        hidden_size=None, num_hidden_layers=None, num_attention_heads=None,
+                        intermediate_size=None),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("megatron_bert", "encoder, pre-LayerNorm BERT", _masked_lm("MegatronBertConfig", "MegatronBertForMaskedLM"),
+             attribute_ops=("LayerNormalization",)),
 ]  # fmt: skip
 ZOO6_BY_NAME = {e.name: e for e in ZOO6}
