@@ -23,6 +23,7 @@ from onnx_sbs_nb.records import (
     STATUS_FAIL,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
+    STATUS_UNPAIRED_OUTPUT,
 )
 from onnx_sbs_nb.summary import summarize
 
@@ -611,3 +612,45 @@ def test_equal_parts_of_a_split_pair_by_their_place_and_a_swap_is_caught():
     bad = {r.ep_name for r in records if r.failed}
     assert {"sigmoid", "tanh"} <= bad and not bad & set(parts), bad
     assert summarize(records).first_own_failure.ep_name == "sigmoid"
+
+
+class _WritesStateBack(torch.nn.Module):
+    """Rescales its own weight in place (as RWKV does on its first call in eval mode) and
+    counts its calls in a buffer: a program whose other outputs are state it writes back."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.lin.weight.div_(2)
+        self.calls.add_(1)
+        return self.lin(x).relu()
+
+
+def test_state_written_back_is_no_missing_output():
+    """A mutated parameter or buffer is an output of the prepared program, but no ONNX
+    model returns state: those values are judged as nodes (compared where the model
+    computes them, unpaired where it folded or dropped them), never as outputs the model
+    fails to compute, and a faithful export passes."""
+    from onnx_sbs_nb.align.names import returned_outputs
+    from onnx_sbs_nb.align.program import prepare_program
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    ep, onx = export(_WritesStateBack().eval(), (x,))
+    program = prepare_program(ep, onx).program
+    kinds = {s.arg.name: s.kind.name for s in program.graph_signature.output_specs}
+    assert sorted(kinds.values()) == ["BUFFER_MUTATION", "PARAMETER_MUTATION", "USER_OUTPUT"]
+    assert returned_outputs(program) == [n for n, k in kinds.items() if k == "USER_OUTPUT"]
+    records = list(run_aligned(ep, onx, (x,), rerun_with_torch_inputs=True))
+    by_ep = {r.ep_name: r for r in records if r.ep_name}
+    state = [n for n, k in kinds.items() if k != "USER_OUTPUT"]
+    assert all(by_ep[n].status != STATUS_UNPAIRED_OUTPUT for n in state)
+    assert all(by_ep[n].kind == "node" for n in state)
+    assert not any(r.failed for r in records)
+    assert summarize(records, node_inputs=onx).verdict == "pass"
+    (out,) = [r for r in records if r.kind == "output"]
+    assert out.onnx_name == onx.graph.output[0].name and out.status == STATUS_OK

@@ -498,6 +498,36 @@ def _same_split_axis(src: torch.fx.Node, node: onnx.NodeProto, shape) -> bool:
     return dim == axis
 
 
+# What a program returns to its caller.  Its other outputs are state it writes back
+# (mutated buffers, parameters, inputs; gradients, effect tokens): an ONNX model, run for
+# inference, returns none of them, so none is an output the model fails to compute.
+_RETURNED = frozenset({"USER_OUTPUT", "LOSS_OUTPUT"})
+
+
+def returned_outputs(program: torch.export.ExportedProgram) -> list[str]:
+    """The fx node names of the values ``program`` returns to its caller, in order."""
+    out = _output_node(program.graph)
+    specs = getattr(getattr(program, "graph_signature", None), "output_specs", None)
+    values = out.args[0] if len(out.args) == 1 and isinstance(out.args[0], tuple | list) else None
+    if specs is None or values is None or len(specs) != len(values):
+        return graph_outputs(program.graph)  # not told apart: every output
+    return [
+        v.name
+        for v, spec in zip(values, specs)
+        if spec.kind.name in _RETURNED and isinstance(v, torch.fx.Node)
+    ]
+
+
+def graph_outputs(graph: torch.fx.Graph) -> list[str]:
+    """The fx node names of every value of the graph's output node."""
+    leaves = torch.utils._pytree.tree_leaves(_output_node(graph).args)
+    return [a.name for a in leaves if isinstance(a, torch.fx.Node)]
+
+
+def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
+    return next(n for n in reversed(graph.nodes) if n.op == "output")
+
+
 def pair_values(
     graph: torch.fx.Graph,
     model: onnx.ModelProto,
@@ -505,6 +535,7 @@ def pair_values(
     user_inputs: list[str],
     trusted: set[str] | None = None,
     metadata: FxMetadata | None = None,
+    outputs: list[str] | None = None,
 ) -> Pairing:
     """Pairs fx values (by node name) with ONNX values (by value name).
 
@@ -512,6 +543,8 @@ def pair_values(
     the fx nodes its metadata describes exactly; computed values of other fx nodes are
     not paired by name or metadata (the same name may be another computation).
     ``metadata``: the model's :class:`FxMetadata`, when the caller reads it too.
+    ``outputs``: the fx values the program returns (:func:`returned_outputs`); by
+    default every value of the graph's output node.
     """
     g = model.graph
     fx_nodes = {n.name: n for n in graph.nodes}
@@ -523,13 +556,8 @@ def pair_values(
             if o:
                 produced[o] = i
     graph_inputs = [i.name for i in g.input if i.name not in initializers]
-    graph_outputs = [o.name for o in g.output]
-    out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
-    fx_outputs = [
-        a.name
-        for a in torch.utils._pytree.tree_leaves(out_node.args)
-        if isinstance(a, torch.fx.Node)
-    ]
+    onnx_outputs = [o.name for o in g.output]
+    fx_outputs = graph_outputs(graph) if outputs is None else list(outputs)
     fx_output_set = set(fx_outputs)
     weight_by_target = {t: ph for ph, t in weights.items()}
 
@@ -541,7 +569,7 @@ def pair_values(
         node = fx_nodes.get(fx_name)
         if node is not None and node.op == "placeholder":
             return KIND_WEIGHT if fx_name in weights else KIND_INPUT
-        if fx_name in fx_output_set or onnx_name in graph_outputs:
+        if fx_name in fx_output_set or onnx_name in onnx_outputs:
             return KIND_OUTPUT
         return KIND_NODE
 
@@ -594,14 +622,14 @@ def pair_values(
     _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
     # 5. inputs and outputs by position
-    for onnx_list, fx_list in ((graph_inputs, user_inputs), (graph_outputs, fx_outputs)):
+    for onnx_list, fx_list in ((graph_inputs, user_inputs), (onnx_outputs, fx_outputs)):
         if len(onnx_list) != len(fx_list):
             continue
         for o, f in zip(onnx_list, fx_list):
             if o not in pairing.by_onnx and f not in pairing.by_fx:
                 try_pair(o, f, PAIRED_BY_POSITION)
     # graph outputs always show as outputs
-    for o in graph_outputs:
+    for o in onnx_outputs:
         p = pairing.by_onnx.get(o)
         if p is not None:
             p.kind = KIND_OUTPUT

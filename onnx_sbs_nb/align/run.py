@@ -34,6 +34,7 @@ from .names import (
     FxMetadata,
     Pairing,
     pair_values,
+    returned_outputs,
 )
 from .options import RunOptions
 from .prep_check import structure_digest
@@ -124,7 +125,12 @@ class AlignedRun(SideBySideRun):
         )
         if deployment is not None:
             original = pair_values(
-                program.graph, deployment.original, bound.weights, bound.user_inputs, trusted
+                program.graph,
+                deployment.original,
+                bound.weights,
+                bound.user_inputs,
+                trusted,
+                outputs=returned_outputs(program),
             )
             deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)

@@ -21,7 +21,7 @@ from typing import Any
 import onnx
 import torch
 
-from .names import FxMetadata, Pairing, pair_values
+from .names import FxMetadata, Pairing, pair_values, returned_outputs
 from .prep_check import structure_digest
 from .provenance import Provenance, program_provenance
 from .runners import ModelContext
@@ -75,7 +75,15 @@ def cached_pairing(
         _PAIRINGS,
         program,
         key,
-        lambda: pair_values(program.graph, model, weights, user_inputs, trusted, metadata),
+        lambda: pair_values(
+            program.graph,
+            model,
+            weights,
+            user_inputs,
+            trusted,
+            metadata,
+            returned_outputs(program),
+        ),
     )
     return Pairing(dict(pairing.by_onnx), dict(pairing.by_fx), cache_key=key)
 

@@ -20,7 +20,7 @@ from ..convert import convert, initializer_value
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from .fx_limits import check_fx_output_size, fx_size_rule
 from .limits import check_output_size
-from .names import FxMetadata, fx_name_from_metadata, lowering_of_nodes
+from .names import FxMetadata, fx_name_from_metadata, lowering_of_nodes, returned_outputs
 from .plan import SideGraph
 from .precision import inherited_precision
 from .program import ProgramInputs
@@ -86,17 +86,12 @@ class FxTables:
     def of(cls, program: torch.export.ExportedProgram) -> FxTables:
         g = program.graph
         nodes = [n for n in g.nodes if n.op != "output"]
-        out = next(n for n in reversed(g.nodes) if n.op == "output")
         return cls(
             nodes,
             SideGraph.of_fx(g),
             {n.name: i for i, n in enumerate(nodes)},
             {n.name: n for n in g.nodes},
-            [
-                a.name
-                for a in torch.utils._pytree.tree_leaves(out.args)
-                if isinstance(a, torch.fx.Node)
-            ],
+            returned_outputs(program),
             inherited_precision(nodes),
         )
 

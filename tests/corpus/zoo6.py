@@ -22,6 +22,8 @@ exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
   1e-5, and He initialization, or no fault would show in the logits), DPT and GLPN (depth
   estimation heads over reassembled multi-scale features)
 - encoders: XLM, Megatron-BERT (LayerNorm before each sublayer)
+- RWKV: a recurrent decoder whose first call in eval mode divides some of its weights in
+  place: the program returns them as mutated parameters, which no ONNX model returns
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import os
 
 import torch
 
-from .zoo import ZooEntry, _Logits
+from .zoo import ZooEntry, _causal_lm, _Logits
 from .zoo2 import _Field
 from .zoo5 import _audio_ctc, _classifier, _masked_lm, _variance_preserving
 
@@ -189,6 +191,11 @@ ZOO6: list[ZooEntry] = [
                         intermediate_size=None),
              attribute_ops=("LayerNormalization",)),
     ZooEntry("megatron_bert", "encoder, pre-LayerNorm BERT", _masked_lm("MegatronBertConfig", "MegatronBertForMaskedLM"),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("rwkv", "recurrent decoder, time mixing, weights rescaled in place when called",
+             lambda: _causal_lm("RwkvConfig", "RwkvForCausalLM", hidden_size=32,
+                                num_hidden_layers=2, attention_hidden_size=32,
+                                intermediate_size=64, context_length=16),
              attribute_ops=("LayerNormalization",)),
 ]  # fmt: skip
 ZOO6_BY_NAME = {e.name: e for e in ZOO6}
