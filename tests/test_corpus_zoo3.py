@@ -3,9 +3,9 @@ float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; the fou
 (tests/corpus/zoo4.py): 27 decoders, encoders, encoder-decoders and vision models the
 first three lack; and the fifth (tests/corpus/zoo5.py): 22 more (Gemma 3, GPT-J, MPT with
 ALiBi, LFM2's gated convolutions, BitNet, ModernBERT, Funnel, HuBERT, MobileNetV2,
-MobileViT, LeViT, CvT...); and the sixth (tests/corpus/zoo6.py): 17 more (Whisper,
+MobileViT, LeViT, CvT...); and the sixth (tests/corpus/zoo6.py): 25 more (Whisper,
 BlenderbotSmall, XLNet, CANINE, PatchTST, PVTv2, SigLIP, WavLM, SEW-D, SwiftFormer, DPT,
-GLPN, RWKV...).
+GLPN, RWKV, TimeSformer, UMT5, RecurrentGemma...).
 
 Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the
 faithful export has no failing pair, verdict "pass" and a summary that names nothing;

@@ -24,6 +24,10 @@ exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
 - encoders: XLM, Megatron-BERT (LayerNorm before each sublayer)
 - RWKV: a recurrent decoder whose first call in eval mode divides some of its weights in
   place: the program returns them as mutated parameters, which no ONNX model returns
+- vision and video: Hiera (mask units, pooled queries), PVT, TimeSformer (divided
+  space-time attention), ViViT (tubelets by a 3-D conv), VideoMAE
+- encoder-decoders: mBART (pre-LayerNorm), UMT5 (relative position buckets per layer)
+- RecurrentGemma: real-gated linear recurrences between local attention layers
 """
 
 from __future__ import annotations
@@ -60,16 +64,6 @@ def _whisper():
     decoder_ids = torch.randint(4, 64, (1, 5))
     net = _Field(model, ("input_features", "decoder_input_ids"), ("logits",), use_cache=False)
     return net, (features, decoder_ids)
-
-
-def _blenderbot_small():
-    import transformers
-
-    cfg = transformers.BlenderbotSmallConfig(**_SEQ2SEQ)
-    model = transformers.BlenderbotSmallForConditionalGeneration(cfg)
-    ids, decoder_ids = torch.randint(4, 64, (1, 6)), torch.randint(4, 64, (1, 5))
-    net = _Field(model, ("input_ids", "decoder_input_ids"), ("logits",), use_cache=False)
-    return net, (ids, decoder_ids)
 
 
 def _canine():
@@ -149,10 +143,43 @@ def _glpn():
     return _Field(model, ("pixel_values",), ("predicted_depth",)), (image,)
 
 
+def _video(config: str, model: str, **kw):
+    """A video classifier over 4 frames of 32x32 (random weights)."""
+
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config)(
+            num_labels=5, image_size=32, num_frames=4, **_TOWER, **kw
+        )
+        frames = torch.randn(1, 4, 3, 32, 32)
+        return _Logits(getattr(transformers, model)(cfg), "pixel_values"), (frames,)
+
+    return build
+
+
+def _seq2seq(config: str, model: str, **kw):
+    """An encoder-decoder (T5-style sizes when given) on 6 input and 5 decoder tokens."""
+
+    def build():
+        import transformers
+
+        given = {k: v for k, v in {**_SEQ2SEQ, **kw}.items() if v is not None}
+        net = getattr(transformers, model)(getattr(transformers, config)(**given))
+        ids, decoder_ids = torch.randint(4, 64, (1, 6)), torch.randint(4, 64, (1, 5))
+        return _Field(net, ("input_ids", "decoder_input_ids"), ("logits",), use_cache=False), (
+            ids,
+            decoder_ids,
+        )
+
+    return build
+
+
 ZOO6: list[ZooEntry] = [
     ZooEntry("whisper", "speech encoder-decoder, conv front end over log-mel features",
              _whisper, attribute_ops=("Conv",)),
-    ZooEntry("blenderbot_small", "encoder-decoder, post-LayerNorm blocks", _blenderbot_small,
+    ZooEntry("blenderbot_small", "encoder-decoder, post-LayerNorm blocks",
+             _seq2seq("BlenderbotSmallConfig", "BlenderbotSmallForConditionalGeneration"),
              attribute_ops=("LayerNormalization",)),
     ZooEntry("xlnet", "two-stream relative attention, relative segment biases",
              _masked_lm("XLNetConfig", "XLNetLMHeadModel", d_model=32, n_layer=2, n_head=4,
@@ -197,5 +224,44 @@ ZOO6: list[ZooEntry] = [
                                 num_hidden_layers=2, attention_hidden_size=32,
                                 intermediate_size=64, context_length=16),
              attribute_ops=("LayerNormalization",)),
+    ZooEntry("hiera", "hierarchical vision transformer, mask units, pooled queries",
+             _classifier("HieraConfig", "HieraForImageClassification", size=64,
+                         image_size=[64, 64], embed_dim=16, num_heads=[1, 2, 4, 8],
+                         depths=[1, 1, 1, 1], patch_stride=[4, 4], masked_unit_size=[8, 8],
+                         query_stride=[2, 2]),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("pvt", "pyramid vision transformer, spatially reduced attention",
+             _classifier("PvtConfig", "PvtForImageClassification", image_size=32,
+                         hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1],
+                         num_attention_heads=[1, 2, 2, 4]),
+             attribute_ops=("Conv",)),
+    ZooEntry("timesformer", "video transformer, divided space-time attention",
+             _video("TimesformerConfig", "TimesformerForVideoClassification", patch_size=16),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("vivit", "video transformer, tubelet embeddings by a 3-D conv",
+             _video("VivitConfig", "VivitForVideoClassification", tubelet_size=[2, 16, 16]),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("videomae", "video transformer, tubelets, fixed sinusoidal positions",
+             _video("VideoMAEConfig", "VideoMAEForVideoClassification", patch_size=16,
+                    tubelet_size=2),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("mbart", "encoder-decoder, pre-LayerNorm, scaled embeddings",
+             _seq2seq("MBartConfig", "MBartForConditionalGeneration", pad_token_id=1,
+                      bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+             attribute_ops=("LayerNormalization",)),
+    ZooEntry("umt5", "encoder-decoder, relative position buckets per layer",
+             _seq2seq("UMT5Config", "UMT5ForConditionalGeneration", d_kv=8, d_ff=64,
+                      num_layers=2, num_decoder_layers=2, num_heads=4, encoder_layers=None,
+                      decoder_layers=None, encoder_attention_heads=None,
+                      decoder_attention_heads=None, encoder_ffn_dim=None,
+                      decoder_ffn_dim=None, pad_token_id=1, decoder_start_token_id=0),
+             attribute_ops=("Softmax",)),
+    ZooEntry("recurrent_gemma", "hybrid decoder, real-gated linear recurrences and local attention",
+             lambda: _causal_lm("RecurrentGemmaConfig", "RecurrentGemmaForCausalLM",
+                                hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                num_attention_heads=4, num_key_value_heads=2, lru_width=32,
+                                attention_window_size=4, head_dim=8,
+                                block_types=["recurrent", "attention"]),
+             attribute_ops=("Softmax",)),
 ]  # fmt: skip
 ZOO6_BY_NAME = {e.name: e for e in ZOO6}
