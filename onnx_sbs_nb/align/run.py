@@ -34,7 +34,6 @@ from .names import (
     FxMetadata,
     Pairing,
     pair_values,
-    returned_outputs,
 )
 from .options import RunOptions
 from .prep_check import structure_digest
@@ -130,7 +129,7 @@ class AlignedRun(SideBySideRun):
                 bound.weights,
                 bound.user_inputs,
                 trusted,
-                outputs=returned_outputs(program),
+                outputs=reference.graph_outputs,
             )
             deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)
