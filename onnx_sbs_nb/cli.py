@@ -320,6 +320,7 @@ def report_run(
             records,
             node_inputs=model if hasattr(model, "graph") else None,
             completion=completion,
+            strict=bool(getattr(options, "strict", False)),
         )
         print(f"records: {jsonl}", file=stdout)
         written = write_reports(

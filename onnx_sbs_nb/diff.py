@@ -17,27 +17,7 @@ import torch
 
 from .convert import _ML_NAMES, to_torch
 from .native import NATIVE
-
-# (atol, rtol) per dtype when the user gives none: accumulated float32 rounding between
-# two runtimes stays well below 1e-4 on exported models; half types carry ~3 digits.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-7),
-    "float32": (1e-4, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (5e-2, 5e-2),
-    "complex64": (1e-4, 1e-4),
-    "complex128": (1e-7, 1e-7),
-}
-_FP8 = (1.25e-1, 1.25e-1)
-EXACT = (0.0, 0.0)
-
-
-def default_tolerance(dtype_name: str) -> tuple[float, float]:
-    if dtype_name in DEFAULT_TOLERANCES:
-        return DEFAULT_TOLERANCES[dtype_name]
-    if dtype_name.startswith("float8"):
-        return _FP8
-    return EXACT
+from .tolerances import default_tolerance
 
 
 @dataclass

@@ -24,6 +24,8 @@ PAIRED_BY_NAME = "name"  # same value name on both sides
 PAIRED_BY_METADATA = "metadata"  # ONNX node metadata (pkg.torch.onnx.fx_node, ...)
 PAIRED_BY_POSITION = "position"  # graph inputs / outputs by position
 PAIRED_BY_STATE_DICT = "state_dict"  # weight through the state-dict name
+# the graph around the value: a reshape of a paired value, an operand of a paired node
+PAIRED_BY_STRUCTURE = "structure"
 UNPAIRED = "unpaired"
 
 # Values of Record.status
@@ -92,6 +94,9 @@ class Record:
     err_h012: float | None = None
     err_h0012: float | None = None
     err_dev2: float | None = None
+    # the own error over the largest magnitude of the torch value, where the own error
+    # passed yet is not 0: an error made under tolerance, which a later node may amplify
+    err_scale2: float | None = None
     comment: str | None = None
     # fx nodes whose lowering had to be recomputed from torch values to feed this node's
     # own-error run (values without a torch twin), comma-separated: if one of them makes

@@ -53,6 +53,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="time every ONNX node on its own (one session per node) on every run, "
         "instead of running stretches of nodes as one session on a second run",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="a PASS that compared under half of the ONNX nodes (PASS on N of M) exits 1 "
+        "like a FAIL",
+    )
     add_deployment_arguments(p)
 
 
@@ -127,6 +133,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         providers=tuple(args.providers) if args.providers else None,
         trust_pickles=args.trust_pickles,
         time_nodes=args.time_nodes,
+        strict=args.strict,
     )
 
 

@@ -88,9 +88,12 @@ def _status_dict(status: RunStatus | None) -> dict[str, Any]:
     return status.to_dict() if status is not None else RunStatus().to_dict()
 
 
-def summary_dict(records: list[Record], completion: Completion | None = None) -> dict[str, Any]:
-    """The run's summary as a JSON-safe dict (``completion``: how far the run got)."""
-    return summarize(records, completion=completion).to_dict()
+def summary_dict(
+    records: list[Record], completion: Completion | None = None, strict: bool = False
+) -> dict[str, Any]:
+    """The run's summary as a JSON-safe dict (``completion``: how far the run got;
+    ``strict``: a pass over too little of the model is a fail)."""
+    return summarize(records, completion=completion, strict=strict).to_dict()
 
 
 class SbsSession:
@@ -139,9 +142,10 @@ class SbsSession:
         (the actions then say they are not available)."""
         self = cls.__new__(cls)
         self._factory = None
+        # set before the run starts: a background run reads them when it ends
+        self.options = getattr(run, "options", None) or RunOptions()
         self._init(run, background, batch_interval, replay_root)
         self.device = getattr(run, "device", None) or "cpu"
-        self.options = getattr(run, "options", None) or RunOptions()
         return self
 
     def _init(self, run: Any, background: bool, batch_interval: float, replay_root: Any) -> None:
@@ -239,7 +243,7 @@ class SbsSession:
         verdict is "stopped" or "incomplete" unless the run went to its end."""
         if self._summary is not None:
             return self._summary
-        return summary_dict(self.records, self.completion)
+        return summary_dict(self.records, self.completion, self.options.strict)
 
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Listener) -> None:
@@ -321,7 +325,7 @@ class SbsSession:
             self._flush(sent)
             self._state = state
             try:
-                self._summary = summary_dict(self.records, self.completion)
+                self._summary = summary_dict(self.records, self.completion, self.options.strict)
             except Exception:
                 self._summary = {"error": traceback.format_exc()}
             try:

@@ -18,10 +18,13 @@ from .completion import STOPPED, Completion
 from .records import (
     FAILING_STATUSES,
     KIND_INPUT,
+    KIND_NODE,
+    KIND_OUTPUT,
     KIND_WEIGHT,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
+    STATUS_INTERNAL,
     STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
     STATUS_OK,
@@ -32,6 +35,7 @@ from .records import (
     STATUS_WEIGHT_DIFFERS,
     Record,
 )
+from .tolerances import default_tolerance
 
 TOP_SUSPECTS = 10
 
@@ -42,6 +46,11 @@ RULE_LEAF = "leaf"  # a graph input or weight differs: nothing upstream to blame
 RULE_INPUTS_PASSED = "inputs_passed"  # failed while every compared input of its node passed
 RULE_FIRST_FAILURE = "first_failure"  # no graph given: the first failure in execution order
 RULE_UNPAIRED_OUTPUT = "unpaired_output"  # an output only one side computes
+# no node fails its own check, but one upstream of the first failure makes an error under
+# tolerance that is large for its values' size, and a later node amplifies it
+RULE_AMPLIFIED = "amplified"
+# how many such candidates are kept (the largest own errors relative to their values)
+_QUIET_KEPT = 64
 # candidates kept for the choice of the culprit (the first clean one wins)
 MAX_CANDIDATES = 512
 
@@ -159,6 +168,13 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:
+        if own is None and rec.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
+            what = "shape" if rec.status == STATUS_SHAPE_MISMATCH else "type"
+            text = (
+                f"run on the torch values of its inputs, it still makes the wrong {what}: "
+                f"{rec.onnx_shape_type} where the program has {rec.ep_shape_type}"
+            )
+            return f"{text} ({rec.comment})" if rec.comment else text
         text = (
             f"run on the torch values of its inputs, it still differs by {_fmt(own)} "
             f"(beyond {tol}): it makes the error, it does not inherit it"
@@ -194,6 +210,68 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
     return f"it is the first value that differs ({_fmt(own)}, beyond {tol})"
 
 
+# statuses whose values were compared (whatever the outcome)
+_COMPARED = frozenset({STATUS_OK, STATUS_FAIL, STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH})
+# a pass that compared fewer of the ONNX nodes than this (directly or through the fx node
+# they lower) says so: "PASS on N of M"
+LOW_COVERAGE = 0.5
+
+
+@dataclass
+class Coverage:
+    """How much of the two graphs a run compared (counted over computed values: weights
+    and inputs aside)."""
+
+    onnx_nodes: int = 0  # ONNX nodes that made a value
+    onnx_compared: int = 0  # ... one of whose values was compared with a torch value
+    # ... or that lower an fx node whose value was compared at another of its ONNX nodes
+    onnx_covered: int = 0
+    torch_nodes: int = 0  # fx nodes (the program's operations)
+    torch_compared: int = 0
+    # why ONNX nodes went uncompared: reason -> count
+    not_compared: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.onnx_covered / self.onnx_nodes if self.onnx_nodes else None
+
+    @property
+    def low(self) -> bool:
+        return self.onnx_nodes > 0 and self.onnx_covered < LOW_COVERAGE * self.onnx_nodes
+
+    def to_text(self) -> str:
+        text = f"{self.onnx_compared} of {self.onnx_nodes} ONNX nodes compared"
+        if self.onnx_covered > self.onnx_compared:
+            text += f" ({self.onnx_covered} with the rest of their fx node's lowering)"
+        text += f", {self.torch_compared} of {self.torch_nodes} torch nodes"
+        if self.not_compared:
+            why = ", ".join(f"{n} {k}" for k, n in sorted(self.not_compared.items()))
+            text += f"; not compared: {why}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "onnx_nodes": self.onnx_nodes,
+            "onnx_compared": self.onnx_compared,
+            "onnx_covered": self.onnx_covered,
+            "torch_nodes": self.torch_nodes,
+            "torch_compared": self.torch_compared,
+            "not_compared": dict(self.not_compared),
+            "low": self.low,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Coverage:
+        return cls(
+            onnx_nodes=int(d.get("onnx_nodes", 0)),
+            onnx_compared=int(d.get("onnx_compared", 0)),
+            onnx_covered=int(d.get("onnx_covered", 0)),
+            torch_nodes=int(d.get("torch_nodes", 0)),
+            torch_compared=int(d.get("torch_compared", 0)),
+            not_compared={str(k): int(v) for k, v in dict(d.get("not_compared", {})).items()},
+        )
+
+
 @dataclass
 class Summary:
     """What a run found; see :func:`summarize` for how each part is chosen."""
@@ -214,6 +292,14 @@ class Summary:
     culprit: Culprit | None = None
     # how far the run got (None: not said, e.g. summarize() over a list the caller holds)
     completion: Completion | None = None
+    coverage: Coverage = field(default_factory=Coverage)
+    # strict: a pass that compared too little (Coverage.low) is a fail
+    strict: bool = False
+
+    @property
+    def partial(self) -> bool:
+        """A pass over too little of the model to mean much ("PASS on N of M")."""
+        return self.coverage.low and self._plain_verdict() == "pass"
 
     @property
     def verdict(self) -> str:
@@ -222,6 +308,12 @@ class Summary:
         comparison failed, else "pass". A drifted value (:attr:`Record.drifted`: beyond
         tolerance while its node agrees on torch's inputs) fails no verdict alone: the
         error it carries fails one where it is made, or at the outputs."""
+        verdict = self._plain_verdict()
+        if verdict == "pass" and self.strict and self.coverage.low:
+            return "fail"
+        return verdict
+
+    def _plain_verdict(self) -> str:
         if self.completion is not None and not self.completion.finished:
             return self.completion.state
         t = self.totals
@@ -257,6 +349,9 @@ class Summary:
             "max_own_err": _json_float(self.max_own_err),
             "max_own_err_name": self.max_own_err_name,
             "culprit": self.culprit.to_dict() if self.culprit is not None else None,
+            "coverage": self.coverage.to_dict(),
+            "partial": self.partial,
+            "strict": self.strict,
         }
 
     @classmethod
@@ -280,6 +375,8 @@ class Summary:
             max_own_err_name=d.get("max_own_err_name"),
             culprit=Culprit.from_dict(d["culprit"]) if d.get("culprit") else None,
             completion=Completion.from_dict(d["completion"]) if d.get("completion") else None,
+            coverage=Coverage.from_dict(d.get("coverage") or {}),
+            strict=bool(d.get("strict", False)),
         )
 
     def to_text(self, max_suspects: int = 5) -> str:
@@ -299,7 +396,13 @@ class Summary:
             head += f" at {c.nodes}" if c.nodes else ""
             if c.reason and c.state != STOPPED:
                 head += f" ({_printable(c.reason)})"
+        if self.partial:
+            head += f" on {self.coverage.onnx_covered} of {self.coverage.onnx_nodes} ONNX nodes"
+        elif self.strict and self.coverage.low and self.verdict == "fail":
+            head += " (strict: too little of the model was compared)"
         lines = [f"{head}  ({counts})"]
+        if self.coverage.onnx_nodes:
+            lines.append(f"coverage: {self.coverage.to_text()}")
         if self.culprit is not None:
             c = self.culprit
             lines.append(f"culprit: {_printable(c.label())}")
@@ -354,6 +457,12 @@ class Summarizer:
         self._candidates: list[tuple[Record, str]] = []
         self._failing_lowerings: set[str] = set()
         self._count = 0
+        # coverage: ONNX node -> (its fx node, compared?); fx nodes seen and compared
+        self._onnx_nodes: dict[str, list[Any]] = {}
+        self._fx_nodes: dict[str, bool] = {}
+        self._fx_compared_lowerings: set[str] = set()
+        # records whose own error passed but is large for their values: (ratio, n, rec)
+        self._quiet: list[tuple[float, int, Record]] = []
         self._totals: dict[str, Any] = {
             "records": 0,
             "compared": 0,
@@ -398,6 +507,7 @@ class Summarizer:
             t["unpaired_onnx"] += 1
             s.unpaired_onnx.append(rec.onnx_name or "")
 
+        self._count_coverage(rec)
         if rec.onnx_fx_node and rec.onnx_node_name:
             nodes = self._lowering.setdefault(rec.onnx_fx_node, [])
             if not nodes or nodes[-1] != rec.onnx_node_name:
@@ -421,6 +531,12 @@ class Summarizer:
         if rec.err_abs2 is not None and (s.max_own_err is None or _gt(rec.err_abs2, s.max_own_err)):
             s.max_own_err, s.max_own_err_name = rec.err_abs2, _label(rec)
 
+        if rec.err_scale2 is not None and rec.passed2 is True and s.first_failure is None:
+            item = (rec.err_scale2, -self._count, rec)
+            if len(self._quiet) < _QUIET_KEPT:
+                heapq.heappush(self._quiet, item)
+            elif item[:2] > self._quiet[0][:2]:
+                heapq.heapreplace(self._quiet, item)
         own = _own_error(rec)
         if failed and own is None:
             own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
@@ -431,6 +547,41 @@ class Summarizer:
                 heapq.heappush(self._heap, item)
             elif item[:2] > self._heap[0][:2]:
                 heapq.heapreplace(self._heap, item)
+
+    def _count_coverage(self, rec: Record) -> None:
+        if rec.kind not in (KIND_NODE, KIND_OUTPUT):
+            return
+        compared = rec.status in _COMPARED
+        if rec.onnx_node_name:
+            entry = self._onnx_nodes.get(rec.onnx_node_name)
+            if entry is None:
+                entry = self._onnx_nodes[rec.onnx_node_name] = [rec.onnx_fx_node, False, None]
+            if compared:
+                entry[1] = True
+            elif entry[2] is None or rec.status != STATUS_UNPAIRED_ONNX:
+                entry[2] = _uncompared_reason(rec)
+            if compared and rec.onnx_fx_node:
+                self._fx_compared_lowerings.add(rec.onnx_fx_node)
+        if rec.ep_name and rec.ep_target:
+            self._fx_nodes[rec.ep_name] = self._fx_nodes.get(rec.ep_name, False) or compared
+            if compared:
+                self._fx_compared_lowerings.add(rec.ep_name)
+
+    def coverage(self) -> Coverage:
+        cov = Coverage()
+        for fx, compared, why in self._onnx_nodes.values():
+            cov.onnx_nodes += 1
+            if compared:
+                cov.onnx_compared += 1
+                cov.onnx_covered += 1
+            elif fx and fx in self._fx_compared_lowerings:
+                cov.onnx_covered += 1
+            else:
+                reason = why or "no torch twin"
+                cov.not_compared[reason] = cov.not_compared.get(reason, 0) + 1
+        cov.torch_nodes = len(self._fx_nodes)
+        cov.torch_compared = sum(self._fx_nodes.values())
+        return cov
 
     def _own_failure_rule(self, rec: Record, failed: bool) -> str | None:
         if rec.status == STATUS_ERROR:
@@ -464,7 +615,42 @@ class Summarizer:
         for rec, rule in self._candidates:
             if not (_groups(rec.own_inputs_from) & self._failing_lowerings):
                 return rec, rule
-        return self._candidates[0] if self._candidates else (None, None)
+        if self._candidates:
+            return self._candidates[0]
+        amplified = self._amplified()
+        return (amplified, RULE_AMPLIFIED) if amplified is not None else (None, None)
+
+    def _amplified(self) -> Record | None:
+        """When values fail but no node fails its own check: the node upstream of the first
+        failure whose own error is the largest for the size of its values, if that is
+        large for its dtype (a tenth of the dtype's relative tolerance: many thousands of
+        float32 ulps).  Its error passes where it is made and a later node (a division, a
+        subtraction of close values) makes it visible."""
+        first = self._s.first_failure
+        if first is None or not self._quiet:
+            return None
+        upstream = self._upstream(first.onnx_name)
+        for ratio, _, rec in sorted(self._quiet, key=lambda i: i[:2], reverse=True):
+            if upstream is not None and rec.onnx_name not in upstream:
+                continue
+            dtype = (rec.onnx_shape_type or "").split("[", 1)[0]
+            if ratio > default_tolerance(dtype)[1] / 10:
+                return rec
+            return None  # the largest is small: rounding, not a lowering's error
+        return None
+
+    def _upstream(self, name: str | None) -> set[str] | None:
+        """The values ``name`` is computed from (None: the graph is not known)."""
+        if self._node_inputs is None or name is None:
+            return None
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for i in self._node_inputs.get(todo.pop(), ()):
+                if i and i not in seen:
+                    seen.add(i)
+                    todo.append(i)
+        return seen
 
     def extend(self, records: Iterable[Record]) -> Summarizer:
         for rec in records:
@@ -491,6 +677,7 @@ class Summarizer:
             max_own_err=s.max_own_err,
             max_own_err_name=s.max_own_err_name,
             culprit=self._culprit(),
+            coverage=self.coverage(),
         )
 
     def _culprit(self) -> Culprit | None:
@@ -502,9 +689,20 @@ class Summarizer:
         nodes = list(self._lowering.get(rec.onnx_fx_node, ())) if rec.onnx_fx_node else []
         if rec.onnx_node_name and rec.onnx_node_name not in nodes:
             nodes.append(rec.onnx_node_name)
+        why = _why(rec, rule, own)
+        if rule == RULE_AMPLIFIED:
+            own = rec.err_abs2
+            first = self._s.first_failure
+            by = _label(first) if first is not None else "a later node"
+            op = f" ({first.onnx_op_type})" if first is not None and first.onnx_op_type else ""
+            why = (
+                f"no node fails its own check, but its own error, {_percent(rec.err_scale2)} "
+                f"of its values' size ({_fmt(rec.err_abs2)}), is below atol {_fmt(rec.atol)} "
+                f"and is amplified by {by}{op}, the first value that fails"
+            )
         return Culprit(
             rule=rule,
-            why=_why(rec, rule, own),
+            why=why,
             step=rec.step,
             kind=rec.kind,
             ep_name=fx,
@@ -527,6 +725,7 @@ def summarize(
     node_inputs: Mapping[str, Sequence[str]] | Any | None = None,
     top: int = TOP_SUSPECTS,
     completion: Completion | None = None,
+    strict: bool = False,
 ) -> Summary:
     """Summarise records of a side-by-side run.
 
@@ -569,7 +768,24 @@ def summarize(
         recs = sorted(recs, key=lambda r: r.step)
     summary = Summarizer(node_inputs=node_inputs, top=top).extend(recs).summary()
     summary.completion = completion
+    summary.strict = strict
     return summary
+
+
+def _percent(ratio: float | None) -> str:
+    if ratio is None:
+        return "?"
+    return f"{ratio * 100:.2g}%" if ratio >= 1e-3 else f"{ratio:.2g}"
+
+
+def _uncompared_reason(rec: Record) -> str:
+    if rec.status == STATUS_UNPAIRED_ONNX:
+        return "no torch twin"
+    if rec.status in (STATUS_ERROR, STATUS_NOT_COMPUTED):
+        return "not computed"
+    if rec.status == STATUS_INTERNAL:
+        return "internal to a fused node"
+    return "not compared (random, empty or not a tensor)"
 
 
 def drift_text(drifted: int, verdict: str) -> str:

@@ -440,7 +440,11 @@ class SbsWidget(anywidget.AnyWidget):
         says so: its verdict is never pass)."""
         from .summary import summarize
 
-        return summarize(self.records, completion=self.session.completion)
+        return summarize(
+            self.records,
+            completion=self.session.completion,
+            strict=self.session.options.strict,
+        )
 
     def figure(self) -> Any:
         """A plotly Figure of the errors along execution order (log scale, exact zeros

@@ -23,8 +23,15 @@ from ..records import (
     Record,
 )
 from ..records import join_comments as _join
-from .names import TRANSFORM_AS_REAL, TRANSFORM_PERMUTE, TRANSFORM_TRANSPOSE, Pair, Pairing
-from .onnx_pairing import TRANSFORM_CAST, cast_value
+from .names import (
+    TRANSFORM_AS_REAL,
+    TRANSFORM_PERMUTE,
+    TRANSFORM_RESHAPE,
+    TRANSFORM_TRANSPOSE,
+    Pair,
+    Pairing,
+)
+from .onnx_pairing import cast_value
 from .sides import OnnxSide
 
 
@@ -56,21 +63,53 @@ class NotComputed:
 def as_candidate(pair: Pair, value: Any) -> Any:
     """A reference value in the candidate's layout and type (a folded transposition
     undone, a cast made)."""
-    if pair.transform == TRANSFORM_TRANSPOSE and isinstance(value, torch.Tensor):
-        return value.t()
-    if pair.transform == TRANSFORM_PERMUTE and isinstance(value, torch.Tensor):
-        return value.permute(pair.perm)
-    if pair.transform == TRANSFORM_CAST:
-        return cast_value(value, pair.cast_to)
-    if pair.transform == TRANSFORM_AS_REAL and isinstance(value, torch.Tensor):
-        return torch.view_as_real(value.resolve_conj()) if value.is_complex() else value
-    return value
+    value = as_expected(pair, value)
+    return value if pair.cast_to is None else cast_value(value, pair.cast_to)
 
 
 def as_expected(pair: Pair, value: Any) -> Any:
     """A reference value to compare with: in the candidate's layout, its own type (a
     cast pair is compared in the coarser type of the two)."""
-    return value if pair.transform == TRANSFORM_CAST else as_candidate(pair, value)
+    if not isinstance(value, torch.Tensor):
+        return value
+    if pair.transform == TRANSFORM_TRANSPOSE:
+        return value.t()
+    if pair.transform == TRANSFORM_PERMUTE:
+        return value.permute(pair.perm)
+    if pair.transform == TRANSFORM_AS_REAL:
+        return torch.view_as_real(value.resolve_conj()) if value.is_complex() else value
+    if pair.transform == TRANSFORM_RESHAPE:
+        if pair.squeeze is not None:
+            return _resqueezed(value, pair.squeeze)
+        if pair.shape is not None:
+            try:
+                return value.reshape(pair.shape)
+            except RuntimeError:
+                return value  # not the size the pair was made for: the comparison says so
+    return value
+
+
+def in_layout_of(pair: Pair, expected: Any, got: Any) -> Any:
+    """``expected`` in the shape of ``got`` for a pair that is one value in two shapes
+    (a reshape a graph tool moved), where their sizes agree; else unchanged."""
+    if pair.transform != TRANSFORM_RESHAPE or not isinstance(expected, torch.Tensor):
+        return expected
+    shape = tuple(getattr(got, "shape", ()))
+    if tuple(expected.shape) == shape or expected.numel() != int(np.prod(shape, dtype=np.int64)):
+        return expected
+    return expected.reshape(shape)
+
+
+def _resqueezed(value: torch.Tensor, axes: tuple[tuple[int, ...], tuple[int, ...]]) -> Any:
+    fx_ones, onnx_ones = axes
+    if value.dim() <= max(fx_ones, default=-1):
+        return value  # not the shape the pair was made for: the comparison says so
+    value = value.squeeze(fx_ones) if fx_ones else value
+    for axis in onnx_ones:
+        if axis > value.dim():
+            break
+        value = value.unsqueeze(axis)
+    return value
 
 
 class Pending:

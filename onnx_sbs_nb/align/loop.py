@@ -59,6 +59,7 @@ from .judging import (
     comparable,
     fill_first_comparison,
     fill_own_error,
+    in_layout_of,
     linear_check,
     own_error_inputs,
     proto_shape_type,
@@ -68,17 +69,19 @@ from .names import (
     PAIRED_BY_STATE_DICT,
     TRANSFORM_AS_REAL,
     TRANSFORM_PERMUTE,
+    TRANSFORM_RESHAPE,
     Pair,
     Pairing,
 )
 from .onnx_pairing import TRANSFORM_CAST, in_common_precision
 from .options import RESET_ALL, RunOptions
 from .plan import REF, Plan, schedule
-from .precision import INHERITED_NOTE
+from .precision import INHERITED_NOTE, looser_dtype
 from .randomness import random_values
 from .sides import FxSide, OnnxSide
 from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
 from .ties import TIE_NOTE, same_choice
+from .undefined import UNDEFINED_NOTE, undefined_values
 
 
 def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
@@ -179,6 +182,10 @@ class SideBySideRun:
         self._random = random_values(
             candidate.graph, candidate.tables.random_nodes, pairing.by_onnx
         )
+        # values of uninitialised memory (torch.empty...): shape and type only
+        fx_nodes = reference.nodes if isinstance(reference, FxSide) else ()
+        self._undefined = undefined_values(fx_nodes, pairing.by_onnx)
+        self._unproven_init = set(self._undefined)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -189,8 +196,12 @@ class SideBySideRun:
         # prepared values whose decomposition fixed a size on the example inputs
         # (``specialized.py``): set by a run that knows the user's program
         self.specialized: dict[str, Any] = {}
-        # pairs whose values turned out to differ in shape: not the same value after all
-        self._unproven: set[str] = set()
+        # pairs whose values turned out to differ in shape: not the same value after all;
+        # and values of no defined content: their torch value is never fed to the model
+        self._unproven: set[str] = self._unproven_init
+        # a model converted to a lower float precision than the program's: the looser
+        # dtype each of its values is computed from (its tolerance applies)
+        self._computed_in = candidate.low_precision_lineage(pairing)
         self._missing: set[str] = set()
         self._consumers: dict[str, list[int]] | None = None
         self._step_counter = 0
@@ -557,7 +568,7 @@ class SideBySideRun:
             pair = self.pairing.by_onnx[name]
             # a weight is the model's own constant: only replaced when named
             rec.reset = pair.fx_name in v.ref and (
-                (self.reset_all and name not in cand.initializers)
+                (self.reset_all and name not in cand.initializers and name not in self._undefined)
                 or name in self.reset_names
                 or pair.fx_name in self.reset_names
                 or (name in self._random and rec.status == STATUS_NOT_COMPARED)
@@ -860,6 +871,8 @@ class SideBySideRun:
             rec.comment = f"compared with the torch value permuted by {pair.perm}"
         elif pair.transform == TRANSFORM_AS_REAL:
             rec.comment = "complex torch value compared as the real pairs the export computes"
+        elif pair.transform == TRANSFORM_RESHAPE:
+            rec.comment = "compared with the torch value without (or with more) axes of size 1"
         elif pair.transform and pair.transform != TRANSFORM_CAST:
             rec.comment = f"compared with the {pair.transform}d torch weight"
         rec.comment = _join(rec.comment, cand.notes.get(name))
@@ -883,7 +896,8 @@ class SideBySideRun:
         expected = as_expected(pair, want)
         got = cand_env[name] if name in cand_env else cand.initializer(name)
         # the user's value is complex: show it as torch has it
-        rec.ep_shape_type = shape_type(want if pair.transform == TRANSFORM_AS_REAL else expected)
+        shown = want if pair.transform in (TRANSFORM_AS_REAL, TRANSFORM_RESHAPE) else expected
+        rec.ep_shape_type = shape_type(shown)
         rec.onnx_shape_type = shape_type(got)
         # a Python number (a size computed from symbolic shapes) is on no device
         rec.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
@@ -897,13 +911,18 @@ class SideBySideRun:
             rec.comment = _join(rec.comment, fixed.note())
             return rec
         expected, got = comparable(expected, got)
+        expected = in_layout_of(pair, expected, got)
         if expected is None:
             rec.status = STATUS_NOT_COMPARED
             rec.comment = _join(rec.comment, "not a tensor on both sides")
             return rec
-        if pair.transform == TRANSFORM_CAST:
+        if pair.cast_to is not None:
             expected, got, note = in_common_precision(expected, got)
             rec.comment = _join(rec.comment, note)
+        if name in self._undefined and _same_kind(expected, got):
+            rec.status = STATUS_NOT_COMPARED
+            rec.comment = _join(rec.comment, UNDEFINED_NOTE)
+            return rec
         if name in self._random and _same_kind(expected, got):
             rec.status = STATUS_NOT_COMPARED
             rec.comment = _join(
@@ -912,11 +931,20 @@ class SideBySideRun:
                 "are compared; the nodes after it continue from the torch value",
             )
             return rec
-        inherited = self.reference.inherited.get(pair.fx_name)
+        inherited = looser_dtype(
+            self.reference.inherited.get(pair.fx_name), self._computed_in.get(name)
+        )
         d = compare(expected, got, self.atol, self.rtol, inherited, pair.kind == KIND_WEIGHT)
         if inherited is not None and d.passed and self._inherited_made_it_pass(d, expected, got):
             rec.comment = _join(rec.comment, INHERITED_NOTE.format(dtype=inherited))
-        if d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
+        if d.shape_mismatch and pair.declared and pair.rule != PAIRED_BY_NAME:
+            # the model declares the program's shape and computes another: its lowering
+            rec.comment = _join(
+                rec.comment,
+                f"the model declares this value as {rec.ep_shape_type} (the program's shape) "
+                f"but computes {rec.onnx_shape_type}: the lowering makes the wrong shape",
+            )
+        elif d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
             # A pair made from metadata or position is a guess that the shapes disprove:
             # not the same value, so neither a mismatch of the export nor a torch input.
             self._unproven.add(name)
@@ -974,13 +1002,18 @@ class SideBySideRun:
             rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
             return
         e2, g2 = comparable(as_expected(pair, want), own_value)
-        if e2 is not None and pair.transform == TRANSFORM_CAST:
+        e2 = in_layout_of(pair, e2, g2)
+        if e2 is not None and pair.cast_to is not None:
             e2, g2, _ = in_common_precision(e2, g2)
         if e2 is not None:
-            d2 = compare(e2, g2, self.atol, self.rtol)
+            d2 = compare(e2, g2, self.atol, self.rtol, self._computed_in.get(name))
             tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
             if tie is not None and _tied(d2, tie, e2, g2):
                 d2.passed = True
                 if TIE_NOTE not in (rec.comment or ""):
                     rec.comment = _join(rec.comment, TIE_NOTE)
             fill_own_error(rec, d2, device_of(own_value))
+            if d2.passed and d2.err_abs:
+                scale = largest_magnitude(e2)
+                if scale:
+                    rec.err_scale2 = d2.err_abs / scale

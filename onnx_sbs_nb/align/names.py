@@ -42,6 +42,7 @@ from ..records import (
     PAIRED_BY_NAME,
     PAIRED_BY_POSITION,
     PAIRED_BY_STATE_DICT,
+    PAIRED_BY_STRUCTURE,
 )
 
 FX_NODE_KEY = "pkg.torch.onnx.fx_node"
@@ -49,11 +50,17 @@ ORIGINAL_NAME_KEY = "pkg.torch.onnx.original_node_name"
 _FX_NAME = re.compile(r"^%([^\s:]+)\s*:")
 
 TRANSFORM_TRANSPOSE = "transpose"
+# the ONNX value is the fx value with size-1 axes removed or added (onnxsim and other graph
+# tools squeeze a batch of one away): Pair.squeeze holds (fx axes, ONNX axes) of size 1
 TRANSFORM_RESHAPE = "reshape"
 TRANSFORM_PERMUTE = "permute"  # the ONNX value is the fx value with its axes permuted (perm)
 # the ONNX value is the complex fx value as real pairs: ONNX has no complex arithmetic, so
 # the exporter computes torch.fft and complex products on [..., 2] tensors
 TRANSFORM_AS_REAL = "as_real"
+# the ONNX value is the fx value in another float type (a model converted to float16 or
+# bfloat16 computes in it): compared in the coarser type, fed to the model cast to it
+TRANSFORM_CAST = "cast"
+_FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _REAL_OF_COMPLEX = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
@@ -66,6 +73,14 @@ class Pair:
     transform: str | None = None  # how to turn the fx value into the ONNX one
     cast_to: int | None = None  # for a cast: the ONNX element type of the candidate value
     perm: tuple[int, ...] | None = None  # the permutation of TRANSFORM_PERMUTE
+    # TRANSFORM_RESHAPE: the size-1 axes of the fx value and of the ONNX value
+    squeeze: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # TRANSFORM_RESHAPE otherwise: the ONNX value's shape (-1 for its one unknown axis)
+    shape: tuple[int, ...] | None = None
+    # the model declares the value with the fx value's static shape, every axis known: a
+    # pair made by metadata, place or structure whose computed shape then differs is the
+    # lowering's error (it computes another shape than it declares), not another value
+    declared: bool = False
 
 
 @dataclass
@@ -256,6 +271,45 @@ def value_transform(node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | Non
     return TRANSFORM_AS_REAL if as_real_compatible(node, onnx_type, onnx_shape) else False
 
 
+def size_one_axes(
+    fx_shape: tuple | None, onnx_shape: tuple | None
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(fx axes, ONNX axes) of size 1 when the two shapes differ only by such axes (the
+    same elements in the same order), else None."""
+    if fx_shape is None or onnx_shape is None or len(fx_shape) == len(onnx_shape):
+        return None
+    fx_rest = [d for d in fx_shape if d != 1]
+    onnx_rest = [d for d in onnx_shape if d != 1]
+    if len(fx_rest) != len(onnx_rest) or not shapes_compatible(tuple(fx_rest), tuple(onnx_rest)):
+        return None
+    return (
+        tuple(i for i, d in enumerate(fx_shape) if d == 1),
+        tuple(i for i, d in enumerate(onnx_shape) if d == 1),
+    )
+
+
+def _other_float(node: torch.fx.Node, onnx_type: Any) -> bool:
+    """Whether the ONNX value holds the fx value in another float type, same rank."""
+    fx_type = fx_value_type(node)
+    if fx_type is None or onnx_type is None or fx_type[0] not in _FLOAT_DTYPES:
+        return False
+    dtype = ONNX_TO_TORCH.get(onnx_type[0])
+    rank = onnx_type[1]
+    return dtype in _FLOAT_DTYPES and dtype != fx_type[0] and rank in (None, fx_type[1])
+
+
+def _squeezed(
+    node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | None
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    fx_type = fx_value_type(node)
+    if fx_type is None or onnx_type is None:
+        return None
+    dtype = ONNX_TO_TORCH.get(onnx_type[0])
+    if dtype is not None and dtype != fx_type[0]:
+        return None
+    return size_one_axes(fx_value_shape(node), onnx_shape)
+
+
 def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair) -> None:
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one)."""
@@ -286,14 +340,189 @@ def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try
             transposed = (
                 len(dims) == 2
                 and shape == dims[::-1]
-                and (
-                    shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target))
-                )
+                and (shape != dims or _multiplies_by_transpose(node, inp, fx_node))
             )
             if transposed:
                 try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
             elif shape == dims:
                 try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
+
+
+def _multiplies_by_transpose(node: onnx.NodeProto, weight: str, fx_node: torch.fx.Node) -> bool:
+    """Whether a square weight ``weight`` of ONNX ``node`` holds the transposition of the
+    fx node's weight: a linear's ``x @ W.T`` as a MatMul, or a Gemm reading it untransposed."""
+    if "linear" not in str(fx_node.target):
+        return False
+    if node.op_type == "MatMul":
+        return True
+    if node.op_type == "Gemm" and len(node.input) > 1 and node.input[1] == weight:
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return trans_b == 0
+    return False
+
+
+# fx views whose ONNX lowering is a Reshape, and the ONNX ops a graph tool leaves for them
+_FX_VIEWS = ("aten.view", "aten._unsafe_view", "aten.reshape", "aten.squeeze",
+             "aten.unsqueeze", "aten.flatten", "aten.expand_dims")  # fmt: skip
+_ONNX_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> int:
+    """A paired view (an fx ``view``/``reshape`` whose ONNX value a Reshape makes): the
+    Reshape's data input is the view's input, in another shape.  Graph tools move
+    reshapes around a MatMul turned Gemm, and the fx value before the view keeps no ONNX
+    value of its own shape.  Returns how many pairs were made."""
+    made = 0
+    for node in g.node:
+        if node.op_type not in _ONNX_VIEWS or node.domain not in ("", "ai.onnx"):
+            continue
+        if not node.input or not node.output or node.input[0] in pairing.by_onnx:
+            continue
+        pairs = pairing.by_onnx.get(node.output[0])
+        fx = fx_nodes.get(pairs.fx_name) if pairs is not None else None
+        if fx is None or not str(fx.target).startswith(_FX_VIEWS) or not fx.args:
+            continue
+        src = fx.args[0]
+        if not isinstance(src, torch.fx.Node) or src.name in pairing.by_fx:
+            continue
+        if _numel(fx_value_shape(src)) != _numel(onnx_shapes.get(node.input[0])):
+            continue
+        made += try_pair(node.input[0], src.name, PAIRED_BY_STRUCTURE, TRANSFORM_RESHAPE)
+    return made
+
+
+# fx targets lowered to one ONNX node of that op, operands in the same order (the last
+# two may swap: both ops are commutative)
+_ONE_NODE_LOWERINGS = {
+    "aten.add.Tensor": "Add", "aten.sub.Tensor": "Sub", "aten.mul.Tensor": "Mul",
+    "aten.div.Tensor": "Div", "aten.tanh.default": "Tanh", "aten.relu.default": "Relu",
+    "aten.sigmoid.default": "Sigmoid", "aten.exp.default": "Exp", "aten.log.default": "Log",
+    "aten.sqrt.default": "Sqrt", "aten.neg.default": "Neg", "aten.erf.default": "Erf",
+    "aten.abs.default": "Abs", "aten.rsqrt.default": "Reciprocal", "aten.cos.default": "Cos",
+    "aten.sin.default": "Sin", "aten.bmm.default": "MatMul", "aten.mm.default": "MatMul",
+    "aten.matmul.default": "MatMul", "aten.pow.Tensor_Tensor": "Pow",
+    "aten.where.self": "Where", "aten.maximum.default": "Max", "aten.minimum.default": "Min",
+}  # fmt: skip
+_COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min"})
+
+
+def _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair) -> int:
+    """The operands of a paired one-node lowering (an ``aten.add`` whose value an ``Add``
+    makes) are the fx node's operands: graph tools rename the values between nodes (a
+    bias Add of zeros removed, a reshape folded), and the node reading them says which
+    they are.  Operands pair only where the others agree (an anchor), or alone."""
+    made = 0
+    constants = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    for node in g.node:
+        if not node.output:
+            continue
+        pair = pairing.by_onnx.get(node.output[0])
+        fx = fx_nodes.get(pair.fx_name) if pair is not None else None
+        if fx is None or fx.op != "call_function" or fx.kwargs:
+            continue
+        if _ONE_NODE_LOWERINGS.get(str(fx.target)) != node.op_type or pair.transform:
+            continue
+        onnx_args = [i for i in node.input if i and i not in initializers and i not in constants]
+        fx_args = [
+            _through_copies(a, pairing)
+            for a in fx.args
+            if isinstance(a, torch.fx.Node) and a.name not in weights
+        ]
+        if len(onnx_args) != len(fx_args) or len(fx_args) != len(
+            [a for a in fx.args if isinstance(a, torch.fx.Node)]
+        ):
+            continue
+        orders = [fx_args]
+        if node.op_type in _COMMUTATIVE and len(fx_args) == 2:
+            orders.append(fx_args[::-1])
+        for order in orders:
+            loose = [
+                (o, f) for o, f in zip(onnx_args, order)
+                if o not in pairing.by_onnx and f.name not in pairing.by_fx
+            ]  # fmt: skip
+            bound = [(o, f) for o, f in zip(onnx_args, order) if (o, f) not in loose]
+            if any(
+                o not in pairing.by_onnx or pairing.by_onnx[o].fx_name != f.name for o, f in bound
+            ):
+                continue  # the other operands disagree in this order
+            if len(loose) == 1:
+                made += try_pair(loose[0][0], loose[0][1].name, PAIRED_BY_STRUCTURE)
+            break
+    return made
+
+
+# fx nodes that pass their first argument's value on: the exporter lowers them to nothing
+_FX_COPIES = ("aten.clone.default", "aten.alias.default", "aten.detach.default",
+              "aten.lift_fresh_copy.default")  # fmt: skip
+
+
+def _through_copies(node: torch.fx.Node, pairing: Pairing) -> torch.fx.Node:
+    """The fx value a chain of copies starts from, unless a copy is paired itself."""
+    while (
+        node.name not in pairing.by_fx
+        and node.op == "call_function"
+        and str(node.target) in _FX_COPIES
+        and node.args
+        and isinstance(node.args[0], torch.fx.Node)
+    ):
+        node = node.args[0]
+    return node
+
+
+def _reshape_target(shape: tuple | None) -> tuple[int, ...] | None:
+    if shape is None or sum(d is None for d in shape) > 1:
+        return None
+    return tuple(-1 if d is None else d for d in shape)
+
+
+def _numel(shape: tuple | None) -> int | None:
+    if shape is None or any(d is None for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _fx_of_paired(g, fx_of: list[str | None], pairing: Pairing) -> list[str | None]:
+    """Each ONNX node's fx node: the one its metadata names, else (metadata removed by a
+    graph tool) the fx node one of its outputs is paired with, else the one all the
+    consumers of its outputs belong to (a MatMul whose product only its bias Add reads
+    is part of the linear the Add's value is paired with)."""
+    out: list[str | None] = []
+    for node, fx_name in zip(g.node, fx_of):
+        if fx_name is None:
+            for o in node.output:
+                p = pairing.by_onnx.get(o)
+                if p is not None and p.kind != KIND_INPUT:
+                    fx_name = p.fx_name
+                    break
+        out.append(fx_name)
+    consumers: dict[str, list[int]] = {}
+    for k, node in enumerate(g.node):
+        for i in node.input:
+            consumers.setdefault(i, []).append(k)
+    graph_outputs = {o.name for o in g.output}
+    for k in range(len(out) - 1, -1, -1):
+        if out[k] is not None:
+            continue
+        owners = set()
+        for o in g.node[k].output:
+            if o in graph_outputs:
+                owners.add(None)
+            owners.update(out[c] for c in consumers.get(o, ()))
+        if len(owners) == 1:
+            out[k] = owners.pop()
+    return out
+
+
+def structural_lowering(model: onnx.ModelProto, pairing: Pairing) -> list[str | None]:
+    """For a model that carries no exporter metadata (a graph tool removed it): the fx
+    node each ONNX node belongs to, from the pairs (a node whose value is paired with an
+    fx node, and the nodes that only feed it), so blame still names a lowering with the
+    ONNX nodes it holds."""
+    g = model.graph
+    return _fx_of_paired(g, [None] * len(g.node), pairing)
 
 
 def _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
@@ -587,12 +816,40 @@ def pair_values(
             and not ("getitem" in str(node.target) and node.args and str(node.args[0]) in trusted)
         ):
             return False
-        if transform is None:
+        squeeze = None
+        if transform == TRANSFORM_RESHAPE:
+            fx_type, onnx_type = fx_value_type(node), onnx_types.get(onnx_name)
+            if fx_type is None or onnx_type is None:
+                return False
+            same = ONNX_TO_TORCH.get(onnx_type[0]) == fx_type[0]
+            if not same and not _other_float(node, (onnx_type[0], None)):
+                return False
+        elif transform is None:
             how = value_transform(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name))
+            if how is False and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA):
+                squeeze = _squeezed(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name))
+                how = TRANSFORM_RESHAPE if squeeze is not None else False
+            if how is False and _other_float(node, onnx_types.get(onnx_name)):
+                if shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name)):
+                    how = TRANSFORM_CAST
             if how is False:
                 return False
             transform = None if how is True else how
-        pairing.add(Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform))
+        pair = Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform)
+        pair.squeeze = squeeze
+        if transform is None:
+            declared, fx_shape = onnx_shapes.get(onnx_name), fx_value_shape(node)
+            pair.declared = (
+                declared is not None
+                and fx_shape is not None
+                and None not in fx_shape
+                and tuple(declared) == fx_shape
+            )
+        if transform == TRANSFORM_RESHAPE and squeeze is None:
+            pair.shape = _reshape_target(onnx_shapes.get(onnx_name))
+        if transform == TRANSFORM_CAST or _other_float(node, onnx_types.get(onnx_name)):
+            pair.cast_to = onnx_types[onnx_name][0]
+        pairing.add(pair)
         return True
 
     # 1. exact names (node outputs, graph inputs, folded constants named after fx nodes)
@@ -611,7 +868,6 @@ def pair_values(
     # weights folded into new initializers (e.g. the transposed weight of a linear)
     fx_of = (metadata or FxMetadata(model)).names  # read once: protobuf is slow
     _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair)
-
     # 3. node metadata: the last ONNX node implementing an unpaired fx node
     _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
 
@@ -620,6 +876,18 @@ def pair_values(
 
     # 4b. the parts of a split whose lowering lost its metadata, by their place
     _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+
+    # 4c. a graph tool that dropped the metadata or renamed values: the values around
+    # paired ones, until nothing more pairs
+    if not all(fx_of) or len(pairing.by_onnx) < len(produced):
+        for _ in range(4):
+            made = _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+            made += _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair)
+            fx_by_pairs = _fx_of_paired(g, fx_of, pairing)
+            before = len(pairing.by_onnx)
+            _pair_folded_weights(g, fx_by_pairs, fx_nodes, initializers, weights, pairing, try_pair)
+            if not made and len(pairing.by_onnx) == before:
+                break
 
     # 5. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (onnx_outputs, fx_outputs)):

@@ -56,14 +56,13 @@ from .names import (
     _FX_NAME,
     FX_NODE_KEY,
     ORIGINAL_NAME_KEY,
+    TRANSFORM_CAST,
     Pair,
     Pairing,
     fx_name_from_metadata,
     onnx_value_types,
 )
 from .optimized import META_REPLACED
-
-TRANSFORM_CAST = "cast"  # compare after casting the candidate value to the reference dtype
 
 _FLOATS = frozenset(
     {

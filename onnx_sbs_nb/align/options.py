@@ -55,6 +55,8 @@ class RunOptions:
     - ``trust_pickles``: the ``.pt2`` and inputs files given by path are trusted: they are
       loaded as ``torch.export.load`` and ``torch.load(weights_only=False)`` do, which can
       run code from them.  Off by default: a file that needs code to load is refused.
+    - ``strict``: a pass that compared under half of the ONNX nodes ("PASS on N of M",
+      ``Summary.partial``) is a fail in the summary, the verdict and the exit code.
     """
 
     runner: Any = "onnxruntime"
@@ -71,6 +73,7 @@ class RunOptions:
     providers: tuple[Any, ...] | None = None
     trust_pickles: bool = False
     time_nodes: bool = False
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.runner, str) and self.runner not in RUNNER_NAMES:
@@ -87,7 +90,7 @@ class RunOptions:
             )
         self.atol = _tolerance("atol", self.atol)
         self.rtol = _tolerance("rtol", self.rtol)
-        for flag in ("exc", "own_error", "trust_pickles", "time_nodes"):
+        for flag in ("exc", "own_error", "trust_pickles", "time_nodes", "strict"):
             if not isinstance(getattr(self, flag), bool):
                 raise SbsInputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.reset not in (None, RESET_ALL):
@@ -178,6 +181,7 @@ class RunOptions:
             "providers": [_provider_name(p) for p in self.providers or ()] or None,
             "trust_pickles": self.trust_pickles,
             "time_nodes": self.time_nodes,
+            "strict": self.strict,
         }
 
 

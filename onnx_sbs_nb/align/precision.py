@@ -71,3 +71,50 @@ def inherited_precision(nodes: list[torch.fx.Node]) -> dict[str, str]:
         ):
             looser[node.name] = loosest
     return looser
+
+
+def onnx_inherited_precision(
+    model: Any, inputs: list[tuple[str, ...]], outputs: list[tuple[str, ...]]
+) -> dict[str, str]:
+    """ONNX value name -> the float dtype whose default tolerance its value inherits, for
+    the values where that is looser than their own dtype's: a model converted to float16
+    (weights stored in it, float32 kept at its inputs and outputs, or around blocked ops)
+    computes its float32 values from float16 ones.  ``inputs``/``outputs``: the names
+    each node reads and writes, in the model's order."""
+    from .names import onnx_value_types
+
+    types = onnx_value_types(model)
+    floor: dict[str, str | None] = {}
+    for init in model.graph.initializer:
+        floor[init.name] = _onnx_float(init.data_type)
+    looser: dict[str, str] = {}
+    for ins, outs in zip(inputs, outputs):
+        loosest = None
+        for name in ins:
+            loosest = _looser(loosest, floor.get(name))
+        for o in outs:
+            if not o:
+                continue
+            own = _onnx_float(types[o][0]) if o in types else None
+            floor[o] = _looser(loosest, own)
+            if (
+                loosest is not None
+                and own is not None
+                and default_tolerance(loosest) > default_tolerance(own)
+            ):
+                looser[o] = loosest
+    return looser
+
+
+def _onnx_float(elem_type: int) -> str | None:
+    from ..dtypes import ONNX_TO_TORCH
+
+    dtype = ONNX_TO_TORCH.get(elem_type)
+    if dtype is None or not dtype.is_floating_point:
+        return None
+    return str(dtype).replace("torch.", "")
+
+
+def looser_dtype(a: str | None, b: str | None) -> str | None:
+    """The float dtype name of the two whose default tolerance is the looser."""
+    return _looser(a, b)

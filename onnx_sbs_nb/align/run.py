@@ -34,10 +34,12 @@ from .names import (
     FxMetadata,
     Pairing,
     pair_values,
+    structural_lowering,
 )
 from .options import RunOptions
 from .prep_check import structure_digest
 from .program import (
+    PREPARED_BY_EXPORTER,
     PREPARED_FROM_ONNX_PROGRAM,
     PREPARED_REPRODUCED,
     PreparedProgram,
@@ -133,6 +135,8 @@ class AlignedRun(SideBySideRun):
             )
             deployment.link(pairing, original)
         _check_pairing(pairing, model, bound)
+        if model is exported and not any(metadata.names):
+            candidate.lowering = candidate.tables.lowering = structural_lowering(model, pairing)
         options = _reset_names_in_program_words(options, pairing, provenance)
         # the ONNX graph inputs are the torch inputs they pair with
         for name in candidate.graph_inputs:
@@ -182,6 +186,14 @@ def _trusted_fx_nodes(
     why = disagreement(prepared.program, model, metadata)
     if why is None:
         return None, None
+    if prepared.source == PREPARED_BY_EXPORTER and not any(metadata.texts):
+        # graph tools (onnxslim, onnxsim, fusions) drop every node's metadata but keep
+        # the value names, which the exporter gave after this very program's fx nodes:
+        # nothing contradicts them, and each pair is still proven by dtype and shape
+        return None, (
+            "the ONNX model carries no exporter metadata (a graph tool removed it): values "
+            "are paired by their names, which the exporter gave after the program's fx nodes"
+        )
     trusted = agreeing_nodes(prepared.program, model, metadata)
     return trusted, (
         f"the program prepared here is not exactly the one the ONNX model was lowered from "

@@ -22,7 +22,7 @@ from .fx_limits import check_fx_output_size, fx_size_rule
 from .limits import check_output_size
 from .names import FxMetadata, fx_name_from_metadata, lowering_of_nodes, returned_outputs
 from .plan import SideGraph
-from .precision import inherited_precision
+from .precision import inherited_precision, onnx_inherited_precision
 from .program import ProgramInputs
 from .provenance import Provenance
 from .randomness import random_nodes
@@ -59,6 +59,29 @@ def _target_text(t: Any) -> str:
         except Exception:
             pass
     return str(name or t)
+
+
+def _per_slot(values: Any, declared: Sequence[str]) -> list[Any]:
+    """A runner's values, one per declared output slot of the node (None where an
+    optional output is omitted, ``''``): a runner may return only the outputs the node
+    names (``SkipSimplifiedLayerNormalization`` with outputs ``[y, '', '', sum]``)."""
+    if not isinstance(values, list | tuple):
+        raise TypeError(f"the runner returned a {type(values).__name__}, not a list of values")
+    if len(values) == len(declared):
+        return list(values)
+    present = [k for k, o in enumerate(declared) if o]
+    if len(values) == len(present):
+        slots: list[Any] = [None] * len(declared)
+        for k, v in zip(present, values):
+            slots[k] = v
+        return slots
+    raise ValueError(
+        f"the runner returned {len(values)} values for a node with {len(present)} outputs"
+    )
+
+
+def _lower(elem_type: int) -> bool:
+    return elem_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
 def onnx_node_name(node: onnx.NodeProto, k: int) -> str:
@@ -304,6 +327,8 @@ class OnnxTables:
     node_facts: list[tuple[str, str, str]] = field(default_factory=list)
     # OnnxSide.describe_candidate's answers (structure only: the same each run)
     described: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per value: the looser float dtype it is computed from (precision.py), made once
+    computed_in: dict[str, str] | None = None
 
     @classmethod
     def of(
@@ -381,6 +406,23 @@ class OnnxSide:
     def value_kind(self) -> str:
         return self.runner.value_kind
 
+    def low_precision_lineage(self, pairing: Any) -> dict[str, str]:
+        """For a model that stores the program's weights in a lower float precision (a
+        converter made it float16 or bfloat16): each value computed from lower-precision
+        values, and that dtype.  Empty for a model that keeps the program's precision:
+        there an export computing in float16 where the program does not is an error."""
+        converted = any(
+            p.cast_to is not None and p.kind == KIND_WEIGHT and _lower(p.cast_to)
+            for p in pairing.by_onnx.values()
+        )
+        if not converted:
+            return {}
+        if self.tables.computed_in is None:
+            self.tables.computed_in = onnx_inherited_precision(
+                self.model, self.graph.inputs, self.graph.outputs
+            )
+        return self.tables.computed_in
+
     @property
     def name(self) -> str:
         return str(getattr(self.runner, "name", "custom"))
@@ -447,7 +489,7 @@ class OnnxSide:
         facts = self.tables.node_facts
         check_output_size(self.nodes[idx], inputs, self.device, facts[idx][:2] if facts else None)
         fn = self.fn(idx)
-        outputs = fn(inputs)
+        outputs = _per_slot(fn(inputs), self.graph.outputs[idx])
         note = getattr(fn, "fallback_reason", None)
         if note:
             for o in self.nodes[idx].output:
