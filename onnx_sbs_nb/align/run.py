@@ -18,7 +18,7 @@ from ..device import device_name
 from ..records import KIND_INPUT, Record, RunStatus
 from .deployed import deploy
 from .guards import check_input_shapes
-from .judging import SbsMismatchError
+from .judging import SbsMismatchError, as_candidate
 from .loading import (
     SbsInputError,
     load_exported_program,
@@ -142,7 +142,8 @@ class AlignedRun(SideBySideRun):
         for name in candidate.graph_inputs:
             pair = pairing.by_onnx.get(name)
             if pair is not None:
-                candidate.feeds[name] = reference.leaf_value(pair.fx_name)
+                # a model converted to float16 takes its inputs in float16: cast them
+                candidate.feeds[name] = as_candidate(pair, reference.leaf_value(pair.fx_name))
         super().__init__(reference, candidate, pairing, options, status)
         self.specialized = specialized_values(
             program, self.ep, provenance, bound.values, bound.user_inputs
@@ -263,7 +264,10 @@ def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None
             from ..dtypes import ONNX_TO_TORCH
 
             expected = ONNX_TO_TORCH.get(tt.elem_type)
-            if expected is not None and expected != value.dtype:
+            both_float = expected is not None and expected.is_floating_point
+            if both_float and value.dtype.is_floating_point and pair.cast_to is not None:
+                pass  # a model converted to another float type: the input is cast to it
+            elif expected is not None and expected != value.dtype:
                 raise SbsInputError(
                     f"input {pair.fx_name!r} has dtype {value.dtype} but the ONNX input "
                     f"{inp.name!r} expects {expected}: convert the input"
