@@ -41,7 +41,14 @@ def add_precision_command(sub: Any) -> None:
         "--max-rounds", type=int, default=4, help="conversions tried with the block list"
     )
     p.add_argument(
-        "-o", "--output", metavar="FILE.json", help="the advice as JSON (node_block_list...)"
+        "-o",
+        "--output",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="FILE.json: the advice (node_block_list, op_block_list, ranked nodes); "
+        "FILE.html: the float32 model against its conversion with the advice on top; "
+        ".xlsx, .csv, .jsonl: that run's records",
     )
     p.add_argument(
         "--save-model", metavar="FILE.onnx", help="the model converted with the block list"
@@ -50,8 +57,10 @@ def add_precision_command(sub: Any) -> None:
 
 
 def cmd_precision(args: argparse.Namespace) -> int:
-    from .align.precision_advisor import advise_precision, save_advised_model, write_advice
+    from .align.precision_advisor import advise_precision, save_advised_model
     from .cli import CliError, _path
+    from .precision_report import ADVICE_SUFFIX, write_precision_outputs
+    from .report import REPORT_SUFFIXES
 
     for flag, value in (
         ("--onnx", args.onnx),
@@ -61,15 +70,14 @@ def cmd_precision(args: argparse.Namespace) -> int:
     ):
         if value is not None and not _path(value, flag).is_file():
             raise CliError(f"{flag} {value!r}: no such file")
-    for flag, value, suffix in (
-        ("-o", args.output, ".json"),
-        ("--save-model", args.save_model, ".onnx"),
-    ):
-        if value is None:
-            continue
+    suffixes = (ADVICE_SUFFIX, *REPORT_SUFFIXES)
+    checked = [("-o", o, suffixes) for o in args.output]
+    if args.save_model is not None:
+        checked.append(("--save-model", args.save_model, (".onnx",)))
+    for flag, value, allowed in checked:
         path = _path(value, flag)
-        if path.suffix.lower() != suffix:
-            raise CliError(f"{flag} {value!r}: name it with {suffix}")
+        if path.suffix.lower() not in allowed:
+            raise CliError(f"{flag} {value!r}: name it with one of {', '.join(allowed)}")
         why = writable_location(path)
         if why:
             raise CliError(why)
@@ -88,9 +96,8 @@ def cmd_precision(args: argparse.Namespace) -> int:
             progress=bar,
         )
     print(advice.to_text())
-    if args.output:
-        write_advice(advice, args.output)
-        print(f"wrote {args.output}")
+    for path in write_precision_outputs(advice, args.output):
+        print(f"wrote {path}")
     if args.save_model:
         if advice.model is None:
             raise SbsInputError("no advised model to save")

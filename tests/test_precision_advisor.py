@@ -140,6 +140,13 @@ def test_the_users_own_conversion_is_the_first_candidate():
     assert gemm in advice.kept and gemm in advice.node_block_list and advice.agrees
 
 
+def test_without_the_converter_the_error_says_what_to_install(monkeypatch):
+    ep, onx, args = exported("faithful")
+    monkeypatch.setitem(sys.modules, "onnxconverter_common", None)  # import fails
+    with pytest.raises(SbsInputError, match=r"pip install 'onnx_sbs_nb\[precision\]'"):
+        advise_precision(ep, onx, args)
+
+
 def test_bad_inputs_say_what_to_fix():
     ep, onx, args = exported("faithful")
     half = convert_model(onx, "float16")
@@ -190,16 +197,23 @@ def test_cli_writes_the_block_list_and_exits_by_the_verdict(tmp_path):
     torch.export.save(ep, str(prog))
     out = tmp_path / "blocklist.json"
     os.symlink(tmp_path / "elsewhere.json", out)
-    saved = tmp_path / "m16.onnx"
+    saved, report, records = tmp_path / "m16.onnx", tmp_path / "r.html", tmp_path / "r.jsonl"
     r = _cli(
         "--onnx", str(model), "--inputs", str(inputs), "--ep", str(prog),
-        "-o", str(out), "--save-model", str(saved), cwd=tmp_path,
+        "-o", str(out), str(report), str(records), "--save-model", str(saved), cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "AGREES" in r.stdout and "node_block_list" in r.stdout
     assert not out.is_symlink() and not (tmp_path / "elsewhere.json").exists()
     assert json.loads(out.read_text())["node_block_list"][0] == "node_sum_1"
     assert onnx.load(str(saved)).graph.node
+    # the report: the advice's section above the run of the float32 model against the
+    # conversion, whose records show the overflowing sum
+    page = report.read_text()
+    section = page[page.index('<section class="onnx-sbs-precision"') :]
+    section = section[: section.index("</section>")]
+    assert "AGREES" in section and "node_sum_1" in section and "node_block_list=" in section
+    assert "sum_1" in records.read_text()
 
     # one round is not enough for the cancellation in bfloat16: still disagrees
     ep, onx, args = exported("cancel")
@@ -219,4 +233,4 @@ def test_cli_writes_the_block_list_and_exits_by_the_verdict(tmp_path):
     r = _cli("--onnx", str(model), "--inputs", str(inputs), cwd=tmp_path)
     assert r.returncode == 2 and "already in float16" in r.stderr
     r = _cli("--onnx", str(model), "--inputs", str(inputs), "-o", "x.txt", cwd=tmp_path)
-    assert r.returncode == 2 and ".json" in r.stderr
+    assert r.returncode == 2 and ".json" in r.stderr and not (tmp_path / "x.txt").exists()

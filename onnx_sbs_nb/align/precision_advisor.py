@@ -37,7 +37,7 @@ import torch
 
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
-from ..records import KIND_NODE, KIND_OUTPUT
+from ..records import KIND_NODE, KIND_OUTPUT, Record
 from .loading import load_exported_program, load_inputs, load_onnx_model
 from .names import fx_name_from_metadata
 from .onnx_pairing import cast_value
@@ -115,6 +115,8 @@ class PrecisionAdvice:
     keep_io_types: bool
     elapsed: float = 0.0
     model: onnx.ModelProto | None = field(default=None, repr=False)  # the advised model
+    # the records of the first round: the float32 model against the conversion as given
+    records: list[Record] = field(default_factory=list, repr=False)
 
     @property
     def agrees(self) -> bool:
@@ -443,8 +445,9 @@ def _measure(
     runner: str,
     progress: Progress | None,
     phase: str,
-) -> tuple[dict[str, AdvisedNode], set[str], int]:
-    """(reference node -> advised node, nodes the candidate keeps in float32, measured)."""
+) -> tuple[dict[str, AdvisedNode], set[str], int, list[Record]]:
+    """(reference node -> advised node, nodes the candidate keeps in float32, how many
+    low-precision nodes were measured, the run's records)."""
     from .two_models import two_model_run
 
     producer = {o: n for n in reference.graph.node for o in n.output if o}
@@ -505,7 +508,7 @@ def _measure(
         prev = found.get(ref_node.name)
         if prev is None or _rank(node) < _rank(prev):
             found[ref_node.name] = node
-    return found, kept, measured
+    return found, kept, measured, records
 
 
 def _with_progress(run: Any, progress: Progress | None, phase: str) -> Any:
@@ -636,7 +639,7 @@ def advise_precision(
     ref_out = _run_model(reference, feeds, False)
     before = _output_error(ref_out, _run_model(candidate, feeds, True), atol, rtol)
 
-    found, kept, measured = _measure(
+    found, kept, measured, records = _measure(
         reference, candidate, feeds, dtype, atol, rtol, scales, runner, progress, "round 1"
     )
     nodes = dict(found)
@@ -650,7 +653,7 @@ def advise_precision(
         if after.passed or rounds == max_rounds:
             break
         rounds += 1
-        more, _, _ = _measure(
+        more, _, _, _ = _measure(
             reference, model, feeds, dtype, atol, rtol, scales, runner, progress, f"round {rounds}"
         )
         new = {k: v for k, v in more.items() if k not in block}
@@ -685,6 +688,7 @@ def advise_precision(
         keep_io_types=bool(keep_io_types),
         elapsed=time.monotonic() - start,
         model=model,
+        records=records,
     )
 
 
