@@ -113,6 +113,18 @@ def test_a_faithful_model_needs_no_block_list():
     json.dumps(advice.to_dict())
 
 
+def test_an_attention_mask_of_float32s_lowest_is_no_overflow_that_matters():
+    # the mask (-3.4e38) is -inf in float16: the Softmax it feeds gives the same zeros
+    from .models import CausalAttention
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    ep, onx = export(CausalAttention(), (x,))
+    advice = advise_precision(ep, onx, (x,), dtype="float16")
+    assert advice.nodes == [] and advice.node_block_list == [], advice.to_text()
+    assert advice.agrees
+
+
 def test_a_cancellation_is_named_and_its_input_kept_in_float32_in_bfloat16():
     ep, onx, args = exported("cancel")
     advice = advise_precision(ep, onx, args, dtype="bfloat16")
@@ -138,6 +150,19 @@ def test_the_users_own_conversion_is_the_first_candidate():
     theirs = float16.convert_float_to_float16(onx, keep_io_types=True, node_block_list=[gemm])
     advice = advise_precision(None, onx, args, dtype="float16", converted=theirs)
     assert gemm in advice.kept and gemm in advice.node_block_list and advice.agrees
+
+
+def test_a_half_precision_export_of_the_same_module_is_a_conversion_too():
+    import copy
+
+    torch.manual_seed(0)
+    module = Overflow()
+    x = torch.randn(4, 16)
+    _, onx = export(module, (x,))
+    _, onx16 = export(copy.deepcopy(module).half(), (x.half(),))
+    advice = advise_precision(None, onx, (x,), converted=onx16)
+    assert not advice.keep_io_types and not advice.before.passed and advice.agrees
+    assert advice.nodes and {n.fx_node for n in advice.nodes} <= {"sum_1", "mul_1", "sqrt"}
 
 
 def test_without_the_converter_the_error_says_what_to_install(monkeypatch):

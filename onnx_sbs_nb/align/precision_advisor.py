@@ -455,8 +455,10 @@ def _measure(
         reference, candidate, feeds, own_error=True, runner=runner, atol=atol, rtol=rtol
     )
     found: dict[str, AdvisedNode] = {}
+    failed: set[str] = set()  # own error beyond tolerance
+    overflows: set[str] = set()  # values beyond the type's range
     kept: set[str] = set()
-    measured = 0
+    measured: set[str] = set()
     limit = _MAX[dtype]
     with np.errstate(over="ignore"):  # reference values cast to float16 may overflow
         records = list(_with_progress(run, progress, phase))
@@ -480,11 +482,14 @@ def _measure(
         own = rec.err_abs2
         if own is None and not overflow:
             continue
-        measured += 1
-        if own is None or overflow:
-            own = math.inf if own is None else own
-        if not overflow and rec.passed2 is not False:
+        measured.add(ref_node.name)
+        own = math.inf if own is None else own
+        if overflow:
+            overflows.add(ref_node.name)
+        elif rec.passed2 is not False:
             continue
+        else:
+            failed.add(ref_node.name)
         if overflow:
             rel, reason = math.inf, "overflow"
         else:
@@ -508,7 +513,48 @@ def _measure(
         prev = found.get(ref_node.name)
         if prev is None or _rank(node) < _rank(prev):
             found[ref_node.name] = node
-    return found, kept, measured, records
+    harmless = _harmless_overflows(reference, overflows - failed, failed, overflows)
+    for name in harmless:
+        found.pop(name, None)
+    return found, kept, len(measured), records
+
+
+def _harmless_overflows(
+    reference: onnx.ModelProto, candidates: set[str], failed: set[str], overflows: set[str]
+) -> set[str]:
+    """The overflowing nodes whose infinities change nothing: they reach no graph output
+    and no node whose own error fails, through nodes that overflow too (or Casts).  An
+    attention mask of float32's lowest value becomes -inf in float16, and the Softmax it
+    feeds gives the same zeros."""
+    nodes = {n.name: n for n in reference.graph.node if n.name}
+    consumers: dict[str, list[str]] = {}
+    for n in reference.graph.node:
+        for i in n.input:
+            if i and n.name:
+                consumers.setdefault(i, []).append(n.name)
+    outputs = {o.name for o in reference.graph.output}
+    passing = {"Cast", "Identity"}
+    harmless = set()
+    for start in candidates:
+        seen, todo, matters = {start}, [start], False
+        while todo and not matters:
+            node = nodes[todo.pop()]
+            for o in node.output:
+                if o in outputs:
+                    matters = True
+                    break
+                for c in consumers.get(o, ()):
+                    if c in failed:
+                        matters = True
+                        break
+                    if c not in seen and (c in overflows or nodes[c].op_type in passing):
+                        seen.add(c)
+                        todo.append(c)
+                if matters:
+                    break
+        if not matters:
+            harmless.add(start)
+    return harmless
 
 
 def _with_progress(run: Any, progress: Progress | None, phase: str) -> Any:
