@@ -7,6 +7,7 @@ Exit codes: 0 the advised conversion agrees with the float32 model, 1 it still d
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from typing import Any
 
@@ -58,7 +59,6 @@ def add_precision_command(sub: Any) -> None:
 
 def cmd_precision(args: argparse.Namespace) -> int:
     from .align.precision_advisor import advise_precision, save_advised_model
-    from .cli import CliError, _path
     from .precision_report import ADVICE_SUFFIX, write_precision_outputs
     from .report import REPORT_SUFFIXES
 
@@ -69,7 +69,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
         ("--converted", args.converted),
     ):
         if value is not None and not _path(value, flag).is_file():
-            raise CliError(f"{flag} {value!r}: no such file")
+            raise SbsInputError(f"{flag} {value!r}: no such file")
     suffixes = (ADVICE_SUFFIX, *REPORT_SUFFIXES)
     checked = [("-o", o, suffixes) for o in args.output]
     if args.save_model is not None:
@@ -77,12 +77,12 @@ def cmd_precision(args: argparse.Namespace) -> int:
     for flag, value, allowed in checked:
         path = _path(value, flag)
         if path.suffix.lower() not in allowed:
-            raise CliError(f"{flag} {value!r}: name it with one of {', '.join(allowed)}")
+            raise SbsInputError(f"{flag} {value!r}: name it with one of {', '.join(allowed)}")
         why = writable_location(path)
         if why:
-            raise CliError(why)
+            raise SbsInputError(why)
     if args.max_rounds < 1:
-        raise CliError("--max-rounds must be at least 1")
+        raise SbsInputError("--max-rounds must be at least 1")
     with _Bar(not args.no_progress) as bar:
         advice = advise_precision(
             args.ep,
@@ -104,6 +104,12 @@ def cmd_precision(args: argparse.Namespace) -> int:
         save_advised_model(advice, args.save_model)
         print(f"wrote {args.save_model}")
     return EXIT_AGREES if advice.agrees else EXIT_DISAGREES
+
+
+def _path(value: str, what: str) -> pathlib.Path:
+    if "\x00" in value or not value:
+        raise SbsInputError(f"{what} path {value!r} is not a path")
+    return pathlib.Path(value)
 
 
 class _Bar:
