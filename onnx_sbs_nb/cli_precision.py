@@ -129,7 +129,12 @@ class _Bar:
         if self.bar is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=100, unit="%", desc="precision", file=sys.stderr)
+            self.bar = tqdm(
+                total=100,
+                desc="precision",
+                file=sys.stderr,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}",
+            )
         if phase != self.phase:
             self.phase = phase
             self.bar.set_description_str(f"precision: {phase}", refresh=False)

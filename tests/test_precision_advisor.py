@@ -89,7 +89,8 @@ def test_overflowing_nodes_are_named_first_and_their_block_list_makes_outputs_ag
     # the Sqrt is fed the overflowing sum: it must stay in float32 with it
     assert "sqrt" in named and set(named) <= {"sum_1", "mul_1", "sqrt"}
     assert not set(named) & FINE_FX
-    assert advice.nodes[0].overflow and advice.nodes[0].scale > 65504
+    first = advice.nodes[0]
+    assert first.overflow and first.scale > 65504 and first.own_error == float("inf")
     by_name = {n.name: n for n in onx.graph.node}
     assert by_name[advice.node_block_list[0]].op_type == "ReduceSum"
     assert advice.op_block_list[0] == "ReduceSum"
@@ -220,9 +221,11 @@ def test_cli_writes_the_block_list_and_exits_by_the_verdict(tmp_path):
     torch.save(args, str(inputs))
     prog = tmp_path / "m.pt2"
     torch.export.save(ep, str(prog))
-    out = tmp_path / "blocklist.json"
+    out = tmp_path / "advice" / "blocklist.json"  # its folder is made
+    out.parent.mkdir()
     os.symlink(tmp_path / "elsewhere.json", out)
-    saved, report, records = tmp_path / "m16.onnx", tmp_path / "r.html", tmp_path / "r.jsonl"
+    saved, report = tmp_path / "new" / "m16.onnx", tmp_path / "r.html"
+    records = tmp_path / "r.jsonl"
     r = _cli(
         "--onnx", str(model), "--inputs", str(inputs), "--ep", str(prog),
         "-o", str(out), str(report), str(records), "--save-model", str(saved), cwd=tmp_path,

@@ -25,10 +25,12 @@ lack bfloat16).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -483,7 +485,9 @@ def _measure(
         if own is None and not overflow:
             continue
         measured.add(ref_node.name)
-        own = math.inf if own is None else own
+        # an overflow: the candidate's infinities against finite values (compared in the
+        # low-precision type, both sides would read infinite)
+        own = math.inf if own is None or overflow else own
         if overflow:
             overflows.add(ref_node.name)
         elif rec.passed2 is not False:
@@ -741,10 +745,9 @@ def advise_precision(
 def write_advice(advice: PrecisionAdvice, path: Any) -> None:
     """The advice as JSON (``node_block_list``, ``op_block_list``, the ranked nodes...),
     written whole or not at all; a link at ``path`` is replaced, not followed."""
-    import json
-
     from ..files import write_text_atomic
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(advice.to_dict(), indent=2) + "\n")
 
 
@@ -754,6 +757,7 @@ def save_advised_model(advice: PrecisionAdvice, path: Any) -> None:
 
     if advice.model is None:
         raise SbsInputError("the advice holds no model to save")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         onnx.save(advice.model, str(tmp))
 
