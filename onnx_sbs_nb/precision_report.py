@@ -30,6 +30,11 @@ def _num(v: float | None) -> str:
 def _outputs(label: str, o: OutputError) -> str:
     colour = "#1a7f37" if o.passed else "#cf222e"
     word = "agree" if o.passed else "DISAGREE"
+    if o.error:
+        return (
+            f"<div>{html.escape(label)}: <b style='color:{colour}'>FAILED to run</b> "
+            f"({html.escape(o.error)})</div>"
+        )
     return (
         f"<div>{html.escape(label)}: <b style='color:{colour}'>{word}</b> "
         f"(max abs error {_num(o.err_abs)}, rel {_num(o.err_rel)})</div>"

@@ -139,6 +139,28 @@ def test_a_cancellation_is_named_and_its_input_kept_in_float32_in_bfloat16():
     assert onnx.TensorProto.BFLOAT16 in types
 
 
+class Determinant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(9, 9)
+
+    def forward(self, x):
+        return torch.linalg.det(self.fc(x).reshape(-1, 3, 3)) + 1
+
+
+def test_a_node_that_does_not_run_in_bfloat16_is_kept_in_float32():
+    # torch has no bfloat16 LU on the CPU: the converted model does not run at all
+    torch.manual_seed(0)
+    x = torch.randn(4, 9)
+    ep, onx = export(Determinant(), (x,))
+    advice = advise_precision(ep, onx, (x,), dtype="bfloat16")
+    assert advice.before.error and "BFloat16" in advice.before.error and not advice.before.passed
+    first = advice.nodes[0]
+    assert (first.op_type, first.reason, first.fx_node) == ("Det", "fails", "linalg_det")
+    assert advice.node_block_list == [first.node] and advice.agrees
+    assert "FAILED to run" in advice.to_text()
+
+
 def test_the_users_own_conversion_is_the_first_candidate():
     ep, onx, args = exported("overflow")
     theirs = float16.convert_float_to_float16(onx, keep_io_types=True)

@@ -39,9 +39,9 @@ import torch
 
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
-from ..records import KIND_NODE, KIND_OUTPUT, Record
+from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, Record
 from .loading import load_exported_program, load_inputs, load_onnx_model
-from .names import fx_name_from_metadata
+from .names import fx_name_from_metadata, onnx_value_types
 from .onnx_pairing import cast_value
 
 LOW_DTYPES = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
@@ -70,16 +70,20 @@ class AdvisedNode:
     relative_error: float | None  # own_error / max |reference value| (inf: overflow)
     scale: float | None  # max |reference value|
     overflow: bool  # the float32 value does not fit the low-precision type
-    # why it is named: "overflow" (its values), "inputs_overflow" (its inputs' values do
-    # not fit), "error" (its own error), "feeds" (added in a later round: it feeds a
-    # blocked node, whose error comes from rounding this node's output)
+    # why it is named: "fails" (it does not run in the type), "overflow" (its values),
+    # "inputs_overflow" (its inputs' values do not fit), "error" (its own error), "feeds"
+    # (added in a later round: it feeds a blocked node, whose error comes from rounding
+    # this node's output)
     reason: str = "error"
+    error: str | None = None  # what the runtime said, for "fails"
     fx_node: str | None = None  # the fx node it lowers (exporter metadata)
     module: str | None = None  # its module path, e.g. "layers.0.mlp"
     round: int = 0  # the conversion round that found it (0: the first conversion)
 
     @property
     def why(self) -> str:
+        if self.reason == "fails":
+            return f"it does not run in the type: {self.error}"
         if self.reason == "overflow":
             return f"its values reach {self.scale:.3g}, beyond the type's largest finite value"
         if self.reason == "inputs_overflow":
@@ -98,6 +102,7 @@ class OutputError:
     err_abs: float | None
     err_rel: float | None
     passed: bool
+    error: str | None = None  # the model did not run (the runtime's message)
 
 
 @dataclass
@@ -166,7 +171,7 @@ class PrecisionAdvice:
         if self.after is not None:
             lines.append(f"  outputs with the block list: {_out_text(self.after)}")
         if self.nodes:
-            lines.append("  nodes whose own error exceeds the tolerance, worst first:")
+            lines.append("  nodes to keep in float32, worst first:")
             for k, n in enumerate(self.nodes[:limit], 1):
                 where = ", ".join(
                     x for x in (n.fx_node and f"fx {n.fx_node}", n.module and f"in {n.module}") if x
@@ -190,6 +195,8 @@ def _percent(x: float) -> str:
 
 
 def _out_text(o: OutputError) -> str:
+    if o.error:
+        return f"FAILED to run ({o.error})"
     return f"{'agree' if o.passed else 'DISAGREE'} (max abs error {_num(o.err_abs)}, rel {_num(o.err_rel)})"
 
 
@@ -391,6 +398,23 @@ def _float32(v: Any) -> np.ndarray:
     return (t.float() if t.is_floating_point() else t).numpy()
 
 
+def _candidate_outputs(
+    ref: list[np.ndarray], model: onnx.ModelProto, feeds: dict[str, Any], atol: float, rtol: float
+) -> OutputError:
+    """The error of a converted model's outputs, or why it did not run."""
+    try:
+        got = _run_model(model, feeds, True)
+    except Exception as e:  # a kernel the runtime lacks in this type
+        return OutputError(None, None, False, _first_line(e))
+    return _output_error(ref, got, atol, rtol)
+
+
+def _first_line(e: BaseException, limit: int = 200) -> str:
+    text = str(e).strip().splitlines()
+    line = text[-1] if text else type(e).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def _output_error(
     ref: list[np.ndarray], got: list[np.ndarray], atol: float, rtol: float
 ) -> OutputError:
@@ -456,8 +480,9 @@ def _measure(
     run = two_model_run(
         reference, candidate, feeds, own_error=True, runner=runner, atol=atol, rtol=rtol
     )
+    cand_types = onnx_value_types(candidate)
     found: dict[str, AdvisedNode] = {}
-    failed: set[str] = set()  # own error beyond tolerance
+    failed: set[str] = set()  # own error beyond tolerance, or no run at all
     overflows: set[str] = set()  # values beyond the type's range
     kept: set[str] = set()
     measured: set[str] = set()
@@ -472,6 +497,16 @@ def _measure(
             continue
         cand_type = (rec.onnx_shape_type or "").split("[", 1)[0]
         ref_type = (rec.ep_shape_type or "").split("[", 1)[0]
+        if rec.status == STATUS_ERROR:
+            declared = cand_types.get(rec.onnx_name or "")
+            if declared is not None and declared[0] == LOW_DTYPES[dtype]:
+                measured.add(ref_node.name)
+                failed.add(ref_node.name)
+                found[ref_node.name] = _advised(
+                    ref_node, rec.ep_name or "", None, None, scales.get(rec.ep_name or ""),
+                    False, "fails", error=_error_line(rec.error),
+                )  # fmt: skip
+            continue
         if ref_type not in ("float32", "float64"):
             continue
         if cand_type in ("float32", "float64"):
@@ -500,19 +535,8 @@ def _measure(
             rel = own / scale if scale else (math.inf if own else 0.0)
             fed = [scales.get(i, 0.0) for i in ref_node.input if i]
             reason = "inputs_overflow" if any(f > limit for f in fed) else "error"
-        node = AdvisedNode(
-            node=ref_node.name,
-            op_type=ref_node.op_type
-            if not ref_node.domain
-            else f"{ref_node.domain}::{ref_node.op_type}",
-            value=rec.ep_name or "",
-            own_error=float(own),
-            relative_error=float(rel),
-            scale=scale,
-            overflow=overflow,
-            reason=reason,
-            fx_node=fx_name_from_metadata(ref_node),
-            module=_module_path(ref_node),
+        node = _advised(
+            ref_node, rec.ep_name or "", float(own), float(rel), scale, overflow, reason
         )
         prev = found.get(ref_node.name)
         if prev is None or _rank(node) < _rank(prev):
@@ -521,6 +545,36 @@ def _measure(
     for name in harmless:
         found.pop(name, None)
     return found, kept, len(measured), records
+
+
+def _advised(
+    node: onnx.NodeProto,
+    value: str,
+    own: float | None,
+    rel: float | None,
+    scale: float | None,
+    overflow: bool,
+    reason: str,
+    error: str | None = None,
+) -> AdvisedNode:
+    return AdvisedNode(
+        node=node.name,
+        op_type=node.op_type if not node.domain else f"{node.domain}::{node.op_type}",
+        value=value,
+        own_error=own,
+        relative_error=rel,
+        scale=scale,
+        overflow=overflow,
+        reason=reason,
+        error=error,
+        fx_node=fx_name_from_metadata(node),
+        module=_module_path(node),
+    )
+
+
+def _error_line(error: str | None) -> str:
+    lines = [x for x in (error or "").strip().splitlines() if x.strip()]
+    return lines[0][:200] if lines else "it failed to run"
 
 
 def _harmless_overflows(
@@ -572,12 +626,13 @@ def _with_progress(run: Any, progress: Progress | None, phase: str) -> Any:
         progress(phase, 1.0)
 
 
-_REASON_ORDER = {"overflow": 0, "inputs_overflow": 1, "error": 2, "feeds": 3}
+_REASON_ORDER = {"fails": 0, "overflow": 1, "inputs_overflow": 2, "error": 3, "feeds": 4}
 
 
 def _rank(n: AdvisedNode) -> tuple[int, float, float, float]:
-    """Worst first: values that overflow (largest first), then nodes fed overflowing
-    values, then by own error relative to the values' size, then those added later."""
+    """Worst first: nodes that do not run in the type, values that overflow (largest
+    first), nodes fed overflowing values, then by own error relative to the values' size,
+    then those added later."""
     rel = 0.0 if n.relative_error is None else n.relative_error
     own = 0.0 if n.own_error is None else n.own_error
     rel = math.inf if math.isnan(rel) else rel
@@ -687,7 +742,7 @@ def advise_precision(
         progress("reference", 0.0)
     scales = _scales(reference, feeds)
     ref_out = _run_model(reference, feeds, False)
-    before = _output_error(ref_out, _run_model(candidate, feeds, True), atol, rtol)
+    before = _candidate_outputs(ref_out, candidate, feeds, atol, rtol)
 
     found, kept, measured, records = _measure(
         reference, candidate, feeds, dtype, atol, rtol, scales, runner, progress, "round 1"
@@ -699,7 +754,7 @@ def advise_precision(
     rounds = 1
     while nodes and rounds <= max_rounds:
         model = convert_model(reference, dtype, sorted(block), keep_io_types)
-        after = _output_error(ref_out, _run_model(model, feeds, True), atol, rtol)
+        after = _candidate_outputs(ref_out, model, feeds, atol, rtol)
         if after.passed or rounds == max_rounds:
             break
         rounds += 1
