@@ -139,6 +139,48 @@ def test_a_cancellation_is_named_and_its_input_kept_in_float32_in_bfloat16():
     assert onnx.TensorProto.BFLOAT16 in types
 
 
+class Amplified(torch.nn.Module):
+    """A Linear whose absolute error in bfloat16 (~1e-2, within atol 5e-2) is multiplied by
+    1e5: no node fails its own check, the outputs do not agree."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x) * 1e5
+
+
+def test_an_error_within_tolerance_that_the_graph_amplifies_is_found_by_its_relative_size():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep, onx = export(Amplified(), (x,))
+    advice = advise_precision(ep, onx, (x,), dtype="bfloat16")
+    assert not advice.before.passed and advice.agrees, advice.to_text()
+    first = advice.nodes[0]
+    assert (first.fx_node, first.reason) == ("linear", "largest")
+    assert first.own_error < advice.atol and "amplify" in first.why
+
+
+def test_the_advised_model_keeps_its_blocked_weights_and_output_in_float32():
+    # 1e5 * fc(x) overflows float16; onnxconverter-common converts (and clamps to 1e4) the
+    # blocked Mul's 1e5 anyway and leaves the blocked graph output in float16
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep, onx = export(Amplified(), (x,))
+    advice = advise_precision(ep, onx, (x,), dtype="float16")
+    assert advice.nodes[0].fx_node == "mul" and advice.nodes[0].overflow
+    assert advice.agrees, advice.to_text()
+    model = advice.model
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    weights = {
+        float(onnx.numpy_helper.to_array(i).ravel()[0])
+        for i in model.graph.initializer
+        if i.data_type == onnx.TensorProto.FLOAT and not i.dims
+    }
+    assert 1e5 in weights
+
+
 class Determinant(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -73,9 +73,11 @@ class AdvisedNode:
     # why it is named: "fails" (it does not run in the type), "overflow" (its values),
     # "inputs_overflow" (its inputs' values do not fit), "error" (its own error), "feeds"
     # (added in a later round: it feeds a blocked node, whose error comes from rounding
-    # this node's output)
+    # this node's output), "largest" (the outputs disagree and no node fails: its own
+    # error, within tolerance, is the largest relative to its values' size)
     reason: str = "error"
     error: str | None = None  # what the runtime said, for "fails"
+    atol: float = 0.0  # the absolute tolerance it was measured against
     fx_node: str | None = None  # the fx node it lowers (exporter metadata)
     module: str | None = None  # its module path, e.g. "layers.0.mlp"
     round: int = 0  # the conversion round that found it (0: the first conversion)
@@ -90,6 +92,11 @@ class AdvisedNode:
             return "its inputs' values do not fit the type (they overflow to infinity)"
         if self.reason == "feeds":
             return "it feeds a node kept in float32 whose error comes from rounding its inputs"
+        if self.reason == "largest":
+            return (
+                f"own error {_num(self.own_error)}, {_percent(self.relative_error or 0.0)} of "
+                "its values' size: within tolerance, the largest of those the outputs amplify"
+            )
         return (
             f"own error {self.own_error:.3g}, {_percent(self.relative_error)} of its values' size"
         )
@@ -135,7 +142,12 @@ class PrecisionAdvice:
         return "agrees" if self.agrees else "disagrees"
 
     def convert_kwargs(self) -> dict[str, Any]:
-        """The arguments of ``convert_float_to_float16`` that reproduce the advised model."""
+        """The arguments of ``convert_float_to_float16`` for the advised model.
+
+        ``advice.model`` is that conversion with two repairs onnxconverter-common 1.16
+        needs: the weights of the blocked nodes stay float32 (it converts and clamps them
+        to +-1e4 too), and graph outputs keep their float32 type (it leaves a blocked
+        node's output in float16)."""
         return {"keep_io_types": self.keep_io_types, "node_block_list": list(self.node_block_list)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,7 +265,76 @@ def convert_model(
         )
     if bf16:
         out = _float16_to_bfloat16(out, model)
+    if node_block_list:
+        _keep_blocked_weights(out, model)
+    if keep_io_types:
+        _keep_output_types(out, model)
     return out
+
+
+def _keep_output_types(model: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """Graph outputs in their original float type (``keep_io_types``).
+
+    onnxconverter-common drops the Casts around a blocked node that computes a graph
+    output as unnecessary, leaving the Cast down to float16 in their place: the output
+    is float16, and values a float32 node computed overflow there.  That Cast is turned
+    back to the output's type (or one is added).
+    """
+    g = model.graph
+    want = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
+    producers = {o: n for n in g.node for o in n.output if o}
+    for out in g.output:
+        elem = want.get(out.name)
+        if elem is None or elem not in _FLOAT_TYPES or out.type.tensor_type.elem_type == elem:
+            continue
+        node = producers.get(out.name)
+        if node is None:
+            continue
+        to = [a for a in node.attribute if a.name == "to"]
+        if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and to:
+            to[0].i = elem
+        else:
+            low = f"{out.name}_before_cast"
+            node.output[list(node.output).index(out.name)] = low
+            g.node.append(onnx.helper.make_node("Cast", [low], [out.name], to=elem))
+        out.type.tensor_type.elem_type = elem
+
+
+def _keep_blocked_weights(model: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """The weights of the nodes kept in float32 in float32 again.
+
+    onnxconverter-common casts a blocked node's inputs before it converts the weights, so
+    it no longer sees them as the blocked node's: every float weight is converted (and
+    clamped to +-max_finite_val, 1e4), then cast back up.  Each such Cast is given the
+    original float32 weight instead (a Cast to float of a float is the value itself).
+    """
+    g = model.graph
+    low = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+    inits = {i.name: i for i in g.initializer}
+    originals = {i.name: i for i in original.graph.initializer}
+    added: dict[str, str] = {}
+    for node in g.node:
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+            continue
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        name = node.input[0] if node.input else ""
+        init, orig = inits.get(name), originals.get(name)
+        if to != onnx.TensorProto.FLOAT or init is None or init.data_type not in low:
+            continue
+        if orig is None or orig.data_type != onnx.TensorProto.FLOAT:
+            continue
+        if name not in added:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(orig)
+            copy.name = added[name] = f"{name}_float32"
+            g.initializer.append(copy)
+        node.input[0] = added[name]
+    if added:
+        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        keep = [i for i in g.initializer if i.name in used]
+        if len(keep) != len(g.initializer):
+            del g.initializer[:]
+            g.initializer.extend(keep)
 
 
 def _to_bf16_tensor(t: onnx.TensorProto, original: onnx.TensorProto | None) -> None:
@@ -471,9 +552,10 @@ def _measure(
     runner: str,
     progress: Progress | None,
     phase: str,
-) -> tuple[dict[str, AdvisedNode], set[str], int, list[Record]]:
+) -> tuple[dict[str, AdvisedNode], set[str], int, list[Record], dict[str, AdvisedNode]]:
     """(reference node -> advised node, nodes the candidate keeps in float32, how many
-    low-precision nodes were measured, the run's records)."""
+    low-precision nodes were measured, the run's records, the measured nodes within
+    tolerance with their own error relative to their values' size)."""
     from .two_models import two_model_run
 
     producer = {o: n for n in reference.graph.node for o in n.output if o}
@@ -482,6 +564,7 @@ def _measure(
     )
     cand_types = onnx_value_types(candidate)
     found: dict[str, AdvisedNode] = {}
+    within: dict[str, AdvisedNode] = {}
     failed: set[str] = set()  # own error beyond tolerance, or no run at all
     overflows: set[str] = set()  # values beyond the type's range
     kept: set[str] = set()
@@ -526,6 +609,14 @@ def _measure(
         if overflow:
             overflows.add(ref_node.name)
         elif rec.passed2 is not False:
+            if scale and math.isfinite(own):  # within tolerance: a fallback, if needed
+                node = _advised(
+                    ref_node, rec.ep_name or "", own, own / scale, scale, False, "largest"
+                )
+                node.atol = rec.atol or 0.0
+                prev = within.get(ref_node.name)
+                if prev is None or _rank(node) < _rank(prev):
+                    within[ref_node.name] = node
             continue
         else:
             failed.add(ref_node.name)
@@ -544,7 +635,9 @@ def _measure(
     harmless = _harmless_overflows(reference, overflows - failed, failed, overflows)
     for name in harmless:
         found.pop(name, None)
-    return found, kept, len(measured), records
+    for name in found:
+        within.pop(name, None)
+    return found, kept, len(measured), records, within
 
 
 def _advised(
@@ -626,10 +719,17 @@ def _with_progress(run: Any, progress: Progress | None, phase: str) -> Any:
         progress(phase, 1.0)
 
 
-_REASON_ORDER = {"fails": 0, "overflow": 1, "inputs_overflow": 2, "error": 3, "feeds": 4}
+_REASON_ORDER = {
+    "fails": 0,
+    "overflow": 1,
+    "inputs_overflow": 2,
+    "error": 3,
+    "feeds": 4,
+    "largest": 5,
+}
 
 
-def _rank(n: AdvisedNode) -> tuple[int, float, float, float]:
+def _rank(n: AdvisedNode) -> tuple[int, bool, float, float, float]:
     """Worst first: nodes that do not run in the type, values that overflow (largest
     first), nodes fed overflowing values, then by own error relative to the values' size,
     then those added later."""
@@ -638,7 +738,19 @@ def _rank(n: AdvisedNode) -> tuple[int, float, float, float]:
     rel = math.inf if math.isnan(rel) else rel
     own = math.inf if math.isnan(own) else own
     scale = n.scale if n.scale is not None and n.reason == "overflow" else 0.0
-    return (_REASON_ORDER.get(n.reason, 4), -scale, -rel, -own)
+    # a fallback's values all below the tolerance (1e-40s) come after the others
+    tiny = n.reason == "largest" and n.scale is not None and n.scale < n.atol
+    return (_REASON_ORDER.get(n.reason, 5), tiny, -scale, -rel, -own)
+
+
+def _largest(within: dict[str, AdvisedNode], block: set[str]) -> dict[str, AdvisedNode]:
+    """The node, not kept yet, whose own error (within tolerance) is the largest relative
+    to its values' size: what is left to try when the outputs disagree and no node fails."""
+    left = [n for n in within.values() if n.node not in block and n.own_error]
+    if not left:
+        return {}
+    best = min(left, key=_rank)
+    return {best.node: best}
 
 
 def _upstream(
@@ -744,10 +856,12 @@ def advise_precision(
     ref_out = _run_model(reference, feeds, False)
     before = _candidate_outputs(ref_out, candidate, feeds, atol, rtol)
 
-    found, kept, measured, records = _measure(
+    found, kept, measured, records, within = _measure(
         reference, candidate, feeds, dtype, atol, rtol, scales, runner, progress, "round 1"
     )
     nodes = dict(found)
+    if not nodes and not before.passed:
+        nodes = _largest(within, set())
     block = set(nodes) | kept
     after: OutputError | None = None
     model = candidate if not nodes else None
@@ -758,12 +872,14 @@ def advise_precision(
         if after.passed or rounds == max_rounds:
             break
         rounds += 1
-        more, _, _, _ = _measure(
+        more, _, _, _, within = _measure(
             reference, model, feeds, dtype, atol, rtol, scales, runner, progress, f"round {rounds}"
         )
         new = {k: v for k, v in more.items() if k not in block}
         if not new:  # the blocked nodes are fed values rounded too coarsely: go upstream
             new = _upstream(reference, block, scales)
+        if not new:  # errors within tolerance that the graph amplifies: the largest
+            new = _largest(within, block)
         if not new:
             break
         for v in new.values():
