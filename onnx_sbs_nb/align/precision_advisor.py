@@ -7,14 +7,19 @@ user's, or one made here with onnxconverter-common's ``convert_float_to_float16`
 candidate.  Both run side by side node by node (:func:`~onnx_sbs_nb.align.two_models.
 two_model_run`) with own errors: each candidate node is rerun on the reference's values of
 its inputs cast to its low precision, so its own error is the error *it* makes in that
-precision, not the one it inherits.  A node is named when that own error exceeds the
-dtype's tolerance, or when its float32 value does not fit the low-precision type at all
-(an overflow: compared in the coarser type, an infinity on both sides would look equal).
-Nodes are ranked by their own error relative to the scale of their values (``max |v|`` of
-the reference value).  Their names in the float32 model are the ``node_block_list`` that
-``convert_float_to_float16`` takes; the model is converted again with it (a few rounds:
-a node kept in float32 changes what its neighbours are fed) and its outputs compared with
-the float32 model's, before and after.
+precision, not the one it inherits.  A node is named when it does not run in that type,
+when that own error exceeds the dtype's tolerance, or when its float32 value does not fit
+the type (an overflow: compared in the coarser type, an infinity on both sides would look
+equal) and the infinities reach a graph output or a failing node (an attention mask of
+float32's lowest value is -inf in float16, and its Softmax gives the same zeros).  Ranked:
+nodes that do not run, overflows (largest first), nodes fed overflowing values, then by own
+error relative to the scale of their values (``max |v|`` of the reference value).  Their
+names in the float32 model are the ``node_block_list`` that ``convert_float_to_float16``
+takes; the model is converted again with it and its outputs compared with the float32
+model's, before and after.  While they disagree, for a few rounds: nodes newly failing are
+added, else the producers of the kept nodes' inputs (rounding their outputs already loses
+too much), else the node whose own error, within tolerance, is largest relative to its
+values (an error the graph amplifies).
 
 bfloat16: onnxconverter-common converts to float16 only.  The advisor makes a bfloat16
 model from the float16 conversion (same block list, same Casts, every float16 type and
@@ -114,6 +119,9 @@ class OutputError:
 
 @dataclass
 class PrecisionAdvice:
+    """What :func:`advise_precision` found: the ranked nodes, the block list, the outputs'
+    error before and after, and the advised model."""
+
     dtype: str
     atol: float
     rtol: float
