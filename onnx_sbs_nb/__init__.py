@@ -15,6 +15,7 @@ _LAZY = {
     "AlignedRun": ("onnx_sbs_nb.align.run", "AlignedRun"),
     "run_aligned_onnx": ("onnx_sbs_nb.align.two_models", "run_aligned_onnx"),
     "bisect_optimizers": ("onnx_sbs_nb.align.bisect", "bisect_optimizers"),
+    "advise_precision": ("onnx_sbs_nb.align.precision_advisor", "advise_precision"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
     "summarize": ("onnx_sbs_nb.summary", "summarize"),
     "Summary": ("onnx_sbs_nb.summary", "Summary"),

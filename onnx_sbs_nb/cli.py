@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from .align.options import RunOptions
+from .cli_precision import add_precision_command, cmd_precision
 from .completion import Completion
 from .errors import SbsInputError
 from .files import writable_location
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_bisect(run)
     _add_diff_command(sub)
+    add_precision_command(sub)
 
     rep = sub.add_parser("report", help="rebuild reports from a records file (.jsonl)")
     rep.add_argument("records", help="records written by `onnx-sbs run` (.jsonl, .csv, .xlsx)")
@@ -107,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": cmd_report,
             "demo": cmd_demo,
             "notebook": cmd_notebook,
+            "precision": cmd_precision,
         }
         return commands[args.command](args)
     except KeyboardInterrupt:

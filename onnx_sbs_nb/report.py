@@ -580,10 +580,12 @@ def write_report(
     *,
     title: str = "",
     model: Any = None,
+    preface: str = "",
 ) -> pathlib.Path:
     """Writes one report whose format follows the path's suffix (see :data:`REPORT_SUFFIXES`).
 
     ``model``: the ONNX model, for the HTML report's graph around each node.
+    ``preface``: script-free HTML above the HTML report's view (a precision advice).
 
     The file is written whole or not at all (a new file moved over the old one), and a
     link at ``path`` is replaced, not followed.
@@ -603,7 +605,9 @@ def write_report(
         return write_xlsx(records, path, summary)
     from .report_html import report_html
 
-    return write_text_atomic(path, report_html(records, summary, title=title, model=model))
+    return write_text_atomic(
+        path, report_html(records, summary, title=title, model=model, preface=preface)
+    )
 
 
 def _plain(v: Any) -> Any:

@@ -447,12 +447,14 @@ def report_html(
     bundle: str | None = None,
     status: dict[str, Any] | None = None,
     model: Any = None,
+    preface: str = "",
 ) -> str:
     """One HTML file that opens offline: the culprit, linked table and chart, layers,
     filters, and (given the ONNX ``model``) the graph around each node.
 
     The static fallback sits inside the view, so a viewer that runs no script still shows
     the summary and the worst rows.  ``status`` is the run's when it did not finish.
+    ``preface``: script-free HTML shown above the view (the precision advice's section).
     """
     records = list(records)
     if summary is None:
@@ -460,7 +462,7 @@ def report_html(
     running = (status or {}).get("state") == "running"
     bundle = bundle if bundle is not None else load_bundle()
     title = title or "onnx-sbs report"
-    body = f"<h2>{html.escape(title)}</h2>\n" + view_html(
+    body = f"<h2>{html.escape(title)}</h2>\n{preface}" + view_html(
         report_state(records, summary, status=status, model=model),
         "onnx-sbs-state-0",
         fallback_html(records, None if running else summary, status=status),

@@ -42,8 +42,17 @@ FLOORS: list[tuple[str, ...]] = [
     ("evaluator",),
     ("align",),
     ("summary", "model_explorer"),
-    ("session", "report", "view_state", "report_html", "run_args", "demo", "notebook_export"),
-    ("widget", "magic", "cli", "__main__", "__init__"),
+    (
+        "session",
+        "report",
+        "view_state",
+        "report_html",
+        "run_args",
+        "demo",
+        "notebook_export",
+        "precision_report",
+    ),
+    ("widget", "magic", "cli", "cli_precision", "__main__", "__init__"),
 ]
 
 
