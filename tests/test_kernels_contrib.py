@@ -1,0 +1,396 @@
+"""onnxruntime's contrib and fused ops (com.microsoft, and the two it registers in the
+default domain) in the torch evaluator.
+
+Each op with a CPU kernel in onnxruntime runs as a one-node model in both, on the same
+seeded inputs, float32 and (where onnxruntime's CPU kernel takes it) float16; ops only
+CUDA implements (NhwcConv, GroupNorm, SkipGroupNorm, BiasSplitGelu, BiasAdd,
+GemmFastGelu) are checked against a plain torch computation of their definition, and
+NhwcConv also through the engine's fallback: onnxruntime refuses the node on the CPU and
+the torch evaluator runs it instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnxruntime
+import pytest
+import torch
+import torch.nn.functional as F
+
+from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
+
+MS = "com.microsoft"
+# per dtype: float16 results round once in float16 on both sides, but the two sides
+# accumulate in other orders
+TOL = {np.float32: (2e-5, 2e-5), np.float16: (2e-3, 2e-3)}
+
+Inputs = list[tuple[str, np.ndarray | None]]
+
+
+def _model(op_type: str, inputs: Inputs, outputs: list[str], domain: str, **attrs: Any):
+    node = oh.make_node(op_type, [n for n, _ in inputs], outputs, domain=domain, **attrs)
+    graph = oh.make_graph(
+        [node],
+        "g",
+        [
+            oh.make_tensor_value_info(n, oh.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in inputs
+            if n
+        ],
+        [oh.make_value_info(o, onnx.TypeProto()) for o in outputs if o],
+    )
+    opsets = [oh.make_opsetid("", 17), oh.make_opsetid(MS, 1)]
+    return oh.make_model(graph, opset_imports=opsets, ir_version=9)
+
+
+def _ours(m: onnx.ModelProto, inputs: Inputs) -> list[np.ndarray]:
+    feeds = {n: torch.from_numpy(v) for n, v in inputs if n}
+    return [t.numpy() for t in TorchOnnxEvaluator(m).run(None, feeds)]
+
+
+def _ort(m: onnx.ModelProto, inputs: Inputs) -> list[np.ndarray]:
+    sess = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {n: v for n, v in inputs if n})
+
+
+def _check(got: np.ndarray, expected: np.ndarray, dtype=np.float32, scale: float = 1.0) -> None:
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(got, expected, rtol=rtol * scale, atol=atol * scale)
+
+
+def _against_ort(
+    op_type: str,
+    inputs: Inputs,
+    outputs: list[str] | None = None,
+    domain: str = MS,
+    dtype=np.float32,
+    **attrs: Any,
+) -> list[np.ndarray]:
+    m = _model(op_type, inputs, outputs or ["y"], domain, **attrs)
+    expected, got = _ort(m, inputs), _ours(m, inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        _check(g, e, dtype)
+    return got
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _randn(rng: np.random.Generator, *shape: int, dtype=np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# -- layer normalizations ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("skip_shape", [(2, 5, 16), (1, 5, 16), (5, 16)])
+def test_skip_layer_norm_all_outputs(dtype, skip_shape):
+    rng = _rng(1)
+    inputs = [
+        ("x", _randn(rng, 2, 5, 16, dtype=dtype)),
+        ("skip", _randn(rng, *skip_shape, dtype=dtype)),
+        ("gamma", _randn(rng, 16, dtype=dtype)),
+        ("beta", _randn(rng, 16, dtype=dtype)),
+        ("bias", _randn(rng, 16, dtype=dtype)),
+    ]
+    got = _against_ort(
+        "SkipLayerNormalization",
+        inputs,
+        ["y", "mean", "inv", "sum"],
+        dtype=dtype,
+        epsilon=1e-5,
+    )
+    assert got[1].dtype == np.float32 and got[1].shape == (2, 5, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_skip_layer_norm_without_beta_and_bias_and_omitted_outputs(dtype):
+    rng = _rng(2)
+    inputs = [
+        ("x", _randn(rng, 3, 4, 8, dtype=dtype)),
+        ("skip", _randn(rng, 3, 4, 8, dtype=dtype)),
+        ("gamma", _randn(rng, 8, dtype=dtype)),
+    ]
+    _against_ort("SkipLayerNormalization", inputs, ["y", "", "", "sum"], dtype=dtype)
+    _against_ort("SkipLayerNormalization", inputs, ["y"], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("outputs", [["y"], ["y", "", "", "sum"], ["y", "mean", "inv", "sum"]])
+def test_skip_simplified_layer_norm(dtype, outputs):
+    rng = _rng(3)
+    inputs = [
+        ("x", _randn(rng, 2, 6, 32, dtype=dtype)),
+        ("skip", _randn(rng, 2, 6, 32, dtype=dtype)),
+        ("gamma", _randn(rng, 32, dtype=dtype)),
+        ("bias", _randn(rng, 32, dtype=dtype)),
+    ]
+    got = _against_ort(
+        "SkipSimplifiedLayerNormalization", inputs, outputs, dtype=dtype, epsilon=1e-6
+    )
+    # the empty names are outputs the node does not produce, not outputs in another order
+    assert len(got) == sum(map(bool, outputs))
+    if len(outputs) == 4 and "mean" in outputs:
+        assert not got[1].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_skip_simplified_layer_norm_2d_tokens_without_bias(dtype):
+    rng = _rng(4)
+    inputs = [
+        ("x", _randn(rng, 7, 16, dtype=dtype)),
+        ("skip", _randn(rng, 7, 16, dtype=dtype)),
+        ("gamma", _randn(rng, 16, dtype=dtype)),
+    ]
+    _against_ort("SkipSimplifiedLayerNormalization", inputs, ["y", "", "inv", "sum"], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_simplified_layer_norm_default_domain(dtype, axis):
+    rng = _rng(5)
+    x = _randn(rng, 2, 3, 8, dtype=dtype)
+    scale = _randn(rng, *x.shape[axis % 3 :], dtype=dtype)
+    inputs = [("x", x), ("scale", scale)]
+    _against_ort("SimplifiedLayerNormalization", inputs, ["y", "inv"], "", dtype=dtype, axis=axis)
+    _against_ort("SimplifiedLayerNormalization", inputs, ["y"], "", dtype=dtype, epsilon=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_layer_norm_before_opset_17_is_onnxruntimes(dtype):
+    rng = _rng(6)
+    inputs = [
+        ("x", _randn(rng, 2, 3, 8, dtype=dtype)),
+        ("scale", _randn(rng, 8, dtype=dtype)),
+        ("b", _randn(rng, 8, dtype=dtype)),
+    ]
+    m = _model("LayerNormalization", inputs, ["y", "mean", "inv"], "", epsilon=1e-4)
+    m.opset_import[0].version = 13  # ONNX's own op starts at 17
+    for g, e in zip(_ours(m, inputs), _ort(m, inputs)):
+        _check(g, e, dtype)
+
+
+# -- GELU family ------------------------------------------------------------------------------
+
+
+def test_gelu_family_against_onnxruntime():
+    rng = _rng(7)
+    x = _randn(rng, 2, 5, 12) * 3
+    b = _randn(rng, 12)
+    _against_ort("Gelu", [("x", x)])
+    _against_ort("BiasGelu", [("x", x), ("b", b)])
+    _against_ort("FastGelu", [("x", x)])
+    _against_ort("FastGelu", [("x", x), ("b", b)])
+    _against_ort("QuickGelu", [("x", x)])
+    _against_ort("QuickGelu", [("x", x)], alpha=1.3)
+
+
+def _tanh_gelu(t: torch.Tensor) -> torch.Tensor:
+    """The tanh form written out, so that the check does not use the kernel's F.gelu."""
+    return 0.5 * t * (1 + torch.tanh(math.sqrt(2 / math.pi) * (t + 0.044715 * t**3)))
+
+
+def _erf_gelu(t: torch.Tensor) -> torch.Tensor:
+    return 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cuda_only_gelu_fusions_match_their_definitions(dtype):
+    rng = _rng(8)
+    x = _randn(rng, 2, 6, 16, dtype=dtype)
+    bias = _randn(rng, 16, dtype=dtype)
+    skip = _randn(rng, 2, 6, 16, dtype=dtype)
+    w = _randn(rng, 16, 8, dtype=dtype)
+    b8 = _randn(rng, 8, dtype=dtype)
+    tx, tb, ts, tw, tb8 = (torch.from_numpy(v).double() for v in (x, bias, skip, w, b8))
+
+    def ours(op_type, inputs):
+        return _ours(_model(op_type, inputs, ["y"], MS), inputs)[0]
+
+    s = tx + tb
+    cases = {
+        "BiasSplitGelu": ([("x", x), ("b", bias)], s[..., :8] * _erf_gelu(s[..., 8:])),
+        "BiasAdd": ([("x", x), ("b", bias), ("s", skip)], tx + tb + ts),
+        "GemmFastGelu": ([("x", x), ("w", w), ("b", b8)], _tanh_gelu(tx @ tw + tb8)),
+    }
+    for op_type, (inputs, expected) in cases.items():
+        got = ours(op_type, inputs)
+        _check(
+            got, expected.numpy().astype(dtype), dtype, scale=5 if op_type == "GemmFastGelu" else 1
+        )
+    got = ours("GemmFastGelu", [("x", x), ("w", w)])
+    _check(got, _tanh_gelu(tx @ tw).numpy().astype(dtype), dtype, scale=5)
+
+
+# -- NhwcConv ---------------------------------------------------------------------------------
+
+NHWC_CASES = {
+    "plain": {},
+    "strided_padded": {"strides": [2, 1], "pads": [1, 0, 1, 2]},
+    "dilated_grouped": {"dilations": [2, 1], "group": 2},
+    "same_upper": {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+}
+
+
+def _nhwc_inputs(rng, dtype, group: int = 1) -> Inputs:
+    x = _randn(rng, 2, 9, 8, 4, dtype=dtype)  # N, H, W, C
+    w = _randn(rng, 6, 3, 3, 4 // group, dtype=dtype)  # M, kH, kW, C / group
+    return [("x", x), ("w", w), ("b", _randn(rng, 6, dtype=dtype))]
+
+
+def _nhwc_reference(inputs: Inputs, **attrs) -> torch.Tensor:
+    x, w, b = (torch.from_numpy(v).double() for _, v in inputs)
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    xp = F.pad(x.permute(0, 3, 1, 2), (pads[1], pads[3], pads[0], pads[2]))
+    y = F.conv2d(
+        xp,
+        w.permute(0, 3, 1, 2),
+        b,
+        stride=attrs.get("strides", 1),
+        dilation=attrs.get("dilations", 1),
+        groups=attrs.get("group", 1),
+    )
+    return y.permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", sorted(NHWC_CASES))
+def test_nhwc_conv_is_permuted_conv2d(dtype, case):
+    attrs = NHWC_CASES[case]
+    inputs = _nhwc_inputs(_rng(9), dtype, attrs.get("group", 1))
+    (got,) = _ours(_model("NhwcConv", inputs, ["y"], MS, **attrs), inputs)
+    if attrs.get("auto_pad") == "SAME_UPPER":
+        # output ceil(9 / 2) x ceil(8 / 2): pads of 2 along H and 1 along W, the odd one
+        # at the end
+        expected = _nhwc_reference(inputs, strides=[2, 2], pads=[1, 0, 1, 1])
+        assert got.shape == (2, 5, 4, 6)
+    else:
+        expected = _nhwc_reference(inputs, **attrs)
+    _check(got, expected.numpy().astype(dtype), dtype, scale=5)
+
+
+def test_nhwc_conv_falls_back_to_the_torch_evaluator_in_the_engine():
+    """onnxruntime has no CPU NhwcConv: the engine's runner gets the torch evaluator's
+    values and says why."""
+    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+
+    inputs = _nhwc_inputs(_rng(10), np.float32)
+    m = _model("NhwcConv", inputs, ["y"], MS, strides=[2, 1], pads=[1, 0, 1, 2])
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|Could not find an implementation"):
+        _ort(m, inputs)
+    prepared = OnnxruntimeRunner().prepare(m.graph.node[0], ModelContext.from_model(m))
+    (got,) = prepared([v for _, v in inputs])
+    assert prepared.elsewhere and "torch evaluator" in prepared.fallback_reason
+    expected = _nhwc_reference(inputs, strides=[2, 1], pads=[1, 0, 1, 2])
+    _check(np.asarray(got), expected.numpy().astype(np.float32), scale=5)
+
+
+# -- GroupNorm, SkipGroupNorm -------------------------------------------------------------------
+
+
+def _group_norm_reference(x: torch.Tensor, gamma, beta, groups, eps, silu) -> torch.Tensor:
+    """NHWC in, NHWC out, statistics written out over each group of channels."""
+    n, h, w, c = x.shape
+    g = x.reshape(n, h * w, groups, c // groups)
+    mean = g.mean((1, 3), keepdim=True)
+    var = ((g - mean) ** 2).mean((1, 3), keepdim=True)
+    y = ((g - mean) / torch.sqrt(var + eps)).reshape(n, h, w, c) * gamma + beta
+    return y * torch.sigmoid(y) if silu else y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("activation", [0, 1])
+@pytest.mark.parametrize("channels_last", [1, 0])
+def test_group_norm(dtype, activation, channels_last):
+    rng = _rng(11)
+    x = _randn(rng, 2, 5, 4, 12, dtype=dtype) * 2 + 1
+    gamma, beta = _randn(rng, 12), _randn(rng, 12)  # float32 even for float16 X (type M)
+    tx, tg, tb = (torch.from_numpy(v).double() for v in (x, gamma, beta))
+    expected = _group_norm_reference(tx, tg, tb, 3, 1e-5, activation)
+    feed_x = x if channels_last else np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    inputs = [("x", feed_x), ("gamma", gamma), ("beta", beta)]
+    m = _model("GroupNorm", inputs, ["y"], MS, activation=activation, groups=3)
+    if not channels_last:
+        m.graph.node[0].attribute.append(oh.make_attribute("channels_last", 0))
+        expected = expected.permute(0, 3, 1, 2)
+    (got,) = _ours(m, inputs)
+    _check(got, expected.numpy().astype(dtype), dtype, scale=2)
+
+
+@pytest.mark.parametrize("skip_shape", [(2, 5, 4, 12), (2, 1, 1, 12), (2, 12)])
+def test_skip_group_norm_sum_and_output(skip_shape):
+    rng = _rng(12)
+    x = _randn(rng, 2, 5, 4, 12)
+    skip = _randn(rng, *skip_shape)
+    gamma, beta, bias = _randn(rng, 12), _randn(rng, 12), _randn(rng, 12)
+    inputs = [("x", x), ("gamma", gamma), ("beta", beta), ("skip", skip), ("bias", bias)]
+    m = _model("SkipGroupNorm", inputs, ["y", "s"], MS, activation=1, groups=4, epsilon=1e-4)
+    y, s = _ours(m, inputs)
+    tskip = torch.from_numpy(skip).double()
+    if tskip.dim() == 2:
+        tskip = tskip[:, None, None, :]
+    ts = torch.from_numpy(x).double() + tskip + torch.from_numpy(bias).double()
+    _check(s, ts.numpy().astype(np.float32))
+    tg, tb = torch.from_numpy(gamma).double(), torch.from_numpy(beta).double()
+    _check(y, _group_norm_reference(ts, tg, tb, 4, 1e-4, 1).numpy().astype(np.float32), scale=2)
+
+
+# -- RotaryEmbedding ----------------------------------------------------------------------------
+
+
+def _caches(rng, max_len: int, half: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    angles = rng.uniform(0, 2 * np.pi, (max_len, half))
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+ROTARY_CASES = {
+    # name: (input shape, num_heads, rotary_embedding_dim, position ids as (1,) offset)
+    "3d_heads_inferred": ((2, 5, 32), 0, 0, False),
+    "3d_offset_position": ((2, 5, 32), 0, 0, True),
+    "3d_partial": ((2, 5, 32), 2, 8, False),
+    "4d_bnsh": ((2, 2, 5, 16), 0, 0, False),
+    "4d_partial_offset": ((2, 2, 5, 16), 2, 8, True),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("case", sorted(ROTARY_CASES))
+def test_rotary_embedding_contrib(dtype, interleaved, case):
+    shape, num_heads, rot_dim, offset = ROTARY_CASES[case]
+    rng = _rng(13)
+    x = _randn(rng, *shape, dtype=dtype)
+    head = 16
+    cos, sin = _caches(rng, 12, (rot_dim or head) // 2, dtype)
+    if offset:
+        pos = np.array([3], np.int64)
+    else:
+        pos = rng.integers(0, 12, (2, 5)).astype(np.int64)
+    attrs: dict[str, Any] = {"interleaved": interleaved}
+    if num_heads:
+        attrs["num_heads"] = num_heads
+    if rot_dim:
+        attrs["rotary_embedding_dim"] = rot_dim
+    inputs = [("x", x), ("pos", pos), ("cos", cos), ("sin", sin)]
+    (got,) = _against_ort("RotaryEmbedding", inputs, dtype=dtype, **attrs)
+    if rot_dim:  # what is not rotated passes through
+        np.testing.assert_array_equal(got[..., rot_dim:head], x[..., rot_dim:head])
+
+
+def test_rotary_embedding_packed_batching_is_refused():
+    rng = _rng(14)
+    cos, sin = _caches(rng, 8, 8, np.float32)
+    inputs = [("x", _randn(rng, 1, 4, 16)), ("pos", np.zeros(1, np.int64))]
+    inputs += [("cos", cos), ("sin", sin)]
+    m = _model("RotaryEmbedding", inputs, ["y"], MS, is_packed_batching=1)
+    with pytest.raises(Exception, match="is_packed_batching"):
+        _ours(m, inputs)
