@@ -394,3 +394,254 @@ def test_rotary_embedding_packed_batching_is_refused():
     m = _model("RotaryEmbedding", inputs, ["y"], MS, is_packed_batching=1)
     with pytest.raises(Exception, match="is_packed_batching"):
         _ours(m, inputs)
+
+
+# -- Attention ------------------------------------------------------------------------------------
+
+
+def _attention_inputs(rng, batch=2, seq=4, din=16, sizes=(16, 16, 16), past=0, heads=2):
+    inputs: Inputs = [
+        ("x", _randn(rng, batch, seq, din)),
+        ("w", _randn(rng, din, sum(sizes)) / 4),
+        ("bias", _randn(rng, sum(sizes))),
+    ]
+    return inputs, (_randn(rng, 2, batch, heads, past, sizes[0] // heads) if past else None)
+
+
+def _mask_cases(batch: int, total: int) -> dict[str, np.ndarray | None]:
+    raw = np.ones((batch, total), np.int32)
+    raw[0, -2:] = 0
+    raw[1, :1] = 0
+    return {
+        "none": None,
+        "lengths": np.array([total - 1, total - 2], np.int32)[:batch],
+        "end_and_start": np.array([total - 1, total, 1, 2], np.int32),
+        "raw_2d": raw,
+        "raw_3d": np.repeat(raw[:, None, :], 4, 1),
+        # every key hidden for one sequence: onnxruntime's -10000 then averages them all
+        "raw_all_hidden": np.concatenate([raw[:1], np.zeros_like(raw[:1])]),
+    }
+
+
+@pytest.mark.parametrize("mask", sorted(_mask_cases(2, 4)))
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_bert_masks(mask, unidirectional):
+    rng = _rng(20)
+    inputs, _ = _attention_inputs(rng)
+    m = _mask_cases(2, 4)[mask]
+    if m is not None:
+        inputs.append(("mask", m))
+    _against_ort("Attention", inputs, ["y", "present"], num_heads=2, unidirectional=unidirectional)
+
+
+def test_attention_gpt2_with_past_and_mask():
+    rng = _rng(21)
+    inputs, past = _attention_inputs(rng, seq=3, past=5)
+    mask = np.ones((2, 8), np.int32)
+    mask[1, :2] = 0  # left padding
+    inputs += [("mask", mask), ("past", past)]
+    got = _against_ort(
+        "Attention",
+        inputs,
+        ["y", "present"],
+        num_heads=2,
+        unidirectional=1,
+        mask_filter_value=-1e4,
+        scale=0.3,
+    )
+    np.testing.assert_array_equal(got[1][:, :, :, :5], past)
+
+
+def test_attention_bias_input():
+    rng = _rng(28)
+    inputs, _ = _attention_inputs(rng)
+    inputs += [("mask", np.array([4, 3], np.int32)), ("", None)]
+    inputs += [("attention_bias", _randn(rng, 2, 1, 4, 4))]
+    _against_ort("Attention", inputs, num_heads=2)
+
+
+def test_attention_qkv_hidden_sizes_and_refusals():
+    rng = _rng(22)
+    inputs, _ = _attention_inputs(rng, sizes=(8, 8, 12))
+    _against_ort("Attention", inputs, ["y"], num_heads=2, qkv_hidden_sizes=[8, 8, 12])
+    mask4 = np.ones((2, 1, 4, 4), np.int32)
+    m = _model(
+        "Attention", [*inputs, ("mask", mask4)], ["y"], MS, num_heads=2, qkv_hidden_sizes=[8, 8, 12]
+    )
+    with pytest.raises(Exception, match="Megatron"):
+        _ours(m, [*inputs, ("mask", mask4)])
+
+
+# -- MultiHeadAttention ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask", ["none", "lengths", "raw_2d", "raw_3d", "raw_all_hidden"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_multi_head_attention_self(mask, unidirectional):
+    rng = _rng(23)
+    q, k, v = (_randn(rng, 2, 4, 16) for _ in range(3))
+    inputs: Inputs = [("q", q), ("k", k), ("v", v), ("bias", _randn(rng, 48))]
+    m = _mask_cases(2, 4)[mask]
+    if m is not None:
+        inputs.append(("mask", m))
+    _against_ort(
+        "MultiHeadAttention",
+        inputs,
+        ["y", "pk", "pv"],
+        num_heads=4,
+        unidirectional=unidirectional,
+    )
+
+
+def test_multi_head_attention_with_past_and_attention_bias():
+    rng = _rng(24)
+    q, k, v = (_randn(rng, 2, 3, 16) for _ in range(3))
+    past_k, past_v = _randn(rng, 2, 2, 5, 8), _randn(rng, 2, 2, 5, 8)
+    inputs: Inputs = [
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("", None),
+        ("", None),
+        ("ab", _randn(rng, 2, 1, 3, 8)),
+        ("pk", past_k),
+        ("pv", past_v),
+    ]
+    _against_ort("MultiHeadAttention", inputs, ["y", "k2", "v2"], num_heads=2, unidirectional=1)
+
+
+def test_multi_head_attention_cross_with_bnsh_keys():
+    rng = _rng(25)
+    q = _randn(rng, 2, 3, 16)
+    k4, v4 = _randn(rng, 2, 2, 6, 8), _randn(rng, 2, 2, 6, 8)
+    _against_ort("MultiHeadAttention", [("q", q), ("k", k4), ("v", v4)], num_heads=2, scale=0.5)
+    k3, v3 = _randn(rng, 2, 6, 16), _randn(rng, 2, 6, 24)
+    inputs = [("q", q), ("k", k3), ("v", v3), ("bias", _randn(rng, 56))]
+    _against_ort("MultiHeadAttention", inputs, num_heads=2)
+
+
+# -- GroupQueryAttention ----------------------------------------------------------------------
+
+
+def _gqa_inputs(rng, dtype, seq, past, seqlens, total, heads=4, kv_heads=2, head=8, packed=False):
+    b = len(seqlens)
+    q = _randn(rng, b, seq, heads * head, dtype=dtype)
+    k = _randn(rng, b, seq, kv_heads * head, dtype=dtype)
+    v = _randn(rng, b, seq, kv_heads * head, dtype=dtype)
+    inputs: Inputs = (
+        [("q", np.concatenate([q, k, v], -1)), ("", None), ("", None)]
+        if packed
+        else [("q", q), ("k", k), ("v", v)]
+    )
+    if past is None:
+        inputs += [("", None), ("", None)]
+    else:
+        inputs += [
+            ("pk", _randn(rng, b, kv_heads, past, head, dtype=dtype)),
+            ("pv", _randn(rng, b, kv_heads, past, head, dtype=dtype)),
+        ]
+    inputs += [
+        ("seqlens_k", np.array(seqlens, np.int32) - 1),
+        ("total", np.array(total, np.int32)),
+    ]
+    return inputs
+
+
+GQA_CASES: dict[str, tuple[dict, dict]] = {
+    # name: (input layout, attributes)
+    "prompt": (dict(seq=5, past=None, seqlens=[5, 5], total=5), {}),
+    "prompt_empty_past": (dict(seq=5, past=0, seqlens=[5, 5], total=5), {}),
+    "prompt_packed": (dict(seq=5, past=0, seqlens=[5, 5], total=5, packed=True), {}),
+    "decode_ragged": (dict(seq=1, past=8, seqlens=[6, 8], total=8), {}),
+    "decode_grown": (dict(seq=1, past=6, seqlens=[7, 7], total=7), {}),
+    # onnxruntime takes a chunk after the first prompt for one sequence only
+    "continue_prompt": (dict(seq=3, past=4, seqlens=[7], total=7), {}),
+    "window_softcap": (
+        dict(seq=5, past=0, seqlens=[5, 5], total=5),
+        {"local_window_size": 2, "softcap": 2.0, "scale": 0.4},
+    ),
+    "decode_window": (dict(seq=1, past=8, seqlens=[6, 8], total=8), {"local_window_size": 3}),
+    "smooth_softmax": (dict(seq=1, past=6, seqlens=[7, 7], total=7), {"smooth_softmax": 1}),
+    "not_causal": (dict(seq=4, past=0, seqlens=[4, 4], total=4), {"causal": 0}),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", sorted(GQA_CASES))
+def test_group_query_attention(dtype, case):
+    layout, attrs = GQA_CASES[case]
+    inputs = _gqa_inputs(_rng(26), dtype, **layout)
+    m = _model(
+        "GroupQueryAttention", inputs, ["y", "pk2", "pv2"], MS, num_heads=4, kv_num_heads=2, **attrs
+    )
+    _check_gqa(m, inputs, layout["seqlens"], dtype)
+
+
+def _check_gqa(m: onnx.ModelProto, inputs: Inputs, lens: list[int], dtype) -> None:
+    expected, got = _ort(m, inputs), _ours(m, inputs)
+    assert len(got) == len(expected) == 3
+    _check(got[0], expected[0], dtype)
+    for g, e in zip(got[1:], expected[1:]):
+        # present rows past each sequence's length are not written by onnxruntime
+        assert g.shape == e.shape
+        for b, n in enumerate(lens):
+            _check(g[b, :, :n], e[b, :, :n], dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("decode", [False, True])
+def test_group_query_attention_rotary_and_head_sink(dtype, interleaved, decode):
+    rng = _rng(27)
+    layout = (
+        dict(seq=1, past=8, seqlens=[6, 8], total=8)
+        if decode
+        else dict(seq=5, past=0, seqlens=[5, 5], total=5)
+    )
+    # onnxruntime rotates heads of a multiple of 16 only
+    inputs = _gqa_inputs(rng, dtype, head=16, **layout)
+    cos, sin = _caches(rng, 16, 8, dtype)
+    inputs += [
+        ("cos", cos),
+        ("sin", sin),
+        ("", None),
+        ("", None),
+        ("sink", _randn(rng, 4, dtype=dtype)),
+    ]
+    # the presents are asked for, as every fused decoder does: without them onnxruntime's
+    # CPU kernel leaves the past out in token generation
+    m = _model(
+        "GroupQueryAttention",
+        inputs,
+        ["y", "pk2", "pv2"],
+        MS,
+        num_heads=4,
+        kv_num_heads=2,
+        do_rotary=1,
+        rotary_interleaved=interleaved,
+    )
+    _check_gqa(m, inputs, layout["seqlens"], dtype)
+
+
+def test_uncovered_attention_forms_are_refused_by_name():
+    rng = _rng(29)
+    inputs = _gqa_inputs(rng, np.float32, seq=1, past=6, seqlens=[7, 7], total=7)
+    refused = {
+        "query_seqlens": (inputs + [("", None)] * 9 + [("qs", np.ones(2, np.int32))], {}),
+        "sliding_window_cache": (inputs, {"sliding_window_cache": 1, "local_window_size": 4}),
+        "quantized KV cache": (inputs, {"k_quant_type": "PER_TENSOR"}),
+    }
+    for what, (feeds, attrs) in refused.items():
+        m = _model(
+            "GroupQueryAttention", feeds, ["y", "k", "v"], MS, num_heads=4, kv_num_heads=2, **attrs
+        )
+        with pytest.raises(Exception, match=what):
+            _ours(m, feeds)
+    packed = [("qkv", _randn(rng, 2, 4, 2, 3, 8))]
+    m = _model("MultiHeadAttention", packed, ["y"], MS, num_heads=2)
+    with pytest.raises(Exception, match="packed QKV"):
+        _ours(m, packed)
+    q = [("q", _randn(rng, 2, 4, 16)), ("k", _randn(rng, 2, 4, 16)), ("v", _randn(rng, 2, 4, 16))]
+    m = _model("MultiHeadAttention", q, ["y", "", "", "qk"], MS, num_heads=2)
+    with pytest.raises(Exception, match="qk output"):
+        _ours(m, q)
