@@ -236,7 +236,8 @@ def multi_head_attention_ms(
 # -- GroupQueryAttention ----------------------------------------------------------------------
 
 
-@op("GroupQueryAttention", domain=MS, context=True)
+# seqlens_k and total_sequence_length size the cache: read on the host
+@op("GroupQueryAttention", domain=MS, context=True, host_inputs=(5, 6))
 def group_query_attention_ms(
     query,
     key=None,
