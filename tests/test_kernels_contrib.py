@@ -645,3 +645,118 @@ def test_uncovered_attention_forms_are_refused_by_name():
     m = _model("MultiHeadAttention", q, ["y", "", "", "qk"], MS, num_heads=2)
     with pytest.raises(Exception, match="qk output"):
         _ours(m, q)
+
+
+# -- EmbedLayerNormalization ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("with_positions", [False, True])
+@pytest.mark.parametrize("with_segments", [False, True])
+def test_embed_layer_norm(with_mask, with_positions, with_segments):
+    rng = _rng(30)
+    inputs: Inputs = [
+        ("ids", rng.integers(0, 20, (2, 6)).astype(np.int32)),
+        ("seg", rng.integers(0, 2, (2, 6)).astype(np.int32)) if with_segments else ("", None),
+        ("we", _randn(rng, 20, 16)),
+        ("pe", _randn(rng, 10, 16)),
+        ("se", _randn(rng, 2, 16)) if with_segments else ("", None),
+        ("gamma", _randn(rng, 16)),
+        ("beta", _randn(rng, 16)),
+    ]
+    # a hole in the second mask: the index counts ones, it is not the first zero
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 0, 1, 1, 1, 0]], np.int32)
+    inputs.append(("mask", mask) if with_mask else ("", None))
+    if with_positions:
+        inputs.append(("pos", np.arange(3, 9, dtype=np.int32).reshape(1, 6)))
+    got = _against_ort("EmbedLayerNormalization", inputs, ["y", "mask_index", "sum"], epsilon=1e-5)
+    assert got[1].tolist() == ([4, 4] if with_mask else [0, 0])
+
+
+# -- whole models as onnxruntime's transformer optimizer fuses them ----------------------------
+
+
+def _legacy_export(
+    model: torch.nn.Module,
+    args: tuple,
+    names: list[str],
+    path,
+    opset: int = 17,
+    dynamic: bool = False,
+) -> str:
+    # the optimizer's fusions match the TorchScript exporter's patterns
+    torch.onnx.export(
+        model,
+        args,
+        str(path),
+        input_names=names,
+        output_names=["y"],
+        opset_version=opset,
+        dynamo=False,
+        # with fixed batch and sequence lengths the embedding fusion does not match
+        dynamic_axes={n: {0: "batch", 1: "seq"} for n in names} if dynamic else None,
+    )
+    return str(path)
+
+
+def test_unet_fusions_nhwc_conv_and_group_norm_match_eager(tmp_path):
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(32, 32, 3, padding=1)
+            self.norm = torch.nn.GroupNorm(8, 32)
+            self.out = torch.nn.Conv2d(32, 32, 3, stride=2, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(F.silu(self.norm(self.conv(x))))
+
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(2, 32, 8, 8)
+    path = _legacy_export(model, (x,), ["x"], tmp_path / "block.onnx")
+    fused = optimize_model(path, model_type="unet", opt_level=0).model
+    ops = {n.op_type for n in fused.graph.node if n.domain == MS}
+    assert ops == {"NhwcConv", "GroupNorm"}
+    (got,) = TorchOnnxEvaluator(fused).run(None, {"x": x})
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_bert_fusions_match_onnxruntime(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            config = transformers.BertConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                vocab_size=100,
+                attn_implementation="eager",
+            )
+            self.bert = transformers.BertModel(config, add_pooling_layer=False)
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.int64)
+    mask[1, 5:] = 0
+    # before opset 17 the layer norms come decomposed: the optimizer fuses the embeddings'
+    path = _legacy_export(
+        Encoder().eval(), (ids, mask), ["ids", "mask"], tmp_path / "b.onnx", 14, True
+    )
+    fused = optimize_model(path, model_type="bert", num_heads=4, hidden_size=32, opt_level=0)
+    m = fused.model
+    ops = {n.op_type for n in m.graph.node if n.domain == MS}
+    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= ops
+    feeds = {"ids": ids.numpy(), "mask": mask.numpy()}
+    (expected,) = _ort(m, list(feeds.items()))
+    (got,) = TorchOnnxEvaluator(m).run(None, {k: torch.from_numpy(v) for k, v in feeds.items()})
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-5, rtol=1e-5)

@@ -1,6 +1,6 @@
 """onnxruntime's fused and contrib ops, the ones its transformer optimizer (bert, gpt2,
 unet) and fused exports emit: skip and simplified layer normalizations, the GELU family,
-NhwcConv, GroupNorm and RotaryEmbedding.
+NhwcConv, GroupNorm, RotaryEmbedding and EmbedLayerNormalization.
 
 Most live in the ``com.microsoft`` domain; ``SimplifiedLayerNormalization`` and the
 pre-17 ``LayerNormalization`` are registered by onnxruntime in the default domain, from
@@ -275,3 +275,41 @@ def rotary_embedding_ms(
         rotary_embedding_dim=rotary_embedding_dim,
     )
     return y.to(x.dtype)
+
+
+# -- embeddings ------------------------------------------------------------------------------------
+
+
+@op("EmbedLayerNormalization", domain=MS, context=True)
+def embed_layer_norm(
+    input_ids,
+    segment_ids,
+    word_embedding,
+    position_embedding,
+    segment_embedding=None,
+    gamma=None,
+    beta=None,
+    mask=None,
+    position_ids=None,
+    epsilon=1e-12,
+    mask_index_type=1,
+    ctx=None,
+):
+    """The bert fusion's embeddings: word + position (+ segment) embeddings, layer norm,
+    and each sequence's count of ones in the mask as mask index (a count, as onnxruntime's
+    CPU kernel computes it, not the position of the first zero the spec text names)."""
+    seq = input_ids.shape[1]
+    if position_ids is None:
+        position_ids = torch.arange(seq, device=input_ids.device).reshape(1, seq)
+    e = word_embedding[input_ids.long()] + position_embedding[position_ids.long()]
+    if segment_ids is not None and segment_embedding is not None:
+        e = e + segment_embedding[segment_ids.long()]
+    cdt = _compute_dtype(e)
+    y = F.layer_norm(e.to(cdt), e.shape[-1:], gamma.to(cdt), beta.to(cdt), epsilon).to(e.dtype)
+    index = None
+    if _wants(ctx, 1):
+        if mask is None:  # onnxruntime writes zeros then
+            index = torch.zeros(input_ids.shape[0], dtype=torch.int32, device=y.device)
+        else:
+            index = (mask != 0).sum(1).to(torch.int32)
+    return y, index, e if _wants(ctx, 2) else None
