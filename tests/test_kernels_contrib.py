@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx.helper as oh
+import onnx.numpy_helper
 import onnxruntime
 import pytest
 import torch
@@ -633,7 +634,13 @@ def test_uncovered_attention_forms_are_refused_by_name():
     }
     for what, (feeds, attrs) in refused.items():
         m = _model(
-            "GroupQueryAttention", feeds, ["y", "k", "v"], MS, num_heads=4, kv_num_heads=2, **attrs
+            "GroupQueryAttention",
+            feeds,
+            ["y", "k2", "v2"],
+            MS,
+            num_heads=4,
+            kv_num_heads=2,
+            **attrs,
         )
         with pytest.raises(Exception, match=what):
             _ours(m, feeds)
@@ -760,3 +767,61 @@ def test_bert_fusions_match_onnxruntime(tmp_path):
     (expected,) = _ort(m, list(feeds.items()))
     (got,) = TorchOnnxEvaluator(m).run(None, {k: torch.from_numpy(v) for k, v in feeds.items()})
     np.testing.assert_allclose(got.numpy(), expected, atol=1e-5, rtol=1e-5)
+
+
+def _meta_cases() -> dict[str, tuple[str, Inputs, list[str], tuple[str, ...], dict]]:
+    rng = _rng(31)
+    gqa = _gqa_inputs(rng, np.float32, seq=1, past=8, seqlens=[6, 8], total=8, head=16)
+    cos, sin = _caches(rng, 16, 8, np.float32)
+    att, past = _attention_inputs(rng, seq=3, past=5)
+    q = _randn(rng, 2, 4, 16)
+    return {
+        "gqa": (
+            "GroupQueryAttention",
+            [*gqa, ("cos", cos), ("sin", sin)],
+            ["y", "k2", "v2"],
+            ("seqlens_k", "total"),
+            {"num_heads": 4, "kv_num_heads": 2, "do_rotary": 1},
+        ),
+        "attention": (
+            "Attention",
+            [*att, ("mask", np.array([[1] * 8, [0] * 2 + [1] * 6], np.int32)), ("past", past)],
+            ["y", "present"],
+            (),
+            {"num_heads": 2, "unidirectional": 1},
+        ),
+        "mha": (
+            "MultiHeadAttention",
+            [("q", q), ("k", q), ("v", q), ("b", _randn(rng, 48)), ("m", np.ones(2, np.int32))],
+            ["y", "k2", "v2"],
+            (),
+            {"num_heads": 2},
+        ),
+        "rotary": (
+            "RotaryEmbedding",
+            [("x", _randn(rng, 2, 5, 32)), ("p", np.array([2], np.int64)), ("c", cos), ("s", sin)],
+            ["y"],
+            (),
+            {},
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_meta_cases()))
+def test_no_device_value_is_read_on_the_host(name):
+    """On the meta device a kernel that reads a device value on the host raises, where on
+    CUDA it would wait for the GPU; the values that size the result are host inputs,
+    given as constants, as exporters write them."""
+    op_type, inputs, outputs, host, attrs = _meta_cases()[name]
+    m = _model(op_type, inputs, outputs, MS, **attrs)
+    for n, v in inputs:
+        if n in host:
+            m.graph.initializer.append(onnx.numpy_helper.from_array(v, n))
+    kept = [vi for vi in m.graph.input if vi.name not in host]
+    del m.graph.input[:]
+    m.graph.input.extend(kept)
+    feeds = {n: torch.from_numpy(v).to("meta") for n, v in inputs if n and n not in host}
+    got = TorchOnnxEvaluator(m, device="meta").run(None, feeds)
+    assert all(t.device.type == "meta" for t in got)
+    expected = _ours(_model(op_type, inputs, outputs, MS, **attrs), inputs)
+    assert [tuple(t.shape) for t in got] == [e.shape for e in expected]

@@ -303,10 +303,13 @@ def group_query_attention_ms(
         )
     q, k, v = _heads(query, num_heads), _heads(key, kv_num_heads), _heads(value, kv_num_heads)
     head = q.shape[-1]
-    lens = seqlens_k.to(dev).long().reshape(-1) + 1  # keys each sequence has after this step
+    # keys each sequence holds after this step, and before it: read on the host (the cache
+    # is laid out from them), then copied once to the device for the masks
+    lens_h = seqlens_k.cpu().long().reshape(-1) + 1
     total_max = int(total_sequence_length.reshape(-1)[0])
     first_prompt = past_key is None or (q_len > 1 and q_len == total_max)
-    past_lens = torch.zeros_like(lens) if first_prompt else lens - q_len
+    past_h = torch.zeros_like(lens_h) if first_prompt else lens_h - q_len
+    lens, past_lens = lens_h.to(dev), past_h.to(dev)
     if do_rotary:
         if position_ids is not None and not first_prompt:
             pos = position_ids.to(dev).long()
@@ -317,12 +320,12 @@ def group_query_attention_ms(
         q = _rotary(q.to(cdt), cos_cache.to(cdt), sin_cache.to(cdt), pos, **rot).to(query.dtype)
         k = _rotary(k.to(cdt), cos_cache.to(cdt), sin_cache.to(cdt), pos, **rot).to(key.dtype)
     buffer = past_key.shape[2] if past_key is not None else 0
-    present_len = max(total_max, buffer, int(lens.max()))
+    present_len = max(total_max, buffer, int(lens_h.max()))
     shape = (batch, kv_num_heads, present_len, head)
     pk = torch.zeros(shape, dtype=k.dtype, device=dev)
     pv = torch.zeros(shape, dtype=v.dtype, device=dev)
     for b in range(batch):
-        p = int(past_lens[b])
+        p = int(past_h[b])
         if p:
             pk[b, :, :p] = past_key[b, :, :p]
             pv[b, :, :p] = past_value[b, :, :p]
