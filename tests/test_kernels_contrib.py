@@ -564,6 +564,9 @@ GQA_CASES: dict[str, tuple[dict, dict]] = {
     "decode_window": (dict(seq=1, past=8, seqlens=[6, 8], total=8), {"local_window_size": 3}),
     "smooth_softmax": (dict(seq=1, past=6, seqlens=[7, 7], total=7), {"smooth_softmax": 1}),
     "not_causal": (dict(seq=4, past=0, seqlens=[4, 4], total=4), {"causal": 0}),
+    # a batch of prompts right-padded to the longest
+    "ragged_prompt": (dict(seq=5, past=0, seqlens=[3, 5], total=5), {}),
+    "ragged_prompt_no_past": (dict(seq=5, past=None, seqlens=[3, 5], total=5), {}),
 }
 
 
@@ -825,3 +828,30 @@ def test_no_device_value_is_read_on_the_host(name):
     assert all(t.device.type == "meta" for t in got)
     expected = _ours(_model(op_type, inputs, outputs, MS, **attrs), inputs)
     assert [tuple(t.shape) for t in got] == [e.shape for e in expected]
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_group_query_attention_position_ids_and_attention_bias(decode):
+    rng = _rng(32)
+    layout = (
+        dict(seq=1, past=8, seqlens=[6, 8], total=8)
+        if decode
+        else dict(seq=5, past=0, seqlens=[5, 5], total=5)
+    )
+    inputs = _gqa_inputs(rng, np.float32, head=16, **layout)
+    cos, sin = _caches(rng, 16, 8, np.float32)
+    # in a first prompt onnxruntime starts every sequence at the first position id
+    pos = np.array([[9], [3]]) if decode else np.array([[2, 3, 4, 5, 6], [0, 1, 2, 3, 4]])
+    total = layout["total"]
+    inputs += [("cos", cos), ("sin", sin), ("pid", pos.astype(np.int64))]
+    inputs.append(("bias", _randn(rng, 2, 4, layout["seq"], total)))
+    m = _model(
+        "GroupQueryAttention",
+        inputs,
+        ["y", "pk2", "pv2"],
+        MS,
+        num_heads=4,
+        kv_num_heads=2,
+        do_rotary=1,
+    )
+    _check_gqa(m, inputs, layout["seqlens"], np.float32)

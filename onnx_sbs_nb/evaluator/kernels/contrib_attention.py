@@ -311,10 +311,14 @@ def group_query_attention_ms(
     past_h = torch.zeros_like(lens_h) if first_prompt else lens_h - q_len
     lens, past_lens = lens_h.to(dev), past_h.to(dev)
     if do_rotary:
-        if position_ids is not None and not first_prompt:
-            pos = position_ids.to(dev).long()
+        steps = torch.arange(q_len, device=dev).reshape(1, -1)
+        if position_ids is None:
+            pos = past_lens.reshape(-1, 1) + steps
+        elif first_prompt:
+            # onnxruntime reads only the first position id then, for every sequence
+            pos = (position_ids.reshape(-1)[:1].to(dev).long() + steps).expand(batch, q_len)
         else:
-            pos = past_lens.reshape(-1, 1) + torch.arange(q_len, device=dev).reshape(1, -1)
+            pos = position_ids.to(dev).long()
         rot = dict(interleaved=rotary_interleaved, num_heads=0)
         cdt = torch.float32
         q = _rotary(q.to(cdt), cos_cache.to(cdt), sin_cache.to(cdt), pos, **rot).to(query.dtype)
