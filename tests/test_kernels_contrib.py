@@ -647,10 +647,6 @@ def test_uncovered_attention_forms_are_refused_by_name():
         )
         with pytest.raises(Exception, match=what):
             _ours(m, feeds)
-    packed = [("qkv", _randn(rng, 2, 4, 2, 3, 8))]
-    m = _model("MultiHeadAttention", packed, ["y"], MS, num_heads=2)
-    with pytest.raises(Exception, match="packed QKV"):
-        _ours(m, packed)
     q = [("q", _randn(rng, 2, 4, 16)), ("k", _randn(rng, 2, 4, 16)), ("v", _randn(rng, 2, 4, 16))]
     m = _model("MultiHeadAttention", q, ["y", "", "", "qk"], MS, num_heads=2)
     with pytest.raises(Exception, match="qk output"):
@@ -855,3 +851,41 @@ def test_group_query_attention_position_ids_and_attention_bias(decode):
         do_rotary=1,
     )
     _check_gqa(m, inputs, layout["seqlens"], np.float32)
+
+
+def test_multi_head_attention_packed_inputs_equal_the_unpacked_in_onnxruntime():
+    """onnxruntime's CPU kernel refuses packed QKV and KV (the engine falls back to the
+    torch evaluator): the same attention unpacked, which it runs, is the reference."""
+    rng = _rng(33)
+    qkv = _randn(rng, 2, 4, 2, 3, 8)  # B, L, N, 3, H
+    unpacked = [
+        (n, np.ascontiguousarray(qkv[:, :, :, i]).reshape(2, 4, 16)) for i, n in enumerate("qkv")
+    ]
+    (expected,) = _ort(_model("MultiHeadAttention", unpacked, ["y"], MS, num_heads=2), unpacked)
+    m = _model("MultiHeadAttention", [("qkv", qkv)], ["y"], MS, num_heads=2)
+    with pytest.raises(Exception, match="not implemented for CPU"):
+        _ort(m, [("qkv", qkv)])
+    _check(_ours(m, [("qkv", qkv)])[0], expected)
+    q, kv = _randn(rng, 2, 3, 16), _randn(rng, 2, 6, 2, 2, 8)
+    unpacked = [("q", q)] + [
+        (n, np.ascontiguousarray(kv[:, :, :, i]).reshape(2, 6, 16)) for i, n in enumerate("kv")
+    ]
+    (expected,) = _ort(_model("MultiHeadAttention", unpacked, ["y"], MS, num_heads=2), unpacked)
+    packed = [("q", q), ("kv", kv)]
+    _check(_ours(_model("MultiHeadAttention", packed, ["y"], MS, num_heads=2), packed)[0], expected)
+
+
+def test_multi_head_attention_causal_with_other_key_lengths():
+    rng = _rng(34)
+    inputs = [
+        ("q", _randn(rng, 2, 3, 16)),
+        ("k", _randn(rng, 2, 6, 16)),
+        ("v", _randn(rng, 2, 6, 16)),
+    ]
+    _against_ort("MultiHeadAttention", inputs, num_heads=2, unidirectional=1)
+    m = np.ones((2, 8), np.int32)
+    m[0, :3] = 0
+    q = _randn(rng, 2, 3, 16)
+    with_past: Inputs = [("q", q), ("k", q), ("v", q), ("", None), ("m", m), ("", None)]
+    with_past += [("pk", _randn(rng, 2, 2, 5, 8)), ("pv", _randn(rng, 2, 2, 5, 8))]
+    _against_ort("MultiHeadAttention", with_past, ["y", "k2", "v2"], num_heads=2, unidirectional=1)

@@ -1,19 +1,21 @@
 """onnxruntime's contrib attentions (com.microsoft): Attention (bert and gpt2 fusions),
 MultiHeadAttention and GroupQueryAttention, as its CPU kernels compute them.
 
-Masks follow onnxruntime, not -inf: a key a mask (``mask_index``, ``key_padding_mask``)
-hides gets ``mask_filter_value`` (default -10000) in place of nothing, a key the causal
-mask hides the lowest float, and ``attention_bias`` is added on top; so a row whose keys
+Masks follow onnxruntime, not -inf: the score of a key that ``mask_index`` or
+``key_padding_mask`` hides is ``mask_filter_value`` (default -10000) plus the scaled
+product, that of a key the causal mask hides the lowest float plus it, and
+``attention_bias`` is added on top; so a row whose keys
 are all padding averages every key, as onnxruntime's does. GroupQueryAttention leaves
 the hidden keys out of its softmax altogether.
 
 Not covered, each raising NotImplementedError that names it rather than computing
 something else: Attention's 4-D (Megatron) mask and ``(3 * batch + 2)`` mask index, its
 ``do_rotary`` and ``past_present_share_buffer``; MultiHeadAttention's packed QKV / KV
-inputs, ``qk`` output, ``past_sequence_length`` and ``cache_indirection`` (beam search
-buffers); GroupQueryAttention's quantized KV cache, ``query_seqlens``,
-``sliding_window_cache``, Q/K RMS norm weights and ``qk_output``. Half precision inputs
-compute in float32 and round once.
+inputs with a bias, its ``qk`` output, ``past_sequence_length`` and
+``cache_indirection`` (beam search buffers); GroupQueryAttention's quantized KV cache,
+``query_seqlens``, ``sliding_window_cache``, Q/K RMS norm weights and ``qk_output``.
+Packed MultiHeadAttention inputs, which onnxruntime's CPU kernel refuses, are computed as
+the same attention unpacked. Half precision inputs compute in float32 and round once.
 """
 
 from __future__ import annotations
@@ -86,16 +88,22 @@ def _ort_bias(
     mask_filter_value: float,
     attention_bias: torch.Tensor | None,
     device,
+    past: int,
 ) -> torch.Tensor:
-    """The additive (B or 1, 1 or N, S, T) float32 term onnxruntime adds to the scores."""
+    """The additive (B or 1, 1 or N, S, T) float32 term onnxruntime adds to the scores.
+
+    The causal mask lets query i see keys up to ``past + i``, and the last query every
+    key, as onnxruntime does: with more keys than that (cross attention) query i sees the
+    first ones, the last query all of them."""
     m = torch.zeros((batch if hidden is not None else 1, q_len, total), device=device)
     if hidden is not None:
         m = m.masked_fill(hidden, mask_filter_value)
     if causal:
-        past = total - q_len
         i = torch.arange(q_len, device=device).reshape(-1, 1)
         j = torch.arange(total, device=device).reshape(1, -1)
-        m = m.masked_fill(j > i + past, torch.finfo(torch.float32).min)
+        # onnxruntime leaves the last query row unmasked: the same thing when there are
+        # past + S keys, all the keys in cross attention
+        m = m.masked_fill((j > i + past) & (i < q_len - 1), torch.finfo(torch.float32).min)
     m = m.unsqueeze(1)
     if attention_bias is not None:
         m = m + attention_bias.to(device, torch.float32)
@@ -159,6 +167,7 @@ def attention_ms(
         mask_filter_value,
         attention_bias,
         x.device,
+        past.shape[3] if past is not None else 0,
     )
     y = _merge(_attend(q, k, v, b, scale)).to(x.dtype)
     return y, torch.stack([k, v]) if _wants(ctx, 1) else None
@@ -186,8 +195,16 @@ def multi_head_attention_ms(
     unidirectional=0,
     ctx=None,
 ):
+    if query.dim() == 5 or (key is not None and key.dim() == 5):
+        # onnxruntime's CPU kernel has neither packed form: the engine's fallback runs them
+        if bias is not None:
+            raise NotImplementedError("MultiHeadAttention: bias with packed QKV / KV inputs")
+        if query.dim() == 5:  # (B, L, N, 3, H)
+            query, key, value = (t.flatten(2) for t in query.unbind(3))
+        else:  # (B, L, N, 2, H)
+            key, value = (t.flatten(2) for t in key.unbind(3))
     if query.dim() != 3 or key is None or key.dim() not in (3, 4):
-        raise NotImplementedError("MultiHeadAttention: packed QKV / KV inputs")
+        raise ValueError("MultiHeadAttention: query must be 3-D and key given (3-D or 4-D)")
     if past_sequence_length is not None or cache_indirection is not None:
         raise NotImplementedError(
             "MultiHeadAttention: past_sequence_length / cache_indirection (shared buffers)"
@@ -210,6 +227,7 @@ def multi_head_attention_ms(
         if past_key is not None:
             k = torch.cat([past_key.to(k.dtype), k], 2)
             v = torch.cat([past_value.to(v.dtype), v], 2)
+    past_len = past_key.shape[2] if past_key is not None and key.dim() == 3 else 0
     batch, q_len, total = query.shape[0], query.shape[1], k.shape[2]
     hidden = _key_mask(
         key_padding_mask, batch, q_len, total, "MultiHeadAttention: key_padding_mask", q.device
@@ -223,6 +241,7 @@ def multi_head_attention_ms(
         mask_filter_value,
         attention_bias,
         q.device,
+        past_len,
     )
     y = _merge(_attend(q, k, v, b, scale)).to(query.dtype)
     return (
