@@ -28,7 +28,7 @@ from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 MS = "com.microsoft"
 # per dtype: float16 results round once in float16 on both sides, but the two sides
 # accumulate in other orders
-TOL = {np.float32: (2e-5, 2e-5), np.float16: (2e-3, 2e-3)}
+TOL = {np.float64: (1e-6, 1e-6), np.float32: (2e-5, 2e-5), np.float16: (2e-3, 2e-3)}
 
 Inputs = list[tuple[str, np.ndarray | None]]
 
@@ -155,7 +155,7 @@ def test_skip_simplified_layer_norm_2d_tokens_without_bias(dtype):
     _against_ort("SkipSimplifiedLayerNormalization", inputs, ["y", "", "inv", "sum"], dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_simplified_layer_norm_default_domain(dtype, axis):
     rng = _rng(5)
@@ -166,7 +166,7 @@ def test_simplified_layer_norm_default_domain(dtype, axis):
     _against_ort("SimplifiedLayerNormalization", inputs, ["y"], "", dtype=dtype, epsilon=1e-3)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 def test_layer_norm_before_opset_17_is_onnxruntimes(dtype):
     rng = _rng(6)
     inputs = [

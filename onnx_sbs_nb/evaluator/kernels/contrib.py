@@ -39,9 +39,9 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float32 if x.dtype in _HALF else x.dtype
 
 
-def _stat_dtype(x: torch.Tensor) -> torch.dtype:
-    # onnxruntime's U type: float32 for every input type but double
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+# onnxruntime's U type, of the saved mean and inverse deviation: float32 whatever the
+# input's type, double included
+_STAT = torch.float32
 
 
 # -- layer normalizations ---------------------------------------------------------------------
@@ -63,11 +63,10 @@ def skip_layer_norm(x, skip, gamma, beta=None, bias=None, epsilon=1e-12, ctx=Non
     y = d * inv * gamma.to(s.dtype)
     if beta is not None:
         y = y + beta.to(s.dtype)
-    sd = _stat_dtype(x)
     return (
         y.to(x.dtype),
-        mean.to(sd) if _wants(ctx, 1) else None,
-        inv.to(sd) if _wants(ctx, 2) else None,
+        mean.to(_STAT) if _wants(ctx, 1) else None,
+        inv.to(_STAT) if _wants(ctx, 2) else None,
         s.to(x.dtype) if _wants(ctx, 3) else None,
     )
 
@@ -77,12 +76,11 @@ def skip_simplified_layer_norm(x, skip, gamma, bias=None, epsilon=1e-12, ctx=Non
     s = _skip_sum(x, skip, bias)
     inv = torch.rsqrt((s * s).mean(-1, keepdim=True) + epsilon)
     y = s * inv * gamma.to(s.dtype)
-    sd = _stat_dtype(x)
     return (
         y.to(x.dtype),
         # an RMS norm has no mean: onnxruntime writes zeros there
-        torch.zeros(inv.shape, dtype=sd, device=x.device) if _wants(ctx, 1) else None,
-        inv.to(sd) if _wants(ctx, 2) else None,
+        torch.zeros(inv.shape, dtype=_STAT, device=x.device) if _wants(ctx, 1) else None,
+        inv.to(_STAT) if _wants(ctx, 2) else None,
         s.to(x.dtype) if _wants(ctx, 3) else None,
     )
 
@@ -96,7 +94,7 @@ def simplified_layer_norm(x, scale, axis=-1, epsilon=1e-5, stash_type=1, ctx=Non
     xc = x.to(_compute_dtype(x))
     inv = torch.rsqrt((xc * xc).mean(_norm_axes(x, axis), keepdim=True) + epsilon)
     y = (xc * inv).to(x.dtype) * scale
-    return y, inv.to(_stat_dtype(x)) if _wants(ctx, 1) else None
+    return y, inv.to(_STAT) if _wants(ctx, 1) else None
 
 
 @op("LayerNormalization", since=1, context=True)
@@ -110,11 +108,10 @@ def layer_norm_contrib(x, scale, b=None, axis=-1, epsilon=1e-5, stash_type=1, ct
     y = (d * inv).to(x.dtype) * scale
     if b is not None:
         y = y + b
-    sd = _stat_dtype(x)
     return (
         y,
-        mean.to(sd) if _wants(ctx, 1) else None,
-        inv.to(sd) if _wants(ctx, 2) else None,
+        mean.to(_STAT) if _wants(ctx, 1) else None,
+        inv.to(_STAT) if _wants(ctx, 2) else None,
     )
 
 
