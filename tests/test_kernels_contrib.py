@@ -387,6 +387,15 @@ def test_rotary_embedding_contrib(dtype, interleaved, case):
         np.testing.assert_array_equal(got[..., rot_dim:head], x[..., rot_dim:head])
 
 
+def test_rotary_embedding_scale_attribute_changes_nothing_as_in_onnxruntime():
+    rng = _rng(15)
+    cos, sin = _caches(rng, 12, 8, np.float32)
+    inputs = [("x", _randn(rng, 2, 5, 32)), ("pos", np.array([1], np.int64))]
+    inputs += [("cos", cos), ("sin", sin)]
+    scaled = _against_ort("RotaryEmbedding", inputs, scale=2.0)[0]
+    np.testing.assert_array_equal(scaled, _against_ort("RotaryEmbedding", inputs)[0])
+
+
 def test_rotary_embedding_packed_batching_is_refused():
     rng = _rng(14)
     cos, sin = _caches(rng, 8, 8, np.float32)

@@ -244,7 +244,8 @@ def rotary_embedding_ms(
     scale=1.0,
 ):
     """The contrib op: 3-D (batch, seq, hidden) or 4-D (batch, heads, seq, head) input;
-    ``position_ids`` is (batch, seq), or (1,) for every row starting at that position."""
+    ``position_ids`` is (batch, seq), or (1,) for every row starting at that position.
+    ``scale`` is accepted and unused, as in onnxruntime's CPU kernel."""
     if is_packed_batching:
         raise NotImplementedError("RotaryEmbedding: is_packed_batching=1")
     if rotary_embedding_dim and not num_heads:
