@@ -737,6 +737,14 @@ def test_unet_fusions_nhwc_conv_and_group_norm_match_eager(tmp_path):
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    # the engine, comparing the model with its fused form: onnxruntime refuses NhwcConv
+    # and GroupNorm on the CPU, the torch evaluator runs them, the output pairs and agrees
+    from onnx_sbs_nb import run_aligned_onnx
+
+    records = list(run_aligned_onnx(onnx.load(path), fused, {"x": x}))
+    (out,) = [r for r in records if r.onnx_name == "y"]
+    assert out.status == "ok" and out.err_abs < 1e-4
+    assert {r.onnx_op_type for r in records} >= {"NhwcConv", "GroupNorm"}
 
 
 def test_bert_fusions_match_onnxruntime(tmp_path):
