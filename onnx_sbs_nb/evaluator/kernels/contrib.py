@@ -12,7 +12,13 @@ when onnxruntime cannot run a node, and the fallback has to agree with the kerne
 stands in for. Half precision inputs are computed in float32 and rounded once, as
 onnxruntime's CPU kernels do.
 
-Not covered (raises NotImplementedError): RotaryEmbedding's ``is_packed_batching``.
+NhwcConv, GroupNorm, SkipGroupNorm, BiasSplitGelu, BiasAdd and GemmFastGelu have no CPU
+kernel in onnxruntime (CUDA only): they compute their definition, NhwcConv with the
+weight channels-last as the unet fusion writes it. The attentions are in
+``contrib_attention``.
+
+Not covered (raises NotImplementedError): RotaryEmbedding's ``is_packed_batching``,
+GroupNorm activations other than none and SiLU, SkipGroupNorm with ``channels_last=0``.
 """
 
 from __future__ import annotations
