@@ -525,14 +525,36 @@ def structural_lowering(model: onnx.ModelProto, pairing: Pairing) -> list[str | 
     return _fx_of_paired(g, [None] * len(g.node), pairing)
 
 
+def _tail_fused(node, fx: torch.fx.Node | None, fused: dict, pairing: Pairing) -> bool:
+    """Whether a fused node reading ``node``'s value also reads an operand of the fx node
+    (onnxruntime's SkipLayerNormalization taking a linear's bias): the tail of the fx
+    node's lowering went into the fusion, and the value is not the fx node's."""
+    if fx is None:
+        return False
+    operands = {a.name for a in fx.all_input_nodes}
+    for o in node.output:
+        for reader in fused.get(o, ()):
+            for i in reader.input:
+                p = pairing.by_onnx.get(i)
+                if p is not None and p.fx_name in operands and i not in node.input:
+                    return True
+    return False
+
+
 def _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
     """An fx node not paired by name pairs with the last output of the last ONNX node
     whose metadata names it, when the declared type and shape agree."""
     last_by_fx: dict[str, onnx.NodeProto] = {}
+    fused: dict[str, list[onnx.NodeProto]] = {}  # value -> fused nodes reading it
     for node, fx_name in zip(g.node, fx_of):
         if fx_name:
             last_by_fx[fx_name] = node
+        elif node.domain not in ("", "ai.onnx"):
+            for i in node.input:
+                fused.setdefault(i, []).append(node)
     for fx_name, node in last_by_fx.items():
+        if fused and _tail_fused(node, fx_nodes.get(fx_name), fused, pairing):
+            continue
         if fx_name in pairing.by_fx or fx_name not in fx_nodes:
             continue
         fx_type = fx_value_type(fx_nodes[fx_name])
