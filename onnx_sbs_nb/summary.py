@@ -287,10 +287,8 @@ class Summary:
         t = self.totals
         counts = (
             f"{t.get('records', 0)} records, {t.get('compared', 0)} compared, "
-            f"{t.get('failed', 0)} failed, {len(self.errors)} errors"
+            f"{failing_text(t.get('failed', 0), t.get('drifted', 0))}, {len(self.errors)} errors"
         )
-        if t.get("drifted", 0):
-            counts += f", {t['drifted']} of the failed drifted"
         c = self.completion
         head = f"verdict: {self.verdict.upper()}"
         if c is not None and c.finished and c.nodes:
@@ -570,6 +568,15 @@ def summarize(
     summary = Summarizer(node_inputs=node_inputs, top=top).extend(recs).summary()
     summary.completion = completion
     return summary
+
+
+def failing_text(failed: int, drifted: int) -> str:
+    """How many values fail, and how many of them only inherit their error (drifted): the
+    one wording of the terminal, the widget and the reports, so a red count never reads as
+    that many culprits."""
+    if not drifted:
+        return f"{failed} failing"
+    return f"{failed} failing, of which {drifted} only inherit their error"
 
 
 def drift_text(drifted: int, verdict: str) -> str:

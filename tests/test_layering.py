@@ -36,6 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
         "native",
         "external",
         "command_gc",
+        "png",
     ),
     ("diff",),
     ("evaluator",),
