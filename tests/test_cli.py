@@ -187,6 +187,9 @@ _RUN = ["run", "--ep", "{pt2}", "--onnx", "{onnx}", "--inputs", "{inputs}"]
     "argv, message",
     [
         (["run", "--onnx", "m.onnx", "--inputs", "i.pt"], "--ep"),
+        (["run", "{pt2}", "{onnx}"], "missing --inputs"),
+        (["run", "{pt2}", "{onnx}", "{inputs}", "{inputs}"], "too many"),
+        ([*_RUN, "{inputs}"], "too many"),
         (["run", "--ep", "missing.pt2", "--onnx", "m.onnx", "--inputs", "i.pt"], "no such file"),
         (["report", "missing.jsonl", "-o", "r.html"], "no such records file"),
         ([*_RUN, "-o", "r.pdf"], ".html"),
@@ -217,6 +220,57 @@ def test_bad_input_exit_2(argv, message, demo_run, demo_dir, tmp_path, capsys, m
         code = e.code
     assert code == EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
+
+
+def test_run_takes_positionals_and_every_repeated_output(demo_run, demo_dir, tmp_path, capsys):
+    """What users type: `run prog.pt2 model.onnx inputs.pt` as `diff` takes its files, and
+    -o repeated (argparse kept only the last -o: two reports were dropped silently and the
+    records went to run.node_data.jsonl)."""
+    html, xlsx, node_data = (
+        tmp_path / "r.html",
+        tmp_path / "r.xlsx",
+        tmp_path / "run.node_data.json",
+    )
+    code = main(
+        [
+            "run",
+            str(demo_dir / "model.pt2"),
+            str(demo_dir / "model.onnx"),
+            str(demo_dir / "inputs.pt"),
+            "--no-progress",
+            "-o",
+            str(html),
+            "-o",
+            str(xlsx),
+            "-o",
+            str(node_data),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_FAIL, out  # the demo's model is broken on purpose
+    assert html.is_file() and xlsx.is_file() and node_data.is_file(), out
+    assert (tmp_path / "r.jsonl").is_file()  # streamed next to the first report
+    assert not (tmp_path / "run.node_data.jsonl").exists()
+    assert "culprit:" in out
+
+
+def test_help_says_what_each_flag_does(capsys):
+    """Every option of every command has a help text (--runner, --device and demo's
+    --no-progress had none)."""
+    import argparse
+
+    from onnx_sbs_nb.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [
+        f"{name} {action.option_strings[0] if action.option_strings else action.dest}"
+        for name, parser in sub.choices.items()
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert bare == []
+    assert main(["run", "-h"]) == EXIT_PASS
+    assert "PROGRAM.pt2 MODEL.onnx INPUTS.pt" in capsys.readouterr().out
 
 
 def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
