@@ -78,6 +78,24 @@ def test_demo_finds_the_culprit(demo_run, demo_dir):
     assert gelu and gelu[0].passed is False and gelu[0].passed2 is True  # inherits only
 
 
+def test_demo_without_openpyxl_skips_the_xlsx_and_says_so(tmp_path):
+    """An environment without openpyxl (installed before it was a dependency) runs the
+    demo: it writes the other reports and says why there is no xlsx, instead of a
+    ModuleNotFoundError."""
+    code = (
+        "import sys; sys.modules['openpyxl'] = None\n"  # import openpyxl now fails
+        "from onnx_sbs_nb.cli import main\n"
+        f"sys.exit(main(['demo', '-o', {str(tmp_path)!r}, '--no-progress']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert out.returncode == EXIT_PASS, out.stdout + out.stderr
+    assert "skipping report.xlsx" in out.stdout and "openpyxl" in out.stdout
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "report.csv").is_file()
+    assert not (tmp_path / "report.xlsx").exists()
+
+
 def test_xlsx_columns_are_onnx_diagnostic_names(demo_run, demo_dir):
     import openpyxl
 
