@@ -30,7 +30,7 @@ from .completion import Completion
 from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
-from .summary import summarize
+from .summary import Summary, summarize
 from .view_state import is_finite
 
 # Values of SbsSession.state
@@ -158,7 +158,8 @@ class SbsSession:
         self._done = threading.Event()
         self._state = IDLE
         self._error: str | None = None
-        self._summary: dict[str, Any] | None = None
+        # the Summary once the run ended ({'error': traceback} if summarizing failed)
+        self._summary: Summary | dict[str, Any] | None = None
         self._stop_requested = False
         self._t0: float | None = None
         self._elapsed = 0.0
@@ -234,12 +235,13 @@ class SbsSession:
         )
 
     @property
-    def summary(self) -> dict[str, Any]:
-        """The summary dict (final once the run ended, of the records so far before); its
-        verdict is "stopped" or "incomplete" unless the run went to its end."""
+    def summary(self) -> Summary | dict[str, Any]:
+        """The :class:`Summary` (final once the run ended, of the records so far before;
+        it reads as its dict too); its verdict is "stopped" or "incomplete" unless the run
+        went to its end.  A bug in summarizing leaves ``{"error": traceback}``."""
         if self._summary is not None:
             return self._summary
-        return summary_dict(self.records, self.completion)
+        return summarize(self.records, completion=self.completion)
 
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Listener) -> None:
@@ -321,7 +323,7 @@ class SbsSession:
             self._flush(sent)
             self._state = state
             try:
-                self._summary = summary_dict(self.records, self.completion)
+                self._summary = summarize(self.records, completion=self.completion)
             except Exception:
                 self._summary = {"error": traceback.format_exc()}
             try:

@@ -196,7 +196,12 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
 
 @dataclass
 class Summary:
-    """What a run found; see :func:`summarize` for how each part is chosen."""
+    """What a run found; see :func:`summarize` for how each part is chosen.
+
+    One type wherever a summary is handed out (``summarize()``, ``w.summary``,
+    ``session.summary``): it prints as :meth:`to_text`, and reads as the dict
+    :meth:`to_dict` gives (``summary["verdict"]``, ``summary["culprit"]["ep_module"]``).
+    """
 
     first_own_failure: Record | None = None
     first_own_failure_rule: str | None = None
@@ -281,6 +286,29 @@ class Summary:
             culprit=Culprit.from_dict(d["culprit"]) if d.get("culprit") else None,
             completion=Completion.from_dict(d["completion"]) if d.get("completion") else None,
         )
+
+    # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
+    # notebooks wrote when the widget's summary was that dict) and a readable print --
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
+
+    def keys(self) -> Any:
+        return self.to_dict().keys()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_dict()
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return self.to_text()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's display
+        p.text(self.to_text())
 
     def to_text(self, max_suspects: int = 5) -> str:
         """A few lines for a terminal: verdict, culprit, top suspects, counts."""

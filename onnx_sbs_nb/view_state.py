@@ -225,6 +225,9 @@ def jsonable(obj: Any) -> Any:
 def culprit_of(summary: Any) -> dict[str, Any] | None:
     """The one answer of a summary dict: ``summary["culprit"]``; a summary made before
     that key existed gives its first own failure, in the same shape (without ``why``)."""
+    to_dict = getattr(summary, "to_dict", None)
+    if callable(to_dict):  # a Summary
+        summary = to_dict()
     if not isinstance(summary, dict):
         return None
     if "culprit" in summary:

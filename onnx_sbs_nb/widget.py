@@ -52,6 +52,7 @@ from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
 from .report_html import fallback_html, summary_text, write_report_html
 from .session import IDLE, ActionError, SbsSession
+from .summary import Summary
 from .view_state import (
     BUNDLE_PATH,
     STATE_TRAITS,
@@ -72,6 +73,11 @@ __all__ = ["BUNDLE_PATH", "SbsWidget", "build_figure", "bundle_js", "widget_stat
 
 #: Metadata key of the static summary output shown next to the widget.
 FALLBACK_METADATA = "onnx_sbs"
+
+
+def _summary_json(value: Summary | None, widget: Any) -> dict[str, Any] | None:
+    """What the front end and a saved notebook get of the summary: its JSON-safe dict."""
+    return None if value is None else jsonable(value)
 
 
 def _in_kernel() -> bool:
@@ -100,7 +106,8 @@ class SbsWidget(anywidget.AnyWidget):
     rows = t.Dict().tag(sync=True)
     graph = t.Dict().tag(sync=True)
     status = t.Dict().tag(sync=True)
-    summary = t.Dict(default_value=None, allow_none=True).tag(sync=True)
+    # the Summary in Python (prints as text, reads as its dict), its dict in the front end
+    summary = t.Instance(Summary, allow_none=True).tag(sync=True, to_json=_summary_json)
     atol = t.Float(default_value=None, allow_none=True).tag(sync=True)
     rtol = t.Float(default_value=None, allow_none=True).tag(sync=True)
     selected = t.Int(-1).tag(sync=True)
@@ -202,7 +209,8 @@ class SbsWidget(anywidget.AnyWidget):
             self._sent = len(records)
             with self.hold_sync():
                 self.rows = encode_rows(records)  # the one full sync: what a notebook keeps
-                self.summary = jsonable(self.session.summary)
+                summary = self.session.summary
+                self.summary = summary if isinstance(summary, Summary) else None
                 self.status = jsonable(self.session.status)
             if self.action.get("name") == "stop" and self.action.get("state") == "done":
                 self._set_action(
@@ -470,7 +478,9 @@ class SbsWidget(anywidget.AnyWidget):
 
     def state(self) -> dict[str, Any]:
         """The synced traits as a plain dict (what ``renderStatic`` takes)."""
-        return {k: getattr(self, k) for k in STATE_TRAITS}
+        state = {k: getattr(self, k) for k in STATE_TRAITS}
+        state["summary"] = _summary_json(self.summary, self)
+        return state
 
     def __repr__(self) -> str:
         s = self.session.status

@@ -74,6 +74,20 @@ def test_rows_stream_then_full_sync(model):
     assert w.columns == list(RECORD_FIELDS)
     assert w.status["state"] == "finished" and w.status["rows"] == len(recs)
     assert culprit_of(w.summary)["onnx_op_type"] == "Gemm"
+    # one Summary type: the widget's is summarize()'s, prints as text, reads as its dict
+    from onnx_sbs_nb import Summary, summarize
+
+    assert type(w.summary) is type(summarize(recs)) is Summary
+    assert type(w.session.summary) is Summary
+    assert str(w.summary) == repr(w.summary) == w.summary.to_text()
+    assert repr(w.summary).startswith("verdict: FAIL")
+    assert w.summary["verdict"] == w.summary.verdict == "fail"
+    assert w.summary["culprit"]["onnx_op_type"] == w.summary.culprit.onnx_op_type == "Gemm"
+    assert "culprit" in w.summary and w.summary.get("nope", 1) == 1
+    # the front end and a saved notebook get its JSON dict
+    synced = w.get_state()["summary"]
+    assert isinstance(synced, dict) and synced["verdict"] == "fail"
+    assert w.state()["summary"] == synced
     # a late view asks for what it has not seen
     b.rows = b.rows[:3]
     assert w.handle_message({"type": "hello", "have": 3}) is None
