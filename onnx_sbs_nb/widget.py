@@ -52,7 +52,7 @@ from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
 from .report_html import fallback_html, summary_text, write_report_html
 from .session import IDLE, ActionError, SbsSession
-from .summary import Summary
+from .summary import Summary, failing_text
 from .view_state import (
     BUNDLE_PATH,
     STATE_TRAITS,
@@ -486,11 +486,13 @@ class SbsWidget(anywidget.AnyWidget):
         s = self.session.status
         worst = s.get("max_err_abs") or 0.0
         where = f" at {s['max_err_name']!r}" if s.get("max_err_name") else ""
+        summary = self._summary_now()
+        drifted = (summary.get("totals") or {}).get("drifted", 0) if summary is not None else 0
         head = (
             f"SbsWidget({s['state']}: {s['rows']} records, "
-            f"{s.get('failures', 0)} failing, worst err_abs {worst:.3g}{where}"
+            f"{failing_text(s.get('failures', 0), drifted)}, worst err_abs {worst:.3g}{where}"
         )
-        culprit = culprit_of(self._summary_now())
+        culprit = culprit_of(summary)
         if culprit is not None:
             head += f", culprit {culprit_name(culprit)!r}"
             if culprit.get("ep_module"):

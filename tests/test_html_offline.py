@@ -101,12 +101,19 @@ class Page:
         self.context.close()
 
 
-def test_report_renders_offline(report_file, browser):
+def test_report_renders_offline(report_file, evil_records, browser):
     p = Page(browser)
     try:
         page = p.page
         page.goto(report_file.as_uri())
         page.wait_for_selector(".sbs-root .sbs-tr", timeout=20000)
+        # the red count says how many only inherit their error, as the terminal does
+        drifted = sum(r.drifted for r in evil_records)
+        failed = sum(r.failed for r in evil_records)
+        assert drifted > 0
+        assert page.locator(".sbs-status .sbs-failing").inner_text() == (
+            f"{failed} failing, of which {drifted} only inherit their error"
+        )
         rows = page.locator(".sbs-tr")
         assert rows.count() > 5
         # summary: the answer names the broken LayerNormalization's value

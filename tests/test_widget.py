@@ -526,3 +526,28 @@ def test_widget_takes_the_onnx_program_as_the_readme_shows():
     assert v.wait(120)
     assert w.summary["verdict"] == v.summary["verdict"] == "pass"
     assert w.to_frame()[["ep_name", "onnx_name"]].equals(v.to_frame()[["ep_name", "onnx_name"]])
+
+
+def test_failing_count_says_how_many_only_inherit():
+    """The widget's line says what the terminal says: of the failing values, how many
+    only inherit their error (their node agrees on torch's inputs)."""
+    recs = [
+        Record(
+            step=i,
+            onnx_name=f"v{i}",
+            onnx_op_type="Add",
+            onnx_id_node=i,
+            kind="node",
+            err_abs=1.0 if i else 0.5,
+            err_abs2=0.5 if i == 0 else 0.0,
+            passed=False,
+            passed2=i > 0,
+            status="fail",
+            atol=1e-4,
+        )
+        for i in range(4)
+    ]
+    w = SbsWidget(records=recs)
+    w.wait()
+    assert "4 failing, of which 3 only inherit their error" in repr(w)
+    assert "4 failing, of which 3 only inherit their error" in w.summary.to_text()

@@ -132,3 +132,10 @@ export class AnswerCard {
     this.el.replaceChildren(head, grid);
   }
 }
+
+// "N failing, of which M only inherit their error": the wording of summary.failing_text,
+// so a red count never reads as that many culprits (the same in the terminal and reports)
+export function failingText(failed, drifted) {
+  if (!drifted) return `${failed} failing`;
+  return `${failed} failing, of which ${drifted} only inherit their error`;
+}
