@@ -42,7 +42,9 @@ _FALLBACK_COLUMNS = (
 # Where the interactive view is missing, the summary says why and how to get it.
 SHARING_NOTE = (
     "This is the static summary of an onnx-sbs widget. The interactive view (table, chart, "
-    "layers, graph) is missing here because the notebook was saved without its widget "
+    "layers, graph) is missing here because this notebook is not trusted (JupyterLab draws "
+    "no widget of a notebook it received: if it was saved with its widget state, run "
+    "Trust Notebook from the command palette), because it was saved without its widget "
     "state, or because this page cannot load the widget manager (an HTML export opened "
     "offline). To keep it: in JupyterLab turn on Settings \u2192 Save Widget State "
     "Automatically, then run and save the notebook again; export the notebook with "
@@ -105,10 +107,12 @@ def _culprit_html(summary: Any) -> str:
     if c is None:
         return ""
     bits = [f"<b>culprit: {html.escape(culprit_name(c))}</b>"]
+    # long source lines wrap instead of running off the page
+    code = '<code style="white-space:pre-wrap;overflow-wrap:anywhere">'
     if c.get("ep_module"):
-        bits.append(f"<code>{html.escape(str(c['ep_module']))}</code>")
+        bits.append(f"{code}{html.escape(str(c['ep_module']))}</code>")
     if c.get("ep_source"):
-        bits.append(f"<code>{html.escape(str(c['ep_source']))}</code>")
+        bits.append(f"{code}{html.escape(str(c['ep_source']))}</code>")
     onnx = " ".join(
         str(v) for v in (c.get("onnx_node") or c.get("onnx_name"), c.get("onnx_op_type")) if v
     )
@@ -180,8 +184,10 @@ def _rows(records: list[Record], summary: Any, n: int) -> tuple[list[Record], in
         at = next((i for i, r in enumerate(records) if r.step == c["step"]), -1)
     if at < 0:
         return _worst(records, n), -1, 0
-    lo, hi = max(at - FALLBACK_NEIGHBOURS, 0), at + FALLBACK_NEIGHBOURS + 1
-    first = [records[at], *records[lo:at], *records[at + 1 : hi]]
+    # its compared neighbours: a value only one side has says nothing about the error
+    before = [r for r in reversed(records[:at]) if is_finite(r.err_abs)][:FALLBACK_NEIGHBOURS]
+    after = [r for r in records[at + 1 :] if is_finite(r.err_abs)][:FALLBACK_NEIGHBOURS]
+    first = [records[at], *reversed(before), *after]
     seen = {id(r) for r in first}
     rest = [r for r in _worst(records, n + len(first)) if id(r) not in seen]
     return (first + rest)[:n], 0, len(first)

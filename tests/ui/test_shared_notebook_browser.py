@@ -104,3 +104,30 @@ def test_untrusted_shared_notebook_reads_well(
     img.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"shared_untrusted_{name[:-6]}_chart.png"))
     assert page.js_errors == []
+    if saved_state:
+        _trust(page)
+        # trusted, the saved state draws the interactive view without a kernel run, and
+        # it hides the static summary
+        view = page.locator(".sbs-root").first
+        view.wait_for(timeout=60_000)
+        view.locator(".sbs-card.sbs-card-fail .sbs-culprit").wait_for(timeout=60_000)
+        assert "gelu" in view.locator(".sbs-card .sbs-culprit").inner_text()
+        page.locator(".onnx-sbs-fallback:visible").first.wait_for(state="detached", timeout=5000)
+        assert page.locator(".onnx-sbs-fallback:visible").count() == 0
+        view.scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts / "shared_trusted_state.png"))
+        assert page.js_errors == []
+
+
+def _trust(page) -> None:
+    """Trust the notebook as a reader does: the command palette's "Trust Notebook"."""
+    page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+Shift+C")
+    palette = page.locator(".lm-CommandPalette-input")
+    palette.wait_for()
+    palette.fill("Trust Notebook")
+    page.locator(".lm-CommandPalette-item", has_text="Trust Notebook").first.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    dialog.wait_for(state="detached")
