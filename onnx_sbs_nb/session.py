@@ -30,7 +30,7 @@ from .completion import Completion
 from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
-from .summary import Summary, summarize
+from .summary import Summarizer, Summary, summarize
 from .view_state import is_finite
 
 # Values of SbsSession.state
@@ -160,6 +160,9 @@ class SbsSession:
         self._error: str | None = None
         # the Summary once the run ended ({'error': traceback} if summarizing failed)
         self._summary: Summary | dict[str, Any] | None = None
+        # fed batch by batch (O(1) a record): the culprit so far while the run goes
+        self._so_far = Summarizer()
+        self._so_far_n = 0
         self._stop_requested = False
         self._t0: float | None = None
         self._elapsed = 0.0
@@ -332,9 +335,20 @@ class SbsSession:
             finally:
                 self._done.set()
 
+    def summary_so_far(self) -> Summary:
+        """The summary of the records flushed to the views so far (while the run goes:
+        its culprit is the culprit so far; its verdict says the run is incomplete)."""
+        with self._lock:
+            summary = self._so_far.summary()
+        summary.completion = self.completion
+        return summary
+
     def _flush(self, sent: int) -> int:
         with self._lock:
             batch = self._records[sent:]
+            for rec in self._records[self._so_far_n : sent + len(batch)]:
+                self._so_far.add(rec)
+            self._so_far_n = sent + len(batch)
         if batch:
             self._notify("rows", {"start": sent, "records": batch})
         self._notify("status", {"status": self.status})

@@ -198,10 +198,23 @@ class SbsWidget(anywidget.AnyWidget):
                 if batch:
                     self._sent = start + len(batch)
                     self.send({"type": "rows", "start": start, "rows": encode_rows(batch)})
+                    self._culprit_so_far()
         elif event == "status":
             self.status = jsonable(payload["status"])
         elif event == "finished":
             self._on_finished()
+
+    def _culprit_so_far(self) -> None:
+        """While the run goes, the card names the culprit as soon as one is known: the
+        summary so far is synced when its culprit changes (not every batch)."""
+        if not self.session.running:
+            return
+        so_far = self.session.summary_so_far()
+        c, shown = so_far.culprit, self.summary.culprit if self.summary is not None else None
+        if c is not None and (
+            shown is None or (c.step, c.onnx_name) != (shown.step, shown.onnx_name)
+        ):
+            self.summary = so_far
 
     def _on_finished(self) -> None:
         records = self.session.records

@@ -116,6 +116,10 @@ def test_report_renders_offline(report_file, evil_records, browser):
         )
         rows = page.locator(".sbs-tr")
         assert rows.count() > 5
+        artifacts = pathlib.Path(__file__).resolve().parents[1] / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        page.set_viewport_size({"width": 1500, "height": 1000})
+        page.screenshot(path=str(artifacts / "shared_html_report.png"))
         # summary: the answer names the broken LayerNormalization's value
         status = page.locator(".sbs-status").inner_text()
         assert "layer_norm" in status, status
@@ -366,3 +370,30 @@ def test_report_of_a_drifting_faithful_export_passes_and_says_why(browser, tmp_p
     finally:
         p.close()
     assert "verdict: PASS" in path.read_text() and "drift:" in path.read_text()
+
+
+def test_running_view_names_the_culprit_so_far(evil_records, browser, tmp_path):
+    """A view of a run still going (what the live widget shows mid-run) names the culprit
+    so far in its card, with the run's progress, as soon as the culprit's record is in."""
+    from onnx_sbs_nb.report_html import report_html
+    from onnx_sbs_nb.summary import summarize
+
+    culprit = summarize(evil_records).culprit
+    k = next(i for i, r in enumerate(evil_records) if r.step == culprit.step) + 2
+    recs = evil_records[:k]
+    status = {"state": "running", "done_onnx_nodes": 5, "total_onnx_nodes": 40}
+    path = tmp_path / "running.html"
+    path.write_text(report_html(recs, summarize(recs), status=status), encoding="utf-8")
+    p = Page(browser)
+    try:
+        page = p.page
+        page.goto(path.as_uri())
+        card = page.locator(".sbs-card")
+        card.wait_for(timeout=20000)
+        assert "culprit so far" in card.locator(".sbs-card-label").inner_text()
+        assert "5 of 40 ONNX nodes" in card.locator(".sbs-card-label").inner_text()
+        assert "layer_norm" in card.locator(".sbs-culprit").inner_text()
+        assert card.locator(".sbs-verdict").inner_text() == "RUNNING"
+        assert p.errors == []
+    finally:
+        p.close()

@@ -551,3 +551,28 @@ def test_failing_count_says_how_many_only_inherit():
     w.wait()
     assert "4 failing, of which 3 only inherit their error" in repr(w)
     assert "4 failing, of which 3 only inherit their error" in w.summary.to_text()
+
+
+def test_culprit_so_far_while_the_run_streams(model):
+    """The card answers while the run goes: once the culprit's record has streamed, the
+    widget's summary names it (the run still going), before the last record."""
+    ep, onx, x = model
+    s = SbsSession(ep, onx, x, own_error=True, batch_interval=0)
+    w = SbsWidget(session=s)
+    seen = []
+
+    def watch(event, payload):
+        if event == "rows" and s.running and w.summary is not None:
+            seen.append((len(s.records), w.summary.culprit.onnx_op_type, w.summary.verdict))
+
+    s.add_listener(watch)  # after the widget's own listener: it has seen the batch
+    changes = []
+    w.observe(lambda change: changes.append(change["new"]), names="summary")
+    s.start()
+    total = len(s.records)
+    assert seen, "no culprit while the run streamed"
+    n, op, verdict = seen[0]
+    assert op == "Gemm" and verdict == "incomplete" and n < total
+    assert w.summary.culprit.onnx_op_type == "Gemm" and w.summary.verdict == "fail"
+    # synced when the culprit changes, not every batch (here: once, then the final one)
+    assert len(changes) == 2 and len(seen) > 2
