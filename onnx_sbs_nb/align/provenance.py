@@ -19,6 +19,12 @@ import torch
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 # frames inside these packages are machinery, not the user's model code
 _MACHINERY = (os.sep + "torch" + os.sep, os.sep + "onnxscript" + os.sep)
+# a line that only hands its arguments on (`return func(*args, **kwargs)`, `return
+# self._fn(self, *args, **kw)`): a decorator's or a kernel hub's wrapper, whichever
+# package it lives in; the line that called it says what the model does
+_FORWARDING = re.compile(
+    r"^(return\s+)?(\w+\s*=\s*)?[\w.\[\]'\"]+\((\s*\w+\s*,)*\s*\*\w+\s*,\s*\*\*\w+\s*\)$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +103,12 @@ def _parse_source_line(trace: str) -> str | None:
             frames.append((m["file"], m["line"], m["func"], code))
     if not frames:
         return None
-    chosen = next((f for f in reversed(frames) if not _is_machinery(f[0])), frames[-1])
+    # the innermost frame of the user's or the model library's code: not torch's, not a
+    # wrapper that only forwards its arguments (the whole stack is in the node's detail)
+    chosen = next(
+        (f for f in reversed(frames) if not _is_machinery(f[0]) and not _FORWARDING.match(f[3])),
+        None,
+    ) or next((f for f in reversed(frames) if not _is_machinery(f[0])), frames[-1])
     file, line, func, code = chosen
     text = f"{_short_path(file)}:{line} in {func}"
     return f"{text}: {code}" if code else text
