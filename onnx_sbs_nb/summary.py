@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from .completion import STOPPED, Completion
 from .records import (
     FAILING_STATUSES,
     KIND_INPUT,
+    KIND_NODE,
     KIND_WEIGHT,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
@@ -154,13 +156,19 @@ class Culprit:
         return f"{name}{where}{onnx}"
 
 
-def _why(rec: Record, rule: str, own: float | None) -> str:
+# an ONNX op type (the reference of `onnx-sbs diff` is a model): a torch target has dots
+_ONNX_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
+    """Why ``rec`` is the culprit; ``ref``: what the reference side is ("torch", or "the
+    reference model's" when two ONNX models are compared)."""
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:
         text = (
-            f"run on the torch values of its inputs, it still differs by {_fmt(own)} "
+            f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} "
             f"(beyond {tol}): it makes the error, it does not inherit it"
         )
         if rec.own_inputs_from:
@@ -176,7 +184,7 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
                 f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
                 f"{consumers}"
             )
-        return f"the graph input differs from the torch input by {_fmt(own)}"
+        return f"the graph input differs from the {ref} input by {_fmt(own)}"
     if rule == RULE_UNPAIRED_OUTPUT:
         return (
             rec.comment
@@ -380,6 +388,7 @@ class Summarizer:
         self._candidates: list[tuple[Record, str]] = []
         self._failing_lowerings: set[str] = set()
         self._count = 0
+        self._onnx_reference: bool | None = None  # None: no node record seen yet
         self._totals: dict[str, Any] = {
             "records": 0,
             "compared": 0,
@@ -398,6 +407,8 @@ class Summarizer:
     def add(self, rec: Record) -> None:
         s, t = self._s, self._totals
         self._count += 1
+        if rec.kind == KIND_NODE and rec.ep_target and self._onnx_reference is not False:
+            self._onnx_reference = bool(_ONNX_OP.match(rec.ep_target))
         t["records"] += 1
         t["by_status"][rec.status] = t["by_status"].get(rec.status, 0) + 1
         t["by_kind"][rec.kind] = t["by_kind"].get(rec.kind, 0) + 1
@@ -530,7 +541,7 @@ class Summarizer:
             nodes.append(rec.onnx_node_name)
         return Culprit(
             rule=rule,
-            why=_why(rec, rule, own),
+            why=_why(rec, rule, own, "reference model's" if self._onnx_reference else "torch"),
             step=rec.step,
             kind=rec.kind,
             ep_name=fx,

@@ -291,6 +291,35 @@ def test_help_says_what_each_flag_does(capsys):
     assert "PROGRAM.pt2 MODEL.onnx INPUTS.pt" in capsys.readouterr().out
 
 
+def test_diff_names_its_culprit_in_the_models_words(
+    demo_run, demo_dir, passing_files, tmp_path, capsys
+):
+    """`onnx-sbs diff faithful.onnx broken.onnx`: the culprit's module path and source line
+    come from the reference model's metadata, and its why speaks of that model's values
+    (no torch runs in a diff)."""
+    code = main(
+        [
+            "diff",
+            str(passing_files.onnx),
+            str(demo_dir / "model.onnx"),
+            "--inputs",
+            str(demo_dir / "inputs.pt"),
+            "--own-error",
+            "--no-progress",
+            "-o",
+            str(tmp_path / "d.jsonl"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_FAIL, out
+    lines = out.splitlines()
+    culprit = next(i for i, line in enumerate(lines) if line.startswith("culprit:"))
+    assert lines[culprit].startswith("culprit: layer_norm in norm "), out
+    assert "demo.py:" in lines[culprit + 1] and "self.norm" in lines[culprit + 1], out
+    why = next(line for line in lines[culprit:] if line.strip().startswith("why:"))
+    assert "run on the reference model's values of its inputs" in why and "torch" not in why
+
+
 def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
     """A process killed in the middle of a run leaves a .jsonl that `report` turns into reports."""
     script = textwrap.dedent(

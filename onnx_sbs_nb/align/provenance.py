@@ -9,6 +9,7 @@ nodes it was made from, through every pass), ``meta["nn_module_stack"]`` and
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
@@ -112,6 +113,25 @@ def _parse_source_line(trace: str) -> str | None:
     file, line, func, code = chosen
     text = f"{_short_path(file)}:{line} in {func}"
     return f"{text}: {code}" if code else text
+
+
+def onnx_node_provenance(node: Any) -> Provenance:
+    """Module path and source line an exported ONNX node carries in its metadata
+    (``pkg.torch.onnx.name_scopes``, ``pkg.torch.onnx.stack_trace``): the reference of
+    ``onnx-sbs diff`` is a model, and its culprit is named in the same words."""
+    props = {p.key: p.value for p in node.metadata_props}
+    module = None
+    scopes = props.get("pkg.torch.onnx.name_scopes")
+    if scopes and len(scopes) < 4096:  # a list's repr: ['', 'model', 'layers.0', 'add']
+        try:
+            parts = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parts = None
+        if isinstance(parts, list) and all(isinstance(x, str) for x in parts):
+            # the last scope is the fx node itself, the first the root module
+            module = ".".join(x for x in parts[:-1] if x) or None
+    trace = props.get("pkg.torch.onnx.stack_trace")
+    return Provenance(module=module, source=source_line({"stack_trace": trace}) if trace else None)
 
 
 def _is_machinery(path: str) -> bool:
