@@ -571,7 +571,15 @@ class _BisectProgress:
         if self.bar is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=step.estimate, unit="session", desc="bisect", file=sys.stderr)
+            # no rate: n is set from the bisection's own count, so tqdm's rate would be
+            # a nonsense figure ("91180.52session/s")
+            self.bar = tqdm(
+                total=step.estimate,
+                desc="bisect",
+                file=sys.stderr,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} sessions "
+                "[{elapsed}]{postfix}",
+            )
         self.bar.total = max(step.estimate, step.sessions)
         self.bar.n = step.sessions
         self.bar.set_postfix_str(step.message[:60], refresh=False)

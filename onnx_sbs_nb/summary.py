@@ -347,12 +347,15 @@ class Summary:
         if self.first_nan is not None:
             lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
-            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<16} name")
+            # as wide as LayerNormalization (18); a longer op type ends in an ellipsis
+            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<18} name")
             for r in self.top_suspects[:max_suspects]:
                 own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
+                op = _printable(r.onnx_op_type or r.kind or "")
+                op = op if len(op) <= 18 else op[:17] + "\u2026"
                 lines.append(
                     f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
-                    f"{_printable(r.onnx_op_type or r.kind or '')[:16]:<16} {_printable_label(r)}"
+                    f"{op:<18} {_printable_label(r)}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
             lines.append(

@@ -66,6 +66,8 @@ def test_demo_finds_the_culprit(demo_run, demo_dir):
     assert "verdict: FAIL" in out
     first = [line for line in out.splitlines() if line.startswith("culprit:")]
     assert first and "layer_norm" in first[0], out
+    # the suspects' op column holds the whole op type (it used to cut LayerNormalizati)
+    assert " LayerNormalization layer_norm" in out, out
     recs = read_jsonl(demo_dir / "report.jsonl")
     assert (
         len(recs)

@@ -318,6 +318,7 @@ def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
             assert "own error" in card.inner_text() and culprit["why"] in card.inner_text()
             page.wait_for_timeout(700)  # the chart settles at its container's width
             check_layout(root.evaluate(GEOMETRY_JS), dark=scheme == "dark")
+
             # exact zeros: a strip labelled 0 under the log axis, not a point at 1e-12
             assert "0" in root.locator(".sbs-chart .y2tick text").all_text_contents()
             # the culprit is one click away, and its neighbourhood moves the selection
@@ -395,5 +396,80 @@ def test_running_view_names_the_culprit_so_far(evil_records, browser, tmp_path):
         assert "layer_norm" in card.locator(".sbs-culprit").inner_text()
         assert card.locator(".sbs-verdict").inner_text() == "RUNNING"
         assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_restored_detail_keeps_its_columns_and_says_each_field_once(browser, tmp_path):
+    """A notebook saved with the detail of a node (its node detail and a rerun) comes back
+    with its JSON keys sorted (nbformat): the tables keep their columns in order, and the
+    node's id shows once, not in the node section and again under the rerun."""
+    import json as json_
+
+    from onnx_sbs_nb.demo import build_demo
+    from onnx_sbs_nb.report_html import (
+        fallback_html,
+        load_bundle,
+        page_html,
+        report_state,
+        view_html,
+    )
+    from onnx_sbs_nb.session import SbsSession
+
+    case = build_demo()
+    s = SbsSession(case.ep, case.onx, case.args, own_error=True, batch_interval=0).start()
+    row, rec = next((i, r) for i, r in enumerate(s.records) if r.onnx_op_type == "Gelu")
+    details = {"row": row, "node": s.node_detail(rec), "rerun": s.rerun_in_torch(rec)}
+    restored = json_.loads(json_.dumps(jsonable_(details), sort_keys=True))
+    state = report_state(s.records, s.summary, model=case.onx)
+    state.update(selected=row, details=restored)
+    body = view_html(state, "onnx-sbs-state-0", fallback_html(s.records, s.summary))
+    path = tmp_path / "restored.html"
+    path.write_text(page_html("restored", body, load_bundle()), encoding="utf-8")
+    p = Page(browser)
+    try:
+        page = p.page
+        page.goto(path.as_uri())
+        detail = page.locator(".sbs-detail")
+        detail.locator(".sbs-node").wait_for(timeout=20000)
+        heads = detail.locator(".sbs-node .sbs-mini").first.locator("th").all_inner_texts()
+        assert heads[:3] == ["value", "torch partner", "paired by"], heads
+        heads = detail.locator(".sbs-rerun .sbs-mini").first.locator("th").all_inner_texts()
+        assert heads[:3] == ["value", "torch partner", "shape"], heads
+        labels = detail.locator(".sbs-dt").all_inner_texts()
+        assert labels.count("onnx_id_node") == 1, labels
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def jsonable_(obj):
+    from onnx_sbs_nb.view_state import jsonable
+
+    return jsonable(obj)
+
+
+@pytest.mark.parametrize("width", [500, 600, 800])
+def test_chart_toolbar_never_sits_on_the_legend(report_file, browser, width):
+    """The chart as narrow as an 800 px JupyterLab with its file browser open makes it:
+    plotly's toolbar (shown on hover) and the legend do not overlap."""
+    p = Page(browser, viewport={"width": width, "height": 900})
+    try:
+        page = p.page
+        page.goto(report_file.as_uri())
+        chart = page.locator(".sbs-chart").first
+        chart.locator(".main-svg").first.wait_for(timeout=20000)
+        page.wait_for_timeout(500)  # the chart settles at its container's width
+        chart.hover()
+        bar = chart.locator(".modebar").first.bounding_box()
+        legend = chart.locator(".legend").first.bounding_box()
+        assert bar and legend
+        apart = (
+            bar["x"] >= legend["x"] + legend["width"]
+            or legend["x"] >= bar["x"] + bar["width"]
+            or bar["y"] >= legend["y"] + legend["height"]
+            or legend["y"] >= bar["y"] + bar["height"]
+        )
+        assert apart, (width, bar, legend)
     finally:
         p.close()
