@@ -256,6 +256,16 @@ def value_transform(node: torch.fx.Node, onnx_type: Any, onnx_shape: tuple | Non
     return TRANSFORM_AS_REAL if as_real_compatible(node, onnx_type, onnx_shape) else False
 
 
+def _multiplies_as_stored(node: onnx.NodeProto, name: str) -> bool:
+    """``node`` multiplies by initializer ``name`` as it is stored (not transposed): a
+    MatMul, or a Gemm / FusedMatMul whose B it is, without transB."""
+    if node.op_type == "MatMul":
+        return True
+    if node.op_type in ("Gemm", "FusedMatMul") and len(node.input) > 1 and node.input[1] == name:
+        return not any(a.name == "transB" and a.i for a in node.attribute)
+    return False
+
+
 def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair) -> None:
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one)."""
@@ -282,12 +292,15 @@ def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try
             if len(cands) != 1:
                 continue
             w, shape = cands[0]
-            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer
+            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer;
+            # a square one can only be told by its consumer (onnxruntime's MatMulAddFusion
+            # makes that MatMul a Gemm, which multiplies by B as stored unless transB)
             transposed = (
                 len(dims) == 2
                 and shape == dims[::-1]
                 and (
-                    shape != dims or (node.op_type == "MatMul" and "linear" in str(fx_node.target))
+                    shape != dims
+                    or (_multiplies_as_stored(node, inp) and "linear" in str(fx_node.target))
                 )
             )
             if transposed:
