@@ -225,7 +225,7 @@ export class Chart {
       height: this.height || 320,
       autosize: false,
       // the toolbar stands upright in the right margin: across the top it sat on the legend
-      margin: { l: tiny ? 44 : 64, r: 34, t: narrow ? 50 : 30, b: 40 },
+      margin: { l: tiny ? 40 : 64, r: tiny ? 26 : 34, t: narrow ? 50 : 30, b: 40 },
       modebar: { orientation: "v", bgcolor: "rgba(0,0,0,0)", color: th.fg2, activecolor: th.fg },
       font: { color: th.fg, size: 11 },
       xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: this._nticks(), anchor: "y2", ...(this._wholeTicks() ? WHOLE_TICKS : AUTO_TICKS) },
