@@ -40,6 +40,7 @@ import threading
 import time
 import traceback
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -55,6 +56,7 @@ from .session import IDLE, ActionError, SbsSession
 from .summary import Summary, failing_text
 from .view_state import (
     BUNDLE_PATH,
+    SHIM_ESM,
     STATE_TRAITS,
     bundle_js,
     culprit_name,
@@ -73,6 +75,18 @@ __all__ = ["BUNDLE_PATH", "SbsWidget", "build_figure", "bundle_js", "widget_stat
 
 #: Metadata key of the static summary output shown next to the widget.
 FALLBACK_METADATA = "onnx_sbs"
+
+
+# The widget whose state carries the JS bundle: one copy per notebook (1.3 MB each made
+# three widgets a 5.4 MB notebook); the others carry SHIM_ESM, which waits for it.
+_HOLDER: weakref.ref[Any] | None = None
+
+
+def _bundle_holder() -> Any:
+    """The live widget carrying the bundle, or None (none yet, or it was closed: its
+    model is then gone from the page and from a saved notebook)."""
+    w = _HOLDER() if _HOLDER is not None else None
+    return w if w is not None and getattr(w, "comm", None) is not None else None
 
 
 def _summary_json(value: Summary | None, widget: Any) -> dict[str, Any] | None:
@@ -160,8 +174,9 @@ class SbsWidget(anywidget.AnyWidget):
                 )
         cuda_ok, cuda_why = cuda_availability()
         self._model_proto = getattr(session.run, "model", None)
+        carries = _bundle_holder() is None  # the first live widget carries the bundle
         super().__init__(
-            _esm=bundle_js(),
+            _esm=bundle_js() if carries else SHIM_ESM,
             columns=list(RECORD_FIELDS),
             graph=graph_state(self._model_proto) if self._model_proto is not None else {},
             status=jsonable(session.status),
@@ -172,6 +187,9 @@ class SbsWidget(anywidget.AnyWidget):
             cuda_reason=cuda_why,
             uid=uuid.uuid4().hex,
         )
+        if carries:
+            global _HOLDER
+            _HOLDER = weakref.ref(self)
         self.session = session
         self.export_dir = Path(export_dir) if export_dir is not None else Path(".")
         self._lock = threading.RLock()

@@ -576,3 +576,26 @@ def test_culprit_so_far_while_the_run_streams(model):
     assert w.summary.culprit.onnx_op_type == "Gemm" and w.summary.verdict == "fail"
     # synced when the culprit changes, not every batch (here: once, then the final one)
     assert len(changes) == 2 and len(seen) > 2
+
+
+def test_one_copy_of_the_bundle_per_notebook():
+    """The first live widget carries the JS bundle, the next ones a few lines that wait
+    for it (three widgets made a 5.4 MB notebook); once the carrier is closed (gone from
+    the page and the saved state), the next widget carries it again."""
+    from onnx_sbs_nb.view_state import SHIM_ESM
+
+    recs = [Record(step=0, onnx_name="v", err_abs=0.0, status="ok")]
+    widgets = [SbsWidget(records=recs) for _ in range(3)]
+    carriers = [w for w in widgets if w._esm == view_state.bundle_js()]
+    others = [w for w in widgets if w._esm == SHIM_ESM]
+    # one of them carries it, unless a widget of an earlier test still does
+    assert len(carriers) + len(others) == 3 and len(carriers) <= 1
+    assert len(SHIM_ESM) < 1000 < len(view_state.bundle_js())
+    from onnx_sbs_nb import widget as widget_module
+
+    holder = widget_module._bundle_holder()
+    assert holder is not None and holder._esm == view_state.bundle_js()
+    holder.close()
+    again = SbsWidget(records=recs)
+    assert again._esm == view_state.bundle_js() and widget_module._bundle_holder() is again
+    assert SbsWidget(records=recs)._esm == SHIM_ESM

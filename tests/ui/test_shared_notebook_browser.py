@@ -20,6 +20,7 @@ import nbformat
 import pytest
 
 from onnx_sbs_nb import view_state
+from onnx_sbs_nb.view_state import SHIM_ESM
 
 from ..test_notebooks import execute
 from .conftest import REPO
@@ -105,6 +106,12 @@ def test_untrusted_shared_notebook_reads_well(
     page.screenshot(path=str(artifacts / f"shared_untrusted_{name[:-6]}_chart.png"))
     assert page.js_errors == []
     if saved_state:
+        # one copy of the JS bundle in the notebook, however many widgets it holds
+        states = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+        esms = [v["state"].get("_esm", "") for v in states.values()]
+        bundle = view_state.bundle_js()
+        assert sum(e == bundle for e in esms) == 1 and sum(e == SHIM_ESM for e in esms) == 1
+        assert len(nbformat.writes(nb)) < 1.5 * len(bundle)
         _trust(page)
         # trusted, the saved state draws the interactive view without a kernel run, and
         # it hides the static summary
@@ -112,6 +119,9 @@ def test_untrusted_shared_notebook_reads_well(
         view.wait_for(timeout=60_000)
         view.locator(".sbs-card.sbs-card-fail .sbs-culprit").wait_for(timeout=60_000)
         assert "gelu" in view.locator(".sbs-card .sbs-culprit").inner_text()
+        # both widgets draw: the one carrying the bundle and the one waiting for it
+        page.locator(".sbs-root").nth(1).wait_for(timeout=60_000)
+        assert page.locator(".sbs-root").count() == 2
         page.locator(".onnx-sbs-fallback:visible").first.wait_for(state="detached", timeout=5000)
         assert page.locator(".onnx-sbs-fallback:visible").count() == 0
         view.scroll_into_view_if_needed()
