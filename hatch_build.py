@@ -59,10 +59,32 @@ def build_bundle(root: Path, *, force: bool = False) -> Path:
     return out
 
 
+# The stable ABI the C module keeps to (Py_buffer joined it in 3.11): built on 3.11 or
+# later, one module and one wheel (cp311-abi3-<platform>) serve every later CPython.
+LIMITED_API = (3, 11)
+
+
+def abi3() -> bool:
+    """Whether this interpreter builds the module for the stable ABI (not on Windows,
+    where the package has no C module)."""
+    return sys.version_info >= LIMITED_API and sys.platform != "win32"
+
+
 def native_library() -> Path:
     """Where the extension module goes (the name onnx_sbs_nb/native/__init__.py imports)."""
+    if abi3():
+        return NATIVE_SOURCE.with_name("_sbs_native.abi3.so")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     return NATIVE_SOURCE.with_name("_sbs_native" + suffix)
+
+
+def wheel_tag() -> str | None:
+    """The tag of a wheel holding the stable-ABI module (None: the interpreter's own tag,
+    which hatchling infers)."""
+    if not abi3():
+        return None
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return f"cp{LIMITED_API[0]}{LIMITED_API[1]}-abi3-{platform}"
 
 
 def _no_native(why: str) -> None:
@@ -92,6 +114,9 @@ def build_native(root: Path, *, force: bool = False) -> Path | None:
     tmp = out.with_name(out.name + ".tmp")
     # -ffp-contract=off: a * b + c rounds twice, as numpy computes it
     cmd = [cc, "-O3", "-fPIC", "-shared", "-ffp-contract=off", "-Wno-psabi", f"-I{include}"]
+    if abi3():
+        # the headers then hide everything outside the stable ABI: using it fails the build
+        cmd.append(f"-DPy_LIMITED_API=0x{LIMITED_API[0]:02X}{LIMITED_API[1]:02X}0000")
     if sys.platform == "darwin":
         cmd += ["-undefined", "dynamic_lookup"]  # Python's symbols come from the interpreter
     cmd += ["-o", str(tmp), str(src)]
@@ -103,11 +128,13 @@ def build_native(root: Path, *, force: bool = False) -> Path | None:
         tmp.unlink(missing_ok=True)
         return None
     os.replace(tmp, out)
-    # the ctypes library of earlier versions, beside it, is never loaded again
-    for old in ("_sbs_native.so", "_sbs_native.dylib", "_sbs_native.dll"):
-        stale = out.with_name(old)
-        if stale != out:
-            stale.unlink(missing_ok=True)
+    # the ctypes library of earlier versions, beside it, is never loaded again, nor a
+    # module built for one interpreter only (import would prefer it to the abi3 one)
+    stale = [out.with_name(o) for o in ("_sbs_native.so", "_sbs_native.dylib", "_sbs_native.dll")]
+    stale += list(out.parent.glob("_sbs_native.cpython-*"))
+    for old in stale:
+        if old != out:
+            old.unlink(missing_ok=True)
     return out
 
 
@@ -123,6 +150,11 @@ class JsBuildHook(BuildHookInterface):
         if os.environ.get("ONNX_SBS_SKIP_NATIVE_BUILD") != "1":
             if build_native(Path(self.root)) is not None:
                 build_data.setdefault("artifacts", []).append(native_library().as_posix())
-                # a platform library inside: the wheel is for this platform only
+                # a platform library inside: the wheel is for this platform only, and for
+                # every CPython from 3.11 on (abi3) where the interpreter can build that
                 build_data["pure_python"] = False
-                build_data["infer_tag"] = True
+                tag = wheel_tag()
+                if tag is None:
+                    build_data["infer_tag"] = True
+                else:
+                    build_data["tag"] = tag

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import pathlib
 import signal
 import sys
@@ -57,12 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", help="compare model.pt2 and model.onnx on the same inputs")
-    run.add_argument("--ep", required=True, help="exported program (torch.export.save, .pt2)")
-    run.add_argument("--onnx", required=True, help="ONNX model exported from it (.onnx)")
+    run = sub.add_parser(
+        "run",
+        help="compare model.pt2 and model.onnx on the same inputs",
+        usage="%(prog)s [-h] PROGRAM.pt2 MODEL.onnx INPUTS.pt [-o FILE ...] [options]",
+    )
+    # positionals as `diff` takes them, or the flags: a positional fills what no flag gave
+    run.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="the exported program (.pt2), the ONNX model (.onnx) and the inputs (.pt), "
+        "in this order (or --ep, --onnx, --inputs)",
+    )
+    run.add_argument("--ep", help="exported program (torch.export.save, .pt2)")
+    run.add_argument("--onnx", help="ONNX model exported from it (.onnx)")
     run.add_argument(
         "--inputs",
-        required=True,
         help="inputs saved with torch.save: tuple, dict or (args, kwargs)",
     )
     _add_outputs(run)
@@ -74,11 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="rebuild reports from a records file (.jsonl)")
     rep.add_argument("records", help="records written by `onnx-sbs run` (.jsonl, .csv, .xlsx)")
-    rep.add_argument("-o", "--output", nargs="+", required=True, metavar="FILE", help=_OUT_HELP)
+    rep.add_argument(
+        "-o", "--output", nargs="+", action="extend", required=True, metavar="FILE", help=_OUT_HELP
+    )
 
     demo = sub.add_parser("demo", help="build a small model with a known bug and find it")
     demo.add_argument("-o", "--output", default="onnx_sbs_demo", metavar="DIR", help="folder")
-    demo.add_argument("--no-progress", action="store_true")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     nb = sub.add_parser("notebook", help="an executed notebook as an offline HTML report")
     nb.add_argument("notebook", help="executed notebook (.ipynb) holding SbsWidget outputs")
@@ -88,12 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 _OUT_HELP = (
     f"report files; the format follows the suffix ({', '.join(REPORT_SUFFIXES)}); "
-    "NAME.node_data.json: per-node errors for Model Explorer"
+    "NAME.node_data.json: per-node errors for Model Explorer; `-o a.html b.xlsx` and "
+    "`-o a.html -o b.xlsx` both write every file"
 )
 
 
 def _add_outputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", nargs="+", default=[], metavar="FILE", help=_OUT_HELP)
+    # "extend": a repeated -o adds its files (argparse's default kept only the last -o)
+    p.add_argument(
+        "-o", "--output", nargs="+", action="extend", default=[], metavar="FILE", help=_OUT_HELP
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,7 +227,29 @@ def interrupts_wait() -> Iterator[Callable[[], bool]]:
 # ---- run -------------------------------------------------------------------------------
 
 
+def run_files(args: argparse.Namespace) -> None:
+    """Fills ``args.ep/onnx/inputs`` from the positionals, in that order, where no flag
+    gave them; exactly three files in all, or a CliError that says what is missing."""
+    given = list(args.files)
+    for flag in ("ep", "onnx", "inputs"):
+        if getattr(args, flag) is None and given:
+            setattr(args, flag, given.pop(0))
+    missing = [f"--{f}" for f in ("ep", "onnx", "inputs") if getattr(args, f) is None]
+    if given or missing:
+        what = (
+            f"{len(given)} file(s) too many: {', '.join(map(repr, given))}"
+            if given
+            else f"missing {', '.join(missing)}"
+        )
+        raise CliError(
+            f"{what}; run takes the exported program, the ONNX model and the inputs: "
+            "`onnx-sbs run prog.pt2 model.onnx inputs.pt -o report.html` "
+            "(or --ep/--onnx/--inputs; files after -o are reports)"
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    run_files(args)
     files = (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs))
     outputs, node_data = check_paths(files, args.output)
     options = options_from_args(args)
@@ -535,7 +575,15 @@ class _BisectProgress:
         if self.bar is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=step.estimate, unit="session", desc="bisect", file=sys.stderr)
+            # no rate: n is set from the bisection's own count, so tqdm's rate would be
+            # a nonsense figure ("91180.52session/s")
+            self.bar = tqdm(
+                total=step.estimate,
+                desc="bisect",
+                file=sys.stderr,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} sessions "
+                "[{elapsed}]{postfix}",
+            )
         self.bar.total = max(step.estimate, step.sessions)
         self.bar.n = step.sessions
         self.bar.set_postfix_str(step.message[:60], refresh=False)
@@ -602,7 +650,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"building the demo model into {folder}/ ...")
     files = write_demo(folder)
     print(f"the ONNX node {files.culprit!r} was made wrong on purpose; finding it:")
-    outputs = [folder / name for name in (*DEMO_REPORTS, "report.jsonl")]
+    names = list(DEMO_REPORTS)
+    if importlib.util.find_spec("openpyxl") is None:
+        # an install without it (a dependency now, but older environments) still runs
+        names.remove("report.xlsx")
+        print("skipping report.xlsx: writing Excel files needs openpyxl (pip install openpyxl)")
+    outputs = [folder / name for name in (*names, "report.jsonl")]
     code, summary = run_report_summary(
         files.ep,
         files.onnx,

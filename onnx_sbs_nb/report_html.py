@@ -15,12 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .png import Raster
 from .records import Record
-from .summary import Summary, summarize
+from .summary import Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
 #: Rows the static fallback table shows.
 FALLBACK_ROWS = 20
+#: Rows of the run before and after the culprit the static table shows next to it.
+FALLBACK_NEIGHBOURS = 2
 #: Points the static chart draws at most (the worst of each bucket is kept).
 FALLBACK_POINTS = 400
 
@@ -39,7 +42,9 @@ _FALLBACK_COLUMNS = (
 # Where the interactive view is missing, the summary says why and how to get it.
 SHARING_NOTE = (
     "This is the static summary of an onnx-sbs widget. The interactive view (table, chart, "
-    "layers, graph) is missing here because the notebook was saved without its widget "
+    "layers, graph) is missing here because this notebook is not trusted (JupyterLab draws "
+    "no widget of a notebook it received: if it was saved with its widget state, run "
+    "Trust Notebook from the command palette), because it was saved without its widget "
     "state, or because this page cannot load the widget manager (an HTML export opened "
     "offline). To keep it: in JupyterLab turn on Settings \u2192 Save Widget State "
     "Automatically, then run and save the notebook again; export the notebook with "
@@ -68,16 +73,19 @@ def fallback_html(
     records = list(records)
     cls = "onnx-sbs-fallback" + (f" sbs-for-{html.escape(uid)}" if uid else "")
     parts = [f'<div class="{cls}" style="font-family:sans-serif;font-size:13px;max-width:100%">']
-    parts.append(f"<div><b>onnx-sbs</b>: {_counts_line(records, status)}</div>")
+    parts.append(f"<div><b>onnx-sbs</b>: {_counts_line(records, status, summary)}</div>")
+    # the answer, then the rows around it, then the picture; the full text folded away so
+    # the first screen of a shared notebook holds the verdict, the culprit and the table
     parts.append(_culprit_html(summary))
+    parts.append(_worst_table(records, summary))
+    parts.append(error_chart_img(records))
     text = summary_text(summary)
     if text:
         parts.append(
+            '<details class="onnx-sbs-summary-text"><summary>summary as text</summary>'
             '<pre class="onnx-sbs-summary" style="white-space:pre-wrap;margin:4px 0">'
-            f"{html.escape(text)}</pre>"
+            f"{html.escape(text)}</pre></details>"
         )
-    parts.append(error_chart_svg(records))
-    parts.append(_worst_table(records))
     if sharing:
         parts.append(
             '<p class="onnx-sbs-sharing" style="opacity:0.8;font-size:12px;margin:6px 0">'
@@ -99,10 +107,12 @@ def _culprit_html(summary: Any) -> str:
     if c is None:
         return ""
     bits = [f"<b>culprit: {html.escape(culprit_name(c))}</b>"]
+    # long source lines wrap instead of running off the page
+    code = '<code style="white-space:pre-wrap;overflow-wrap:anywhere">'
     if c.get("ep_module"):
-        bits.append(f"<code>{html.escape(str(c['ep_module']))}</code>")
+        bits.append(f"{code}{html.escape(str(c['ep_module']))}</code>")
     if c.get("ep_source"):
-        bits.append(f"<code>{html.escape(str(c['ep_source']))}</code>")
+        bits.append(f"{code}{html.escape(str(c['ep_source']))}</code>")
     onnx = " ".join(
         str(v) for v in (c.get("onnx_node") or c.get("onnx_name"), c.get("onnx_op_type")) if v
     )
@@ -134,16 +144,22 @@ def summary_text(summary: Any) -> str:
     return str(summary)
 
 
-def _counts_line(records: list[Record], status: dict[str, Any] | None = None) -> str:
+def _counts_line(
+    records: list[Record], status: dict[str, Any] | None = None, summary: Any = None
+) -> str:
+    d = _summary_dict(summary)
     failed = sum(1 for r in records if r.failed)
+    drifted = sum(1 for r in records if r.drifted)
     worst = max((r.err_abs for r in records if is_finite(r.err_abs)), default=None)
-    s = f"{len(records)} records, {failed} failing"
+    s = f"{len(records)} records, {failing_text(failed, drifted)}"
     if worst is not None:
         s += f", worst err_abs {worst:.3g}"
     state = (status or {}).get("state")
     if state and state != "finished":
         s = f"{state}: {s}"
-    return html.escape(s)
+    verdict = d.get("verdict") if d else None
+    head = f"<b>verdict: {html.escape(str(verdict).upper())}</b> \u00b7 " if verdict else ""
+    return head + html.escape(s)
 
 
 def _worst(records: list[Record], n: int) -> list[Record]:
@@ -153,6 +169,28 @@ def _worst(records: list[Record], n: int) -> list[Record]:
         return (1 if r.failed else 0, err)
 
     return sorted(records, key=key, reverse=True)[:n]
+
+
+def _rows(records: list[Record], summary: Any, n: int) -> tuple[list[Record], int, int]:
+    """(rows, index of the culprit's row or -1, rows before the worst ones).
+
+    The culprit first, then its neighbours in the run (what feeds it and what it feeds
+    come next to it), then the worst: sorted by error alone, errors it propagated fill the
+    table and the culprit, whose own error is often small, is not among them.
+    """
+    c = culprit_of(_summary_dict(summary))
+    at = -1
+    if c is not None and c.get("step") is not None:
+        at = next((i for i, r in enumerate(records) if r.step == c["step"]), -1)
+    if at < 0:
+        return _worst(records, n), -1, 0
+    # its compared neighbours: a value only one side has says nothing about the error
+    before = [r for r in reversed(records[:at]) if is_finite(r.err_abs)][:FALLBACK_NEIGHBOURS]
+    after = [r for r in records[at + 1 :] if is_finite(r.err_abs)][:FALLBACK_NEIGHBOURS]
+    first = [records[at], *reversed(before), *after]
+    seen = {id(r) for r in first}
+    rest = [r for r in _worst(records, n + len(first)) if id(r) not in seen]
+    return (first + rest)[:n], 0, len(first)
 
 
 def _fmt(v: Any) -> str:
@@ -169,8 +207,8 @@ def _cell(r: Record, name: str) -> Any:
     return getattr(r, name, None)
 
 
-def _worst_table(records: list[Record]) -> str:
-    rows = _worst(records, FALLBACK_ROWS)
+def _worst_table(records: list[Record], summary: Any = None) -> str:
+    rows, culprit_at, leading = _rows(records, summary, FALLBACK_ROWS)
     if not rows:
         return "<div>no records</div>"
     columns = [
@@ -180,31 +218,47 @@ def _worst_table(records: list[Record]) -> str:
     ]
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)
     body = []
-    for r in rows:
+    for k, r in enumerate(rows):
         color = _ROW_BG.get(True if r.failed else (False if r.passed else None), "transparent")
         cells = "".join(f"<td>{html.escape(_fmt(_cell(r, name)))}</td>" for name, _ in columns)
-        body.append(f'<tr style="background:{color}">{cells}</tr>')
+        if k == culprit_at:
+            body.append(
+                f'<tr class="onnx-sbs-culprit-row" style="background:{color};'
+                f'font-weight:bold" title="culprit">{cells}</tr>'
+            )
+        else:
+            body.append(f'<tr style="background:{color}">{cells}</tr>')
+    if culprit_at >= 0:
+        caption = (
+            f"the culprit and {leading - 1} rows around it, then the worst "
+            f"{len(rows) - leading} of {len(records)} rows"
+        )
+    else:
+        caption = f"worst {len(rows)} of {len(records)} rows"
     return (
         '<table class="onnx-sbs-worst" border="1" style="border-collapse:collapse">'
-        f"<caption>worst {len(rows)} of {len(records)} rows</caption>"
+        f"<caption>{html.escape(caption)}</caption>"
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )
 
 
-def error_chart_svg(
+def error_chart_img(
     records: Sequence[Record],
     width: int = 640,
     height: int = 180,
     max_points: int = FALLBACK_POINTS,
 ) -> str:
-    """Inline SVG: err_abs per record along the stream (log scale), failing points in red.
+    """The error chart as a PNG ``<img>``: err_abs per record along the stream (log scale),
+    failing points in red, the tolerance dashed, exact zeros on a baseline labelled 0.
 
-    Exact zeros sit on a baseline labelled 0 under the log axis, not at a made-up floor;
-    the line breaks there.  Colours read on a light and a dark page alike.
+    An image and not inline SVG: an untrusted notebook's sanitizer strips SVG elements but
+    keeps their text, so every point's tooltip used to spill into the page as a wall of
+    text. The image carries no model string; its alt text is one line.  Colours read on a
+    light and a dark page alike (the background is transparent).
     """
     pts = [(i, r) for i, r in enumerate(records) if is_finite(r.err_abs)]
     if not pts:
-        return '<svg class="onnx-sbs-chart" width="0" height="0"></svg>'
+        return ""
     if len(pts) > max_points:  # keep the worst point of each bucket so spikes stay visible
         size = math.ceil(len(pts) / max_points)
         pts = [max(pts[k : k + size], key=lambda p: p[1].err_abs) for k in range(0, len(pts), size)]
@@ -216,9 +270,9 @@ def error_chart_svg(
     if hi == lo:
         hi = lo + 1
     n = max(len(records) - 1, 1)
-    m = 34  # left margin for the axis labels
+    m = 44  # left margin for the axis labels
     zero_y = height - 8  # the baseline of exact zeros, under the log axis
-    top, bottom = 5, height - 24
+    top, bottom = 6, height - 24
 
     def x_of(i: int) -> float:
         return m + (width - m - 5) * i / n
@@ -228,51 +282,43 @@ def error_chart_svg(
             return zero_y
         return top + (bottom - top) * (hi - math.log10(v)) / (hi - lo)
 
-    out = [
-        f'<svg class="onnx-sbs-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height}" style="max-width:100%;color:inherit">',
-        f"<title>{html.escape('err_abs per node (log10); exact zeros on the 0 line')}</title>",
-    ]
+    img = Raster(width, height)
+    grey, grid = (128, 128, 128, 255), (128, 128, 128, 40)
+    step = max(1, math.ceil((hi - lo) / 6))  # at most about 7 labelled decades
     for e in range(lo, hi + 1):
-        y = top + (bottom - top) * (hi - e) / (hi - lo)
-        out.append(
-            f'<line x1="{m}" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" '
-            'stroke-opacity="0.12"/>'
-            f'<text x="2" y="{y + 4:.1f}" font-size="9" fill="currentColor">1e{e}</text>'
-        )
-    out.append(
-        f'<line x1="{m}" x2="{width}" y1="{zero_y}" y2="{zero_y}" stroke="currentColor" '
-        f'stroke-opacity="0.35"/><text x="2" y="{zero_y + 3}" font-size="9" '
-        'fill="currentColor">0</text>'
-    )
-    segments, current = [], []
+        y = round(top + (bottom - top) * (hi - e) / (hi - lo))
+        img.hline(m, width, y, grid)
+        if (hi - e) % step == 0:
+            img.text(2, y - 4, f"1e{e}", grey)
+    img.hline(m, width, zero_y, (128, 128, 128, 90))
+    img.text(2, zero_y - 4, "0", grey)
+    if tol_log is not None:
+        img.hline(m, width, round(y_of(10**tol_log)), (210, 153, 34, 255), dash=4)
+    blue, red = (47, 129, 247, 255), (229, 83, 75, 255)
+    prev: tuple[float, float] | None = None
     for i, r in pts:
         if r.err_abs > 0:
-            current.append(f"{x_of(i):.1f},{y_of(r.err_abs):.1f}")
-        elif current:
-            segments.append(current)
-            current = []
-    if current:
-        segments.append(current)
-    for seg in segments:
-        out.append(
-            f'<polyline fill="none" stroke="#2f81f7" stroke-width="1" points="{" ".join(seg)}"/>'
-        )
-    if tol_log is not None:
-        y = y_of(10**tol_log)
-        out.append(
-            f'<line x1="{m}" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" stroke="#d29922" '
-            'stroke-dasharray="4 2"/>'
-        )
+            xy = (x_of(i), y_of(r.err_abs))
+            if prev is not None:
+                img.line(*prev, *xy, (47, 129, 247, 160))
+            prev = xy
+        else:
+            prev = None  # the line breaks at exact zeros
     for i, r in pts:
-        color = "#e5534b" if r.failed else "#2f81f7"
-        label = html.escape(f"{r.onnx_name or r.ep_name} ({r.onnx_op_type}) {r.err_abs:.3g}")
-        out.append(
-            f'<circle cx="{x_of(i):.1f}" cy="{y_of(r.err_abs):.1f}" r="2" fill="{color}">'
-            f"<title>{label}</title></circle>"
-        )
-    out.append("</svg>")
-    return "".join(out)
+        if not r.failed:
+            img.dot(x_of(i), y_of(r.err_abs), blue)
+    for i, r in pts:  # failing points last, on top
+        if r.failed:
+            img.dot(x_of(i), y_of(r.err_abs), red, radius=2)
+    alt = "err_abs per node (log scale), failing nodes in red"
+    return (
+        f'<figure class="onnx-sbs-chart" style="margin:4px 0">'
+        f'<img src="{img.data_uri()}" width="{width}" height="{height}" alt="{alt}" '
+        f'style="max-width:100%;height:auto"/>'
+        '<figcaption style="font-size:11px;opacity:0.75">err_abs per node along the run '
+        "(log scale; exact zeros on the 0 line), failing in red, tolerance dashed"
+        "</figcaption></figure>"
+    )
 
 
 # ---- the self-contained report -----------------------------------------------------------

@@ -12,7 +12,13 @@ from .errors import SbsInputError
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of :class:`RunOptions` (the same spelling in a terminal and a notebook)."""
-    p.add_argument("--runner", default="onnxruntime", choices=RUNNER_NAMES)
+    p.add_argument(
+        "--runner",
+        default="onnxruntime",
+        choices=RUNNER_NAMES,
+        help="what runs each ONNX node: onnxruntime (default), the ONNX reference "
+        "evaluator, or this package's torch evaluator",
+    )
     p.add_argument(
         "--atol", type=float, default=None, help="absolute tolerance (default: per dtype)"
     )
@@ -40,7 +46,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replay-threshold", type=float, help="dump every node whose error exceeds this"
     )
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="where both sides run (default: where the inputs are; cuda needs a GPU and "
+        "torch built for it)",
+    )
     p.add_argument(
         "--trust-pickles",
         action="store_true",

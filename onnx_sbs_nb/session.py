@@ -30,7 +30,7 @@ from .completion import Completion
 from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
-from .summary import summarize
+from .summary import Summarizer, Summary, summarize
 from .view_state import is_finite
 
 # Values of SbsSession.state
@@ -162,7 +162,11 @@ class SbsSession:
         self._done = threading.Event()
         self._state = IDLE
         self._error: str | None = None
-        self._summary: dict[str, Any] | None = None
+        # the Summary once the run ended ({'error': traceback} if summarizing failed)
+        self._summary: Summary | dict[str, Any] | None = None
+        # fed batch by batch (O(1) a record): the culprit so far while the run goes
+        self._so_far = Summarizer()
+        self._so_far_n = 0
         self._stop_requested = False
         self._t0: float | None = None
         self._elapsed = 0.0
@@ -238,12 +242,13 @@ class SbsSession:
         )
 
     @property
-    def summary(self) -> dict[str, Any]:
-        """The summary dict (final once the run ended, of the records so far before); its
-        verdict is "stopped" or "incomplete" unless the run went to its end."""
+    def summary(self) -> Summary | dict[str, Any]:
+        """The :class:`Summary` (final once the run ended, of the records so far before;
+        it reads as its dict too); its verdict is "stopped" or "incomplete" unless the run
+        went to its end.  A bug in summarizing leaves ``{"error": traceback}``."""
         if self._summary is not None:
             return self._summary
-        return summary_dict(self.records, self.completion, self.options.strict)
+        return summarize(self.records, completion=self.completion, strict=self.options.strict)
 
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Listener) -> None:
@@ -325,7 +330,9 @@ class SbsSession:
             self._flush(sent)
             self._state = state
             try:
-                self._summary = summary_dict(self.records, self.completion, self.options.strict)
+                self._summary = summarize(
+                    self.records, completion=self.completion, strict=self.options.strict
+                )
             except Exception:
                 self._summary = {"error": traceback.format_exc()}
             try:
@@ -334,9 +341,20 @@ class SbsSession:
             finally:
                 self._done.set()
 
+    def summary_so_far(self) -> Summary:
+        """The summary of the records flushed to the views so far (while the run goes:
+        its culprit is the culprit so far; its verdict says the run is incomplete)."""
+        with self._lock:
+            summary = self._so_far.summary()
+        summary.completion = self.completion
+        return summary
+
     def _flush(self, sent: int) -> int:
         with self._lock:
             batch = self._records[sent:]
+            for rec in self._records[self._so_far_n : sent + len(batch)]:
+                self._so_far.add(rec)
+            self._so_far_n = sent + len(batch)
         if batch:
             self._notify("rows", {"start": sent, "records": batch})
         self._notify("status", {"status": self.status})

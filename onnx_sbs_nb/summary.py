@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,7 +164,13 @@ class Culprit:
         return f"{name}{where}{onnx}"
 
 
-def _why(rec: Record, rule: str, own: float | None) -> str:
+# an ONNX op type (the reference of `onnx-sbs diff` is a model): a torch target has dots
+_ONNX_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
+    """Why ``rec`` is the culprit; ``ref``: what the reference side is ("torch", or "the
+    reference model's" when two ONNX models are compared)."""
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
@@ -171,12 +178,12 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
         if own is None and rec.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
             what = "shape" if rec.status == STATUS_SHAPE_MISMATCH else "type"
             text = (
-                f"run on the torch values of its inputs, it still makes the wrong {what}: "
+                f"run on the {ref} values of its inputs, it still makes the wrong {what}: "
                 f"{rec.onnx_shape_type} where the program has {rec.ep_shape_type}"
             )
             return f"{text} ({rec.comment})" if rec.comment else text
         text = (
-            f"run on the torch values of its inputs, it still differs by {_fmt(own)} "
+            f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} "
             f"(beyond {tol}): it makes the error, it does not inherit it"
         )
         if rec.own_inputs_from:
@@ -192,7 +199,7 @@ def _why(rec: Record, rule: str, own: float | None) -> str:
                 f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
                 f"{consumers}"
             )
-        return f"the graph input differs from the torch input by {_fmt(own)}"
+        return f"the graph input differs from the {ref} input by {_fmt(own)}"
     if rule == RULE_UNPAIRED_OUTPUT:
         return (
             rec.comment
@@ -274,7 +281,12 @@ class Coverage:
 
 @dataclass
 class Summary:
-    """What a run found; see :func:`summarize` for how each part is chosen."""
+    """What a run found; see :func:`summarize` for how each part is chosen.
+
+    One type wherever a summary is handed out (``summarize()``, ``w.summary``,
+    ``session.summary``): it prints as :meth:`to_text`, and reads as the dict
+    :meth:`to_dict` gives (``summary["verdict"]``, ``summary["culprit"]["ep_module"]``).
+    """
 
     first_own_failure: Record | None = None
     first_own_failure_rule: str | None = None
@@ -379,15 +391,36 @@ class Summary:
             strict=bool(d.get("strict", False)),
         )
 
+    # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
+    # notebooks wrote when the widget's summary was that dict) and a readable print --
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
+
+    def keys(self) -> Any:
+        return self.to_dict().keys()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_dict()
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return self.to_text()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's display
+        p.text(self.to_text())
+
     def to_text(self, max_suspects: int = 5) -> str:
         """A few lines for a terminal: verdict, culprit, top suspects, counts."""
         t = self.totals
         counts = (
             f"{t.get('records', 0)} records, {t.get('compared', 0)} compared, "
-            f"{t.get('failed', 0)} failed, {len(self.errors)} errors"
+            f"{failing_text(t.get('failed', 0), t.get('drifted', 0))}, {len(self.errors)} errors"
         )
-        if t.get("drifted", 0):
-            counts += f", {t['drifted']} of the failed drifted"
         c = self.completion
         head = f"verdict: {self.verdict.upper()}"
         if c is not None and c.finished and c.nodes:
@@ -416,12 +449,15 @@ class Summary:
         if self.first_nan is not None:
             lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
-            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<16} name")
+            # as wide as LayerNormalization (18); a longer op type ends in an ellipsis
+            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<18} name")
             for r in self.top_suspects[:max_suspects]:
                 own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
+                op = _printable(r.onnx_op_type or r.kind or "")
+                op = op if len(op) <= 18 else op[:17] + "\u2026"
                 lines.append(
                     f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
-                    f"{_printable(r.onnx_op_type or r.kind or '')[:16]:<16} {_printable_label(r)}"
+                    f"{op:<18} {_printable_label(r)}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
             lines.append(
@@ -463,6 +499,7 @@ class Summarizer:
         self._fx_compared_lowerings: set[str] = set()
         # records whose own error passed but is large for their values: (ratio, n, rec)
         self._quiet: list[tuple[float, int, Record]] = []
+        self._onnx_reference: bool | None = None  # None: no node record seen yet
         self._totals: dict[str, Any] = {
             "records": 0,
             "compared": 0,
@@ -481,6 +518,8 @@ class Summarizer:
     def add(self, rec: Record) -> None:
         s, t = self._s, self._totals
         self._count += 1
+        if rec.kind == KIND_NODE and rec.ep_target and self._onnx_reference is not False:
+            self._onnx_reference = bool(_ONNX_OP.match(rec.ep_target))
         t["records"] += 1
         t["by_status"][rec.status] = t["by_status"].get(rec.status, 0) + 1
         t["by_kind"][rec.kind] = t["by_kind"].get(rec.kind, 0) + 1
@@ -689,7 +728,7 @@ class Summarizer:
         nodes = list(self._lowering.get(rec.onnx_fx_node, ())) if rec.onnx_fx_node else []
         if rec.onnx_node_name and rec.onnx_node_name not in nodes:
             nodes.append(rec.onnx_node_name)
-        why = _why(rec, rule, own)
+        why = _why(rec, rule, own, "reference model's" if self._onnx_reference else "torch")
         if rule == RULE_AMPLIFIED:
             own = rec.err_abs2
             first = self._s.first_failure
@@ -786,6 +825,15 @@ def _uncompared_reason(rec: Record) -> str:
     if rec.status == STATUS_INTERNAL:
         return "internal to a fused node"
     return "not compared (random, empty or not a tensor)"
+
+
+def failing_text(failed: int, drifted: int) -> str:
+    """How many values fail, and how many of them only inherit their error (drifted): the
+    one wording of the terminal, the widget and the reports, so a red count never reads as
+    that many culprits."""
+    if not drifted:
+        return f"{failed} failing"
+    return f"{failed} failing, of which {drifted} only inherit their error"
 
 
 def drift_text(drifted: int, verdict: str) -> str:

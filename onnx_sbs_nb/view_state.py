@@ -51,6 +51,22 @@ STATE_TRAITS: tuple[str, ...] = (
 _bundle_cache: dict[str, Any] = {}
 
 
+# What a widget carries when another one of the notebook carries the bundle: the bundle
+# publishes itself on globalThis.__onnxSbsNb when loaded (js/src/index.js), and this waits
+# for it (a view whose bundle never comes leaves the static summary beside it in view).
+SHIM_ESM = """\
+function bundle() {
+  const shared = (globalThis.__onnxSbsNb ||= { waiters: [] });
+  if (shared.module) return Promise.resolve(shared.module);
+  return new Promise((resolve) => shared.waiters.push(resolve));
+}
+export default {
+  async initialize(ctx) { return (await bundle()).default.initialize(ctx); },
+  async render(ctx) { return (await bundle()).default.render(ctx); },
+};
+"""
+
+
 def bundle_js() -> str:
     """The built front-end bundle (one ES module: anywidget ``render`` + ``renderStatic``)."""
     try:
@@ -225,6 +241,9 @@ def jsonable(obj: Any) -> Any:
 def culprit_of(summary: Any) -> dict[str, Any] | None:
     """The one answer of a summary dict: ``summary["culprit"]``; a summary made before
     that key existed gives its first own failure, in the same shape (without ``why``)."""
+    to_dict = getattr(summary, "to_dict", None)
+    if callable(to_dict):  # a Summary
+        summary = to_dict()
     if not isinstance(summary, dict):
         return None
     if "culprit" in summary:

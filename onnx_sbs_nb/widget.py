@@ -40,6 +40,7 @@ import threading
 import time
 import traceback
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -52,8 +53,10 @@ from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record
 from .report_html import fallback_html, summary_text, write_report_html
 from .session import IDLE, ActionError, SbsSession
+from .summary import Summary, failing_text
 from .view_state import (
     BUNDLE_PATH,
+    SHIM_ESM,
     STATE_TRAITS,
     bundle_js,
     culprit_name,
@@ -72,6 +75,23 @@ __all__ = ["BUNDLE_PATH", "SbsWidget", "build_figure", "bundle_js", "widget_stat
 
 #: Metadata key of the static summary output shown next to the widget.
 FALLBACK_METADATA = "onnx_sbs"
+
+
+# The widget whose state carries the JS bundle: one copy per notebook (1.3 MB each made
+# three widgets a 5.4 MB notebook); the others carry SHIM_ESM, which waits for it.
+_HOLDER: weakref.ref[Any] | None = None
+
+
+def _bundle_holder() -> Any:
+    """The live widget carrying the bundle, or None (none yet, or it was closed: its
+    model is then gone from the page and from a saved notebook)."""
+    w = _HOLDER() if _HOLDER is not None else None
+    return w if w is not None and getattr(w, "comm", None) is not None else None
+
+
+def _summary_json(value: Summary | None, widget: Any) -> dict[str, Any] | None:
+    """What the front end and a saved notebook get of the summary: its JSON-safe dict."""
+    return None if value is None else jsonable(value)
 
 
 def _in_kernel() -> bool:
@@ -100,7 +120,8 @@ class SbsWidget(anywidget.AnyWidget):
     rows = t.Dict().tag(sync=True)
     graph = t.Dict().tag(sync=True)
     status = t.Dict().tag(sync=True)
-    summary = t.Dict(default_value=None, allow_none=True).tag(sync=True)
+    # the Summary in Python (prints as text, reads as its dict), its dict in the front end
+    summary = t.Instance(Summary, allow_none=True).tag(sync=True, to_json=_summary_json)
     atol = t.Float(default_value=None, allow_none=True).tag(sync=True)
     rtol = t.Float(default_value=None, allow_none=True).tag(sync=True)
     selected = t.Int(-1).tag(sync=True)
@@ -153,8 +174,9 @@ class SbsWidget(anywidget.AnyWidget):
                 )
         cuda_ok, cuda_why = cuda_availability()
         self._model_proto = getattr(session.run, "model", None)
+        carries = _bundle_holder() is None  # the first live widget carries the bundle
         super().__init__(
-            _esm=bundle_js(),
+            _esm=bundle_js() if carries else SHIM_ESM,
             columns=list(RECORD_FIELDS),
             graph=graph_state(self._model_proto) if self._model_proto is not None else {},
             status=jsonable(session.status),
@@ -165,6 +187,9 @@ class SbsWidget(anywidget.AnyWidget):
             cuda_reason=cuda_why,
             uid=uuid.uuid4().hex,
         )
+        if carries:
+            global _HOLDER
+            _HOLDER = weakref.ref(self)
         self.session = session
         self.export_dir = Path(export_dir) if export_dir is not None else Path(".")
         self._lock = threading.RLock()
@@ -191,10 +216,23 @@ class SbsWidget(anywidget.AnyWidget):
                 if batch:
                     self._sent = start + len(batch)
                     self.send({"type": "rows", "start": start, "rows": encode_rows(batch)})
+                    self._culprit_so_far()
         elif event == "status":
             self.status = jsonable(payload["status"])
         elif event == "finished":
             self._on_finished()
+
+    def _culprit_so_far(self) -> None:
+        """While the run goes, the card names the culprit as soon as one is known: the
+        summary so far is synced when its culprit changes (not every batch)."""
+        if not self.session.running:
+            return
+        so_far = self.session.summary_so_far()
+        c, shown = so_far.culprit, self.summary.culprit if self.summary is not None else None
+        if c is not None and (
+            shown is None or (c.step, c.onnx_name) != (shown.step, shown.onnx_name)
+        ):
+            self.summary = so_far
 
     def _on_finished(self) -> None:
         records = self.session.records
@@ -202,7 +240,8 @@ class SbsWidget(anywidget.AnyWidget):
             self._sent = len(records)
             with self.hold_sync():
                 self.rows = encode_rows(records)  # the one full sync: what a notebook keeps
-                self.summary = jsonable(self.session.summary)
+                summary = self.session.summary
+                self.summary = summary if isinstance(summary, Summary) else None
                 self.status = jsonable(self.session.status)
             if self.action.get("name") == "stop" and self.action.get("state") == "done":
                 self._set_action(
@@ -474,17 +513,21 @@ class SbsWidget(anywidget.AnyWidget):
 
     def state(self) -> dict[str, Any]:
         """The synced traits as a plain dict (what ``renderStatic`` takes)."""
-        return {k: getattr(self, k) for k in STATE_TRAITS}
+        state = {k: getattr(self, k) for k in STATE_TRAITS}
+        state["summary"] = _summary_json(self.summary, self)
+        return state
 
     def __repr__(self) -> str:
         s = self.session.status
         worst = s.get("max_err_abs") or 0.0
         where = f" at {s['max_err_name']!r}" if s.get("max_err_name") else ""
+        summary = self._summary_now()
+        drifted = (summary.get("totals") or {}).get("drifted", 0) if summary is not None else 0
         head = (
             f"SbsWidget({s['state']}: {s['rows']} records, "
-            f"{s.get('failures', 0)} failing, worst err_abs {worst:.3g}{where}"
+            f"{failing_text(s.get('failures', 0), drifted)}, worst err_abs {worst:.3g}{where}"
         )
-        culprit = culprit_of(self._summary_now())
+        culprit = culprit_of(summary)
         if culprit is not None:
             head += f", culprit {culprit_name(culprit)!r}"
             if culprit.get("ep_module"):

@@ -66,6 +66,8 @@ def test_demo_finds_the_culprit(demo_run, demo_dir):
     assert "verdict: FAIL" in out
     first = [line for line in out.splitlines() if line.startswith("culprit:")]
     assert first and "layer_norm" in first[0], out
+    # the suspects' op column holds the whole op type (it used to cut LayerNormalizati)
+    assert " LayerNormalization layer_norm" in out, out
     recs = read_jsonl(demo_dir / "report.jsonl")
     assert (
         len(recs)
@@ -76,6 +78,24 @@ def test_demo_finds_the_culprit(demo_run, demo_dir):
     assert culprit and culprit[0].passed2 is False  # own error fails: it is the bug
     gelu = [r for r in recs if r.onnx_op_type == "Gelu"]
     assert gelu and gelu[0].passed is False and gelu[0].passed2 is True  # inherits only
+
+
+def test_demo_without_openpyxl_skips_the_xlsx_and_says_so(tmp_path):
+    """An environment without openpyxl (installed before it was a dependency) runs the
+    demo: it writes the other reports and says why there is no xlsx, instead of a
+    ModuleNotFoundError."""
+    code = (
+        "import sys; sys.modules['openpyxl'] = None\n"  # import openpyxl now fails
+        "from onnx_sbs_nb.cli import main\n"
+        f"sys.exit(main(['demo', '-o', {str(tmp_path)!r}, '--no-progress']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert out.returncode == EXIT_PASS, out.stdout + out.stderr
+    assert "skipping report.xlsx" in out.stdout and "openpyxl" in out.stdout
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "report.csv").is_file()
+    assert not (tmp_path / "report.xlsx").exists()
 
 
 def test_xlsx_columns_are_onnx_diagnostic_names(demo_run, demo_dir):
@@ -187,6 +207,9 @@ _RUN = ["run", "--ep", "{pt2}", "--onnx", "{onnx}", "--inputs", "{inputs}"]
     "argv, message",
     [
         (["run", "--onnx", "m.onnx", "--inputs", "i.pt"], "--ep"),
+        (["run", "{pt2}", "{onnx}"], "missing --inputs"),
+        (["run", "{pt2}", "{onnx}", "{inputs}", "{inputs}"], "too many"),
+        ([*_RUN, "{inputs}"], "too many"),
         (["run", "--ep", "missing.pt2", "--onnx", "m.onnx", "--inputs", "i.pt"], "no such file"),
         (["report", "missing.jsonl", "-o", "r.html"], "no such records file"),
         ([*_RUN, "-o", "r.pdf"], ".html"),
@@ -217,6 +240,86 @@ def test_bad_input_exit_2(argv, message, demo_run, demo_dir, tmp_path, capsys, m
         code = e.code
     assert code == EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
+
+
+def test_run_takes_positionals_and_every_repeated_output(demo_run, demo_dir, tmp_path, capsys):
+    """What users type: `run prog.pt2 model.onnx inputs.pt` as `diff` takes its files, and
+    -o repeated (argparse kept only the last -o: two reports were dropped silently and the
+    records went to run.node_data.jsonl)."""
+    html, xlsx, node_data = (
+        tmp_path / "r.html",
+        tmp_path / "r.xlsx",
+        tmp_path / "run.node_data.json",
+    )
+    code = main(
+        [
+            "run",
+            str(demo_dir / "model.pt2"),
+            str(demo_dir / "model.onnx"),
+            str(demo_dir / "inputs.pt"),
+            "--no-progress",
+            "-o",
+            str(html),
+            "-o",
+            str(xlsx),
+            "-o",
+            str(node_data),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_FAIL, out  # the demo's model is broken on purpose
+    assert html.is_file() and xlsx.is_file() and node_data.is_file(), out
+    assert (tmp_path / "r.jsonl").is_file()  # streamed next to the first report
+    assert not (tmp_path / "run.node_data.jsonl").exists()
+    assert "culprit:" in out
+
+
+def test_help_says_what_each_flag_does(capsys):
+    """Every option of every command has a help text (--runner, --device and demo's
+    --no-progress had none)."""
+    import argparse
+
+    from onnx_sbs_nb.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [
+        f"{name} {action.option_strings[0] if action.option_strings else action.dest}"
+        for name, parser in sub.choices.items()
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert bare == []
+    assert main(["run", "-h"]) == EXIT_PASS
+    assert "PROGRAM.pt2 MODEL.onnx INPUTS.pt" in capsys.readouterr().out
+
+
+def test_diff_names_its_culprit_in_the_models_words(
+    demo_run, demo_dir, passing_files, tmp_path, capsys
+):
+    """`onnx-sbs diff faithful.onnx broken.onnx`: the culprit's module path and source line
+    come from the reference model's metadata, and its why speaks of that model's values
+    (no torch runs in a diff)."""
+    code = main(
+        [
+            "diff",
+            str(passing_files.onnx),
+            str(demo_dir / "model.onnx"),
+            "--inputs",
+            str(demo_dir / "inputs.pt"),
+            "--own-error",
+            "--no-progress",
+            "-o",
+            str(tmp_path / "d.jsonl"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_FAIL, out
+    lines = out.splitlines()
+    culprit = next(i for i, line in enumerate(lines) if line.startswith("culprit:"))
+    assert lines[culprit].startswith("culprit: layer_norm in norm "), out
+    assert "demo.py:" in lines[culprit + 1] and "self.norm" in lines[culprit + 1], out
+    why = next(line for line in lines[culprit:] if line.strip().startswith("why:"))
+    assert "run on the reference model's values of its inputs" in why and "torch" not in why
 
 
 def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):

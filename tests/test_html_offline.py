@@ -101,14 +101,25 @@ class Page:
         self.context.close()
 
 
-def test_report_renders_offline(report_file, browser):
+def test_report_renders_offline(report_file, evil_records, browser):
     p = Page(browser)
     try:
         page = p.page
         page.goto(report_file.as_uri())
         page.wait_for_selector(".sbs-root .sbs-tr", timeout=20000)
+        # the red count says how many only inherit their error, as the terminal does
+        drifted = sum(r.drifted for r in evil_records)
+        failed = sum(r.failed for r in evil_records)
+        assert drifted > 0
+        assert page.locator(".sbs-status .sbs-failing").inner_text() == (
+            f"{failed} failing, of which {drifted} only inherit their error"
+        )
         rows = page.locator(".sbs-tr")
         assert rows.count() > 5
+        artifacts = pathlib.Path(__file__).resolve().parents[1] / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        page.set_viewport_size({"width": 1500, "height": 1000})
+        page.screenshot(path=str(artifacts / "shared_html_report.png"))
         # summary: the answer names the broken LayerNormalization's value
         status = page.locator(".sbs-status").inner_text()
         assert "layer_norm" in status, status
@@ -186,8 +197,11 @@ def test_report_without_javascript_shows_the_fallback(report_file, browser):
         assert fallback.is_visible()
         text = fallback.inner_text()
         assert "verdict: FAIL" in text and EVIL in text and "layer_norm" in text
-        assert page.locator(".onnx-sbs-fallback svg circle").count() > 5
-        assert page.locator("img").count() == 0
+        chart = page.locator(".onnx-sbs-fallback .onnx-sbs-chart img")
+        assert chart.count() == 1 and chart.evaluate("i => i.complete && i.naturalWidth") > 0
+        assert page.locator(".onnx-sbs-fallback svg").count() == 0
+        # the one image is the chart: the hostile name's img is text
+        assert page.locator("img:not([src^='data:image/png;base64,'])").count() == 0
         assert p.dialogs == [] and p.blocked == []
     finally:
         p.close()
@@ -304,6 +318,7 @@ def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
             assert "own error" in card.inner_text() and culprit["why"] in card.inner_text()
             page.wait_for_timeout(700)  # the chart settles at its container's width
             check_layout(root.evaluate(GEOMETRY_JS), dark=scheme == "dark")
+
             # exact zeros: a strip labelled 0 under the log axis, not a point at 1e-12
             assert "0" in root.locator(".sbs-chart .y2tick text").all_text_contents()
             # the culprit is one click away, and its neighbourhood moves the selection
@@ -356,3 +371,105 @@ def test_report_of_a_drifting_faithful_export_passes_and_says_why(browser, tmp_p
     finally:
         p.close()
     assert "verdict: PASS" in path.read_text() and "drift:" in path.read_text()
+
+
+def test_running_view_names_the_culprit_so_far(evil_records, browser, tmp_path):
+    """A view of a run still going (what the live widget shows mid-run) names the culprit
+    so far in its card, with the run's progress, as soon as the culprit's record is in."""
+    from onnx_sbs_nb.report_html import report_html
+    from onnx_sbs_nb.summary import summarize
+
+    culprit = summarize(evil_records).culprit
+    k = next(i for i, r in enumerate(evil_records) if r.step == culprit.step) + 2
+    recs = evil_records[:k]
+    status = {"state": "running", "done_onnx_nodes": 5, "total_onnx_nodes": 40}
+    path = tmp_path / "running.html"
+    path.write_text(report_html(recs, summarize(recs), status=status), encoding="utf-8")
+    p = Page(browser)
+    try:
+        page = p.page
+        page.goto(path.as_uri())
+        card = page.locator(".sbs-card")
+        card.wait_for(timeout=20000)
+        assert "culprit so far" in card.locator(".sbs-card-label").inner_text()
+        assert "5 of 40 ONNX nodes" in card.locator(".sbs-card-label").inner_text()
+        assert "layer_norm" in card.locator(".sbs-culprit").inner_text()
+        assert card.locator(".sbs-verdict").inner_text() == "RUNNING"
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_restored_detail_keeps_its_columns_and_says_each_field_once(browser, tmp_path):
+    """A notebook saved with the detail of a node (its node detail and a rerun) comes back
+    with its JSON keys sorted (nbformat): the tables keep their columns in order, and the
+    node's id shows once, not in the node section and again under the rerun."""
+    import json as json_
+
+    from onnx_sbs_nb.demo import build_demo
+    from onnx_sbs_nb.report_html import (
+        fallback_html,
+        load_bundle,
+        page_html,
+        report_state,
+        view_html,
+    )
+    from onnx_sbs_nb.session import SbsSession
+
+    case = build_demo()
+    s = SbsSession(case.ep, case.onx, case.args, own_error=True, batch_interval=0).start()
+    row, rec = next((i, r) for i, r in enumerate(s.records) if r.onnx_op_type == "Gelu")
+    details = {"row": row, "node": s.node_detail(rec), "rerun": s.rerun_in_torch(rec)}
+    restored = json_.loads(json_.dumps(jsonable_(details), sort_keys=True))
+    state = report_state(s.records, s.summary, model=case.onx)
+    state.update(selected=row, details=restored)
+    body = view_html(state, "onnx-sbs-state-0", fallback_html(s.records, s.summary))
+    path = tmp_path / "restored.html"
+    path.write_text(page_html("restored", body, load_bundle()), encoding="utf-8")
+    p = Page(browser)
+    try:
+        page = p.page
+        page.goto(path.as_uri())
+        detail = page.locator(".sbs-detail")
+        detail.locator(".sbs-node").wait_for(timeout=20000)
+        heads = detail.locator(".sbs-node .sbs-mini").first.locator("th").all_inner_texts()
+        assert heads[:3] == ["value", "torch partner", "paired by"], heads
+        heads = detail.locator(".sbs-rerun .sbs-mini").first.locator("th").all_inner_texts()
+        assert heads[:3] == ["value", "torch partner", "shape"], heads
+        labels = detail.locator(".sbs-dt").all_inner_texts()
+        assert labels.count("onnx_id_node") == 1, labels
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def jsonable_(obj):
+    from onnx_sbs_nb.view_state import jsonable
+
+    return jsonable(obj)
+
+
+@pytest.mark.parametrize("width", [500, 600, 800])
+def test_chart_toolbar_never_sits_on_the_legend(report_file, browser, width):
+    """The chart as narrow as an 800 px JupyterLab with its file browser open makes it:
+    plotly's toolbar (shown on hover) and the legend do not overlap."""
+    p = Page(browser, viewport={"width": width, "height": 900})
+    try:
+        page = p.page
+        page.goto(report_file.as_uri())
+        chart = page.locator(".sbs-chart").first
+        chart.locator(".main-svg").first.wait_for(timeout=20000)
+        page.wait_for_timeout(500)  # the chart settles at its container's width
+        chart.hover()
+        bar = chart.locator(".modebar").first.bounding_box()
+        legend = chart.locator(".legend").first.bounding_box()
+        assert bar and legend
+        apart = (
+            bar["x"] >= legend["x"] + legend["width"]
+            or legend["x"] >= bar["x"] + bar["width"]
+            or bar["y"] >= legend["y"] + legend["height"]
+            or legend["y"] >= bar["y"] + bar["height"]
+        )
+        assert apart, (width, bar, legend)
+    finally:
+        p.close()

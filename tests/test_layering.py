@@ -37,6 +37,7 @@ FLOORS: list[tuple[str, ...]] = [
         "external",
         "command_gc",
         "tolerances",
+        "png",
     ),
     ("diff",),
     ("evaluator",),

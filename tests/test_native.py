@@ -210,3 +210,57 @@ def test_the_build_makes_a_module_this_interpreter_loads(tmp_path, monkeypatch, 
     )
     assert hatch_build.build_native(tmp_path) is None
     assert "no Python.h" in capsys.readouterr().err
+
+
+def _other_cpythons() -> list[str]:
+    """CPython interpreters of a later minor version than this one, where installed
+    (pyenv's shims left out: they fail for versions not selected)."""
+    import glob
+    import shutil
+    import sys
+
+    found = []
+    for minor in range(sys.version_info[1] + 1, 20):
+        pyenv = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}*/bin/python")))
+        exe = pyenv[0] if pyenv else shutil.which(f"python3.{minor}")
+        if exe and "shims" not in exe:
+            found.append(exe)
+    return found
+
+
+def test_the_module_is_built_for_the_stable_abi_and_loads_in_a_later_python(tmp_path):
+    """One wheel per platform: on 3.11+ the module keeps to the stable ABI (abi3; the
+    build defines Py_LIMITED_API, so anything else fails to compile), the wheel is tagged
+    cp311-abi3-<platform>, and a later CPython loads the very same file."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo, hatch_build = _hatch_build()
+    if sys.version_info < (3, 11) or sys.platform == "win32":
+        pytest.skip("the stable-ABI module is built from Python 3.11 on, not on Windows")
+    src = tmp_path / hatch_build.NATIVE_SOURCE
+    src.parent.mkdir(parents=True)
+    shutil.copy(repo / hatch_build.NATIVE_SOURCE, src)
+    stale = src.parent / "_sbs_native.cpython-311-x86_64-linux-gnu.so"
+    stale.write_bytes(b"a module built for one interpreter only")
+    built = hatch_build.build_native(tmp_path)
+    assert built is not None and built.name == "_sbs_native.abi3.so"
+    assert not stale.exists()  # import would have preferred it
+    assert hatch_build.wheel_tag().startswith("cp311-abi3-")
+    others = _other_cpythons()
+    if not others:
+        pytest.skip("no later CPython installed to load the abi3 module with")
+    code = (
+        "import array, importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('_sbs_native', {str(built)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "e = array.array('f', [0.0, 0.5, 1.0]); g = array.array('f', [0.0, 0.5, 1.25])\n"
+        "print(m.VERSION, m.compare(e, g, 1e-4, 1e-4))\n"
+    )
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert here.returncode == 0, here.stderr
+    for exe in others:
+        out = subprocess.run([exe, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, (exe, out.stderr)
+        assert out.stdout == here.stdout, (exe, out.stdout, here.stdout)

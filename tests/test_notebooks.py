@@ -22,6 +22,16 @@ from .browser import CHROMIUM, launch
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 LLAMA = ROOT / "notebooks" / "02_llama_discrepancy.ipynb"
+ARTIFACTS = ROOT / "test-artifacts"  # screenshots of each sharing path, to look at
+
+
+def screenshot(page, name: str, top) -> None:
+    """The page at 1500x1000 with ``top`` (a locator) at the top of the window."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.set_viewport_size({"width": 1500, "height": 1000})
+    top.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(ARTIFACTS / name))
+
 
 pytestmark = pytest.mark.slow
 
@@ -151,6 +161,7 @@ def test_export_renders_widget_offline(llama_nb, browser, tmp_path, capsys):
         assert page.locator("button.sbs-btn").count() == 0  # no kernel: no action buttons
         assert log["dialogs"] == [] and log["errors"] == []
         assert log["blocked"] == []  # no CDN script left (no math here, so no MathJax)
+        screenshot(page, "shared_onnx_sbs_notebook_state.png", page.locator(".sbs-root").first)
     finally:
         ctx.close()
 
@@ -174,10 +185,12 @@ def test_export_without_widget_state_shows_fallback(llama_nb, browser, tmp_path)
         # why the interactive view is missing, and how to keep it next time
         assert "Save Widget State Automatically" in text and "save_html" in text
         assert page.locator(".onnx-sbs-fallback table tr").count() > 5
-        assert page.locator(".onnx-sbs-fallback svg circle").count() > 5
+        assert page.locator(".onnx-sbs-fallback .onnx-sbs-chart img").count() >= 1
+        assert page.locator(".onnx-sbs-fallback svg").count() == 0
         assert page.locator(".sbs-root").count() == 0
         assert page.locator(".onnx-sbs-fallback").count() == 1  # shown once, not twice
         assert log["dialogs"] == [] and log["errors"] == []
+        screenshot(page, "shared_onnx_sbs_notebook_default_save.png", fallback)
     finally:
         ctx.close()
 
@@ -200,7 +213,10 @@ def test_stock_nbconvert_offline_shows_no_blank_widget(llama_nb, browser, tmp_pa
         assert fallback.count() == 1 and fallback.first.is_visible()
         text = fallback.first.inner_text()
         assert "verdict: FAIL" in text and "Save Widget State Automatically" in text
-        assert page.locator(".onnx-sbs-fallback svg circle").count() > 5
+        assert page.locator(".onnx-sbs-fallback .onnx-sbs-chart img").count() >= 1
+        assert page.locator(".onnx-sbs-fallback svg").count() == 0
         assert log["dialogs"] == []
+        name = f"shared_stock_nbconvert_{'state' if saved_state else 'default'}.png"
+        screenshot(page, name, fallback.first)
     finally:
         ctx.close()

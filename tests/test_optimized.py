@@ -227,3 +227,37 @@ def test_saved_quantized_program_needs_the_registration(tmp_path):
     lines = out.stdout.split()
     assert lines[0] == "failed-before"  # torch alone cannot read it
     assert lines[1] == "loaded-after"
+
+
+class _SquareProjections(torch.nn.Module):
+    """Two square projections with a bias on 3-d inputs, as attention's q_proj/o_proj:
+    onnxruntime's MatMulAddFusion turns each MatMul + Add into a Gemm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj = torch.nn.Linear(64, 64)
+        self.o_proj = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(torch.relu(self.q_proj(x)))
+
+
+def test_square_weight_of_a_fused_gemm_is_the_same_weight_transposed():
+    """A 64x64 weight folded transposed for MatMul is still that weight transposed once
+    the MatMul became a Gemm: it compares at 0, not as weight_differs."""
+    import warnings
+
+    torch.manual_seed(0)
+    x = (torch.randn(2, 5, 64),)
+    ep = torch.export.export(_SquareProjections().eval(), x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, x, dynamo=True, verbose=False)
+    recs = list(run_aligned(ep, onx, x, optimize="all"))
+    assert any(r.onnx_op_type == "Gemm" for r in recs)  # the fusion happened
+    weights = [r for r in recs if r.ep_name in ("p_q_proj_weight", "p_o_proj_weight")]
+    assert len(weights) == 2
+    for r in weights:
+        assert r.status == "ok" and r.err_abs == 0, (r.ep_name, r.status, r.comment)
+        assert "transposed" in (r.comment or "")
+    assert not [r for r in recs if r.failed]

@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+from onnx_sbs_nb.png import read_png
 from onnx_sbs_nb.records import RECORD_FIELDS, Record
 from onnx_sbs_nb.report import (
     JsonlWriter,
@@ -18,7 +19,9 @@ from onnx_sbs_nb.report import (
     write_report,
 )
 from onnx_sbs_nb.report_html import (
-    error_chart_svg,
+    FALLBACK_NEIGHBOURS,
+    FALLBACK_ROWS,
+    error_chart_img,
     fallback_html,
     report_html,
     script_js,
@@ -136,24 +139,98 @@ def test_unknown_suffix(tmp_path):
 def test_fallback_escapes_and_shows_summary():
     recs = make_records()
     text = fallback_html(recs, summarize(recs))
-    assert "<img" not in text
+    assert EVIL not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     assert "verdict: FAIL" in text
-    assert "<svg" in text and "<table" in text
+    assert text.count("<img") == 1 and '<img src="data:image/png;base64,' in text
+    assert "<table" in text
     assert "x &amp; y" not in text  # comments are not in the table, but nothing raw leaks
-    # the failing row comes first in the worst-rows table
+    # the culprit's row comes first in the table
     first_row = text.split("<tbody>")[1].split("</tr>")[0]
-    assert "val_5" in first_row
+    assert "val_5" in first_row and "onnx-sbs-culprit-row" in first_row
     assert fallback_html([], None).count("no records") == 1
+
+
+def _png(img_html: str):
+    import base64
+
+    uri = img_html.split('src="')[1].split('"')[0]
+    assert uri.startswith("data:image/png;base64,")
+    return read_png(base64.b64decode(uri.split(",", 1)[1]))
+
+
+def test_fallback_untrusted_has_no_text_but_the_table():
+    """An untrusted notebook's sanitizer strips SVG and keeps its text: the static summary
+    holds no SVG, and no model string outside the table's rows (no per-point tooltips)."""
+    recs = [
+        Record(step=i, onnx_name=f"val_{i}", ep_name=f"fx_{i}", err_abs=1e-6 * (i + 1))
+        for i in range(300)
+    ]
+    text = fallback_html(recs, summarize(recs), sharing=True)
+    assert "<svg" not in text and "<title" not in text and "<circle" not in text
+    shown = {f"val_{i}" for i in range(300) if f">val_{i}<" in text}
+    assert len(shown) == FALLBACK_ROWS
+    for i in range(300):  # any other mention would be text spilling out of a chart
+        if f"val_{i}" not in shown:
+            assert f"val_{i}<" not in text and f"val_{i} " not in text, i
+    # and the table comes before the chart, the long text is folded
+    assert text.index("<table") < text.index("<img") < text.index("<details")
 
 
 def test_chart_downsamples_but_keeps_spikes():
     recs = [Record(step=i, onnx_name=f"v{i}", err_abs=1e-9) for i in range(5000)]
     recs[4321].err_abs = 5.0
     recs[4321].status = "fail"
-    svg = error_chart_svg(recs, max_points=100)
-    assert svg.count("<circle") <= 100
-    assert "v4321" in svg and "#e5534b" in svg  # the spike, in the failing colour
+    img = _png(error_chart_img(recs, width=640, height=180, max_points=100))
+    assert (img.width, img.height) == (640, 180)
+    red = [
+        (x, y)
+        for y in range(img.height)
+        for x in range(img.width)
+        if img.get(x, y)[:3] == (229, 83, 75) and img.get(x, y)[3] == 255
+    ]
+    # the spike, in the failing colour, near the top and at 4321/4999 of the axis
+    assert red, "no failing point drawn"
+    xs = sorted(x for x, _ in red)
+    x_spike = 44 + (640 - 44 - 5) * 4321 / 4999
+    assert abs(xs[len(xs) // 2] - x_spike) <= 3
+    assert max(y for _, y in red) < 40
+    assert "v4321" not in error_chart_img(recs)  # no model string in the chart at all
+
+
+def test_static_rows_culprit_first_then_neighbours_then_worst():
+    """Errors a culprit propagates are larger than its own: sorted by error alone, the
+    culprit fell off the table. It comes first, the rows around it next, then the worst."""
+    recs = []
+    for i in range(60):
+        culprit = i == 30
+        after = i > 30
+        recs.append(
+            Record(
+                step=i,
+                onnx_name=f"val_{i}",
+                ep_name=f"fx_{i}",
+                kind="node",
+                err_abs=1e-3 if culprit else (1.0 + i if after else 1e-8),
+                err_abs2=1e-3 if culprit else (1e-8 if after else None),
+                passed=not (culprit or after),
+                passed2=False if culprit else (True if after else None),
+                status="fail" if culprit or after else "ok",
+                atol=1e-4,
+                rtol=1e-4,
+            )
+        )
+    s = summarize(recs)
+    assert s.culprit is not None and s.culprit.step == 30
+    text = fallback_html(recs, s)
+    rows = text.split("<tbody>")[1].split("</tbody>")[0].split("</tr>")[:-1]
+    names = [r.split("<td>")[3].split("</td>")[0] for r in rows]
+    near = [f"val_{i}" for i in range(30 - FALLBACK_NEIGHBOURS, 31 + FALLBACK_NEIGHBOURS)]
+    assert names[0] == "val_30" and "onnx-sbs-culprit-row" in rows[0]
+    assert sorted(names[1 : len(near)]) == sorted(n for n in near if n != "val_30")
+    assert names[len(near)] == "val_59"  # then the worst
+    assert len(names) == FALLBACK_ROWS
+    assert "of which 29 only inherit their error" in text
 
 
 def test_script_escapes():
@@ -169,7 +246,7 @@ def test_report_page_structure():
     recs = make_records()
     bundle = 'export function renderStatic(el, s) { el.textContent = "</script>"; }'
     page = report_html(recs, title=EVIL, bundle=bundle)
-    assert "<img" not in page  # title, names and summary all escaped
+    assert EVIL not in page  # title, names and summary all escaped
     assert page.count('<script type="module">') == 1
     assert page.count("</script>") == 3  # state, bundle, loader: the bundle's own is escaped
     state = page.split('<script type="application/json" id="onnx-sbs-state-0">')[1]

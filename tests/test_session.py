@@ -213,3 +213,37 @@ def test_rerun_on_cuda(model):
     s.set_device("cuda")
     node = next(r for r in s.records if r.onnx_id_node is not None and r.onnx_id_node >= 0)
     assert s.rerun_in_torch(node)["device"].startswith("cuda")
+
+
+def test_save_replay_of_one_node_name_in_two_models_keeps_both(tmp_path):
+    """Two models with a node of the same name (the demo's LayerNormalization, broken and
+    faithful), saved into one folder: each bundle has its own folder and selection file;
+    saving the first again refreshes its own folder and adds none."""
+    import onnx as onnx_
+
+    from onnx_sbs_nb.demo import build_demo
+
+    root = tmp_path / "replays"
+    saved = []
+    for inject in (True, False):
+        case = build_demo(inject=inject)
+        s = SbsSession(case.ep, case.onx, case.args, batch_interval=0, replay_root=root)
+        s.start()
+        rec = next(r for r in s.records if r.onnx_op_type == "LayerNormalization")
+        saved.append((s, rec, s.save_replay(rec)))
+    (s1, rec1, a), (_, _, b) = saved
+    assert a.bundle != b.bundle and a.config != b.config
+    assert a.bundle.parent == b.bundle.parent == root.resolve()
+    for one, inject in ((a, True), (b, False)):
+        model = onnx_.load(str(one.bundle / "model.onnx"))
+        eps = onnx_.helper.get_attribute_value(
+            next(att for att in model.graph.node[-1].attribute if att.name == "epsilon")
+        )
+        # each folder still holds its own model's node: nothing was replaced
+        assert (abs(eps - 0.5) < 1e-6) == inject, (one.bundle, eps)
+        assert one.config.is_file()
+    again = s1.save_replay(rec1)
+    assert again.bundle == a.bundle
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(
+        [a.bundle.name, b.bundle.name]
+    )

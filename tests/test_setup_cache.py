@@ -346,6 +346,32 @@ def test_a_trace_shared_by_many_nodes_gives_each_its_source_line():
     assert source_line({}) is None and source_line({"stack_trace": "no frame"}) is None
 
 
+def test_source_line_skips_a_wrapper_that_only_forwards_its_arguments():
+    """A RoPE bug's node ran through a kernel hub's wrapper (`return func(*args,
+    **kwargs)`): the source line is the model's call one frame up, not the wrapper."""
+    from onnx_sbs_nb.align.provenance import source_line
+
+    trace = (
+        '  File "/venv/site-packages/transformers/models/qwen2/modeling_qwen2.py", line 204, '
+        "in forward\n    query_states, key_states = apply_rotary_pos_emb(q, k, cos, sin)\n"
+        '  File "/venv/site-packages/kernels/_internals/layer/layer.py", line 856, in forward\n'
+        "    return func(*args, **kwargs)\n"
+        '  File "/venv/site-packages/transformers/utils/generic.py", line 940, in wrapper\n'
+        "    outputs = func(self, *args, **kwargs)\n"
+        '  File "/venv/site-packages/torch/nn/modules/module.py", line 9, in _call_impl\n'
+        "    return forward_call(*args, **kwargs)\n"
+    )
+    assert source_line({"stack_trace": trace}) == (
+        "transformers/models/qwen2/modeling_qwen2.py:204 in forward: "
+        "query_states, key_states = apply_rotary_pos_emb(q, k, cos, sin)"
+    )
+    # a stack of wrappers only still names its innermost frame outside torch
+    only = trace.split('  File "/venv/site-packages/kernels')[1]
+    assert source_line({"stack_trace": '  File "/venv/site-packages/kernels' + only}) == (
+        "transformers/utils/generic.py:940 in wrapper: outputs = func(self, *args, **kwargs)"
+    )
+
+
 def _protobuf_objects(obj, seen=None) -> list:
     """The protobuf messages reachable from ``obj`` through containers and dataclasses."""
     import dataclasses

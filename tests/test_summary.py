@@ -156,7 +156,7 @@ def test_drift_alone_fails_no_verdict():
     assert s.verdict == "pass" and s.culprit is None
     assert s.totals["failed"] == 2 and s.totals["drifted"] == 2
     text = s.to_text()
-    assert "verdict: PASS" in text and "2 of the failed drifted" in text
+    assert "verdict: PASS" in text and "2 failing, of which 2 only inherit their error" in text
     assert "the outputs agree" in text
     assert Summary.from_dict(json.loads(json.dumps(s.to_dict()))).verdict == "pass"
 

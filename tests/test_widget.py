@@ -74,6 +74,20 @@ def test_rows_stream_then_full_sync(model):
     assert w.columns == list(RECORD_FIELDS)
     assert w.status["state"] == "finished" and w.status["rows"] == len(recs)
     assert culprit_of(w.summary)["onnx_op_type"] == "Gemm"
+    # one Summary type: the widget's is summarize()'s, prints as text, reads as its dict
+    from onnx_sbs_nb import Summary, summarize
+
+    assert type(w.summary) is type(summarize(recs)) is Summary
+    assert type(w.session.summary) is Summary
+    assert str(w.summary) == repr(w.summary) == w.summary.to_text()
+    assert repr(w.summary).startswith("verdict: FAIL")
+    assert w.summary["verdict"] == w.summary.verdict == "fail"
+    assert w.summary["culprit"]["onnx_op_type"] == w.summary.culprit.onnx_op_type == "Gemm"
+    assert "culprit" in w.summary and w.summary.get("nope", 1) == 1
+    # the front end and a saved notebook get its JSON dict
+    synced = w.get_state()["summary"]
+    assert isinstance(synced, dict) and synced["verdict"] == "fail"
+    assert w.state()["summary"] == synced
     # a late view asks for what it has not seen
     b.rows = b.rows[:3]
     assert w.handle_message({"type": "hello", "have": 3}) is None
@@ -220,7 +234,7 @@ def test_static_state_fallback_and_python_api():
     assert "application/vnd.jupyter.widget-view+json" in data
     html = data["text/html"]
     assert hostile not in html and "&lt;img src=x" in html
-    assert "<svg" in html  # the tiny static chart
+    assert '<img src="data:image/png;base64,' in html and "<svg" not in html  # the chart
     text = repr(w)
     assert text.startswith("SbsWidget(finished: 6 records, 3 failing, worst err_abs 0.4 at 'n4'")
     df = w.to_frame()
@@ -479,16 +493,17 @@ def test_reports_do_not_import_the_widget():
 
 
 def test_a_plain_install_has_the_widget():
-    """The widget's packages are dependencies; only xlsx and the test tools are extras."""
+    """The widget's packages are dependencies, and openpyxl (the demo writes an xlsx: a
+    plain install crashed in `onnx-sbs demo`); only the test tools are extras."""
     import re
     from pathlib import Path
 
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
     deps = {re.split(r"[<>=\[ ;]", d)[0].lower() for d in project["dependencies"]}
-    assert {"ipywidgets", "anywidget", "pandas", "plotly", "tqdm"} <= deps
-    assert "openpyxl" not in deps and "playwright" not in deps
-    assert project["optional-dependencies"]["report"] == ["openpyxl>=3.1"]
+    assert {"ipywidgets", "anywidget", "pandas", "plotly", "tqdm", "openpyxl"} <= deps
+    assert "playwright" not in deps
+    assert project["optional-dependencies"]["report"] == []  # older instructions still work
 
 
 def test_widget_takes_the_onnx_program_as_the_readme_shows():
@@ -511,3 +526,76 @@ def test_widget_takes_the_onnx_program_as_the_readme_shows():
     assert v.wait(120)
     assert w.summary["verdict"] == v.summary["verdict"] == "pass"
     assert w.to_frame()[["ep_name", "onnx_name"]].equals(v.to_frame()[["ep_name", "onnx_name"]])
+
+
+def test_failing_count_says_how_many_only_inherit():
+    """The widget's line says what the terminal says: of the failing values, how many
+    only inherit their error (their node agrees on torch's inputs)."""
+    recs = [
+        Record(
+            step=i,
+            onnx_name=f"v{i}",
+            onnx_op_type="Add",
+            onnx_id_node=i,
+            kind="node",
+            err_abs=1.0 if i else 0.5,
+            err_abs2=0.5 if i == 0 else 0.0,
+            passed=False,
+            passed2=i > 0,
+            status="fail",
+            atol=1e-4,
+        )
+        for i in range(4)
+    ]
+    w = SbsWidget(records=recs)
+    w.wait()
+    assert "4 failing, of which 3 only inherit their error" in repr(w)
+    assert "4 failing, of which 3 only inherit their error" in w.summary.to_text()
+
+
+def test_culprit_so_far_while_the_run_streams(model):
+    """The card answers while the run goes: once the culprit's record has streamed, the
+    widget's summary names it (the run still going), before the last record."""
+    ep, onx, x = model
+    s = SbsSession(ep, onx, x, own_error=True, batch_interval=0)
+    w = SbsWidget(session=s)
+    seen = []
+
+    def watch(event, payload):
+        if event == "rows" and s.running and w.summary is not None:
+            seen.append((len(s.records), w.summary.culprit.onnx_op_type, w.summary.verdict))
+
+    s.add_listener(watch)  # after the widget's own listener: it has seen the batch
+    changes = []
+    w.observe(lambda change: changes.append(change["new"]), names="summary")
+    s.start()
+    total = len(s.records)
+    assert seen, "no culprit while the run streamed"
+    n, op, verdict = seen[0]
+    assert op == "Gemm" and verdict == "incomplete" and n < total
+    assert w.summary.culprit.onnx_op_type == "Gemm" and w.summary.verdict == "fail"
+    # synced when the culprit changes, not every batch (here: once, then the final one)
+    assert len(changes) == 2 and len(seen) > 2
+
+
+def test_one_copy_of_the_bundle_per_notebook():
+    """The first live widget carries the JS bundle, the next ones a few lines that wait
+    for it (three widgets made a 5.4 MB notebook); once the carrier is closed (gone from
+    the page and the saved state), the next widget carries it again."""
+    from onnx_sbs_nb.view_state import SHIM_ESM
+
+    recs = [Record(step=0, onnx_name="v", err_abs=0.0, status="ok")]
+    widgets = [SbsWidget(records=recs) for _ in range(3)]
+    carriers = [w for w in widgets if w._esm == view_state.bundle_js()]
+    others = [w for w in widgets if w._esm == SHIM_ESM]
+    # one of them carries it, unless a widget of an earlier test still does
+    assert len(carriers) + len(others) == 3 and len(carriers) <= 1
+    assert len(SHIM_ESM) < 1000 < len(view_state.bundle_js())
+    from onnx_sbs_nb import widget as widget_module
+
+    holder = widget_module._bundle_holder()
+    assert holder is not None and holder._esm == view_state.bundle_js()
+    holder.close()
+    again = SbsWidget(records=recs)
+    assert again._esm == view_state.bundle_js() and widget_module._bundle_holder() is again
+    assert SbsWidget(records=recs)._esm == SHIM_ESM

@@ -42,7 +42,7 @@ export function culpritName(c) {
   return (c && (c.ep_user_name || c.ep_name || c.onnx_name || c.onnx_node)) || "?";
 }
 
-const VERDICTS = { pass: "PASS", fail: "FAIL", stopped: "STOPPED", incomplete: "INCOMPLETE" };
+const VERDICTS = { pass: "PASS", fail: "FAIL", stopped: "STOPPED", incomplete: "INCOMPLETE", running: "RUNNING" };
 
 export function verdictOf(summary, status) {
   const st = status || {};
@@ -75,7 +75,8 @@ export class AnswerCard {
   render(summary, status) {
     const st = status || {};
     const verdict = verdictOf(summary, st);
-    if (!summary || verdict === "running" || !verdict) {
+    // while it runs, the card answers as soon as a culprit is known: "culprit so far"
+    if (!summary || !verdict || (verdict === "running" && !culpritOf(summary))) {
       this.el.hidden = true;
       return;
     }
@@ -83,7 +84,7 @@ export class AnswerCard {
     this.el.className = `sbs-card sbs-card-${verdict}`;
     const c = culpritOf(summary);
     const badge = h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: VERDICTS[verdict] || verdict.toUpperCase() });
-    const prog = progress(summary, st);
+    const prog = verdict === "running" ? progress(null, st) : progress(summary, st); // live counts
     const totals = summary.totals || {};
     if (!c) {
       const compared = totals.compared ?? "";
@@ -109,7 +110,7 @@ export class AnswerCard {
       "div",
       { class: "sbs-card-head" },
       badge,
-      h("span", { class: "sbs-card-label", text: verdict === "fail" ? "culprit" : `${verdict}${prog ? ` after ${prog}` : ""} · culprit so far` }),
+      h("span", { class: "sbs-card-label", text: verdict === "fail" ? "culprit" : verdict === "running" ? `running${prog ? `, ${prog} done` : ""} · culprit so far` : `${verdict}${prog ? ` after ${prog}` : ""} · culprit so far` }),
       h("button", { class: "sbs-link sbs-culprit", title: "select the culprit in the table, the chart and the detail panel", disabled: i < 0, onclick: () => this.onSelect(i, "card") }, name),
       c.ep_module ? h("span", { class: "sbs-card-module", text: c.ep_module }) : null,
     );
@@ -131,4 +132,11 @@ export class AnswerCard {
     for (const [k, v] of lines) grid.append(h("span", { class: "sbs-muted", text: k }), v);
     this.el.replaceChildren(head, grid);
   }
+}
+
+// "N failing, of which M only inherit their error": the wording of summary.failing_text,
+// so a red count never reads as that many culprits (the same in the terminal and reports)
+export function failingText(failed, drifted) {
+  if (!drifted) return `${failed} failing`;
+  return `${failed} failing, of which ${drifted} only inherit their error`;
 }

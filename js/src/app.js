@@ -12,7 +12,7 @@ import { DetailPanel } from "./detail.js";
 import { FilterBar, ViewFilter } from "./filter.js";
 import { Graph } from "./graph.js";
 import { LayerTree } from "./layers.js";
-import { AnswerCard, culpritOf, culpritName, verdictOf } from "./answer.js";
+import { AnswerCard, culpritOf, culpritName, failingText, verdictOf } from "./answer.js";
 import { watchTheme } from "./theme.js";
 
 export const WIDE = 980; // px of the view's own width from which the detail panel sits beside
@@ -62,7 +62,7 @@ export function mount(el, src) {
     parts.push(h("span", { class: "sbs-nrows", text: `${store.count} records` }));
     if (st.elapsed) parts.push(h("span", { text: fmtTime(st.elapsed) }));
     if (st.max_err_abs) parts.push(h("span", { class: "sbs-worst", text: `worst ${fmtNum(st.max_err_abs)}${st.max_err_name ? ` at ${st.max_err_name}` : ""}` }));
-    parts.push(h("span", { class: st.failures ? "sbs-bad" : "", text: `${st.failures ?? 0} failing` }));
+    parts.push(h("span", { class: `sbs-failing${st.failures ? " sbs-bad" : ""}`, text: failingText(st.failures ?? 0, (sm && sm.totals && sm.totals.drifted) || 0) }));
     const c = sm ? culpritOf(sm) : null;
     if (c) {
       const i = card.row(c);

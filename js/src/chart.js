@@ -224,7 +224,9 @@ export class Chart {
       width: this.width,
       height: this.height || 320,
       autosize: false,
-      margin: { l: tiny ? 44 : 64, r: tiny ? 6 : 12, t: narrow ? 50 : 30, b: 40 },
+      // the toolbar stands upright in the right margin: across the top it sat on the legend
+      margin: { l: tiny ? 40 : 64, r: tiny ? 26 : 34, t: narrow ? 50 : 30, b: 40 },
+      modebar: { orientation: "v", bgcolor: "rgba(0,0,0,0)", color: th.fg2, activecolor: th.fg },
       font: { color: th.fg, size: 11 },
       xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: this._nticks(), anchor: "y2", ...(this._wholeTicks() ? WHOLE_TICKS : AUTO_TICKS) },
       yaxis: { ...axis, type: "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : "abs error" }, exponentformat: "power", nticks: 6 },

@@ -75,7 +75,9 @@ function cellText(v) {
 }
 
 function objTable(list, labels = {}) {
-  const keys = [];
+  // the labelled columns in their order first: a restored notebook's state comes back
+  // with its keys sorted (nbformat writes JSON that way), the columns must not move
+  const keys = Object.keys(labels).filter((k) => list.some((o) => o && k in o));
   for (const o of list) for (const k of Object.keys(o)) if (!keys.includes(k)) keys.push(k);
   const t = h("table", { class: "sbs-mini" });
   t.appendChild(h("tr", {}, ...keys.map((k) => h("th", { text: labels[k] || k.replace(/_/g, " ") }))));
@@ -196,7 +198,8 @@ export class DetailPanel {
         }),
       );
     }
-    const rest = Object.entries(r).filter(([k]) => !["outputs", "error", "device", "time", "node", "op_type"].includes(k));
+    // the node's own fields (its name, id, op) are in the node section above, once
+    const rest = Object.entries(r).filter(([k]) => !["outputs", "error", "device", "time", "node", "onnx_id_node", "op_type"].includes(k));
     if (rest.length) sec.appendChild(dl(rest));
     return sec;
   }

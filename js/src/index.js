@@ -136,4 +136,12 @@ export function renderStatic(el, state) {
   return mount(el, staticSource(state));
 }
 
-export default { initialize, render };
+const entry = { initialize, render };
+
+// One copy of this bundle per notebook: the first SbsWidget carries it, later ones carry a
+// few lines (onnx_sbs_nb.view_state.SHIM_ESM) that wait here for it to be loaded.
+const shared = (globalThis.__onnxSbsNb ||= { waiters: [] });
+shared.module = { default: entry, renderStatic };
+for (const resolve of shared.waiters.splice(0)) resolve(shared.module);
+
+export default entry;

@@ -310,6 +310,16 @@ def _squeezed(
     return size_one_axes(fx_value_shape(node), onnx_shape)
 
 
+def _multiplies_as_stored(node: onnx.NodeProto, name: str) -> bool:
+    """``node`` multiplies by initializer ``name`` as it is stored (not transposed): a
+    MatMul, or a Gemm / FusedMatMul whose B it is, without transB."""
+    if node.op_type == "MatMul":
+        return True
+    if node.op_type in ("Gemm", "FusedMatMul") and len(node.input) > 1 and node.input[1] == name:
+        return not any(a.name == "transB" and a.i for a in node.attribute)
+    return False
+
+
 def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair) -> None:
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one)."""
@@ -336,29 +346,21 @@ def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try
             if len(cands) != 1:
                 continue
             w, shape = cands[0]
-            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer
+            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer;
+            # a square one can only be told by its consumer (onnxruntime's MatMulAddFusion
+            # makes that MatMul a Gemm, which multiplies by B as stored unless transB)
             transposed = (
                 len(dims) == 2
                 and shape == dims[::-1]
-                and (shape != dims or _multiplies_by_transpose(node, inp, fx_node))
+                and (
+                    shape != dims
+                    or (_multiplies_as_stored(node, inp) and "linear" in str(fx_node.target))
+                )
             )
             if transposed:
                 try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
             elif shape == dims:
                 try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
-
-
-def _multiplies_by_transpose(node: onnx.NodeProto, weight: str, fx_node: torch.fx.Node) -> bool:
-    """Whether a square weight ``weight`` of ONNX ``node`` holds the transposition of the
-    fx node's weight: a linear's ``x @ W.T`` as a MatMul, or a Gemm reading it untransposed."""
-    if "linear" not in str(fx_node.target):
-        return False
-    if node.op_type == "MatMul":
-        return True
-    if node.op_type == "Gemm" and len(node.input) > 1 and node.input[1] == weight:
-        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
-        return trans_b == 0
-    return False
 
 
 # fx views whose ONNX lowering is a Reshape, and the ONNX ops a graph tool leaves for them

@@ -9,6 +9,7 @@ nodes it was made from, through every pass), ``meta["nn_module_stack"]`` and
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
@@ -19,6 +20,12 @@ import torch
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 # frames inside these packages are machinery, not the user's model code
 _MACHINERY = (os.sep + "torch" + os.sep, os.sep + "onnxscript" + os.sep)
+# a line that only hands its arguments on (`return func(*args, **kwargs)`, `return
+# self._fn(self, *args, **kw)`): a decorator's or a kernel hub's wrapper, whichever
+# package it lives in; the line that called it says what the model does
+_FORWARDING = re.compile(
+    r"^(return\s+)?(\w+\s*=\s*)?[\w.\[\]'\"]+\((\s*\w+\s*,)*\s*\*\w+\s*,\s*\*\*\w+\s*\)$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +104,34 @@ def _parse_source_line(trace: str) -> str | None:
             frames.append((m["file"], m["line"], m["func"], code))
     if not frames:
         return None
-    chosen = next((f for f in reversed(frames) if not _is_machinery(f[0])), frames[-1])
+    # the innermost frame of the user's or the model library's code: not torch's, not a
+    # wrapper that only forwards its arguments (the whole stack is in the node's detail)
+    chosen = next(
+        (f for f in reversed(frames) if not _is_machinery(f[0]) and not _FORWARDING.match(f[3])),
+        None,
+    ) or next((f for f in reversed(frames) if not _is_machinery(f[0])), frames[-1])
     file, line, func, code = chosen
     text = f"{_short_path(file)}:{line} in {func}"
     return f"{text}: {code}" if code else text
+
+
+def onnx_node_provenance(node: Any) -> Provenance:
+    """Module path and source line an exported ONNX node carries in its metadata
+    (``pkg.torch.onnx.name_scopes``, ``pkg.torch.onnx.stack_trace``): the reference of
+    ``onnx-sbs diff`` is a model, and its culprit is named in the same words."""
+    props = {p.key: p.value for p in node.metadata_props}
+    module = None
+    scopes = props.get("pkg.torch.onnx.name_scopes")
+    if scopes and len(scopes) < 4096:  # a list's repr: ['', 'model', 'layers.0', 'add']
+        try:
+            parts = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parts = None
+        if isinstance(parts, list) and all(isinstance(x, str) for x in parts):
+            # the last scope is the fx node itself, the first the root module
+            module = ".".join(x for x in parts[:-1] if x) or None
+    trace = props.get("pkg.torch.onnx.stack_trace")
+    return Provenance(module=module, source=source_line({"stack_trace": trace}) if trace else None)
 
 
 def _is_machinery(path: str) -> bool:

@@ -187,6 +187,47 @@ def safe_child(root: str | os.PathLike[str], name: str) -> pathlib.Path:
     return child
 
 
+def model_fingerprint(model: onnx.ModelProto) -> str:
+    """A short digest of a model's graph: its nodes (with their attributes) and its
+    weights' names, types and shapes, not their bytes (a 2 GB model is not read again).
+    Two models share one only when they are the same graph."""
+    h = hashlib.sha1()
+    for n in model.graph.node:
+        h.update(n.SerializeToString())
+    for t in model.graph.initializer:
+        h.update(f"{t.name}\0{t.data_type}\0{list(t.dims)}\0".encode("utf-8", "surrogatepass"))
+    for v in (*model.graph.input, *model.graph.output):
+        h.update(v.SerializeToString())
+    return h.hexdigest()[:16]
+
+
+def _bundle_folder(root: str | os.PathLike[str], node_name: str, fingerprint: str) -> pathlib.Path:
+    """Where the bundle of ``node_name`` goes: its own folder, written again for the same
+    model, a new one (``-2``, ``-3``...) when that name holds another model's bundle, so
+    saving ``mul_19`` of two models into one folder keeps both."""
+    first = safe_child(root, node_name)
+    for k in range(1, 1000):
+        folder = first if k == 1 else first.with_name(f"{first.name}-{k}")
+        if not folder.is_dir() or folder.is_symlink():
+            return folder  # free (or in the way: writing there fails and says so)
+        if _bundle_fingerprint(folder) == fingerprint:
+            return folder  # this model's bundle of this node: refreshed
+    raise ValueError(f"1000 bundles of {node_name!r} in {root}: choose another folder")
+
+
+def _bundle_fingerprint(folder: pathlib.Path) -> str | None:
+    """The model fingerprint a bundle's node.json names (None: not a bundle of ours)."""
+    path = folder / "node.json"
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get("model_fingerprint") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def _as_tensor(value: Any, name: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         t = value.detach()
@@ -298,7 +339,8 @@ def write_replay_bundle(
             raise ValueError(f"prefix_inputs lacks the model inputs {lacking}")
         p_inputs = {n: _as_tensor(prefix_inputs[n], n) for n in needed}
 
-    folder = safe_child(root, node.name or node_name)
+    fingerprint = model_fingerprint(model)
+    folder = _bundle_folder(root, node.name or node_name, fingerprint)
     folder.mkdir(parents=True, exist_ok=True)
     # re-check after creation: a symlink planted at that name must not redirect writes
     if folder.resolve() != folder or folder.is_symlink():
@@ -322,6 +364,7 @@ def write_replay_bundle(
             "domain": node.domain,
             "inputs": inputs,
             "outputs": outputs,
+            "model_fingerprint": fingerprint,
             "versions": {
                 "torch": torch.__version__,
                 "onnx": onnx.__version__,

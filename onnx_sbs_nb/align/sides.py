@@ -24,7 +24,7 @@ from .names import FxMetadata, fx_name_from_metadata, lowering_of_nodes, returne
 from .plan import SideGraph
 from .precision import inherited_precision, onnx_inherited_precision
 from .program import ProgramInputs
-from .provenance import Provenance
+from .provenance import Provenance, onnx_node_provenance
 from .randomness import random_nodes
 from .runners import ModelContext, TorchRunner, _CachedRunner, node_session_key
 from .ties import tie_axes
@@ -523,11 +523,14 @@ class OnnxSide:
             target = "initializer" if name in self.initializers else "input"
             return {"ep_id_node": -1, "ep_name": name, "ep_target": target}
         node = self.nodes[k]
+        prov = onnx_node_provenance(node)
         return {
             "ep_id_node": k,
             "ep_name": name,
             "ep_target": node.op_type,
             "ep_user_name": fx_name_from_metadata(node),
+            "ep_module": prov.module,
+            "ep_source": prov.source,
         }
 
     def describe_candidate(self, name: str) -> dict[str, Any]:

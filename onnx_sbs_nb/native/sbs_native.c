@@ -8,6 +8,8 @@
  * Every result must equal the numpy path's bit for bit (tests/test_native.py): the
  * same IEEE operations in the same precision, so no -ffast-math and no contraction
  * of a * b + c into a fused multiply-add (-ffp-contract=off).
+ * Only the stable ABI of Python 3.11 is used (the build defines Py_LIMITED_API there): one
+ * abi3 module serves every CPython from 3.11 on.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h> /* first: it may set feature macros the system headers read */
@@ -322,7 +324,10 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
             Py_DECREF(t);
             return NULL;
         }
-        PyTuple_SET_ITEM(t, k, x);
+        if (PyTuple_SetItem(t, k, x) < 0) { /* steals x; a function of the stable ABI */
+            Py_DECREF(t);
+            return NULL;
+        }
     }
     return t;
 }
