@@ -35,7 +35,12 @@ def add_precision_command(sub: Any) -> None:
         help="your own float16/bfloat16 conversion of the model (default: converted here "
         "with onnxconverter-common, keep_io_types=True)",
     )
-    p.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
+    p.add_argument(
+        "--dtype",
+        choices=("float16", "bfloat16"),
+        default="float16",
+        help="the low precision the model is (or is to be) converted to",
+    )
     p.add_argument("--atol", type=float, help="tolerance (default: the dtype's)")
     p.add_argument("--rtol", type=float, help="tolerance (default: the dtype's)")
     p.add_argument(

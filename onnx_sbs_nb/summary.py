@@ -430,9 +430,8 @@ class Summary:
             if c.reason and c.state != STOPPED:
                 head += f" ({_printable(c.reason)})"
         if self.partial:
-            head += f" on {self.coverage.onnx_covered} of {self.coverage.onnx_nodes} ONNX nodes"
-        elif self.strict and self.coverage.low and self.verdict == "fail":
-            head += " (strict: too little of the model was compared)"
+            on = f"{self.coverage.onnx_covered} of {self.coverage.onnx_nodes} ONNX nodes"
+            head += f" (strict: it passes on only {on})" if self.strict else f" on {on}"
         lines = [f"{head}  ({counts})"]
         if self.coverage.onnx_nodes:
             lines.append(f"coverage: {self.coverage.to_text()}")

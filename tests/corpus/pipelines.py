@@ -215,7 +215,7 @@ def _allows(node: onnx.NodeProto, opset: int, low_str: str, defs) -> bool:
 def _low_tensor(t: onnx.TensorProto, elem_type: int) -> onnx.TensorProto:
     arr = numpy_helper.to_array(t)
     torch_dtype = torch.bfloat16 if elem_type == onnx.TensorProto.BFLOAT16 else torch.float16
-    low = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).to(torch_dtype)
+    low = torch.from_numpy(np.array(arr, dtype=np.float32)).to(torch_dtype)
     new = helper.make_tensor(
         t.name, elem_type, list(arr.shape), low.view(torch.int16).numpy().tobytes(), raw=True
     )
@@ -342,3 +342,91 @@ def apply_pipeline(pipeline: Pipeline, model: onnx.ModelProto, folder: str | Non
     if pipeline.by_path:
         return os.path.join(folder, "model.onnx")
     return out
+
+
+# --------------------------------------------------------------------------- evaluation
+
+# pipelines whose output for an architecture is a model onnxruntime refuses (a converter
+# bug, not the export's): there the engine must name the node that cannot run
+BROKEN = {
+    ("llama_kv_cache", "fp16_keep_io"): "onnxconverter-common 1.16 leaves Casts to float32 "
+    "whose outputs it declares float16 (the rotary embedding's positions)",
+    ("llama_kv_cache", "fp16"): "the same converter bug",
+    ("llama_kv_cache", "fp16_blocked"): "the same converter bug",
+}
+# pipelines that keep the exporter's metadata or values: coverage within 90% of the plain
+# export's torch nodes compared (issue 40); onnxruntime's fusions make values internal
+COVERAGE_FLOOR = 0.9
+FUSIONS = ("ort_bert", "ort_gpt2", "ort_unet")
+
+
+def model_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list | None:
+    """Whole-model outputs: onnxruntime's, else (a node it has no CPU kernel for, such as
+    the unet fusion's NhwcConv) the torch evaluator's."""
+    from .faults import ort_outputs
+
+    got = ort_outputs(model, feeds)
+    if got is not None:
+        return got
+    from onnx_sbs_nb import TorchOnnxEvaluator
+
+    try:
+        sess = TorchOnnxEvaluator(model)
+        out = sess.run(None, {k: torch.from_numpy(v) for k, v in feeds.items()})
+    except Exception:
+        return None
+    return [o.float().numpy() if o.dtype == torch.bfloat16 else o.numpy() for o in out]
+
+
+def feeds_for(model: onnx.ModelProto, args: tuple) -> dict[str, np.ndarray]:
+    """The program's inputs as feeds of ``model``, cast to its float input types."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    flat = [a for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+    feeds = {}
+    for inp, a in zip(inputs, flat):
+        elem = inp.type.tensor_type.elem_type
+        if elem == onnx.TensorProto.FLOAT16:
+            a = a.half()
+        elif a.dtype == torch.bfloat16 or elem == onnx.TensorProto.BFLOAT16:
+            a = a.float()
+        feeds[inp.name] = a.detach().numpy()
+    return feeds
+
+
+def plant_fault(model: onnx.ModelProto, args: tuple, kind: str, depth: str, prefer=()):
+    """(Fault, faulted model): the first fault of that kind and depth that changes the
+    pipeline model's outputs (tests/corpus/faults.py's candidates)."""
+    from .faults import candidates, outputs_differ
+
+    feeds = feeds_for(model, args)
+    reference = model_outputs(model, feeds)
+    assert reference is not None, "the pipeline's model does not run"
+    declared = [
+        onnx.TensorProto.DataType.Name(o.type.tensor_type.elem_type).lower()
+        for o in model.graph.output
+    ]
+    for k, fault in enumerate(candidates(model, kind, depth, prefer)):
+        if k >= 30:
+            break
+        bad = fault.apply(model)
+        got = model_outputs(bad, feeds)
+        if got is not None and outputs_differ(reference, got, declared):
+            return fault, bad
+    raise LookupError(f"no {kind} fault at depth {depth} changes the outputs")
+
+
+def saved_like(pipeline: Pipeline, model: onnx.ModelProto):
+    """The model as the pipeline hands it to the user (a path for external data)."""
+    if not pipeline.by_path:
+        return model
+    folder = tempfile.mkdtemp(prefix=f"sbs-{pipeline.name}-fault-")
+    _external_data(model, folder)
+    return os.path.join(folder, "model.onnx")
+
+
+def loaded(model) -> onnx.ModelProto:
+    """A pipeline's model in memory, its external weights read."""
+    if isinstance(model, str):
+        return onnx.load(model)
+    return model
