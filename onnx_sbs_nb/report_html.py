@@ -17,7 +17,7 @@ from typing import Any
 
 from .png import Raster
 from .records import Record
-from .summary import Summary, failing_text, summarize
+from .summary import Coverage, Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
 #: Rows the static fallback table shows.
@@ -158,8 +158,18 @@ def _counts_line(
     if state and state != "finished":
         s = f"{state}: {s}"
     verdict = d.get("verdict") if d else None
-    head = f"<b>verdict: {html.escape(str(verdict).upper())}</b> \u00b7 " if verdict else ""
-    return head + html.escape(s)
+    shown = str(verdict).upper()
+    coverage = Coverage.from_dict(d.get("coverage") or {}) if d else None
+    if verdict and coverage is not None and d.get("partial"):
+        # a pass over little of the model is no plain pass
+        shown += f" on {coverage.onnx_covered} of {coverage.onnx_nodes} ONNX nodes"
+    head = f"<b>verdict: {html.escape(shown)}</b> \u00b7 " if verdict else ""
+    tail = ""
+    if coverage is not None and coverage.onnx_nodes:
+        tail = (
+            f'<div class="onnx-sbs-coverage">{html.escape("compared: " + coverage.to_text())}</div>'
+        )
+    return head + html.escape(s) + tail
 
 
 def _worst(records: list[Record], n: int) -> list[Record]:

@@ -473,3 +473,37 @@ def test_chart_toolbar_never_sits_on_the_legend(report_file, browser, width):
         assert apart, (width, bar, legend)
     finally:
         p.close()
+
+
+def test_a_pass_over_little_of_the_model_says_how_much_was_compared(browser, tmp_path):
+    """A run that compared 1 of 10 ONNX nodes: the card's badge reads "PASS on 1 of 10
+    ONNX nodes" and a line says what was compared and why the rest was not, with
+    JavaScript and in the no-script fallback."""
+    from onnx_sbs_nb.report import write_report
+    from onnx_sbs_nb.summary import summarize
+
+    records = [
+        Record(step=0, status="ok", onnx_name="a", onnx_node_name="n_a", ep_name="a",
+               ep_target="aten.add.Tensor", passed=True, err_abs=0.0)
+    ] + [
+        Record(step=k, status="unpaired_onnx", onnx_name=f"v{k}", onnx_node_name=f"n_v{k}")
+        for k in range(1, 10)
+    ]  # fmt: skip
+    summary = summarize(records)
+    assert summary.partial
+    path = write_report(records, tmp_path / "partial.html", summary)
+    p = Page(browser)
+    try:
+        p.page.goto(path.as_uri())
+        card = p.page.locator(".sbs-card.sbs-card-pass")
+        card.wait_for(timeout=20000)
+        badge = card.locator(".sbs-verdict").inner_text()
+        assert badge == "PASS on 1 of 10 ONNX nodes", badge
+        line = card.locator(".sbs-card-coverage").inner_text()
+        assert "1 of 10 ONNX nodes compared" in line and "9 no torch twin" in line, line
+        assert p.errors == [] and p.blocked == []
+    finally:
+        p.close()
+    html_text = path.read_text()
+    assert "verdict: PASS on 1 of 10 ONNX nodes" in html_text
+    assert "compared: 1 of 10 ONNX nodes compared" in html_text

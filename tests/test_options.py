@@ -60,3 +60,26 @@ def test_aliases_and_replace():
     assert p.reset == "all" and p.own_error and o.reset is None
     assert RunOptions.from_kwargs({"atol": 0.5}, rtol=0.1).to_dict()["rtol"] == 0.1
     assert not RunOptions().needs_torch_inputs
+
+
+def test_strict_travels_from_the_flags_to_the_session_summary():
+    """``--strict`` / ``strict=True``: validated with the other options, kept in the
+    options' dict (the .jsonl header), and applied to the session's summary."""
+    import argparse
+
+    from onnx_sbs_nb.run_args import add_run_arguments, options_from_args
+    from onnx_sbs_nb.session import SbsSession
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    assert options_from_args(p.parse_args(["--strict"])).strict is True
+    assert options_from_args(p.parse_args([])).strict is False
+    assert RunOptions(strict=True).to_dict()["strict"] is True
+    with pytest.raises(SbsInputError, match="strict must be True or False"):
+        RunOptions(strict="yes")
+    torch_ = pytest.importorskip("torch")
+    x = torch_.randn(3, 4)
+    ep, onx = export(Chain(), (x,))
+    session = SbsSession(ep, onx, (x,), strict=True)
+    session.wait()
+    assert session.summary.strict and session.summary["strict"] is True

@@ -83,7 +83,11 @@ export class AnswerCard {
     this.el.hidden = false;
     this.el.className = `sbs-card sbs-card-${verdict}`;
     const c = culpritOf(summary);
-    const badge = h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: VERDICTS[verdict] || verdict.toUpperCase() });
+    const cov = coverageOf(summary);
+    // a pass over little of the model is no plain pass: "PASS on N of M"
+    const badgeText = (VERDICTS[verdict] || verdict.toUpperCase()) + (summary.partial && cov ? ` on ${cov.onnx_covered} of ${cov.onnx_nodes} ONNX nodes` : "");
+    const badge = h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: badgeText });
+    const covLine = cov ? h("div", { class: "sbs-card-coverage sbs-muted", text: `compared: ${coverageText(cov)}` }) : null;
     const prog = verdict === "running" ? progress(null, st) : progress(summary, st); // live counts
     const totals = summary.totals || {};
     if (!c) {
@@ -101,7 +105,7 @@ export class AnswerCard {
               : drifted
                 ? `no node makes an error of its own: ${drifted} values drift beyond tolerance while each node, rerun on torch's inputs, agrees`
                 : "no culprit could be named";
-      this.el.replaceChildren(h("div", { class: "sbs-card-head" }, badge, h("span", { class: "sbs-card-text", text })));
+      this.el.replaceChildren(h("div", { class: "sbs-card-head" }, badge, h("span", { class: "sbs-card-text", text })), ...(covLine ? [covLine] : []));
       return;
     }
     const i = this.row(c);
@@ -130,8 +134,24 @@ export class AnswerCard {
     if (c.why) lines.push(["why", h("span", { class: "sbs-why", text: c.why })]);
     const grid = h("div", { class: "sbs-card-grid" });
     for (const [k, v] of lines) grid.append(h("span", { class: "sbs-muted", text: k }), v);
-    this.el.replaceChildren(head, grid);
+    this.el.replaceChildren(head, grid, ...(covLine ? [covLine] : []));
   }
+}
+
+/** summary.coverage when the run counted any ONNX node (summary.py's Coverage). */
+export function coverageOf(summary) {
+  const c = summary && summary.coverage;
+  return c && c.onnx_nodes ? c : null;
+}
+
+/** Coverage.to_text(), in the same words. */
+export function coverageText(c) {
+  let text = `${c.onnx_compared} of ${c.onnx_nodes} ONNX nodes compared`;
+  if (c.onnx_covered > c.onnx_compared) text += ` (${c.onnx_covered} with the rest of their fx node's lowering)`;
+  text += `, ${c.torch_compared} of ${c.torch_nodes} torch nodes`;
+  const why = Object.entries(c.not_compared || {}).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, n]) => `${n} ${k}`);
+  if (why.length) text += `; not compared: ${why.join(", ")}`;
+  return text;
 }
 
 // "N failing, of which M only inherit their error": the wording of summary.failing_text,
