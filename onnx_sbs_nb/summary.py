@@ -667,6 +667,8 @@ class Summarizer:
         first = self._s.first_failure
         if first is None or not self._quiet:
             return None
+        if self._totals["failed"] <= self._totals["drifted"]:
+            return None  # only drift, which fails no verdict: nothing to explain
         upstream = self._upstream(first.onnx_name)
         for ratio, _, rec in sorted(self._quiet, key=lambda i: i[:2], reverse=True):
             if upstream is not None and rec.onnx_name not in upstream:

@@ -1,11 +1,15 @@
 """Runs the whole corpus (tests/corpus) and prints a table, model by model.
 
-For each zoo model: pairing counts, the faithful verdict and any false alarm (record,
+For each zoo model: pairing counts and coverage, the faithful verdict and any false alarm (record,
 status, error message, comment), and for each injected fault what the summary named
 against the node the fault was injected into.  With --bugs, also the real exporter bugs
 (needs the venvs of scripts/exporter_bug_venvs.sh).
 
-    .venv/bin/python scripts/corpus_report.py [--models a,b] [--bugs] [--out FILE]
+    .venv/bin/python scripts/corpus_report.py [--models a,b] [--bugs] [--pipelines] [--out FILE]
+
+--pipelines: the deployment pipelines (tests/corpus/pipelines.py), one row per
+architecture and pipeline: verdict, coverage (torch nodes compared, and the share of the
+plain export's), and the three planted faults.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ def _zoo(names: set[str] | None, emit, zoo=ZOO) -> None:
             f"pairing: {out.records} records, {out.paired} paired, "
             f"{out.unpaired_ep} torch-only, {out.unpaired_onnx} onnx-only"
         )
+        emit(f"coverage: {out.coverage}")
         status = "OK" if out.faithful_ok else "FALSE ALARM"
         emit(
             f"faithful: verdict={out.verdict} failing={len(out.bad)} "
@@ -96,11 +101,47 @@ def _bugs(emit) -> None:
         emit(eb.describe(bug, res))
 
 
+def _pipelines(names: set[str] | None, emit) -> None:
+    from tests.corpus.evaluate import fault_plan
+    from tests.corpus.naming import named_correctly
+    from tests.corpus.pipelines import BROKEN, cases
+    from tests.test_corpus_pipelines import PipelineSession
+
+    session = PipelineSession()
+    emit("\n# deployment pipelines")
+    emit(f"{'architecture':16} {'pipeline':15} {'verdict':8} {'torch compared':>15} "
+         f"{'of plain':>8}  faults named")  # fmt: skip
+    for index, (arch, pipeline) in enumerate(cases()):
+        if names and arch not in names:
+            continue
+        plain = session.run(arch, "plain")[1].coverage
+        _, summary, _, _ = session.run(arch, pipeline)
+        c = summary.coverage
+        share = c.torch_compared / plain.torch_compared if plain.torch_compared else 0.0
+        named = []
+        if (arch, pipeline) in BROKEN:
+            named.append(f"broken by the tool: {BROKEN[(arch, pipeline)]}")
+        else:
+            for kind, depth in fault_plan(index):
+                try:
+                    _, s, proto, fault = session.run(arch, pipeline, (kind, depth))
+                except LookupError:
+                    named.append(f"{kind}: no fault")
+                    continue
+                ok = s.verdict == "fail" and named_correctly(s, proto, fault.target)
+                named.append(f"{kind}-{depth}: {'named' if ok else 'WRONG'}")
+        emit(
+            f"{arch:16} {pipeline:15} {summary.verdict:8} "
+            f"{f'{c.torch_compared}/{c.torch_nodes}':>15} {share:>8.0%}  {'; '.join(named)}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="", help="comma-separated zoo model names (default: all)")
     p.add_argument("--bugs", action="store_true", help="also the real exporter bugs")
     p.add_argument("--no-zoo", action="store_true")
+    p.add_argument("--pipelines", action="store_true", help="the deployment pipelines")
     p.add_argument(
         "--zoo", choices=("1", "2", "all"), default="all",
         help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo2.py) or all (default)",
@@ -121,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                 _zoo(names, emit, zoo)
         if a.bugs:
             _bugs(emit)
+        if a.pipelines:
+            _pipelines(names, emit)
     except Exception:
         emit(traceback.format_exc())
         raise

@@ -84,6 +84,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
     # ONNX graph outputs whose record compared values (err_abs set)
     compared_outputs: frozenset[str] = frozenset()
+    coverage: str = ""  # the summary's Coverage.to_text()
 
     @property
     def faithful_ok(self) -> bool:
@@ -157,6 +158,7 @@ def run(ex: Exported, model: onnx.ModelProto, fault: Fault | None = None) -> Out
         compared_outputs=frozenset(
             r.onnx_name for r in records if r.kind == KIND_OUTPUT and r.err_abs is not None
         ),
+        coverage=s.coverage.to_text(),
     )
 
 
