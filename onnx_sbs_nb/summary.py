@@ -19,6 +19,7 @@ from .records import (
     FAILING_STATUSES,
     KIND_INPUT,
     KIND_WEIGHT,
+    NONFINITE_INPUT_NOTE,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -214,6 +215,8 @@ class Summary:
     culprit: Culprit | None = None
     # how far the run got (None: not said, e.g. summarize() over a list the caller holds)
     completion: Completion | None = None
+    # graph inputs holding NaN or infinities (their records say so)
+    nonfinite_inputs: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -226,7 +229,10 @@ class Summary:
             return self.completion.state
         t = self.totals
         failed = t.get("failed", 0) - t.get("drifted", 0)
-        return "fail" if failed > 0 or t.get("own_failed", 0) else "pass"
+        if failed > 0 or t.get("own_failed", 0):
+            return "fail"
+        # values the model could not compute were compared with nothing: no pass
+        return "incomplete" if t.get("not_computed", 0) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
@@ -257,6 +263,7 @@ class Summary:
             "max_own_err": _json_float(self.max_own_err),
             "max_own_err_name": self.max_own_err_name,
             "culprit": self.culprit.to_dict() if self.culprit is not None else None,
+            "nonfinite_inputs": list(self.nonfinite_inputs),
         }
 
     @classmethod
@@ -280,6 +287,7 @@ class Summary:
             max_own_err_name=d.get("max_own_err_name"),
             culprit=Culprit.from_dict(d["culprit"]) if d.get("culprit") else None,
             completion=Completion.from_dict(d["completion"]) if d.get("completion") else None,
+            nonfinite_inputs=list(d.get("nonfinite_inputs", [])),
         )
 
     def to_text(self, max_suspects: int = 5) -> str:
@@ -291,6 +299,8 @@ class Summary:
         )
         if t.get("drifted", 0):
             counts += f", {t['drifted']} of the failed drifted"
+        if t.get("not_computed", 0):
+            counts += f", {t['not_computed']} not computed"
         c = self.completion
         head = f"verdict: {self.verdict.upper()}"
         if c is not None and c.finished and c.nodes:
@@ -310,6 +320,12 @@ class Summary:
             lines.append(f"first failure: {_printable_label(self.first_failure)}")
         if t.get("drifted", 0):
             lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
+        if self.nonfinite_inputs:
+            names = ", ".join(_printable(n) for n in self.nonfinite_inputs)
+            lines.append(
+                f"non-finite inputs: {names} (NaN or infinities): where the values computed "
+                "from them are NaN/inf, only the NaN/inf patterns were compared"
+            )
         if self.first_nan is not None:
             lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
@@ -365,6 +381,7 @@ class Summarizer:
             "errors": 0,
             "unpaired_ep": 0,
             "unpaired_onnx": 0,
+            "not_computed": 0,
             "by_status": {},
             "by_kind": {},
         }
@@ -391,6 +408,10 @@ class Summarizer:
         if rec.status == STATUS_ERROR:
             t["errors"] += 1
             s.errors.append(rec)
+        if rec.status == STATUS_NOT_COMPUTED:
+            t["not_computed"] += 1
+        if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
+            s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
         if rec.status == STATUS_UNPAIRED_EP:
             t["unpaired_ep"] += 1
             s.unpaired_ep.append(rec.ep_name or "")
@@ -491,6 +512,7 @@ class Summarizer:
             max_own_err=s.max_own_err,
             max_own_err_name=s.max_own_err_name,
             culprit=self._culprit(),
+            nonfinite_inputs=list(s.nonfinite_inputs),
         )
 
     def _culprit(self) -> Culprit | None:

@@ -1,0 +1,444 @@
+"""Issue 39: hostile files and broken runs, second pass.  Writes stay in the chosen folder
+(a link planted at any output is replaced, never followed), a model that cannot run is
+refused instead of passing, one bad node (a custom runner's wrong return) is a record and
+the run goes on, bad inputs are named."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.errors import SbsInputError
+from onnx_sbs_nb.records import STATUS_ERROR, STATUS_NOT_COMPUTED
+from onnx_sbs_nb.summary import summarize
+from tests.test_session import _broken_mlp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Small(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A faithful export: its run passes."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 8)
+    ep = torch.export.export(Small(), (x,))
+    onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    return ep, onx, (x,)
+
+
+@pytest.fixture(scope="module")
+def broken():
+    return _broken_mlp()
+
+
+def _copy(onx: onnx.ModelProto) -> onnx.ModelProto:
+    return onnx.ModelProto.FromString(onx.SerializeToString())
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "onnx_sbs_nb", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+# ---- 1. every output kind replaces a link planted at its name -------------------------
+
+
+def _plant(path: Path, tmp_path: Path) -> Path:
+    """A link at ``path`` to a precious file outside the output folder."""
+    outside = tmp_path / "outside" / f"precious-{path.name}"
+    outside.parent.mkdir(exist_ok=True)
+    outside.write_text("precious")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(outside)
+    return outside
+
+
+def _replaced(path: Path, outside: Path) -> None:
+    assert outside.read_text() == "precious", f"the write followed the link at {path}"
+    assert path.is_file() and not path.is_symlink()
+
+
+def test_node_data_replaces_a_planted_link(broken, tmp_path):
+    from onnx_sbs_nb.model_explorer import write_node_data
+
+    ep, onx, x = broken
+    records = list(run_aligned(ep, onx, x))
+    path = tmp_path / "out" / "run.node_data.json"
+    outside = _plant(path, tmp_path)
+    write_node_data(records, path, onx)
+    _replaced(path, outside)
+
+
+def test_html_report_replaces_a_planted_link(broken, tmp_path):
+    from onnx_sbs_nb.report_html import write_report_html
+
+    ep, onx, x = broken
+    records = list(run_aligned(ep, onx, x))
+    path = tmp_path / "out" / "report.html"
+    outside = _plant(path, tmp_path)
+    write_report_html(records, path)
+    _replaced(path, outside)
+
+
+def test_exported_notebook_replaces_a_planted_link(tmp_path):
+    pytest.importorskip("nbformat")
+    from onnx_sbs_nb.notebook_export import export_notebook
+
+    path = tmp_path / "out" / "nb.html"
+    outside = _plant(path, tmp_path)
+    export_notebook(ROOT / "notebooks" / "01_quickstart.ipynb", path)
+    _replaced(path, outside)
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_saved_model_and_its_data_replace_planted_links(small, tmp_path, monkeypatch, large):
+    """The optimized graph written beside node data (and its .data file when large)."""
+    from onnx_sbs_nb.align import optimized
+
+    if large:  # every weight to the data file, as a model above the inline limit
+        monkeypatch.setattr(optimized, "_INLINE_LIMIT", 0)
+    onx = _copy(small[1])
+    # above onnx's 1 KB threshold: this one goes to the data file
+    onx.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(1024, np.float32), "big"))
+    path = tmp_path / "out" / "run.optimized.onnx"
+    outside = _plant(path, tmp_path)
+    data = path.with_name(path.name + ".data")
+    outside_data = _plant(data, tmp_path)
+    optimized.save_model(onx, path)
+    _replaced(path, outside)
+    if large:
+        _replaced(data, outside_data)
+        back = onnx.load(str(path))
+        assert [t.name for t in back.graph.initializer] == [t.name for t in onx.graph.initializer]
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_replay_bundle_replaces_planted_links(broken, tmp_path):
+    from onnx_sbs_nb.align.replay import BUNDLE_FILES
+    from onnx_sbs_nb.session import SbsSession
+
+    ep, onx, x = broken
+    s = SbsSession(ep, onx, x, batch_interval=0, replay_root=tmp_path / "replays").start()
+    node = next(r for r in s.records if r.onnx_op_type == "Gemm")
+    first = s.save_replay(node)
+    planted = {}
+    for name in BUNDLE_FILES:
+        if (first.bundle / name).exists():
+            (first.bundle / name).unlink()
+            planted[name] = _plant(first.bundle / name, tmp_path)
+    assert "model.onnx" in planted and "replay.py" in planted
+    again = s.save_replay(node)
+    for name, outside in planted.items():
+        _replaced(again.bundle / name, outside)
+
+
+def test_demo_files_replace_planted_links(tmp_path):
+    from onnx_sbs_nb.demo import write_demo
+
+    folder = tmp_path / "demo"
+    planted = {n: _plant(folder / n, tmp_path) for n in ("model.pt2", "model.onnx", "inputs.pt")}
+    write_demo(folder)
+    for name, outside in planted.items():
+        _replaced(folder / name, outside)
+
+
+def test_output_under_a_dangling_linked_folder_is_named(broken, tmp_path):
+    """Not a bare '[Errno 17] File exists': the link and where it points."""
+    from onnx_sbs_nb.files import writable_location
+    from onnx_sbs_nb.model_explorer import write_node_data
+
+    ep, onx, x = broken
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    path = tmp_path / "gone" / "sub" / "run.node_data.json"
+    assert "is a link to" in (writable_location(path) or "")
+    with pytest.raises(SbsInputError, match="is a link to .*nowhere.*which does not exist"):
+        write_node_data(list(run_aligned(ep, onx, x)), path, onx)
+
+
+# ---- 2. a model that cannot run is refused; not computed is never PASS ----------------
+
+
+def _cycle(onx):
+    m = _copy(onx)
+    first, second = m.graph.node[0], m.graph.node[1]
+    first.input[0] = second.output[0]
+    return m
+
+
+def _reads_nobody(onx):
+    m = _copy(onx)
+    m.graph.node[1].input[0] = "computed_by_nobody"
+    return m
+
+
+def _opset_1(onx):
+    m = _copy(onx)
+    for o in m.opset_import:
+        if o.domain == "":
+            o.version = 1  # no onnxruntime kernel for Gemm(1)
+    return m
+
+
+def _types_clash(onx):
+    """The second Gemm reads the relu as int64 next to float weights: every node has a
+    kernel, the model has no valid typing."""
+    m = _copy(onx)
+    gemm = [n for n in m.graph.node if n.op_type == "Gemm"][1]
+    cast = onnx.helper.make_node("Cast", [gemm.input[0]], ["as_int"], to=onnx.TensorProto.INT64)
+    gemm.input[0] = "as_int"
+    m.graph.node.insert(list(m.graph.node).index(gemm), cast)
+    return m
+
+
+@pytest.mark.parametrize(
+    "defect, message",
+    [
+        (_cycle, "cycle or is not in topological order"),
+        (_reads_nobody, "'computed_by_nobody', which no node computes"),
+        (_opset_1, "imports ai.onnx opset 1: onnxruntime runs opset 7 and above"),
+        (_types_clash, "onnxruntime cannot build a session for the ONNX model: .*Type"),
+    ],
+)
+def test_a_model_that_cannot_run_is_refused(small, defect, message):
+    ep, onx, x = small
+    with pytest.raises(SbsInputError, match=message):
+        list(run_aligned(ep, defect(onx), x))
+
+
+def test_cli_exit_2_for_a_model_that_cannot_run(small, tmp_path):
+    ep, onx, x = small
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    onnx.save(_reads_nobody(onx), str(tmp_path / "m.onnx"))
+    torch.save(x, str(tmp_path / "in.pt"))
+    out = _cli(
+        "run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", "-o", "r.jsonl",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "computed_by_nobody" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_not_computed_values_are_never_a_pass(small):
+    ep, onx, x = small
+    records = list(run_aligned(ep, onx, x))
+    assert summarize(records).verdict == "pass"
+    node = next(r for r in records if r.kind == "node")
+    node.status, node.passed = STATUS_NOT_COMPUTED, None
+    summary = summarize(records)
+    assert summary.totals["not_computed"] == 1
+    assert summary.verdict == "incomplete"
+    assert "1 not computed" in summary.to_text()
+
+
+def test_functions_calling_each_other_too_deep_are_refused(small):
+    """Checked without recursion before onnxruntime walks it (which crashed at 10,000)."""
+    from onnx_sbs_nb.align.model_check import MAX_NESTING, check_nesting
+
+    ep, onx, x = small
+    m = _copy(onx)
+    depth = 10_000
+    fns = []
+    for k in range(depth):
+        body = (
+            onnx.helper.make_node(f"f{k + 1}", ["x"], ["y"], domain="deep")
+            if k + 1 < depth
+            else onnx.helper.make_node("Identity", ["x"], ["y"])
+        )
+        fns.append(
+            onnx.helper.make_function(
+                "deep", f"f{k}", ["x"], ["y"], [body], [onnx.helper.make_opsetid("", 18)]
+            )
+        )
+    m.functions.extend(fns)
+    m.opset_import.append(onnx.helper.make_opsetid("deep", 1))
+    out = m.graph.output[0].name
+    last = m.graph.node[-1]
+    last.output[0] = "before_deep"
+    m.graph.node.append(onnx.helper.make_node("f0", ["before_deep"], [out], domain="deep"))
+    with pytest.raises(SbsInputError, match=f"more than {MAX_NESTING} deep"):
+        check_nesting(m)
+    with pytest.raises(SbsInputError, match="more than .* deep"):
+        list(run_aligned(ep, m, x))
+    # a function calling itself is refused too
+    loop = _copy(onx)
+    body = onnx.helper.make_node("g", ["x"], ["y"], domain="deep")
+    loop.functions.append(
+        onnx.helper.make_function(
+            "deep", "g", ["x"], ["y"], [body], [onnx.helper.make_opsetid("", 18)]
+        )
+    )
+    with pytest.raises(SbsInputError, match="calls itself"):
+        check_nesting(loop)
+
+
+def test_subgraphs_nested_too_deep_are_refused():
+    from onnx_sbs_nb.align.model_check import MAX_NESTING, check_nesting
+
+    out = [onnx.helper.make_tensor_value_info("o", onnx.TensorProto.FLOAT, [])]
+    leaf = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["v"], ["o"])], "g", [], out)
+    inner = leaf
+    for _ in range(MAX_NESTING + 1):
+        node = onnx.helper.make_node("If", ["c"], ["o"], then_branch=inner, else_branch=leaf)
+        inner = onnx.helper.make_graph([node], "g", [], out)
+    with pytest.raises(SbsInputError, match="nests subgraphs more than"):
+        check_nesting(onnx.helper.make_model(inner))
+
+
+# ---- 7. a custom runner's wrong return is that node's record --------------------------
+
+
+def _runner_returning(bad):
+    """Runs every node with the ONNX reference evaluator, but Relu returns ``bad``."""
+    from onnx.reference import ReferenceEvaluator
+
+    def run(node, inputs):
+        if node.op_type == "Relu":
+            return bad
+        g = onnx.helper.make_graph(
+            [node],
+            "one",
+            [onnx.helper.make_tensor_value_info(n, 1, None) for n in node.input if n],
+            [onnx.helper.make_tensor_value_info(n, 1, None) for n in node.output],
+        )
+        ref = ReferenceEvaluator(onnx.helper.make_model(g))
+        return ref.run(None, {n: v for n, v in zip(node.input, inputs) if n})
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([], "returned 0 values for the node's 1 outputs"),
+        ([np.zeros((3, 8), np.float32)] * 2, "returned 2 values"),
+        (["relu"], "returned a str for output"),
+        (None, "'NoneType' object is not iterable"),
+    ],
+)
+def test_custom_runner_wrong_return_is_a_record(small, bad, message):
+    ep, onx, x = small
+    records = list(run_aligned(ep, onx, x, runner=_runner_returning(bad)))
+    relu = next(r for r in records if r.onnx_op_type == "Relu")
+    assert relu.status == STATUS_ERROR and message in relu.error
+    # the run went on to the last node, fed from torch's value of the broken one
+    assert records[-1].kind == "output" and records[-1].passed is True
+    assert summarize(records).verdict == "fail"
+
+
+def test_custom_runner_wrong_shape_is_a_record(small):
+    ep, onx, x = small
+    records = list(run_aligned(ep, onx, x, runner=_runner_returning([np.zeros(3, np.float32)])))
+    relu = next(r for r in records if r.onnx_op_type == "Relu")
+    assert relu.failed and relu.status == "shape_mismatch"
+    assert records[-1].kind == "output"
+
+
+if os.name != "posix":  # links and FIFOs
+    pytestmark = pytest.mark.skip("POSIX only")
+
+
+# ---- 5. initializers whose data does not match their dims ------------------------------
+
+
+def _weight(onx):
+    m = _copy(onx)
+    return m, next(t for t in m.graph.initializer if len(t.dims) == 2)
+
+
+def _huge_dims(onx):
+    m, w = _weight(onx)
+    w.dims[:] = [1_000_000, 1_000_000]  # 1e12 elements declared, 256 floats held
+    return m, w.name
+
+
+def _short_raw(onx):
+    m, w = _weight(onx)
+    arr = onnx.numpy_helper.to_array(w)
+    w.ClearField("float_data")
+    w.raw_data = arr.tobytes()[:-4]
+    return m, w.name
+
+
+def _short_typed(onx):
+    m, w = _weight(onx)
+    arr = onnx.numpy_helper.to_array(w)
+    w.ClearField("raw_data")
+    w.float_data[:] = arr.reshape(-1)[:-1].tolist()
+    return m, w.name
+
+
+@pytest.mark.parametrize("corrupt", [_huge_dims, _short_raw, _short_typed])
+def test_initializer_data_not_matching_dims_is_refused(small, tmp_path, corrupt):
+    ep, onx, x = small
+    m, name = corrupt(onx)
+    with pytest.raises(SbsInputError, match=f"tensor '{name}' of the ONNX model declares"):
+        list(run_aligned(ep, m, x))
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    torch.save(x, str(tmp_path / "in.pt"))
+    out = _cli("run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", cwd=tmp_path)
+    assert out.returncode == 2 and name in out.stderr, out.stderr
+
+
+# ---- 3. NaN or inf in the inputs is named -----------------------------------------------
+
+
+def test_nonfinite_inputs_are_named_in_the_summary(small, tmp_path):
+    ep, onx, (x,) = small
+    bad = x.clone()
+    bad[0, 0], bad[1, 1] = float("nan"), float("inf")
+    records = list(run_aligned(ep, onx, (bad,)))
+    summary = summarize(records)
+    assert summary.nonfinite_inputs == ["x"]
+    inp = next(r for r in records if r.kind == "input")
+    assert "1 NaN, 1 inf of 24" in inp.comment
+    text = summary.to_text()
+    assert "non-finite inputs: x" in text and "NaN/inf patterns" in text
+    assert summary.to_dict()["nonfinite_inputs"] == ["x"]
+    # the records carry it: a report rebuilt from the .jsonl says it too
+    from onnx_sbs_nb.report import read_records, write_jsonl
+
+    write_jsonl(records, tmp_path / "r.jsonl")
+    assert summarize(read_records(tmp_path / "r.jsonl")).nonfinite_inputs == ["x"]
+    # finite inputs: nothing said
+    assert summarize(list(run_aligned(ep, onx, (x,)))).nonfinite_inputs == []
+
+
+# ---- 8 and 12. inputs the program cannot take are named ---------------------------------
+
+
+def test_meta_input_is_named(small):
+    ep, onx, (x,) = small
+    with pytest.raises(SbsInputError, match="input 'x' is on the meta device"):
+        list(run_aligned(ep, onx, (x.to("meta"),)))
+
+
+def test_keyword_input_of_a_positional_program_says_so(small):
+    ep, onx, (x,) = small
+    with pytest.raises(SbsInputError, match=r"\['x'\] are inputs the program takes positionally"):
+        list(run_aligned(ep, onx, (), {"x": x}))
+    with pytest.raises(SbsInputError, match=r"it takes \[\] by keyword and \['x'\] positionally"):
+        list(run_aligned(ep, onx, (), {"y": x}))
