@@ -442,3 +442,72 @@ def test_keyword_input_of_a_positional_program_says_so(small):
         list(run_aligned(ep, onx, (), {"x": x}))
     with pytest.raises(SbsInputError, match=r"it takes \[\] by keyword and \['x'\] positionally"):
         list(run_aligned(ep, onx, (), {"y": x}))
+
+
+# ---- 6. inputs nested 100,000 deep ------------------------------------------------------
+
+
+def _deep_inputs(path: Path, depth: int = 100_000) -> None:
+    """A torch.save file holding a list nested ``depth`` deep (torch.save itself would
+    overflow the C stack writing it: the pickle is written by hand)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    torch.save([], buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with zipfile.ZipFile(path, "w") as out:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename.endswith("data.pkl"):
+                data = b"\x80\x02" + b"]" * (depth + 1) + b"a" * depth + b"."
+            out.writestr(info, data)
+
+
+def test_inputs_nested_too_deep_are_refused(small, tmp_path):
+    ep, onx, x = small
+    _deep_inputs(tmp_path / "deep.pt")
+    with pytest.raises(SbsInputError, match="nested more than 64"):
+        list(run_aligned(ep, onx, tmp_path / "deep.pt"))
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    onnx.save(onx, str(tmp_path / "m.onnx"))
+    out = _cli("run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "deep.pt", cwd=tmp_path)
+    assert out.returncode == 2 and "nested more than 64" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# ---- 4. a .pt2 zip bomb -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "member, message",
+    [
+        ("data/weights/weight_0", "need 256"),
+        ("data/sample_inputs/model.pt", "inflates .* bytes from"),
+    ],
+)
+def test_pt2_zip_bomb_is_refused_before_inflating(small, tmp_path, member, message):
+    import zipfile
+
+    ep, onx, x = small
+    good = tmp_path / "good.pt2"
+    torch.export.save(ep, str(good))
+    bomb = tmp_path / "bomb.pt2"
+    size = 64 << 20  # 64 MiB of zeros in about 64 KB
+    with zipfile.ZipFile(good) as z, zipfile.ZipFile(bomb, "w") as out:
+        for info in z.infolist():
+            if info.filename.endswith(member):
+                zinfo = zipfile.ZipInfo(info.filename)
+                zinfo.compress_type = zipfile.ZIP_DEFLATED
+                with out.open(zinfo, "w") as f:
+                    chunk = bytes(1 << 20)
+                    for _ in range(size >> 20):
+                        f.write(chunk)
+            else:
+                out.writestr(info, z.read(info))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(SbsInputError, match=message):
+        list(run_aligned(bomb, onx, x))
+    with pytest.raises(SbsInputError, match=message):
+        list(run_aligned(bomb, onx, x, trust_pickles=True))
+    list(run_aligned(good, onx, x))  # the archive torch wrote loads

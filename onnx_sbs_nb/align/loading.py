@@ -55,6 +55,7 @@ def load_exported_program(ep: Any, *, trust_pickles: bool = False) -> torch.expo
 
 
 def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
+    from .pt2_sizes import check_pt2_sizes
     from .quant_ops import register_quantized_ops
     from .quiet import quiet_torch_internals
     from .untrusted_pt2 import UntrustedContentError, load_trusted, load_untrusted
@@ -63,6 +64,8 @@ def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
         raise SbsInputError(f"trust_pickles must be True or False, got {trust_pickles!r}")
     # quantized programs call operators that exist once this module is imported
     register_quantized_ops()
+    # before torch inflates anything, trusted or not: a zip bomb is no pickle
+    check_pt2_sizes(path)
     try:
         with quiet_torch_internals(), torch_logs_to_debug():
             if trust_pickles:
@@ -201,4 +204,30 @@ def load_inputs(
         raise SbsInputError(
             f"inputs must be a tuple of positional inputs, got {type(args).__name__}"
         )
-    return args, dict(kwargs or {})
+    kwargs = dict(kwargs or {})
+    _check_depth((args, kwargs))
+    return args, kwargs
+
+
+# inputs nested deeper than this are refused before anything (torch's pytree) recurses
+MAX_INPUT_DEPTH = 64
+
+
+def _check_depth(inputs: Any) -> None:
+    """Refuses lists, tuples and dicts nested more than MAX_INPUT_DEPTH deep (walked
+    without recursion: a file can hold a list 100,000 deep)."""
+    stack = [(inputs, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            continue
+        if depth > MAX_INPUT_DEPTH:
+            raise SbsInputError(
+                f"the inputs are nested more than {MAX_INPUT_DEPTH} lists, tuples or dicts "
+                "deep: no program takes such inputs; save the tensors the program takes"
+            )
+        stack.extend((c, depth + 1) for c in children)
