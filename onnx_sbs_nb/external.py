@@ -63,6 +63,12 @@ def _where(tensor: onnx.TensorProto, folder: Path) -> tuple[Path, int, int]:
             f"tensor {name!r} keeps its data at {location!r}, outside the model's folder "
             f"{str(folder)!r}: an ONNX model may only refer to files beside it"
         )
+    if target.exists() and not target.is_file():
+        # a FIFO or a device would block or never end a read; a folder holds no data
+        raise SbsInputError(
+            f"tensor {name!r} keeps its data in {str(target)!r}, which is not a regular file "
+            "(a folder, a FIFO or a device): keep the .onnx file and its data file together"
+        )
     if not target.is_file():
         raise SbsInputError(
             f"tensor {name!r} keeps its data in {str(target)!r}, which does not exist: keep "
@@ -128,6 +134,15 @@ def defer_external_data(model: onnx.ModelProto, folder: Path) -> int:
     return left
 
 
+def check_external_data(model: onnx.ModelProto, folder: Path) -> None:
+    """Checks every external reference of ``model`` (loaded without its data) as
+    :func:`defer_external_data` does, loading nothing."""
+    folder = folder.resolve()
+    for tensor, _ in tensors_of(model.graph, True):
+        if external_data_helper.uses_external_data(tensor):
+            _where(tensor, folder)
+
+
 def is_deferred(tensor: onnx.TensorProto) -> bool:
     return tensor.data_location == onnx.TensorProto.EXTERNAL
 
@@ -158,6 +173,7 @@ def load_deferred(model: onnx.ModelProto, folder: Path) -> None:
 
 
 __all__ = [
+    "check_external_data",
     "np_dtype",
     "tensors_of",
     "DEFERRED_BYTES",

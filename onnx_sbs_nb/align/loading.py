@@ -9,9 +9,10 @@ from typing import Any
 
 import onnx
 import torch
+from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import SbsInputError
-from ..external import defer_external_data
+from ..external import check_external_data, defer_external_data
 from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
 PathLike = str | os.PathLike
@@ -22,6 +23,9 @@ def _existing(path: PathLike, what: str, fix: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise SbsInputError(f"{what} {str(path)!r} does not exist: {fix}")
+    if not path.is_file() and not path.is_dir():
+        # a FIFO or a device: reading it would block or never end
+        raise SbsInputError(f"{what} {str(path)!r} is not a regular file (a FIFO or a device)")
     return path
 
 
@@ -116,7 +120,8 @@ def load_onnx_model(onx: Any, *, defer_weights: bool = False) -> onnx.ModelProto
             "or the ModelProto",
         )
         try:
-            model = onnx.load(str(path), load_external_data=not defer_weights)
+            # references are checked before any is opened (a FIFO would block the read)
+            model = onnx.load(str(path), load_external_data=False)
         except Exception as e:
             raise SbsInputError(
                 f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e}); pass the .onnx "
@@ -124,16 +129,18 @@ def load_onnx_model(onx: Any, *, defer_weights: bool = False) -> onnx.ModelProto
             ) from e
         if not model.graph.node and not model.graph.output:
             raise SbsInputError(f"{str(path)!r} holds no ONNX graph: is it really an .onnx file?")
-        if defer_weights:
-            try:
+        try:
+            if defer_weights:
                 defer_external_data(model, path.resolve().parent)
-            except SbsInputError:
-                raise
-            except Exception as e:  # onnx's own checks of a reference
-                raise SbsInputError(
-                    f"{str(path)!r} refers to external data it cannot load "
-                    f"({type(e).__name__}: {e})"
-                ) from e
+            else:
+                check_external_data(model, path.resolve().parent)
+                load_external_data_for_model(model, str(path.resolve().parent))
+        except SbsInputError:
+            raise
+        except Exception as e:  # onnx's own checks of a reference
+            raise SbsInputError(
+                f"{str(path)!r} refers to external data it cannot load ({type(e).__name__}: {e})"
+            ) from e
         return model
     raise SbsInputError(
         f"expected an onnx.ModelProto, a torch.onnx.ONNXProgram or the path of a .onnx file, "
