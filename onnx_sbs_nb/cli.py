@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-o", "--output", default="onnx_sbs_demo", metavar="DIR", help="folder")
     demo.add_argument("--no-progress", action="store_true")
 
+    rp = sub.add_parser(
+        "replay", help="run a replay bundle's node again, executing nothing from the bundle"
+    )
+    rp.add_argument("bundle", help="a replay bundle folder (written by --replay-dir)")
+
     nb = sub.add_parser("notebook", help="an executed notebook as an offline HTML report")
     nb.add_argument("notebook", help="executed notebook (.ipynb) holding SbsWidget outputs")
     nb.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
@@ -107,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": cmd_report,
             "demo": cmd_demo,
             "notebook": cmd_notebook,
+            "replay": cmd_replay,
         }
         return commands[args.command](args)
     except KeyboardInterrupt:
@@ -616,6 +622,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_PASS
     print(f"the run did not single out {files.culprit!r}: this is a bug in onnx-sbs")
     return EXIT_FAIL
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """A replay bundle read by the package (its replay.py is for bundles you wrote)."""
+    from .align.replay_load import load_replay
+
+    print(load_replay(args.bundle).to_text())
+    return EXIT_PASS
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:

@@ -511,3 +511,86 @@ def test_pt2_zip_bomb_is_refused_before_inflating(small, tmp_path, member, messa
     with pytest.raises(SbsInputError, match=message):
         list(run_aligned(bomb, onx, x, trust_pickles=True))
     list(run_aligned(good, onx, x))  # the archive torch wrote loads
+
+
+# ---- 13. an external-data location or a model that is a FIFO -----------------------------
+
+
+@pytest.mark.timeout(120)
+def test_fifo_external_data_is_named_not_missing(small, tmp_path):
+    from onnx_sbs_nb.align.loading import load_onnx_model
+
+    ep, onx, x = small
+    path = tmp_path / "m.onnx"
+    onnx.save(
+        _copy(onx), str(path), save_as_external_data=True, location="w.data", size_threshold=0
+    )
+    (tmp_path / "w.data").unlink()
+    os.mkfifo(tmp_path / "w.data")
+    for defer in (True, False):  # optimize= runs load every weight: nothing may block
+        with pytest.raises(SbsInputError, match="which is not a regular file"):
+            load_onnx_model(path, defer_weights=defer)
+    with pytest.raises(SbsInputError, match="which is not a regular file"):
+        list(run_aligned(ep, path, x))
+    os.mkfifo(tmp_path / "fifo.onnx")
+    with pytest.raises(SbsInputError, match="is not a regular file"):
+        load_onnx_model(tmp_path / "fifo.onnx")
+
+
+# ---- 14. someone else's replay bundle, opened without running it -------------------------
+
+
+def test_load_replay_runs_nothing_from_the_bundle(broken, tmp_path):
+    from onnx_sbs_nb import load_replay
+    from onnx_sbs_nb.session import SbsSession
+
+    ep, onx, x = broken
+    s = SbsSession(ep, onx, x, batch_interval=0, replay_root=tmp_path / "replays").start()
+    gemm = [r for r in s.records if r.onnx_op_type == "Gemm"][1]  # the broken one
+    bundle = s.save_replay(gemm).bundle
+    marker = tmp_path / "ran"
+    (bundle / "replay.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    replay = load_replay(bundle)
+    assert replay.op_type == "Gemm" and replay.outputs
+    out = replay.outputs[0]
+    assert out["has_expected"] and out["torch_inputs"]["max_abs"] > 1e-3  # alpha 1.01
+    assert "max abs" in replay.to_text()
+    cli = _cli("replay", str(bundle), cwd=tmp_path)
+    assert cli.returncode == 0, cli.stderr
+    assert "Gemm" in cli.stdout and "max abs" in cli.stdout
+    assert not marker.exists()
+    # the bundle's README (its script's header) says whose bundles the script is for
+    from onnx_sbs_nb.align.replay import TEMPLATE
+
+    assert "for bundles you made yourself" in Path(TEMPLATE).read_text()
+
+
+def test_load_replay_refuses_a_hostile_bundle(broken, tmp_path):
+    from onnx_sbs_nb import load_replay
+    from onnx_sbs_nb.session import SbsSession
+
+    ep, onx, x = broken
+    s = SbsSession(ep, onx, x, batch_interval=0, replay_root=tmp_path / "replays").start()
+    bundle = s.save_replay(next(r for r in s.records if r.onnx_op_type == "Gemm")).bundle
+    # a model whose weight lives outside the bundle
+    m = onnx.load(str(bundle / "model.onnx"))
+    w = m.graph.initializer[0]
+    w.ClearField("raw_data")
+    w.data_location = onnx.TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="../../outside.bin")
+    onnx.save(m, str(bundle / "model.onnx"))
+    with pytest.raises(SbsInputError, match="outside the model's folder"):
+        load_replay(bundle)
+    cli = _cli("replay", str(bundle), cwd=tmp_path)
+    assert cli.returncode == 2 and "outside the model's folder" in cli.stderr
+    # a pickle that would run code
+    bundle2 = s.save_replay(next(r for r in s.records if r.onnx_op_type == "Relu")).bundle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    torch.save({"x": Evil()}, str(bundle2 / "expected.pt"))
+    with pytest.raises(SbsInputError, match="was not loaded"):
+        load_replay(bundle2)
+    assert not (tmp_path / "ran").exists()
