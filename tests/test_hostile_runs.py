@@ -594,3 +594,30 @@ def test_load_replay_refuses_a_hostile_bundle(broken, tmp_path):
     with pytest.raises(SbsInputError, match="was not loaded"):
         load_replay(bundle2)
     assert not (tmp_path / "ran").exists()
+
+
+# ---- 11. Ctrl-C while the command imports ------------------------------------------------
+
+
+def test_ctrl_c_during_startup_exits_130_without_traceback(tmp_path):
+    """A KeyboardInterrupt raised by the import of torch (where Ctrl-C lands in the first
+    seconds of a run), made certain by an import hook instead of a timed signal."""
+    code = (
+        "import sys\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "from onnx_sbs_nb.__main__ import main\n"
+        "sys.exit(main())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "run", "--ep", "a", "--onnx", "b", "--inputs", "c"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert out.returncode == 130, out.stderr
+    assert "interrupted" in out.stderr and "Traceback" not in out.stderr
