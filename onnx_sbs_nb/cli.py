@@ -22,9 +22,16 @@ from typing import Any, TextIO
 from .align.options import RunOptions
 from .completion import Completion
 from .errors import SbsInputError
-from .files import writable_location
+from .files import output_lock, writable_location
 from .records import Record
-from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
+from .report import (
+    REPORT_SUFFIXES,
+    JsonlWriter,
+    RecordsWriteError,
+    ReportFormatError,
+    read_jsonl,
+    write_report,
+)
 from .report_html import BundleMissingError
 from .run_args import add_run_arguments, options_from_args
 
@@ -291,7 +298,6 @@ def report_run(
     ``node_data``: Model Explorer files to write; ``source``: the candidate model as the
     user gave it (its path goes in the command that opens them).
     """
-    from .summary import summarize
 
     stdout = stdout or sys.stdout
     jsonl = jsonl_path(list(outputs) or list(node_data))  # beside the files asked for
@@ -301,6 +307,23 @@ def report_run(
         "nodes_total": run.status.total_onnx_nodes,
         "options": options.to_dict() if options is not None else None,
     }
+    with output_lock(jsonl):  # another run writing the same files is refused
+        return _report_run(run, jsonl, header, outputs, title, progress, stdout, node_data, source)
+
+
+def _report_run(
+    run: Any,
+    jsonl: pathlib.Path,
+    header: dict[str, Any],
+    outputs: Sequence[pathlib.Path],
+    title: str,
+    progress: bool,
+    stdout: TextIO,
+    node_data: Sequence[pathlib.Path],
+    source: Any,
+) -> tuple[int, Any]:
+    from .summary import summarize
+
     interrupted = False
     error = None
     with JsonlWriter(jsonl, header=header) as writer, _Progress(run, enabled=progress) as bar:
@@ -311,6 +334,9 @@ def report_run(
         except KeyboardInterrupt:
             interrupted = True
             run.stop()
+        except RecordsWriteError:
+            run.stop()
+            raise  # the file keeps its complete lines; the message names it (exit 2)
         except SbsInputError:
             raise  # found while running (exit 2); the .jsonl stays without its trailer
         except Exception as e:  # the engine's own failure: what it computed is kept

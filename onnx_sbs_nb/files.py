@@ -83,14 +83,57 @@ def atomic_folder(folder: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def open_new(path: str | os.PathLike[str]) -> IO[str]:
-    """``path`` opened for writing as a new file: a link at ``path`` is replaced, not followed."""
+def open_new_fd(path: str | os.PathLike[str]) -> int:
+    """A descriptor of ``path`` opened for writing, emptied: a link at ``path`` is
+    replaced, not followed."""
     path = Path(path)
     if path.is_symlink():
         path.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o666)
-    return os.fdopen(fd, "w", encoding="utf-8")
+    return os.open(path, flags, 0o666)
+
+
+def open_new(path: str | os.PathLike[str]) -> IO[str]:
+    """``path`` opened for writing as a new file: a link at ``path`` is replaced, not followed."""
+    return os.fdopen(open_new_fd(path), "w", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the lock of the outputs named after ``path`` (a ``.NAME.lock`` file beside
+    it) for the block: two runs writing the same files at once would interleave their
+    records, so the later one is refused with a message naming the file.  The lock file
+    is removed while still held; a run that locked a file removed meanwhile is refused
+    too (another run holds the name)."""
+    try:
+        import fcntl
+    except ImportError:  # no flock here: nothing to hold
+        yield
+        return
+    path = Path(path)
+    make_parent(path)
+    lock = path.with_name(f".{path.name}.lock")
+    if lock.is_symlink():
+        lock.unlink()
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except OSError:
+            held = False
+        if not held:
+            raise SbsInputError(
+                f"{str(path)!r} is being written by another run: give each run its own "
+                "output files (-o), or wait for the other one to end"
+            )
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def writable_location(path: str | os.PathLike[str]) -> str | None:
@@ -127,6 +170,8 @@ __all__ = [
     "atomic_path",
     "make_parent",
     "open_new",
+    "open_new_fd",
+    "output_lock",
     "writable_location",
     "write_bytes_atomic",
     "write_text_atomic",

@@ -621,3 +621,90 @@ def test_ctrl_c_during_startup_exits_130_without_traceback(tmp_path):
     )
     assert out.returncode == 130, out.stderr
     assert "interrupted" in out.stderr and "Traceback" not in out.stderr
+
+
+# ---- 9. a full disk while records stream --------------------------------------------------
+
+_LIMITED = (
+    "import resource, signal, sys\n"
+    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past the limit fails, EFBIG
+    "limit = int(sys.argv.pop(1))\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))\n"
+    "from onnx_sbs_nb.__main__ import main\n"
+    "sys.exit(main())\n"
+)
+
+
+@pytest.fixture
+def saved(small, tmp_path):
+    ep, onx, x = small
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    onnx.save(onx, str(tmp_path / "m.onnx"))
+    torch.save(x, str(tmp_path / "in.pt"))
+    return tmp_path
+
+
+def test_full_disk_while_records_stream(saved):
+    """No file may grow past 3,000 bytes (the records take about 8,000): as a full disk."""
+    import json
+
+    run = ["run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", "--no-progress"]
+    out = subprocess.run(
+        [sys.executable, "-c", _LIMITED, "3000", *run, "-o", "run.jsonl", "report.xlsx"],
+        capture_output=True,
+        text=True,
+        cwd=saved,
+        timeout=300,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "cannot write records to 'run.jsonl'" in out.stderr
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    lines = (saved / "run.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # every line whole
+    trailer = json.loads(lines[-1])
+    assert trailer["onnx_sbs"] == "end" and trailer["completion"]["state"] == "incomplete"
+    assert trailer["records"] == len(lines) - 2 > 0
+    back = _cli("report", "run.jsonl", "-o", "back.html", cwd=saved)
+    assert back.returncode == 3 and "INCOMPLETE" in back.stdout
+
+
+def test_full_disk_for_the_xlsx_names_it_and_leaves_nothing(broken, tmp_path):
+    import gc
+    import resource
+    import signal
+
+    from onnx_sbs_nb.report import write_xlsx
+
+    ep, onx, x = broken
+    records = list(run_aligned(ep, onx, x))
+    unraisable = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+        with pytest.raises(OSError, match="File too large"):
+            write_xlsx(records, tmp_path / "report.xlsx")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+        gc.collect()
+        sys.unraisablehook = hook
+    assert unraisable == []  # no "Exception ignored in ZipFile.__del__"
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- 10. two runs writing the same files --------------------------------------------------
+
+
+def test_a_second_run_on_the_same_outputs_is_refused(saved):
+    from onnx_sbs_nb.files import output_lock
+
+    run = ["run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", "--no-progress"]
+    with output_lock(saved / "run.jsonl"):  # a run writing run.jsonl now
+        out = _cli(*run, "-o", "run.jsonl", cwd=saved)
+    assert out.returncode == 2
+    assert "'run.jsonl' is being written by another run" in out.stderr
+    assert not (saved / "run.jsonl").exists()  # nothing of the other run's file touched
+    again = _cli(*run, "-o", "run.jsonl", cwd=saved)
+    assert again.returncode == 0, again.stderr
