@@ -36,7 +36,13 @@ from ..external import np_dtype, tensors_of
 
 # onnxruntime's refusals that concern one node, not the model (an op it does not know, a
 # kernel it lacks, an attribute or types that node cannot take): left to that node's record
-NODE_GAPS = ("No Op registered for", "Could not find an implementation for", "Node (", "In Node,")
+NODE_GAPS = (
+    "No Op registered for",
+    "Could not find an implementation for",
+    "Node (",
+    "In Node,",
+    "in node (",
+)
 # the oldest ai.onnx opset onnxruntime has kernels for
 ORT_MIN_OPSET = 7
 
@@ -275,9 +281,9 @@ def check_onnxruntime_builds(model: onnx.ModelProto | bytes | None) -> None:
         if len(text) > 400:
             text = text[:397] + "..."
         raise SbsInputError(
-            f"onnxruntime cannot build a session for the ONNX model: {text}. The model cannot "
-            "run as it is (an opset without kernels, an op or types it does not support); "
-            "export it again, or pick another runner (runner='torch' or 'reference')"
+            f"onnxruntime cannot build a session for the ONNX model: {text}. The model "
+            "cannot run as it is: export it again, or pick another runner (runner='torch' "
+            "or 'reference')"
         ) from None
 
 
