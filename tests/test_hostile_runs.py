@@ -750,3 +750,14 @@ def test_first_nan_on_one_side_only_is_the_answer():
     assert summary.verdict == "fail" and summary.nonfinite_inputs == ["x"]
     assert summary.first_nan.onnx_op_type == "Relu"
     assert summary.culprit is not None and summary.culprit.onnx_op_type == "Relu"
+
+
+def test_two_models_refuse_a_model_that_cannot_run(small):
+    from onnx_sbs_nb import run_aligned_onnx
+
+    _, onx, (x,) = small
+    with pytest.raises(SbsInputError, match="which no node computes"):
+        list(run_aligned_onnx(onx, _reads_nobody(onx), {"x": x.numpy()}))
+    m, name = _short_raw(onx)
+    with pytest.raises(SbsInputError, match=f"tensor '{name}' of the ONNX model declares"):
+        list(run_aligned_onnx(m, onx, {"x": x.numpy()}))

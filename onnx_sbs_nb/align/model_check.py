@@ -230,6 +230,13 @@ def check_tensors(model: onnx.ModelProto) -> None:
             )
 
 
+def check_model(model: onnx.ModelProto) -> None:
+    """The checks that need no runtime: nesting, graph order, tensors' data."""
+    check_nesting(model)
+    check_graph(model)
+    check_tensors(model)
+
+
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model's structure, each initializer an input of its type and shape (no data
     read, none copied: a deferred external weight stays in its file)."""
@@ -347,6 +354,7 @@ __all__ = [
     "MAX_NESTING",
     "OnnxruntimeCheck",
     "check_graph",
+    "check_model",
     "check_nesting",
     "check_opset",
     "check_tensors",

@@ -21,7 +21,7 @@ import torch
 
 from ..errors import SbsInputError
 from .loading import load_onnx_model
-from .model_check import check_graph, check_nesting, check_opset, check_tensors
+from .model_check import check_model, check_opset
 from .untrusted_pt2 import unpickling_reason
 
 # a JSON file of a bundle larger than this is no file onnx-sbs wrote
@@ -105,9 +105,7 @@ def _checked_model(folder: Path, name: str) -> Path:
         raise SbsInputError(f"the replay bundle {str(folder)!r} has no file {name}")
     # every external reference inside the bundle, checked before onnxruntime opens one
     model = load_onnx_model(path, defer_weights=True)
-    check_nesting(model)
-    check_graph(model)
-    check_tensors(model)
+    check_model(model)
     check_opset(model)
     return path
 

@@ -27,13 +27,7 @@ from .loading import (
     onnx_folder,
 )
 from .loop import SideBySideRun
-from .model_check import (
-    check_graph,
-    check_nesting,
-    check_opset,
-    check_tensors,
-    start_onnxruntime_check,
-)
+from .model_check import check_model, check_opset, start_onnxruntime_check
 from .names import (
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
@@ -89,9 +83,7 @@ class AlignedRun(SideBySideRun):
         model = exported = load_onnx_model(onx, defer_weights=options.optimize is None)
         folder = onnx_folder(onx)
         # a model that cannot run is refused, not run into not-computed records
-        check_nesting(model)
-        check_graph(model)
-        check_tensors(model)
+        check_model(model)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
