@@ -111,6 +111,12 @@ def check_nesting(model: onnx.ModelProto, limit: int = MAX_NESTING) -> None:
                     f"{key[0]}.{key[1]}): ONNX functions may not recurse, the model cannot run"
                 )
             if child not in depth:
+                if len(stack) >= limit:  # the path alone is already too deep
+                    raise SbsInputError(
+                        f"local function {start[0]}.{start[1]} calls functions more than "
+                        f"{limit} deep: the model is refused before anything walks it (no "
+                        "exporter writes such a model; check where it comes from)"
+                    )
                 on_path.add(child)
                 stack.append((child, iter(sorted(calls.get(child, ())))))
 
