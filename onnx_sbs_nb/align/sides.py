@@ -336,8 +336,8 @@ _KEYED_PREPARE = (_CachedRunner.prepare, TorchRunner.prepare)
 
 
 # what a runner may hand back for one output: a tensor or array, a sequence of them (ONNX
-# sequences), None (an empty optional)
-_VALUE_TYPES = (np.ndarray, np.generic, torch.Tensor, list, tuple, type(None))
+# sequences), a map, None (an empty optional)
+_VALUE_TYPES = (np.ndarray, np.generic, torch.Tensor, list, tuple, dict, type(None))
 
 
 class RunnerOutputError(TypeError):
