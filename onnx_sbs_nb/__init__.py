@@ -20,6 +20,7 @@ _LAZY = {
     "summarize": ("onnx_sbs_nb.summary", "summarize"),
     "Summary": ("onnx_sbs_nb.summary", "Summary"),
     "ReplayConfig": ("onnx_sbs_nb.align.replay", "ReplayConfig"),
+    "load_replay": ("onnx_sbs_nb.align.replay_load", "load_replay"),
     "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
     "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
 }

@@ -4,13 +4,18 @@ import sys
 
 from .command_gc import one_command_gc
 
+EXIT_INTERRUPTED = 130  # as cli.EXIT_INTERRUPTED, which may not be imported yet
+
 
 def main() -> int:
     """The command: :func:`onnx_sbs_nb.cli.main`, in a process tuned for one run
     (``command_gc.py``)."""
     with one_command_gc() as imports_done:
-        from . import cli  # torch comes with it
-
+        try:
+            from . import cli  # torch comes with it: seconds in which Ctrl-C is likely
+        except KeyboardInterrupt:
+            print("onnx-sbs: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         imports_done()
         return cli.main()
 

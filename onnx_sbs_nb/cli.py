@@ -24,9 +24,16 @@ from .align.options import RunOptions
 from .cli_precision import add_precision_command, cmd_precision
 from .completion import Completion
 from .errors import SbsInputError
-from .files import writable_location
+from .files import output_lock, writable_location
 from .records import Record
-from .report import REPORT_SUFFIXES, JsonlWriter, ReportFormatError, read_jsonl, write_report
+from .report import (
+    REPORT_SUFFIXES,
+    JsonlWriter,
+    RecordsWriteError,
+    ReportFormatError,
+    read_jsonl,
+    write_report,
+)
 from .report_html import BundleMissingError
 from .run_args import add_run_arguments, options_from_args
 
@@ -94,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-o", "--output", default="onnx_sbs_demo", metavar="DIR", help="folder")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    rp = sub.add_parser(
+        "replay", help="run a replay bundle's node again, executing nothing from the bundle"
+    )
+    rp.add_argument("bundle", help="a replay bundle folder (written by --replay-dir)")
+
     nb = sub.add_parser("notebook", help="an executed notebook as an offline HTML report")
     nb.add_argument("notebook", help="executed notebook (.ipynb) holding SbsWidget outputs")
     nb.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
@@ -128,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "demo": cmd_demo,
             "notebook": cmd_notebook,
             "precision": cmd_precision,
+            "replay": cmd_replay,
         }
         return commands[args.command](args)
     except KeyboardInterrupt:
@@ -328,7 +341,6 @@ def report_run(
     ``node_data``: Model Explorer files to write; ``source``: the candidate model as the
     user gave it (its path goes in the command that opens them).
     """
-    from .summary import summarize
 
     stdout = stdout or sys.stdout
     jsonl = jsonl_path(list(outputs) or list(node_data))  # beside the files asked for
@@ -338,6 +350,23 @@ def report_run(
         "nodes_total": run.status.total_onnx_nodes,
         "options": options.to_dict() if options is not None else None,
     }
+    with output_lock(jsonl):  # another run writing the same files is refused
+        return _report_run(run, jsonl, header, outputs, title, progress, stdout, node_data, source)
+
+
+def _report_run(
+    run: Any,
+    jsonl: pathlib.Path,
+    header: dict[str, Any],
+    outputs: Sequence[pathlib.Path],
+    title: str,
+    progress: bool,
+    stdout: TextIO,
+    node_data: Sequence[pathlib.Path],
+    source: Any,
+) -> tuple[int, Any]:
+    from .summary import summarize
+
     interrupted = False
     error = None
     with JsonlWriter(jsonl, header=header) as writer, _Progress(run, enabled=progress) as bar:
@@ -348,6 +377,9 @@ def report_run(
         except KeyboardInterrupt:
             interrupted = True
             run.stop()
+        except RecordsWriteError:
+            run.stop()
+            raise  # the file keeps its complete lines; the message names it (exit 2)
         except SbsInputError:
             raise  # found while running (exit 2); the .jsonl stays without its trailer
         except Exception as e:  # the engine's own failure: what it computed is kept
@@ -673,6 +705,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_PASS
     print(f"the run did not single out {files.culprit!r}: this is a bug in onnx-sbs")
     return EXIT_FAIL
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """A replay bundle read by the package (its replay.py is for bundles you wrote)."""
+    from .align.replay_load import load_replay
+
+    print(load_replay(args.bundle).to_text())
+    return EXIT_PASS
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import onnx
 import torch
 
 from .align.quiet import quiet_torch_internals
+from .files import atomic_path, write_bytes_atomic
 
 #: The epsilon written into the ONNX model instead of LayerNorm's 1e-5.
 WRONG_EPSILON = 0.5
@@ -99,7 +100,10 @@ def write_demo(folder: str | pathlib.Path, seed: int = 0, inject: bool = True) -
         case.culprit,
         case.culprit_output,
     )
-    torch.export.save(case.ep, str(files.ep))
-    onnx.save(case.onx, str(files.onnx))
-    torch.save(case.args, str(files.inputs))
+    # through the one safe writer: a link planted in the folder is replaced, not followed
+    with atomic_path(files.ep) as tmp:
+        torch.export.save(case.ep, str(tmp))
+    write_bytes_atomic(files.onnx, case.onx.SerializeToString())
+    with atomic_path(files.inputs) as tmp:
+        torch.save(case.args, str(tmp))
     return files

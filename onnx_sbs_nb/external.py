@@ -39,7 +39,7 @@ _PLAIN_TYPES = frozenset(
 )  # fmt: skip
 
 
-def _np_dtype(data_type: int) -> np.dtype | None:
+def np_dtype(data_type: int) -> np.dtype | None:
     """The array type of a tensor of a plain element type (None for packed, string and
     other types, which are loaded as onnx loads them)."""
     if data_type not in _PLAIN_TYPES:
@@ -63,6 +63,12 @@ def _where(tensor: onnx.TensorProto, folder: Path) -> tuple[Path, int, int]:
             f"tensor {name!r} keeps its data at {location!r}, outside the model's folder "
             f"{str(folder)!r}: an ONNX model may only refer to files beside it"
         )
+    if target.exists() and not target.is_file():
+        # a FIFO or a device would block or never end a read; a folder holds no data
+        raise SbsInputError(
+            f"tensor {name!r} keeps its data in {str(target)!r}, which is not a regular file "
+            "(a folder, a FIFO or a device): keep the .onnx file and its data file together"
+        )
     if not target.is_file():
         raise SbsInputError(
             f"tensor {name!r} keeps its data in {str(target)!r}, which does not exist: keep "
@@ -74,7 +80,7 @@ def _where(tensor: onnx.TensorProto, folder: Path) -> tuple[Path, int, int]:
     except ValueError:
         raise SbsInputError(f"tensor {name!r} has a malformed offset or length") from None
     size = target.stat().st_size
-    dtype = _np_dtype(tensor.data_type)
+    dtype = np_dtype(tensor.data_type)
     expected = math.prod(tensor.dims) * dtype.itemsize if dtype is not None else None
     if length is None:
         length = expected if expected is not None else size - offset
@@ -91,7 +97,7 @@ def _where(tensor: onnx.TensorProto, folder: Path) -> tuple[Path, int, int]:
     return target, offset, length
 
 
-def _tensors(graph: onnx.GraphProto, top: bool):
+def tensors_of(graph: onnx.GraphProto, top: bool):
     """(tensor, whether it is a top-level initializer) for every tensor of a graph."""
     for t in graph.initializer:
         yield t, top
@@ -103,10 +109,10 @@ def _tensors(graph: onnx.GraphProto, top: bool):
                 for t in att.tensors:
                     yield t, False
             elif att.type == onnx.AttributeProto.GRAPH:
-                yield from _tensors(att.g, False)
+                yield from tensors_of(att.g, False)
             elif att.type == onnx.AttributeProto.GRAPHS:
                 for g in att.graphs:
-                    yield from _tensors(g, False)
+                    yield from tensors_of(g, False)
 
 
 def defer_external_data(model: onnx.ModelProto, folder: Path) -> int:
@@ -115,17 +121,26 @@ def defer_external_data(model: onnx.ModelProto, folder: Path) -> int:
     and leaves the large initializers in their file.  Returns how many it left."""
     folder = folder.resolve()
     left = 0
-    for tensor, top in _tensors(model.graph, True):
+    for tensor, top in tensors_of(model.graph, True):
         if not external_data_helper.uses_external_data(tensor):
             continue
         _, _, length = _where(tensor, folder)
-        if top and length >= DEFERRED_BYTES and _np_dtype(tensor.data_type) is not None:
+        if top and length >= DEFERRED_BYTES and np_dtype(tensor.data_type) is not None:
             left += 1
             continue
         external_data_helper.load_external_data_for_tensor(tensor, str(folder))
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
     return left
+
+
+def check_external_data(model: onnx.ModelProto, folder: Path) -> None:
+    """Checks every external reference of ``model`` (loaded without its data) as
+    :func:`defer_external_data` does, loading nothing."""
+    folder = folder.resolve()
+    for tensor, _ in tensors_of(model.graph, True):
+        if external_data_helper.uses_external_data(tensor):
+            _where(tensor, folder)
 
 
 def is_deferred(tensor: onnx.TensorProto) -> bool:
@@ -135,7 +150,7 @@ def is_deferred(tensor: onnx.TensorProto) -> bool:
 def external_array(tensor: onnx.TensorProto, folder: Path) -> np.ndarray:
     """The values of a deferred tensor, mapped read-only from its file."""
     target, offset, length = _where(tensor, folder.resolve())
-    dtype = _np_dtype(tensor.data_type)
+    dtype = np_dtype(tensor.data_type)
     assert dtype is not None  # defer_external_data leaves no other type in a file
     start = offset - offset % _PAGE
     with open(target, "rb") as f:
@@ -150,7 +165,7 @@ def external_array(tensor: onnx.TensorProto, folder: Path) -> np.ndarray:
 def load_deferred(model: onnx.ModelProto, folder: Path) -> None:
     """Loads every deferred tensor into the model (for what needs the whole model in
     memory: onnxruntime's optimized graph of it, say)."""
-    for tensor, _ in _tensors(model.graph, True):
+    for tensor, _ in tensors_of(model.graph, True):
         if is_deferred(tensor):
             external_data_helper.load_external_data_for_tensor(tensor, str(folder.resolve()))
             tensor.data_location = onnx.TensorProto.DEFAULT
@@ -158,6 +173,9 @@ def load_deferred(model: onnx.ModelProto, folder: Path) -> None:
 
 
 __all__ = [
+    "check_external_data",
+    "np_dtype",
+    "tensors_of",
     "DEFERRED_BYTES",
     "defer_external_data",
     "external_array",

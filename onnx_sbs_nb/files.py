@@ -1,9 +1,11 @@
 """Writing files where the user said, whole or not at all.
 
-A report or a replay selection is written to a fresh name next to its destination and
-moved over it with ``os.replace``: an interrupted write leaves the previous file (or
+Every file the package writes goes through this module.  A report, node data, a replay
+bundle's file, an exported notebook is written to a fresh name next to its destination
+and moved over it with ``os.replace``: an interrupted write leaves the previous file (or
 nothing), never half a file, and a symbolic link planted at the destination is replaced,
-never followed out of the folder the user chose.
+never followed out of the folder the user chose.  Files written together (a model and its
+external data) are written in a fresh folder beside them and moved in one by one.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from .errors import SbsInputError
 
 
 @contextlib.contextmanager
@@ -34,20 +40,100 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
+def make_parent(path: str | os.PathLike[str]) -> Path:
+    """Creates the folders above ``path``; a link to a missing folder or a file on the way
+    is named instead of a bare ``[Errno 17] File exists``."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        why = writable_location(path) or f"{str(path.parent)!r} is not a folder"
+        raise SbsInputError(why) from None
+    return path
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    with atomic_path(path) as tmp:
+    with atomic_path(make_parent(path)) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
 
-def open_new(path: str | os.PathLike[str]) -> IO[str]:
-    """``path`` opened for writing as a new file: a link at ``path`` is replaced, not followed."""
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+    with atomic_path(make_parent(path)) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | os.PathLike[str]) -> Iterator[Path]:
+    """A fresh, empty folder inside ``folder`` to write several files to (a model and
+    its external data: they name each other, so they are written under their final
+    names); when the block succeeds each is moved over its namesake in ``folder``.  A
+    link planted at any of those names is replaced, not followed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
+    try:
+        yield tmp
+        for f in sorted(tmp.iterdir()):
+            if f.is_symlink() or not f.is_file():
+                raise OSError(f"refusing to move {f.name!r}: not a plain file")
+            os.replace(f, folder / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def open_new_fd(path: str | os.PathLike[str]) -> int:
+    """A descriptor of ``path`` opened for writing, emptied: a link at ``path`` is
+    replaced, not followed."""
     path = Path(path)
     if path.is_symlink():
         path.unlink()
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o666)
-    return os.fdopen(fd, "w", encoding="utf-8")
+    return os.open(path, flags, 0o666)
+
+
+def open_new(path: str | os.PathLike[str]) -> IO[str]:
+    """``path`` opened for writing as a new file: a link at ``path`` is replaced, not followed."""
+    return os.fdopen(open_new_fd(path), "w", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the lock of the outputs named after ``path`` (a ``.NAME.lock`` file beside
+    it) for the block: two runs writing the same files at once would interleave their
+    records, so the later one is refused with a message naming the file.  The lock file
+    is removed while still held; a run that locked a file removed meanwhile is refused
+    too (another run holds the name)."""
+    try:
+        import fcntl
+    except ImportError:  # no flock here: nothing to hold
+        yield
+        return
+    path = Path(path)
+    make_parent(path)
+    lock = path.with_name(f".{path.name}.lock")
+    if lock.is_symlink():
+        lock.unlink()
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except OSError:
+            held = False
+        if not held:
+            raise SbsInputError(
+                f"{str(path)!r} is being written by another run: give each run its own "
+                "output files (-o), or wait for the other one to end"
+            )
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def writable_location(path: str | os.PathLike[str]) -> str | None:
@@ -61,6 +147,11 @@ def writable_location(path: str | os.PathLike[str]) -> str | None:
         return f"{str(path)!r} is a folder: give a file name such as report.html"
     parent = path.parent
     while not parent.exists():
+        if parent.is_symlink():
+            return (
+                f"cannot write {str(path)!r}: {str(parent)!r} is a link to "
+                f"{os.readlink(parent)!r}, which does not exist"
+            )
         if parent == parent.parent:
             break
         parent = parent.parent
@@ -74,4 +165,14 @@ def writable_location(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-__all__ = ["atomic_path", "open_new", "writable_location", "write_text_atomic"]
+__all__ = [
+    "atomic_folder",
+    "atomic_path",
+    "make_parent",
+    "open_new",
+    "open_new_fd",
+    "output_lock",
+    "writable_location",
+    "write_bytes_atomic",
+    "write_text_atomic",
+]

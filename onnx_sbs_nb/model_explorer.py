@@ -28,6 +28,7 @@ import onnx
 
 from .align.loading import load_onnx_model
 from .errors import SbsInputError
+from .files import write_text_atomic
 from .records import FAILING_STATUSES, STATUS_ERROR
 
 METRICS = ("err_abs", "err_rel", "err_abs2", "err_rel2")
@@ -134,8 +135,7 @@ def write_node_data(
         raise SbsInputError(f"{str(path)!r}: Model Explorer reads node data from a .json file")
     # allow_nan=False: Model Explorer's JSON.parse rejects NaN, so none may slip in
     text = json.dumps(data, indent=1, allow_nan=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_text_atomic(path, text)
     return path
 
 

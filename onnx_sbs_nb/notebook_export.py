@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .files import write_text_atomic
 from .report import ReportFormatError
 from .report_html import load_bundle, loader_html, view_html
 from .view_state import STATE_TRAITS
@@ -160,6 +161,5 @@ def export_notebook(src: str | pathlib.Path, out: str | pathlib.Path) -> ExportR
             f"{str(src)!r} is not a readable notebook ({type(e).__name__}: {e})"
         ) from e
     result = notebook_html(nb)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(result.html, encoding="utf-8")
+    write_text_atomic(out, result.html)
     return result

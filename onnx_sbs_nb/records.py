@@ -48,6 +48,9 @@ STATUS_UNPAIRED_OUTPUT = "unpaired_output"
 # only the torch side has this value: an optimizer fused it into a kernel (optimize=)
 STATUS_INTERNAL = "internal"
 
+# the comment of a graph input holding NaN or infinities (read back by the summary)
+NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
+
 FAILING_STATUSES = frozenset(
     {
         STATUS_FAIL,

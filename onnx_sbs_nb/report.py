@@ -14,19 +14,22 @@ that are not ours.  Strings written to CSV and Excel are never formulas.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import math
+import os
 import pathlib
 import re
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import records as _records
 from .completion import INCOMPLETE, Completion
-from .files import atomic_path, open_new, write_text_atomic
+from .files import atomic_path, open_new_fd, write_bytes_atomic, write_text_atomic
 from .records import RECORD_FIELDS, Record
 
 if TYPE_CHECKING:
@@ -85,12 +88,21 @@ def records_to_frame(records: Iterable[Record]) -> pandas.DataFrame:
 # ---- JSON Lines -----------------------------------------------------------------------
 
 
+class RecordsWriteError(OSError):
+    """The records file could not be written (a full disk): the message names the file and
+    what it keeps."""
+
+
 class JsonlWriter:
-    """Writes records to a JSON Lines file, flushing each line so a killed run keeps them.
+    """Writes records to a JSON Lines file, each line handed to the system whole, so a
+    killed run keeps them.
 
     The file starts with a header line (``header``: what the run is, e.g. its node count)
     and ends with the trailer that :meth:`finish` writes; a file closed without it is read
-    back as an incomplete run.
+    back as an incomplete run.  A write that fails (a full disk) raises
+    :class:`RecordsWriteError` naming the file; the file keeps every complete line, cut
+    back to the last one, and ends with a trailer saying the run is incomplete when the
+    disk has room for it.
     """
 
     def __init__(
@@ -102,23 +114,67 @@ class JsonlWriter:
     ) -> None:
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.count = 0
         if append:
-            self._f: IO[str] | None = self.path.open("a", encoding="utf-8")
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         else:
-            self._f = open_new(self.path)
+            fd = open_new_fd(self.path)
+        self._fd: int | None = fd
+        self._good = os.lseek(fd, 0, os.SEEK_END)  # the end of the last complete line
+        if not append:
             meta = {_META_KEY: _HEADER, "format": FORMAT, "version": FORMAT_VERSION}
             self._line({**dict(header or {}), **meta})
-        self.count = 0
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
 
     def _line(self, obj: Mapping[str, Any]) -> None:
-        if self._f is None:
+        if self._fd is None:
             raise ValueError(f"JsonlWriter for {self.path} is closed")
-        line = json.dumps(obj, allow_nan=False) + "\n"
+        data = (json.dumps(obj, allow_nan=False) + "\n").encode("utf-8")
         try:
-            self._f.write(line)
-        finally:
-            # an interrupt between write and flush must not leave the line in the buffer
-            self._f.flush()
+            self._write_all(data)
+        except OSError as e:
+            self._failed(e)
+        except BaseException:
+            # an interrupt within a line: the file still ends at a line's end
+            self._cut()
+            raise
+        self._good += len(data)
+
+    def _cut(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._good)
+                os.lseek(self._fd, self._good, os.SEEK_SET)
+
+    def _failed(self, error: OSError) -> NoReturn:
+        """Cuts the file back to its last complete line, closes it with a trailer if the
+        disk allows, and raises RecordsWriteError."""
+        self._cut()
+        reason = f"the records file could not be written: {error.strerror or error}"
+        trailer = {
+            _META_KEY: _TRAILER,
+            "records": self.count,
+            "completion": Completion(INCOMPLETE, reason=reason).to_dict(),
+        }
+        data = (json.dumps(trailer) + "\n").encode("utf-8")
+        try:
+            self._write_all(data)
+            closed = "closed with an end-of-run line saying so"
+        except OSError:
+            self._cut()
+            closed = "without its end-of-run line (no room for it)"
+        self.close()
+        raise RecordsWriteError(
+            f"cannot write records to {str(self.path)!r} ({error.strerror or error}): it keeps "
+            f"the {self.count} complete records written before, {closed}; free space or "
+            "choose another -o"
+        ) from None
 
     def write(self, record: Record) -> None:
         self._line(record.to_dict())
@@ -126,7 +182,7 @@ class JsonlWriter:
 
     def finish(self, completion: Completion | None = None) -> None:
         """The trailer (how the run ended), then close: the file is whole."""
-        if self._f is None:
+        if self._fd is None:
             return
         trailer = {
             _META_KEY: _TRAILER,
@@ -137,9 +193,9 @@ class JsonlWriter:
         self.close()
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # the lock goes with it
 
     def __enter__(self) -> JsonlWriter:
         return self
@@ -489,23 +545,26 @@ def write_xlsx(
         df[c] = df[c].map(_xlsx_text)
     run = _run_values(summary, records)
     text_columns = [df.columns.get_loc(c) + 1 for c in _string_columns(df)]
-    with atomic_path(path) as tmp:
-        with pandas.ExcelWriter(tmp, engine="openpyxl") as xw:
-            df.to_excel(xw, sheet_name="sbs", index=False)
-            text = summary_text(summary)
-            if text:
-                lines = pandas.DataFrame({"summary": [_xlsx_text(x) for x in text.splitlines()]})
-                lines.to_excel(xw, sheet_name="summary", index=False)
-            table = pandas.DataFrame(
-                {"key": ["format", "version", *RUN_COLUMNS]},
-            )
-            table["value"] = [FORMAT, FORMAT_VERSION, *(_xlsx_text(run[k]) for k in RUN_COLUMNS)]
-            table.to_excel(xw, sheet_name="run", index=False)
-            for name, sheet in xw.sheets.items():
-                _no_formulas(sheet, text_columns if name == "sbs" else None)
-            sheet = xw.sheets["sbs"]
-            sheet.freeze_panes = "A2"
-            sheet.auto_filter.ref = sheet.dimensions
+    # built in memory, then written whole: a full disk cannot leave openpyxl's zip half
+    # written (whose finaliser then complains on stderr)
+    buffer = io.BytesIO()
+    with pandas.ExcelWriter(buffer, engine="openpyxl") as xw:
+        df.to_excel(xw, sheet_name="sbs", index=False)
+        text = summary_text(summary)
+        if text:
+            lines = pandas.DataFrame({"summary": [_xlsx_text(x) for x in text.splitlines()]})
+            lines.to_excel(xw, sheet_name="summary", index=False)
+        table = pandas.DataFrame(
+            {"key": ["format", "version", *RUN_COLUMNS]},
+        )
+        table["value"] = [FORMAT, FORMAT_VERSION, *(_xlsx_text(run[k]) for k in RUN_COLUMNS)]
+        table.to_excel(xw, sheet_name="run", index=False)
+        for name, sheet in xw.sheets.items():
+            _no_formulas(sheet, text_columns if name == "sbs" else None)
+        sheet = xw.sheets["sbs"]
+        sheet.freeze_panes = "A2"
+        sheet.auto_filter.ref = sheet.dimensions
+    write_bytes_atomic(path, buffer.getvalue())
     return path
 
 

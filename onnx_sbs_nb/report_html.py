@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .files import write_text_atomic
 from .png import Raster
 from .records import Record
 from .summary import Coverage, Summary, failing_text, summarize
@@ -538,6 +539,5 @@ def write_report_html(
     """:func:`report_html` written to ``path`` (its folder is created); returns the path."""
     path = Path(path)
     text = report_html(records, summary, title=title, status=status, model=model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_text_atomic(path, text)
     return path

@@ -22,6 +22,7 @@ from .records import (
     KIND_NODE,
     KIND_OUTPUT,
     KIND_WEIGHT,
+    NONFINITE_INPUT_NOTE,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -312,6 +313,8 @@ class Summary:
     def partial(self) -> bool:
         """A pass over too little of the model to mean much ("PASS on N of M")."""
         return self.coverage.low and self._plain_verdict() == "pass"
+    # graph inputs holding NaN or infinities (their records say so)
+    nonfinite_inputs: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -330,7 +333,10 @@ class Summary:
             return self.completion.state
         t = self.totals
         failed = t.get("failed", 0) - t.get("drifted", 0)
-        return "fail" if failed > 0 or t.get("own_failed", 0) else "pass"
+        if failed > 0 or t.get("own_failed", 0):
+            return "fail"
+        # values the model could not compute were compared with nothing: no pass
+        return "incomplete" if t.get("not_computed", 0) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
@@ -364,6 +370,7 @@ class Summary:
             "coverage": self.coverage.to_dict(),
             "partial": self.partial,
             "strict": self.strict,
+            "nonfinite_inputs": list(self.nonfinite_inputs),
         }
 
     @classmethod
@@ -389,6 +396,7 @@ class Summary:
             completion=Completion.from_dict(d["completion"]) if d.get("completion") else None,
             coverage=Coverage.from_dict(d.get("coverage") or {}),
             strict=bool(d.get("strict", False)),
+            nonfinite_inputs=list(d.get("nonfinite_inputs", [])),
         )
 
     # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
@@ -421,6 +429,8 @@ class Summary:
             f"{t.get('records', 0)} records, {t.get('compared', 0)} compared, "
             f"{failing_text(t.get('failed', 0), t.get('drifted', 0))}, {len(self.errors)} errors"
         )
+        if t.get("not_computed", 0):
+            counts += f", {t['not_computed']} not computed"
         c = self.completion
         head = f"verdict: {self.verdict.upper()}"
         if c is not None and c.finished and c.nodes:
@@ -445,6 +455,12 @@ class Summary:
             lines.append(f"first failure: {_printable_label(self.first_failure)}")
         if t.get("drifted", 0):
             lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
+        if self.nonfinite_inputs:
+            names = ", ".join(_printable(n) for n in self.nonfinite_inputs)
+            lines.append(
+                f"non-finite inputs: {names} (NaN or infinities): where the values computed "
+                "from them are NaN/inf, only the NaN/inf patterns were compared"
+            )
         if self.first_nan is not None:
             lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
@@ -510,6 +526,7 @@ class Summarizer:
             "errors": 0,
             "unpaired_ep": 0,
             "unpaired_onnx": 0,
+            "not_computed": 0,
             "by_status": {},
             "by_kind": {},
         }
@@ -538,6 +555,10 @@ class Summarizer:
         if rec.status == STATUS_ERROR:
             t["errors"] += 1
             s.errors.append(rec)
+        if rec.status == STATUS_NOT_COMPUTED:
+            t["not_computed"] += 1
+        if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
+            s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
         if rec.status == STATUS_UNPAIRED_EP:
             t["unpaired_ep"] += 1
             s.unpaired_ep.append(rec.ep_name or "")
@@ -718,6 +739,7 @@ class Summarizer:
             max_own_err_name=s.max_own_err_name,
             culprit=self._culprit(),
             coverage=self.coverage(),
+            nonfinite_inputs=list(s.nonfinite_inputs),
         )
 
     def _culprit(self) -> Culprit | None:

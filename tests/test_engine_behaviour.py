@@ -325,6 +325,8 @@ def test_unrelated_model_is_rejected(mlp):
         del node.metadata_props[:]
         node.output[:] = [f"renamed_{o}" for o in node.output]
         node.input[:] = [i if i == "x" else f"renamed_{i}" for i in node.input]
+    for init in other.graph.initializer:  # a model that runs, unrelated to the program
+        init.name = f"renamed_{init.name}"
     other.graph.output[0].name = "renamed_" + other.graph.output[0].name
     other.graph.input[0].name = "ids"
     for node in other.graph.node:

@@ -425,7 +425,12 @@ def test_another_opset_or_local_function_gets_its_own_tables(mlp):
     onx.ir_version = onx.ir_version - 1  # not read by the digest: read by the sessions
     lowered = AlignedRun(ep, onx, args).candidate.tables
     assert lowered is not before
-    onx.functions.add().CopyFrom(onnx.helper.make_function("local", "unused", ["a"], ["b"], [], []))
+    # a function onnxruntime would load (one without a body or opsets it refuses)
+    identity = onnx.helper.make_node("Identity", ["a"], ["b"])
+    unused = onnx.helper.make_function(
+        "local", "unused", ["a"], ["b"], [identity], [onnx.helper.make_opsetid("", 18)]
+    )
+    onx.functions.add().CopyFrom(unused)
     assert AlignedRun(ep, onx, args).candidate.tables is not lowered
 
 

@@ -19,6 +19,7 @@ from ..device import device_name
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME, Record
 from .loading import SbsInputError, load_onnx_model
 from .loop import SideBySideRun
+from .model_check import check_model
 from .names import Pair, Pairing
 from .options import RunOptions
 from .runners import make_runner
@@ -57,6 +58,7 @@ def run_onnx_on_two_devices(
     ("torch", "cuda"), or ("onnxruntime", "cpu") and ("torch", "cpu").
     """
     model = load_onnx_model(onx)
+    check_model(model)  # a model that cannot run is refused, not run into not-computed records
     (r_runner, r_dev), (c_runner, c_dev) = reference, candidate
     r_dev, c_dev = device_name(r_dev), device_name(c_dev)
     g = model.graph

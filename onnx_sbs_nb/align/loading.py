@@ -9,9 +9,10 @@ from typing import Any
 
 import onnx
 import torch
+from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import SbsInputError
-from ..external import defer_external_data
+from ..external import check_external_data, defer_external_data
 from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
 PathLike = str | os.PathLike
@@ -22,6 +23,9 @@ def _existing(path: PathLike, what: str, fix: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise SbsInputError(f"{what} {str(path)!r} does not exist: {fix}")
+    if not path.is_file() and not path.is_dir():
+        # a FIFO or a device: reading it would block or never end
+        raise SbsInputError(f"{what} {str(path)!r} is not a regular file (a FIFO or a device)")
     return path
 
 
@@ -55,6 +59,7 @@ def load_exported_program(ep: Any, *, trust_pickles: bool = False) -> torch.expo
 
 
 def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
+    from .pt2_sizes import check_pt2_sizes
     from .quant_ops import register_quantized_ops
     from .quiet import quiet_torch_internals
     from .untrusted_pt2 import UntrustedContentError, load_trusted, load_untrusted
@@ -63,6 +68,8 @@ def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
         raise SbsInputError(f"trust_pickles must be True or False, got {trust_pickles!r}")
     # quantized programs call operators that exist once this module is imported
     register_quantized_ops()
+    # before torch inflates anything, trusted or not: a zip bomb is no pickle
+    check_pt2_sizes(path)
     try:
         with quiet_torch_internals(), torch_logs_to_debug():
             if trust_pickles:
@@ -113,7 +120,8 @@ def load_onnx_model(onx: Any, *, defer_weights: bool = False) -> onnx.ModelProto
             "or the ModelProto",
         )
         try:
-            model = onnx.load(str(path), load_external_data=not defer_weights)
+            # references are checked before any is opened (a FIFO would block the read)
+            model = onnx.load(str(path), load_external_data=False)
         except Exception as e:
             raise SbsInputError(
                 f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e}); pass the .onnx "
@@ -121,16 +129,18 @@ def load_onnx_model(onx: Any, *, defer_weights: bool = False) -> onnx.ModelProto
             ) from e
         if not model.graph.node and not model.graph.output:
             raise SbsInputError(f"{str(path)!r} holds no ONNX graph: is it really an .onnx file?")
-        if defer_weights:
-            try:
+        try:
+            if defer_weights:
                 defer_external_data(model, path.resolve().parent)
-            except SbsInputError:
-                raise
-            except Exception as e:  # onnx's own checks of a reference
-                raise SbsInputError(
-                    f"{str(path)!r} refers to external data it cannot load "
-                    f"({type(e).__name__}: {e})"
-                ) from e
+            else:
+                check_external_data(model, path.resolve().parent)
+                load_external_data_for_model(model, str(path.resolve().parent))
+        except SbsInputError:
+            raise
+        except Exception as e:  # onnx's own checks of a reference
+            raise SbsInputError(
+                f"{str(path)!r} refers to external data it cannot load ({type(e).__name__}: {e})"
+            ) from e
         return model
     raise SbsInputError(
         f"expected an onnx.ModelProto, a torch.onnx.ONNXProgram or the path of a .onnx file, "
@@ -201,4 +211,30 @@ def load_inputs(
         raise SbsInputError(
             f"inputs must be a tuple of positional inputs, got {type(args).__name__}"
         )
-    return args, dict(kwargs or {})
+    kwargs = dict(kwargs or {})
+    _check_depth((args, kwargs))
+    return args, kwargs
+
+
+# inputs nested deeper than this are refused before anything (torch's pytree) recurses
+MAX_INPUT_DEPTH = 64
+
+
+def _check_depth(inputs: Any) -> None:
+    """Refuses lists, tuples and dicts nested more than MAX_INPUT_DEPTH deep (walked
+    without recursion: a file can hold a list 100,000 deep)."""
+    stack = [(inputs, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            continue
+        if depth > MAX_INPUT_DEPTH:
+            raise SbsInputError(
+                f"the inputs are nested more than {MAX_INPUT_DEPTH} lists, tuples or dicts "
+                "deep: no program takes such inputs; save the tensors the program takes"
+            )
+        stack.extend((c, depth + 1) for c in children)

@@ -42,6 +42,7 @@ from typing import Any
 import onnx
 
 from ..errors import SbsInputError
+from ..files import atomic_folder, make_parent, write_bytes_atomic
 from .loading import load_onnx_model
 from .names import FX_NODE_KEY
 
@@ -179,13 +180,17 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
     are too large for one protobuf.  The caller's model keeps its weights."""
     path = Path(path)
     if _weight_bytes(model) < _INLINE_LIMIT:
-        path.write_bytes(model.SerializeToString())
+        write_bytes_atomic(path, model.SerializeToString())
         return path
     # onnx.save moves the weights out of the proto it saves: save a copy, the caller's
     # model stays whole (the copy lives only while the file is written)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    onnx.save(copy, str(path), save_as_external_data=True, location=path.name + ".data")
+    # onnx appends to the data file it names: both are written in a fresh folder
+    with atomic_folder(make_parent(path).parent) as tmp:
+        onnx.save(
+            copy, str(tmp / path.name), save_as_external_data=True, location=path.name + ".data"
+        )
     del copy
     return path
 

@@ -212,6 +212,11 @@ def bind_inputs(
         name = spec.arg.name
         ph = placeholders.get(name)
         expected_val = ph.meta.get("val") if ph is not None else None
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            raise SbsInputError(
+                f"input {name!r} is on the meta device: it has a shape but no values to "
+                "compare; pass a tensor with values (on the CPU or a GPU)"
+            )
         if isinstance(expected_val, torch.Tensor):
             if not isinstance(value, torch.Tensor):
                 raise SbsInputError(
@@ -264,14 +269,36 @@ def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> d
     missing = [k for k in expected if k not in kwargs]
     extra = [k for k in kwargs if k not in expected]
     if extra:
+        positional = _positional_names(ep, spec)
+        named = [k for k in extra if k in positional]
+        if named:
+            raise SbsInputError(
+                f"keyword input(s) {named} are inputs the program takes positionally "
+                f"(positional inputs: {positional}; keyword inputs: {expected}): pass them "
+                f"as positional args, in that order, as they were given to torch.export.export"
+            )
         raise SbsInputError(
-            f"keyword input(s) {extra} are not inputs of the program (it takes {expected})"
+            f"keyword input(s) {extra} are not inputs of the program (it takes {expected} by "
+            f"keyword and {positional} positionally)"
         )
     if missing:
         raise SbsInputError(
             f"keyword input(s) {missing} are missing: the program was exported with {expected}"
         )
     return {k: kwargs[k] for k in expected}
+
+
+def _positional_names(ep: torch.export.ExportedProgram, spec: Any) -> list[str]:
+    """The names of the program's positional user inputs (its placeholders' names, which
+    torch.export takes from the forward's parameters)."""
+    from torch.export.graph_signature import InputKind
+
+    try:
+        count = spec.child(0).num_leaves
+    except Exception:
+        return []
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return users[:count]
 
 
 def _in_spec(ep: torch.export.ExportedProgram) -> Any:

@@ -25,7 +25,7 @@ import onnx
 import torch
 
 from ..dtypes import np_to_onnx_dtype, onnx_to_torch_dtype, torch_to_onnx_dtype
-from ..files import write_text_atomic
+from ..files import atomic_folder, write_text_atomic
 from ..records import KIND_INPUT, KIND_WEIGHT, Record
 from .submodel import extract_submodel, find_node, prefix_model, submodel_inputs
 
@@ -254,6 +254,7 @@ def _save_tensors(path: pathlib.Path, tensors: Mapping[str, Any]) -> None:
 
 
 def _save_model(model: onnx.ModelProto, path: pathlib.Path) -> None:
+    """Written in the bundle's fresh folder (see write_replay_bundle)."""
     if model.ByteSize() < PROTOBUF_LIMIT:
         onnx.save_model(model, str(path))
         return
@@ -346,10 +347,30 @@ def write_replay_bundle(
     if folder.resolve() != folder or folder.is_symlink():
         raise ValueError(f"refusing to write into {folder}: it resolves elsewhere")
     for leftover in folder.iterdir():
-        # a link planted there must not redirect what follows, and a bundle written again
-        # must not keep files of the previous one (a stale prefix model)
+        # a bundle written again must not keep files of the previous one (a stale prefix
+        # model); links planted at the names written are replaced by atomic_folder
         if leftover.is_symlink() or leftover.name in BUNDLE_FILES:
             leftover.unlink()
+    with atomic_folder(folder) as tmp:
+        _write_bundle_files(tmp, sub, t_inputs, o_inputs, exp, mapping, record, node, inputs)
+        if prefix is not None:
+            _save_model(prefix, tmp / "prefix_model.onnx")
+            _save_tensors(tmp / "prefix_inputs.pt", p_inputs)
+    return folder
+
+
+def _write_bundle_files(
+    folder: pathlib.Path,
+    sub: onnx.ModelProto,
+    t_inputs: Mapping[str, torch.Tensor],
+    o_inputs: Mapping[str, torch.Tensor],
+    exp: Mapping[str, torch.Tensor],
+    mapping: Mapping[str, str],
+    record: Record | None,
+    node: onnx.NodeProto,
+    inputs: list[str],
+) -> None:
+    outputs = [o for o in node.output if o]
     _save_model(sub, folder / "model.onnx")
     _save_tensors(folder / "torch_inputs.pt", t_inputs)
     _save_tensors(folder / "onnx_inputs.pt", o_inputs)
@@ -371,11 +392,7 @@ def write_replay_bundle(
             },
         },
     )
-    if prefix is not None:
-        _save_model(prefix, folder / "prefix_model.onnx")
-        _save_tensors(folder / "prefix_inputs.pt", p_inputs)
     shutil.copyfile(TEMPLATE, folder / "replay.py")
-    return folder
 
 
 __all__ = ["ReplayConfig", "safe_child", "safe_dirname", "write_replay_bundle"]

@@ -15,6 +15,10 @@ Needs only torch, onnx and onnxruntime.  This folder holds:
 Run ``python replay.py`` to print the discrepancy again (``--json`` for one JSON line,
 ``--provider cuda`` for onnxruntime's CUDA provider, ``--prefix`` to run the prefix model
 too).  The script always exits 0 once the files load, whatever the discrepancy.
+
+This script is for bundles you made yourself: running a script runs whatever it holds.
+To open a bundle someone else sent, use ``onnx-sbs replay BUNDLE`` (or
+the package's ``load_replay``), which reads the files without executing anything from them.
 """
 
 from __future__ import annotations

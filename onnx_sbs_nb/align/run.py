@@ -15,7 +15,7 @@ import onnx
 import torch
 
 from ..device import device_name
-from ..records import KIND_INPUT, Record, RunStatus
+from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
 from .deployed import deploy
 from .guards import check_input_shapes
 from .judging import SbsMismatchError, as_candidate
@@ -27,6 +27,7 @@ from .loading import (
     onnx_folder,
 )
 from .loop import SideBySideRun
+from .model_check import check_model, check_opset, start_onnxruntime_check
 from .names import (
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
@@ -46,7 +47,7 @@ from .program import (
     bind_inputs,
     prepare_program,
 )
-from .runners import make_runner
+from .runners import OnnxruntimeRunner, make_runner
 from .setup_cache import (
     cached_fx_tables,
     cached_onnx_tables,
@@ -83,6 +84,8 @@ class AlignedRun(SideBySideRun):
         # onnxruntime makes needs them all)
         model = exported = load_onnx_model(onx, defer_weights=options.optimize is None)
         folder = onnx_folder(onx)
+        # a model that cannot run is refused, not run into not-computed records
+        check_model(model)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
@@ -99,6 +102,12 @@ class AlignedRun(SideBySideRun):
         device = device_name(device)
         runner = make_runner(options.runner, device)
         digest = structure_digest(exported)  # one digest: preparation check and pairing
+        # an optimize= run built its session already; other runners judge nodes themselves
+        ort_check = None
+        if isinstance(runner, OnnxruntimeRunner):
+            check_opset(exported)
+            if deployment is None:
+                ort_check = start_onnxruntime_check(exported, digest)
         metadata = FxMetadata(exported)  # read once, where a step needs it
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
@@ -137,6 +146,8 @@ class AlignedRun(SideBySideRun):
         _check_pairing(pairing, model, bound)
         if model is exported and not any(metadata.names):
             candidate.lowering = candidate.tables.lowering = structural_lowering(model, pairing)
+        if ort_check is not None:
+            ort_check.result()
         options = _reset_names_in_program_words(options, pairing, provenance)
         # the ONNX graph inputs are the torch inputs they pair with
         for name in candidate.graph_inputs:
@@ -144,6 +155,7 @@ class AlignedRun(SideBySideRun):
             if pair is not None:
                 # a model converted to float16 takes its inputs in float16: cast them
                 candidate.feeds[name] = as_candidate(pair, reference.leaf_value(pair.fx_name))
+        self._nonfinite = nonfinite_inputs(candidate.feeds)
         super().__init__(reference, candidate, pairing, options, status)
         self.specialized = specialized_values(
             program, self.ep, provenance, bound.values, bound.user_inputs
@@ -169,9 +181,35 @@ class AlignedRun(SideBySideRun):
 
         return RunActions(self)
 
+    def _emit(self, rec: Record) -> Record:
+        if self._nonfinite and rec.kind == KIND_INPUT and rec.onnx_name in self._nonfinite:
+            rec.comment = join_comments(rec.comment, self._nonfinite[rec.onnx_name])
+        return super()._emit(rec)
+
     def _after_run(self) -> None:
         if self.options.replay is not None:
             self.actions.write_selected_replays()
+
+
+def nonfinite_inputs(feeds: dict[str, Any]) -> dict[str, str]:
+    """``{input name: note}`` for the inputs holding NaN or infinities: values computed
+    from them agree where both sides have NaN/inf at the same places, so the summary says
+    which values were compared that way."""
+    notes = {}
+    for name, value in feeds.items():
+        if not isinstance(value, torch.Tensor) or not (
+            value.is_floating_point() or value.is_complex()
+        ):
+            continue
+        if value.device.type == "meta" or bool(torch.isfinite(value).all()):
+            continue
+        nan = int(torch.isnan(value).sum())
+        inf = int(torch.isinf(value).sum())
+        notes[name] = (
+            f"{NONFINITE_INPUT_NOTE} ({nan} NaN, {inf} inf of {value.numel()}): values "
+            "computed from it are compared as NaN/inf patterns where they have them"
+        )
+    return notes
 
 
 def _trusted_fx_nodes(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 
@@ -359,6 +360,40 @@ class OnnxTables:
 _KEYED_PREPARE = (_CachedRunner.prepare, TorchRunner.prepare)
 
 
+# what a runner may hand back for one output: a tensor or array, a sequence of them (ONNX
+# sequences), a map, None (an empty optional)
+_VALUE_TYPES = (np.ndarray, np.generic, torch.Tensor, list, tuple, dict, type(None))
+
+
+class RunnerOutputError(TypeError):
+    """A node runner returned something that is not one value per output of its node."""
+
+
+def _checked_outputs(node: onnx.NodeProto, outputs: Any) -> list[Any]:
+    """The runner's outputs, one per output of ``node``; a wrong return (a custom runner's
+    mistake) raises, so the node gets a failure record instead of the run a KeyError."""
+    what = f"the runner of {node.op_type} node {node.name!r}"
+    if not isinstance(outputs, list | tuple):
+        raise RunnerOutputError(
+            f"{what} returned a {type(outputs).__name__}: it must return a list with one "
+            f"value per output of the node ({len(node.output)})"
+        )
+    try:
+        # a runner may return only the outputs the node names (omitted optional ones '')
+        outputs = _per_slot(outputs, node.output)
+    except ValueError:
+        raise RunnerOutputError(
+            f"{what} returned {len(outputs)} values for the node's {len(node.output)} outputs"
+        ) from None
+    for name, value in zip(node.output, outputs):
+        if name and not isinstance(value, _VALUE_TYPES):
+            raise RunnerOutputError(
+                f"{what} returned a {type(value).__name__} for output {name!r}: expected a "
+                "torch tensor or a numpy array"
+            )
+    return outputs if isinstance(outputs, list) else list(outputs)
+
+
 class OnnxSide:
     """An ONNX model run one node at a time by a node runner.
 
@@ -489,7 +524,7 @@ class OnnxSide:
         facts = self.tables.node_facts
         check_output_size(self.nodes[idx], inputs, self.device, facts[idx][:2] if facts else None)
         fn = self.fn(idx)
-        outputs = _per_slot(fn(inputs), self.graph.outputs[idx])
+        outputs = _checked_outputs(self.nodes[idx], fn(inputs))
         note = getattr(fn, "fallback_reason", None)
         if note:
             for o in self.nodes[idx].output:

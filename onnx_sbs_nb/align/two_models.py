@@ -25,6 +25,7 @@ from ..records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_STATE_DICT, 
 from .deployed import deploy
 from .loading import load_inputs, load_onnx_model
 from .loop import SideBySideRun
+from .model_check import check_model
 from .names import Pairing
 from .onnx_pairing import cast_value, pair_onnx_models
 from .options import RunOptions
@@ -107,6 +108,8 @@ def two_model_run(
             "run_aligned(ep, onx, args, replay=...) instead"
         )
     a, b = load_onnx_model(onx_a), load_onnx_model(onx_b)
+    check_model(a)  # a model that cannot run is refused, not run into not-computed records
+    check_model(b)
     feeds_a = model_feeds(a, feeds)
     deployment = deploy(b, options)  # optimize=: b as onnxruntime runs it
     if deployment is not None:
