@@ -395,7 +395,7 @@ def _report_run(
             records,
             node_inputs=model if hasattr(model, "graph") else None,
             completion=completion,
-            strict=bool(getattr(options, "strict", False)),
+            strict=bool(getattr(getattr(run, "options", None), "strict", False)),
         )
         print(f"records: {jsonl}", file=stdout)
         written = write_reports(

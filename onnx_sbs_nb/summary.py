@@ -313,6 +313,7 @@ class Summary:
     def partial(self) -> bool:
         """A pass over too little of the model to mean much ("PASS on N of M")."""
         return self.coverage.low and self._plain_verdict() == "pass"
+
     # graph inputs holding NaN or infinities (their records say so)
     nonfinite_inputs: list[str] = field(default_factory=list)
 

@@ -352,7 +352,9 @@ def write_replay_bundle(
         if leftover.is_symlink() or leftover.name in BUNDLE_FILES:
             leftover.unlink()
     with atomic_folder(folder) as tmp:
-        _write_bundle_files(tmp, sub, t_inputs, o_inputs, exp, mapping, record, node, inputs)
+        _write_bundle_files(
+            tmp, sub, t_inputs, o_inputs, exp, mapping, record, node, inputs, fingerprint
+        )
         if prefix is not None:
             _save_model(prefix, tmp / "prefix_model.onnx")
             _save_tensors(tmp / "prefix_inputs.pt", p_inputs)
@@ -369,6 +371,7 @@ def _write_bundle_files(
     record: Record | None,
     node: onnx.NodeProto,
     inputs: list[str],
+    fingerprint: str,
 ) -> None:
     outputs = [o for o in node.output if o]
     _save_model(sub, folder / "model.onnx")
