@@ -289,13 +289,19 @@ def size_one_axes(
 
 
 def _other_float(node: torch.fx.Node, onnx_type: Any) -> bool:
-    """Whether the ONNX value holds the fx value in another float type, same rank."""
+    """Whether the ONNX value holds the fx value in a coarser float type, same rank."""
     fx_type = fx_value_type(node)
     if fx_type is None or onnx_type is None or fx_type[0] not in _FLOAT_DTYPES:
         return False
     dtype = ONNX_TO_TORCH.get(onnx_type[0])
     rank = onnx_type[1]
-    return dtype in _FLOAT_DTYPES and dtype != fx_type[0] and rank in (None, fx_type[1])
+    # only to a coarser type: a converter lowers the precision, and a model computing in
+    # more precision than the program is another computation (never hidden by a cast)
+    return (
+        dtype in _FLOAT_DTYPES
+        and torch.finfo(dtype).eps > torch.finfo(fx_type[0]).eps
+        and rank in (None, fx_type[1])
+    )
 
 
 def _squeezed(

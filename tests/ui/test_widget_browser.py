@@ -115,15 +115,17 @@ def _accept_kernel_dialog(page) -> None:
     dialog.wait_for(state="detached")
 
 
-def _interrupt_kernel(lab) -> None:
-    """What the Interrupt button does: the server's interrupt of the notebook's kernel."""
+def _interrupt_kernel(lab, notebook: str) -> None:
+    """What the Interrupt button does: the server's interrupt of the notebook's kernel (the
+    session's lab also holds the kernels of notebooks other tests opened)."""
     import urllib.request
 
-    with urllib.request.urlopen(f"{lab.url}/api/kernels?token={lab.token}", timeout=30) as r:
-        kernels = json.load(r)
-    assert len(kernels) == 1, kernels
+    with urllib.request.urlopen(f"{lab.url}/api/sessions?token={lab.token}", timeout=30) as r:
+        sessions = json.load(r)
+    mine = [s["kernel"]["id"] for s in sessions if s.get("path", "").endswith(notebook)]
+    assert len(mine) == 1, sessions
     req = urllib.request.Request(
-        f"{lab.url}/api/kernels/{kernels[0]['id']}/interrupt?token={lab.token}", method="POST"
+        f"{lab.url}/api/kernels/{mine[0]}/interrupt?token={lab.token}", method="POST"
     )
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.status in (200, 204)
@@ -346,7 +348,7 @@ def _quickstart(lab, page, artifacts):
     w.wait_for(timeout=240_000)
     w.scroll_into_view_if_needed()
     w.locator(".sbs-nrows").filter(has_text=re.compile(r"^[1-9]\d* records$")).wait_for()
-    _interrupt_kernel(lab)
+    _interrupt_kernel(lab, nb_path.name)
     _wait_state(w, "stopped", 120_000)
     assert 0 < int(w.locator(".sbs-nrows").inner_text().split()[0]) < final_rows
 
