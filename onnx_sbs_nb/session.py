@@ -88,14 +88,6 @@ def _status_dict(status: RunStatus | None) -> dict[str, Any]:
     return status.to_dict() if status is not None else RunStatus().to_dict()
 
 
-def summary_dict(
-    records: list[Record], completion: Completion | None = None, strict: bool = False
-) -> dict[str, Any]:
-    """The run's summary as a JSON-safe dict (``completion``: how far the run got;
-    ``strict``: a pass over too little of the model is a fail)."""
-    return summarize(records, completion=completion, strict=strict).to_dict()
-
-
 class SbsSession:
     """Owns one side-by-side run and the actions on it.
 

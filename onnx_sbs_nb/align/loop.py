@@ -183,9 +183,9 @@ class SideBySideRun:
             candidate.graph, candidate.tables.random_nodes, pairing.by_onnx
         )
         # values of uninitialised memory (torch.empty...): shape and type only
-        fx_nodes = reference.nodes if isinstance(reference, FxSide) else ()
-        self._undefined = undefined_values(fx_nodes, pairing.by_onnx)
-        self._unproven_init = set(self._undefined)
+        self._undefined = undefined_values(
+            getattr(reference, "undefined", frozenset()), pairing.by_onnx
+        )
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -198,7 +198,7 @@ class SideBySideRun:
         self.specialized: dict[str, Any] = {}
         # pairs whose values turned out to differ in shape: not the same value after all;
         # and values of no defined content: their torch value is never fed to the model
-        self._unproven: set[str] = self._unproven_init
+        self._unproven: set[str] = set(self._undefined)
         # a model converted to a lower float precision than the program's: the looser
         # dtype each of its values is computed from (its tolerance applies)
         self._computed_in = candidate.low_precision_lineage(pairing)

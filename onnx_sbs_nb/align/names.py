@@ -847,6 +847,7 @@ def pair_values(
         ):
             return False
         squeeze = None
+        coarser = _other_float(node, onnx_types.get(onnx_name))
         if transform == TRANSFORM_RESHAPE:
             fx_type, onnx_type = fx_value_type(node), onnx_types.get(onnx_name)
             if fx_type is None or onnx_type is None:
@@ -859,9 +860,12 @@ def pair_values(
             if how is False and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA):
                 squeeze = _squeezed(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name))
                 how = TRANSFORM_RESHAPE if squeeze is not None else False
-            if how is False and _other_float(node, onnx_types.get(onnx_name)):
-                if shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name)):
-                    how = TRANSFORM_CAST
+            if (
+                how is False
+                and coarser
+                and shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name))
+            ):
+                how = TRANSFORM_CAST
             if how is False:
                 return False
             transform = None if how is True else how
@@ -877,7 +881,7 @@ def pair_values(
             )
         if transform == TRANSFORM_RESHAPE and squeeze is None:
             pair.shape = _reshape_target(onnx_shapes.get(onnx_name))
-        if transform == TRANSFORM_CAST or _other_float(node, onnx_types.get(onnx_name)):
+        if coarser:
             pair.cast_to = onnx_types[onnx_name][0]
         pairing.add(pair)
         return True
@@ -909,15 +913,14 @@ def pair_values(
 
     # 4c. a graph tool that dropped the metadata or renamed values: the values around
     # paired ones, until nothing more pairs
-    if not all(fx_of) or len(pairing.by_onnx) < len(produced):
-        for _ in range(4):
-            made = _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
-            made += _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair)
-            fx_by_pairs = _fx_of_paired(g, fx_of, pairing)
-            before = len(pairing.by_onnx)
-            _pair_folded_weights(g, fx_by_pairs, fx_nodes, initializers, weights, pairing, try_pair)
-            if not made and len(pairing.by_onnx) == before:
-                break
+    for _ in range(4):
+        made = _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+        made += _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair)
+        fx_by_pairs = _fx_of_paired(g, fx_of, pairing)
+        before = len(pairing.by_onnx)
+        _pair_folded_weights(g, fx_by_pairs, fx_nodes, initializers, weights, pairing, try_pair)
+        if not made and len(pairing.by_onnx) == before:
+            break
 
     # 5. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (onnx_outputs, fx_outputs)):

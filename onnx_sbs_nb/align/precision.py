@@ -40,7 +40,8 @@ def _float_dtypes(val: Any) -> tuple[str, ...]:
     return _NO_DTYPES
 
 
-def _looser(a: str | None, b: str | None) -> str | None:
+def looser_dtype(a: str | None, b: str | None) -> str | None:
+    """The float dtype name of the two whose default tolerance is the looser."""
     if a is None:
         return b
     if b is None:
@@ -60,9 +61,9 @@ def inherited_precision(nodes: list[torch.fx.Node]) -> dict[str, str]:
         own = _float_dtypes(node.meta.get("val"))
         loosest = None
         for name in own:
-            loosest = _looser(loosest, name)
+            loosest = looser_dtype(loosest, name)
         for a in node.all_input_nodes:
-            loosest = _looser(loosest, floor.get(a.name))
+            loosest = looser_dtype(loosest, floor.get(a.name))
         floor[node.name] = loosest
         if (
             loosest is not None
@@ -91,12 +92,12 @@ def onnx_inherited_precision(
     for ins, outs in zip(inputs, outputs):
         loosest = None
         for name in ins:
-            loosest = _looser(loosest, floor.get(name))
+            loosest = looser_dtype(loosest, floor.get(name))
         for o in outs:
             if not o:
                 continue
             own = _onnx_float(types[o][0]) if o in types else None
-            floor[o] = _looser(loosest, own)
+            floor[o] = looser_dtype(loosest, own)
             if (
                 loosest is not None
                 and own is not None
@@ -113,8 +114,3 @@ def _onnx_float(elem_type: int) -> str | None:
     if dtype is None or not dtype.is_floating_point:
         return None
     return str(dtype).replace("torch.", "")
-
-
-def looser_dtype(a: str | None, b: str | None) -> str | None:
-    """The float dtype name of the two whose default tolerance is the looser."""
-    return _looser(a, b)

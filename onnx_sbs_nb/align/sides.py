@@ -29,6 +29,7 @@ from .provenance import Provenance, onnx_node_provenance
 from .randomness import random_nodes
 from .runners import ModelContext, TorchRunner, _CachedRunner, node_session_key
 from .ties import tie_axes
+from .undefined import undefined_fx_values
 
 _NO_PROVENANCE = Provenance()
 _NODE = torch.fx.Node
@@ -101,6 +102,8 @@ class FxTables:
     graph_outputs: list[str]
     # fx node name -> the looser float dtype its value inherits (precision.py)
     inherited: dict[str, str] = field(default_factory=dict)
+    # fx nodes whose value is uninitialised memory (undefined.py)
+    undefined: frozenset[str] = frozenset()
     # FxSide.describe's answers, for the provenance they were made with (a record per
     # pair per run: the same fields each run)
     described: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -117,6 +120,7 @@ class FxTables:
             {n.name: n for n in g.nodes},
             returned_outputs(program),
             inherited_precision(nodes),
+            undefined_fx_values(nodes),
         )
 
 
@@ -168,6 +172,7 @@ class FxSide:
         self.weights = bound.weights
         self.graph_outputs = tables.graph_outputs
         self.inherited = tables.inherited
+        self.undefined = tables.undefined
         if tables.described_with is not provenance:
             tables.described, tables.described_with = {}, provenance
         self._described = tables.described

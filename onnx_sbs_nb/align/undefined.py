@@ -50,9 +50,8 @@ def undefined_fx_values(nodes: Iterable[torch.fx.Node]) -> frozenset[str]:
     return frozenset(undefined)
 
 
-def undefined_values(nodes: Iterable[torch.fx.Node], by_onnx: Mapping[str, object]) -> set[str]:
-    """ONNX value names paired with fx values of no defined content."""
-    undefined = undefined_fx_values(nodes)
+def undefined_values(undefined: frozenset[str], by_onnx: Mapping[str, object]) -> set[str]:
+    """ONNX value names paired with the fx values ``undefined`` names."""
     if not undefined:
         return set()
     return {name for name, pair in by_onnx.items() if getattr(pair, "fx_name", None) in undefined}
