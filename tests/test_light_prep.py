@@ -23,7 +23,7 @@ from torch import nn
 from onnx_sbs_nb.align import disk_cache, exporter_ops
 from onnx_sbs_nb.align.light_prep import Unsupported, prepare_light
 from onnx_sbs_nb.align.names import FxMetadata, fx_name_from_metadata, fx_node_text, pair_values
-from onnx_sbs_nb.align.prep_check import _NodeText, disagreement
+from onnx_sbs_nb.align.prep_check import NodePrinter, disagreement
 from onnx_sbs_nb.align.program import (
     PREPARED_BY_EXPORTER,
     PREPARED_REPRODUCED,
@@ -247,20 +247,78 @@ def test_a_program_the_preparation_changes_is_copied(change, exporter_prepare):
     _same(ours, exporter_prepare(program()))
 
 
+def _symbolic(name):
+    if name == "dynamic":
+        batch = torch.export.Dim("batch")
+        return CausalAttention(), (torch.randn(2, 5, 16),), ({0: batch},)
+    from .corpus.zoo3 import ZOO3_BY_NAME
+
+    entry = ZOO3_BY_NAME["llama_kv_cache"]
+    torch.manual_seed(0)
+    model, args = entry.build()
+    return model.eval(), args, entry.dynamic_shapes
+
+
 @pytest.mark.parametrize("name", ["nonzero", "cond", "dynamic"])
 def test_declined_programs(name, exporter_prepare):
-    """What the reproduction declines, the exporter's preparation (with the table built
-    from the cached op names) prepares exactly as torch's own function does."""
-    if name == "nonzero":
-        model, args, ds = NonZero(), (torch.randn(4, 3),), None
-    elif name == "cond":
-        model, args, ds = Cond(), (torch.randn(2, 4),), None
+    """What the reproduction declines (subgraphs, sizes the data decides; symbolic sizes
+    without a model to take the names from), the exporter's preparation (with the table
+    built from the cached op names) prepares exactly as torch's own function does."""
+    if name in ("nonzero", "cond"):
+        model, args, ds = (
+            (NonZero(), (torch.randn(4, 3),), None)
+            if name == "nonzero"
+            else (Cond(), (torch.randn(2, 4),), None)
+        )
+        with pytest.raises(Unsupported):
+            prepare_light(_export(model, args, ds), exporter_ops.exporter_ops())
     else:
-        batch = torch.export.Dim("batch")
-        model, args, ds = CausalAttention(), (torch.randn(2, 5, 16),), ({0: batch},)
-    with pytest.raises(Unsupported):
-        prepare_light(_export(model, args, ds), exporter_ops.exporter_ops())
+        model, args, ds = _symbolic(name)
+        assert prepare_program(_export(model, args, ds)).source == PREPARED_BY_EXPORTER
     _same(_exporter_prepare(_export(model, args, ds)), exporter_prepare(_export(model, args, ds)))
+
+
+def _calls(program, model=None):
+    """The program's calls in order; with ``model``, as far as the model can tell: a node
+    it describes or whose value it holds in full, a node only read by one it describes
+    (its lowering folded away) by name, the rest left out."""
+    described = read = None
+    if model is not None:
+        md = FxMetadata(model)
+        described = {o for n in model.graph.node for o in n.output}
+        described |= {i.name for i in model.graph.initializer} | set(md.names)
+        read = {r for t in md.texts if t for r in re.findall(r"%([A-Za-z_][A-Za-z0-9_]*)", t)}
+
+    def shown(n):
+        if described is None or n.name in described:
+            return _USERS.sub("", n.format_node()), _value(n.meta.get("val"))
+        return n.name if n.name in read else None
+
+    return [shown(n) for n in program.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("name", ["dynamic", "llama_kv_cache"])
+def test_symbolic_sizes_are_reproduced_under_the_models_names(name, exporter_prepare):
+    """Where sizes are symbolic the re-trace numbers its nodes after shape arithmetic it
+    drops again (``add_43`` for the reproduction's ``add``): the reproduction takes the
+    names the model gives the same calls, and is then the exporter's preparation node
+    for node, names included."""
+    model, args, ds = _symbolic(name)
+    ep = _export(model, args, ds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, args, dynamo=True).model_proto
+    as_built = prepare_light(ep, exporter_ops.exporter_ops())
+    theirs = exporter_prepare(_export(model, args, ds))
+    assert _calls(as_built) != _calls(theirs)
+    prepared = prepare_program(ep, onx)
+    assert prepared.source == PREPARED_REPRODUCED, prepared.detail
+    assert disagreement(prepared.program, onx) is None
+    assert _calls(prepared.program, onx) == _calls(theirs, onx)
+    # the re-trace lists non-persistent buffers after lifted constants: the same inputs
+    assert sorted(str(prepared.program.graph_signature).splitlines()) == sorted(
+        str(theirs.graph_signature).splitlines()
+    )
 
 
 # ------------------------------------------------------------------ the check
@@ -344,7 +402,7 @@ def test_the_check_prints_nodes_as_format_node_does(name, exporter_prepare):
     printing is the one used (a torch that printed otherwise would turn it off)."""
     model, args = MODELS[name]()
     program = exporter_prepare(_export(model, args))
-    node_text = _NodeText()
+    node_text = NodePrinter()
     for node in program.graph.nodes:
         assert node_text(node) == node.format_node(), node.name
     assert node_text._trusted is True
@@ -357,7 +415,7 @@ def test_the_check_falls_back_to_format_node_where_it_prints_otherwise():
     typed.type = torch.Tensor  # printed with its type: format_node's own path
     odd = graph.call_function(torch.ops.aten.mul.Tensor, (typed, torch.ones(2)))
     graph.output((odd,))
-    node_text = _NodeText()
+    node_text = NodePrinter()
     assert node_text(typed) == typed.format_node()
     assert node_text(odd) == odd.format_node()  # a tensor argument
     assert node_text._trusted is None  # neither was printed by the fast path
@@ -382,18 +440,17 @@ def test_node_metadata_is_read_once_for_every_step(llama):
 
 
 def test_declined_program_says_why():
-    batch = torch.export.Dim("batch")
-    x = torch.randn(2, 5, 16)
-    ep = _export(CausalAttention(), (x,), ({0: batch},))
+    """A size the data decides: the exporter prepares, the run says why, and pairs as well."""
+    x = torch.randn(4, 3)
+    ep = _export(NonZero(), (x,), None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
     prepared = prepare_program(ep, onx)
     assert prepared.source == PREPARED_BY_EXPORTER
-    assert "symbolic" in prepared.detail
-    assert prepare_program(ep).source == PREPARED_BY_EXPORTER
+    assert "data-dependent" in prepared.detail
     run = AlignedRun(ep, onx, (x,))
-    assert "symbolic" in run.status.extra["program_detail"]
+    assert "data-dependent" in run.status.extra["program_detail"]
     assert not [r for r in run if r.failed]
 
 

@@ -87,12 +87,15 @@ def _check_supported(ep: torch.export.ExportedProgram) -> None:
     for spec in ep.graph_signature.output_specs:
         if spec.kind not in (OutputKind.USER_OUTPUT,):
             raise Unsupported(f"the program has {spec.kind.name} outputs (mutations)")
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
     for node in ep.graph.nodes:
-        # the re-trace names symbolic-size nodes after ones it creates and drops again
-        if _has_symbols(node.meta.get("val")):
-            raise Unsupported(f"node {node.name!r} has symbolic shapes")
         if node.op in ("placeholder", "output"):
             continue
+        if free_unbacked_symbols(node.meta.get("val")):
+            # sizes only the data decides (nonzero, item): tracing a call alone would
+            # ask for them again
+            raise Unsupported(f"node {node.name!r} has a data-dependent size")
         if node.op != "call_function":
             raise Unsupported(f"node {node.name!r} is a {node.op}")
         t = node.target
@@ -101,8 +104,17 @@ def _check_supported(ep: torch.export.ExportedProgram) -> None:
                 raise Unsupported(f"node {node.name!r} mutates ({t})")
             if t.namespace not in ("aten", "prims"):
                 raise Unsupported(f"node {node.name!r} calls a custom op ({t})")
-        elif t is not operator.getitem:
+        elif t is not operator.getitem and not _is_symbolic_arithmetic(t):
             raise Unsupported(f"node {node.name!r} calls {t!r}")
+
+
+def _is_symbolic_arithmetic(target: Any) -> bool:
+    """Python arithmetic on sizes (``operator.mul``, ``torch.sym_max``...): the re-trace
+    keeps these calls as they are."""
+    module = getattr(target, "__module__", None)
+    return module in ("_operator", "operator", "math") or (
+        module == "torch" and getattr(target, "__name__", "").startswith("sym_")
+    )
 
 
 def _has_symbols(val: Any) -> bool:
@@ -142,18 +154,40 @@ def _signature(node: torch.fx.Node) -> Any:
 def _trace_expansions(
     nodes: list[torch.fx.Node], ops: ExporterOps, fake_mode: Any
 ) -> dict[Any, _Expansion]:
-    """Traces every distinct decomposed call once, all in one make_fx trace."""
-    from torch.export.exported_program import (
-        _override_composite_implicit_decomp,
-        _special_op_to_preserve_cia,
-    )
-    from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
-
+    """Traces every distinct decomposed call once: all in one make_fx trace, or one trace
+    per call where sizes are symbolic (a trace binds each size symbol to the first input
+    that carries it, and a call must read its sizes from its own inputs)."""
     unique: dict[Any, torch.fx.Node] = {}
     for n in nodes:
         unique.setdefault(_signature(n), n)
     if not unique:
         return {}
+    from torch.export.exported_program import (
+        _override_composite_implicit_decomp,
+        _special_op_to_preserve_cia,
+    )
+
+    # ops with an ONNX function stay whole, inside a decomposition too (as in the re-trace)
+    keep = {op: _special_op_to_preserve_cia for op in ops.preserved_ops()}
+    # entered once: overriding the decompositions walks every op's kernels
+    with (
+        _trace_context(fake_mode),
+        _override_composite_implicit_decomp(keep),
+        torch._dispatch.python.enable_python_dispatcher(),
+    ):
+        if any(_has_symbols(a.meta.get("val")) for n in unique.values() for a in n.all_input_nodes):
+            result: dict[Any, _Expansion] = {}
+            for key, node in unique.items():
+                result.update(_trace_calls({key: node}, ops))
+            return result
+        return _trace_calls(unique, ops)
+
+
+def _trace_calls(unique: dict[Any, torch.fx.Node], ops: ExporterOps) -> dict[Any, _Expansion]:
+    """The expansions of ``unique``'s calls (signature -> call), traced in one make_fx
+    (inside :func:`_trace_expansions`' contexts)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+
     keys = list(unique)
     inputs: list[torch.fx.Node] = []
     spans: list[tuple[int, int]] = []
@@ -175,20 +209,13 @@ def _trace_expansions(
             outs.append(out)
         return torch.utils._pytree.tree_leaves(outs)
 
-    # ops with an ONNX function stay whole, inside a decomposition too (as in the re-trace)
-    keep = {op: _special_op_to_preserve_cia for op in ops.preserved_ops()}
-    with (
-        _trace_context(fake_mode),
-        _override_composite_implicit_decomp(keep),
-        torch._dispatch.python.enable_python_dispatcher(),
-    ):
-        gm = make_fx(
-            fn,
-            decomposition_table=ops.python_table(),
-            tracing_mode="real",
-            pre_dispatch=False,
-            record_module_stack=True,
-        )(*[_fresh(a.meta["val"]) for a in inputs])
+    gm = make_fx(
+        fn,
+        decomposition_table=ops.python_table(),
+        tracing_mode="real",
+        pre_dispatch=False,
+        record_module_stack=True,
+    )(*[_fresh(a.meta["val"]) for a in inputs])
     traced = list(gm.graph.nodes)
     placeholders = [n for n in traced if n.op == "placeholder"]
     flat_outs = list(traced[-1].args[0])
@@ -267,7 +294,7 @@ def prepare_light(
     if _kept_as_is(ep, ops, fake_mode):
         # nothing to decompose, promote, rename or remove: the user's graph is the one the
         # exporter lowers, and runs as it is (a copy is most of a long graph's set-up)
-        return _with_graph(ep, ep.graph_module)
+        return with_graph(ep, ep.graph_module)
     decomposed = [n for n in ep.graph.nodes if n.op == "call_function" and ops.decomposes(n.target)]
     expansions = _trace_expansions(decomposed, ops, fake_mode)
     graph = torch.fx.Graph()
@@ -330,7 +357,7 @@ def prepare_light(
     gm = _graph_module(graph)
     _insert_type_promotions(gm, fake_mode)
     _remove_assertions(gm)
-    return _with_graph(ep, gm)
+    return with_graph(ep, gm)
 
 
 def _meta_from(user_node: torch.fx.Node, meta: dict[str, Any]) -> dict[str, Any]:
@@ -555,6 +582,15 @@ def _dtype_signature(env: dict, tree: Any) -> Any:
     return None
 
 
+def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule on a copy of ``gm``'s graph (nodes and their meta dicts copied, the
+    values in them shared), for a pass that must leave ``gm`` as it is."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return _graph_module(graph)
+
+
 def _graph_module(graph: torch.fx.Graph) -> torch.fx.GraphModule:
     """A GraphModule whose Python code is generated on first use, not now: the engine
     runs the graph node by node, so most runs never need it."""
@@ -584,7 +620,7 @@ def _remove_assertions(gm: torch.fx.GraphModule) -> None:
             gm.graph.erase_node(node)
 
 
-def _with_graph(
+def with_graph(
     ep: torch.export.ExportedProgram, gm: torch.fx.GraphModule
 ) -> torch.export.ExportedProgram:
     """A copy of ``ep`` running ``gm``, its signature's output names updated."""

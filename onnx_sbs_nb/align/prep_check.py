@@ -100,7 +100,7 @@ def _fast_arg(arg: Any) -> str | None:
     return None
 
 
-class _NodeText:
+class NodePrinter:
     """``node.format_node()`` of call_function nodes, several times faster: each target
     printed once, plain arguments printed here.  It is checked against ``format_node``
     on the first node it prints; a torch that prints otherwise gets ``format_node``."""
@@ -150,7 +150,7 @@ def disagreement(
     nodes = {n.name: n for n in program.graph.nodes}
     checked = 0
     formatted: dict[str, str] = {}
-    node_text = _NodeText()
+    node_text = NodePrinter()
     metadata = metadata or FxMetadata(model)
     for k, (text, name) in enumerate(zip(metadata.texts, metadata.names)):
         if text is None:
@@ -203,7 +203,7 @@ def agreeing_nodes(
     nodes = {n.name: n for n in program.graph.nodes}
     agree: set[str] = set()
     seen: set[str] = set()
-    node_text = _NodeText()
+    node_text = NodePrinter()
     metadata = metadata or FxMetadata(model)
     for text, name in zip(metadata.texts, metadata.names):
         if name is None or name in seen:

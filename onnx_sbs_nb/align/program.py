@@ -54,7 +54,8 @@ class _Preparations:
     reproduced: PreparedProgram | None = None
     declined: str | None = None  # why light_prep declined or failed
     exporter: PreparedProgram | None = None
-    checked: dict[str, str | None] = field(default_factory=dict)  # model digest -> verdict
+    # model digest -> the reproduction that model vouches for, or why it vouches for none
+    checked: dict[str, tuple[PreparedProgram | None, str | None]] = field(default_factory=dict)
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -84,14 +85,14 @@ def prepare_program(
     if model is not None and reproduce:
         reproduced = _reproduce(ep, state)
         if reproduced is not None:
-            from .prep_check import disagreement, structure_digest
+            from .prep_check import structure_digest
 
             key = digest or structure_digest(model)
             if key not in state.checked:
-                state.checked[key] = disagreement(reproduced.program, model, metadata)
-            why = state.checked[key]
-            if why is None:
-                return reproduced
+                state.checked[key] = _vouched(reproduced, model, metadata)
+            vouched, why = state.checked[key]
+            if vouched is not None:
+                return vouched
             detail = f"the reproduced preparation differs from the ONNX model ({why})"
         else:
             detail = f"the preparation was not reproduced: {state.declined}"
@@ -117,6 +118,27 @@ def _reproduce(ep: torch.export.ExportedProgram, state: _Preparations) -> Prepar
         except Exception as e:  # a reproduction that breaks is only a slower run
             state.declined = f"{type(e).__name__}: {e}"
     return state.reproduced
+
+
+def _vouched(
+    reproduced: PreparedProgram, model: onnx.ModelProto, metadata: FxMetadata | None
+) -> tuple[PreparedProgram | None, str | None]:
+    """The reproduction as the model describes it: as built, or under the model's names
+    (symbolic sizes number the re-trace's nodes otherwise: :mod:`.model_names`)."""
+    from .model_names import adopt_model_names
+    from .names import FxMetadata
+    from .prep_check import disagreement
+
+    metadata = metadata or FxMetadata(model)
+    why = disagreement(reproduced.program, model, metadata)
+    if why is None:
+        return reproduced, None
+    g = model.graph
+    values = {i.name for i in g.initializer} | {o for n in g.node for o in n.output}
+    renamed = adopt_model_names(reproduced.program, metadata, values)
+    if renamed is not None and disagreement(renamed, model, metadata) is None:
+        return PreparedProgram(renamed, PREPARED_REPRODUCED), None
+    return None, why
 
 
 def _exporter_preparation(ep: torch.export.ExportedProgram) -> PreparedProgram:

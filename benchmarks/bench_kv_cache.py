@@ -1,0 +1,113 @@
+"""A decoder with a KV cache exported with dynamic dims against the same model exported
+with static shapes (issue 40, item 6): the first run's time in a fresh process, the second
+run's, and the share of torch nodes compared, with the dynamic/static ratios.
+
+Each variant runs in its own interpreter: the child exports the model (not timed: a user
+has exported it already), then times ``list(run_aligned(ep, onx, args))`` twice.  The
+cold run is the one a notebook user waits on; it includes preparing the program, which
+for symbolic sizes used to mean the exporter's re-trace.
+
+    .venv/bin/python benchmarks/bench_kv_cache.py [--repeats 3] [--model llama_kv_cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+import warnings
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import (  # noqa: E402
+    emit_result,
+    fmt_ratio,
+    fmt_s,
+    median_of,
+    print_table,
+    ratio,
+    run_child,
+)
+
+VARIANTS = ("static", "dynamic")
+
+
+def measure(model: str, variant: str) -> dict:
+    """Exports ``model`` (a zoo3 entry) as ``variant`` and times two runs."""
+    from onnx_sbs_nb import run_aligned, summarize
+    from tests.corpus.zoo import export_entry
+    from tests.corpus.zoo3 import ZOO3_BY_NAME
+
+    entry = ZOO3_BY_NAME[model]
+    if variant == "static":
+        entry = dataclasses.replace(entry, dynamic_shapes=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = export_entry(entry)
+    start = time.perf_counter()
+    records = list(run_aligned(ex.ep, ex.onx, ex.args))
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    list(run_aligned(ex.ep, ex.onx, ex.args))
+    warm = time.perf_counter() - start
+    summary = summarize(records)
+    coverage = summary.coverage
+    return {
+        "cold": cold,
+        "warm": warm,
+        "records": len(records),
+        "verdict": summary.verdict,
+        "torch_compared": coverage.torch_compared,
+        "torch_nodes": coverage.torch_nodes,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama_kv_cache")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child", choices=VARIANTS)
+    args = parser.parse_args(argv)
+    if args.child:
+        emit_result(measure(args.model, args.child))
+        return
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for _ in range(args.repeats):
+        for variant in VARIANTS:  # interleaved: a load spike hits both
+            runs[variant].append(
+                run_child(Path(__file__), ["--child", variant, "--model", args.model])
+            )
+    rows = []
+    for variant in VARIANTS:
+        last = runs[variant][-1]
+        rows.append(
+            [
+                variant,
+                fmt_s(median_of(runs[variant], "cold")),
+                fmt_s(median_of(runs[variant], "warm")),
+                last["records"],
+                f"{last['torch_compared']} of {last['torch_nodes']}",
+                f"{last['torch_compared'] / max(last['torch_nodes'], 1):.0%}",
+                last["verdict"],
+            ]
+        )
+    print_table(
+        f"{args.model}: median of {args.repeats} fresh processes",
+        ["export", "cold run", "warm run", "records", "torch nodes compared", "share", "verdict"],
+        rows,
+    )
+    static, dynamic = (runs[v] for v in VARIANTS)
+    print(
+        "\ndynamic / static: cold "
+        + fmt_ratio(ratio(median_of(dynamic, "cold"), median_of(static, "cold")))
+        + ", warm "
+        + fmt_ratio(ratio(median_of(dynamic, "warm"), median_of(static, "warm")))
+        + " (goal: cold at most 1.5x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
