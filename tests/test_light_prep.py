@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from onnx_sbs_nb.align import disk_cache, exporter_ops
+from onnx_sbs_nb.align.fx_metadata import FxMetadata, fx_name_from_metadata, fx_node_text
 from onnx_sbs_nb.align.light_prep import Unsupported, prepare_light
-from onnx_sbs_nb.align.names import FxMetadata, fx_name_from_metadata, fx_node_text, pair_values
+from onnx_sbs_nb.align.names import pair_values
 from onnx_sbs_nb.align.prep_check import _NodeText, disagreement
 from onnx_sbs_nb.align.program import (
     PREPARED_BY_EXPORTER,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-from onnx_sbs_nb.align.names import fx_name_from_metadata
+from onnx_sbs_nb.align.fx_metadata import fx_name_from_metadata
 from onnx_sbs_nb.align.onnx_pairing import TRANSFORM_CAST, pair_onnx_models
 from onnx_sbs_nb.align.optimized import optimize_model
 from onnx_sbs_nb.records import (

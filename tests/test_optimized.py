@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.names import FX_NODE_KEY, fx_name_from_metadata
+from onnx_sbs_nb.align.fx_metadata import FX_NODE_KEY, fx_name_from_metadata
 from onnx_sbs_nb.align.optimized import (
     META_REPLACED,
     NODE_FUSED,

@@ -20,7 +20,7 @@ from ..convert import to_torch
 from ..diff import compare, shape_type
 from ..errors import SbsInputError
 from ..records import Record
-from .names import fx_name_from_metadata
+from .fx_metadata import fx_name_from_metadata
 from .plan import REF, schedule
 from .runners import TorchRunner
 from .sides import fx_target_name, onnx_node_name
@@ -115,7 +115,7 @@ class RunActions:
         Returns the torch values, the first-run ONNX values and, for ``own_names``, the
         values computed from torch inputs as the run's own-error pass computes them.
         """
-        from .judging import NotComputed, own_error_inputs
+        from .own_error import NotComputed, own_error_inputs
 
         ref, cand = self.ref, self.cand
         want_own = bool(own_names)

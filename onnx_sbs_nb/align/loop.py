@@ -51,8 +51,6 @@ from ..records import join_comments as _join
 from .fx_runs import compile_runs
 from .judging import (
     LINEAR_TARGETS,
-    NotComputed,
-    Pending,
     SbsMismatchError,
     as_candidate,
     as_expected,
@@ -61,7 +59,6 @@ from .judging import (
     fill_own_error,
     in_layout_of,
     linear_check,
-    own_error_inputs,
     proto_shape_type,
 )
 from .names import (
@@ -75,6 +72,7 @@ from .names import (
 )
 from .onnx_pairing import TRANSFORM_CAST, in_common_precision
 from .options import RESET_ALL, RunOptions
+from .own_error import NotComputed, Pending, own_error_inputs
 from .plan import REF, Plan, schedule
 from .precision import INHERITED_NOTE, looser_dtype
 from .randomness import random_values

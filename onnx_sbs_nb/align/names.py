@@ -25,7 +25,6 @@ of a shape mismatch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +43,11 @@ from ..records import (
     PAIRED_BY_STATE_DICT,
     PAIRED_BY_STRUCTURE,
 )
-
-FX_NODE_KEY = "pkg.torch.onnx.fx_node"
-ORIGINAL_NAME_KEY = "pkg.torch.onnx.original_node_name"
-_FX_NAME = re.compile(r"^%([^\s:]+)\s*:")
+from .fx_metadata import (
+    ORIGINAL_NAME_KEY,
+    FxMetadata,
+    fx_name_from_metadata,
+)
 
 TRANSFORM_TRANSPOSE = "transpose"
 # the ONNX value is the fx value with size-1 axes removed or added (onnxsim and other graph
@@ -98,49 +98,6 @@ class Pairing:
 
     def __len__(self) -> int:
         return len(self.by_onnx)
-
-
-def fx_node_text(node: onnx.NodeProto) -> str | None:
-    """The fx node ``node`` says it lowers, as the exporter printed it (its metadata)."""
-    for p in node.metadata_props:
-        if p.key == FX_NODE_KEY:
-            return p.value
-    return None
-
-
-def _fx_name_in(text: str | None) -> str | None:
-    m = _FX_NAME.match(text) if text is not None else None
-    return m.group(1) if m else None
-
-
-def fx_name_from_metadata(node: onnx.NodeProto) -> str | None:
-    """The name of the fx node ``node`` says it lowers."""
-    return _fx_name_in(fx_node_text(node))
-
-
-class FxMetadata:
-    """What the ONNX nodes of one model say they lower (``pkg.torch.onnx.fx_node``), read
-    at most once per run: the preparation check, pairing and the model's tables all need
-    it, and every metadata entry read from Python makes an object (5 per exported node)."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self._nodes = model.graph.node
-        self._texts: list[str | None] | None = None
-        self._names: list[str | None] | None = None
-
-    @property
-    def texts(self) -> list[str | None]:
-        """Each node's metadata text, None where it has none."""
-        if self._texts is None:
-            self._texts = [fx_node_text(n) for n in self._nodes]
-        return self._texts
-
-    @property
-    def names(self) -> list[str | None]:
-        """The name of the fx node each node lowers, None where it names none."""
-        if self._names is None:
-            self._names = [_fx_name_in(text) for text in self.texts]
-        return self._names
 
 
 def _metadata(proto: Any, key: str) -> str | None:

@@ -51,17 +51,9 @@ from ..records import (
     PAIRED_BY_POSITION,
     PAIRED_BY_STATE_DICT,
 )
+from .fx_metadata import _FX_NAME, FX_NODE_KEY, ORIGINAL_NAME_KEY, fx_name_from_metadata
 from .loading import load_onnx_model
-from .names import (
-    _FX_NAME,
-    FX_NODE_KEY,
-    ORIGINAL_NAME_KEY,
-    TRANSFORM_CAST,
-    Pair,
-    Pairing,
-    fx_name_from_metadata,
-    onnx_value_types,
-)
+from .names import TRANSFORM_CAST, Pair, Pairing, onnx_value_types
 from .optimized import META_REPLACED
 
 _FLOATS = frozenset(

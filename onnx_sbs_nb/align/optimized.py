@@ -43,8 +43,8 @@ import onnx
 
 from ..errors import SbsInputError
 from ..files import atomic_folder, make_parent, write_bytes_atomic
+from .fx_metadata import FX_NODE_KEY
 from .loading import load_onnx_model
-from .names import FX_NODE_KEY
 
 # optimize= levels, mildest first; "layout" exists from onnxruntime 1.22 on
 LEVELS = ("basic", "extended", "layout", "all")

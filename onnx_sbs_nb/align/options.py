@@ -206,7 +206,7 @@ def _tolerance(name: str, value: Any) -> float | None:
 def _replay_config(value: Any) -> Any:
     if value is None:
         return None
-    from .replay import ReplayConfig
+    from .replay_config import ReplayConfig
 
     if isinstance(value, ReplayConfig):
         return value

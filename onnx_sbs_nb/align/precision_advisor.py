@@ -45,8 +45,9 @@ import torch
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
 from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, Record
+from .fx_metadata import fx_name_from_metadata
 from .loading import load_exported_program, load_inputs, load_onnx_model
-from .names import fx_name_from_metadata, onnx_value_types
+from .names import onnx_value_types
 from .onnx_pairing import cast_value
 
 LOW_DTYPES = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}

@@ -19,7 +19,7 @@ import onnx
 import torch
 
 from ..dtypes import ONNX_TO_TORCH
-from .names import FxMetadata
+from .fx_metadata import FxMetadata
 
 _USERS = re.compile(r"\[num_users=\d+\] ")
 

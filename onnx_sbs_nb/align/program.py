@@ -29,7 +29,7 @@ from ..errors import SbsInputError
 from .quiet import quiet_torch_internals
 
 if TYPE_CHECKING:
-    from .names import FxMetadata
+    from .fx_metadata import FxMetadata
 
 # Values of PreparedProgram.source
 PREPARED_BY_EXPORTER = "exporter"  # the exporter's preparation, re-traced here

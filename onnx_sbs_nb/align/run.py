@@ -17,6 +17,7 @@ import torch
 from ..device import device_name
 from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
 from .deployed import deploy
+from .fx_metadata import FxMetadata
 from .guards import check_input_shapes
 from .judging import SbsMismatchError, as_candidate
 from .loading import (
@@ -32,7 +33,6 @@ from .names import (
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
     PAIRED_BY_STATE_DICT,
-    FxMetadata,
     Pairing,
     pair_values,
     structural_lowering,

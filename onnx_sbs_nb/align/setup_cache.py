@@ -21,7 +21,8 @@ from typing import Any
 import onnx
 import torch
 
-from .names import FxMetadata, Pairing, pair_values, returned_outputs
+from .fx_metadata import FxMetadata
+from .names import Pairing, pair_values, returned_outputs
 from .prep_check import structure_digest
 from .provenance import Provenance, program_provenance
 from .runners import ModelContext

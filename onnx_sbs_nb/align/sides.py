@@ -20,8 +20,9 @@ import torch
 from ..convert import convert, initializer_value
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from .fx_limits import check_fx_output_size, fx_size_rule
+from .fx_metadata import FxMetadata, fx_name_from_metadata
 from .limits import check_output_size
-from .names import FxMetadata, fx_name_from_metadata, lowering_of_nodes, returned_outputs
+from .names import lowering_of_nodes, returned_outputs
 from .plan import SideGraph
 from .precision import inherited_precision, onnx_inherited_precision
 from .program import ProgramInputs

@@ -261,7 +261,7 @@ class OwnBatch:
     values of its inputs (or, for an input without a torch partner, the value computed
     from torch values upstream: inside the batch, the output of the node before).
 
-    ``add`` takes a node's own-error inputs (``judging.own_error_inputs``, with the values
+    ``add`` takes a node's own-error inputs (``own_error.own_error_inputs``, with the values
     the batch computes as ``Pending`` markers); ``run`` returns each node's outputs.
     """
 
