@@ -19,8 +19,8 @@ _LAZY = {
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
     "summarize": ("onnx_sbs_nb.summary", "summarize"),
     "Summary": ("onnx_sbs_nb.summary", "Summary"),
-    "ReplayConfig": ("onnx_sbs_nb.align.replay", "ReplayConfig"),
-    "load_replay": ("onnx_sbs_nb.align.replay_load", "load_replay"),
+    "ReplayConfig": ("onnx_sbs_nb.align.post.replay", "ReplayConfig"),
+    "load_replay": ("onnx_sbs_nb.align.post.replay_load", "load_replay"),
     "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
     "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
 }

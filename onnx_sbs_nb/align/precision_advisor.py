@@ -45,10 +45,10 @@ import torch
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
 from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, Record
-from .fx_metadata import fx_name_from_metadata
-from .loading import load_exported_program, load_inputs, load_onnx_model
-from .names import onnx_value_types
-from .onnx_pairing import cast_value
+from .pairing.names import onnx_value_types
+from .pairing.onnx_pairing import cast_value
+from .source.fx_metadata import fx_name_from_metadata
+from .source.loading import load_exported_program, load_inputs, load_onnx_model
 
 LOW_DTYPES = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
 _FLOAT_TYPES = {

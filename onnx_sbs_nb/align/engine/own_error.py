@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .judging import as_candidate
-from .names import Pairing
+from ..judge.judging import as_candidate
+from ..pairing.names import Pairing
 from .sides import OnnxSide
 
 

@@ -12,25 +12,25 @@ import numpy as np
 import onnx
 import torch
 
-from ..convert import to_torch
-from ..diff import ARRAY_TYPES, Diff, compare
-from ..dtypes import dtype_name
-from ..records import (
+from ...convert import to_torch
+from ...diff import ARRAY_TYPES, Diff, compare
+from ...dtypes import dtype_name
+from ...records import (
     STATUS_DTYPE_MISMATCH,
     STATUS_FAIL,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
     Record,
 )
-from ..records import join_comments as _join
-from .names import (
+from ...records import join_comments as _join
+from ..pairing.names import (
     TRANSFORM_AS_REAL,
     TRANSFORM_PERMUTE,
     TRANSFORM_RESHAPE,
     TRANSFORM_TRANSPOSE,
     Pair,
 )
-from .onnx_pairing import cast_value
+from ..pairing.onnx_pairing import cast_value
 
 
 class SbsMismatchError(AssertionError):

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from ..convert import to_torch
-from ..diff import compare, shape_type
-from ..errors import SbsInputError
-from ..records import Record
-from .fx_metadata import fx_name_from_metadata
-from .plan import REF, schedule
-from .runners import TorchRunner
-from .sides import fx_target_name, onnx_node_name
+from ...convert import to_torch
+from ...diff import compare, shape_type
+from ...errors import SbsInputError
+from ...records import Record
+from ..engine.plan import REF, schedule
+from ..engine.runners import TorchRunner
+from ..engine.sides import fx_target_name, onnx_node_name
+from ..source.fx_metadata import fx_name_from_metadata
 
 if TYPE_CHECKING:
-    from .run import AlignedRun
+    from ..run import AlignedRun
 
 
 @dataclass
@@ -115,7 +115,7 @@ class RunActions:
         Returns the torch values, the first-run ONNX values and, for ``own_names``, the
         values computed from torch inputs as the run's own-error pass computes them.
         """
-        from .own_error import NotComputed, own_error_inputs
+        from ..engine.own_error import NotComputed, own_error_inputs
 
         ref, cand = self.ref, self.cand
         want_own = bool(own_names)
@@ -182,7 +182,7 @@ class RunActions:
         """What must be recomputed for candidate node ``k`` fed with ``inputs``: the torch
         values of those inputs (and of the node's outputs), their first-run values, and,
         with ``own``, the own-error values of inputs that have no torch partner."""
-        from .judging import as_candidate
+        from ..judge.judging import as_candidate
 
         node = self.cand.nodes[k]
         outputs = [o for o in node.output if o]
@@ -224,7 +224,7 @@ class RunActions:
         model's own.  The outputs are compared with torch (``err_abs_vs_torch``: the
         node's own error in the torch evaluator) and with the run's first value.
         """
-        from ..device import device_name
+        from ...device import device_name
 
         device = device_name(device)
         k, node_proto = self.find_node(node)
@@ -391,7 +391,7 @@ def _attr_str(a: onnx.AttributeProto) -> str:
     if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
         return "<subgraph>"
     if a.type == onnx.AttributeProto.TENSOR:
-        from .judging import proto_shape_type as _proto_shape_type
+        from ..judge.judging import proto_shape_type as _proto_shape_type
 
         return f"<tensor {_proto_shape_type(a.t)}>"
     v = onnx.helper.get_attribute_value(a)

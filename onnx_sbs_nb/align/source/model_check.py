@@ -31,8 +31,8 @@ from collections.abc import Iterator
 import onnx
 import onnx.helper as oh
 
-from ..errors import SbsInputError
-from ..external import np_dtype, tensors_of
+from ...errors import SbsInputError
+from ...external import np_dtype, tensors_of
 
 # onnxruntime's refusals that concern one node, not the model (an op it does not know, a
 # kernel it lacks, an attribute or types that node cannot take): left to that node's record

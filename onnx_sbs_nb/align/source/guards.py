@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..errors import SbsInputError
+from ...errors import SbsInputError
 
 
 def _bound(value: Any) -> int | None:

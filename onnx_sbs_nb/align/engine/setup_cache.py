@@ -21,10 +21,10 @@ from typing import Any
 import onnx
 import torch
 
-from .fx_metadata import FxMetadata
-from .names import Pairing, pair_values, returned_outputs
-from .prep_check import structure_digest
-from .provenance import Provenance, program_provenance
+from ..pairing.names import Pairing, pair_values, returned_outputs
+from ..source.fx_metadata import FxMetadata
+from ..source.prep_check import structure_digest
+from ..source.provenance import Provenance, program_provenance
 from .runners import ModelContext
 from .sides import FxTables, OnnxTables
 

@@ -11,8 +11,8 @@ import onnx
 import torch
 from onnx.external_data_helper import load_external_data_for_model
 
-from ..errors import SbsInputError
-from ..external import check_external_data, defer_external_data
+from ...errors import SbsInputError
+from ...external import check_external_data, defer_external_data
 from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
 PathLike = str | os.PathLike

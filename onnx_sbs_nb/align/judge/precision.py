@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..diff import default_tolerance
+from ...diff import default_tolerance
 
 _NO_DTYPES: tuple[str, ...] = ()
 INHERITED_NOTE = (
@@ -82,7 +82,7 @@ def onnx_inherited_precision(
     (weights stored in it, float32 kept at its inputs and outputs, or around blocked ops)
     computes its float32 values from float16 ones.  ``inputs``/``outputs``: the names
     each node reads and writes, in the model's order."""
-    from .names import onnx_value_types
+    from ..pairing.names import onnx_value_types
 
     types = onnx_value_types(model)
     floor: dict[str, str | None] = {}
@@ -108,7 +108,7 @@ def onnx_inherited_precision(
 
 
 def _onnx_float(elem_type: int) -> str | None:
-    from ..dtypes import ONNX_TO_TORCH
+    from ...dtypes import ONNX_TO_TORCH
 
     dtype = ONNX_TO_TORCH.get(elem_type)
     if dtype is None or not dtype.is_floating_point:

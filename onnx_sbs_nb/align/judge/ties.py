@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..convert import to_numpy
+from ...convert import to_numpy
 
 TIE_NOTE = "indices differ only among equal values (ties): both select the same values"
 

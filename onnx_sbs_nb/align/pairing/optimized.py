@@ -41,10 +41,10 @@ from typing import Any
 
 import onnx
 
-from ..errors import SbsInputError
-from ..files import atomic_folder, make_parent, write_bytes_atomic
-from .fx_metadata import FX_NODE_KEY
-from .loading import load_onnx_model
+from ...errors import SbsInputError
+from ...files import atomic_folder, make_parent, write_bytes_atomic
+from ..source.fx_metadata import FX_NODE_KEY
+from ..source.loading import load_onnx_model
 
 # optimize= levels, mildest first; "layout" exists from onnxruntime 1.22 on
 LEVELS = ("basic", "extended", "layout", "all")

@@ -23,7 +23,7 @@ floating point of the same rank: then ``Pair.transform`` is :data:`TRANSFORM_CAS
 are cast to its type (:func:`cast_value`) and the two values are compared in the less
 precise of their types (:func:`in_common_precision`; the record says so).
 
-The result is the :class:`~onnx_sbs_nb.align.names.Pairing` the engine uses for the
+The result is the :class:`~onnx_sbs_nb.align.pairing.names.Pairing` the engine uses for the
 program against a model, with the *reference* model in the place of the program:
 ``Pair.fx_name`` holds the reference model's value name, ``Pair.onnx_name`` the
 candidate's.
@@ -38,10 +38,10 @@ import numpy as np
 import onnx
 import torch
 
-from ..convert import to_torch
-from ..diff import value_dtype_name
-from ..dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
-from ..records import (
+from ...convert import to_torch
+from ...diff import value_dtype_name
+from ...dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
+from ...records import (
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
@@ -51,8 +51,8 @@ from ..records import (
     PAIRED_BY_POSITION,
     PAIRED_BY_STATE_DICT,
 )
-from .fx_metadata import _FX_NAME, FX_NODE_KEY, ORIGINAL_NAME_KEY, fx_name_from_metadata
-from .loading import load_onnx_model
+from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, ORIGINAL_NAME_KEY, fx_name_from_metadata
+from ..source.loading import load_onnx_model
 from .names import TRANSFORM_CAST, Pair, Pairing, onnx_value_types
 from .optimized import META_REPLACED
 

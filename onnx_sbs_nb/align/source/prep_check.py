@@ -18,7 +18,7 @@ from typing import Any
 import onnx
 import torch
 
-from ..dtypes import ONNX_TO_TORCH
+from ...dtypes import ONNX_TO_TORCH
 from .fx_metadata import FxMetadata
 
 _USERS = re.compile(r"\[num_users=\d+\] ")

@@ -2,7 +2,7 @@
 
 With ``optimize=`` (and ``providers=``) a run's candidate is not the ONNX model as given
 but the model onnxruntime executes at that level on those providers
-(:func:`~onnx_sbs_nb.align.optimized.optimize_model`); its nodes run one at a time as
+(:func:`~onnx_sbs_nb.align.pairing.optimized.optimize_model`); its nodes run one at a time as
 usual.  :func:`deploy` makes the swap; :class:`Deployment` then tells the run what the
 optimizers did, so the records say it:
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import onnx
 
-from ..records import STATUS_INTERNAL, STATUS_UNPAIRED_EP, Record
-from ..records import join_comments as _join
+from ...records import STATUS_INTERNAL, STATUS_UNPAIRED_EP, Record
+from ...records import join_comments as _join
 from .names import Pair, Pairing, onnx_value_types
 from .onnx_pairing import TRANSFORM_CAST, _compatibility
 from .optimized import (

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import torch
 
-from ..errors import SbsInputError
+from ...errors import SbsInputError
 from .quiet import quiet_torch_internals
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 import torch
 
-from ..dtypes import np_to_onnx_dtype, onnx_to_torch_dtype, torch_to_onnx_dtype
-from ..files import atomic_folder
-from ..records import Record
-from .replay_config import ReplayConfig
+from ...dtypes import np_to_onnx_dtype, onnx_to_torch_dtype, torch_to_onnx_dtype
+from ...files import atomic_folder
+from ...records import Record
+from ..engine.replay_config import ReplayConfig
 from .submodel import extract_submodel, find_node, prefix_model, submodel_inputs
 
 TEMPLATE = pathlib.Path(__file__).with_name("replay_template.py")

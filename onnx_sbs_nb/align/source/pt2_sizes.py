@@ -14,7 +14,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from ..errors import SbsInputError
+from ...errors import SbsInputError
 
 # a compressed member larger than this once inflated, at more than MAX_RATIO times its
 # compressed size, is refused (only long runs of equal bytes compress that well)

@@ -31,8 +31,8 @@ from typing import Any
 import onnx
 import torch
 
-from ..dtypes import ONNX_TO_TORCH
-from ..records import (
+from ...dtypes import ONNX_TO_TORCH
+from ...records import (
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
@@ -43,7 +43,7 @@ from ..records import (
     PAIRED_BY_STATE_DICT,
     PAIRED_BY_STRUCTURE,
 )
-from .fx_metadata import (
+from ..source.fx_metadata import (
     ORIGINAL_NAME_KEY,
     FxMetadata,
     fx_name_from_metadata,

@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 
-from ..dtypes import np_to_onnx_dtype
+from ...dtypes import np_to_onnx_dtype
 from .randomness import RANDOM_OPS
 from .runners import LARGE_NODE_ELEMENTS, OnnxruntimeRunner, _CachedRunner
 

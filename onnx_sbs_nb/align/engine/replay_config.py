@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import write_text_atomic
-from ..records import KIND_INPUT, KIND_WEIGHT, Record
+from ...files import write_text_atomic
+from ...records import KIND_INPUT, KIND_WEIGHT, Record
 
 
 @dataclass

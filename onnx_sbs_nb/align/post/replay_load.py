@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from ..errors import SbsInputError
-from .loading import load_onnx_model
-from .model_check import check_model, check_opset
-from .untrusted_pt2 import unpickling_reason
+from ...errors import SbsInputError
+from ..source.loading import load_onnx_model
+from ..source.model_check import check_model, check_opset
+from ..source.untrusted_pt2 import unpickling_reason
 
 # a JSON file of a bundle larger than this is no file onnx-sbs wrote
 MAX_JSON_BYTES = 64 << 20

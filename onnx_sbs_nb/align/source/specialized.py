@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..dtypes import dtype_name
+from ...dtypes import dtype_name
 
 
 @dataclass(frozen=True)

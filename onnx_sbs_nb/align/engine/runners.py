@@ -23,7 +23,7 @@ import onnx
 import onnx.helper as oh
 import torch
 
-from ..dtypes import np_to_onnx_dtype, torch_to_onnx_dtype
+from ...dtypes import np_to_onnx_dtype, torch_to_onnx_dtype
 
 NodeFn = Callable[[Sequence[Any]], list[Any]]
 
@@ -219,7 +219,7 @@ class _Fallback:
         self.reason = reason
 
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
-        from ..convert import to_numpy, to_torch
+        from ...convert import to_numpy, to_torch
 
         outs = self.fn([to_torch(v) if v is not None else None for v in inputs])
         return [to_numpy(v) for v in outs]
@@ -481,7 +481,7 @@ class OnnxruntimeRunner(_CachedRunner):
                 if "No corresponding Numpy type" not in str(e):
                     raise
                 sess._sbs_via_ort_values = True
-        from ..convert import to_numpy
+        from ...convert import to_numpy
 
         ort_feeds = {k: self._ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
         outs = sess.run_with_ort_values(None, ort_feeds)
@@ -559,7 +559,7 @@ class TorchRunner:
         return fn
 
     def _compile(self, node: onnx.NodeProto, ctx: ModelContext) -> NodeFn:
-        from ..evaluator.evaluator import compile_node
+        from ...evaluator.evaluator import compile_node
 
         self.nodes_compiled += 1
 

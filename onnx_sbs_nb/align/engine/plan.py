@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx
 import torch
 
-from .names import Pairing
+from ..pairing.names import Pairing
 
 REF = 0
 CAND = 1

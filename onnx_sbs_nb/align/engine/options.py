@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..device import device_name
-from ..errors import SbsInputError
+from ...device import device_name
+from ...errors import SbsInputError
 
 RUNNER_NAMES = ("onnxruntime", "reference", "torch")
 RESET_ALL = "all"
@@ -44,14 +44,14 @@ class RunOptions:
     - ``device``: ``"cpu"`` or ``"cuda[:N]"`` (None: where the inputs are).
     - ``optimize``: ``"basic"``, ``"extended"``, ``"layout"`` or ``"all"``: the candidate
       is the graph onnxruntime runs after its optimizations at that level (fused and
-      contrib nodes included), each of its nodes run on its own (``align/deployed.py``).
+      contrib nodes included), each of its nodes run on its own (``align/pairing/deployed.py``).
     - ``providers``: the execution providers whose optimized graph that is (with
       ``optimize``; default CPU); a CUDA provider runs the nodes on ``"cuda"``.
     - ``time_nodes``: time every ONNX node on its own, on every run.  Off, a second run of
       the same model on inputs of the same shapes runs stretches of onnxruntime nodes as
       one session (the same kernels on the same values, every value compared, a few
       times faster), and those nodes' records have no ``onnx_time_run``
-      (``align/stretches.py``).
+      (``align/engine/stretches.py``).
     - ``trust_pickles``: the ``.pt2`` and inputs files given by path are trusted: they are
       loaded as ``torch.export.load`` and ``torch.load(weights_only=False)`` do, which can
       run code from them.  Off by default: a file that needs code to load is refused.
@@ -116,7 +116,7 @@ class RunOptions:
     def _check_deployment(self) -> None:
         if self.optimize is None and self.providers is None:
             return
-        from .optimized import LEVELS, check_providers
+        from ..pairing.optimized import LEVELS, check_providers
 
         if self.optimize not in LEVELS:
             if self.optimize is None:

@@ -20,8 +20,8 @@ from typing import Any
 
 import onnx
 
-from ..convert import device_of
-from ..diff import (
+from ...convert import device_of
+from ...diff import (
     ARRAY_TYPES,
     compare,
     default_tolerance,
@@ -30,7 +30,7 @@ from ..diff import (
     smallest_normal,
     value_dtype_name,
 )
-from ..records import (
+from ...records import (
     KIND_NODE,
     KIND_OUTPUT,
     KIND_WEIGHT,
@@ -47,9 +47,8 @@ from ..records import (
     Record,
     RunStatus,
 )
-from ..records import join_comments as _join
-from .fx_runs import compile_runs
-from .judging import (
+from ...records import join_comments as _join
+from ..judge.judging import (
     LINEAR_TARGETS,
     SbsMismatchError,
     as_candidate,
@@ -61,7 +60,10 @@ from .judging import (
     linear_check,
     proto_shape_type,
 )
-from .names import (
+from ..judge.precision import INHERITED_NOTE, looser_dtype
+from ..judge.ties import TIE_NOTE, same_choice
+from ..judge.undefined import UNDEFINED_NOTE, undefined_values
+from ..pairing.names import (
     PAIRED_BY_NAME,
     PAIRED_BY_STATE_DICT,
     TRANSFORM_AS_REAL,
@@ -70,16 +72,14 @@ from .names import (
     Pair,
     Pairing,
 )
-from .onnx_pairing import TRANSFORM_CAST, in_common_precision
+from ..pairing.onnx_pairing import TRANSFORM_CAST, in_common_precision
+from .fx_runs import compile_runs
 from .options import RESET_ALL, RunOptions
 from .own_error import NotComputed, Pending, own_error_inputs
 from .plan import REF, Plan, schedule
-from .precision import INHERITED_NOTE, looser_dtype
 from .randomness import random_values
 from .sides import FxSide, OnnxSide
 from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
-from .ties import TIE_NOTE, same_choice
-from .undefined import UNDEFINED_NOTE, undefined_values
 
 
 def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:

@@ -17,20 +17,20 @@ import numpy as np
 import onnx
 import torch
 
-from ..convert import convert, initializer_value
-from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
+from ...convert import convert, initializer_value
+from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
+from ..judge.precision import inherited_precision, onnx_inherited_precision
+from ..judge.ties import tie_axes
+from ..judge.undefined import undefined_fx_values
+from ..pairing.names import lowering_of_nodes, returned_outputs
+from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
+from ..source.program import ProgramInputs
+from ..source.provenance import Provenance, onnx_node_provenance
 from .fx_limits import check_fx_output_size, fx_size_rule
-from .fx_metadata import FxMetadata, fx_name_from_metadata
 from .limits import check_output_size
-from .names import lowering_of_nodes, returned_outputs
 from .plan import SideGraph
-from .precision import inherited_precision, onnx_inherited_precision
-from .program import ProgramInputs
-from .provenance import Provenance, onnx_node_provenance
 from .randomness import random_nodes
 from .runners import ModelContext, TorchRunner, _CachedRunner, node_session_key
-from .ties import tie_axes
-from .undefined import undefined_fx_values
 
 _NO_PROVENANCE = Provenance()
 _NODE = torch.fx.Node
