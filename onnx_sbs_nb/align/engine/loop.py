@@ -27,22 +27,18 @@ from ...diff import (
     default_tolerance,
     largest_magnitude,
     shape_type,
-    smallest_normal,
     value_dtype_name,
 )
 from ...records import (
     KIND_NODE,
     KIND_OUTPUT,
     KIND_WEIGHT,
-    STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
-    STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_UNPAIRED_OUTPUT,
-    STATUS_WEIGHT_DIFFERS,
     UNPAIRED,
     Record,
     RunStatus,
@@ -61,8 +57,10 @@ from ..judge.judging import (
     proto_shape_type,
 )
 from ..judge.precision import INHERITED_NOTE, looser_dtype
+from ..judge.rules import BEFORE_VALUES, ON_VALUES, RuleContext, first_verdict
 from ..judge.ties import TIE_NOTE, same_choice
-from ..judge.undefined import UNDEFINED_NOTE, undefined_values
+from ..judge.undefined import undefined_values
+from ..judge.weights import settle_weight
 from ..pairing.names import (
     PAIRED_BY_NAME,
     PAIRED_BY_STATE_DICT,
@@ -88,13 +86,6 @@ def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
         return False
     axis, x = tie
     return same_choice(x, expected, got, axis)
-
-
-def _same_kind(expected: Any, got: Any) -> bool:
-    """The same shape and element type (what a random draw can be checked on)."""
-    return tuple(expected.shape) == tuple(got.shape) and value_dtype_name(
-        expected
-    ) == value_dtype_name(got)
 
 
 @dataclass
@@ -134,24 +125,6 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
     return plan[1]
 
 
-def _agrees_at_its_scale(consumer: Record, want: Any) -> bool:
-    """Whether a consumer that passed did so on its own scale: its difference within its
-    relative tolerance of its largest torch value.  A low-precision absolute tolerance
-    (bfloat16's 5e-2) passes a changed weight's consumer whose values are all small (a
-    randomly initialised MLP's 0.01s); a weight the exporter transformed (a folded
-    BatchNorm) changes its consumer by a rounding, far below that.  A difference below the
-    dtype's smallest normal number is no evidence: values that small (a deep random net's
-    activations, shrunk to 1e-44) keep a few significant bits, and any rounding is a
-    large part of them."""
-    err = consumer.err_abs2 if consumer.passed2 is not None else consumer.err_abs
-    if err is None or consumer.rtol is None:
-        return True
-    if err <= smallest_normal(want):
-        return True
-    scale = largest_magnitude(want)
-    return scale is None or err <= consumer.rtol * scale
-
-
 class SideBySideRun:
     """One side-by-side run over a reference side and a candidate ONNX model.
 
@@ -184,6 +157,8 @@ class SideBySideRun:
         self._undefined = undefined_values(
             getattr(reference, "undefined", frozenset()), pairing.by_onnx
         )
+        # the verdicts that are not the model's fault (judge/rules.py), told each pair
+        self._rules = RuleContext(undefined=self._undefined, random=self._random)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -675,48 +650,14 @@ class SideBySideRun:
         return found
 
     def _settle_weight(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> bool:
-        """A weight that differs from its torch parameter is the model's error only when
-        the node consuming it disagrees with torch because of it.  Returns whether the
-        weight's record comes before its consumer's (it is then the answer)."""
-        node = consumer.onnx_node_name or consumer.onnx_name
-        agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
-        if agrees and not _agrees_at_its_scale(consumer, ref_env.get(consumer.ep_name or "")):
-            agrees = False
-            wrec.comment = _join(
-                wrec.comment,
-                f"its consumer {node} is within tolerance only by the absolute tolerance: "
-                "its difference is large beside its own values",
-            )
-        if agrees:
-            wrec.status = STATUS_WEIGHT_DIFFERS
-            wrec.comment = _join(
-                wrec.comment,
-                f"differs from the torch parameter, but its consumer {node} agrees with torch: "
-                "the exporter changed it (a BatchNorm folded into a Conv, say)",
-            )
-            return True
-        if consumer.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
-            wrec.comment = _join(
-                wrec.comment, f"its consumer {node} computes another shape or type: not this"
-            )
-            return False
-        if consumer.passed2 is None and not consumer.failed:
-            wrec.comment = _join(wrec.comment, f"its consumer {node} could not be compared")
-            return True
-        with_torch = self._consumer_with_torch_weight(wrec, consumer, ref_env)
-        if with_torch is False:
-            wrec.comment = _join(
-                wrec.comment,
-                f"its consumer {node} disagrees with torch even with the torch parameter: "
-                "the error is the consumer's own",
-            )
-            return False
-        wrec.comment = _join(
-            wrec.comment,
-            f"its consumer {node} disagrees with torch"
-            + (" and agrees once given the torch parameter" if with_torch else " too"),
+        """Whose error a differing weight is (``judge/weights.py``); the engine only
+        offers the probe of the consumer run with the torch parameter."""
+        return settle_weight(
+            wrec,
+            consumer,
+            ref_env.get(consumer.ep_name or ""),
+            lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
         )
-        return True
 
     def _consumer_with_torch_weight(
         self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
@@ -901,12 +842,9 @@ class SideBySideRun:
         rec.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
         rec.onnx_device = device_of(got)
         rec.err_dev = 0.0 if rec.ep_device in (None, rec.onnx_device) else 1.0
-        fixed = self.specialized.get(pair.fx_name) if self.specialized else None
-        if fixed is not None:
-            # both sides agree, on a shape the user's program does not make
-            rec.status = STATUS_SHAPE_MISMATCH
-            rec.ep_shape_type = fixed.user_shape_type
-            rec.comment = _join(rec.comment, fixed.note())
+        rules = self._rules
+        rules.name, rules.fx_name, rules.specialized = name, pair.fx_name, self.specialized
+        if first_verdict(BEFORE_VALUES, rec, pair, expected, got, rules) is not None:
             return rec
         expected, got = comparable(expected, got)
         expected = in_layout_of(pair, expected, got)
@@ -917,17 +855,7 @@ class SideBySideRun:
         if pair.cast_to is not None:
             expected, got, note = in_common_precision(expected, got)
             rec.comment = _join(rec.comment, note)
-        if name in self._undefined and _same_kind(expected, got):
-            rec.status = STATUS_NOT_COMPARED
-            rec.comment = _join(rec.comment, UNDEFINED_NOTE)
-            return rec
-        if name in self._random and _same_kind(expected, got):
-            rec.status = STATUS_NOT_COMPARED
-            rec.comment = _join(
-                rec.comment,
-                "drawn at random: each side makes its own draw, so only the shape and type "
-                "are compared; the nodes after it continue from the torch value",
-            )
+        if first_verdict(ON_VALUES, rec, pair, expected, got, rules) is not None:
             return rec
         inherited = looser_dtype(
             self.reference.inherited.get(pair.fx_name), self._computed_in.get(name)
