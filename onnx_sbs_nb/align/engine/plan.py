@@ -96,9 +96,27 @@ def schedule(
     nodes (first, last) that run together (``stretches.py``): the first waits for what
     any of them waits for, so no reference node runs between them.
     """
-    n_cand = len(cand) if stop_after_cand is None else min(len(cand), stop_after_cand + 1)
     ref_producer = {o: i for i, outs in enumerate(ref.outputs) for o in outs if o}
     plan = Plan([], ref_producer=ref_producer)
+    _order_steps(plan, ref, cand, pairing, needs_reference_inputs, keep_ref, stop_after_cand, units)
+    last_ref, last_cand = _last_uses(plan, ref, cand, pairing, needs_reference_inputs)
+    _compare_and_free(plan, pairing, last_ref, last_cand, keep_ref or set(), keep_cand or set())
+    return plan
+
+
+def _order_steps(
+    plan: Plan,
+    ref: SideGraph,
+    cand: SideGraph,
+    pairing: Pairing,
+    needs_reference_inputs: bool,
+    keep_ref: set[str] | None,
+    stop_after_cand: int | None,
+    units: Sequence[tuple[int, int]],
+) -> None:
+    """The steps: each candidate node as soon as the reference nodes it waits for ran."""
+    n_cand = len(cand) if stop_after_cand is None else min(len(cand), stop_after_cand + 1)
+    ref_producer = plan.ref_producer
     steps = plan.steps
     by_onnx = pairing.by_onnx
     # candidate value -> index of the reference node making its partner (-1: none)
@@ -138,6 +156,12 @@ def schedule(
         steps.append((REF, ref_pos))
         ref_pos += 1
 
+
+def _last_uses(
+    plan: Plan, ref: SideGraph, cand: SideGraph, pairing: Pairing, needs_reference_inputs: bool
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Where each value appears (into ``plan``) and the last step reading it, per side."""
+    steps, by_onnx = plan.steps, pairing.by_onnx
     # One walk: where each value appears, and the last step reading it (steps only grow,
     # so the last assignment is the latest use).
     ref_step, cand_step, cand_producer = plan.ref_step, plan.cand_step, plan.cand_producer
@@ -170,7 +194,20 @@ def schedule(
         ref_step.setdefault(name, -1)
     for name in cand.available:
         cand_step.setdefault(name, -1)
+    return last_ref, last_cand
 
+
+def _compare_and_free(
+    plan: Plan,
+    pairing: Pairing,
+    last_ref: dict[str, int],
+    last_cand: dict[str, int],
+    keep_ref: set[str],
+    keep_cand: set[str],
+) -> None:
+    """Each pair compared at the step both values exist; each value freed after its last
+    use (the comparison included), unless kept."""
+    ref_step, cand_step, by_onnx = plan.ref_step, plan.cand_step, pairing.by_onnx
     compare_at: dict[int, list[str]] = {}
     free_ref_at: dict[int, list[str]] = {}
     free_cand_at: dict[int, list[str]] = {}
@@ -190,8 +227,6 @@ def schedule(
     for name, s in cand_step.items():
         if name not in last_cand:
             last_cand[name] = max(s, 0)
-    keep_ref = keep_ref or set()
-    keep_cand = keep_cand or set()
     for name, s in last_ref.items():
         if name not in keep_ref:
             free_ref_at.setdefault(s, []).append(name)
@@ -202,7 +237,6 @@ def schedule(
     plan.compare_at = {s: tuple(names) for s, names in compare_at.items()}
     plan.free_ref_at = {s: tuple(names) for s, names in free_ref_at.items()}
     plan.free_cand_at = {s: tuple(names) for s, names in free_cand_at.items()}
-    return plan
 
 
 def build_plan(
