@@ -744,6 +744,76 @@ def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
     return next(n for n in reversed(graph.nodes) if n.op == "output")
 
 
+def _transform_of(
+    node: torch.fx.Node,
+    onnx_type: Any,
+    onnx_shape: tuple | None,
+    rule: str,
+    transform: str | None,
+    coarser: bool,
+) -> tuple[str | None, Any] | None:
+    """How fx value ``node`` becomes the ONNX value (its transform, and the size-1 axes of
+    a squeeze), None when they cannot be the same value.  ``transform``: the one the
+    rule asks for (None: found from the declared types and shapes)."""
+    squeeze = None
+    if transform == TRANSFORM_RESHAPE:
+        fx_type = fx_value_type(node)
+        if fx_type is None or onnx_type is None:
+            return None
+        same = ONNX_TO_TORCH.get(onnx_type[0]) == fx_type[0]
+        if not same and not _other_float(node, (onnx_type[0], None)):
+            return None
+    elif transform is None:
+        how = value_transform(node, onnx_type, onnx_shape)
+        if how is False and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA):
+            squeeze = _squeezed(node, onnx_type, onnx_shape)
+            how = TRANSFORM_RESHAPE if squeeze is not None else False
+        if how is False and coarser and shapes_compatible(fx_value_shape(node), onnx_shape):
+            how = TRANSFORM_CAST
+        if how is False:
+            return None
+        transform = None if how is True else how
+    return transform, squeeze
+
+
+def _pair_by_position(onnx_list: list[str], fx_list: list[str], pairing: Pairing, try_pair) -> None:
+    """Graph inputs (or outputs) left over pair by position, when both sides have as many."""
+    if len(onnx_list) != len(fx_list):
+        return
+    for o, f in zip(onnx_list, fx_list):
+        if o not in pairing.by_onnx and f not in pairing.by_fx:
+            try_pair(o, f, PAIRED_BY_POSITION)
+
+
+def _pair_state_dict(
+    initializers: dict[str, Any], weight_by_target: dict[str, str], pairing: Pairing, try_pair
+) -> None:
+    """Initializers named after a parameter, buffer or constant (or whose
+    ``pkg.torch.onnx.original_node_name`` says so) pair with its placeholder."""
+    for name, init in initializers.items():
+        if name in pairing.by_onnx:
+            continue
+        target = _metadata(init, ORIGINAL_NAME_KEY) or name
+        ph = weight_by_target.get(target)
+        if ph is not None:
+            try_pair(name, ph, PAIRED_BY_STATE_DICT)
+
+
+def _pair_around_paired(
+    g, fx_of, fx_nodes, weights, initializers, pairing, onnx_types, onnx_shapes, try_pair
+) -> None:
+    """The values around paired ones (through views, operands, folded weights), a few
+    rounds, until nothing more pairs."""
+    for _ in range(4):
+        made = _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
+        made += _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair)
+        fx_by_pairs = _fx_of_paired(g, fx_of, pairing)
+        before = len(pairing.by_onnx)
+        _pair_folded_weights(g, fx_by_pairs, fx_nodes, initializers, weights, pairing, try_pair)
+        if not made and len(pairing.by_onnx) == before:
+            break
+
+
 def pair_values(
     graph: torch.fx.Graph,
     model: onnx.ModelProto,
@@ -803,29 +873,13 @@ def pair_values(
             and not ("getitem" in str(node.target) and node.args and str(node.args[0]) in trusted)
         ):
             return False
-        squeeze = None
         coarser = _other_float(node, onnx_types.get(onnx_name))
-        if transform == TRANSFORM_RESHAPE:
-            fx_type, onnx_type = fx_value_type(node), onnx_types.get(onnx_name)
-            if fx_type is None or onnx_type is None:
-                return False
-            same = ONNX_TO_TORCH.get(onnx_type[0]) == fx_type[0]
-            if not same and not _other_float(node, (onnx_type[0], None)):
-                return False
-        elif transform is None:
-            how = value_transform(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name))
-            if how is False and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA):
-                squeeze = _squeezed(node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name))
-                how = TRANSFORM_RESHAPE if squeeze is not None else False
-            if (
-                how is False
-                and coarser
-                and shapes_compatible(fx_value_shape(node), onnx_shapes.get(onnx_name))
-            ):
-                how = TRANSFORM_CAST
-            if how is False:
-                return False
-            transform = None if how is True else how
+        found = _transform_of(
+            node, onnx_types.get(onnx_name), onnx_shapes.get(onnx_name), rule, transform, coarser
+        )
+        if found is None:
+            return False
+        transform, squeeze = found
         pair = Pair(onnx_name, fx_name, rule, kind_of(fx_name, onnx_name), transform)
         pair.squeeze = squeeze
         if transform is None:
@@ -849,13 +903,7 @@ def pair_values(
             try_pair(name, name, PAIRED_BY_NAME)
 
     # 2. weights through state-dict names
-    for name, init in initializers.items():
-        if name in pairing.by_onnx:
-            continue
-        target = _metadata(init, ORIGINAL_NAME_KEY) or name
-        ph = weight_by_target.get(target)
-        if ph is not None:
-            try_pair(name, ph, PAIRED_BY_STATE_DICT)
+    _pair_state_dict(initializers, weight_by_target, pairing, try_pair)
     # weights folded into new initializers (e.g. the transposed weight of a linear)
     fx_of = (metadata or FxMetadata(model)).names  # read once: protobuf is slow
     _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair)
@@ -870,22 +918,13 @@ def pair_values(
 
     # 4c. a graph tool that dropped the metadata or renamed values: the values around
     # paired ones, until nothing more pairs
-    for _ in range(4):
-        made = _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
-        made += _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair)
-        fx_by_pairs = _fx_of_paired(g, fx_of, pairing)
-        before = len(pairing.by_onnx)
-        _pair_folded_weights(g, fx_by_pairs, fx_nodes, initializers, weights, pairing, try_pair)
-        if not made and len(pairing.by_onnx) == before:
-            break
+    _pair_around_paired(
+        g, fx_of, fx_nodes, weights, initializers, pairing, onnx_types, onnx_shapes, try_pair
+    )
 
     # 5. inputs and outputs by position
     for onnx_list, fx_list in ((graph_inputs, user_inputs), (onnx_outputs, fx_outputs)):
-        if len(onnx_list) != len(fx_list):
-            continue
-        for o, f in zip(onnx_list, fx_list):
-            if o not in pairing.by_onnx and f not in pairing.by_fx:
-                try_pair(o, f, PAIRED_BY_POSITION)
+        _pair_by_position(onnx_list, fx_list, pairing, try_pair)
     # graph outputs always show as outputs
     for o in onnx_outputs:
         p = pairing.by_onnx.get(o)
