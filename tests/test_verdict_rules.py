@@ -103,3 +103,12 @@ def test_agreeing_by_the_absolute_tolerance_only_is_no_agreement():
     small = torch.full((4,), 0.01)
     assert not agrees_at_its_scale(_consumer(True, 0.04, rtol=1e-2), small)
     assert agrees_at_its_scale(_consumer(True, 1e-6, rtol=1e-2), small)
+
+
+def test_pairing_strengths_are_declared_once():
+    from onnx_sbs_nb.align.pairing.rules import RULES, linking_rules, proven_rules
+    from onnx_sbs_nb.records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_POSITION
+
+    assert len({r.name for r in RULES}) == len(RULES)
+    assert PAIRED_BY_NAME in proven_rules() and PAIRED_BY_METADATA not in proven_rules()
+    assert proven_rules() <= linking_rules() and PAIRED_BY_POSITION not in linking_rules()

@@ -29,13 +29,11 @@ from .engine.sides import FxSide, OnnxSide
 from .judge.judging import SbsMismatchError, as_candidate
 from .pairing.deployed import deploy
 from .pairing.names import (
-    PAIRED_BY_METADATA,
-    PAIRED_BY_NAME,
-    PAIRED_BY_STATE_DICT,
     Pairing,
     pair_values,
     structural_lowering,
 )
+from .pairing.rules import linking_rules
 from .source.fx_metadata import FxMetadata
 from .source.guards import check_input_shapes
 from .source.loading import (
@@ -270,14 +268,12 @@ def _reset_names_in_program_words(
     return options.replace(reset_names=tuple(dict.fromkeys(names)))
 
 
+_LINKING = linking_rules()
+
+
 def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None:
     # graph inputs share names with any model taking the same inputs: they prove nothing
-    strong = [
-        p
-        for p in pairing.by_onnx.values()
-        if p.rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_STATE_DICT)
-        and p.kind != KIND_INPUT
-    ]
+    strong = [p for p in pairing.by_onnx.values() if p.rule in _LINKING and p.kind != KIND_INPUT]
     if not strong:
         raise SbsInputError(
             "the ONNX model shares no computed value, node metadata or weight name with the "

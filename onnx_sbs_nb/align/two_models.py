@@ -21,7 +21,7 @@ from ..convert import to_torch
 from ..device import device_name
 from ..dtypes import ONNX_TO_TORCH
 from ..errors import SbsInputError
-from ..records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_STATE_DICT, Record, RunStatus
+from ..records import Record, RunStatus
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import make_runner
@@ -29,6 +29,7 @@ from .engine.sides import OnnxSide
 from .pairing.deployed import deploy
 from .pairing.names import Pairing
 from .pairing.onnx_pairing import cast_value, pair_onnx_models
+from .pairing.rules import linking_rules
 from .source.loading import load_inputs, load_onnx_model
 from .source.model_check import check_model
 
@@ -123,7 +124,7 @@ def two_model_run(
     pairing = pair_onnx_models(a, b)
     if deployment is not None:
         deployment.link(pairing, pair_onnx_models(a, deployment.original))
-    strong = {PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_STATE_DICT}
+    strong = linking_rules()
     if not any(p.rule in strong for p in pairing.by_onnx.values()):
         raise SbsInputError(
             "the two models share no value name, exporter metadata or weight name: they are "

@@ -63,7 +63,6 @@ from ..judge.undefined import undefined_values
 from ..judge.weights import settle_weight
 from ..pairing.names import (
     PAIRED_BY_NAME,
-    PAIRED_BY_STATE_DICT,
     TRANSFORM_AS_REAL,
     TRANSFORM_PERMUTE,
     TRANSFORM_RESHAPE,
@@ -71,6 +70,7 @@ from ..pairing.names import (
     Pairing,
 )
 from ..pairing.onnx_pairing import TRANSFORM_CAST, in_common_precision
+from ..pairing.rules import proven_rules
 from .fx_runs import compile_runs
 from .options import RESET_ALL, RunOptions
 from .own_error import NotComputed, Pending, own_error_inputs
@@ -123,6 +123,9 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
             schedule(reference.graph, candidate.graph, pairing, needs_inputs),
         )
     return plan[1]
+
+
+_PROVEN = proven_rules()
 
 
 class SideBySideRun:
@@ -870,7 +873,7 @@ class SideBySideRun:
                 f"the model declares this value as {rec.ep_shape_type} (the program's shape) "
                 f"but computes {rec.onnx_shape_type}: the lowering makes the wrong shape",
             )
-        elif d.shape_mismatch and pair.rule not in (PAIRED_BY_NAME, PAIRED_BY_STATE_DICT):
+        elif d.shape_mismatch and pair.rule not in _PROVEN:
             # A pair made from metadata or position is a guess that the shapes disprove:
             # not the same value, so neither a mismatch of the export nor a torch input.
             self._unproven.add(name)
