@@ -70,36 +70,45 @@ class FixedOnExampleInputs:
         return True
 
 
-class UninitialisedMemory:
-    """A value of ``torch.empty`` and its kin: shape and type only (``undefined.py``)."""
+class _ShapeAndTypeOnly:
+    """A value whose content no comparison can judge: checked on shape and type only,
+    and compared as usual when those differ."""
 
-    name = "uninitialised_memory"
+    name = ""
+    note = ""
+
+    def values(self, ctx: RuleContext) -> Container[str]:
+        raise NotImplementedError
 
     def applies(self, pair: Pair, ctx: RuleContext) -> bool:
-        return ctx.name in ctx.undefined
+        return ctx.name in self.values(ctx)
 
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
         if not same_kind(expected, got):
             return False
         record.status = STATUS_NOT_COMPARED
-        record.comment = _join(record.comment, UNDEFINED_NOTE)
+        record.comment = _join(record.comment, self.note)
         return True
 
 
-class RandomDraw:
+class UninitialisedMemory(_ShapeAndTypeOnly):
+    """A value of ``torch.empty`` and its kin (``judge/undefined.py``)."""
+
+    name = "uninitialised_memory"
+    note = UNDEFINED_NOTE
+
+    def values(self, ctx: RuleContext) -> Container[str]:
+        return ctx.undefined
+
+
+class RandomDraw(_ShapeAndTypeOnly):
     """A random draw: each side draws its own (``engine/randomness.py``)."""
 
     name = "random_draw"
+    note = RANDOM_NOTE
 
-    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
-        return ctx.name in ctx.random
-
-    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
-        if not same_kind(expected, got):
-            return False
-        record.status = STATUS_NOT_COMPARED
-        record.comment = _join(record.comment, RANDOM_NOTE)
-        return True
+    def values(self, ctx: RuleContext) -> Container[str]:
+        return ctx.random
 
 
 BEFORE_VALUES: tuple[Rule, ...] = (FixedOnExampleInputs(),)
