@@ -204,3 +204,19 @@ def test_no_import_cycle_with_type_hints():
         graph[m].discard(t)
     cycles = _cycles(graph)
     assert not cycles, "\n".join(cycles)
+
+
+def test_the_run_kinds_come_from_the_package_root():
+    """Users import the run kinds and their options from ``onnx_sbs_nb``, wherever the
+    engine keeps them."""
+    code = (
+        "import onnx_sbs_nb as s\n"
+        "from onnx_sbs_nb.align import bisect, devices, run, two_models\n"
+        "from onnx_sbs_nb.align.engine.options import RunOptions\n"
+        "assert s.run_aligned is run.run_aligned and s.AlignedRun is run.AlignedRun\n"
+        "assert s.run_aligned_onnx is two_models.run_aligned_onnx\n"
+        "assert s.run_onnx_on_two_devices is devices.run_onnx_on_two_devices\n"
+        "assert s.bisect_optimizers is bisect.bisect_optimizers and s.RunOptions is RunOptions\n"
+        "assert all(hasattr(s, n) for n in s.__all__)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
