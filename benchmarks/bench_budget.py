@@ -94,7 +94,7 @@ class _Probe:
         import torch
         from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
 
-        from onnx_sbs_nb.align import loop
+        from onnx_sbs_nb.align.engine import loop
 
         split, clock = self.split, time.perf_counter
 

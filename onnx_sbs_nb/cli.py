@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from .align.options import RunOptions
+from .align.engine.options import RunOptions
 from .cli_precision import add_precision_command, cmd_precision
 from .completion import Completion
 from .errors import SbsInputError
@@ -709,7 +709,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """A replay bundle read by the package (its replay.py is for bundles you wrote)."""
-    from .align.replay_load import load_replay
+    from .align.post.replay_load import load_replay
 
     print(load_replay(args.bundle).to_text())
     return EXIT_PASS

@@ -26,7 +26,7 @@ from typing import Any
 
 import onnx
 
-from .align.loading import load_onnx_model
+from .align.source.loading import load_onnx_model
 from .errors import SbsInputError
 from .files import write_text_atomic
 from .records import FAILING_STATUSES, STATUS_ERROR
@@ -177,7 +177,7 @@ def save_node_data(
     written = write_node_data(records, path, model, metric=metric)
     model_file = None
     if save_model:
-        from .align.optimized import save_model as save_onnx
+        from .align.pairing.optimized import save_model as save_onnx
 
         model_file = save_onnx(load_onnx_model(model), model_path_for(written))
     return NodeDataFiles(written, model_file)

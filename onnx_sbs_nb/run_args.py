@@ -6,7 +6,7 @@ import argparse
 import pathlib
 from typing import Any
 
-from .align.options import RESET_ALL, RUNNER_NAMES, RunOptions
+from .align.engine.options import RESET_ALL, RUNNER_NAMES, RunOptions
 from .errors import SbsInputError
 
 
@@ -76,7 +76,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
     """``--optimize`` / ``--providers``: compare the graph onnxruntime runs when deployed."""
-    from .align.optimized import LEVELS
+    from .align.pairing.optimized import LEVELS
 
     p.add_argument(
         "--optimize",
@@ -106,7 +106,7 @@ def replay_config_from_args(args: argparse.Namespace) -> Any:
                 "--replay-threshold or --replay-config"
             )
         return None
-    from .align.replay import ReplayConfig
+    from .align.post.replay import ReplayConfig
 
     if args.replay_config:
         path = pathlib.Path(args.replay_config)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .align.options import RunOptions
+from .align.engine.options import RunOptions
 from .completion import Completion
 from .device import resolve_device
 from .errors import SbsInputError
@@ -442,7 +442,7 @@ class SbsSession:
             raise ActionError(str(e)) from None
 
     def _save_replay_config(self, node: str, root: Path, bundle: Path) -> Path:
-        from .align.replay import ReplayConfig
+        from .align.post.replay import ReplayConfig
 
         cfg = ReplayConfig(names=[node])
         # the bundle folder name is already sanitised by the engine: reuse it

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import torch
 
-from onnx_sbs_nb.align.quant_ops import register_quantized_ops
+from onnx_sbs_nb.align.source.quant_ops import register_quantized_ops
 
 register_quantized_ops()
 _qd = torch.ops.quantized_decomposed

@@ -183,7 +183,7 @@ def test_bench_budget_splits_a_run(tiny_files, capsys):
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
 
     from benchmarks import bench_budget
-    from onnx_sbs_nb.align import loop
+    from onnx_sbs_nb.align.engine import loop
 
     originals = (
         torch._ops.OpOverload.__call__,

@@ -196,7 +196,7 @@ def test_an_output_the_model_does_not_compute_fails():
 
 
 def test_reset_and_replay_selection_take_the_users_own_names():
-    from onnx_sbs_nb.align.replay import ReplayConfig
+    from onnx_sbs_nb.align.post.replay import ReplayConfig
 
     from .models import tiny_llama
 

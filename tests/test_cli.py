@@ -327,7 +327,7 @@ def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
     script = textwrap.dedent(
         f"""
         import os, pathlib
-        from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+        from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
         from onnx_sbs_nb.cli import run_and_report
 
         class DiesAtThirdNode(OnnxruntimeRunner):
@@ -363,7 +363,7 @@ def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
 
 def test_interrupted_run_writes_reports(demo_run, demo_dir, tmp_path, capsys):
     """Ctrl-C in the middle of a run: the reports hold what was computed, exit code 130."""
-    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
     from onnx_sbs_nb.cli import EXIT_INTERRUPTED, run_and_report
 
     class InterruptedAtThirdNode(OnnxruntimeRunner):
@@ -415,7 +415,7 @@ _SLOW_NODES = textwrap.dedent(
     # loaded by `site` in the onnx-sbs subprocess: every ONNX node takes a while, so a
     # signal lands in the middle of the run
     import os, time
-    from onnx_sbs_nb.align import runners
+    from onnx_sbs_nb.align.engine import runners
 
     _prepare = runners.OnnxruntimeRunner.prepare
 
@@ -500,7 +500,7 @@ def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path
     import signal
 
     import onnx_sbs_nb.cli as cli
-    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 
     class InterruptedOnce(OnnxruntimeRunner):
         calls = 0
@@ -636,7 +636,7 @@ def test_replay_failures_are_printed(demo_run, demo_dir, tmp_path, capfd):
     """A bundle that cannot be written is named on stderr (and kept in status.extra)."""
     replay = tmp_path / "replay"
     replay.mkdir()
-    from onnx_sbs_nb.align.replay import safe_child
+    from onnx_sbs_nb.align.post.replay import safe_child
 
     # a file where the bundle folder of the selected node goes: the bundle cannot be written
     safe_child(replay, "node_layer_norm").write_text("in the way")

@@ -10,7 +10,7 @@ import torch
 
 from onnx_sbs_nb import run_aligned
 from onnx_sbs_nb.align.devices import run_onnx_on_two_devices
-from onnx_sbs_nb.align.loading import SbsInputError
+from onnx_sbs_nb.align.source.loading import SbsInputError
 
 from .models import MLP, export, tiny_llama
 
@@ -45,7 +45,7 @@ def test_two_runtimes_agree_node_by_node(mlp):
 def test_two_runtimes_find_a_broken_kernel(mlp):
     """A kernel swapped in the candidate shows as its own error, the rest inherits it."""
     _, onx, x = mlp
-    from onnx_sbs_nb.align.runners import TorchRunner
+    from onnx_sbs_nb.align.engine.runners import TorchRunner
 
     broken = TorchRunner("cpu", custom_kernels={("", "Relu"): lambda a: torch.relu(a) * 1.5})
     recs = list(run_onnx_on_two_devices(onx, {"x": x}, candidate=(broken, "cpu")))
@@ -98,7 +98,7 @@ def test_session_signature_is_the_same_for_numpy_and_torch_values(exact):
     """A node's session is chosen by its inputs' signature: an array and the same tensor
     (the two forms a value takes between runners) give one signature, shape-like
     integers with their exact shape."""
-    from onnx_sbs_nb.align.runners import input_signature
+    from onnx_sbs_nb.align.engine.runners import input_signature
 
     values = [
         np.zeros((2, 3), np.float32),
@@ -128,9 +128,9 @@ def test_a_program_traced_on_the_cpu_makes_its_values_on_the_run_device():
     values must be made there (as torch.export's move_to_device_pass does), in the
     node-by-node run and in the compiled runs alike.  Checked here on no GPU: the map,
     the arguments a node gets, and a compiled run sent to the meta device."""
-    from onnx_sbs_nb.align.fx_runs import _function
-    from onnx_sbs_nb.align.program import bind_inputs
-    from onnx_sbs_nb.align.sides import FxSide, traced_device_map
+    from onnx_sbs_nb.align.engine.fx_runs import _function
+    from onnx_sbs_nb.align.engine.sides import FxSide, traced_device_map
+    from onnx_sbs_nb.align.source.program import bind_inputs
 
     x = torch.randn(2, 5)
     ep = torch.export.export(_Positions(), (x,))
@@ -157,7 +157,7 @@ def test_a_program_traced_on_the_cpu_makes_its_values_on_the_run_device():
 def test_a_size_computed_from_symbolic_shapes_is_on_no_device():
     """The torch side of a size is a Python number: it has no device, so it never counts
     as a value on another device (err_dev 0) than its ONNX partner."""
-    from onnx_sbs_nb.align.judging import fill_own_error
+    from onnx_sbs_nb.align.judge.judging import fill_own_error
     from onnx_sbs_nb.diff import Diff
     from onnx_sbs_nb.records import Record
 

@@ -15,8 +15,8 @@ import torch
 from onnx import numpy_helper
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.loading import SbsInputError
 from onnx_sbs_nb.align.run import AlignedRun, SbsMismatchError
+from onnx_sbs_nb.align.source.loading import SbsInputError
 from onnx_sbs_nb.records import (
     KIND_WEIGHT,
     STATUS_ERROR,
@@ -394,7 +394,7 @@ def test_live_values_do_not_grow_with_depth(rerun):
 
 def test_sessions_are_reused_across_runs(mlp):
     """A second run of the same model builds no onnxruntime session again."""
-    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 
     ep, onx, args = mlp
     first = OnnxruntimeRunner()
@@ -432,7 +432,7 @@ def test_onnxruntime_node_calls_return_every_output_in_order():
     outputs still hands them back in the model's order, and a wrong feed still fails."""
     from onnx import TensorProto, helper
 
-    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import ModelContext, OnnxruntimeRunner
 
     node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)
     graph = helper.make_graph(
@@ -483,7 +483,7 @@ def test_onnxruntime_node_with_an_empty_optional_input_between_given_ones():
     still go to their own names (min is absent, max is given)."""
     from onnx import TensorProto, helper
 
-    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import ModelContext, OnnxruntimeRunner
 
     node = helper.make_node("Clip", ["x", "", "hi"], ["y"])
     graph = helper.make_graph(
@@ -512,7 +512,7 @@ def test_local_functions_key_sessions_by_their_body():
     body: the session key holds the function (serialized once per model)."""
     from onnx import TensorProto, helper
 
-    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import ModelContext, OnnxruntimeRunner
 
     def model_with(op: str) -> onnx.ModelProto:
         fn = helper.make_function(
@@ -552,7 +552,7 @@ def test_free_variables_of_nodes_read_through_passing_wrappers():
     by the wrapper's id must not be handed to the next node's wrapper at that id."""
     from onnx import TensorProto, helper
 
-    from onnx_sbs_nb.align.runners import ModelContext
+    from onnx_sbs_nb.align.engine.runners import ModelContext
 
     def branch(outer: str, name: str):
         return helper.make_graph(
@@ -637,8 +637,8 @@ def test_state_written_back_is_no_missing_output():
     model returns state: those values are judged as nodes (compared where the model
     computes them, unpaired where it folded or dropped them), never as outputs the model
     fails to compute, and a faithful export passes."""
-    from onnx_sbs_nb.align.names import returned_outputs
-    from onnx_sbs_nb.align.program import prepare_program
+    from onnx_sbs_nb.align.pairing.names import returned_outputs
+    from onnx_sbs_nb.align.source.program import prepare_program
 
     torch.manual_seed(0)
     x = torch.randn(2, 4)

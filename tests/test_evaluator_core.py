@@ -1189,3 +1189,14 @@ def test_shape_analysis_stops_at_custom_kernels():
     for _ in range(3):
         y, _ = ev.run(None, {"x": torch.ones(2, 2)})
         assert y.shape == (4,)
+
+
+def test_op_index_names_the_module_of_every_kernel():
+    from onnx_sbs_nb.evaluator.registry import op_index, supported_ops
+
+    index = op_index()
+    assert [(d, o, v) for d, o, v, _ in index] == supported_ops()
+    assert all(w.startswith("onnx_sbs_nb.evaluator.kernels.") for *_, w in index), [
+        w for *_, w in index if not w.startswith("onnx_sbs_nb.evaluator.kernels.")
+    ][:5]
+    assert any(o == "Erf" for _, o, _, _ in index)

@@ -116,7 +116,7 @@ def test_exported_notebook_replaces_a_planted_link(tmp_path):
 @pytest.mark.parametrize("large", [False, True])
 def test_saved_model_and_its_data_replace_planted_links(small, tmp_path, monkeypatch, large):
     """The optimized graph written beside node data (and its .data file when large)."""
-    from onnx_sbs_nb.align import optimized
+    from onnx_sbs_nb.align.pairing import optimized
 
     if large:  # every weight to the data file, as a model above the inline limit
         monkeypatch.setattr(optimized, "_INLINE_LIMIT", 0)
@@ -137,7 +137,7 @@ def test_saved_model_and_its_data_replace_planted_links(small, tmp_path, monkeyp
 
 
 def test_replay_bundle_replaces_planted_links(broken, tmp_path):
-    from onnx_sbs_nb.align.replay import BUNDLE_FILES
+    from onnx_sbs_nb.align.post.replay import BUNDLE_FILES
     from onnx_sbs_nb.session import SbsSession
 
     ep, onx, x = broken
@@ -272,7 +272,7 @@ def test_not_computed_values_are_never_a_pass(small):
 
 def test_functions_calling_each_other_too_deep_are_refused(small):
     """Checked without recursion before onnxruntime walks it (which crashed at 10,000)."""
-    from onnx_sbs_nb.align.model_check import MAX_NESTING, check_nesting
+    from onnx_sbs_nb.align.source.model_check import MAX_NESTING, check_nesting
 
     ep, onx, x = small
     m = _copy(onx)
@@ -312,7 +312,7 @@ def test_functions_calling_each_other_too_deep_are_refused(small):
 
 
 def test_subgraphs_nested_too_deep_are_refused():
-    from onnx_sbs_nb.align.model_check import MAX_NESTING, check_nesting
+    from onnx_sbs_nb.align.source.model_check import MAX_NESTING, check_nesting
 
     out = [onnx.helper.make_tensor_value_info("o", onnx.TensorProto.FLOAT, [])]
     leaf = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["v"], ["o"])], "g", [], out)
@@ -535,7 +535,7 @@ def test_pt2_zip_bomb_is_refused_before_inflating(small, tmp_path, member, messa
 
 @pytest.mark.timeout(120)
 def test_fifo_external_data_is_named_not_missing(small, tmp_path):
-    from onnx_sbs_nb.align.loading import load_onnx_model
+    from onnx_sbs_nb.align.source.loading import load_onnx_model
 
     ep, onx, x = small
     path = tmp_path / "m.onnx"
@@ -577,7 +577,7 @@ def test_load_replay_runs_nothing_from_the_bundle(broken, tmp_path):
     assert "Gemm" in cli.stdout and "max abs" in cli.stdout
     assert not marker.exists()
     # the bundle's README (its script's header) says whose bundles the script is for
-    from onnx_sbs_nb.align.replay import TEMPLATE
+    from onnx_sbs_nb.align.post.replay import TEMPLATE
 
     assert "for bundles you made yourself" in Path(TEMPLATE).read_text()
 

@@ -282,7 +282,7 @@ def test_nhwc_conv_is_permuted_conv2d(dtype, case):
 def test_nhwc_conv_falls_back_to_the_torch_evaluator_in_the_engine():
     """onnxruntime has no CPU NhwcConv: the engine's runner gets the torch evaluator's
     values and says why."""
-    from onnx_sbs_nb.align.runners import ModelContext, OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import ModelContext, OnnxruntimeRunner
 
     inputs = _nhwc_inputs(_rng(10), np.float32)
     m = _model("NhwcConv", inputs, ["y"], MS, strides=[2, 1], pads=[1, 0, 1, 2])

@@ -1,6 +1,6 @@
-"""The exporter's preparation reproduced without a re-trace (align/light_prep.py), the
-check that decides whether it is used (align/prep_check.py), and the op decisions and
-disk cache it reads (align/exporter_ops.py, align/disk_cache.py).
+"""The exporter's preparation reproduced without a re-trace (align/source/light_prep.py), the
+check that decides whether it is used (align/source/prep_check.py), and the op decisions and
+disk cache it reads (align/source/exporter_ops.py, align/source/disk_cache.py).
 
 The reproduction is compared node for node with torch's private preparation function in
 the installed torch: names, targets, arguments, recorded dtypes/shapes/strides, graph
@@ -20,17 +20,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from onnx_sbs_nb.align import disk_cache, exporter_ops
-from onnx_sbs_nb.align.light_prep import Unsupported, prepare_light
-from onnx_sbs_nb.align.names import FxMetadata, fx_name_from_metadata, fx_node_text, pair_values
-from onnx_sbs_nb.align.prep_check import NodePrinter, disagreement
-from onnx_sbs_nb.align.program import (
+from onnx_sbs_nb.align.pairing.names import pair_values
+from onnx_sbs_nb.align.run import AlignedRun
+from onnx_sbs_nb.align.source import disk_cache, exporter_ops
+from onnx_sbs_nb.align.source.fx_metadata import FxMetadata, fx_name_from_metadata, fx_node_text
+from onnx_sbs_nb.align.source.light_prep import Unsupported, prepare_light
+from onnx_sbs_nb.align.source.prep_check import NodePrinter, disagreement
+from onnx_sbs_nb.align.source.program import (
     PREPARED_BY_EXPORTER,
     PREPARED_REPRODUCED,
     _exporter_prepare,
     prepare_program,
 )
-from onnx_sbs_nb.align.run import AlignedRun
 
 from .models import (
     Attention,

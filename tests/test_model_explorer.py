@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.optimized import optimize_model
+from onnx_sbs_nb.align.pairing.optimized import optimize_model
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.model_explorer import (
     ERROR_COLOR,

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.names import FX_NODE_KEY, fx_name_from_metadata
-from onnx_sbs_nb.align.optimized import (
+from onnx_sbs_nb.align.pairing.optimized import (
     META_REPLACED,
     NODE_FUSED,
     NODE_INSERTED,
@@ -26,6 +25,7 @@ from onnx_sbs_nb.align.optimized import (
     ort_session,
     process_temp_dir,
 )
+from onnx_sbs_nb.align.source.fx_metadata import FX_NODE_KEY, fx_name_from_metadata
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_UNPAIRED_EP
 
@@ -178,7 +178,7 @@ def test_external_data_in_and_out(tmp_path):
 
 
 def test_a_large_model_goes_to_onnxruntime_through_a_file(monkeypatch):
-    import onnx_sbs_nb.align.optimized as optimized
+    import onnx_sbs_nb.align.pairing.optimized as optimized
 
     _, onx, _ = exported("mlp")
     before = onx.SerializeToString()
@@ -214,7 +214,7 @@ def test_saved_quantized_program_needs_the_registration(tmp_path):
         "    print('loaded-before')\n"
         "except Exception:\n"
         "    print('failed-before')\n"
-        "from onnx_sbs_nb.align.quant_ops import register_quantized_ops\n"
+        "from onnx_sbs_nb.align.source.quant_ops import register_quantized_ops\n"
         "assert register_quantized_ops()\n"
         "ep = torch.export.load(sys.argv[1])\n"
         "print('loaded-after', len(list(ep.graph.nodes)))\n"

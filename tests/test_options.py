@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.options import RunOptions
-from onnx_sbs_nb.align.replay import ReplayConfig
+from onnx_sbs_nb.align.engine.options import RunOptions
+from onnx_sbs_nb.align.post.replay import ReplayConfig
 from onnx_sbs_nb.errors import SbsInputError
 
 from .models import Chain, export

@@ -1,4 +1,4 @@
-"""Inherited precision (align/precision.py): a float32 value computed from float16 values
+"""Inherited precision (align/judge/precision.py): a float32 value computed from float16 values
 is judged with the float16 tolerance, as the program computes it; an export that rounds
 to float16 where the program does not still fails."""
 
@@ -9,8 +9,8 @@ import onnx.helper as oh
 import pytest
 import torch
 
-from onnx_sbs_nb.align.judging import SbsMismatchError
-from onnx_sbs_nb.align.precision import INHERITED_NOTE, inherited_precision
+from onnx_sbs_nb.align.judge.judging import SbsMismatchError
+from onnx_sbs_nb.align.judge.precision import INHERITED_NOTE, inherited_precision
 from onnx_sbs_nb.align.run import AlignedRun
 from onnx_sbs_nb.summary import summarize
 

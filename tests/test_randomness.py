@@ -1,6 +1,6 @@
 """Values drawn at random in the forward: each side draws its own, so they are checked
 on shape and type only, and the candidate continues from the torch draw; everything
-computed after them is compared as usual (align/randomness.py)."""
+computed after them is compared as usual (align/engine/randomness.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from onnx_sbs_nb.align.plan import SideGraph
-from onnx_sbs_nb.align.randomness import random_values
+from onnx_sbs_nb.align.engine.plan import SideGraph
+from onnx_sbs_nb.align.engine.randomness import random_values
 from onnx_sbs_nb.align.run import AlignedRun
 from onnx_sbs_nb.summary import summarize
 
@@ -98,7 +98,7 @@ def test_a_draw_of_another_shape_is_still_a_mismatch(vae):
 def test_a_dropout_in_training_mode_is_a_draw_and_one_in_inference_is_not():
     from onnx import TensorProto, helper
 
-    from onnx_sbs_nb.align.randomness import random_nodes
+    from onnx_sbs_nb.align.engine.randomness import random_nodes
 
     def dropout(mode: str):
         return helper.make_node("Dropout", ["x", "r", mode], ["y", f"m_{mode}"])

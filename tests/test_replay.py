@@ -16,13 +16,13 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_sbs_nb.align.replay import (
+from onnx_sbs_nb.align.post.replay import (
     ReplayConfig,
     safe_child,
     safe_dirname,
     write_replay_bundle,
 )
-from onnx_sbs_nb.align.submodel import extract_submodel, prefix_model, submodel_inputs
+from onnx_sbs_nb.align.post.submodel import extract_submodel, prefix_model, submodel_inputs
 from onnx_sbs_nb.records import KIND_WEIGHT, Record
 
 from .models import CausalAttention
@@ -597,7 +597,7 @@ def test_bundles_through_the_engine_with_a_replay_config(tmp_path, mlp):
 
 def test_replay_template_is_standalone():
     """replay.py must import nothing from this package: it runs where it is not installed."""
-    from onnx_sbs_nb.align.replay import TEMPLATE
+    from onnx_sbs_nb.align.post.replay import TEMPLATE
 
     src = TEMPLATE.read_text()
     assert "onnx_sbs_nb" not in src.replace("(written by onnx_sbs_nb)", "")
@@ -624,7 +624,7 @@ def test_bundle_of_cuda_values_loads_on_a_cpu_machine(tmp_path, mlp, capsys):
 
 def test_big_sub_models_keep_their_weights_inside_the_bundle(tmp_path, mlp, capsys, monkeypatch):
     """Beyond protobuf's limit the weights go to model.onnx.data, next to model.onnx."""
-    from onnx_sbs_nb.align import replay as replay_mod
+    from onnx_sbs_nb.align.post import replay as replay_mod
 
     _, onx, args = mlp
     full = onnx_values(onx, {"x": args[0].numpy()})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 from onnx_sbs_nb.align.run import AlignedRun, run_aligned
-from onnx_sbs_nb.align.runners import OnnxruntimeRunner
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.session import SbsSession
 from tests.test_session import _broken_mlp

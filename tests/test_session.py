@@ -143,7 +143,7 @@ def test_actions_on_a_finished_run(model, tmp_path):
     assert res["device"] == "cpu" and res["outputs"]
     saved = s.save_replay(bad)
     assert saved.bundle.is_dir() and saved.bundle.parent == (tmp_path / "r").resolve()
-    from onnx_sbs_nb.align.replay import ReplayConfig
+    from onnx_sbs_nb.align.post.replay import ReplayConfig
 
     cfg = ReplayConfig.load(saved.config)
     assert cfg.names == [bad.onnx_node_name]  # the node itself, by name

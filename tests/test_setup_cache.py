@@ -1,6 +1,6 @@
 """A second run of the same program and model: what it reuses, and what it must not.
 
-Pairing and provenance are kept per prepared program (``align/setup_cache.py``); the
+Pairing and provenance are kept per prepared program (``align/engine/setup_cache.py``); the
 torch side runs without autograd and reads each node's arguments through loaders built
 once.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import diff
-from onnx_sbs_nb.align import setup_cache
+from onnx_sbs_nb.align.engine import setup_cache
 from onnx_sbs_nb.align.run import AlignedRun
 
 from .models import MLP, export, mlp_export
@@ -58,7 +58,7 @@ def test_second_run_pairs_once_and_finds_the_same(mlp, monkeypatch):
 def test_record_fields_are_described_once_per_program_and_provenance(mlp):
     """The ep_*/onnx_* fields of a pair are the same at every run: kept with each side's
     tables, and made again for another provenance (another user program)."""
-    from onnx_sbs_nb.align.sides import FxSide
+    from onnx_sbs_nb.align.engine.sides import FxSide
 
     ep, onx, args = mlp
     first = AlignedRun(ep, onx, args)
@@ -325,7 +325,7 @@ def _run_owned(o: object) -> str | None:
 
 
 def test_a_trace_shared_by_many_nodes_gives_each_its_source_line():
-    from onnx_sbs_nb.align.provenance import source_line
+    from onnx_sbs_nb.align.source.provenance import source_line
 
     def trace(line: int) -> str:
         return (
@@ -349,7 +349,7 @@ def test_a_trace_shared_by_many_nodes_gives_each_its_source_line():
 def test_source_line_skips_a_wrapper_that_only_forwards_its_arguments():
     """A RoPE bug's node ran through a kernel hub's wrapper (`return func(*args,
     **kwargs)`): the source line is the model's call one frame up, not the wrapper."""
-    from onnx_sbs_nb.align.provenance import source_line
+    from onnx_sbs_nb.align.source.provenance import source_line
 
     trace = (
         '  File "/venv/site-packages/transformers/models/qwen2/modeling_qwen2.py", line 204, '
@@ -455,7 +455,7 @@ def test_a_second_run_with_the_torch_runner_compiles_no_node(mlp):
     """The torch evaluator's compiled nodes are shared like onnxruntime's sessions: a
     second run compiles none (each compilation generates and compiles Python source), and
     finds the same; a runner with custom kernels compiles its own, and they run."""
-    from onnx_sbs_nb.align.runners import TorchRunner
+    from onnx_sbs_nb.align.engine.runners import TorchRunner
 
     ep, onx, args = mlp
     first = AlignedRun(ep, onx, args, runner="torch")

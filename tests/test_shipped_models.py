@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.sides import _per_slot
+from onnx_sbs_nb.align.engine.sides import _per_slot
 from onnx_sbs_nb.records import (
     STATUS_NOT_COMPARED,
     STATUS_OK,
@@ -208,7 +208,7 @@ def test_uninitialised_memory_is_never_compared():
 
 
 def test_undefined_values_follow_views_of_them():
-    from onnx_sbs_nb.align.undefined import undefined_fx_values
+    from onnx_sbs_nb.align.judge.undefined import undefined_fx_values
 
     x = torch.randn(4, 8)
     ep = torch.export.export(_Scratch(), (x,)).run_decompositions()

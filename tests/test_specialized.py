@@ -1,4 +1,4 @@
-"""A decomposition that fixed a size on the example inputs (align/specialized.py).
+"""A decomposition that fixed a size on the example inputs (align/source/specialized.py).
 
 The exporter's preparation turns ``adaptive_avg_pool2d`` to ``(3, 4)`` into an
 ``avg_pool2d`` whose kernel is the example's height and width divided by 3 and 4, while

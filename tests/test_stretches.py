@@ -1,4 +1,4 @@
-"""Stretches (align/stretches.py): a second run of a model on inputs of the same shapes runs
+"""Stretches (align/engine/stretches.py): a second run of a model on inputs of the same shapes runs
 consecutive onnxruntime nodes as one session, and gives the records of one node at a time."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from onnx_sbs_nb.align.engine.stretches import ALONE_OPS, MAX_NODES
 from onnx_sbs_nb.align.run import AlignedRun
-from onnx_sbs_nb.align.stretches import ALONE_OPS, MAX_NODES
 from onnx_sbs_nb.records import RECORD_FIELDS
 
 from .models import export
@@ -191,7 +191,7 @@ def test_consumers_of_reset_values_run_after_the_reset(wide):
 
 
 def test_time_nodes_is_an_option_everywhere():
-    from onnx_sbs_nb.align.options import RunOptions
+    from onnx_sbs_nb.align.engine.options import RunOptions
     from onnx_sbs_nb.cli import build_parser
     from onnx_sbs_nb.errors import SbsInputError
     from onnx_sbs_nb.run_args import options_from_args
@@ -233,8 +233,8 @@ def test_a_compiled_torch_run_that_fails_runs_node_by_node():
 
 def test_compiled_torch_runs_check_output_sizes(wide, monkeypatch):
     """The size rules of fx_limits.py hold in a compiled run as one node at a time."""
-    from onnx_sbs_nb.align import fx_limits
-    from onnx_sbs_nb.align.limits import OutputTooLargeError
+    from onnx_sbs_nb.align.engine import fx_limits
+    from onnx_sbs_nb.align.engine.limits import OutputTooLargeError
 
     ep, onx, args = wide
     _run(ep, onx, args)
@@ -254,7 +254,7 @@ def test_compiled_torch_runs_check_output_sizes(wide, monkeypatch):
 def test_a_compiled_run_never_executes_names_from_the_program():
     """Keyword and value names come from a file: they reach the generated code as string
     literals only."""
-    from onnx_sbs_nb.align.fx_runs import _function
+    from onnx_sbs_nb.align.engine.fx_runs import _function
 
     seen = {}
 
@@ -293,7 +293,7 @@ def test_a_node_checked_with_exact_shapes_keeps_its_note_in_a_stretch(wide):
     """onnxruntime refused to check a node alone with symbolic shapes (simulated): it ran
     with exact ones and its records say so; a stretch declares exact shapes anyway, so
     the node joins one, and its records still say how one node at a time runs it."""
-    from onnx_sbs_nb.align.runners import OnnxruntimeRunner
+    from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 
     ep, onx, args = wide
     runner = OnnxruntimeRunner(fallback=False)  # a cache of its own: nothing else sees this

@@ -1,4 +1,4 @@
-"""TopK indices among tied values: judged by the values they select (align/ties.py)."""
+"""TopK indices among tied values: judged by the values they select (align/judge/ties.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import torch
 
+from onnx_sbs_nb.align.judge.ties import TIE_NOTE, same_choice, tie_axes
 from onnx_sbs_nb.align.run import AlignedRun
-from onnx_sbs_nb.align.ties import TIE_NOTE, same_choice, tie_axes
 
 from .models import export
 

@@ -17,8 +17,8 @@ import zipfile
 import pytest
 import torch
 
-from onnx_sbs_nb.align.loading import load_exported_program, load_inputs
-from onnx_sbs_nb.align.untrusted_pt2 import unsafe_guard, unsafe_sym_expr
+from onnx_sbs_nb.align.source.loading import load_exported_program, load_inputs
+from onnx_sbs_nb.align.source.untrusted_pt2 import unsafe_guard, unsafe_sym_expr
 from onnx_sbs_nb.cli import EXIT_BAD_INPUT, main
 from onnx_sbs_nb.errors import SbsInputError
 
@@ -282,7 +282,7 @@ def test_the_torch_internals_wrapped_are_there():
     import importlib
     import inspect
 
-    from onnx_sbs_nb.align import untrusted_pt2
+    from onnx_sbs_nb.align.source import untrusted_pt2
 
     package = importlib.import_module(untrusted_pt2.PACKAGE_MODULE)
     serialize = importlib.import_module(untrusted_pt2.SERIALIZE_MODULE)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_sbs_nb.align import limits
-from onnx_sbs_nb.align.limits import OutputTooLargeError, check_output_size
+from onnx_sbs_nb.align.engine import limits
+from onnx_sbs_nb.align.engine.limits import OutputTooLargeError, check_output_size
+from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 from onnx_sbs_nb.align.run import run_aligned
-from onnx_sbs_nb.align.runners import OnnxruntimeRunner
 from onnx_sbs_nb.summary import summarize
 
 
@@ -220,7 +220,7 @@ def test_broadcast_bomb_in_the_program_is_refused_before_it_allocates():
     ],
 )
 def test_program_rules_see_the_output_size(target, args, kwargs, shape):
-    from onnx_sbs_nb.align.fx_limits import fx_size_rule
+    from onnx_sbs_nb.align.engine.fx_limits import fx_size_rule
 
     rule = fx_size_rule(target)
     assert rule is not None
@@ -229,7 +229,7 @@ def test_program_rules_see_the_output_size(target, args, kwargs, shape):
 
 
 def test_ordinary_program_ops_have_no_rule_or_pass():
-    from onnx_sbs_nb.align.fx_limits import check_fx_output_size, fx_size_rule
+    from onnx_sbs_nb.align.engine.fx_limits import check_fx_output_size, fx_size_rule
 
     assert fx_size_rule(torch.ops.aten.relu.default) is None
     rule = fx_size_rule(torch.ops.aten.add.Tensor)

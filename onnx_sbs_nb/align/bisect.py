@@ -22,8 +22,7 @@ import torch
 from ..convert import to_numpy
 from ..diff import compare
 from ..errors import SbsInputError
-from .loading import load_exported_program, load_inputs, load_onnx_model
-from .optimized import (
+from .pairing.optimized import (
     LEVELS,
     NODE_UNCHANGED,
     OptimizedModel,
@@ -31,8 +30,9 @@ from .optimized import (
     optimize_model,
     ort_session,
 )
-from .program import bind_inputs
-from .quant_ops import register_quantized_ops
+from .source.loading import load_exported_program, load_inputs, load_onnx_model
+from .source.program import bind_inputs
+from .source.quant_ops import register_quantized_ops
 
 # Values of OptimizerBlame.verdict
 FOUND = "found"  # disabling .optimizers makes the optimized session agree

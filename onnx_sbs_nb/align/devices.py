@@ -17,13 +17,13 @@ import onnx
 
 from ..device import device_name
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME, Record
-from .loading import SbsInputError, load_onnx_model
-from .loop import SideBySideRun
-from .model_check import check_model
-from .names import Pair, Pairing
-from .options import RunOptions
-from .runners import make_runner
-from .sides import OnnxSide
+from .engine.loop import SideBySideRun
+from .engine.options import RunOptions
+from .engine.runners import make_runner
+from .engine.sides import OnnxSide
+from .pairing.names import Pair, Pairing
+from .source.loading import SbsInputError, load_onnx_model
+from .source.model_check import check_model
 
 
 def same_model_pairing(model: onnx.ModelProto) -> Pairing:

@@ -45,9 +45,10 @@ import torch
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
 from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, Record
-from .loading import load_exported_program, load_inputs, load_onnx_model
-from .names import fx_name_from_metadata, onnx_value_types
-from .onnx_pairing import cast_value
+from .pairing.names import onnx_value_types
+from .pairing.onnx_pairing import cast_value
+from .source.fx_metadata import fx_name_from_metadata
+from .source.loading import load_exported_program, load_inputs, load_onnx_model
 
 LOW_DTYPES = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
 _FLOAT_TYPES = {
@@ -796,6 +797,30 @@ def _upstream(
     return out
 
 
+def _low_precision_model(
+    reference: onnx.ModelProto, converted: Any, dtype: str, keep_io_types: bool | None
+) -> tuple[onnx.ModelProto, bool]:
+    """The model in ``dtype``: the ``converted`` one checked, else ``reference`` converted
+    here; and whether it keeps float32 inputs and outputs."""
+    if converted is None:
+        keep_io_types = True if keep_io_types is None else keep_io_types
+        return convert_model(reference, dtype, (), keep_io_types), keep_io_types
+    candidate = load_onnx_model(converted)
+    have = low_precision_of(candidate)
+    if have != dtype:
+        raise SbsInputError(
+            f"the converted model computes in {have or 'float32'}, not {dtype}: pass dtype={have!r}"
+            if have
+            else "the converted model is not in low precision"
+        )
+    if keep_io_types is None:
+        keep_io_types = all(
+            i.type.tensor_type.elem_type not in (LOW_DTYPES[dtype],)
+            for i in [*candidate.graph.input, *candidate.graph.output]
+        )
+    return candidate, keep_io_types
+
+
 def advise_precision(
     ep: Any,
     onx: Any,
@@ -840,24 +865,7 @@ def advise_precision(
     bf16 = dtype == "bfloat16"
     runner = runner or ("torch" if bf16 else "onnxruntime")
     feeds = _feeds(ep, reference, args, kwargs)
-    if converted is not None:
-        candidate = load_onnx_model(converted)
-        have = low_precision_of(candidate)
-        if have != dtype:
-            raise SbsInputError(
-                f"the converted model computes in {have or 'float32'}, not {dtype}: "
-                f"pass dtype={have!r}"
-                if have
-                else "the converted model is not in low precision"
-            )
-        if keep_io_types is None:
-            keep_io_types = all(
-                i.type.tensor_type.elem_type not in (LOW_DTYPES[dtype],)
-                for i in [*candidate.graph.input, *candidate.graph.output]
-            )
-    else:
-        keep_io_types = True if keep_io_types is None else keep_io_types
-        candidate = convert_model(reference, dtype, (), keep_io_types)
+    candidate, keep_io_types = _low_precision_model(reference, converted, dtype, keep_io_types)
     if progress is not None:
         progress("reference", 0.0)
     scales = _scales(reference, feeds)

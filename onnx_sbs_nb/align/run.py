@@ -16,30 +16,36 @@ import torch
 
 from ..device import device_name
 from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
-from .deployed import deploy
-from .guards import check_input_shapes
-from .judging import SbsMismatchError, as_candidate
-from .loading import (
+from .engine.loop import SideBySideRun
+from .engine.options import RunOptions
+from .engine.runners import OnnxruntimeRunner, make_runner
+from .engine.setup_cache import (
+    cached_fx_tables,
+    cached_onnx_tables,
+    cached_pairing,
+    cached_provenance,
+)
+from .engine.sides import FxSide, OnnxSide
+from .judge.judging import SbsMismatchError, as_candidate
+from .pairing.deployed import deploy
+from .pairing.names import (
+    Pairing,
+    pair_values,
+    structural_lowering,
+)
+from .pairing.rules import linking_rules
+from .source.fx_metadata import FxMetadata
+from .source.guards import check_input_shapes
+from .source.loading import (
     SbsInputError,
     load_exported_program,
     load_inputs,
     load_onnx_model,
     onnx_folder,
 )
-from .loop import SideBySideRun
-from .model_check import check_model, check_opset, start_onnxruntime_check
-from .names import (
-    PAIRED_BY_METADATA,
-    PAIRED_BY_NAME,
-    PAIRED_BY_STATE_DICT,
-    FxMetadata,
-    Pairing,
-    pair_values,
-    structural_lowering,
-)
-from .options import RunOptions
-from .prep_check import structure_digest
-from .program import (
+from .source.model_check import check_model, check_opset, start_onnxruntime_check
+from .source.prep_check import structure_digest
+from .source.program import (
     PREPARED_BY_EXPORTER,
     PREPARED_FROM_ONNX_PROGRAM,
     PREPARED_REPRODUCED,
@@ -47,15 +53,7 @@ from .program import (
     bind_inputs,
     prepare_program,
 )
-from .runners import OnnxruntimeRunner, make_runner
-from .setup_cache import (
-    cached_fx_tables,
-    cached_onnx_tables,
-    cached_pairing,
-    cached_provenance,
-)
-from .sides import FxSide, OnnxSide
-from .specialized import specialized_values
+from .source.specialized import specialized_values
 
 
 class AlignedRun(SideBySideRun):
@@ -177,7 +175,7 @@ class AlignedRun(SideBySideRun):
         """The post-run actions (``actions.py``).  Made on each use, not kept: a run that
         held its actions, which hold the run, would be a reference cycle, and a dropped
         run (its records, plan and values) would wait for the cyclic collector."""
-        from .actions import RunActions
+        from .post.actions import RunActions
 
         return RunActions(self)
 
@@ -220,7 +218,7 @@ def _trusted_fx_nodes(
     describes exactly; None when every name can be trusted."""
     if prepared.source in (PREPARED_FROM_ONNX_PROGRAM, PREPARED_REPRODUCED):
         return None, None  # the exporter's own program, or checked against this model
-    from .prep_check import agreeing_nodes, disagreement
+    from .source.prep_check import agreeing_nodes, disagreement
 
     why = disagreement(prepared.program, model, metadata)
     if why is None:
@@ -270,14 +268,12 @@ def _reset_names_in_program_words(
     return options.replace(reset_names=tuple(dict.fromkeys(names)))
 
 
+_LINKING = linking_rules()
+
+
 def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None:
     # graph inputs share names with any model taking the same inputs: they prove nothing
-    strong = [
-        p
-        for p in pairing.by_onnx.values()
-        if p.rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_STATE_DICT)
-        and p.kind != KIND_INPUT
-    ]
+    strong = [p for p in pairing.by_onnx.values() if p.rule in _LINKING and p.kind != KIND_INPUT]
     if not strong:
         raise SbsInputError(
             "the ONNX model shares no computed value, node metadata or weight name with the "

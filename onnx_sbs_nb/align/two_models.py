@@ -3,7 +3,7 @@
 An export before and after an optimizer, two exporter versions, float32 against float16,
 or a model against the graph onnxruntime runs (``optimize=``): the engine's one loop
 (``run.py``) with an ONNX model on both sides, paired by names and exporter metadata
-(:func:`~onnx_sbs_nb.align.onnx_pairing.pair_onnx_models`).  Model ``a`` is the
+(:func:`~onnx_sbs_nb.align.pairing.onnx_pairing.pair_onnx_models`).  Model ``a`` is the
 reference (the ``ep_*`` fields of the records), ``b`` the candidate (the ``onnx_*``
 fields).  The feeds are ``a``'s inputs; ``b`` gets them cast to its own input types
 where they differ (a float16 model fed float32 inputs).
@@ -21,16 +21,17 @@ from ..convert import to_torch
 from ..device import device_name
 from ..dtypes import ONNX_TO_TORCH
 from ..errors import SbsInputError
-from ..records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_STATE_DICT, Record, RunStatus
-from .deployed import deploy
-from .loading import load_inputs, load_onnx_model
-from .loop import SideBySideRun
-from .model_check import check_model
-from .names import Pairing
-from .onnx_pairing import cast_value, pair_onnx_models
-from .options import RunOptions
-from .runners import make_runner
-from .sides import OnnxSide
+from ..records import Record, RunStatus
+from .engine.loop import SideBySideRun
+from .engine.options import RunOptions
+from .engine.runners import make_runner
+from .engine.sides import OnnxSide
+from .pairing.deployed import deploy
+from .pairing.names import Pairing
+from .pairing.onnx_pairing import cast_value, pair_onnx_models
+from .pairing.rules import linking_rules
+from .source.loading import load_inputs, load_onnx_model
+from .source.model_check import check_model
 
 
 def model_feeds(model: onnx.ModelProto, feeds: Any) -> dict[str, Any]:
@@ -123,7 +124,7 @@ def two_model_run(
     pairing = pair_onnx_models(a, b)
     if deployment is not None:
         deployment.link(pairing, pair_onnx_models(a, deployment.original))
-    strong = {PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_STATE_DICT}
+    strong = linking_rules()
     if not any(p.rule in strong for p in pairing.by_onnx.values()):
         raise SbsInputError(
             "the two models share no value name, exporter metadata or weight name: they are "

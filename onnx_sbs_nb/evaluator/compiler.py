@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -393,23 +394,11 @@ class Compiler:
             fn, builtin, form = self._make_callable(node, key, entry, atts, opsets, attr_env)
             kernel = fn
             if fn is None:
-                missing.append(
-                    f"{node.op_type!r} (domain {domain or 'ai.onnx'!r}, opset "
-                    f"{opsets.get(domain)}) in node {node.name!r}"
-                )
+                missing.append(_missing_kernel(node, domain, opsets))
                 for o in node.output:
                     slots[o] = 0  # keeps collecting the other missing kernels
                 continue
-            explicit = list(node.input)
-            while explicit and not explicit[-1]:
-                explicit.pop()
-            implicit = node_implicit_inputs(node)
-            for name in [*explicit, *implicit]:
-                if name and name not in slots:
-                    raise ValueError(
-                        f"node {node.name!r} ({node.op_type}) reads {name!r}, "
-                        "which no input, initializer or earlier node defines"
-                    )
+            explicit, implicit = _defined_inputs(node, slots)
             ins = [slots[n] if n else 0 for n in explicit]
             if implicit:
                 ins += [slots[n] for n in implicit]
@@ -428,41 +417,20 @@ class Compiler:
             # the inline form stands for the bare kernel: not behind a mover or outer values
             inlined = form is not None and fn is kernel
             inline.append((form, _constants_of(ins, template), attrs) if inlined else None)
-            outs = []
-            for o in node.output:
-                s = new_slot()
-                if o:
+            outs = [new_slot() for _ in node.output]
+            for o, s in zip(node.output, outs):
+                if o and managed:
+                    slots[o], state[o] = s, out_state
+                elif o:
                     slots[o] = s
-                    if managed:
-                        state[o] = out_state
-                outs.append(s)
             steps.append((fn, tuple(ins), tuple(outs), attrs))
             step_nodes.append(node)
             step_inputs.append(ins)
 
         _raise_compile_errors(missing, bad_attributes)
-        for name in output_names:
-            if name not in slots:
-                raise ValueError(f"output {name!r} is not produced by the graph")
-        output_slots = [slots[n] for n in output_names]
-        free_at = _free_schedule(steps, step_inputs, set(output_slots))
-        cg = CompiledGraph()
-        cg.input_names = list(input_names)
-        cg.outer_names = list(outer_names)
-        cg.output_names = list(output_names)
-        cg.input_slots = [slots[n] for n in input_names]
-        cg.outer_slots = [slots[n] for n in outer_names]
-        cg.output_slots = output_slots
-        cg.template = template
-        cg.steps = [
-            (fn, ins, outs, attrs, tuple(free_at[k]))
-            for k, (fn, ins, outs, attrs) in enumerate(steps)
-        ]
-        cg.nodes = step_nodes
-        cg.device = dev
-        cg.placement = state if managed else {}
-        _generate_tiers(cg, inline, jit)
-        return cg
+        graph = _GraphParts(input_names, outer_names, output_names, slots, template)
+        placement = state if managed else {}
+        return _compiled_graph(graph, steps, step_nodes, step_inputs, inline, dev, placement, jit)
 
     def graph_initializers(self, graph: onnx.GraphProto) -> dict[str, torch.Tensor]:
         """The initializers of a graph as CPU tensors, converted once per graph."""
@@ -752,3 +720,78 @@ def _generate_tiers(cg: CompiledGraph, inline: list[tuple | None], jit: bool) ->
             )
             if cg.script is not None:
                 cg.fast = cg._warming
+
+
+def _defined_inputs(node: onnx.NodeProto, slots: dict[str, int]) -> tuple[list[str], list[str]]:
+    """The node's explicit inputs (trailing empty names dropped) and the outer-scope
+    values its subgraphs read, each checked to be defined by then."""
+    explicit = list(node.input)
+    while explicit and not explicit[-1]:
+        explicit.pop()
+    implicit = node_implicit_inputs(node)
+    for name in [*explicit, *implicit]:
+        if name and name not in slots:
+            raise ValueError(
+                f"node {node.name!r} ({node.op_type}) reads {name!r}, "
+                "which no input, initializer or earlier node defines"
+            )
+    return explicit, implicit
+
+
+def _missing_kernel(node: onnx.NodeProto, domain: str, opsets: dict[str, int]) -> str:
+    return (
+        f"{node.op_type!r} (domain {domain or 'ai.onnx'!r}, opset "
+        f"{opsets.get(domain)}) in node {node.name!r}"
+    )
+
+
+@dataclass
+class _GraphParts:
+    """The names and slots of a graph being compiled, for :func:`_compiled_graph`."""
+
+    input_names: Sequence[str]
+    outer_names: Sequence[str]
+    output_names: Sequence[str]
+    slots: dict[str, int]
+    template: list[Any]
+
+
+def _compiled_graph(
+    graph: _GraphParts,
+    steps: list[tuple],
+    step_nodes: list[onnx.NodeProto],
+    step_inputs: list[list[int]],
+    inline: list[tuple | None],
+    dev: Any,
+    placement: dict[str, str],
+    jit: bool,
+) -> CompiledGraph:
+    """The compiled graph from its steps: when each slot is freed, and its generated tiers."""
+    slots = graph.slots
+    input_names, outer_names, output_names = (
+        graph.input_names,
+        graph.outer_names,
+        graph.output_names,
+    )
+    template = graph.template
+    for name in output_names:
+        if name not in slots:
+            raise ValueError(f"output {name!r} is not produced by the graph")
+    output_slots = [slots[n] for n in output_names]
+    free_at = _free_schedule(steps, step_inputs, set(output_slots))
+    cg = CompiledGraph()
+    cg.input_names = list(input_names)
+    cg.outer_names = list(outer_names)
+    cg.output_names = list(output_names)
+    cg.input_slots = [slots[n] for n in input_names]
+    cg.outer_slots = [slots[n] for n in outer_names]
+    cg.output_slots = output_slots
+    cg.template = template
+    cg.steps = [
+        (fn, ins, outs, attrs, tuple(free_at[k])) for k, (fn, ins, outs, attrs) in enumerate(steps)
+    ]
+    cg.nodes = step_nodes
+    cg.device = dev
+    cg.placement = placement
+    _generate_tiers(cg, inline, jit)
+    return cg

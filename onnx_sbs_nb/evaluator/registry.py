@@ -36,6 +36,9 @@ that adding an op is one kernel module: which inputs are shapes read on the host
 
 from __future__ import annotations
 
+import functools
+import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -66,6 +69,8 @@ class KernelEntry:
     # ``int_inputs``.
     host_inputs: frozenset[int] = frozenset()
     placement: Placement = "device"
+    # the module that registered it (a kernel may be a torch function, or made in a loop)
+    registered_in: str = ""
 
 
 _REGISTRY: dict[tuple[str, str], list[KernelEntry]] = {}
@@ -93,6 +98,7 @@ def op(
     ``placement``: where the outputs live on an accelerator (see ``Placement``)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {sorted(PLACEMENTS)}, not {placement!r}")
+    registered_in = sys._getframe(1).f_globals.get("__name__", "")
 
     def deco(fn: Kernel) -> Kernel:
         key = (normalize_domain(domain), op_type)
@@ -107,6 +113,7 @@ def op(
             frozenset(int_inputs),
             frozenset(int_inputs) | frozenset(host_inputs),
             placement,
+            registered_in,
         )
         entries.append(entry)
         entries.sort(key=lambda e: e.since)
@@ -133,6 +140,24 @@ def supported_ops() -> list[tuple[str, str, int]]:
     """Every (domain, op_type, since_version) with a kernel, sorted."""
     _load_kernels()
     return sorted((e.domain, e.op_type, e.since) for es in _REGISTRY.values() for e in es)
+
+
+def op_index() -> list[tuple[str, str, int, str]]:
+    """Every registered kernel as (domain, op_type, since_version, "module:function"),
+    sorted: the module that registered it and the kernel's name, including ops registered
+    in a loop (which a search for ``@op("Erf"`` does not find).  ``scripts/op_index.py``
+    prints it."""
+    _load_kernels()
+    rows = []
+    for es in _REGISTRY.values():
+        for e in es:
+            fn = e.fn
+            while isinstance(fn, functools.partial):
+                fn = fn.func
+            fn = inspect.unwrap(fn)
+            where = f"{e.registered_in}:{getattr(fn, '__qualname__', repr(fn))}"
+            rows.append((e.domain, e.op_type, e.since, where))
+    return sorted(rows)
 
 
 _LOADED = False

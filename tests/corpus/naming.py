@@ -9,7 +9,7 @@ from typing import Any
 
 import onnx
 
-from onnx_sbs_nb.align.names import ORIGINAL_NAME_KEY, fx_name_from_metadata
+from onnx_sbs_nb.align.source.fx_metadata import ORIGINAL_NAME_KEY, fx_name_from_metadata
 
 
 @dataclass

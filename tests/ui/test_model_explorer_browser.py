@@ -21,7 +21,7 @@ import onnx
 import pytest
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.optimized import optimize_model
+from onnx_sbs_nb.align.pairing.optimized import optimize_model
 from onnx_sbs_nb.model_explorer import FAIL_COLOR, write_node_data
 
 from ..quant_models import exported

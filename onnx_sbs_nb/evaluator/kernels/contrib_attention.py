@@ -255,6 +255,38 @@ def multi_head_attention_ms(
 # -- GroupQueryAttention ----------------------------------------------------------------------
 
 
+def _gqa_present(k, v, past_key, past_value, past_h, q_len, present_len):
+    """The present key and value caches: each sequence's past keys, then its new ones."""
+    batch, kv_num_heads, _, head = k.shape
+    shape = (batch, kv_num_heads, present_len, head)
+    pk = torch.zeros(shape, dtype=k.dtype, device=k.device)
+    pv = torch.zeros(shape, dtype=v.dtype, device=v.device)
+    for b in range(batch):
+        p = int(past_h[b])
+        if p:
+            pk[b, :, :p] = past_key[b, :, :p]
+            pv[b, :, :p] = past_value[b, :, :p]
+        n = min(q_len, present_len - p)
+        pk[b, :, p : p + n] = k[b, :, :n]
+        pv[b, :, p : p + n] = v[b, :, :n]
+    return pk, pv
+
+
+def _gqa_softmax(scores, head_sink, smooth_softmax):
+    """The attention probabilities; with a head sink (or smooth_softmax) one more logit
+    per head in the denominator only: head_sink's, or 0."""
+    if head_sink is None and smooth_softmax != 1:
+        return torch.softmax(scores, -1)
+    batch, num_heads, q_len = scores.shape[:3]
+    sink = (
+        head_sink.to(scores.device, torch.float32)
+        if head_sink is not None
+        else torch.zeros(num_heads, device=scores.device)
+    )
+    sink = sink.reshape(1, -1, 1, 1).expand(batch, num_heads, q_len, 1)
+    return torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
+
+
 # seqlens_k and total_sequence_length size the cache: read on the host
 @op("GroupQueryAttention", domain=MS, context=True, host_inputs=(5, 6))
 def group_query_attention_ms(
@@ -344,17 +376,7 @@ def group_query_attention_ms(
         k = _rotary(k.to(cdt), cos_cache.to(cdt), sin_cache.to(cdt), pos, **rot).to(key.dtype)
     buffer = past_key.shape[2] if past_key is not None else 0
     present_len = max(total_max, buffer, int(lens_h.max()))
-    shape = (batch, kv_num_heads, present_len, head)
-    pk = torch.zeros(shape, dtype=k.dtype, device=dev)
-    pv = torch.zeros(shape, dtype=v.dtype, device=dev)
-    for b in range(batch):
-        p = int(past_h[b])
-        if p:
-            pk[b, :, :p] = past_key[b, :, :p]
-            pv[b, :, :p] = past_value[b, :, :p]
-        n = min(q_len, present_len - p)
-        pk[b, :, p : p + n] = k[b, :, :n]
-        pv[b, :, p : p + n] = v[b, :, :n]
+    pk, pv = _gqa_present(k, v, past_key, past_value, past_h, q_len, present_len)
     # which keys each query sees: those the sequence holds, up to its own position when
     # causal, and no further back than the window
     j = torch.arange(present_len, device=dev).reshape(1, 1, -1)
@@ -375,16 +397,6 @@ def group_query_attention_ms(
     if attention_bias is not None:
         scores = scores + attention_bias.to(dev, torch.float32)[..., :present_len]
     scores = scores.masked_fill(~seen.unsqueeze(1), float("-inf"))
-    if head_sink is not None or smooth_softmax == 1:
-        # one more logit per head in the denominator only: head_sink's, or 0
-        sink = (
-            head_sink.to(dev, torch.float32)
-            if head_sink is not None
-            else torch.zeros(num_heads, device=dev)
-        )
-        sink = sink.reshape(1, -1, 1, 1).expand(batch, num_heads, q_len, 1)
-        probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
-    else:
-        probs = torch.softmax(scores, -1)
+    probs = _gqa_softmax(scores, head_sink, smooth_softmax)
     y = _merge(torch.matmul(probs, vv)).to(query.dtype)
     return y, pk if _wants(ctx, 1) else None, pv if _wants(ctx, 2) else None, None

@@ -1,0 +1,55 @@
+"""Indices chosen among equal values: which of two tied elements TopK lists first is
+the runtime's choice (torch documents no order for ties), so the two sides may return
+different, equally right indices.  They are judged by what they select: the same values,
+each element at most once per slice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ...convert import to_numpy
+
+TIE_NOTE = "indices differ only among equal values (ties): both select the same values"
+
+
+def tie_axes(nodes: Sequence[onnx.NodeProto]) -> dict[int, int]:
+    """TopK nodes (sorts lower to TopK too) by index, with the axis they select along."""
+    axes = {}
+    for k, n in enumerate(nodes):
+        if (
+            n.op_type == "TopK"
+            and n.domain in ("", "ai.onnx")
+            and len(n.output) > 1
+            and n.output[1]
+        ):
+            axes[k] = next((a.i for a in n.attribute if a.name == "axis"), -1)
+    return axes
+
+
+def same_choice(x: Any, expected: Any, got: Any, axis: int) -> bool:
+    """Whether index arrays ``expected`` and ``got`` (along ``axis`` of ``x``) select the
+    same values, each index once per slice."""
+    x, e, g = (np.asarray(to_numpy(v)) for v in (x, expected, got))
+    if e.shape != g.shape or e.dtype.kind not in "iu" or g.dtype.kind not in "iu":
+        return False
+    if x.ndim == 0 or e.ndim != x.ndim or e.size == 0:
+        return False
+    axis %= x.ndim
+    n = x.shape[axis]
+    for idx in (e, g):
+        if idx.min() < 0 or idx.max() >= n:
+            return False
+        ordered = np.sort(idx, axis=axis)
+        if np.any(np.diff(ordered, axis=axis) == 0):
+            return False  # one element listed twice: not a choice among ties
+    a, b = np.take_along_axis(x, e, axis), np.take_along_axis(x, g, axis)
+    if a.dtype.kind in "fc":
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.array_equal(a, b))
+
+
+__all__ = ["TIE_NOTE", "same_choice", "tie_axes"]

@@ -1,0 +1,131 @@
+"""A reproduced preparation, renamed to the names the ONNX model gives its fx nodes.
+
+Where sizes are symbolic, the exporter's re-trace numbers nodes after calls it records
+and drops again (every ``s0 * s1`` the shape arithmetic computes takes a ``mul``), so the
+same graph comes out as ``add_43`` there and ``add`` in :mod:`.light_prep`.  The model
+says what each name it uses stands for: ``pkg.torch.onnx.fx_node`` is the node as
+``format_node`` prints it, arguments by name.  Walking the reproduced graph in order,
+with each node's arguments already renamed, a node whose printed call is one the model
+describes takes that description's name.  The result is only used when
+:func:`.prep_check.disagreement` then finds nothing, so a wrong guess costs a re-trace,
+never a wrong pairing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from .fx_metadata import FxMetadata
+from .light_prep import copy_graph_module, with_graph
+from .prep_check import NodePrinter
+
+_HEAD = re.compile(r"^%[^ ]+ : (\[num_users=\d+\] )?")
+_NAME = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)")
+_PENDING = "_sbs_pending_"
+
+
+def _call(text: str) -> str:
+    """A printed node without its own name and its number of users: what it computes."""
+    return _HEAD.sub("", text.strip(), count=1)
+
+
+@dataclass
+class _Description:
+    name: str
+    reads: list[str]  # the names its arguments print, in order
+
+
+def adopt_model_names(
+    program: torch.export.ExportedProgram, metadata: FxMetadata, values: set[str]
+) -> torch.export.ExportedProgram | None:
+    """A copy of ``program`` whose nodes carry the names ``metadata`` gives the same calls;
+    None when no node's name changes (nothing to try).  ``values``: the names of the
+    model's values (node outputs, initializers).
+
+    A node the model does not describe (its lowering folded away) is named by the first
+    described node that reads it.  A node named by neither keeps its name where the model
+    does not use it, and takes a fresh one where it does: it may be another node there,
+    and a name pairs values."""
+    described: dict[str, list[_Description]] = defaultdict(list)
+    seen: set[str] = set()
+    for text, name in zip(metadata.texts, metadata.names):
+        if text is None or name is None or name in seen:
+            continue
+        seen.add(name)
+        call = _call(text)
+        described[_NAME.sub("%?", call)].append(_Description(name, _NAME.findall(call)))
+    model_names = seen | {r for group in described.values() for d in group for r in d.reads}
+    model_names |= set(values)
+    gm = copy_graph_module(program.graph_module)
+    graph = gm.graph
+    original = {n: n.name for n in graph.nodes}
+    calls = [n for n in graph.nodes if n.op == "call_function"]
+    pending = {}
+    for k, node in enumerate(calls):
+        # a name no description uses: what a node reads is then either named or pending
+        node.name = f"{_PENDING}{k}"
+        pending[node.name] = node
+    printed = NodePrinter()
+    taken = {n.name for n in graph.nodes if n.op != "call_function"}
+    for node in calls:
+        call = _call(printed(node))
+        found = _consistent(described.get(_NAME.sub("%?", call)), _NAME.findall(call), taken)
+        if found is None:
+            continue
+        described[_NAME.sub("%?", call)].remove(found[0])
+        for mine, theirs in found[1].items():
+            pending.pop(mine).name = theirs
+            taken.add(theirs)
+        if node.name in pending:
+            pending.pop(node.name).name = found[0].name
+            taken.add(found[0].name)
+    if all(n.name == original[n] for n in graph.nodes if n.name not in pending):
+        return None
+    for node in pending.values():
+        node.name = original[node]
+    _settle_names(graph, set(graph.nodes) - set(pending.values()), model_names)
+    gm.recompile()
+    return with_graph(program, gm)
+
+
+def _consistent(
+    candidates: list[_Description] | None, reads: list[str], taken: set[str]
+) -> tuple[_Description, dict[str, str]] | None:
+    """The first description whose arguments agree with ``reads`` (named arguments equal,
+    each pending one read under one name no node has yet), with the names it gives the
+    pending ones."""
+    for description in candidates or ():
+        if len(description.reads) != len(reads) or description.name in taken:
+            continue
+        binds: dict[str, str] = {}
+        for mine, theirs in zip(reads, description.reads):
+            if mine.startswith(_PENDING):
+                if theirs in taken or binds.setdefault(mine, theirs) != theirs:
+                    break
+            elif mine != theirs:
+                break
+        else:
+            if len(set(binds.values())) == len(binds):
+                return description, binds
+    return None
+
+
+def _settle_names(graph: torch.fx.Graph, named: set[torch.fx.Node], reserved: set[str]) -> None:
+    """Makes every name unique again: a node the model does not describe keeps its name
+    unless the model gives that name to another node, and then takes a fresh one."""
+    used = {n.name for n in named}
+    namespace = graph._graph_namespace
+    for node in graph.nodes:
+        if node not in named:
+            base, name, k = node.name, node.name, 0
+            while name in used or name in reserved:
+                k += 1
+                name = f"{base}_sbs{k}"
+            node.name = name
+            used.add(name)
+        namespace._obj_to_name[node] = node.name
+        namespace._used_names.add(node.name)

@@ -1,0 +1,114 @@
+"""The verdicts that are not the model's fault, each rule called alone (align/judge/rules.py),
+and the weight blame (align/judge/weights.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from onnx_sbs_nb.align.judge.rules import (
+    BEFORE_VALUES,
+    ON_VALUES,
+    FixedOnExampleInputs,
+    RandomDraw,
+    RuleContext,
+    UninitialisedMemory,
+    first_verdict,
+)
+from onnx_sbs_nb.align.judge.weights import agrees_at_its_scale, settle_weight
+from onnx_sbs_nb.align.pairing.names import Pair
+from onnx_sbs_nb.align.source.specialized import Specialized
+from onnx_sbs_nb.records import (
+    KIND_NODE,
+    KIND_WEIGHT,
+    STATUS_FAIL,
+    STATUS_NOT_COMPARED,
+    STATUS_OK,
+    STATUS_SHAPE_MISMATCH,
+    STATUS_WEIGHT_DIFFERS,
+    Record,
+)
+
+PAIR = Pair("y", "add", "name", KIND_NODE)
+
+
+def test_rules_are_named_once_and_ordered():
+    names = [r.name for r in (*BEFORE_VALUES, *ON_VALUES)]
+    assert len(names) == len(set(names))
+    assert isinstance(BEFORE_VALUES[0], FixedOnExampleInputs)
+
+
+def test_random_draw_checks_shape_and_type_only():
+    ctx = RuleContext(name="y", random={"y"})
+    rec = Record()
+    a, b = torch.rand(2, 3), torch.rand(2, 3)
+    assert RandomDraw().applies(PAIR, ctx)
+    assert RandomDraw().judge(rec, a, b, ctx)
+    assert rec.status == STATUS_NOT_COMPARED and "random" in rec.comment
+    other = Record()
+    assert not RandomDraw().judge(other, a, torch.rand(3, 2), ctx)  # another shape: compare
+    assert other.status != STATUS_NOT_COMPARED
+    assert not RandomDraw().applies(PAIR, RuleContext(name="z", random={"y"}))
+
+
+def test_uninitialised_memory_and_the_first_verdict():
+    ctx = RuleContext(name="y", undefined={"y"}, random={"y"})
+    rec = Record()
+    rule = first_verdict(ON_VALUES, rec, PAIR, torch.zeros(4), torch.ones(4), ctx)
+    assert isinstance(rule, UninitialisedMemory)  # first in order wins
+    assert rec.status == STATUS_NOT_COMPARED
+    ints = Record()
+    assert (
+        first_verdict(ON_VALUES, ints, PAIR, torch.zeros(4), torch.ones(4, dtype=torch.int64), ctx)
+        is None
+    )
+
+
+def test_shape_fixed_on_the_example_inputs():
+    fixed = Specialized("view", "float32[1x4]")
+    ctx = RuleContext(name="y", fx_name="add", specialized={"add": fixed})
+    rec = Record()
+    assert first_verdict(BEFORE_VALUES, rec, PAIR, None, None, ctx) is not None
+    assert rec.status == STATUS_SHAPE_MISMATCH and rec.ep_shape_type == "float32[1x4]"
+    assert not FixedOnExampleInputs().applies(PAIR, RuleContext(name="y", fx_name="add"))
+
+
+def _consumer(passed: bool, err: float, rtol: float = 1e-3) -> Record:
+    return Record(
+        onnx_name="c",
+        kind=KIND_NODE,
+        status=STATUS_OK if passed else STATUS_FAIL,
+        passed=passed,
+        err_abs=err,
+        rtol=rtol,
+    )
+
+
+def test_weight_whose_consumer_agrees_is_the_exporters_change():
+    w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    asked = []
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: asked.append(1))
+    assert w.status == STATUS_WEIGHT_DIFFERS and not asked  # no probe needed
+
+
+def test_weight_blamed_only_when_the_torch_parameter_fixes_its_consumer():
+    w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    assert settle_weight(w, _consumer(False, 1.0), torch.ones(3), lambda: True)
+    assert "agrees once given the torch parameter" in w.comment
+    w2 = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    assert not settle_weight(w2, _consumer(False, 1.0), torch.ones(3), lambda: False)
+    assert "the consumer's own" in w2.comment
+
+
+def test_agreeing_by_the_absolute_tolerance_only_is_no_agreement():
+    small = torch.full((4,), 0.01)
+    assert not agrees_at_its_scale(_consumer(True, 0.04, rtol=1e-2), small)
+    assert agrees_at_its_scale(_consumer(True, 1e-6, rtol=1e-2), small)
+
+
+def test_pairing_strengths_are_declared_once():
+    from onnx_sbs_nb.align.pairing.rules import RULES, linking_rules, proven_rules
+    from onnx_sbs_nb.records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_POSITION
+
+    assert len({r.name for r in RULES}) == len(RULES)
+    assert PAIRED_BY_NAME in proven_rules() and PAIRED_BY_METADATA not in proven_rules()
+    assert proven_rules() <= linking_rules() and PAIRED_BY_POSITION not in linking_rules()
