@@ -17,7 +17,7 @@ from typing import Any
 
 from .files import write_text_atomic
 from .png import Raster
-from .records import Record
+from .records import Record, brief_fields, field_label
 from .summary import Coverage, Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
@@ -27,18 +27,6 @@ FALLBACK_ROWS = 20
 FALLBACK_NEIGHBOURS = 2
 #: Points the static chart draws at most (the worst of each bucket is kept).
 FALLBACK_POINTS = 400
-
-_FALLBACK_COLUMNS = (
-    ("step", "#"),
-    ("ep_user_name", "fx node"),
-    ("ep_module", "module"),
-    ("onnx_name", "ONNX value"),
-    ("onnx_op_type", "op"),
-    ("onnx_shape_type", "shape"),
-    ("err_abs", "err_abs"),
-    ("err_abs2", "own err"),
-    ("status", "status"),
-)
 
 # Where the interactive view is missing, the summary says why and how to get it.
 SHARING_NOTE = (
@@ -222,9 +210,10 @@ def _worst_table(records: list[Record], summary: Any = None) -> str:
     rows, culprit_at, leading = _rows(records, summary, FALLBACK_ROWS)
     if not rows:
         return "<div>no records</div>"
+    # the schema's brief columns; a module column only where some row has a module
     columns = [
-        (name, label)
-        for name, label in _FALLBACK_COLUMNS
+        (name, field_label(name))
+        for name in brief_fields()
         if name != "ep_module" or any(getattr(r, name, None) for r in rows)
     ]
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)

@@ -9,6 +9,9 @@ Everything a saved notebook needs lives in the synced traits named by
 :data:`~onnx_sbs_nb.view_state.STATE_TRAITS` (serialised by :mod:`onnx_sbs_nb.view_state`;
 schema documented at the top of ``js/src/index.js``):
 
+- ``schema``: the record schema, :func:`~onnx_sbs_nb.records.schema_dict` (field labels,
+  formats, column priorities; statuses with their ``failing`` flag and tone): the only
+  place the front end learns them;
 - ``columns``: Record field names, the order of the columns of ``rows``;
 - ``rows``: the records as encoded columns (:func:`~onnx_sbs_nb.view_state.encode_rows`);
   streamed to the browser in appended batches by custom messages while the run goes on,
@@ -50,7 +53,7 @@ import anywidget
 import traitlets as t
 
 from .device import cuda_availability
-from .records import FAILING_STATUSES, RECORD_FIELDS, Record
+from .records import FAILING_STATUSES, RECORD_FIELDS, Record, schema_dict
 from .report_html import fallback_html, summary_text, write_report_html
 from .session import IDLE, ActionError, SbsSession
 from .summary import Summary, failing_text
@@ -116,6 +119,8 @@ class SbsWidget(anywidget.AnyWidget):
     *Export report* button writes (default: the current folder).
     """
 
+    # the record schema (records.FIELDS, STATUSES): every view's labels, columns, colours
+    schema = t.Dict().tag(sync=True)
     columns = t.List(t.Unicode()).tag(sync=True)
     rows = t.Dict().tag(sync=True)
     graph = t.Dict().tag(sync=True)
@@ -177,6 +182,7 @@ class SbsWidget(anywidget.AnyWidget):
         carries = _bundle_holder() is None  # the first live widget carries the bundle
         super().__init__(
             _esm=bundle_js() if carries else SHIM_ESM,
+            schema=schema_dict(),
             columns=list(RECORD_FIELDS),
             graph=graph_state(self._model_proto) if self._model_proto is not None else {},
             status=jsonable(session.status),

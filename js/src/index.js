@@ -8,6 +8,12 @@
  * STATE SCHEMA — the widget's synced traits (onnx_sbs_nb/view_state.py STATE_TRAITS); a
  * static `state` is a plain object with the same keys and values
  * (`onnx_sbs_nb.view_state.widget_state(records, ...)` builds it):
+ *   schema         object      the record schema, declared once in onnx_sbs_nb/records.py
+ *                              (schema_dict()): {fields: [{name, label, short, fmt,
+ *                              priority, width}], statuses: [{name, label, failing, tone,
+ *                              compared, own, judged_elsewhere, group, doc}]}; typed in
+ *                              schema.js (SchemaState, WidgetState). Labels, columns,
+ *                              the failing filter and colours all derive from it
  *   columns        string[]    Record field names (onnx_sbs_nb.records.RECORD_FIELDS);
  *                              fields a newer engine adds (ep_user_name, ep_module,
  *                              ep_source, onnx_fx_node, ...) may be absent in old states
@@ -80,7 +86,7 @@ function staticSource(state) {
   const listeners = {};
   return {
     live: false,
-    store: new RowStore(s.columns, s.rows),
+    store: new RowStore(s.columns, s.rows, s.schema),
     onRows: () => () => {},
     requestMissing: () => {},
     get: (k) => s[k],
