@@ -53,7 +53,7 @@ import anywidget
 import traitlets as t
 
 from .device import cuda_availability
-from .records import FAILING_STATUSES, RECORD_FIELDS, Record, schema_dict
+from .records import FAILING_STATUSES, RECORD_FIELDS, Record, field_label, schema_dict
 from .report_html import fallback_html, summary_text, write_report_html
 from .session import IDLE, ActionError, SbsSession
 from .summary import Summary, failing_text
@@ -586,7 +586,8 @@ def build_figure(go: Any, records: Sequence[Record]) -> Any:
             tol_x.append(i)
             tol_y.append(r.atol)
     fig = go.Figure()
-    for key, name in (("err_abs", "error vs torch"), ("err_abs2", "own error")):
+    for key in series:
+        name = field_label(key)
         x, y, text, zx, zt = series[key]
         fig.add_scatter(x=x, y=y, mode="lines+markers", name=name, hovertext=text, legendgroup=key)
         fig.add_scatter(

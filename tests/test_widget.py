@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import view_state
-from onnx_sbs_nb.records import RECORD_FIELDS, Record
+from onnx_sbs_nb.records import RECORD_FIELDS, Record, field_label
 from onnx_sbs_nb.session import SbsSession
 from onnx_sbs_nb.view_state import (
     STATE_TRAITS,
@@ -240,7 +240,8 @@ def test_static_state_fallback_and_python_api():
     df = w.to_frame()
     assert list(df.columns) == list(RECORD_FIELDS) and len(df) == 6
     fig = w.figure()
-    assert [t.name for t in fig.data][::2][:2] == ["error vs torch", "own error"]
+    # named as the schema labels the fields, as every view does
+    assert [t.name for t in fig.data][::2][:2] == [field_label("err_abs"), field_label("err_abs2")]
     assert fig.layout.yaxis.type == "log"
     # the exact zero (record 0) is on the strip labelled 0, not at a floor on the log axis
     err, zeros = fig.data[0], fig.data[1]
