@@ -41,8 +41,6 @@
  *   details        object      {row, node: run.node_detail(...)|null, node_error, rerun:
  *                              actions.rerun_in_torch(...)|null, replay: {bundle, config}|null} for
  *                              the selected row (kept so a saved notebook shows it)
- *   action         object      last action {name, seq, state: "working"|"done"|"error",
- *                              message}
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
  *
@@ -51,17 +49,23 @@
  *                              output, for viewers without widgets) carries the class
  *                              `sbs-for-<uid>` and is hidden once a view renders
  *
- * Messages (live only). Browser -> kernel: {type: "hello", have: n} (send rows from n on),
- * {type: "action", name: "stop"|"rerun"|"save_replay"|"device"|"export", row, seq,
- * device?}. Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches
- * while running; the full `rows` trait is synced once when the run ends.
+ * Messages (live only). Browser -> kernel: {type: "hello", have: n} (send rows from n on).
+ * Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches while
+ * running; the full `rows` trait is synced once when the run ends.
+ * Actions (live only): anywidget's request/response command "action" (experimental.invoke),
+ * request {name: "stop"|"rerun"|"save_replay"|"device"|"export", row, device?}, answer
+ * {name, state: "done"|"error", message}; the session's table (session.py ACTIONS) runs it.
  */
 import { mount } from "./app.js";
 import { RowStore } from "./rows.js";
 import { feedFor, dropFeed } from "./live.js";
 
-function modelSource(model) {
+// How long the browser waits for an action's answer: a rerun on a large model takes a while.
+const ACTION_TIMEOUT_MS = 10 * 60 * 1000;
+
+function modelSource(model, experimental) {
   const feed = feedFor(model);
+  const invoke = experimental && typeof experimental.invoke === "function" ? experimental.invoke : null;
   return {
     live: true,
     store: feed.store,
@@ -74,6 +78,13 @@ function modelSource(model) {
       return () => model.off(`change:${k}`, cb);
     },
     send: (msg) => model.send(msg),
+    /** One of the session's actions (onnx_sbs_nb/session.py ACTIONS) through anywidget's
+     * request/response command "action": resolves to {name, state, message}. */
+    async action(request) {
+      if (!invoke) return { name: request.name, state: "error", message: "this front end cannot call the kernel (anywidget >= 0.9 is needed)" };
+      const [answer] = await invoke("action", request, { signal: AbortSignal.timeout(ACTION_TIMEOUT_MS) });
+      return answer;
+    },
     setSelected(i) {
       model.set("selected", i);
       model.save_changes();
@@ -95,6 +106,7 @@ function staticSource(state) {
       return () => (listeners[k] = listeners[k].filter((f) => f !== cb));
     },
     send: () => {},
+    action: async (request) => ({ name: request.name, state: "error", message: "a static view has no kernel" }),
     setSelected(i) {
       s.selected = i;
     },
@@ -128,8 +140,8 @@ function hideFallbacks(model) {
   }
 }
 
-function render({ model, el }) {
-  const view = mount(el, modelSource(model));
+function render({ model, el, experimental }) {
+  const view = mount(el, modelSource(model, experimental));
   hideFallbacks(model);
   requestAnimationFrame(() => hideFallbacks(model)); // displayed after the widget output
   return () => view.destroy();

@@ -179,7 +179,15 @@ class AlignedRun(SideBySideRun):
         run (its records, plan and values) would wait for the cyclic collector."""
         from .actions import RunActions
 
-        return RunActions(self)
+        return RunActions(
+            self.reference,
+            self.candidate,
+            self.pairing,
+            atol=self.atol,
+            rtol=self.rtol,
+            options=self.options,
+            records=self.records,
+        )
 
     def _emit(self, rec: Record) -> Record:
         if self._nonfinite and rec.kind == KIND_INPUT and rec.onnx_name in self._nonfinite:
@@ -188,7 +196,10 @@ class AlignedRun(SideBySideRun):
 
     def _after_run(self) -> None:
         if self.options.replay is not None:
-            self.actions.write_selected_replays()
+            written, errors = self.actions.write_selected_replays()
+            if errors:
+                self.status.extra.setdefault("replay_errors", []).extend(errors)
+            self.status.extra["replay_bundles"] = written
 
 
 def nonfinite_inputs(feeds: dict[str, Any]) -> dict[str, str]:
