@@ -31,7 +31,7 @@ from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
 from .summary import Summarizer, Summary, summarize
-from .view_state import is_finite, jsonable
+from .view_state import culprit_of, is_finite, jsonable
 
 # Values of SbsSession.state
 IDLE = "idle"
@@ -464,7 +464,24 @@ class SbsSession:
             status=self.status,
             model=getattr(self.run, "model", None),
             title=title,
+            details=self.culprit_detail() if self.finished else None,
         )
+
+    def culprit_detail(self) -> dict[str, Any] | None:
+        """``{"row", "node": node_detail}`` of the culprit's ONNX node (its whole stack
+        trace among them), or None: no culprit, not an ONNX node, or no run to ask."""
+        culprit = culprit_of(self.summary)
+        if culprit is None or culprit.get("step") is None:
+            return None
+        records = self.records
+        row = next((i for i, r in enumerate(records) if r.step == culprit["step"]), -1)
+        rec = records[row] if row >= 0 else None
+        if rec is None or rec.onnx_id_node is None or rec.onnx_id_node < 0:
+            return None
+        try:
+            return {"row": row, "node": jsonable(self.node_detail(rec))}
+        except Exception:  # a session over records alone: the card shows the source line
+            return None
 
     def _action(self, action: str, *args: Any, **kwargs: Any) -> Any:
         """Calls one of the run's actions; its input errors become ActionErrors."""

@@ -56,7 +56,7 @@ from anywidget.experimental import command
 
 from .device import cuda_availability
 from .records import FAILING_STATUSES, RECORD_FIELDS, Record, field_label, schema_dict
-from .report_html import fallback_html, summary_text
+from .report_html import fallback_html, stack_of, summary_text
 from .session import ACTIONS, IDLE, ActionError, SbsSession
 from .summary import Summary, failing_text
 from .view_state import (
@@ -364,8 +364,14 @@ class SbsWidget(anywidget.AnyWidget):
         """(data, metadata) of the static summary shown next to the view."""
         records = self.session.records
         summary = self._summary_now()
+        detail = self.session.culprit_detail() if summary is not None else None
         html = fallback_html(
-            records, summary, status=self.session.status, uid=self.uid, sharing=True
+            records,
+            summary,
+            status=self.session.status,
+            uid=self.uid,
+            sharing=True,
+            stack=stack_of(detail),
         )
         text = summary_text(summary) if summary is not None else repr(self)
         return {"text/html": html, "text/plain": text}, {

@@ -161,7 +161,7 @@ export function mount(el, src) {
   };
 
   // ---- the parts
-  const card = new AnswerCard(store, (i) => select(i, "card"));
+  const card = new AnswerCard(store, (i) => select(i, "card"), live);
   const bar = new FilterBar(store, filter);
   const table = new VirtualTable(store, filter, select);
   table.onCount = (n, total) => bar.setCount(n, total);
@@ -170,6 +170,7 @@ export function mount(el, src) {
   const detail = new DetailPanel(store, graph, select, nodeActions);
   const renderDetail = () => {
     detail.render(selected, src.get("details"), live);
+    card.setDetails(src.get("details"));
     renderButtons();
   };
   filter.subscribe(() => {
