@@ -1,9 +1,10 @@
 """SbsSession: the one stateful controller of a side-by-side run.
 
 It owns one :class:`~onnx_sbs_nb.align.run.AlignedRun`, consumes it (in the caller's thread
-or in a background thread), keeps every record, and offers the post-run actions.  Views
-(the widget, the magic) never compute: they subscribe with :meth:`SbsSession.add_listener`
-and call the actions.
+or in a background thread), keeps every record, and owns the one table of post-run
+actions (:data:`ACTIONS`, run by name with :meth:`SbsSession.act`).  Views (the widget,
+the magic) never compute: they subscribe with :meth:`SbsSession.add_listener` and call the
+actions.
 
 Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 
