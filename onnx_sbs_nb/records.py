@@ -51,15 +51,92 @@ STATUS_INTERNAL = "internal"
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
 
-FAILING_STATUSES = frozenset(
-    {
-        STATUS_FAIL,
-        STATUS_SHAPE_MISMATCH,
-        STATUS_DTYPE_MISMATCH,
-        STATUS_ERROR,
-        STATUS_UNPAIRED_OUTPUT,
-    }
-)
+
+@dataclass(frozen=True)
+class StatusSpec:
+    """What every view knows of one value of ``Record.status``: declared here only.
+
+    ``failing``: counts as a failure (the summary's count, the widget's "failing" filter,
+    the red rows and graph nodes); ``tone``: its colour in every view (``good``, ``bad``,
+    ``warn``, ``muted``); ``compared``: the two values were compared; ``own``: a failure of
+    the node itself even without a rerun; ``judged_elsewhere``: its ``passed`` flag is no
+    verdict of its own (its consumers or an upstream node decide); ``group``: statuses a
+    filter offers as one choice; ``doc``: one sentence for a reader.
+    """
+
+    label: str
+    failing: bool = False
+    tone: str = "muted"
+    compared: bool = False
+    own: bool = False
+    judged_elsewhere: bool = False
+    group: str | None = None
+    doc: str = ""
+
+
+#: Every status, in the order views list them.
+STATUSES: dict[str, StatusSpec] = {
+    STATUS_OK: StatusSpec("ok", tone="good", compared=True, doc="Compared, within tolerance."),
+    STATUS_FAIL: StatusSpec(
+        "fail", failing=True, tone="bad", compared=True, doc="Compared, beyond tolerance."
+    ),
+    STATUS_SHAPE_MISMATCH: StatusSpec(
+        "shape mismatch",
+        failing=True,
+        tone="warn",
+        compared=True,
+        doc="The two values have different shapes: the export changed the computation.",
+    ),
+    STATUS_DTYPE_MISMATCH: StatusSpec(
+        "dtype mismatch",
+        failing=True,
+        tone="warn",
+        compared=True,
+        doc="The two values have different element types.",
+    ),
+    STATUS_ERROR: StatusSpec(
+        "error", failing=True, tone="bad", own=True, doc="The node failed to run."
+    ),
+    STATUS_UNPAIRED_OUTPUT: StatusSpec(
+        "unpaired output",
+        failing=True,
+        tone="bad",
+        doc="A graph output only one side has: the model does not compute the program.",
+    ),
+    STATUS_UNPAIRED_EP: StatusSpec(
+        "unpaired (torch only)",
+        group="unpaired",
+        doc="A value only the torch program has (no ONNX value pairs with it).",
+    ),
+    STATUS_UNPAIRED_ONNX: StatusSpec(
+        "unpaired (ONNX only)",
+        group="unpaired",
+        doc="A value only the ONNX model has (no torch value pairs with it).",
+    ),
+    STATUS_NOT_COMPARED: StatusSpec(
+        "not compared",
+        judged_elsewhere=True,
+        doc="Paired, but not a tensor (a symbolic size, say): nothing to compare.",
+    ),
+    STATUS_NOT_COMPUTED: StatusSpec(
+        "not computed",
+        judged_elsewhere=True,
+        doc="An input of the node could not be computed (an upstream node failed).",
+    ),
+    STATUS_WEIGHT_DIFFERS: StatusSpec(
+        "weight differs",
+        tone="warn",
+        judged_elsewhere=True,
+        doc="The weight differs from its torch parameter but every consumer agrees with "
+        "torch (a BatchNorm folded into a Conv, say).",
+    ),
+    STATUS_INTERNAL: StatusSpec(
+        "internal",
+        doc="Only the torch side has this value: an optimizer fused it into a kernel.",
+    ),
+}
+
+FAILING_STATUSES = frozenset(k for k, v in STATUSES.items() if v.failing)
 
 
 @dataclass(slots=True)
@@ -174,6 +251,105 @@ def join_comments(a: str | None, b: str | None) -> str | None:
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Record))
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """How every view shows one Record field: declared here only.
+
+    ``label``: its name for a reader (the detail panel, report headers); ``short``: the
+    table header when shorter; ``fmt``: ``text``, ``num`` (an error, a tolerance),
+    ``int``, ``bool``, ``pass`` (True: pass, False: fail), ``seconds`` or ``status``;
+    ``priority``: a column of the record tables, kept in this order as the width shrinks
+    (0: always shown, None: no column; reports without scripts show those up to
+    :data:`BRIEF_PRIORITY`); ``width``: the column's least width in px.
+    """
+
+    label: str
+    fmt: str = "text"
+    priority: int | None = None
+    short: str | None = None
+    width: int | None = None
+
+
+#: Columns of a report with no room to fold them (the static summary): priority up to this.
+BRIEF_PRIORITY = 6
+
+#: Every Record field, in the order views list them (the user's words first).  Adding a
+#: field to Record means one entry here; the widget, the reports and the detail panel
+#: derive their columns from it (``tests/test_schema.py`` checks both sides agree).
+FIELDS: dict[str, FieldSpec] = {
+    "step": FieldSpec("#", "int", priority=3, width=48),
+    "ep_user_name": FieldSpec("fx node", priority=0, short="fx node · module", width=150),
+    "ep_name": FieldSpec("fx node (prepared)"),
+    "ep_module": FieldSpec("module", priority=4, width=120),
+    "ep_source": FieldSpec("source"),
+    "ep_target": FieldSpec("fx target"),
+    "onnx_name": FieldSpec("ONNX value", priority=5, width=120),
+    "onnx_op_type": FieldSpec("op", priority=2, width=92),
+    "onnx_domain": FieldSpec("ONNX domain"),
+    "onnx_node_name": FieldSpec("ONNX node"),
+    "onnx_fx_node": FieldSpec("lowering of"),
+    "onnx_id_output": FieldSpec("output #", "int"),
+    "ep_id_node": FieldSpec("fx node position", "int"),
+    "onnx_id_node": FieldSpec("ONNX node position", "int"),
+    "kind": FieldSpec("kind", priority=8, width=60),
+    "paired_by": FieldSpec("paired by", priority=10, width=80),
+    "ep_shape_type": FieldSpec("shape/dtype (torch)"),
+    "onnx_shape_type": FieldSpec(
+        "shape/dtype (onnx)", priority=6, short="shape / dtype", width=150
+    ),
+    "err_abs": FieldSpec("abs error", "num", priority=0, short="err abs", width=76),
+    "err_rel": FieldSpec("rel error", "num", priority=7, short="err rel", width=70),
+    "err_abs2": FieldSpec("own abs error", "num", priority=0, short="own err", width=76),
+    "err_rel2": FieldSpec("own rel error", "num"),
+    "err_nan": FieldSpec("nan/inf mismatches", "num", priority=9, short="nan", width=46),
+    "status": FieldSpec("verdict", "status", priority=0, width=104),
+    "passed": FieldSpec("verdict (first run)", "pass"),
+    "passed2": FieldSpec("own verdict", "pass"),
+    "atol": FieldSpec("atol", "num"),
+    "rtol": FieldSpec("rtol", "num"),
+    "err_h01": FieldSpec("|diff| > 0.1", "num"),
+    "err_h001": FieldSpec("|diff| > 0.01", "num"),
+    "err_dev": FieldSpec("devices differ", "num"),
+    "err_nan2": FieldSpec("own nan/inf mismatches", "num"),
+    "err_h012": FieldSpec("own |diff| > 0.1", "num"),
+    "err_h0012": FieldSpec("own |diff| > 0.01", "num"),
+    "err_dev2": FieldSpec("own devices differ", "num"),
+    "err_scale2": FieldSpec("own error / magnitude", "num"),
+    "own_inputs_from": FieldSpec("own inputs computed from"),
+    "ep_device": FieldSpec("torch device"),
+    "onnx_device": FieldSpec("onnx device"),
+    "ep_time_run": FieldSpec("time torch", "seconds"),
+    "onnx_time_run": FieldSpec("time onnx", "seconds"),
+    "reset": FieldSpec("continued from the torch value", "bool"),
+    "error": FieldSpec("error"),
+    "comment": FieldSpec("comment"),
+}
+
+
+def field_label(name: str, short: bool = False) -> str:
+    """The reader's name of a field (the table header's with ``short``)."""
+    spec = FIELDS.get(name)
+    if spec is None:
+        return name
+    return (spec.short or spec.label) if short else spec.label
+
+
+def brief_fields() -> tuple[str, ...]:
+    """The columns of a report with no room to fold any, in the order of :data:`FIELDS`."""
+    return tuple(
+        k for k, v in FIELDS.items() if v.priority is not None and v.priority <= BRIEF_PRIORITY
+    )
+
+
+def schema_dict() -> dict[str, Any]:
+    """The record schema as the front end takes it (the ``schema`` state key): fields and
+    statuses in their view order, each as a plain dict."""
+    return {
+        "fields": [{"name": k, **dataclasses.asdict(v)} for k, v in FIELDS.items()],
+        "statuses": [{"name": k, **dataclasses.asdict(v)} for k, v in STATUSES.items()],
+    }
 
 
 @dataclass

@@ -54,7 +54,7 @@ RUN_COLUMNS: tuple[str, ...] = (
 )
 # A record file must carry these: anything else is not a table of our records.
 _REQUIRED_FIELDS = ("status", "kind", "step")
-_STATUSES = frozenset(v for k, v in vars(_records).items() if k.startswith("STATUS_"))
+_STATUSES = frozenset(_records.STATUSES)
 _KINDS = frozenset(v for k, v in vars(_records).items() if k.startswith("KIND_"))
 # Spreadsheets read a cell starting with one of these as a formula (OWASP, ASVS 1.2.10).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\0")

@@ -17,7 +17,7 @@ from typing import Any
 
 from .files import write_text_atomic
 from .png import Raster
-from .records import Record
+from .records import Record, brief_fields, field_label
 from .summary import Coverage, Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
@@ -27,18 +27,6 @@ FALLBACK_ROWS = 20
 FALLBACK_NEIGHBOURS = 2
 #: Points the static chart draws at most (the worst of each bucket is kept).
 FALLBACK_POINTS = 400
-
-_FALLBACK_COLUMNS = (
-    ("step", "#"),
-    ("ep_user_name", "fx node"),
-    ("ep_module", "module"),
-    ("onnx_name", "ONNX value"),
-    ("onnx_op_type", "op"),
-    ("onnx_shape_type", "shape"),
-    ("err_abs", "err_abs"),
-    ("err_abs2", "own err"),
-    ("status", "status"),
-)
 
 # Where the interactive view is missing, the summary says why and how to get it.
 SHARING_NOTE = (
@@ -63,13 +51,15 @@ def fallback_html(
     status: dict[str, Any] | None = None,
     uid: str | None = None,
     sharing: bool = False,
+    stack: str | None = None,
 ) -> str:
     """A script-free HTML fragment: the verdict and the culprit, the summary, a small
     log-scale chart and the worst rows.
 
     Shown where widgets cannot render (viewers that strip scripts, a kernel-less export).
     ``uid`` marks it as the summary of that widget (its view hides it once it renders);
-    ``sharing`` adds the note that says how to get the interactive view.
+    ``sharing`` adds the note that says how to get the interactive view; ``stack``: the
+    culprit's whole stack trace, folded under its source line.
     """
     records = list(records)
     cls = "onnx-sbs-fallback" + (f" sbs-for-{html.escape(uid)}" if uid else "")
@@ -77,7 +67,7 @@ def fallback_html(
     parts.append(f"<div><b>onnx-sbs</b>: {_counts_line(records, status, summary)}</div>")
     # the answer, then the rows around it, then the picture; the full text folded away so
     # the first screen of a shared notebook holds the verdict, the culprit and the table
-    parts.append(_culprit_html(summary))
+    parts.append(_culprit_html(summary, stack))
     parts.append(_worst_table(records, summary))
     parts.append(error_chart_img(records))
     text = summary_text(summary)
@@ -103,7 +93,14 @@ def _summary_dict(summary: Any) -> dict[str, Any] | None:
     return d if isinstance(d, dict) else None
 
 
-def _culprit_html(summary: Any) -> str:
+def stack_of(details: dict[str, Any] | None) -> str | None:
+    """The stack trace in a row's details (``{"row", "node": node_detail}``), if any."""
+    node = (details or {}).get("node")
+    stack = node.get("stack_trace") if isinstance(node, dict) else None
+    return stack if isinstance(stack, str) and stack.strip() else None
+
+
+def _culprit_html(summary: Any, stack: str | None = None) -> str:
     c = culprit_of(_summary_dict(summary))
     if c is None:
         return ""
@@ -125,7 +122,15 @@ def _culprit_html(summary: Any) -> str:
         bits.append(f"own error {html.escape(_fmt(own))}{html.escape(tol)}")
     if c.get("why"):
         bits.append(f"<i>{html.escape(str(c['why']))}</i>")
-    return f'<div class="onnx-sbs-culprit" style="margin:4px 0">{" · ".join(bits)}</div>'
+    # the source line is the innermost frame of the user's or the model library's code;
+    # the whole stack is one click away
+    folded = (
+        '<details class="onnx-sbs-stack"><summary>whole stack</summary>'
+        f'<pre style="white-space:pre-wrap;margin:2px 0">{html.escape(stack)}</pre></details>'
+        if stack
+        else ""
+    )
+    return f'<div class="onnx-sbs-culprit" style="margin:4px 0">{" · ".join(bits)}{folded}</div>'
 
 
 def summary_text(summary: Any) -> str:
@@ -222,9 +227,10 @@ def _worst_table(records: list[Record], summary: Any = None) -> str:
     rows, culprit_at, leading = _rows(records, summary, FALLBACK_ROWS)
     if not rows:
         return "<div>no records</div>"
+    # the schema's brief columns; a module column only where some row has a module
     columns = [
-        (name, label)
-        for name, label in _FALLBACK_COLUMNS
+        (name, field_label(name))
+        for name in brief_fields()
         if name != "ep_module" or any(getattr(r, name, None) for r in rows)
     ]
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)
@@ -478,12 +484,16 @@ def report_state(
     *,
     status: dict[str, Any] | None = None,
     model: Any = None,
+    details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The widget state (same keys as SbsWidget's synced traits) of a run: finished
     unless ``status`` says otherwise; ``model`` (the ONNX model) adds its graph."""
     if summary is None:
         summary = summarize(records)
     state = widget_state(records, summary=summary, status=status, model=model)
+    if details and isinstance(details.get("row"), int):
+        # the culprit's node detail (its whole stack): selected, as the live view does
+        state.update(selected=details["row"], details=jsonable(details))
     completion = (state.get("summary") or {}).get("completion")
     if status is None and isinstance(completion, dict) and completion.get("state") != "finished":
         # the run ended without comparing everything: the report never says "finished"
@@ -504,6 +514,7 @@ def report_html(
     bundle: str | None = None,
     status: dict[str, Any] | None = None,
     model: Any = None,
+    details: dict[str, Any] | None = None,
     preface: str = "",
 ) -> str:
     """One HTML file that opens offline: the culprit, linked table and chart, layers,
@@ -512,6 +523,8 @@ def report_html(
     The static fallback sits inside the view, so a viewer that runs no script still shows
     the summary and the worst rows.  ``status`` is the run's when it did not finish.
     ``preface``: script-free HTML shown above the view (the precision advice's section).
+    ``details``: ``{"row", "node": node_detail}`` of the culprit (its whole stack shows
+    on the answer card, and in the fallback under its source line).
     """
     records = list(records)
     if summary is None:
@@ -520,9 +533,11 @@ def report_html(
     bundle = bundle if bundle is not None else load_bundle()
     title = title or "onnx-sbs report"
     body = f"<h2>{html.escape(title)}</h2>\n{preface}" + view_html(
-        report_state(records, summary, status=status, model=model),
+        report_state(records, summary, status=status, model=model, details=details),
         "onnx-sbs-state-0",
-        fallback_html(records, None if running else summary, status=status),
+        fallback_html(
+            records, None if running else summary, status=status, stack=stack_of(details)
+        ),
     )
     return page_html(title, body, bundle)
 
@@ -535,9 +550,10 @@ def write_report_html(
     status: dict[str, Any] | None = None,
     model: Any = None,
     title: str = "",
+    details: dict[str, Any] | None = None,
 ) -> Path:
     """:func:`report_html` written to ``path`` (its folder is created); returns the path."""
     path = Path(path)
-    text = report_html(records, summary, title=title, status=status, model=model)
+    text = report_html(records, summary, title=title, status=status, model=model, details=details)
     write_text_atomic(path, text)
     return path

@@ -1,9 +1,10 @@
 """SbsSession: the one stateful controller of a side-by-side run.
 
 It owns one :class:`~onnx_sbs_nb.align.run.AlignedRun`, consumes it (in the caller's thread
-or in a background thread), keeps every record, and offers the post-run actions.  Views
-(the widget, the magic) never compute: they subscribe with :meth:`SbsSession.add_listener`
-and call the actions.
+or in a background thread), keeps every record, and owns the one table of post-run
+actions (:data:`ACTIONS`, run by name with :meth:`SbsSession.act`).  Views (the widget,
+the magic) never compute: they subscribe with :meth:`SbsSession.add_listener` and call the
+actions.
 
 Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 
@@ -31,7 +32,7 @@ from .device import resolve_device
 from .errors import SbsInputError
 from .records import FAILING_STATUSES, Record, RunStatus
 from .summary import Summarizer, Summary, summarize
-from .view_state import is_finite
+from .view_state import culprit_of, is_finite, jsonable
 
 # Values of SbsSession.state
 IDLE = "idle"
@@ -45,6 +46,48 @@ Listener = Callable[[str, dict[str, Any]], None]
 
 class ActionError(RuntimeError):
     """An action cannot run now; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One entry of the session's action table (:data:`ACTIONS`): what a view may ask."""
+
+    name: str
+    method: str  # the SbsSession method that does it
+    needs_node: bool  # acts on one record's ONNX node
+    doc: str
+
+
+@dataclass
+class ActionResult:
+    """What an action did: ``message`` in the words a view shows, ``result`` its data
+    (a rerun's outputs, the replay's paths, a report's path) or None."""
+
+    name: str
+    ok: bool
+    message: str
+    result: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "state": "done" if self.ok else "error",
+            "message": self.message,
+            "result": self.result,
+        }
+
+
+#: The one table of what a view can ask of a session (the widget's buttons call it).
+ACTIONS: dict[str, Action] = {
+    a.name: a
+    for a in (
+        Action("stop", "_act_stop", False, "end the run after the current node"),
+        Action("device", "_act_device", False, "where actions and a new run execute"),
+        Action("rerun", "_act_rerun", True, "rerun one ONNX node in the torch evaluator"),
+        Action("save_replay", "_act_save_replay", True, "write the node's replay bundle"),
+        Action("export", "_act_export", False, "write the run as one HTML report"),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -363,6 +406,84 @@ class SbsSession:
         self._stop_requested = True
         self._stop_run()
 
+    def act(
+        self,
+        name: str,
+        node: int | str | Record | None = None,
+        *,
+        device: str | None = None,
+        folder: str | Path | None = None,
+    ) -> ActionResult:
+        """Run one action of :data:`ACTIONS` by name, as a view's button does: never
+        raises for what the user can fix (no node selected, the run still going, CUDA
+        missing), it says so in the result's message."""
+        spec = ACTIONS.get(name) if isinstance(name, str) else None
+        if spec is None:
+            return ActionResult(str(name), False, f"unknown action {name!r}")
+        try:
+            if spec.needs_node and node is None:
+                raise ActionError("select a row first")
+            return getattr(self, spec.method)(node=node, device=device, folder=folder)
+        except Exception as e:
+            msg = str(e) if isinstance(e, ActionError) else f"{type(e).__name__}: {e}"
+            return ActionResult(name, False, msg)
+
+    def _act_stop(self, **_: Any) -> ActionResult:
+        self.stop()
+        return ActionResult("stop", True, "stopping after the current node")
+
+    def _act_device(self, *, device: str | None, **_: Any) -> ActionResult:
+        self.set_device(device or "cpu")
+        return ActionResult("device", True, f"actions now run on {self.device}", self.device)
+
+    def _act_rerun(self, *, node: Any, **_: Any) -> ActionResult:
+        rec = node if isinstance(node, Record) else None
+        result = jsonable(self.rerun_in_torch(node))
+        if result.get("error"):
+            return ActionResult("rerun", False, str(result["error"]), result)
+        return ActionResult("rerun", True, _rerun_message(result, rec), result)
+
+    def _act_save_replay(self, *, node: Any, **_: Any) -> ActionResult:
+        saved = self.save_replay(node)
+        message = f"bundle {saved.bundle} · config {saved.config}"
+        return ActionResult("save_replay", True, message, saved.to_dict())
+
+    def _act_export(self, *, folder: str | Path | None, **_: Any) -> ActionResult:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = self.save_html(Path(folder or ".") / f"onnx-sbs-report-{stamp}.html")
+        return ActionResult("export", True, f"report written to {path.resolve()}", str(path))
+
+    def save_html(self, path: str | Path, *, title: str = "") -> Path:
+        """Write the run as one self-contained HTML file that opens offline (the report
+        of ``onnx-sbs run ... -o report.html``); a run still going is saved as it is."""
+        from .report_html import write_report_html
+
+        return write_report_html(
+            self.records,
+            Path(path),
+            summary=self.summary if self.finished else None,
+            status=self.status,
+            model=getattr(self.run, "model", None),
+            title=title,
+            details=self.culprit_detail() if self.finished else None,
+        )
+
+    def culprit_detail(self) -> dict[str, Any] | None:
+        """``{"row", "node": node_detail}`` of the culprit's ONNX node (its whole stack
+        trace among them), or None: no culprit, not an ONNX node, or no run to ask."""
+        culprit = culprit_of(self.summary)
+        if culprit is None or culprit.get("step") is None:
+            return None
+        records = self.records
+        row = next((i for i, r in enumerate(records) if r.step == culprit["step"]), -1)
+        rec = records[row] if row >= 0 else None
+        if rec is None or rec.onnx_id_node is None or rec.onnx_id_node < 0:
+            return None
+        try:
+            return {"row": row, "node": jsonable(self.node_detail(rec))}
+        except Exception:  # a session over records alone: the card shows the source line
+            return None
+
     def _action(self, action: str, *args: Any, **kwargs: Any) -> Any:
         """Calls one of the run's actions; its input errors become ActionErrors."""
         fn = getattr(getattr(self.run, "actions", None), action, None)
@@ -487,3 +608,31 @@ class SbsSession:
             f"SbsSession(state={self._state!r}, rows={s['rows']}, failures={s.get('failures', 0)}, "
             f"max_err_abs={s.get('max_err_abs', 0.0):.3g}, device={self.device!r})"
         )
+
+
+def _rerun_message(result: dict[str, Any], rec: Record | None) -> str:
+    """What the rerun found, in the table's words: its own error next to the table's."""
+    parts = []
+    for out in result.get("outputs") or []:
+        bits = [str(out.get("onnx_name"))]
+        own = out.get("err_abs_vs_torch")
+        if own is not None:
+            bits.append(f"own err {_fmt(own)}")
+            if (
+                rec is not None
+                and out.get("onnx_name") == rec.onnx_name
+                and rec.err_abs2 is not None
+            ):
+                # the run's own error came from its runtime: say so when they disagree
+                bits.append(f"(table: {_fmt(rec.err_abs2)})")
+        else:
+            bits.append("no torch value to compare with")
+        if out.get("err_abs_vs_first_run") is not None:
+            bits.append(f"vs first run {_fmt(out['err_abs_vs_first_run'])}")
+        parts.append(" ".join(bits))
+    dev = result.get("device", "?")
+    return f"reran on {dev}: " + ("; ".join(parts) if parts else "no output compared")
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)

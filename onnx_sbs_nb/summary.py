@@ -27,14 +27,13 @@ from .records import (
     STATUS_ERROR,
     STATUS_FAIL,
     STATUS_INTERNAL,
-    STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_UNPAIRED_OUTPUT,
-    STATUS_WEIGHT_DIFFERS,
+    STATUSES,
     Record,
 )
 from .tolerances import default_tolerance
@@ -59,7 +58,7 @@ MAX_CANDIDATES = 512
 _LEAF_KINDS = frozenset({KIND_INPUT, KIND_WEIGHT})
 
 
-_JUDGED_ELSEWHERE = frozenset({STATUS_WEIGHT_DIFFERS, STATUS_NOT_COMPUTED, STATUS_NOT_COMPARED})
+_JUDGED_ELSEWHERE = frozenset(k for k, v in STATUSES.items() if v.judged_elsewhere)
 
 
 def _failed(rec: Record) -> bool:
@@ -219,7 +218,7 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
 
 
 # statuses whose values were compared (whatever the outcome)
-_COMPARED = frozenset({STATUS_OK, STATUS_FAIL, STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH})
+_COMPARED = frozenset(k for k, v in STATUSES.items() if v.compared)
 # a pass that compared fewer of the ONNX nodes than this (directly or through the fx node
 # they lower) says so: "PASS on N of M"
 LOW_COVERAGE = 0.5

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .records import FAILING_STATUSES, RECORD_FIELDS, Record
+from .records import FAILING_STATUSES, RECORD_FIELDS, Record, schema_dict
 from .summary import summarize
 
 BUNDLE_PATH = Path(__file__).with_name("static") / "widget.js"
 
 #: The synced traits, i.e. the keys of the state ``renderStatic(el, state)`` takes.
 STATE_TRAITS: tuple[str, ...] = (
+    "schema",
     "columns",
     "rows",
     "graph",
@@ -42,7 +43,6 @@ STATE_TRAITS: tuple[str, ...] = (
     "rtol",
     "selected",
     "details",
-    "action",
     "device",
     "cuda_available",
     "cuda_reason",
@@ -320,6 +320,7 @@ def widget_state(
     if status is None:
         status = finished_status(records)
     return {
+        "schema": schema_dict(),
         "columns": list(RECORD_FIELDS),
         "rows": encode_rows(records),
         "graph": graph_state(model) if model is not None else {},
@@ -329,7 +330,6 @@ def widget_state(
         "rtol": rtol,
         "selected": selected,
         "details": jsonable(details or {}),
-        "action": {},
         "device": device,
         "cuda_available": False,
         "cuda_reason": "",

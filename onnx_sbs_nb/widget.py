@@ -9,6 +9,9 @@ Everything a saved notebook needs lives in the synced traits named by
 :data:`~onnx_sbs_nb.view_state.STATE_TRAITS` (serialised by :mod:`onnx_sbs_nb.view_state`;
 schema documented at the top of ``js/src/index.js``):
 
+- ``schema``: the record schema, :func:`~onnx_sbs_nb.records.schema_dict` (field labels,
+  formats, column priorities; statuses with their ``failing`` flag and tone): the only
+  place the front end learns them;
 - ``columns``: Record field names, the order of the columns of ``rows``;
 - ``rows``: the records as encoded columns (:func:`~onnx_sbs_nb.view_state.encode_rows`);
   streamed to the browser in appended batches by custom messages while the run goes on,
@@ -19,11 +22,14 @@ schema documented at the top of ``js/src/index.js``):
 - ``atol``, ``rtol``: the tolerances the user gave (None: dtype-aware defaults);
 - ``selected``: selected row index (-1: none), set by the browser;
 - ``details``: ``{row, node, node_error, rerun, replay}`` for the selected row;
-- ``action``: ``{name, seq, state: working|done|error, message}`` of the last action;
 - ``device``, ``cuda_available``, ``cuda_reason``: the CUDA toggle.
 
-Actions come from the browser as custom messages ``{type: "action", name, row, seq}`` and
-run in a worker thread, so the kernel never freezes; their errors are shown, not raised.
+Actions are the session's (:data:`~onnx_sbs_nb.session.ACTIONS`): the browser calls them
+through anywidget's request/response commands (``experimental.invoke(model, "action",
+{name, row, device})``, answered by :meth:`SbsWidget.action`), shows "working" until the
+answer comes and the answer's message after; errors are answered, never raised.  A
+command runs where the kernel handles the widget's messages: on the comm subshell that
+JupyterLab >= 4.4 uses with ipykernel >= 7, so cells (and Stop) are not held by it.
 
 Displayed in a notebook, the widget makes two outputs: the interactive view, and a static
 summary (:func:`~onnx_sbs_nb.report_html.fallback_html`) that the view hides once it
@@ -37,22 +43,21 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 import traceback
 import uuid
 import weakref
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets as t
+from anywidget.experimental import command
 
 from .device import cuda_availability
-from .records import FAILING_STATUSES, RECORD_FIELDS, Record
-from .report_html import fallback_html, summary_text, write_report_html
-from .session import IDLE, ActionError, SbsSession
+from .records import FAILING_STATUSES, RECORD_FIELDS, Record, field_label, schema_dict
+from .report_html import fallback_html, stack_of, summary_text
+from .session import ACTIONS, IDLE, ActionError, SbsSession
 from .summary import Summary, failing_text
 from .view_state import (
     BUNDLE_PATH,
@@ -116,6 +121,8 @@ class SbsWidget(anywidget.AnyWidget):
     *Export report* button writes (default: the current folder).
     """
 
+    # the record schema (records.FIELDS, STATUSES): every view's labels, columns, colours
+    schema = t.Dict().tag(sync=True)
     columns = t.List(t.Unicode()).tag(sync=True)
     rows = t.Dict().tag(sync=True)
     graph = t.Dict().tag(sync=True)
@@ -126,7 +133,6 @@ class SbsWidget(anywidget.AnyWidget):
     rtol = t.Float(default_value=None, allow_none=True).tag(sync=True)
     selected = t.Int(-1).tag(sync=True)
     details = t.Dict().tag(sync=True)
-    action = t.Dict().tag(sync=True)
     device = t.Unicode("cpu").tag(sync=True)
     cuda_available = t.Bool(False).tag(sync=True)
     cuda_reason = t.Unicode("").tag(sync=True)
@@ -177,6 +183,7 @@ class SbsWidget(anywidget.AnyWidget):
         carries = _bundle_holder() is None  # the first live widget carries the bundle
         super().__init__(
             _esm=bundle_js() if carries else SHIM_ESM,
+            schema=schema_dict(),
             columns=list(RECORD_FIELDS),
             graph=graph_state(self._model_proto) if self._model_proto is not None else {},
             status=jsonable(session.status),
@@ -196,7 +203,6 @@ class SbsWidget(anywidget.AnyWidget):
         self._sent = 0  # records streamed to the browser, in order
         self._details_cache: dict[int, dict[str, Any]] = {}
         self._handles: list[Any] = []
-        self._executor: ThreadPoolExecutor | None = None
         _route_to_frontend_subshell(self.comm)
         self.on_msg(self._on_custom)
         self.observe(self._on_selected, names="selected")
@@ -243,10 +249,6 @@ class SbsWidget(anywidget.AnyWidget):
                 summary = self.session.summary
                 self.summary = summary if isinstance(summary, Summary) else None
                 self.status = jsonable(self.session.status)
-            if self.action.get("name") == "stop" and self.action.get("state") == "done":
-                self._set_action(
-                    "stop", "done", f"stopped; {len(records)} rows kept", self.action.get("seq")
-                )
         for handle in self._handles:
             try:
                 data, metadata = self._fallback_output()
@@ -272,96 +274,51 @@ class SbsWidget(anywidget.AnyWidget):
     def _on_custom(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
         self.handle_message(content)
 
-    def handle_message(self, content: Any) -> Future | None:
-        """Handle one message from the browser; returns the Future of a worker action."""
-        if not isinstance(content, dict):
-            return None
-        kind = content.get("type")
-        if kind == "hello":
-            have = content.get("have", 0)
-            have = have if isinstance(have, int) and have >= 0 else 0
-            with self._lock:
-                batch = self.session.records[have : self._sent]
-                if batch:
-                    self.send({"type": "rows", "start": have, "rows": encode_rows(batch)})
-            return None
-        if kind == "action":
-            return self.act(
-                str(content.get("name")),
-                row=content.get("row", -1),
-                seq=content.get("seq"),
-                device=content.get("device"),
-            )
-        return None
+    def handle_message(self, content: Any) -> None:
+        """Handle one message from the browser (``hello``: resend the rows it lacks)."""
+        if not isinstance(content, dict) or content.get("type") != "hello":
+            return
+        have = content.get("have", 0)
+        have = have if isinstance(have, int) and have >= 0 else 0
+        with self._lock:
+            batch = self.session.records[have : self._sent]
+            if batch:
+                self.send({"type": "rows", "start": have, "rows": encode_rows(batch)})
 
-    def _set_action(self, name: str, state: str, message: str = "", seq: Any = None) -> None:
-        self.action = {"name": name, "state": state, "message": message, "seq": seq}
+    @command
+    def action(self, msg: Any, buffers: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """The browser's request ``{name, row, device}`` for one of the session's actions
+        (anywidget command ``"action"``); answers ``{name, state: done|error, message}``."""
+        msg = msg if isinstance(msg, dict) else {}
+        return self.act(str(msg.get("name")), row=msg.get("row", -1), device=msg.get("device")), []
 
-    def act(
-        self, name: str, row: Any = -1, seq: Any = None, device: str | None = None
-    ) -> Future | None:
-        """Run one action (``stop``, ``rerun``, ``save_replay``, ``device``, ``export``) as
-        the buttons do: its progress and any error go to the ``action`` trait, never
-        raised.  Long actions run in a worker thread; their Future is returned."""
-        self._set_action(name, "working", "", seq)
-        try:
-            if name == "stop":
-                self.session.stop()
-                self._set_action(name, "done", "stopping after the current node", seq)
-                return None
-            if name == "device":
-                self.session.set_device(device or "cpu")
-                self.device = self.session.device
-                self._set_action(name, "done", f"actions now run on {self.device}", seq)
-                return None
-            if name == "export":
-                return self._submit(self._export, seq)
-            if name in ("rerun", "save_replay"):
-                rec = self._record(row)
-                self.session._node(rec)  # a clear error now, not in the worker
-                return self._submit(self._node_action, name, int(row), rec, seq)
-            raise ActionError(f"unknown action {name!r}")
-        except Exception as e:
-            self._set_action(name, "error", _message(e), seq)
-            return None
+    def act(self, name: str, row: Any = -1, device: str | None = None) -> dict[str, Any]:
+        """Run one of the session's actions as its button does (``row``: the selected
+        record), and show what it changed: the device toggle, the row's rerun or replay
+        in the detail panel.  Returns the answer the browser gets; never raises."""
+        spec = ACTIONS.get(name)
+        node = None
+        if spec is not None and spec.needs_node:
+            try:
+                node = self._record(row)
+            except ActionError as e:
+                return {"name": name, "state": "error", "message": str(e)}
+        done = self.session.act(name, node, device=device, folder=self.export_dir)
+        if name == "device" and done.ok:
+            self.device = self.session.device
+        elif name == "rerun" and done.result is not None:
+            self._update_details(int(row), rerun=done.result)
+        elif name == "save_replay" and done.ok:
+            self._update_details(int(row), replay=done.result)
+        answer = done.to_dict()
+        answer.pop("result")  # what the views need of it is in the details
+        return answer
 
     def _record(self, row: Any) -> Record:
         records = self.session.records
         if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(records):
             raise ActionError("select a row first")
         return records[row]
-
-    def _submit(self, fn: Any, *args: Any) -> Future:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="sbs-action")
-            return self._executor.submit(fn, *args)
-
-    def _node_action(self, name: str, row: int, rec: Record, seq: Any) -> None:
-        try:
-            if name == "rerun":
-                result = jsonable(self.session.rerun_in_torch(rec))
-                self._update_details(row, rerun=result)
-                if result.get("error"):
-                    self._set_action(name, "error", str(result["error"]), seq)
-                else:
-                    self._set_action(name, "done", _rerun_message(result, rec), seq)
-            else:
-                saved = self.session.save_replay(rec)
-                self._update_details(row, replay=saved.to_dict())
-                self._set_action(
-                    name, "done", f"bundle {saved.bundle} · config {saved.config}", seq
-                )
-        except Exception as e:
-            self._set_action(name, "error", _message(e), seq)
-
-    def _export(self, seq: Any) -> None:
-        try:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            path = self.save_html(self.export_dir / f"onnx-sbs-report-{stamp}.html")
-            self._set_action("export", "done", f"report written to {path.resolve()}", seq)
-        except Exception as e:
-            self._set_action("export", "error", _message(e), seq)
 
     # ------------------------------------------------------------- selection
     def _on_selected(self, change: dict[str, Any]) -> None:
@@ -379,14 +336,18 @@ class SbsWidget(anywidget.AnyWidget):
             # a weight, a graph input, a torch-only value: the panel says what it is
             self._update_details(row, node=None, node_error=None)
             return
-        self._submit(self._load_details, row, rec)
+        self._load_details(row, rec)  # reads the graph's metadata only: no value computed
 
     def _load_details(self, row: int, rec: Record) -> None:
         try:
             node = jsonable(self.session.node_detail(rec))
             self._update_details(row, node=node, node_error=None)
         except Exception as e:
-            self._update_details(row, node=None, node_error=_message(e))
+            self._update_details(
+                row,
+                node=None,
+                node_error=str(e) if isinstance(e, ActionError) else f"{type(e).__name__}: {e}",
+            )
 
     def _update_details(self, row: int, **parts: Any) -> None:
         with self._lock:
@@ -394,11 +355,6 @@ class SbsWidget(anywidget.AnyWidget):
             d.update(parts)
             if self.selected == row:
                 self.details = dict(d)
-
-    def wait_actions(self, timeout: float | None = None) -> None:
-        """Block until every queued action ended (for scripts and tests)."""
-        if self._executor is not None:
-            self._submit(lambda: None).result(timeout)
 
     # ------------------------------------------------------------ display
     def _summary_now(self) -> Any:
@@ -408,8 +364,14 @@ class SbsWidget(anywidget.AnyWidget):
         """(data, metadata) of the static summary shown next to the view."""
         records = self.session.records
         summary = self._summary_now()
+        detail = self.session.culprit_detail() if summary is not None else None
         html = fallback_html(
-            records, summary, status=self.session.status, uid=self.uid, sharing=True
+            records,
+            summary,
+            status=self.session.status,
+            uid=self.uid,
+            sharing=True,
+            stack=stack_of(detail),
         )
         text = summary_text(summary) if summary is not None else repr(self)
         return {"text/html": html, "text/plain": text}, {
@@ -502,14 +464,7 @@ class SbsWidget(anywidget.AnyWidget):
         report as ``onnx-sbs run ... -o report.html``); returns its path.  The run is
         executed first if it was never started; a run still going is saved as it is."""
         self._ensure_started()
-        return write_report_html(
-            self.session.records,
-            Path(path),
-            summary=self._summary_now(),
-            status=self.session.status,
-            model=self._model_proto,
-            title=title,
-        )
+        return self.session.save_html(path, title=title)
 
     def state(self) -> dict[str, Any]:
         """The synced traits as a plain dict (what ``renderStatic`` takes)."""
@@ -580,7 +535,8 @@ def build_figure(go: Any, records: Sequence[Record]) -> Any:
             tol_x.append(i)
             tol_y.append(r.atol)
     fig = go.Figure()
-    for key, name in (("err_abs", "error vs torch"), ("err_abs2", "own error")):
+    for key in series:
+        name = field_label(key)
         x, y, text, zx, zt = series[key]
         fig.add_scatter(x=x, y=y, mode="lines+markers", name=name, hovertext=text, legendgroup=key)
         fig.add_scatter(
@@ -610,33 +566,3 @@ def build_figure(go: Any, records: Sequence[Record]) -> Any:
         height=340,
     )
     return fig
-
-
-def _message(e: BaseException) -> str:
-    if isinstance(e, ActionError):
-        return str(e)
-    return f"{type(e).__name__}: {e}"
-
-
-def _rerun_message(result: dict[str, Any], rec: Record) -> str:
-    """What the rerun found, in the table's words: its own error next to the table's."""
-    parts = []
-    for out in result.get("outputs") or []:
-        bits = [str(out.get("onnx_name"))]
-        own = out.get("err_abs_vs_torch")
-        if own is not None:
-            bits.append(f"own err {_fmt(own)}")
-            if out.get("onnx_name") == rec.onnx_name and rec.err_abs2 is not None:
-                # the run's own error came from its runtime: say so when they disagree
-                bits.append(f"(table: {_fmt(rec.err_abs2)})")
-        else:
-            bits.append("no torch value to compare with")
-        if out.get("err_abs_vs_first_run") is not None:
-            bits.append(f"vs first run {_fmt(out['err_abs_vs_first_run'])}")
-        parts.append(" ".join(bits))
-    dev = result.get("device", "?")
-    return f"reran on {dev}: " + ("; ".join(parts) if parts else "no output compared")
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)

@@ -507,3 +507,34 @@ def test_a_pass_over_little_of_the_model_says_how_much_was_compared(browser, tmp
     html_text = path.read_text()
     assert "verdict: PASS on 1 of 10 ONNX nodes" in html_text
     assert "compared: 1 of 10 ONNX nodes compared" in html_text
+
+
+def test_the_culprits_whole_stack_is_one_click_away_on_the_card(browser, tmp_path):
+    """The card names the culprit's source line (the innermost frame of the model's code)
+    and shows its whole stack on one click; the no-script fallback folds it under it."""
+    from onnx_sbs_nb.demo import build_demo
+    from onnx_sbs_nb.session import SbsSession
+
+    case = build_demo()
+    s = SbsSession(case.ep, case.onx, case.args, own_error=True, batch_interval=0).start()
+    detail = s.culprit_detail()
+    assert detail is not None and "demo.py" in detail["node"]["stack_trace"]
+    path = s.save_html(tmp_path / "stack.html")
+    text = path.read_text(encoding="utf-8")
+    assert '<details class="onnx-sbs-stack"><summary>whole stack</summary>' in text
+    p = Page(browser)
+    try:
+        page = p.page
+        page.goto(path.as_uri())
+        card = page.locator(".sbs-card")
+        card.wait_for(timeout=20000)
+        assert "demo.py:" in card.locator(".sbs-card-source").inner_text()
+        assert card.locator(".sbs-card-stack").count() == 0  # folded until asked
+        card.locator(".sbs-card-stack-toggle").click()
+        stack = card.locator(".sbs-card-stack").inner_text()
+        assert "demo.py" in stack and "line" in stack and stack.count("File ") >= 2
+        card.locator(".sbs-card-stack-toggle").click()
+        assert card.locator(".sbs-card-stack").count() == 0
+        assert p.errors == []
+    finally:
+        p.close()

@@ -128,10 +128,7 @@ ALIGN_WINGS = ("source", "pairing", "judge", "engine", "post")
 
 # Known imports that break a rule, each with the issue that removes it: the test fails
 # when one is gone, so the list cannot go stale.
-KNOWN: dict[tuple[str, str], str] = {
-    # a type hint only; RunActions is to take the run's parts (issue 36, move 5)
-    ("align.post.actions", "align.run"): "RunActions types its run as AlignedRun",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _wing(module: str) -> int | None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from onnx_sbs_nb import view_state
-from onnx_sbs_nb.records import RECORD_FIELDS, Record
+from onnx_sbs_nb.records import RECORD_FIELDS, Record, field_label
 from onnx_sbs_nb.session import SbsSession
 from onnx_sbs_nb.view_state import (
     STATE_TRAITS,
@@ -118,61 +119,89 @@ def test_background_run_streams_consistently(model):
     assert b.rows == decode_rows(w.rows) == [record_row(r) for r in w.session.records]
 
 
-def test_selection_loads_details_and_actions_report_state(model, tmp_path):
+def invoke(w: SbsWidget, name: str, **msg) -> dict:
+    """What the browser's ``experimental.invoke(model, "action", {name, ...})`` gets back:
+    the request goes through anywidget's command dispatch as the comm delivers it."""
+    sent: list = []
+    w.send = lambda content, buffers=None: sent.append(content)  # the comm to the browser
+    try:
+        request = {"name": name, **msg}
+        w._handle_custom_msg(
+            {"id": "req-1", "kind": "anywidget-command", "name": "action", "msg": request}, []
+        )
+    finally:
+        del w.send
+    (answer,) = [m for m in sent if m.get("id") == "req-1"]
+    assert answer["kind"] == "anywidget-command-response"
+    return answer["response"]
+
+
+def test_selection_loads_details_and_actions_answer(model, tmp_path):
     ep, onx, x = model
     w = SbsWidget(ep, onx, x, own_error=True, replay_root=tmp_path)
     w.wait()
+    assert "action" in type(w)._anywidget_commands  # an anywidget command, not a trait
+    assert "action" not in w.keys
     recs = w.session.records
     row = next(i for i, r in enumerate(recs) if r.passed2 is False)
     w.selected = row
-    w.wait_actions(60)
     assert w.details["row"] == row
     assert w.details["node"]["op_type"] == "Gemm" and w.details["node"]["inputs"]
 
-    fut = w.handle_message({"type": "action", "name": "rerun", "row": row, "seq": "s1"})
-    assert w.action["state"] in ("working", "done")
-    fut.result(60)
-    assert w.action == {
-        "name": "rerun",
-        "state": "done",
-        "message": w.action["message"],
-        "seq": "s1",
-    }
+    answer = invoke(w, "rerun", row=row)
+    assert answer == {"name": "rerun", "state": "done", "message": answer["message"]}
     # the rerun's own error, next to the table's own error of that row, in the same words
-    assert "own err" in w.action["message"] and "(table: " in w.action["message"]
+    assert "own err" in answer["message"] and "(table: " in answer["message"]
+    assert answer["message"].startswith("reran on cpu")
     assert w.details["rerun"]["outputs"] and w.details["node"]  # both kept
 
-    w.handle_message({"type": "action", "name": "save_replay", "row": row, "seq": "s2"}).result(60)
-    assert w.action["state"] == "done", w.action
+    answer = invoke(w, "save_replay", row=row)
+    assert answer["state"] == "done", answer
     replay = w.details["replay"]
-    assert replay["bundle"] in w.action["message"] and replay["config"] in w.action["message"]
+    assert replay["bundle"] in answer["message"] and replay["config"] in answer["message"]
     assert (tmp_path / replay["bundle"]).is_dir()
 
     # the details of a row come back when it is selected again (saved notebooks keep them)
     w.selected = 0
-    w.wait_actions(60)
     w.selected = row
     assert w.details["rerun"] and w.details["replay"]
+
+
+def test_the_session_owns_the_action_table(model, tmp_path):
+    """The session runs every action by name (the widget only passes the row): its
+    answers are the ones the widget sends."""
+    from onnx_sbs_nb.session import ACTIONS
+
+    ep, onx, x = model
+    s = SbsSession(ep, onx, x, own_error=True, replay_root=tmp_path).start()
+    assert set(ACTIONS) == {"stop", "device", "rerun", "save_replay", "export"}
+    rec = next(r for r in s.records if r.passed2 is False)
+    done = s.act("rerun", rec)
+    assert done.ok and done.result["outputs"] and "own err" in done.message
+    assert not s.act("rerun").ok and "select a row" in s.act("rerun").message
+    done = s.act("export", folder=tmp_path / "out")
+    assert done.ok and Path(done.result).is_file()
+    assert not s.act("explode").ok
 
 
 def test_errors_are_shown_not_raised(model):
     ep, onx, x = model
     w = SbsWidget(ep, onx, x)
     w.wait()
-    assert w.handle_message({"type": "action", "name": "rerun", "row": -1, "seq": 1}) is None
-    assert w.action["state"] == "error" and "select a row" in w.action["message"]
-    assert w.handle_message({"type": "action", "name": "rerun", "row": 0, "seq": 2}) is None
-    assert w.action["state"] == "error" and "not the output of an ONNX node" in w.action["message"]
-    w.handle_message({"type": "action", "name": "explode", "seq": 3})
-    assert w.action["state"] == "error" and "unknown action" in w.action["message"]
-    w.handle_message({"type": "action", "name": "device", "device": "cuda", "seq": 4})
+    answer = invoke(w, "rerun", row=-1)
+    assert answer["state"] == "error" and "select a row" in answer["message"]
+    answer = invoke(w, "rerun", row=0)
+    assert answer["state"] == "error" and "not the output of an ONNX node" in answer["message"]
+    answer = invoke(w, "explode")
+    assert answer["state"] == "error" and "unknown action" in answer["message"]
+    answer = invoke(w, "device", device="cuda")
     if torch.cuda.is_available():
-        assert w.action["state"] == "done" and w.device == "cuda"
+        assert answer["state"] == "done" and w.device == "cuda"
     else:
-        assert w.action["state"] == "error" and "CUDA" in w.action["message"]
+        assert answer["state"] == "error" and "CUDA" in answer["message"]
         assert w.device == "cpu" and not w.cuda_available and w.cuda_reason
-    w.handle_message({"type": "action", "name": "stop", "seq": 5})  # harmless after the end
-    assert w.action["state"] == "done"
+    assert invoke(w, "stop")["state"] == "done"  # harmless after the end
+    assert invoke(w, "rerun", row="x")["state"] == "error"
     for junk in (None, 3, {"type": "nope"}, {"type": "hello", "have": "x"}):
         w.handle_message(junk)
 
@@ -182,11 +211,7 @@ def test_stop_button_mid_run_keeps_rows(model):
     w = SbsWidget(ep, onx, x, batch_interval=0)
     b = Browser(w)
     w.session.add_listener(
-        lambda ev, p: (
-            w.handle_message({"type": "action", "name": "stop", "seq": 1})
-            if ev == "rows" and len(b.rows) >= 8
-            else None
-        )
+        lambda ev, p: w.act("stop") if ev == "rows" and len(b.rows) >= 8 else None
     )
     w.wait()
     assert w.session.state == "stopped" and w.status["state"] == "stopped"
@@ -240,7 +265,8 @@ def test_static_state_fallback_and_python_api():
     df = w.to_frame()
     assert list(df.columns) == list(RECORD_FIELDS) and len(df) == 6
     fig = w.figure()
-    assert [t.name for t in fig.data][::2][:2] == ["error vs torch", "own error"]
+    # named as the schema labels the fields, as every view does
+    assert [t.name for t in fig.data][::2][:2] == [field_label("err_abs"), field_label("err_abs2")]
     assert fig.layout.yaxis.type == "log"
     # the exact zero (record 0) is on the strip labelled 0, not at a floor on the log axis
     err, zeros = fig.data[0], fig.data[1]
@@ -324,7 +350,6 @@ def test_rows_that_are_not_onnx_nodes_get_no_error(model):
     w.wait()
     row = next(i for i, r in enumerate(w.session.records) if r.kind == "weight")
     w.selected = row
-    w.wait_actions(60)
     assert w.details == {"row": row, "node": None, "node_error": None}
 
 
@@ -337,10 +362,10 @@ def test_export_and_save_html_write_the_offline_report(model, tmp_path):
     assert "renderStatic" in text and 'name="color-scheme" content="light dark"' in text
     assert "prefers-color-scheme: dark" in text
     assert '"values":' in text  # the graph came along: the neighbourhood works offline
-    w.handle_message({"type": "action", "name": "export", "seq": "e1"}).result(120)
-    assert w.action["state"] == "done", w.action
+    answer = invoke(w, "export")
+    assert answer["state"] == "done", answer
     written = list((tmp_path / "out").glob("onnx-sbs-report-*.html"))
-    assert len(written) == 1 and str(written[0].resolve()) in w.action["message"]
+    assert len(written) == 1 and str(written[0].resolve()) in answer["message"]
     assert "renderStatic" in written[0].read_text(encoding="utf-8")
 
 

@@ -1,6 +1,8 @@
 // The answer first: the verdict and the culprit (summary["culprit"]) in the user's words
 // (their fx node name, module path, source line), the ONNX node and op, its own error
-// against the tolerance, why in a sentence, and one click to select it.
+// against the tolerance, why in a sentence, and one click to select it. The source line is
+// the innermost frame of the user's or the model library's code (align/provenance.py); the
+// whole stack (the node detail's stack_trace) is one click away on the card.
 import { h, fmtNum } from "./util.js";
 
 const RULE_WHY = {
@@ -60,10 +62,45 @@ function progress(summary, status) {
 }
 
 export class AnswerCard {
-  constructor(store, onSelect) {
+  /** `live`: a kernel answers a selection with the node's detail (its stack). */
+  constructor(store, onSelect, live = false) {
     this.store = store;
     this.onSelect = onSelect;
+    this.live = live;
+    this.stacks = new Map(); // row -> the stack trace its node detail carried
+    this.stackOpen = false;
+    this.last = null; // [summary, status] last rendered
     this.el = h("div", { class: "sbs-card", hidden: true });
+  }
+
+  /** The `details` state ({row, node}): keeps the stack of the rows it describes. */
+  setDetails(d) {
+    const stack = d && d.node && typeof d.node.stack_trace === "string" ? d.node.stack_trace : "";
+    if (!stack.trim() || typeof d.row !== "number" || this.stacks.get(d.row) === stack) return;
+    this.stacks.set(d.row, stack);
+    if (this.last) this.render(...this.last);
+  }
+
+  _stackParts(i) {
+    const stack = i >= 0 ? this.stacks.get(i) : undefined;
+    // no stack known and none to ask for (a static view without the culprit's detail)
+    if (!stack && !(this.live && i >= 0 && this.store.isOnnxNode(i))) return [null, null];
+    const open = this.stackOpen && !!stack;
+    const label = open ? "hide the whole stack" : this.stackOpen ? "loading the stack…" : "whole stack";
+    const toggle = h(
+      "button",
+      {
+        class: "sbs-link sbs-card-stack-toggle",
+        title: "every frame of the stack that made this node",
+        onclick: () => {
+          this.stackOpen = !open;
+          if (!stack) this.onSelect(i, "card"); // selecting loads the node's detail
+          if (this.last) this.render(...this.last);
+        },
+      },
+      label,
+    );
+    return [toggle, open ? h("pre", { class: "sbs-pre sbs-card-stack", text: stack }) : null];
   }
 
   /** Row of the culprit (-1: not held). */
@@ -73,6 +110,7 @@ export class AnswerCard {
   }
 
   render(summary, status) {
+    this.last = [summary, status];
     const st = status || {};
     const verdict = verdictOf(summary, st);
     // while it runs, the card answers as soon as a culprit is known: "culprit so far"
@@ -119,7 +157,11 @@ export class AnswerCard {
       c.ep_module ? h("span", { class: "sbs-card-module", text: c.ep_module }) : null,
     );
     const lines = [];
-    if (c.ep_source) lines.push(["source", h("code", { class: "sbs-card-source", text: c.ep_source })]);
+    const [stackToggle, stackEl] = this._stackParts(i);
+    if (c.ep_source || stackToggle) {
+      const src = c.ep_source ? h("code", { class: "sbs-card-source", text: c.ep_source }) : null;
+      lines.push(["source", h("span", {}, src, src && stackToggle ? " " : null, stackToggle)]);
+    }
     const nodes = Array.isArray(c.onnx_nodes) ? c.onnx_nodes.filter(Boolean) : [];
     const value = c.onnx_name && c.onnx_name !== c.onnx_node ? `, value ${c.onnx_name}` : "";
     const onnx = [c.onnx_node ? `node ${c.onnx_node}` : "", c.onnx_op_type ? `(${c.onnx_op_type}${value})` : ""].filter(Boolean).join(" ");
@@ -134,7 +176,7 @@ export class AnswerCard {
     if (c.why) lines.push(["why", h("span", { class: "sbs-why", text: c.why })]);
     const grid = h("div", { class: "sbs-card-grid" });
     for (const [k, v] of lines) grid.append(h("span", { class: "sbs-muted", text: k }), v);
-    this.el.replaceChildren(head, grid, ...(covLine ? [covLine] : []));
+    this.el.replaceChildren(head, grid, ...(stackEl ? [stackEl] : []), ...(covLine ? [covLine] : []));
   }
 }
 

@@ -16,15 +16,14 @@ import { AnswerCard, culpritOf, culpritName, failingText, verdictOf } from "./an
 import { watchTheme } from "./theme.js";
 
 export const WIDE = 980; // px of the view's own width from which the detail panel sits beside
-const ACTION_TIMEOUT_MS = 30000;
 
 export function mount(el, src) {
   const offs = [];
   const store = src.store;
   const live = !!src.live;
   let selected = typeof src.get("selected") === "number" ? src.get("selected") : -1;
-  let pending = null; // {name, seq, t}: an action clicked whose result has not arrived
-  let seq = 0;
+  let pending = null; // {name}: the action asked last, while its answer has not come
+  let shown = null; // {name, state, message}: the last answer, as the action line says it
 
   const filter = new ViewFilter(store);
   const graph = new Graph(src.get("graph"), store);
@@ -121,37 +120,48 @@ export function mount(el, src) {
       }
     : null;
   const renderAction = () => {
-    const a = src.get("action") || {};
-    if (pending && a.seq === pending.seq && a.state !== "working") pending = null;
-    const late = pending && Date.now() - pending.t > ACTION_TIMEOUT_MS;
-    const showing = pending && a.seq !== pending.seq ? { name: pending.name, state: late ? "error" : "working", message: late ? "no answer from the kernel (is it running? a saved notebook's view has none)" : "" } : a;
-    if (late) pending = null;
+    let a = pending ? { name: pending.name, state: "working", message: "" } : shown;
+    // Stop is answered at once, the run ends a node later: then say what it kept
+    if (!pending && a && a.name === "stop" && a.state === "done") {
+      const st = src.get("status") || {};
+      if (st.state === "stopped") a = { ...a, message: `stopped; ${st.rows ?? store.count} rows kept` };
+    }
     actionEl.className = "sbs-action";
-    if (!showing || !showing.name) {
+    if (!a || !a.name) {
       actionEl.textContent = "";
-    } else if (showing.state === "working") {
+    } else if (a.state === "working") {
       actionEl.classList.add("sbs-working");
-      actionEl.textContent = `${showing.name}: working…`;
-    } else if (showing.state === "error") {
+      actionEl.textContent = `${a.name}: working…`;
+    } else if (a.state === "error") {
       actionEl.classList.add("sbs-failed");
-      actionEl.textContent = `${showing.name} failed: ${showing.message || ""}`;
+      actionEl.textContent = `${a.name} failed: ${a.message || ""}`;
     } else {
       actionEl.classList.add("sbs-done");
-      actionEl.textContent = `${showing.name}: ${showing.message || "done"}`;
+      actionEl.textContent = `${a.name}: ${a.message || "done"}`;
     }
     renderButtons();
   };
-  const act = (name, extra = {}) => {
+  // one of the session's actions (session.py ACTIONS), asked through anywidget's
+  // request/response command: "working…" until its answer comes, then the answer
+  const act = async (name, extra = {}) => {
     if (!live) return;
-    seq += 1;
-    pending = { name, seq: `${Date.now()}-${seq}`, t: Date.now() };
-    src.send({ type: "action", name, row: selected, seq: pending.seq, ...extra });
+    const token = { name };
+    pending = token;
     renderAction();
-    setTimeout(renderAction, ACTION_TIMEOUT_MS + 50);
+    let answer;
+    try {
+      answer = await src.action({ name, row: selected, ...extra });
+    } catch (e) {
+      const late = e && (e.name === "TimeoutError" || e.name === "AbortError");
+      answer = { name, state: "error", message: late ? "no answer from the kernel (is it running? a saved notebook's view has none)" : String(e) };
+    }
+    if (pending === token) pending = null;
+    shown = answer && typeof answer === "object" ? answer : { name, state: "error", message: "no answer" };
+    renderAction();
   };
 
   // ---- the parts
-  const card = new AnswerCard(store, (i) => select(i, "card"));
+  const card = new AnswerCard(store, (i) => select(i, "card"), live);
   const bar = new FilterBar(store, filter);
   const table = new VirtualTable(store, filter, select);
   table.onCount = (n, total) => bar.setCount(n, total);
@@ -160,6 +170,7 @@ export function mount(el, src) {
   const detail = new DetailPanel(store, graph, select, nodeActions);
   const renderDetail = () => {
     detail.render(selected, src.get("details"), live);
+    card.setDetails(src.get("details"));
     renderButtons();
   };
   filter.subscribe(() => {
@@ -216,10 +227,9 @@ export function mount(el, src) {
       renderButtons();
     }),
   );
-  offs.push(src.on("status", () => (renderStatus(), renderButtons())));
+  offs.push(src.on("status", () => (renderStatus(), renderAction())));
   offs.push(src.on("summary", renderStatus));
   offs.push(src.on("details", renderDetail));
-  offs.push(src.on("action", renderAction));
   offs.push(src.on("device", renderButtons));
   offs.push(src.on("cuda_available", renderButtons));
   offs.push(

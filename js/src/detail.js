@@ -4,43 +4,10 @@
 import { h, fmtNum, fmtTime } from "./util.js";
 import { drawAround } from "./graph.js";
 
-const RECORD_FIELDS = [
-  ["fx node (yours)", "ep_user_name"],
-  ["fx node (prepared)", "ep_name"],
-  ["module", "ep_module"],
-  ["source", "ep_source"],
-  ["fx target", "ep_target"],
-  ["ONNX value", "onnx_name"],
-  ["ONNX op", (st, i) => [st.get(i, "onnx_domain"), st.get(i, "onnx_op_type")].filter(Boolean).join("::")],
-  ["lowering of", "onnx_fx_node"],
-  ["output #", "onnx_id_output"],
-  ["kind", "kind"],
-  ["paired by", "paired_by"],
-  ["shape/dtype (torch)", "ep_shape_type"],
-  ["shape/dtype (onnx)", "onnx_shape_type"],
-  ["verdict", "status"],
-  ["abs error", "err_abs", fmtNum],
-  ["rel error", "err_rel", fmtNum],
-  ["nan/inf mismatches", "err_nan", fmtNum],
-  ["|diff| > 0.1", "err_h01", fmtNum],
-  ["|diff| > 0.01", "err_h001", fmtNum],
-  ["own abs error", "err_abs2", fmtNum],
-  ["own rel error", "err_rel2", fmtNum],
-  ["own verdict", (st, i) => ({ true: "pass", false: "fail" })[String(st.get(i, "passed2"))] ?? ""],
-  ["atol / rtol", (st, i) => (st.get(i, "atol") === null ? "" : `${fmtNum(st.get(i, "atol"))} / ${fmtNum(st.get(i, "rtol"))}`)],
-  ["devices", (st, i) => [st.get(i, "ep_device"), st.get(i, "onnx_device")].filter(Boolean).join(" / ")],
-  [
-    "time torch / onnx",
-    (st, i) => {
-      const t = [st.get(i, "ep_time_run"), st.get(i, "onnx_time_run")];
-      if (t.every((x) => x === null || x === undefined)) return "";
-      return t.map((x) => (x === null || x === undefined ? "-" : `${(x * 1000).toFixed(3)} ms`)).join(" / ");
-    },
-  ],
-  ["reset", (st, i) => (st.get(i, "reset") ? "continued from the torch value" : "")],
-  ["error", "error"],
-  ["comment", "comment"],
-];
+// Every field, labelled and formatted by the schema (records.py FIELDS), in its order.
+function everyField(st, i) {
+  return st.schema.fields.map((f) => [f.label || f.name, st.schema.format(f.name, st.get(i, f.name))]);
+}
 
 // Key/value grid made of divs: host pages (JupyterLab) style dl/dt/dd their own way.
 function dl(pairs) {
@@ -128,15 +95,17 @@ export class DetailPanel {
     const op = st.get(i, "onnx_op_type");
     const verdict = st.get(i, "status") || "";
     const ownOk = st.get(i, "passed2");
+    const sc = st.schema;
+    const label = (k) => sc.label(k, true);
     this.el.appendChild(
       h(
         "div",
         { class: "sbs-detail-metrics" },
-        op ? chip("op", op) : null,
-        chip("err", fmtNum(st.get(i, "err_abs")) || "–"),
-        st.get(i, "err_abs2") !== null ? chip("own err", fmtNum(st.get(i, "err_abs2")), ownOk === false ? "sbs-bad" : "") : null,
-        st.get(i, "atol") !== null ? chip("atol", fmtNum(st.get(i, "atol"))) : null,
-        chip("verdict", verdict, `sbs-v-${verdict}`),
+        op ? chip(label("onnx_op_type"), op) : null,
+        chip(label("err_abs"), fmtNum(st.get(i, "err_abs")) || "–"),
+        st.get(i, "err_abs2") !== null ? chip(label("err_abs2"), fmtNum(st.get(i, "err_abs2")), ownOk === false ? "sbs-bad" : "") : null,
+        st.get(i, "atol") !== null ? chip(label("atol"), fmtNum(st.get(i, "atol"))) : null,
+        chip(label("status"), sc.statusLabel(verdict), `sbs-v sbs-tone-${sc.tone(verdict)}`),
       ),
     );
     const acts = this.actions ? this.actions(i) : null;
@@ -144,18 +113,16 @@ export class DetailPanel {
     if (st.isConstant(i)) {
       this.el.appendChild(h("div", { class: "sbs-note", text: "A weight or constant: compared with the torch parameter or constant it pairs with. Rerun and replay act on ONNX nodes: select one of its consumers below." }));
     } else if (!st.isOnnxNode(i)) {
-      const why = st.get(i, "status") === "unpaired_ep" ? "A value only the torch program has (no ONNX value pairs with it)." : "A graph input or output value: not produced by one ONNX node.";
+      // a value of one side only says so in its status's words; else it is a graph input
+      const spec = st.schema.status(st.get(i, "status"));
+      const why = spec && spec.group && spec.doc ? spec.doc : "A graph input or output value: not produced by one ONNX node.";
       this.el.appendChild(h("div", { class: "sbs-note", text: why }));
     }
     if (this.graph.available) {
       const svg = drawAround(this.graph, i, this.width - 16, this.onSelect);
       this.el.appendChild(h("div", { class: "sbs-section sbs-around" }, h("h4", { text: "Around this value" }), svg || h("div", { class: "sbs-muted", text: "not a value of the ONNX graph" })));
     }
-    const pairs = RECORD_FIELDS.map(([label, key, fmt]) => {
-      const v = typeof key === "function" ? key(st, i) : st.get(i, key);
-      return [label, fmt ? fmt(v) : v];
-    });
-    this.el.appendChild(h("details", { class: "sbs-section sbs-record" }, h("summary", { text: "every field" }), dl(pairs)));
+    this.el.appendChild(h("details", { class: "sbs-section sbs-record" }, h("summary", { text: "every field" }), dl(everyField(st, i))));
     const d = details && details.row === i ? details : null;
     if (!d) {
       if (live && st.isOnnxNode(i)) this.el.appendChild(h("div", { class: "sbs-muted sbs-loading", text: "loading node detail…" }));

@@ -1,19 +1,18 @@
 // What the table and the chart show: one filter for both (text, op, verdict, layer,
 // weights and constants folded or listed), and the bar of controls that sets it.
-import { h, FAILING } from "./util.js";
+import { h } from "./util.js";
 
-export const VERDICTS = [
+// the choices every run has; then one per status (or group of statuses) of the schema
+const FIXED_VERDICTS = [
   ["", "all verdicts"],
   ["failing", "failing"],
   ["ownfail", "own error fails"],
-  ["ok", "ok"],
-  ["fail", "fail"],
-  ["shape_mismatch", "shape mismatch"],
-  ["dtype_mismatch", "dtype mismatch"],
-  ["error", "error"],
-  ["unpaired", "unpaired"],
-  ["not_compared", "not compared"],
 ];
+
+/** The verdict filter's choices, [value, label], from the schema's statuses. */
+export function verdictChoices(schema) {
+  return [...FIXED_VERDICTS, ...schema.verdictChoices()];
+}
 
 // fields the text filter looks in: the user's names first
 const TEXT_FIELDS = ["ep_user_name", "ep_name", "ep_module", "onnx_name", "onnx_op_type", "ep_target", "ep_source", "onnx_fx_node"];
@@ -62,14 +61,11 @@ export class ViewFilter {
     }
     if (f.op && s.get(i, "onnx_op_type") !== f.op) return false;
     if (f.verdict) {
-      const st = s.get(i, "status");
       if (f.verdict === "failing") {
-        if (!FAILING.has(st)) return false;
+        if (!s.failed(i)) return false;
       } else if (f.verdict === "ownfail") {
         if (s.get(i, "passed2") !== false) return false;
-      } else if (f.verdict === "unpaired") {
-        if (st !== "unpaired_ep" && st !== "unpaired_onnx") return false;
-      } else if (st !== f.verdict) return false;
+      } else if (!s.schema.matches(s.get(i, "status"), f.verdict)) return false;
     }
     if (f.text && !this._haystack(i).includes(f.text.toLowerCase())) return false;
     return true;
@@ -84,9 +80,9 @@ export function constantCounts(store) {
   for (let i = 0; i < store.length; i++) {
     if (!store.has(i) || !store.isConstant(i)) continue;
     n += 1;
-    const st = store.get(i, "status");
-    if (st === "ok" || FAILING.has(st)) compared += 1;
-    if (FAILING.has(st)) differ += 1;
+    const spec = store.schema.status(store.get(i, "status"));
+    if (spec && spec.compared) compared += 1;
+    if (store.failed(i)) differ += 1;
   }
   return { n, compared, differ };
 }
@@ -98,7 +94,7 @@ export class FilterBar {
     this.opTypes = new Set();
     this.opSelect = h("select", { class: "sbs-f-op", title: "filter by op type", onchange: () => filter.set({ op: this.opSelect.value }) }, h("option", { value: "", text: "all ops" }));
     this.verdictSelect = h("select", { class: "sbs-f-verdict", title: "filter by verdict", onchange: () => filter.set({ verdict: this.verdictSelect.value }) });
-    for (const [v, label] of VERDICTS) this.verdictSelect.appendChild(h("option", { value: v, text: label }));
+    for (const [v, label] of verdictChoices(store.schema)) this.verdictSelect.appendChild(h("option", { value: v, text: label }));
     this._timer = null;
     this.textInput = h("input", {
       class: "sbs-f-text",

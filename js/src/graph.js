@@ -3,7 +3,7 @@
 // comes with the state (`graph` trait, onnx_sbs_nb/view_state.py graph_state), so this
 // works in a saved notebook or an offline report too.
 import { decodeColumn } from "./rows.js";
-import { h, s, fmtNum, FAILING } from "./util.js";
+import { h, s, fmtNum } from "./util.js";
 
 const SOURCE_OPS = new Set(["initializer", "input", "Constant"]);
 const PER_COLUMN = 4;
@@ -98,9 +98,9 @@ export class Graph {
 function stateOf(st, i) {
   if (i < 0) return "none";
   const status = st.get(i, "status");
-  if (st.get(i, "passed2") === false || status === "error") return "own";
-  if (FAILING.has(status)) return "fail";
-  if (status === "ok") return "ok";
+  if (st.get(i, "passed2") === false || st.schema.own(status)) return "own";
+  if (st.schema.failing(status)) return "fail";
+  if (st.schema.tone(status) === "good") return "ok";
   return "none";
 }
 
@@ -172,7 +172,7 @@ export function drawAround(graph, i, width, onSelect) {
     const op = graph.ops[x] || "";
     const own = r >= 0 ? st.num(r, "err_abs2") : null;
     const err = r >= 0 ? st.num(r, "err_abs") : null;
-    const metric = own !== null ? `own ${fmtNum(own)}` : err !== null ? `err ${fmtNum(err)}` : r >= 0 ? st.get(r, "status") || "" : "no record";
+    const metric = own !== null ? `own ${fmtNum(own)}` : err !== null ? `err ${fmtNum(err)}` : r >= 0 ? st.schema.statusLabel(st.get(r, "status")) : "no record";
     const cls = `sbs-g-node sbs-g-${state}${x === v ? " sbs-g-center" : ""}${r >= 0 && x !== v ? " sbs-g-link" : ""}`;
     const g = s("g", { class: cls, transform: `translate(${p.x},${p.y})`, "data-row": r });
     g.appendChild(s("title", { text: `${name}\n${graph.values[x]} (${op})\n${metric}${r >= 0 ? `\nrow #${r}` : ""}` }));

@@ -8,6 +8,12 @@
  * STATE SCHEMA — the widget's synced traits (onnx_sbs_nb/view_state.py STATE_TRAITS); a
  * static `state` is a plain object with the same keys and values
  * (`onnx_sbs_nb.view_state.widget_state(records, ...)` builds it):
+ *   schema         object      the record schema, declared once in onnx_sbs_nb/records.py
+ *                              (schema_dict()): {fields: [{name, label, short, fmt,
+ *                              priority, width}], statuses: [{name, label, failing, tone,
+ *                              compared, own, judged_elsewhere, group, doc}]}; typed in
+ *                              schema.js (SchemaState, WidgetState). Labels, columns,
+ *                              the failing filter and colours all derive from it
  *   columns        string[]    Record field names (onnx_sbs_nb.records.RECORD_FIELDS);
  *                              fields a newer engine adds (ep_user_name, ep_module,
  *                              ep_source, onnx_fx_node, ...) may be absent in old states
@@ -35,8 +41,6 @@
  *   details        object      {row, node: run.node_detail(...)|null, node_error, rerun:
  *                              actions.rerun_in_torch(...)|null, replay: {bundle, config}|null} for
  *                              the selected row (kept so a saved notebook shows it)
- *   action         object      last action {name, seq, state: "working"|"done"|"error",
- *                              message}
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
  *
@@ -45,17 +49,23 @@
  *                              output, for viewers without widgets) carries the class
  *                              `sbs-for-<uid>` and is hidden once a view renders
  *
- * Messages (live only). Browser -> kernel: {type: "hello", have: n} (send rows from n on),
- * {type: "action", name: "stop"|"rerun"|"save_replay"|"device"|"export", row, seq,
- * device?}. Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches
- * while running; the full `rows` trait is synced once when the run ends.
+ * Messages (live only). Browser -> kernel: {type: "hello", have: n} (send rows from n on).
+ * Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches while
+ * running; the full `rows` trait is synced once when the run ends.
+ * Actions (live only): anywidget's request/response command "action" (experimental.invoke),
+ * request {name: "stop"|"rerun"|"save_replay"|"device"|"export", row, device?}, answer
+ * {name, state: "done"|"error", message}; the session's table (session.py ACTIONS) runs it.
  */
 import { mount } from "./app.js";
 import { RowStore } from "./rows.js";
 import { feedFor, dropFeed } from "./live.js";
 
-function modelSource(model) {
+// How long the browser waits for an action's answer: a rerun on a large model takes a while.
+const ACTION_TIMEOUT_MS = 10 * 60 * 1000;
+
+function modelSource(model, experimental) {
   const feed = feedFor(model);
+  const invoke = experimental && typeof experimental.invoke === "function" ? experimental.invoke : null;
   return {
     live: true,
     store: feed.store,
@@ -68,6 +78,13 @@ function modelSource(model) {
       return () => model.off(`change:${k}`, cb);
     },
     send: (msg) => model.send(msg),
+    /** One of the session's actions (onnx_sbs_nb/session.py ACTIONS) through anywidget's
+     * request/response command "action": resolves to {name, state, message}. */
+    async action(request) {
+      if (!invoke) return { name: request.name, state: "error", message: "this front end cannot call the kernel (anywidget >= 0.9 is needed)" };
+      const [answer] = await invoke("action", request, { signal: AbortSignal.timeout(ACTION_TIMEOUT_MS) });
+      return answer;
+    },
     setSelected(i) {
       model.set("selected", i);
       model.save_changes();
@@ -80,7 +97,7 @@ function staticSource(state) {
   const listeners = {};
   return {
     live: false,
-    store: new RowStore(s.columns, s.rows),
+    store: new RowStore(s.columns, s.rows, s.schema),
     onRows: () => () => {},
     requestMissing: () => {},
     get: (k) => s[k],
@@ -89,6 +106,7 @@ function staticSource(state) {
       return () => (listeners[k] = listeners[k].filter((f) => f !== cb));
     },
     send: () => {},
+    action: async (request) => ({ name: request.name, state: "error", message: "a static view has no kernel" }),
     setSelected(i) {
       s.selected = i;
     },
@@ -122,8 +140,8 @@ function hideFallbacks(model) {
   }
 }
 
-function render({ model, el }) {
-  const view = mount(el, modelSource(model));
+function render({ model, el, experimental }) {
+  const view = mount(el, modelSource(model, experimental));
   hideFallbacks(model);
   requestAnimationFrame(() => hideFallbacks(model)); // displayed after the widget output
   return () => view.destroy();

@@ -2,7 +2,7 @@
 // model.layers.3.mlp), with the largest error, own error and failures of each group, so
 // "layer 3's MLP" shows before scrolling 2,000 rows. Selecting a group filters the table
 // and the chart; its worst node is one click away.
-import { h, fmtNum, num, FAILING } from "./util.js";
+import { h, fmtNum, num } from "./util.js";
 
 const AUTO_ROWS = 24; // groups shown before the user expands anything
 const THROTTLE_MS = 600;
@@ -26,7 +26,7 @@ export function buildTree(store) {
     if (!mod) continue;
     const e = num(store.get(i, "err_abs"));
     const o = num(store.get(i, "err_abs2"));
-    const failing = FAILING.has(store.get(i, "status")) || store.get(i, "passed2") === false;
+    const failing = store.failed(i) || store.get(i, "passed2") === false;
     let node = root;
     const parts = String(mod).split(".");
     const chain = [root];

@@ -8,7 +8,7 @@ const FEEDS = new Map(); // model uid -> LiveFeed
 export class LiveFeed {
   constructor(model) {
     this.model = model;
-    this.store = new RowStore(model.get("columns"), model.get("rows"));
+    this.store = new RowStore(model.get("columns"), model.get("rows"), model.get("schema"));
     this.subs = new Set();
     // filters/sort/scroll of the last view: JupyterLab re-creates the view when the
     // display is updated at the end of the run, and the user keeps what they set

@@ -4,7 +4,8 @@
 // {n, data: [column per field]}, each column a plain array, {c: value} (all equal) or
 // {d: distinct, k: codes}. Saved states of the first releases hold one array per row:
 // both are read.
-import { columnIndex, num, FAILING } from "./util.js";
+import { columnIndex, num } from "./util.js";
+import { Schema } from "./schema.js";
 
 /** The `n` values of one encoded column. */
 export function decodeColumn(enc, n) {
@@ -37,8 +38,10 @@ function decodeBatch(batch, width) {
 const CONSTANT_OPS = new Set(["initializer", "Constant"]);
 
 export class RowStore {
-  constructor(columns, rows) {
+  /** `schema`: the state's `schema` (records.py FIELDS, STATUSES), or a Schema. */
+  constructor(columns, rows, schema = null) {
     this.columns = columns || [];
+    this.schema = schema instanceof Schema ? schema : new Schema(schema, this.columns);
     this.ci = columnIndex(this.columns);
     this.cols = this.columns.map(() => []);
     this.held = []; // true where row i arrived
@@ -128,7 +131,7 @@ export class RowStore {
   }
 
   failed(i) {
-    return FAILING.has(this.get(i, "status"));
+    return this.schema.failing(this.get(i, "status"));
   }
 
   /** A weight or a constant (initializer, Constant node): shown folded by default. */

@@ -2,7 +2,7 @@
 // on scroll), so 20,000 rows scroll as smoothly as 20. Its columns fit the width it is
 // given: the name, the errors and the verdict always show; the others fold away (every
 // field is in the detail panel) instead of a horizontal scroll.
-import { h, fmtNum, num, FAILING } from "./util.js";
+import { h, num } from "./util.js";
 
 export const ROW_H = 22;
 const OVERSCAN = 8;
@@ -17,69 +17,72 @@ function shapeText(st, i) {
 
 function verdictText(st, i) {
   const v = st.get(i, "status") || "";
+  const label = st.schema.statusLabel(v);
   const p2 = st.get(i, "passed2");
-  if (p2 === false) return `${v} · own fail`;
-  if (p2 === true && FAILING.has(v)) return `${v} · own ok`;
-  return v;
+  if (p2 === false) return `${label} · own fail`;
+  if (p2 === true && st.failed(i)) return `${label} · own ok`;
+  return label;
 }
 
-function numCol(key, label, w, pri) {
-  return {
-    key,
-    label,
-    w,
-    pri,
-    numeric: true,
-    text: (st, i) => fmtNum(st.get(i, key)),
-    sort: (st, i) => {
-      const v = num(st.get(i, key));
-      return v === null ? null : Number.isNaN(v) ? Infinity : v;
-    },
-  };
-}
-
-function textCol(key, label, w, pri, extra = {}) {
-  return { key, label, w, pri, text: (st, i) => st.get(i, key) ?? "", sort: (st, i) => st.get(i, key) ?? null, ...extra };
-}
-
-// pri: the order in which columns are kept as the width shrinks (0: always).
-// flex: the column takes a share of the width left over (min width w).
-export const COLUMNS = [
-  { key: "row", label: "#", w: 48, pri: 3, numeric: true, text: (st, i) => String(i), sort: (st, i) => i },
-  {
-    key: "ep_name",
-    label: "fx node · module",
-    w: 150,
+// How some fields draw in a cell, beyond their format: the user's name with its module
+// (so the module needs no column of its own), both shapes, the verdict with the own one.
+// Labels, formats, order and priorities come from the schema (records.py FIELDS).
+const CELLS = {
+  step: { text: (st, i) => String(i), sort: (st, i) => i },
+  ep_user_name: {
     flex: 3,
-    pri: 0,
     name: true,
+    absorbs: "ep_module",
     text: (st, i) => st.userName(i),
     sort: (st, i) => st.get(i, "ep_module") ?? st.userName(i) ?? null,
   },
-  textCol("onnx_name", "ONNX value", 120, 5, { flex: 2 }),
-  textCol("onnx_op_type", "op", 92, 2),
-  { key: "shape", label: "shape / dtype", w: 150, pri: 6, text: shapeText, sort: shapeText },
-  numCol("err_abs", "err abs", 76, 0),
-  numCol("err_rel", "err rel", 70, 7),
-  numCol("err_abs2", "own err", 76, 0),
-  numCol("err_nan", "nan", 46, 9),
-  {
-    key: "status",
-    label: "verdict",
-    w: 104,
-    pri: 0,
+  onnx_name: { flex: 2 },
+  onnx_shape_type: { text: shapeText, sort: shapeText },
+  status: {
     text: verdictText,
     sort: verdictText,
-    cls: (st, i) => `sbs-v-${st.get(i, "status") || "none"}${st.get(i, "passed2") === false ? " sbs-v-ownfail" : ""}`,
+    cls: (st, i) => {
+      const v = st.get(i, "status");
+      return `sbs-v sbs-tone-${st.schema.tone(v)}${st.get(i, "passed2") === false ? " sbs-v-ownfail" : ""}`;
+    },
   },
-  textCol("kind", "kind", 60, 8),
-  textCol("paired_by", "paired by", 80, 10),
-];
+};
 
-/** The columns that fit in `width` px (in table order), highest priority first kept. */
-export function fitColumns(width) {
+const NUMERIC = new Set(["num", "int", "seconds"]);
+
+/** One table column of a schema field (its label, format, priority and width). */
+function column(schema, f) {
+  const key = f.name;
+  const numeric = NUMERIC.has(f.fmt);
+  const base = {
+    key,
+    label: f.short || f.label || key,
+    w: f.width || (numeric ? 70 : 100),
+    pri: f.priority,
+    numeric,
+    text: (st, i) => schema.format(key, st.get(i, key)),
+    sort: numeric
+      ? (st, i) => {
+          const v = num(st.get(i, key));
+          return v === null ? null : Number.isNaN(v) ? Infinity : v;
+        }
+      : (st, i) => st.get(i, key) ?? null,
+  };
+  return { ...base, ...(CELLS[key] || {}) };
+}
+
+/** The table's columns, in schema order. pri: the order in which they are kept as the
+ * width shrinks (0: always); flex: the column takes a share of the width left over. */
+export function tableColumns(schema) {
+  const cols = schema.columns().map((f) => column(schema, f));
+  const absorbed = new Set(cols.map((c) => c.absorbs).filter(Boolean));
+  return cols.filter((c) => !absorbed.has(c.key));
+}
+
+/** The columns of `all` that fit in `width` px (in table order), highest priority first kept. */
+export function fitColumns(all, width) {
   const avail = width - SCROLLBAR;
-  const byPri = [...COLUMNS].sort((a, b) => a.pri - b.pri);
+  const byPri = [...all].sort((a, b) => a.pri - b.pri);
   const keep = new Set();
   let used = 0;
   for (const c of byPri) {
@@ -87,7 +90,7 @@ export function fitColumns(width) {
     keep.add(c.key);
     used += c.w;
   }
-  const cols = COLUMNS.filter((c) => keep.has(c.key));
+  const cols = all.filter((c) => keep.has(c.key));
   // very narrow: the name gives up width before anything scrolls sideways
   if (used > avail) return cols.map((c) => (c.name ? { ...c, w: Math.max(72, c.w - (used - avail)) } : c));
   return cols;
@@ -98,6 +101,7 @@ export class VirtualTable {
     this.store = store;
     this.filter = filter;
     this.onSelect = onSelect;
+    this.columns = tableColumns(store.schema);
     this.view = [];
     this.selected = -1;
     this.sortKey = null;
@@ -122,7 +126,7 @@ export class VirtualTable {
 
   /** Lay the columns out for a table `width` px wide. */
   setWidth(width) {
-    const cols = fitColumns(width);
+    const cols = fitColumns(this.columns, width);
     const template = cols.map((c) => (c.flex ? `minmax(${c.w}px, ${c.flex}fr)` : `${c.w}px`)).join(" ");
     if (template === this.template) return;
     this.cols = cols;
@@ -146,7 +150,8 @@ export class VirtualTable {
 
   _sort() {
     if (!this.sortKey) return;
-    const col = COLUMNS.find((c) => c.key === this.sortKey);
+    const col = this.columns.find((c) => c.key === this.sortKey);
+    if (!col) return; // a sort saved by a view with other columns
     const st = this.store;
     const keys = new Array(st.length);
     for (const i of this.view) keys[i] = col.sort(st, i);
@@ -197,11 +202,11 @@ export class VirtualTable {
   }
 
   toggleSort(key) {
-    const col = COLUMNS.find((c) => c.key === key);
+    const col = this.columns.find((c) => c.key === key);
     if (this.sortKey === key) this.sortDir = -this.sortDir;
     else {
       this.sortKey = key;
-      this.sortDir = col.numeric && key !== "row" ? -1 : 1;
+      this.sortDir = col.numeric && key !== "step" ? -1 : 1;
     }
     this._marks();
     this._sort();

@@ -73,8 +73,6 @@ export function plotlyText(str) {
     .replace(/>/g, "&gt;");
 }
 
-export const FAILING = new Set(["fail", "shape_mismatch", "dtype_mismatch", "error"]);
-
 /** Column accessors over the row arrays, by field name. */
 export function columnIndex(columns) {
   const ci = {};

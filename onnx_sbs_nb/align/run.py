@@ -3,7 +3,7 @@
 It loads and checks what the user gives (``loading.py``, ``guards.py``), reproduces the
 program the exporter lowered (``program.py``), pairs values (``names.py``) and hands the
 two sides to the one loop (``loop.py``).  The post-run actions (rerun a node in torch,
-replay bundles, node details) live in ``actions.py``.
+replay bundles, node details) live in ``post/actions.py``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class AlignedRun(SideBySideRun):
 
     Construction validates everything that can be checked without running (paths,
     options, inputs against the program and the model, pairing) and raises SbsInputError
-    early.  ``actions`` holds the post-run actions (``actions.py``).
+    early.  ``actions`` holds the post-run actions (``post/actions.py``).
     """
 
     def __init__(
@@ -172,12 +172,20 @@ class AlignedRun(SideBySideRun):
 
     @property
     def actions(self) -> Any:
-        """The post-run actions (``actions.py``).  Made on each use, not kept: a run that
+        """The post-run actions (``post/actions.py``).  Made on each use, not kept: a run that
         held its actions, which hold the run, would be a reference cycle, and a dropped
         run (its records, plan and values) would wait for the cyclic collector."""
         from .post.actions import RunActions
 
-        return RunActions(self)
+        return RunActions(
+            self.reference,
+            self.candidate,
+            self.pairing,
+            atol=self.atol,
+            rtol=self.rtol,
+            options=self.options,
+            records=self.records,
+        )
 
     def _emit(self, rec: Record) -> Record:
         if self._nonfinite and rec.kind == KIND_INPUT and rec.onnx_name in self._nonfinite:
@@ -186,7 +194,10 @@ class AlignedRun(SideBySideRun):
 
     def _after_run(self) -> None:
         if self.options.replay is not None:
-            self.actions.write_selected_replays()
+            written, errors = self.actions.write_selected_replays()
+            if errors:
+                self.status.extra.setdefault("replay_errors", []).extend(errors)
+            self.status.extra["replay_bundles"] = written
 
 
 def nonfinite_inputs(feeds: dict[str, Any]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Post-run actions on an AlignedRun: node details, a node rerun in torch, replay bundles.
+"""Post-run actions on a run's parts: node details, a node rerun in torch, replay bundles.
 
 They need the plan, the program and the model, not the stream's state: each one
 recomputes the few values it needs by running both sides up to the node again, keeping
@@ -10,9 +10,10 @@ names one node unambiguously.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 
@@ -24,9 +25,6 @@ from ..engine.plan import REF, schedule
 from ..engine.runners import TorchRunner
 from ..engine.sides import fx_target_name, onnx_node_name
 from ..source.fx_metadata import fx_name_from_metadata
-
-if TYPE_CHECKING:
-    from ..run import AlignedRun
 
 
 @dataclass
@@ -44,13 +42,31 @@ class NodeValues:
 
 
 class RunActions:
-    """The actions of one :class:`~onnx_sbs_nb.align.run.AlignedRun`."""
+    """The actions on one run, given its parts (not the run: this module and the run kinds
+    above it do not import each other).
 
-    def __init__(self, run: AlignedRun) -> None:
-        self.run = run
-        self.ref = run.reference
-        self.cand = run.candidate
-        self.pairing = run.pairing
+    ``reference``, ``candidate``: the run's two sides (fx and ONNX); ``pairing``: which
+    values pair; ``atol``, ``rtol``: the run's tolerances; ``options``: its RunOptions
+    (the replay config); ``records``: its records so far (the list, read when used).
+    """
+
+    def __init__(
+        self,
+        reference: Any,
+        candidate: Any,
+        pairing: Any,
+        *,
+        atol: float | None,
+        rtol: float | None,
+        options: Any,
+        records: Sequence[Record],
+    ) -> None:
+        self.ref = reference
+        self.cand = candidate
+        self.pairing = pairing
+        self.atol, self.rtol = atol, rtol
+        self.options = options
+        self.records = records
 
     # ------------------------------------------------------------ finding nodes
     def find_node(self, node: int | str | Record) -> tuple[int, onnx.NodeProto]:
@@ -264,7 +280,7 @@ class RunActions:
             result["error"] = f"{type(e).__name__}: {e}"
             return result
         result["time"] = time.perf_counter() - t
-        atol, rtol = self.run.atol, self.run.rtol
+        atol, rtol = self.atol, self.rtol
         for o, v in zip(node_proto.output, outs):
             if not o:
                 continue
@@ -345,9 +361,9 @@ class RunActions:
 
         data = self.replay_inputs(node)
         outputs = set(data.node.output)
-        record = next((r for r in reversed(self.run.records) if r.onnx_name in outputs), None)
+        record = next((r for r in reversed(self.records) if r.onnx_name in outputs), None)
         kwargs: dict[str, Any] = {}
-        if getattr(self.run.options.replay, "prefix_model", False):
+        if getattr(self.options.replay, "prefix_model", False):
             kwargs["prefix_inputs"] = {
                 name: to_torch(self.cand.leaf_value(name))
                 for name in (i.name for i in self.cand.model.graph.input)
@@ -366,25 +382,24 @@ class RunActions:
             **kwargs,
         )
 
-    def write_selected_replays(self) -> None:
-        """The bundles the run's ReplayConfig selects, after the run (errors recorded)."""
-        run = self.run
-        config, root = run.options.replay, run.options.replay_dir
+    def write_selected_replays(self) -> tuple[list[str], list[str]]:
+        """Writes the bundles the run's ReplayConfig selects, after the run; returns the
+        folders written and, for each bundle that failed, ``"node: error"``."""
+        config, root = self.options.replay, self.options.replay_dir
         selected: list[int] = []
-        for rec in run.records:
+        for rec in self.records:
             k = rec.onnx_id_node
             if k is None or k < 0 or k in selected:
                 continue
             if config.selects(rec, node_name=self.cand.node_name(k)):
                 selected.append(k)
-        written = []
+        written, errors = [], []
         for k in selected[: config.max_nodes]:
             try:
                 written.append(str(self.save_replay(k, root)))
             except Exception as e:
-                name = self.cand.node_name(k)
-                run.status.extra.setdefault("replay_errors", []).append(f"{name}: {e}")
-        run.status.extra["replay_bundles"] = written
+                errors.append(f"{self.cand.node_name(k)}: {e}")
+        return written, errors
 
 
 def _attr_str(a: onnx.AttributeProto) -> str:
