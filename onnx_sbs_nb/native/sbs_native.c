@@ -158,7 +158,7 @@ SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffff
  * keys' top 16 bits finds the bin of each rank, one more pass gathers the keys of those
  * bins (few, unless the errors are all alike) and a selection in each gives the rank.
  * Small arrays skip the histogram: all keys are gathered and selected. */
-#define SBS_KEYS(NAME, T, UT, MAXV, INFBITS)                                               \
+#define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                               \
     static inline UT NAME##_key(T a, T b) {                                                \
         T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                        \
         if (!(ae <= MAXV) || !(be <= MAXV))                                                \
@@ -197,7 +197,7 @@ SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffff
     /* out[r] = the ranks[r]-th smallest key, as a T; -1 when out of memory */             \
     static int NAME(const T *e, const T *g, int64_t n, const int64_t *ranks, int nr,       \
                     double *out) {                                                         \
-        const int shift = (int)(sizeof(UT) * 8 - 16);                                      \
+        const int shift = (int)(sizeof(UT) * 8 - HBITS);                                      \
         if (n <= 4096) {                                                                   \
             UT *x = malloc((size_t)n * sizeof(UT));                                        \
             if (x == NULL) return -1;                                                      \
@@ -211,7 +211,7 @@ SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffff
             free(x);                                                                       \
             return 0;                                                                      \
         }                                                                                  \
-        int64_t *hist = calloc((size_t)1 << 16, sizeof(int64_t));                          \
+        int64_t *hist = calloc((size_t)1 << HBITS, sizeof(int64_t));                          \
         if (hist == NULL) return -1;                                                       \
         for (int64_t i = 0; i < n; i++) hist[NAME##_key(e[i], g[i]) >> shift]++;           \
         int64_t bin[8], before[8];                                                         \
@@ -248,8 +248,8 @@ SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffff
         return rc;                                                                         \
     }
 
-SBS_KEYS(sbs_ranks_f32, float, uint32_t, FLT_MAX, 0x7f800000u)
-SBS_KEYS(sbs_ranks_f64, double, uint64_t, DBL_MAX, 0x7ff0000000000000ull)
+SBS_KEYS(sbs_ranks_f32, float, uint32_t, FLT_MAX, 0x7f800000u, 16)
+SBS_KEYS(sbs_ranks_f64, double, uint64_t, DBL_MAX, 0x7ff0000000000000ull, 16)
 
 /* Whether b (cols x rows, C order) is a (rows x cols, C order) transposed, byte for
  * byte: a transposed weight against its twin.  A tile of a is read row by row (each row
