@@ -126,6 +126,15 @@ class Record:
     onnx_device: str | None = None
     reset: bool = False  # the ONNX side continued from the torch value after this pair
     step: int = 0  # position of the record in the stream
+    # --- measures of the first comparison (definitions in measures.py) ---
+    err_cos: float | None = None  # cosine similarity
+    err_snr: float | None = None  # signal-to-noise ratio, dB
+    err_l2: float | None = None  # ||e - g|| / ||e||
+    err_p50: float | None = None  # median of |diff|
+    err_p99: float | None = None  # 99th percentile of |diff|
+    err_ulp: float | None = None  # max ulp distance in the ONNX value's dtype
+    # what the user's compare function (compare=) returned besides "passed"
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -133,6 +142,11 @@ class Record:
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = str(v)
+        if d["extra"]:
+            d["extra"] = {
+                k: str(v) if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in d["extra"].items()
+            }
         return d
 
     @classmethod
