@@ -37,6 +37,8 @@ _FALLBACK_COLUMNS = (
     ("onnx_shape_type", "shape"),
     ("err_abs", "err_abs"),
     ("err_abs2", "own err"),
+    ("err_snr", "snr dB"),
+    ("err_cos", "cos"),
     ("status", "status"),
 )
 

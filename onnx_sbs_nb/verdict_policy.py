@@ -143,12 +143,12 @@ class VerdictPolicy:
 
 def _plain(v: Any) -> Any:
     """A value of the user's dict as a plain record value (str for anything else)."""
+    if isinstance(v, np.generic) or (isinstance(v, torch.Tensor) and v.numel() == 1):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # "inf", "nan": JSON (the widget's) has no such numbers
     if v is None or isinstance(v, bool | int | float | str):
         return v
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, torch.Tensor) and v.numel() == 1:
-        return v.item()
     return str(v)[:200]
 
 
