@@ -256,10 +256,12 @@ def compare(
     err_cos, err_snr, err_l2, err_p50, err_p99, err_ulp: the measures of
     :mod:`onnx_sbs_nb.measures` (their definitions are there), from the same pass.
 
-    ``judge``: a :class:`onnx_sbs_nb.verdict_policy.Judge` (the ``verdict=`` and
-    ``compare=`` options): it may set ``passed`` from the measures or from the user's
-    compare function, whose other fields land in ``extra``.
+    ``judge``: a :class:`onnx_sbs_nb.verdict_policy.Judge` (the ``verdict=``,
+    ``compare=`` and ``measures=`` options): it may set ``passed`` from the measures or
+    from the user's compare function, whose other fields land in ``extra``; with
+    ``judge.measures`` False the measures stay None (the C module's loop skips them).
     """
+    measures = judge is None or judge.measures
     exp_dtype, d_atol, d_rtol, is_float = _dtype_facts(expected)
     got_dtype = value_dtype_name(got)
     if inherited is not None and is_float:
@@ -284,7 +286,7 @@ def compare(
         direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
         if direct and ea.size and _native_atol(ea, atol):
             # what _compare_numpy would do for these, without asking again
-            _fill_native(result, NATIVE.compare(ea, ga, atol, rtol), atol, ea, ga)
+            _fill_native(result, NATIVE.compare(ea, ga, atol, rtol, measures), atol, ea, ga)
         elif (
             not direct
             and ea.dtype == ga.dtype
@@ -302,7 +304,7 @@ def compare(
                 ea, ga = _c_order(ea), _c_order(ga)
             if scaled and ea.size:
                 atol = result.atol = _capped_atol(atol, rtol, largest_magnitude(ea))
-            _compare_numpy(ea, ga, atol, rtol, result)
+            _compare_numpy(ea, ga, atol, rtol, result, measures)
     else:
         dev = expected.device if isinstance(expected, torch.Tensor) else torch.device("cpu")
         et = _as_torch(expected, dev)
@@ -311,6 +313,8 @@ def compare(
         _compare_torch(et, _as_torch(got, dev), atol, rtol, result)
     if result.dtype_mismatch:
         result.passed = False
+    if not measures:
+        _drop_measures(result)
     if judge is not None:
         judge.apply(result, expected, got)
     return result
@@ -348,6 +352,10 @@ def _empty(r: Diff, ulp: float | None) -> None:
     r.passed = True
     r.err_cos, r.err_snr, r.err_l2, r.err_p50, r.err_p99, _ = ms.IDENTICAL
     r.err_ulp = ulp
+
+
+def _drop_measures(r: Diff) -> None:
+    r.err_cos = r.err_snr = r.err_l2 = r.err_p50 = r.err_p99 = r.err_ulp = None
 
 
 def _ulp_zero(g) -> float | None:
@@ -430,7 +438,9 @@ def _empty_measures(r: Diff, ulp: float | None) -> None:
 _BLOCK = 1 << 22
 
 
-def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:
+def _compare_numpy(
+    e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff, measures: bool = True
+) -> None:
     if e.size == 0:
         _empty(r, _ulp_zero(g) if e.dtype.kind != "c" else None)
         return
@@ -438,12 +448,12 @@ def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Di
         _compare_numpy_integers(e, g, r)
         return
     if _native(e, g) and _native_atol(e, atol):
-        _fill_native(r, NATIVE.compare(e, g, atol, rtol), atol, e, g)
+        _fill_native(r, NATIVE.compare(e, g, atol, rtol, measures), atol, e, g)
         return
     if e.size > _BLOCK and e.ndim > 0:
         _compare_numpy_blocks(e, g, atol, rtol, r)
         return
-    _compare_numpy_floats(e, g, atol, rtol, r)
+    _compare_numpy_floats(e, g, atol, rtol, r, measures)
 
 
 def _native(e: np.ndarray, g: np.ndarray) -> bool:
@@ -477,31 +487,44 @@ def _fill_native(
     r: Diff, found: tuple[float, ...], atol: float, e: np.ndarray, g: np.ndarray
 ) -> None:
     """The metrics from the C library's one pass, as _compare_numpy_floats sets them, and
-    the measures (the quantiles from the library's selection, only where values differ)."""
-    err_abs, err_rel, nan, h01, h001, fails, ee, gg, eg, dd, ulp = found
-    r.err_nan = nan
+    the measures (the quantiles from the library's selection, only where values differ;
+    none when the library was asked for none: six values found, not eleven)."""
+    err_abs, err_rel, nan, h01, h001, fails = found[:6]
+    if len(found) == 6:
+        _fill_native_metrics(r, err_abs, err_rel, nan, h01, h001, fails, atol)
+        return
+    ee, gg, eg, dd, ulp = found[6:]
+    _fill_native_metrics(r, err_abs, err_rel, nan, h01, h001, fails, atol)
     if nan:
-        r.err_abs = r.err_rel = math.inf
-        r.err_h01, r.err_h001 = h01 + nan, h001 + nan
-        r.passed = False
         order, plan = _ranks(e.size)
         _set_nonfinite(r, list(NATIVE.ranks(e, g, order)), plan, ulp)
         return
-    r.err_abs = err_abs
     if err_abs == 0.0:
-        r.err_rel = r.err_h01 = r.err_h001 = 0.0
-        r.passed = True
         _empty_measures(r, 0.0)
         return
-    r.err_rel = err_rel
-    r.err_h01 = h01 if err_abs > 0.1 else 0.0
-    r.err_h001 = h001 if err_abs > 0.01 else 0.0
-    r.passed = err_abs <= atol or fails == 0
     sums = (ee, gg, eg, dd)
     if ms.sums_overflow(ee, gg, dd):
         sums = _finite_sums(e, g)
     order, plan = _ranks(e.size)
     _set_measures(r, sums, list(NATIVE.ranks(e, g, order)), plan, ulp)
+
+
+def _fill_native_metrics(r: Diff, err_abs, err_rel, nan, h01, h001, fails, atol) -> None:
+    r.err_nan = nan
+    if nan:
+        r.err_abs = r.err_rel = math.inf
+        r.err_h01, r.err_h001 = h01 + nan, h001 + nan
+        r.passed = False
+        return
+    r.err_abs = err_abs
+    if err_abs == 0.0:
+        r.err_rel = r.err_h01 = r.err_h001 = 0.0
+        r.passed = True
+        return
+    r.err_rel = err_rel
+    r.err_h01 = h01 if err_abs > 0.1 else 0.0
+    r.err_h001 = h001 if err_abs > 0.01 else 0.0
+    r.passed = err_abs <= atol or fails == 0
 
 
 def _finite_sums(e: np.ndarray, g: np.ndarray) -> tuple[float, float, float, float]:
@@ -564,7 +587,13 @@ def _work_dtype(e: np.ndarray, g: np.ndarray):
 
 
 def _compare_numpy_floats(
-    e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff, whole: bool = True
+    e: np.ndarray,
+    g: np.ndarray,
+    atol: float,
+    rtol: float,
+    r: Diff,
+    whole: bool = True,
+    measures: bool = True,
 ) -> tuple[tuple[float, float, float, float], float | None] | None:
     """Sets the metrics and, when ``whole``, the measures; a part of a larger value
     (``whole`` False) returns its sums and ulp distance instead (None when it is equal
@@ -603,7 +632,7 @@ def _compare_numpy_floats(
             r.err_h001 = float(np.count_nonzero(d > 0.01) + nan)
             r.passed = False
             r.err_ulp = math.inf if real_ulp else None
-            if whole:
+            if whole and measures:
                 d[disagree] = np.inf
                 order, plan = _ranks(d.size)
                 _set_nonfinite(r, ms.numpy_ranks(lambda: (d,), d.size, order), plan, r.err_ulp)
@@ -615,14 +644,17 @@ def _compare_numpy_floats(
             r.passed = True
             _empty_measures(r, 0.0 if real_ulp else None)
             return None
-        if whole:
+        if whole and measures:
             order, plan = _ranks(d.size)
             stats = ms.numpy_ranks(lambda: (d,), d.size, order)
-        if work is np.complex128:
+        if not measures:
+            sums, ulp = (0.0, 0.0, 0.0, 0.0), None
+        elif work is np.complex128:
             sums = ms.complex_sums(ef, gf, d)
+            ulp = None
         else:
             sums = ms.numpy_sums(ef, gf, d)
-        ulp = ms.numpy_ulp(e, g, both) if real_ulp else None
+            ulp = ms.numpy_ulp(e, g, both) if real_ulp else None
         magnitude = np.abs(ef)
         denom = magnitude if err_abs <= atol else magnitude.copy()
         denom += atol if atol > 0 else 1e-12
@@ -637,7 +669,8 @@ def _compare_numpy_floats(
             r.passed = bool((d <= magnitude).all())
     if not whole:
         return sums, ulp
-    _set_measures(r, sums, stats, plan, ulp)
+    if measures:
+        _set_measures(r, sums, stats, plan, ulp)
     return None
 
 

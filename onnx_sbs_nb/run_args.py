@@ -42,6 +42,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "path/to/file.py:function",
     )
     p.add_argument(
+        "--no-measures",
+        dest="measures",
+        action="store_false",
+        help="skip cosine, SNR, L2, quantiles and ulps (faster on large values that differ)",
+    )
+    p.add_argument(
         "--own-error",
         "--rerun",
         dest="own_error",
@@ -163,6 +169,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         time_nodes=args.time_nodes,
         strict=args.strict,
         verdict=verdict_from_args(getattr(args, "verdict", None)),
+        measures=getattr(args, "measures", True),
         compare=(
             load_compare_function(args.compare_func)
             if getattr(args, "compare_func", None)

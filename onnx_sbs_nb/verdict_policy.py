@@ -135,6 +135,9 @@ class VerdictPolicy:
         """The conditions for values of ``dtype``; None: the atol/rtol verdict."""
         return self._by_dtype.get(dtype, self._other)
 
+    def all_conditions(self) -> list[tuple[Condition, ...]]:
+        return [c for c in (self._other, *self._by_dtype.values()) if c]
+
     def describe(self) -> Any:
         if isinstance(self.spec, Mapping):
             return {k: v if isinstance(v, str | None) else list(v) for k, v in self.spec.items()}
@@ -160,15 +163,20 @@ class Judge:
     """What ``diff.compare`` asks after measuring: the verdict policy and the user's
     compare function (either may be missing)."""
 
-    def __init__(self, policy: VerdictPolicy | None, compare: Callable | None) -> None:
+    def __init__(
+        self, policy: VerdictPolicy | None, compare: Callable | None, measures: bool = True
+    ) -> None:
         self.policy = policy
         self.compare = compare
+        self.measures = measures  # False: cosine, SNR, L2, quantiles and ulps not computed
 
     @property
     def own(self) -> Judge | None:
         """The judge of the own-error comparison (the node rerun on torch inputs): the
         same verdict; the user's function is asked once per pair, on the first one."""
-        return Judge(self.policy, None) if self.policy is not None else None
+        if self.policy is None and self.measures:
+            return None
+        return Judge(self.policy, None, self.measures)
 
     def apply(self, d: Any, expected: Any, got: Any) -> None:
         if self.policy is not None:
@@ -206,17 +214,28 @@ class Judge:
         d.extra = extra or None
 
 
-def make_judge(verdict: Any, compare: Any) -> Judge | None:
-    """The judge of ``verdict=`` and ``compare=`` (None when neither is given); bad
-    values raise SbsInputError before anything runs."""
+# the measures computed whatever ``measures=`` says
+_ALWAYS = frozenset({"err_abs", "err_rel", "err_nan", "err_h01", "err_h001"})
+
+
+def make_judge(verdict: Any, compare: Any, measures: bool = True) -> Judge | None:
+    """The judge of ``verdict=``, ``compare=`` and ``measures=`` (None when it would
+    change nothing); bad values raise SbsInputError before anything runs."""
     policy = None if verdict is None else VerdictPolicy(verdict)
+    if policy is not None and not measures:
+        named = {c.field for conds in policy.all_conditions() for c in conds} - _ALWAYS
+        if named:
+            raise SbsInputError(
+                f"verdict names {', '.join(sorted(named))} but measures=False does not "
+                "compute it: drop measures=False (--no-measures) or judge on abs/rel"
+            )
     if compare is not None and not callable(compare):
         raise SbsInputError(
             f"compare must be a function f(expected, got) -> dict, got {type(compare).__name__}"
         )
-    if policy is None and compare is None:
+    if policy is None and compare is None and measures:
         return None
-    return Judge(policy, compare)
+    return Judge(policy, compare, measures)
 
 
 def load_compare_function(spec: str) -> Callable:

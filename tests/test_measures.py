@@ -292,3 +292,19 @@ def test_a_compare_function_that_raises_is_that_records_error():
     errors = [r for r in recs if r.status == STATUS_ERROR]
     assert errors and all("not on my watch" in r.error for r in errors)
     assert any(r.extra.get("seen") == 16 for r in recs)  # the run went on
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_measures_off_leave_the_other_metrics_as_they_are(fallback, monkeypatch):
+    if fallback:
+        monkeypatch.setattr(diff, "NATIVE", None)
+    off = make_judge(None, None, measures=False)
+    for name, e, g in _cases():
+        a, b = diff.compare(e, g), diff.compare(e, g, judge=off)
+        assert all(getattr(b, f) is None for f in SUMS + EXACT), name
+        for f in ("err_abs", "err_rel", "err_nan", "err_h01", "err_h001", "passed"):
+            x, y = getattr(a, f), getattr(b, f)
+            assert x == y or (math.isnan(x) and math.isnan(y)), (name, f)
+    with pytest.raises(SbsInputError, match="measures=False"):
+        make_judge("snr>=30", None, measures=False)
+    assert make_judge("abs<=1e-3", None, measures=False) is not None

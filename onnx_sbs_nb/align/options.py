@@ -63,6 +63,8 @@ class RunOptions:
       see ``verdict_policy.py``.  None: atol/rtol.
     - ``compare``: the user's check ``f(expected, got) -> dict`` (torch tensors in):
       its entries land in ``Record.extra``, its ``"passed"`` (a bool) decides the verdict.
+    - ``measures``: compute cosine, SNR, L2, quantiles and ulps (``err_cos`` ...); False
+      leaves them None for a faster comparison of large values that differ.
     """
 
     runner: Any = "onnxruntime"
@@ -82,6 +84,7 @@ class RunOptions:
     strict: bool = False
     verdict: Any = None
     compare: Any = None
+    measures: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.runner, str) and self.runner not in RUNNER_NAMES:
@@ -98,7 +101,7 @@ class RunOptions:
             )
         self.atol = _tolerance("atol", self.atol)
         self.rtol = _tolerance("rtol", self.rtol)
-        for flag in ("exc", "own_error", "trust_pickles", "time_nodes", "strict"):
+        for flag in ("exc", "own_error", "trust_pickles", "time_nodes", "strict", "measures"):
             if not isinstance(getattr(self, flag), bool):
                 raise SbsInputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.reset not in (None, RESET_ALL):
@@ -121,7 +124,7 @@ class RunOptions:
             )
         self._check_deployment()
         # parsed here: a bad expression fails before anything runs
-        self.judge = make_judge(self.verdict, self.compare)
+        self.judge = make_judge(self.verdict, self.compare, self.measures)
 
     def _check_deployment(self) -> None:
         if self.optimize is None and self.providers is None:
@@ -194,6 +197,7 @@ class RunOptions:
             "strict": self.strict,
             "verdict": self.judge.policy.describe() if self.judge and self.judge.policy else None,
             "compare": function_name(self.compare) if self.compare is not None else None,
+            "measures": self.measures,
         }
 
 

@@ -35,7 +35,7 @@
  * but their count).  The sums are accumulated in double (the measures of measures.py);
  * the ulp distance is the distance of the two values' bits as ordered integers (-0.0 and
  * 0.0 alike).  Integers up to 2^31 per lane, so the vector loop runs in chunks. */
-#define SBS_COMPARE(NAME, T, IT, UT, LANES, MAXV, ABSMASK, SIGNSHIFT)                       \
+#define SBS_COMPARE(NAME, T, IT, UT, LANES, MAXV, ABSMASK, SIGNSHIFT, MEAS)                 \
     typedef T NAME##_v __attribute__((vector_size(sizeof(T) * LANES)));                    \
     typedef IT NAME##_m __attribute__((vector_size(sizeof(T) * LANES)));                   \
     typedef UT NAME##_u __attribute__((vector_size(sizeof(T) * LANES)));                   \
@@ -69,6 +69,7 @@
                 k_nan -= ~fin & ~same;                                                     \
                 NAME##_v d = a - b;                                                        \
                 d = (NAME##_v)((NAME##_m)d & ABSMASK & fin);                               \
+                if (MEAS) { /* a constant: the plain instance has none of it */             \
                 NAME##_d xa = __builtin_convertvector((NAME##_v)((NAME##_m)a & fin), NAME##_d); \
                 NAME##_d xb = __builtin_convertvector((NAME##_v)((NAME##_m)b & fin), NAME##_d); \
                 NAME##_d xd = __builtin_convertvector(d, NAME##_d);                        \
@@ -85,6 +86,7 @@
                 NAME##_u u = (hi - lo) & (NAME##_u)fin;                                    \
                 NAME##_u more = (NAME##_u)(u > vulp);                                      \
                 vulp = (u & more) | (vulp & ~more);                                        \
+                }                                                                          \
                 ae = (NAME##_v)((NAME##_m)ae & fin);                                       \
                 NAME##_m up = d > vm;                                                      \
                 vm = (NAME##_v)(((NAME##_m)d & up) | ((NAME##_m)vm & ~up));                \
@@ -124,6 +126,7 @@
             c01 += d > t01;                                                                \
             c001 += d > t001;                                                              \
             c_fail += !(d <= ae * r_tol + a_tol);                                          \
+            if (MEAS) {                                                                    \
             see += (double)a * (double)a;                                                  \
             sgg += (double)b * (double)b;                                                  \
             seg += (double)a * (double)b;                                                  \
@@ -134,6 +137,7 @@
             IT ka = ia < 0 ? -(ia & ABSMASK) : ia, kb = ib < 0 ? -(ib & ABSMASK) : ib;     \
             UT u = ka > kb ? (UT)ka - (UT)kb : (UT)kb - (UT)ka;                            \
             ulp = u > ulp ? u : ulp;                                                       \
+            }                                                                              \
         }                                                                                  \
         out[0] = (double)m;                                                                \
         out[1] = (double)rel;                                                              \
@@ -149,8 +153,11 @@
         return 0;                                                                          \
     }
 
-SBS_COMPARE(sbs_compare_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31)
-SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63)
+SBS_COMPARE(sbs_compare_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 1)
+SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63, 1)
+/* without the measures (compare(..., False)): today's cost, for a run that does not want them */
+SBS_COMPARE(sbs_plain_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 0)
+SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63, 0)
 
 /* Order statistics of |e - g| (in the arrays' precision; 0 where both sides hold the same
  * non-finite value, +inf where they disagree), exactly, without sorting: the keys are
@@ -434,7 +441,9 @@ static int sbs_views(PyObject *x, PyObject *y, const char *name, Py_buffer *a, P
 
 static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer e, g;
-    if (sbs_nargs(nargs, 4, "compare") < 0) return NULL;
+    if (nargs != 5 && sbs_nargs(nargs, 4, "compare") < 0) return NULL;
+    int meas = nargs == 5 ? PyObject_IsTrue(args[4]) : 1;
+    if (meas < 0) return NULL;
     double atol = PyFloat_AsDouble(args[2]), rtol = PyFloat_AsDouble(args[3]);
     if ((atol == -1.0 || rtol == -1.0) && PyErr_Occurred()) return NULL;
     if (sbs_views(args[0], args[1], "compare", &e, &g) < 0) return NULL;
@@ -449,9 +458,9 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
         int long_loop = SBS_LONG(e.len);
         PyThreadState *ts = long_loop ? PyEval_SaveThread() : NULL;
         if (letter == 'f')
-            sbs_compare_f32(e.buf, g.buf, n, atol, rtol, out);
+            (meas ? sbs_compare_f32 : sbs_plain_f32)(e.buf, g.buf, n, atol, rtol, out);
         else
-            sbs_compare_f64(e.buf, g.buf, n, atol, rtol, out);
+            (meas ? sbs_compare_f64 : sbs_plain_f64)(e.buf, g.buf, n, atol, rtol, out);
         if (long_loop) PyEval_RestoreThread(ts);
     }
     PyBuffer_Release(&e);
@@ -460,9 +469,10 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "compare(): float32 or float64 arrays of one type only");
         return NULL;
     }
-    PyObject *t = PyTuple_New(11);
+    int nout = meas ? 11 : 6;
+    PyObject *t = PyTuple_New(nout);
     if (t == NULL) return NULL;
-    for (int k = 0; k < 11; k++) {
+    for (int k = 0; k < nout; k++) {
         PyObject *x = PyFloat_FromDouble(out[k]);
         if (x == NULL) {
             Py_DECREF(t);
@@ -568,7 +578,7 @@ static PyObject *py_equal_transposed(PyObject *self, PyObject *const *args, Py_s
 
 static PyMethodDef sbs_methods[] = {
     {"compare", (PyCFunction)(void (*)(void))py_compare, METH_FASTCALL,
-     "compare(e, g, atol, rtol) -> (max |e - g|, max |e - g| / (|e| + atol), non-finite "
+     "compare(e, g, atol, rtol[, measures=True]) -> (max |e - g|, max |e - g| / (|e| + atol), non-finite "
      "disagreements, count > 0.1, count > 0.01, count > atol + rtol |e|, sum e^2, sum g^2, "
      "sum e g, sum (e - g)^2, max ulp distance)"},
     {"ranks", (PyCFunction)(void (*)(void))py_ranks, METH_FASTCALL,
