@@ -209,8 +209,10 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
             UT *x = malloc((size_t)n * sizeof(UT));                                        \
             if (x == NULL) return -1;                                                      \
             for (int64_t i = 0; i < n; i++) x[i] = NAME##_key(e[i], g[i]);                 \
-            for (int r = 0; r < nr; r++) { /* a selection keeps the set: reorder freely */ \
-                UT k = NAME##_select(x, n, ranks[r]);                                      \
+            int64_t base = 0; /* after a selection of rank b, x[b..n) holds the rest */     \
+            for (int r = 0; r < nr; r++) {                                                 \
+                UT k = NAME##_select(x + base, n - base, ranks[r] - base);                 \
+                base = ranks[r];                                                           \
                 T v;                                                                       \
                 memcpy(&v, &k, sizeof v);                                                  \
                 out[r] = (double)v;                                                        \
@@ -245,7 +247,9 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
                     if ((int64_t)(k >> shift) == bin[r]) x[c++] = k;                       \
                 }                                                                          \
             }                                                                              \
-            UT k = NAME##_select(x, size, ranks[r] - before[r]);                           \
+            int64_t at = ranks[r] - before[r], from = 0;                                   \
+            if (r > 0 && bin[r] == bin[r - 1]) from = ranks[r - 1] - before[r];            \
+            UT k = NAME##_select(x + from, size - from, at - from);                        \
             T v;                                                                           \
             memcpy(&v, &k, sizeof v);                                                      \
             out[r] = (double)v;                                                            \
