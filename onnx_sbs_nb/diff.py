@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import measures as ms
 from .convert import _ML_NAMES, to_torch
 from .native import NATIVE
 from .tolerances import default_tolerance
@@ -33,6 +34,17 @@ class Diff:
     atol: float | None = None
     rtol: float | None = None
     note: str | None = None
+    # the measures of measures.py, from the same pass
+    err_cos: float | None = None
+    err_snr: float | None = None
+    err_l2: float | None = None
+    err_p50: float | None = None
+    err_p99: float | None = None
+    err_ulp: float | None = None
+    # what the user's compare function returned besides "passed"
+    extra: dict[str, Any] | None = None
+    # the user's compare function raised: the message (the verdict is then False)
+    error: str | None = None
 
 
 _DTYPE_NAMES: dict = {}
@@ -221,6 +233,7 @@ def compare(
     rtol: float | None = None,
     inherited: str | None = None,
     constant: bool = False,
+    judge: Any = None,
 ) -> Diff:
     """Compares ``got`` (ONNX side) with ``expected`` (torch side).
 
@@ -240,7 +253,15 @@ def compare(
     err_h01 / err_h001: elements whose difference exceeds 0.1 / 0.01.
     passed: |got - expected| <= atol + rtol * |expected| everywhere and err_nan == 0.
     Integers (and booleans) are compared as integers, exactly, whatever their size.
+    err_cos, err_snr, err_l2, err_p50, err_p99, err_ulp: the measures of
+    :mod:`onnx_sbs_nb.measures` (their definitions are there), from the same pass.
+
+    ``judge``: a :class:`onnx_sbs_nb.verdict_policy.Judge` (the ``verdict=``,
+    ``compare=`` and ``measures=`` options): it may set ``passed`` from the measures or
+    from the user's compare function, whose other fields land in ``extra``; with
+    ``judge.measures`` False the measures stay None (the C module's loop skips them).
     """
+    measures = judge is None or judge.measures
     exp_dtype, d_atol, d_rtol, is_float = _dtype_facts(expected)
     got_dtype = value_dtype_name(got)
     if inherited is not None and is_float:
@@ -265,7 +286,7 @@ def compare(
         direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
         if direct and ea.size and _native_atol(ea, atol):
             # what _compare_numpy would do for these, without asking again
-            _fill_native(result, NATIVE.compare(ea, ga, atol, rtol), atol)
+            _fill_native(result, NATIVE.compare(ea, ga, atol, rtol, measures), atol, ea, ga)
         elif (
             not direct
             and ea.dtype == ga.dtype
@@ -273,7 +294,7 @@ def compare(
                 _same_bits(ea, ga) if contiguous else _RELAYOUT <= ea.size and _same_values(ea, ga)
             )
         ):
-            _empty(result)
+            _empty(result, _ulp_zero(ga))
         else:
             # one side in order, the other not: put both in order once (see _RELAYOUT;
             # with the C module, at any size: its one pass needs both in order)
@@ -283,7 +304,7 @@ def compare(
                 ea, ga = _c_order(ea), _c_order(ga)
             if scaled and ea.size:
                 atol = result.atol = _capped_atol(atol, rtol, largest_magnitude(ea))
-            _compare_numpy(ea, ga, atol, rtol, result)
+            _compare_numpy(ea, ga, atol, rtol, result, measures)
     else:
         dev = expected.device if isinstance(expected, torch.Tensor) else torch.device("cpu")
         et = _as_torch(expected, dev)
@@ -292,6 +313,10 @@ def compare(
         _compare_torch(et, _as_torch(got, dev), atol, rtol, result)
     if result.dtype_mismatch:
         result.passed = False
+    if not measures:
+        _drop_measures(result)
+    if judge is not None:
+        judge.apply(result, expected, got)
     return result
 
 
@@ -322,9 +347,47 @@ def _capped_atol(atol: float, rtol: float, magnitude: float) -> float:
     return capped if capped < atol else atol
 
 
-def _empty(r: Diff) -> None:
+def _empty(r: Diff, ulp: float | None) -> None:
     r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
     r.passed = True
+    r.err_cos, r.err_snr, r.err_l2, r.err_p50, r.err_p99, _ = ms.IDENTICAL
+    r.err_ulp = ulp
+
+
+def _drop_measures(r: Diff) -> None:
+    r.err_cos = r.err_snr = r.err_l2 = r.err_p50 = r.err_p99 = r.err_ulp = None
+
+
+def _ulp_zero(g) -> float | None:
+    """The ulp distance of equal values: 0 for a real float dtype, None otherwise."""
+    return 0.0 if g.dtype.kind == "f" else None
+
+
+def _set_measures(
+    r: Diff, sums: tuple[float, float, float, float], stats: list[float], plan, ulp
+) -> None:
+    r.err_cos, r.err_snr, r.err_l2 = ms.from_sums(*sums)
+    r.err_p50, r.err_p99 = ms.quantiles(stats, plan)
+    r.err_ulp = ulp
+
+
+def _set_nonfinite(r: Diff, stats: list[float], plan, ulp: float | None) -> None:
+    r.err_cos, r.err_snr, r.err_l2 = ms.NONFINITE
+    r.err_p50, r.err_p99 = ms.quantiles(stats, plan)
+    r.err_ulp = None if ulp is None else math.inf
+
+
+# n -> (ranks, plan) of measures.ranks: a run compares the same few sizes
+_RANKS: dict[int, tuple] = {}
+
+
+def _ranks(n: int) -> tuple:
+    found = _RANKS.get(n)
+    if found is None:
+        found = ms.ranks(n)
+        if len(_RANKS) < 4096:
+            _RANKS[n] = found
+    return found
 
 
 def _fill_integers(r: Diff, err_abs: float, err_rel: float, differing: int) -> None:
@@ -354,10 +417,20 @@ def _compare_numpy_integers(e: np.ndarray, g: np.ndarray, r: Diff) -> None:
     differing = int(np.count_nonzero(d))
     if not differing:
         _fill_integers(r, 0.0, 0.0, 0)
+        _empty_measures(r, None)
         return
     df = d.astype(np.float64)
-    rel = df / (np.abs(e.astype(np.float64)) + 1e-12)
+    ef = e.astype(np.float64)
+    rel = df / (np.abs(ef) + 1e-12)
     _fill_integers(r, float(df.max()), float(rel.max()), differing)
+    order, plan = _ranks(df.size)
+    stats = ms.numpy_ranks(lambda: (df,), df.size, order)
+    _set_measures(r, ms.numpy_sums(ef, g.astype(np.float64), df), stats, plan, None)
+
+
+def _empty_measures(r: Diff, ulp: float | None) -> None:
+    r.err_cos, r.err_snr, r.err_l2, r.err_p50, r.err_p99, _ = ms.IDENTICAL
+    r.err_ulp = ulp
 
 
 # Floats are compared in blocks of this many elements: the temporaries of comparing a
@@ -365,20 +438,22 @@ def _compare_numpy_integers(e: np.ndarray, g: np.ndarray, r: Diff) -> None:
 _BLOCK = 1 << 22
 
 
-def _compare_numpy(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:
+def _compare_numpy(
+    e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff, measures: bool = True
+) -> None:
     if e.size == 0:
-        _empty(r)
+        _empty(r, _ulp_zero(g) if e.dtype.kind != "c" else None)
         return
     if e.dtype.kind in "biu" and g.dtype.kind in "biu":
         _compare_numpy_integers(e, g, r)
         return
     if _native(e, g) and _native_atol(e, atol):
-        _fill_native(r, NATIVE.compare(e, g, atol, rtol), atol)
+        _fill_native(r, NATIVE.compare(e, g, atol, rtol, measures), atol, e, g)
         return
     if e.size > _BLOCK and e.ndim > 0:
         _compare_numpy_blocks(e, g, atol, rtol, r)
         return
-    _compare_numpy_floats(e, g, atol, rtol, r)
+    _compare_numpy_floats(e, g, atol, rtol, r, measures)
 
 
 def _native(e: np.ndarray, g: np.ndarray) -> bool:
@@ -408,9 +483,33 @@ def _native_atol(e: np.ndarray, atol: float) -> bool:
     return ok
 
 
-def _fill_native(r: Diff, found: tuple[float, ...], atol: float) -> None:
-    """The metrics from the C library's one pass, as _compare_numpy_floats sets them."""
-    err_abs, err_rel, nan, h01, h001, fails = found
+def _fill_native(
+    r: Diff, found: tuple[float, ...], atol: float, e: np.ndarray, g: np.ndarray
+) -> None:
+    """The metrics from the C library's one pass, as _compare_numpy_floats sets them, and
+    the measures (the quantiles from the library's selection, only where values differ;
+    none when the library was asked for none: six values found, not eleven)."""
+    err_abs, err_rel, nan, h01, h001, fails = found[:6]
+    if len(found) == 6:
+        _fill_native_metrics(r, err_abs, err_rel, nan, h01, h001, fails, atol)
+        return
+    ee, gg, eg, dd, ulp = found[6:]
+    _fill_native_metrics(r, err_abs, err_rel, nan, h01, h001, fails, atol)
+    if nan:
+        order, plan = _ranks(e.size)
+        _set_nonfinite(r, list(NATIVE.ranks(e, g, order)), plan, ulp)
+        return
+    if err_abs == 0.0:
+        _empty_measures(r, 0.0)
+        return
+    sums = (ee, gg, eg, dd)
+    if ms.sums_overflow(ee, gg, dd):
+        sums = _finite_sums(e, g)
+    order, plan = _ranks(e.size)
+    _set_measures(r, sums, list(NATIVE.ranks(e, g, order)), plan, ulp)
+
+
+def _fill_native_metrics(r: Diff, err_abs, err_rel, nan, h01, h001, fails, atol) -> None:
     r.err_nan = nan
     if nan:
         r.err_abs = r.err_rel = math.inf
@@ -428,39 +527,92 @@ def _fill_native(r: Diff, found: tuple[float, ...], atol: float) -> None:
     r.passed = err_abs <= atol or fails == 0
 
 
+def _finite_sums(e: np.ndarray, g: np.ndarray) -> tuple[float, float, float, float]:
+    """The sums over the positions where both sides are finite, scaled (values whose
+    squares a double cannot hold)."""
+    with np.errstate(all="ignore"):
+        both = np.isfinite(e) & np.isfinite(g)
+        ef, gf = np.where(both, e, 0).reshape(-1), np.where(both, g, 0).reshape(-1)
+        # |d| in the values' own precision, as every other path takes it
+        d = np.abs(np.subtract(ef, gf)).astype(np.float64)
+        return ms.scaled_sums(ef.astype(np.float64), gf.astype(np.float64), d)
+
+
 def _compare_numpy_blocks(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:
-    """The comparison of slices along the first axis (views whatever the strides), merged."""
+    """The comparison of slices along the first axis (views whatever the strides), merged;
+    the quantiles from a selection over all the slices (measures.numpy_ranks)."""
     rows = max(1, _BLOCK // max(1, e.size // e.shape[0]))
     r.err_abs = r.err_rel = r.err_nan = r.err_h01 = r.err_h001 = 0.0
     r.passed = True
+    sums = [0.0, 0.0, 0.0, 0.0]
+    ulp: float | None = 0.0
     for k in range(0, e.shape[0], rows):
         part = Diff()
-        _compare_numpy_floats(e[k : k + rows], g[k : k + rows], atol, rtol, part)
+        found = _compare_numpy_floats(e[k : k + rows], g[k : k + rows], atol, rtol, part, False)
         r.err_abs = max(r.err_abs, part.err_abs)
         r.err_rel = max(r.err_rel, part.err_rel)
         r.err_nan += part.err_nan
         r.err_h01 += part.err_h01
         r.err_h001 += part.err_h001
         r.passed = r.passed and part.passed
+        if found is not None:
+            sums = [a + b for a, b in zip(sums, found[0], strict=True)]
+            ulp = None if found[1] is None or ulp is None else max(ulp, found[1])
+        elif part.err_ulp is None:
+            ulp = None
+    if r.err_abs == 0.0:
+        _empty_measures(r, ulp)
+        return
+    work = _work_dtype(e, g)
+
+    def blocks():
+        for k in range(0, e.shape[0], rows):
+            yield ms.abs_diff_keys(e[k : k + rows].astype(work), g[k : k + rows].astype(work))
+
+    order, plan = _ranks(e.size)
+    stats = ms.numpy_ranks(blocks, e.size, order)
+    if r.err_nan:
+        _set_nonfinite(r, stats, plan, ulp)
+        return
+    if ms.sums_overflow(sums[0], sums[1], sums[3]):
+        sums = list(_finite_sums(e, g))
+    _set_measures(r, tuple(sums), stats, plan, ulp)
 
 
-def _compare_numpy_floats(e: np.ndarray, g: np.ndarray, atol: float, rtol: float, r: Diff) -> None:
+def _work_dtype(e: np.ndarray, g: np.ndarray):
+    """The precision floats are compared in: float64 when a side has it, else float32."""
+    if e.dtype.kind == "c" or g.dtype.kind == "c":
+        return np.complex128
+    return np.float64 if np.float64 in (e.dtype, g.dtype) else np.float32
+
+
+def _compare_numpy_floats(
+    e: np.ndarray,
+    g: np.ndarray,
+    atol: float,
+    rtol: float,
+    r: Diff,
+    whole: bool = True,
+    measures: bool = True,
+) -> tuple[tuple[float, float, float, float], float | None] | None:
+    """Sets the metrics and, when ``whole``, the measures; a part of a larger value
+    (``whole`` False) returns its sums and ulp distance instead (None when it is equal
+    or NaN/inf disagree), and its caller selects the quantiles over all parts."""
     if e.ndim == 0:  # numpy gives scalars for 0-d results: work on arrays of one
         e, g = e.reshape(1), np.asarray(g).reshape(1)
     # Few passes over the data: most pairs of a faithful export are equal or tiny apart.
     # Each step costs a few microseconds on the small tensors of a node-by-node run, so
     # the reductions are the ufuncs' own and scalars are Python floats.
-    if e.dtype.kind == "c" or g.dtype.kind == "c":
-        ef, gf = e.astype(np.complex128), g.astype(np.complex128)
-    else:
-        work = np.float64 if np.float64 in (e.dtype, g.dtype) else np.float32
-        ef, gf = e.astype(work, copy=False), g.astype(work, copy=False)
+    work = _work_dtype(e, g)
+    ef, gf = e.astype(work, copy=False), g.astype(work, copy=False)
+    real_ulp = g.dtype.kind == "f" and e.dtype.kind != "c"
     with np.errstate(all="ignore"):
         # in place: a large temporary is a fresh mmap (page faults) each time
         d = np.subtract(ef, gf)
         d = np.abs(d, out=d) if d.dtype.kind == "f" else np.abs(d)
         m = float(_MAX(d, axis=None))
         nan = 0
+        both = None
         if not math.isfinite(m):
             fe, fg = np.isfinite(ef), np.isfinite(gf)
             both = fe & fg
@@ -470,6 +622,7 @@ def _compare_numpy_floats(e: np.ndarray, g: np.ndarray, atol: float, rtol: float
             nan = int(np.count_nonzero(disagree))
             d = np.where(both, d, 0.0)
             ef = np.where(both, ef, 0.0)
+            gf = np.where(both, gf, 0.0)
             m = float(_MAX(d, axis=None))
         r.err_nan = float(nan)
         if nan:
@@ -478,13 +631,30 @@ def _compare_numpy_floats(e: np.ndarray, g: np.ndarray, atol: float, rtol: float
             r.err_h01 = float(np.count_nonzero(d > 0.1) + nan)
             r.err_h001 = float(np.count_nonzero(d > 0.01) + nan)
             r.passed = False
-            return
+            r.err_ulp = math.inf if real_ulp else None
+            if whole and measures:
+                d[disagree] = np.inf
+                order, plan = _ranks(d.size)
+                _set_nonfinite(r, ms.numpy_ranks(lambda: (d,), d.size, order), plan, r.err_ulp)
+            return None
         err_abs = m
         r.err_abs = err_abs
         if err_abs == 0.0:
             r.err_rel = r.err_h01 = r.err_h001 = 0.0
             r.passed = True
-            return
+            _empty_measures(r, 0.0 if real_ulp else None)
+            return None
+        if whole and measures:
+            order, plan = _ranks(d.size)
+            stats = ms.numpy_ranks(lambda: (d,), d.size, order)
+        if not measures:
+            sums, ulp = (0.0, 0.0, 0.0, 0.0), None
+        elif work is np.complex128:
+            sums = ms.complex_sums(ef, gf, d)
+            ulp = None
+        else:
+            sums = ms.numpy_sums(ef, gf, d)
+            ulp = ms.numpy_ulp(e, g, both) if real_ulp else None
         magnitude = np.abs(ef)
         denom = magnitude if err_abs <= atol else magnitude.copy()
         denom += atol if atol > 0 else 1e-12
@@ -497,9 +667,46 @@ def _compare_numpy_floats(e: np.ndarray, g: np.ndarray, atol: float, rtol: float
             magnitude *= rtol
             magnitude += atol
             r.passed = bool((d <= magnitude).all())
+    if not whole:
+        return sums, ulp
+    if measures:
+        _set_measures(r, sums, stats, plan, ulp)
+    return None
 
 
 _MAX = np.maximum.reduce
+
+
+def _torch_measures(
+    r: Diff, ef: torch.Tensor, gf: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, ulp
+) -> None:
+    """The measures from the torch path's masked values (ef, gf: finite or 0; d: |e - g|
+    with 0 where not both finite; keys: |e - g| with inf where NaN/inf disagree)."""
+    order, plan = _ranks(keys.numel())
+    stats = ms.torch_ranks(keys, order)
+    if r.err_nan:
+        _set_nonfinite(r, stats, plan, ulp)
+        return
+    if r.err_abs == 0.0:
+        _empty_measures(r, ulp)
+        return
+    ed, gd = (
+        ef.to(torch.complex128 if ef.is_complex() else torch.float64),
+        gf.to(torch.complex128 if gf.is_complex() else torch.float64),
+    )
+    dd = d.double()
+    sums = torch.stack(
+        [
+            (ed.abs() ** 2).sum(),
+            (gd.abs() ** 2).sum(),
+            (ed * gd.conj()).real.sum() if ed.is_complex() else (ed * gd).sum(),
+            (dd * dd).sum(),
+        ]
+    ).cpu()
+    ee, gg, eg, dsum = sums.tolist()
+    if ms.sums_overflow(ee, gg, dsum) and not ed.is_complex():
+        ee, gg, eg, dsum = ms.scaled_sums(ed.cpu().numpy(), gd.cpu().numpy(), dd.cpu().numpy())
+    _set_measures(r, (ee, gg, eg, dsum), stats, plan, ulp)
 
 
 def _compare_torch_integers(e: torch.Tensor, g: torch.Tensor, r: Diff) -> None:
@@ -511,11 +718,12 @@ def _compare_torch_integers(e: torch.Tensor, g: torch.Tensor, r: Diff) -> None:
     stats = torch.stack([df.max(), rel.max(), (ei != gi).sum().double()]).cpu()
     err_abs, err_rel, differing = stats.tolist()
     _fill_integers(r, err_abs, err_rel, int(differing))
+    _torch_measures(r, ei.double(), gi.double(), df, df, None)
 
 
 def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r: Diff) -> None:
     if e.numel() == 0:
-        _empty(r)
+        _empty(r, 0.0 if g.is_floating_point() and not e.is_complex() else None)
         return
     if e.is_complex() or g.is_complex():
         ef, gf = e.to(torch.complex128), g.to(torch.complex128)
@@ -529,7 +737,8 @@ def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r
     fe, fg = torch.isfinite(ef), torch.isfinite(gf)
     both = fe & fg
     same_special = ~fe & ~fg & ((ef == gf) | (torch.isnan(ef) & torch.isnan(gf)))
-    nan_t = (~both & ~same_special).sum()
+    disagree = ~both & ~same_special
+    nan_t = disagree.sum()
     d = (
         torch.where(both, d, torch.zeros_like(d)).real
         if d.is_complex()
@@ -553,3 +762,8 @@ def _compare_torch(e: torch.Tensor, g: torch.Tensor, atol: float, rtol: float, r
         h01, h001 = h01 + nan, h001 + nan
     r.err_abs, r.err_rel, r.err_nan, r.err_h01, r.err_h001 = err_abs, err_rel, nan, h01, h001
     r.passed = bool(ok) and nan == 0
+    real = g.is_floating_point() and not e.is_complex()
+    ulp = (math.inf if nan else ms.torch_ulp(e, g, both)) if real else None
+    keys = torch.where(disagree, torch.full_like(d, math.inf), d) if nan else d
+    zero = torch.zeros((), dtype=ef.dtype, device=ef.device)
+    _torch_measures(r, torch.where(both, ef, zero), torch.where(both, gf, zero), d, keys, ulp)

@@ -31,7 +31,21 @@ from .errors import SbsInputError
 from .files import write_text_atomic
 from .records import FAILING_STATUSES, STATUS_ERROR
 
-METRICS = ("err_abs", "err_rel", "err_abs2", "err_rel2")
+METRICS = (
+    "err_abs",
+    "err_rel",
+    "err_abs2",
+    "err_rel2",
+    # the measures of measures.py
+    "err_cos",
+    "err_snr",
+    "err_l2",
+    "err_p50",
+    "err_p99",
+    "err_ulp",
+)
+# measures whose larger values are the better ones: the worst of a node is its smallest
+HIGHER_IS_BETTER = frozenset({"err_cos", "err_snr"})
 
 # Upper bounds of the error ranges and their colours (greens: well within float32
 # tolerances; amber to red: beyond).  Values above the last bound would get no colour.
@@ -44,6 +58,25 @@ THRESHOLDS: list[dict[str, Any]] = [
     {"value": 1.0, "bgColor": "#ff5722"},
     {"value": 1e300, "bgColor": "#d32f2f"},
 ]
+# the same colours on the scales of the other measures (upper bounds, ascending)
+_GREENS_TO_RED = [t["bgColor"] for t in THRESHOLDS]
+METRIC_THRESHOLDS: dict[str, list[dict[str, Any]]] = {
+    # cosine and SNR: red for the low values, dark green for the high ones
+    "err_cos": [
+        {"value": v, "bgColor": c}
+        for v, c in zip(
+            (0.9, 0.99, 0.999, 0.9999, 0.99999, 0.999999, 1.0), _GREENS_TO_RED[::-1], strict=True
+        )
+    ],
+    "err_snr": [
+        {"value": v, "bgColor": c}
+        for v, c in zip((10, 20, 30, 40, 60, 80, 1e300), _GREENS_TO_RED[::-1], strict=True)
+    ],
+    "err_ulp": [
+        {"value": v, "bgColor": c}
+        for v, c in zip((1, 4, 16, 256, 65536, 1e9, 1e300), _GREENS_TO_RED, strict=True)
+    ],
+}
 FAIL_COLOR = "#d32f2f"  # a value beyond its tolerance, whatever its size
 ERROR_COLOR = "#6a1b9a"  # a node that could not run
 VALUE_PREFIX = "[value] "  # the adapter's key for graph inputs, outputs and initializers
@@ -81,6 +114,7 @@ def node_data(
     keys_of = value_keys(model)
     results: dict[str, dict[str, Any]] = {}
     worst: dict[str, float] = {}
+    better = metric in HIGHER_IS_BETTER
     seen = missing = 0
     for rec in records:
         name = _get(rec, "onnx_name")
@@ -104,7 +138,7 @@ def node_data(
         if value is None:
             continue
         value = float(value)
-        rank = math.inf if math.isnan(value) else value
+        rank = math.inf if math.isnan(value) else -value if better else value
         for k in keys:
             if k in worst and worst[k] >= rank:
                 continue
@@ -118,7 +152,8 @@ def node_data(
             "none of the records names a value of this ONNX model: pass the model the run "
             "compared (for an optimize= run, its optimized model)"
         )
-    return {graph_id(model): {"results": results, "thresholds": THRESHOLDS}}
+    thresholds = METRIC_THRESHOLDS.get(metric, THRESHOLDS)
+    return {graph_id(model): {"results": results, "thresholds": thresholds}}
 
 
 def write_node_data(
@@ -126,8 +161,10 @@ def write_node_data(
 ) -> Path:
     """Writes the errors of ``records`` as Model Explorer node data; returns the path.
 
-    ``metric``: ``err_abs`` (propagated error, the default), ``err_rel``, or the node's
-    own error from a rerun on torch inputs (``err_abs2``, ``err_rel2``).
+    ``metric``: ``err_abs`` (propagated error, the default), ``err_rel``, the node's
+    own error from a rerun on torch inputs (``err_abs2``, ``err_rel2``), or a measure
+    (``err_cos``, ``err_snr``, ``err_l2``, ``err_p50``, ``err_p99``, ``err_ulp``; for
+    cosine and SNR a node shows its lowest value).
     """
     data = node_data(records, model, metric=metric)
     path = Path(path)

@@ -203,6 +203,15 @@ class Record:
     onnx_device: str | None = None
     reset: bool = False  # the ONNX side continued from the torch value after this pair
     step: int = 0  # position of the record in the stream
+    # --- measures of the first comparison (definitions in measures.py) ---
+    err_cos: float | None = None  # cosine similarity
+    err_snr: float | None = None  # signal-to-noise ratio, dB
+    err_l2: float | None = None  # ||e - g|| / ||e||
+    err_p50: float | None = None  # median of |diff|
+    err_p99: float | None = None  # 99th percentile of |diff|
+    err_ulp: float | None = None  # max ulp distance in the ONNX value's dtype
+    # what the user's compare function (compare=) returned besides "passed"
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -210,6 +219,11 @@ class Record:
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = str(v)
+        if d["extra"]:
+            d["extra"] = {
+                k: str(v) if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in d["extra"].items()
+            }
         return d
 
     @classmethod
@@ -259,7 +273,8 @@ class FieldSpec:
 
     ``label``: its name for a reader (the detail panel, report headers); ``short``: the
     table header when shorter; ``fmt``: ``text``, ``num`` (an error, a tolerance),
-    ``int``, ``bool``, ``pass`` (True: pass, False: fail), ``seconds`` or ``status``;
+    ``int``, ``bool``, ``pass`` (True: pass, False: fail), ``seconds``, ``status`` or
+    ``map`` (a dict, shown as ``key=value`` pairs);
     ``priority``: a column of the record tables, kept in this order as the width shrinks
     (0: always shown, None: no column; reports without scripts show those up to
     :data:`BRIEF_PRIORITY`); ``width``: the column's least width in px.
@@ -302,6 +317,8 @@ FIELDS: dict[str, FieldSpec] = {
     "err_abs": FieldSpec("abs error", "num", priority=0, short="err abs", width=76),
     "err_rel": FieldSpec("rel error", "num", priority=7, short="err rel", width=70),
     "err_abs2": FieldSpec("own abs error", "num", priority=0, short="own err", width=76),
+    "err_snr": FieldSpec("SNR (dB)", "num", priority=6, short="snr dB", width=60),
+    "err_cos": FieldSpec("cosine similarity", "num", priority=6, short="cos", width=60),
     "err_rel2": FieldSpec("own rel error", "num"),
     "err_nan": FieldSpec("nan/inf mismatches", "num", priority=9, short="nan", width=46),
     "status": FieldSpec("verdict", "status", priority=0, width=104),
@@ -317,6 +334,11 @@ FIELDS: dict[str, FieldSpec] = {
     "err_h0012": FieldSpec("own |diff| > 0.01", "num"),
     "err_dev2": FieldSpec("own devices differ", "num"),
     "err_scale2": FieldSpec("own error / magnitude", "num"),
+    "err_l2": FieldSpec("relative L2 error", "num"),
+    "err_p50": FieldSpec("median |diff|", "num"),
+    "err_p99": FieldSpec("99th percentile |diff|", "num"),
+    "err_ulp": FieldSpec("max ulp distance", "num"),
+    "extra": FieldSpec("your compare function", "map"),
     "own_inputs_from": FieldSpec("own inputs computed from"),
     "ep_device": FieldSpec("torch device"),
     "onnx_device": FieldSpec("onnx device"),

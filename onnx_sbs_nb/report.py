@@ -72,12 +72,23 @@ class RecordsFile:
     completion: Completion | None
 
 
+# the fields the user's compare function returned (Record.extra): one column each
+EXTRA_PREFIX = "extra."
+_COLUMNS = [f for f in RECORD_FIELDS if f != "extra"]
+
+
 def records_to_frame(records: Iterable[Record]) -> pandas.DataFrame:
-    """One row per record, columns in :data:`RECORD_FIELDS` order (onnx-diagnostic names first)."""
+    """One row per record, columns in :data:`RECORD_FIELDS` order (onnx-diagnostic names
+    first), then one ``extra.<name>`` column per field of ``Record.extra``."""
     import pandas
 
     rows = [r.to_dict() if isinstance(r, Record) else dict(r) for r in records]
-    df = pandas.DataFrame(rows, columns=list(RECORD_FIELDS))
+    extra: dict[str, None] = {}
+    for row in rows:
+        for k, v in (row.pop("extra", None) or {}).items():
+            row[EXTRA_PREFIX + k] = v
+            extra[EXTRA_PREFIX + k] = None
+    df = pandas.DataFrame(rows, columns=_COLUMNS + list(extra))
     # to_dict turns NaN/inf into strings for JSON; a frame wants numbers back.
     for name in RECORD_FIELDS:
         if name.startswith("err_") and df[name].dtype == object:
@@ -313,6 +324,8 @@ def _field_kinds() -> dict[str, tuple[type, bool]]:
     hints = typing.get_type_hints(Record)
     kinds: dict[str, tuple[type, bool]] = {}
     for f in dataclasses.fields(Record):
+        if f.name == "extra":  # a dict, checked on its own (_extra_of)
+            continue
         h = hints[f.name]
         args = set(typing.get_args(h)) or {h}
         optional = type(None) in args
@@ -339,6 +352,9 @@ def record_from_dict(d: Mapping[str, Any], where: str = "record") -> Record:
         )
     kw: dict[str, Any] = {}
     for key, value in d.items():
+        if key == "extra":
+            kw[key] = _extra_of(value, where)
+            continue
         if key not in _KINDS_OF_FIELDS:
             continue  # a field of a newer version
         base, optional = _KINDS_OF_FIELDS[key]
@@ -362,6 +378,20 @@ def record_from_dict(d: Mapping[str, Any], where: str = "record") -> Record:
     if kw["kind"] not in _KINDS:
         raise ReportFormatError(f"{where}: unknown kind {kw['kind']!r:.60}")
     return Record(**kw)
+
+
+def _extra_of(value: Any, where: str) -> dict[str, Any]:
+    """Record.extra from a file: names to plain values (non-finite numbers as written)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ReportFormatError(f"{where}: extra must be an object, got {value!r:.60}")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(v, str | int | float | bool | None):
+            raise ReportFormatError(f"{where}: extra.{k} must be a plain value, got {v!r:.60}")
+        out[str(k)] = _NON_FINITE.get(v, v) if isinstance(v, str) else v
+    return out
 
 
 # ---- spreadsheets ---------------------------------------------------------------------
@@ -683,6 +713,11 @@ def _clean_row(row: dict[str, Any]) -> dict[str, Any]:
     JSON Lines keeps NaN).  Types are checked by :func:`record_from_dict`."""
     out: dict[str, Any] = {}
     for k, v in row.items():
+        if isinstance(k, str) and k.startswith(EXTRA_PREFIX):
+            v = _plain(v)
+            if v is not None:
+                out.setdefault("extra", {})[k[len(EXTRA_PREFIX) :]] = v
+            continue
         if k not in _KINDS_OF_FIELDS:
             continue
         v = _plain(v)

@@ -8,6 +8,7 @@ from typing import Any
 
 from .align.engine.options import RESET_ALL, RUNNER_NAMES, RunOptions
 from .errors import SbsInputError
+from .verdict_policy import load_compare_function
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,27 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rtol", type=float, default=None, help="relative tolerance (default: per dtype)"
+    )
+    p.add_argument(
+        "--verdict",
+        nargs="+",
+        metavar="EXPR",
+        help="judge pairs on other measures than atol/rtol: <measure><op><number>, e.g. "
+        "'snr>=30' 'cos>=0.999' (all must hold); measures: abs rel nan h01 h001 cos snr "
+        "l2 p50 p99 ulp; 'float16:snr>=30' applies to one dtype only",
+    )
+    p.add_argument(
+        "--compare-func",
+        metavar="MODULE:FN",
+        help="your own check, f(expected, got) -> dict (torch tensors in): its fields "
+        "become report columns, its 'passed' decides the verdict; module:function or "
+        "path/to/file.py:function",
+    )
+    p.add_argument(
+        "--no-measures",
+        dest="measures",
+        action="store_false",
+        help="skip cosine, SNR, L2, quantiles and ulps (faster on large values that differ)",
     )
     p.add_argument(
         "--own-error",
@@ -146,7 +168,33 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         trust_pickles=args.trust_pickles,
         time_nodes=args.time_nodes,
         strict=args.strict,
+        verdict=verdict_from_args(getattr(args, "verdict", None)),
+        measures=getattr(args, "measures", True),
+        compare=(
+            load_compare_function(args.compare_func)
+            if getattr(args, "compare_func", None)
+            else None
+        ),
     )
 
 
-__all__ = ["add_run_arguments", "options_from_args", "replay_config_from_args"]
+def verdict_from_args(exprs: list[str] | None) -> Any:
+    """``--verdict`` values as a verdict policy: a list of expressions, or a dict per
+    dtype when some are written ``dtype:expr`` (the others then hold for every dtype)."""
+    if not exprs:
+        return None
+    by_dtype: dict[str, list[str]] = {}
+    for e in exprs:
+        dtype, sep, expr = e.partition(":")
+        key = dtype.strip() if sep else "*"
+        by_dtype.setdefault(key, []).append(expr if sep else e)
+    if list(by_dtype) == ["*"]:
+        return by_dtype["*"]
+    common = by_dtype.pop("*", [])
+    policy: dict[str, Any] = {k: common + v for k, v in by_dtype.items()}
+    if common:
+        policy["*"] = common
+    return policy
+
+
+__all__ = ["add_run_arguments", "options_from_args", "replay_config_from_args", "verdict_from_args"]

@@ -129,7 +129,10 @@ def encode_column(values: list[Any]) -> Any:
     n = len(values)
     if n == 0:
         return []
-    distinct = set(values)  # every value is a JSON scalar here, so hashable
+    try:
+        distinct = set(values)  # JSON scalars, so hashable
+    except TypeError:  # Record.extra: a dict per record
+        return values
     if len(distinct) == 1:
         return {"c": values[0]}
     if 2 * len(distinct) <= n:

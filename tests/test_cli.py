@@ -103,7 +103,7 @@ def test_xlsx_columns_are_onnx_diagnostic_names(demo_run, demo_dir):
 
     sheet = openpyxl.load_workbook(demo_dir / "report.xlsx")["sbs"]
     header = [c.value for c in sheet[1]]
-    assert header == list(RECORD_FIELDS)
+    assert header == [f for f in RECORD_FIELDS if f != "extra"]  # extra: extra.* columns
     for col in ("ep_name", "onnx_name", "err_abs", "err_rel", "err_h01", "err_abs2", "comment"):
         assert col in header
 
@@ -648,3 +648,37 @@ def test_replay_failures_are_printed(demo_run, demo_dir, tmp_path, capfd):
     assert code == EXIT_FAIL
     assert "replay bundle not written: node_layer_norm" in err, err
     assert "replay bundles: 1 written" in out
+
+
+def test_run_with_a_verdict_and_a_compare_function(passing_files, tmp_path, monkeypatch, capsys):
+    """--verdict and --compare-func end to end: the function's fields are CSV columns, its
+    "passed" decides; a bad expression is refused before anything runs."""
+    (tmp_path / "mycheck.py").write_text(
+        "import torch\n"
+        "def check(expected, got):\n"
+        "    return {'maxdiff': float((expected.double() - got.double()).abs().max())}\n"
+        "def strict(expected, got):\n"
+        "    return {'passed': bool(torch.equal(expected, got))}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["run", "--ep", str(passing_files.ep), "--onnx", str(passing_files.onnx)]
+    args += ["--inputs", str(passing_files.inputs), "--no-progress"]
+    out = tmp_path / "r.csv"
+    code = main(
+        [*args, "-o", str(out), "--verdict", "cos>=0.999", "--compare-func", "mycheck:check"]
+    )
+    assert code == EXIT_PASS, capsys.readouterr().out
+    recs = read_csv(out)
+    assert any("maxdiff" in r.extra for r in recs)
+    assert all(r.err_cos is None or r.err_cos >= 0.999 for r in recs if r.passed)
+    # the same function named by its file; its verdict is exact equality: some nodes fail
+    strict = f"{tmp_path / 'mycheck.py'}:strict"
+    code = main([*args, "-o", str(tmp_path / "s.csv"), "--compare-func", strict])
+    assert code == EXIT_FAIL, capsys.readouterr().out
+    differ = [r for r in read_csv(tmp_path / "s.csv") if r.err_abs]
+    assert differ and all(r.passed is False and r.failed for r in differ)
+    code = main([*args, "-o", str(tmp_path / "b.csv"), "--verdict", "snr>=abc"])
+    assert code == EXIT_BAD_INPUT
+    assert "snr>=30" in capsys.readouterr().err
+    code = main([*args, "--compare-func", "no_such_module_here:fn"])
+    assert code == EXIT_BAD_INPUT

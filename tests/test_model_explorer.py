@@ -119,3 +119,20 @@ def test_the_real_adapter_knows_every_key(optimized_run, tmp_path):
     back = json.loads(text)[main.id]
     assert back["results"] == data[main.id]["results"]
     assert back["thresholds"] == data[main.id]["thresholds"]
+
+
+def test_measures_as_node_data():
+    """Any measure is node data; for cosine and SNR the worst output is the lowest."""
+    _, onx, _ = exported("mlp")
+    gemm = next(n for n in onx.graph.node if n.op_type == "Gemm")
+    many = [
+        Record(onnx_name=gemm.output[0], err_snr=80.0, err_cos=0.999999, err_ulp=2.0),
+        Record(onnx_name=gemm.output[0], err_snr=25.0, err_cos=0.99, err_ulp=900.0),
+    ]
+    for metric, want in (("err_snr", 25.0), ("err_cos", 0.99), ("err_ulp", 900.0)):
+        data = node_data(many, onx, metric=metric)[onx.graph.name]
+        assert data["results"][gemm.name]["value"] == want, metric
+        bounds = [t["value"] for t in data["thresholds"]]
+        assert bounds == sorted(bounds), metric
+    with pytest.raises(SbsInputError, match="err_snr"):
+        node_data(many, onx, metric="snr")

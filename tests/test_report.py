@@ -66,7 +66,8 @@ def make_records(n: int = 12) -> list[Record]:
 
 def test_frame_columns_are_record_fields():
     df = records_to_frame(make_records())
-    assert list(df.columns) == list(RECORD_FIELDS)
+    # Record.extra (the user's compare function) is flattened: no column of its own
+    assert list(df.columns) == [f for f in RECORD_FIELDS if f != "extra"]
     # onnx-diagnostic's sbs column names come first
     assert list(df.columns[:8]) == [
         "ep_id_node",
@@ -124,7 +125,7 @@ def test_xlsx_sheets(tmp_path):
     wb = openpyxl.load_workbook(path)
     assert wb.sheetnames == ["sbs", "summary", "run"]
     header = [c.value for c in wb["sbs"][1]]
-    assert header == list(RECORD_FIELDS)
+    assert header == [f for f in RECORD_FIELDS if f != "extra"]
     text = "\n".join(str(c.value) for c in wb["summary"]["A"])
     assert "verdict: FAIL" in text
 
@@ -376,3 +377,23 @@ def test_a_planted_link_is_replaced_not_followed(tmp_path):
     with JsonlWriter(streamed) as w:
         w.write(make_records(1)[0])
     assert not streamed.is_symlink() and outside.read_text() == "precious"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".xlsx", ".jsonl"])
+def test_measures_and_extra_fields_round_trip(tmp_path, suffix):
+    """The measures are columns like the other errors; the fields a compare function
+    returned (Record.extra) become ``extra.<name>`` columns and come back as extra."""
+    recs = make_records()
+    recs[0].err_snr, recs[0].err_cos, recs[0].err_ulp = 42.5, 0.99, 3.0
+    recs[1].err_snr = math.inf
+    recs[0].extra = {"psnr": 51.25, "label": "=cmd()", "flag": True}
+    recs[2].extra = {"psnr": 12.0}
+    path = write_report(recs, tmp_path / f"r{suffix}", summarize(recs))
+    if suffix != ".jsonl":
+        df = records_to_frame(recs)
+        assert list(df.columns[-3:]) == ["extra.psnr", "extra.label", "extra.flag"]
+    back = read_records(path)
+    assert back[0].err_snr == 42.5 and back[0].err_cos == 0.99 and back[0].err_ulp == 3.0
+    assert back[1].err_snr == math.inf
+    assert back[0].extra == {"psnr": 51.25, "label": "=cmd()", "flag": True}
+    assert back[2].extra == {"psnr": 12.0} and back[3].extra == {}

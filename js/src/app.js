@@ -179,7 +179,7 @@ export function mount(el, src) {
   });
 
   const side = h("div", { class: "sbs-side" }, detail.el);
-  const left = h("div", { class: "sbs-left" }, chart.el, layers.el, bar.el, table.el);
+  const left = h("div", { class: "sbs-left" }, chart.picker, chart.el, layers.el, bar.el, table.el);
   const main = h("div", { class: "sbs-main" }, left, side);
   const root = h("div", { class: `sbs-root${live ? " sbs-live" : " sbs-static"}` }, h("style", { text: css }), statusEl, toolbar, card.el, main);
   el.appendChild(root);

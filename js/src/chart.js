@@ -1,5 +1,5 @@
 // Error per record along execution order (log scale), own error, tolerance, failures, and
-// the selected point. Exact zeros are not a value on a log axis: they sit on their own
+// the selected point; the measure drawn is picked in a small select (MEASURES). Exact zeros are not a value on a log axis: they sit on their own
 // strip under the plot, labelled 0. Clicking a point selects its row: the linking lives
 // here, in the browser, so it also works in a saved notebook or a static report.
 import Plotly from "plotly.js-basic-dist-min";
@@ -12,6 +12,21 @@ const ZERO_DOMAIN = [0, 0.07];
 const LOG_DOMAIN = [0.13, 1];
 const WHOLE_TICKS = { tickmode: "linear", tick0: 0, dtick: 1 };
 const AUTO_TICKS = { tickmode: "auto" };
+
+// The measures the chart can draw (record fields; onnx_sbs_nb/measures.py defines them,
+// their labels come from the schema). `own`: the field of the own error, `tol`: the atol
+// line applies, `value`: what is drawn and `drawn`: its label (1 - cosine: the distance
+// from 1 on the log axis), `linear`: a linear axis (dB).
+export const MEASURES = [
+  { key: "err_abs", own: "err_abs2", tol: true },
+  { key: "err_rel", own: "err_rel2" },
+  { key: "err_cos", value: (v) => (v === null ? null : 1 - v), drawn: (label) => `1 - ${label}` },
+  { key: "err_snr", linear: true },
+  { key: "err_l2" },
+  { key: "err_p50" },
+  { key: "err_p99" },
+  { key: "err_ulp" },
+];
 
 function prefixed(prefix, obj) {
   return Object.fromEntries(Object.entries(obj).map(([k, v]) => [prefix + k, v]));
@@ -145,7 +160,34 @@ export class Chart {
     this.plotted = false;
     this.width = 800;
     this.xspan = null; // the width of the zoomed x range in nodes; null: every row shown
+    // each measure with its label, from the schema
+    this.measures = MEASURES.map((m) => {
+      const label = store.schema.label(m.key);
+      return { ...m, label: m.drawn ? m.drawn(label) : label };
+    });
+    this.measure = this.measures[0];
+    // the measure drawn: a small select the view puts next to the plot
+    this.picker = h(
+      "select",
+      { class: "sbs-chart-measure", title: "measure drawn by the chart" },
+      ...this.measures.map((m) => h("option", { value: m.key, text: m.label })),
+    );
+    this.picker.addEventListener("change", () => this.setMeasure(this.picker.value));
     this._reset();
+  }
+
+  /** Draw another measure (a key of MEASURES). */
+  setMeasure(key) {
+    const m = this.measures.find((x) => x.key === key);
+    if (!m || m === this.measure) return;
+    this.measure = m;
+    this.picker.value = key;
+    this.update(true);
+  }
+
+  _value(i, key) {
+    const v = this.store.num(i, key);
+    return this.measure.value && key === this.measure.key ? this.measure.value(v) : v;
   }
 
   _reset() {
@@ -164,12 +206,16 @@ export class Chart {
       const mod = st.get(i, "ep_module");
       const label = plotlyText(`#${i} ${name}${mod ? ` · ${mod}` : ""}`);
       const op = plotlyText(st.get(i, "onnx_op_type") ?? "");
-      const e = st.num(i, "err_abs");
-      this.err.add(i, e, `${label}<br>${op} · err ${fmtNum(e)}`);
-      if (e !== null && st.failed(i)) push(this.fail, i, e > 0 ? e : 0, `${label}<br>${plotlyText(st.get(i, "status"))} · err ${fmtNum(e)}`);
-      const e2 = st.num(i, "err_abs2");
-      this.own.add(i, e2, `${label}<br>${op} · own err ${fmtNum(e2)}`);
-      const t = st.num(i, "atol");
+      const m = this.measure;
+      const e = this._value(i, m.key);
+      const what = plotlyText(m.label);
+      this.err.add(i, e, `${label}<br>${op} · ${what} ${fmtNum(e)}`);
+      if (e !== null && Number.isFinite(e) && st.failed(i)) push(this.fail, i, e > 0 || m.linear ? e : 0, `${label}<br>${plotlyText(st.get(i, "status"))} · ${what} ${fmtNum(e)}`);
+      if (m.own) {
+        const e2 = st.num(i, m.own);
+        this.own.add(i, e2, `${label}<br>${op} · own ${what} ${fmtNum(e2)}`);
+      }
+      const t = m.tol ? st.num(i, "atol") : null;
       if (t !== null && t > 0 && Number.isFinite(t)) {
         this.tol.x.push(i);
         this.tol.y.push(t);
@@ -193,7 +239,7 @@ export class Chart {
     ];
     const ownShown = this.own.main.x.length + this.own.zero.x.length ? {} : { visible: "legendonly" };
     const traces = [
-      ...line("error vs torch", this.err, c.err),
+      ...line(this.measure.key === "err_abs" ? "error vs torch" : this.measure.label, this.err, c.err),
       ...line("own error", this.own, c.own, ownShown),
       { name: "atol", type: "scatter", mode: "lines", ...this.tol, hoverinfo: "skip", line: { width: 1, dash: "dot", color: c.tol, shape: "hv" } },
     ];
@@ -201,7 +247,8 @@ export class Chart {
     const f = this.fail;
     const onLog = series();
     const onZero = series();
-    f.x.forEach((x, k) => push(f.y[k] > 0 ? onLog : onZero, x, f.y[k], f.text[k]));
+    const linear = this.measure.linear;
+    f.x.forEach((x, k) => push(f.y[k] > 0 || (linear && f.y[k] !== 0) ? onLog : onZero, x, f.y[k], f.text[k]));
     traces.push({ name: "failing", type: "scatter", mode: "markers", ...onLog, hovertemplate: hov, marker: { size: 8, color: c.fail, symbol: "x" }, legendgroup: "failing" });
     traces.push({ name: "failing", type: "scatter", mode: "markers", ...onZero, yaxis: "y2", hovertemplate: hov, marker: { size: 8, color: c.fail, symbol: "x" }, legendgroup: "failing", showlegend: false });
     traces.push({ name: "selected", type: "scatter", mode: "markers", ...this._selectedPoint(), hoverinfo: "skip", showlegend: false, marker: { size: 15, color: "rgba(0,0,0,0)", line: { width: 2, color: c.sel } } });
@@ -211,9 +258,10 @@ export class Chart {
   /** The ring around the selected row's point (on the zero strip for an exact zero). */
   _selectedPoint() {
     const sel = this.selected;
-    const e = sel >= 0 && sel < this.store.length ? this.store.num(sel, "err_abs") : null;
+    const e = sel >= 0 && sel < this.store.length ? this._value(sel, this.measure.key) : null;
     if (e === null || !Number.isFinite(e)) return { x: [], y: [], yaxis: "y" };
-    return { x: [sel], y: [e > 0 ? e : 0], yaxis: e > 0 ? "y" : "y2" };
+    const onAxis = e > 0 || (this.measure.linear && e !== 0);
+    return { x: [sel], y: [onAxis ? e : 0], yaxis: onAxis ? "y" : "y2" };
   }
 
   _layout(th) {
@@ -229,7 +277,7 @@ export class Chart {
       modebar: { orientation: "v", bgcolor: "rgba(0,0,0,0)", color: th.fg2, activecolor: th.fg },
       font: { color: th.fg, size: 11 },
       xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: this._nticks(), anchor: "y2", ...(this._wholeTicks() ? WHOLE_TICKS : AUTO_TICKS) },
-      yaxis: { ...axis, type: "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : "abs error" }, exponentformat: "power", nticks: 6 },
+      yaxis: { ...axis, type: this.measure.linear ? "linear" : "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : this.measure.label }, exponentformat: "power", nticks: 6 },
       yaxis2: { ...axis, domain: ZERO_DOMAIN, range: [-1, 1], tickvals: [0], ticktext: ["0"], showgrid: false, zeroline: true, zerolinecolor: th.axis, fixedrange: true },
       // in the top margin, measured from the figure's edge: it never sits on the plot
       legend: { orientation: "h", x: 0, xanchor: "left", yref: "container", y: 1, yanchor: "top", font: { color: th.fg2, size: 11 }, bgcolor: "rgba(0,0,0,0)" },

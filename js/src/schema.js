@@ -10,7 +10,7 @@ import { fmtNum, num } from "./util.js";
  * @property {string} name       the Record field
  * @property {string} label      its name for a reader (detail panel, report headers)
  * @property {string|null} short the table header, when shorter than `label`
- * @property {"text"|"num"|"int"|"bool"|"pass"|"seconds"|"status"} fmt
+ * @property {"text"|"num"|"int"|"bool"|"pass"|"seconds"|"status"|"map"} fmt
  * @property {number|null} priority  table column kept in this order as the width shrinks
  *                                   (0: always shown; null: no column)
  * @property {number|null} width     the column's least width in px
@@ -134,6 +134,10 @@ export class Schema {
       }
       case "status":
         return this.statusLabel(v);
+      case "map":
+        return typeof v === "object"
+          ? Object.entries(v).map(([k, x]) => `${k}=${typeof x === "number" ? fmtNum(x) : String(x)}`).join(", ")
+          : String(v);
       default:
         return String(v);
     }

@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 
 # the module's VERSION: a module built from another version's source is not used
-VERSION = 2
+VERSION = 3
 MODULE = "_sbs_native"
 
 
@@ -27,9 +27,13 @@ class Native:
     def __init__(self, module: ModuleType) -> None:
         self.module = module
         # compare(e, g, atol, rtol) -> (max |e - g|, max |e - g| / (|e| + atol),
-        # non-finite disagreements, count of |e - g| > 0.1, > 0.01, > atol + rtol |e|)
-        # over C-ordered arrays of one float dtype that ``compares`` (see sbs_native.c)
+        # non-finite disagreements, count of |e - g| > 0.1, > 0.01, > atol + rtol |e|,
+        # sum e^2, sum g^2, sum e g, sum (e - g)^2 (in double), max ulp distance) over
+        # C-ordered arrays of one float dtype that ``compares`` (see sbs_native.c)
         self.compare = module.compare
+        # ranks(e, g, (r, ...)): the r-th smallest |e - g| (0 where both sides hold the
+        # same non-finite value, inf where they disagree), ranks ascending, at most 8
+        self.ranks = module.ranks
         # same_bytes(a, b): whether two C-ordered arrays hold the same bytes
         self.same_bytes = module.same_bytes
         # equal_transposed(a, b): whether C-ordered ``b`` holds C-ordered 2-D ``a``

@@ -16,9 +16,10 @@
 
 #include <float.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define SBS_NATIVE_VERSION 2
+#define SBS_NATIVE_VERSION 3
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* one build for any x86-64, with an AVX2 body picked at load time where the CPU has it */
@@ -29,12 +30,16 @@
 
 /* out: [max |e - g|, max |e - g| / (|e| + atol), positions where one side is non-finite
  * and the other is not the same non-finite value, count |e - g| > 0.1, count > 0.01,
- * count |e - g| > atol + rtol |e|], over the pairs where both sides are finite (the
- * others contribute nothing but their count).  Integers up to 2^31 per lane, so the
- * vector loop runs in chunks. */
-#define SBS_COMPARE(NAME, T, IT, LANES, MAXV, ABSMASK)                                      \
+ * count |e - g| > atol + rtol |e|, sum e^2, sum g^2, sum e g, sum (e - g)^2, max ulp
+ * distance], over the pairs where both sides are finite (the others contribute nothing
+ * but their count).  The sums are accumulated in double (the measures of measures.py);
+ * the ulp distance is the distance of the two values' bits as ordered integers (-0.0 and
+ * 0.0 alike).  Integers up to 2^31 per lane, so the vector loop runs in chunks. */
+#define SBS_COMPARE(NAME, T, IT, UT, LANES, MAXV, ABSMASK, SIGNSHIFT, MEAS)                 \
     typedef T NAME##_v __attribute__((vector_size(sizeof(T) * LANES)));                    \
     typedef IT NAME##_m __attribute__((vector_size(sizeof(T) * LANES)));                   \
+    typedef UT NAME##_u __attribute__((vector_size(sizeof(T) * LANES)));                   \
+    typedef double NAME##_d __attribute__((vector_size(sizeof(double) * LANES)));          \
     SBS_CLONES static int NAME(const T *e, const T *g, int64_t n, double atol, double rtol,        \
                         double *out) {                                                     \
         const T a_tol = (T)atol, r_tol = (T)rtol, r_add = atol > 0 ? a_tol : (T)1e-12;     \
@@ -43,12 +48,16 @@
         const NAME##_v va = zero + a_tol, vr = zero + r_tol, vadd = zero + r_add;          \
         const NAME##_v big = zero + MAXV, v01 = zero + t01, v001 = zero + t001;            \
         T m = 0, rel = 0;                                                                  \
+        double see = 0, sgg = 0, seg = 0, sdd = 0;                                         \
+        UT ulp = 0;                                                                        \
         int64_t c_nan = 0, c01 = 0, c001 = 0, c_fail = 0, i = 0;                           \
         while (i + LANES <= n) {                                                           \
             int64_t stop = n - (n - i) % LANES;                                            \
             if (stop - i > ((int64_t)1 << 28)) stop = i + ((int64_t)1 << 28);              \
             NAME##_v vm = zero, vrel = zero;                                               \
             NAME##_m k_nan = {0}, k01 = {0}, k001 = {0}, k_fail = {0};                     \
+            NAME##_d d_ee = {0}, d_gg = {0}, d_eg = {0}, d_dd = {0};                       \
+            NAME##_u vulp = {0};                                                           \
             for (; i < stop; i += LANES) {                                                 \
                 NAME##_v a, b;                                                             \
                 memcpy(&a, e + i, sizeof a);                                               \
@@ -60,6 +69,24 @@
                 k_nan -= ~fin & ~same;                                                     \
                 NAME##_v d = a - b;                                                        \
                 d = (NAME##_v)((NAME##_m)d & ABSMASK & fin);                               \
+                if (MEAS) { /* a constant: the plain instance has none of it */             \
+                NAME##_d xa = __builtin_convertvector((NAME##_v)((NAME##_m)a & fin), NAME##_d); \
+                NAME##_d xb = __builtin_convertvector((NAME##_v)((NAME##_m)b & fin), NAME##_d); \
+                NAME##_d xd = __builtin_convertvector(d, NAME##_d);                        \
+                d_ee += xa * xa;                                                           \
+                d_gg += xb * xb;                                                           \
+                d_eg += xa * xb;                                                           \
+                d_dd += xd * xd;                                                           \
+                NAME##_m ia = (NAME##_m)a, ib = (NAME##_m)b;                               \
+                NAME##_m sa = ia >> SIGNSHIFT, sb = ib >> SIGNSHIFT;                       \
+                NAME##_m ka = ((ia & ABSMASK) ^ sa) - sa, kb = ((ib & ABSMASK) ^ sb) - sb; \
+                NAME##_m upk = ka > kb;                                                    \
+                NAME##_u hi = (NAME##_u)((ka & upk) | (kb & ~upk));                        \
+                NAME##_u lo = (NAME##_u)((kb & upk) | (ka & ~upk));                        \
+                NAME##_u u = (hi - lo) & (NAME##_u)fin;                                    \
+                NAME##_u more = (NAME##_u)(u > vulp);                                      \
+                vulp = (u & more) | (vulp & ~more);                                        \
+                }                                                                          \
                 ae = (NAME##_v)((NAME##_m)ae & fin);                                       \
                 NAME##_m up = d > vm;                                                      \
                 vm = (NAME##_v)(((NAME##_m)d & up) | ((NAME##_m)vm & ~up));                \
@@ -77,6 +104,11 @@
                 c01 += k01[k];                                                             \
                 c001 += k001[k];                                                           \
                 c_fail += k_fail[k];                                                       \
+                see += d_ee[k];                                                            \
+                sgg += d_gg[k];                                                            \
+                seg += d_eg[k];                                                            \
+                sdd += d_dd[k];                                                            \
+                ulp = vulp[k] > ulp ? vulp[k] : ulp;                                       \
             }                                                                              \
         }                                                                                  \
         for (; i < n; i++) {                                                               \
@@ -94,6 +126,18 @@
             c01 += d > t01;                                                                \
             c001 += d > t001;                                                              \
             c_fail += !(d <= ae * r_tol + a_tol);                                          \
+            if (MEAS) {                                                                    \
+            see += (double)a * (double)a;                                                  \
+            sgg += (double)b * (double)b;                                                  \
+            seg += (double)a * (double)b;                                                  \
+            sdd += (double)d * (double)d;                                                  \
+            IT ia, ib;                                                                     \
+            memcpy(&ia, &a, sizeof ia);                                                    \
+            memcpy(&ib, &b, sizeof ib);                                                    \
+            IT ka = ia < 0 ? -(ia & ABSMASK) : ia, kb = ib < 0 ? -(ib & ABSMASK) : ib;     \
+            UT u = ka > kb ? (UT)ka - (UT)kb : (UT)kb - (UT)ka;                            \
+            ulp = u > ulp ? u : ulp;                                                       \
+            }                                                                              \
         }                                                                                  \
         out[0] = (double)m;                                                                \
         out[1] = (double)rel;                                                              \
@@ -101,11 +145,122 @@
         out[3] = (double)c01;                                                              \
         out[4] = (double)c001;                                                             \
         out[5] = (double)c_fail;                                                           \
+        out[6] = see;                                                                      \
+        out[7] = sgg;                                                                      \
+        out[8] = seg;                                                                      \
+        out[9] = sdd;                                                                      \
+        out[10] = (double)ulp;                                                             \
         return 0;                                                                          \
     }
 
-SBS_COMPARE(sbs_compare_f32, float, int32_t, 8, FLT_MAX, 0x7fffffff)
-SBS_COMPARE(sbs_compare_f64, double, int64_t, 4, DBL_MAX, 0x7fffffffffffffffLL)
+SBS_COMPARE(sbs_compare_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 1)
+SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63, 1)
+/* without the measures (compare(..., False)): today's cost, for a run that does not want them */
+SBS_COMPARE(sbs_plain_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 0)
+SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63, 0)
+
+/* Order statistics of |e - g| (in the arrays' precision; 0 where both sides hold the same
+ * non-finite value, +inf where they disagree), exactly, without sorting: the keys are
+ * the bits of |e - g| (non-negative floats order as their bits do).  A histogram of the
+ * keys' top 16 bits finds the bin of each rank, one more pass gathers the keys of those
+ * bins (few, unless the errors are all alike) and a selection in each gives the rank.
+ * Small arrays skip the histogram: all keys are gathered and selected. */
+#define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                               \
+    static inline UT NAME##_key(T a, T b) {                                                \
+        T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                        \
+        if (!(ae <= MAXV) || !(be <= MAXV))                                                \
+            return (a == b || (a != a && b != b)) ? 0 : (UT)INFBITS;                       \
+        T d = a - b;                                                                       \
+        UT k;                                                                              \
+        memcpy(&k, &d, sizeof k);                                                          \
+        return k & (((UT)1 << (sizeof(UT) * 8 - 1)) - 1); /* |d|, -0.0 included */         \
+    }                                                                                      \
+    /* the k-th smallest of x[0..n) (k < n), reordering x */                               \
+    static UT NAME##_select(UT *x, int64_t n, int64_t k) {                                 \
+        int64_t lo = 0, hi = n - 1;                                                        \
+        while (hi > lo) {                                                                  \
+            int64_t mid = lo + (hi - lo) / 2;                                              \
+            UT p0 = x[lo], p1 = x[mid], p2 = x[hi];                                        \
+            UT pivot = p0 < p1 ? (p1 < p2 ? p1 : (p0 < p2 ? p2 : p0))                      \
+                               : (p0 < p2 ? p0 : (p1 < p2 ? p2 : p1));                     \
+            int64_t i = lo, j = hi;                                                        \
+            while (i <= j) {                                                               \
+                while (x[i] < pivot) i++;                                                  \
+                while (x[j] > pivot) j--;                                                  \
+                if (i <= j) {                                                              \
+                    UT t = x[i];                                                           \
+                    x[i] = x[j];                                                           \
+                    x[j] = t;                                                              \
+                    i++;                                                                   \
+                    j--;                                                                   \
+                }                                                                          \
+            }                                                                              \
+            if (k <= j) hi = j;                                                            \
+            else if (k >= i) lo = i;                                                       \
+            else return x[k];                                                              \
+        }                                                                                  \
+        return x[k];                                                                       \
+    }                                                                                      \
+    /* out[r] = the ranks[r]-th smallest key, as a T; -1 when out of memory */             \
+    static int NAME(const T *e, const T *g, int64_t n, const int64_t *ranks, int nr,       \
+                    double *out) {                                                         \
+        const int shift = (int)(sizeof(UT) * 8 - HBITS);                                      \
+        if (n <= 4096) {                                                                   \
+            UT *x = malloc((size_t)n * sizeof(UT));                                        \
+            if (x == NULL) return -1;                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = NAME##_key(e[i], g[i]);                 \
+            int64_t base = 0; /* after a selection of rank b, x[b..n) holds the rest */     \
+            for (int r = 0; r < nr; r++) {                                                 \
+                UT k = NAME##_select(x + base, n - base, ranks[r] - base);                 \
+                base = ranks[r];                                                           \
+                T v;                                                                       \
+                memcpy(&v, &k, sizeof v);                                                  \
+                out[r] = (double)v;                                                        \
+            }                                                                              \
+            free(x);                                                                       \
+            return 0;                                                                      \
+        }                                                                                  \
+        int64_t *hist = calloc((size_t)1 << HBITS, sizeof(int64_t));                          \
+        if (hist == NULL) return -1;                                                       \
+        for (int64_t i = 0; i < n; i++) hist[NAME##_key(e[i], g[i]) >> shift]++;           \
+        int64_t bin[8], before[8];                                                         \
+        for (int r = 0; r < nr; r++) {                                                     \
+            int64_t c = 0, b = 0;                                                          \
+            while (c + hist[b] <= ranks[r]) c += hist[b++];                                \
+            bin[r] = b;                                                                    \
+            before[r] = c;                                                                 \
+        }                                                                                  \
+        int rc = 0;                                                                        \
+        UT *x = NULL;                                                                      \
+        for (int r = 0; r < nr; r++) {                                                     \
+            int64_t size = hist[bin[r]];                                                   \
+            if (r == 0 || bin[r] != bin[r - 1]) { /* ranks ascend: one gather per bin */   \
+                free(x);                                                                   \
+                x = malloc((size_t)size * sizeof(UT));                                     \
+                if (x == NULL) {                                                           \
+                    rc = -1;                                                               \
+                    break;                                                                 \
+                }                                                                          \
+                int64_t c = 0;                                                             \
+                for (int64_t i = 0; i < n && c < size; i++) {                              \
+                    UT k = NAME##_key(e[i], g[i]);                                         \
+                    if ((int64_t)(k >> shift) == bin[r]) x[c++] = k;                       \
+                }                                                                          \
+            }                                                                              \
+            int64_t at = ranks[r] - before[r], from = 0;                                   \
+            if (r > 0 && bin[r] == bin[r - 1]) from = ranks[r - 1] - before[r];            \
+            UT k = NAME##_select(x + from, size - from, at - from);                        \
+            T v;                                                                           \
+            memcpy(&v, &k, sizeof v);                                                      \
+            out[r] = (double)v;                                                            \
+        }                                                                                  \
+        free(x);                                                                           \
+        free(hist);                                                                        \
+        return rc;                                                                         \
+    }
+
+SBS_KEYS(sbs_ranks_f32, float, uint32_t, FLT_MAX, 0x7f800000u, 16)
+SBS_KEYS(sbs_ranks_f64, double, uint64_t, DBL_MAX, 0x7ff0000000000000ull, 16)
 
 /* Whether b (cols x rows, C order) is a (rows x cols, C order) transposed, byte for
  * byte: a transposed weight against its twin.  A tile of a is read row by row (each row
@@ -290,12 +445,14 @@ static int sbs_views(PyObject *x, PyObject *y, const char *name, Py_buffer *a, P
 
 static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer e, g;
-    if (sbs_nargs(nargs, 4, "compare") < 0) return NULL;
+    if (nargs != 5 && sbs_nargs(nargs, 4, "compare") < 0) return NULL;
+    int meas = nargs == 5 ? PyObject_IsTrue(args[4]) : 1;
+    if (meas < 0) return NULL;
     double atol = PyFloat_AsDouble(args[2]), rtol = PyFloat_AsDouble(args[3]);
     if ((atol == -1.0 || rtol == -1.0) && PyErr_Occurred()) return NULL;
     if (sbs_views(args[0], args[1], "compare", &e, &g) < 0) return NULL;
     char letter = sbs_letter(&e);
-    double out[6];
+    double out[11];
     int ok = 1;
     if (letter != sbs_letter(&g) || !((letter == 'f' && e.itemsize == 4) ||
                                       (letter == 'd' && e.itemsize == 8))) {
@@ -305,9 +462,9 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
         int long_loop = SBS_LONG(e.len);
         PyThreadState *ts = long_loop ? PyEval_SaveThread() : NULL;
         if (letter == 'f')
-            sbs_compare_f32(e.buf, g.buf, n, atol, rtol, out);
+            (meas ? sbs_compare_f32 : sbs_plain_f32)(e.buf, g.buf, n, atol, rtol, out);
         else
-            sbs_compare_f64(e.buf, g.buf, n, atol, rtol, out);
+            (meas ? sbs_compare_f64 : sbs_plain_f64)(e.buf, g.buf, n, atol, rtol, out);
         if (long_loop) PyEval_RestoreThread(ts);
     }
     PyBuffer_Release(&e);
@@ -316,15 +473,71 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "compare(): float32 or float64 arrays of one type only");
         return NULL;
     }
-    PyObject *t = PyTuple_New(6);
+    int nout = meas ? 11 : 6;
+    PyObject *t = PyTuple_New(nout);
     if (t == NULL) return NULL;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < nout; k++) {
         PyObject *x = PyFloat_FromDouble(out[k]);
         if (x == NULL) {
             Py_DECREF(t);
             return NULL;
         }
         if (PyTuple_SetItem(t, k, x) < 0) { /* steals x; a function of the stable ABI */
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+/* ranks(e, g, (r0, r1, ...)): the r-th smallest |e - g| for each r (ascending, at most
+ * 8, each < the arrays' size), as floats; see SBS_KEYS */
+static PyObject *py_ranks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer e, g;
+    int64_t ranks[8];
+    double out[8];
+    if (sbs_nargs(nargs, 3, "ranks") < 0) return NULL;
+    if (!PyTuple_Check(args[2]) || PyTuple_Size(args[2]) > 8) {
+        PyErr_SetString(PyExc_TypeError, "ranks(): a tuple of at most 8 ranks");
+        return NULL;
+    }
+    int nr = (int)PyTuple_Size(args[2]);
+    for (int r = 0; r < nr; r++) {
+        ranks[r] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(args[2], r));
+        if (ranks[r] == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (sbs_views(args[0], args[1], "ranks", &e, &g) < 0) return NULL;
+    char letter = sbs_letter(&e);
+    int64_t n = (int64_t)(e.len / (e.itemsize ? e.itemsize : 1));
+    const char *bad = NULL;
+    if (letter != sbs_letter(&g) || !((letter == 'f' && e.itemsize == 4) ||
+                                      (letter == 'd' && e.itemsize == 8)))
+        bad = "ranks(): float32 or float64 arrays of one type only";
+    for (int r = 0; r < nr && bad == NULL; r++)
+        if (ranks[r] < 0 || ranks[r] >= n || (r && ranks[r] < ranks[r - 1]))
+            bad = "ranks(): ranks must ascend and lie within the arrays";
+    int rc = 0;
+    if (bad == NULL) {
+        int long_loop = SBS_LONG(e.len);
+        PyThreadState *ts = long_loop ? PyEval_SaveThread() : NULL;
+        if (letter == 'f')
+            rc = sbs_ranks_f32(e.buf, g.buf, n, ranks, nr, out);
+        else
+            rc = sbs_ranks_f64(e.buf, g.buf, n, ranks, nr, out);
+        if (long_loop) PyEval_RestoreThread(ts);
+    }
+    PyBuffer_Release(&e);
+    PyBuffer_Release(&g);
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    if (rc < 0) return PyErr_NoMemory();
+    PyObject *t = PyTuple_New(nr);
+    if (t == NULL) return NULL;
+    for (int k = 0; k < nr; k++) {
+        PyObject *x = PyFloat_FromDouble(out[k]);
+        if (x == NULL || PyTuple_SetItem(t, k, x) < 0) {
             Py_DECREF(t);
             return NULL;
         }
@@ -369,8 +582,11 @@ static PyObject *py_equal_transposed(PyObject *self, PyObject *const *args, Py_s
 
 static PyMethodDef sbs_methods[] = {
     {"compare", (PyCFunction)(void (*)(void))py_compare, METH_FASTCALL,
-     "compare(e, g, atol, rtol) -> (max |e - g|, max |e - g| / (|e| + atol), non-finite "
-     "disagreements, count > 0.1, count > 0.01, count > atol + rtol |e|)"},
+     "compare(e, g, atol, rtol[, measures=True]) -> (max |e - g|, max |e - g| / (|e| + atol), non-finite "
+     "disagreements, count > 0.1, count > 0.01, count > atol + rtol |e|, sum e^2, sum g^2, "
+     "sum e g, sum (e - g)^2, max ulp distance)"},
+    {"ranks", (PyCFunction)(void (*)(void))py_ranks, METH_FASTCALL,
+     "ranks(e, g, ranks) -> the r-th smallest |e - g| for each rank r (ascending)"},
     {"same_bytes", (PyCFunction)(void (*)(void))py_same_bytes, METH_FASTCALL,
      "same_bytes(a, b) -> whether two C-ordered arrays hold the same bytes"},
     {"equal_transposed", (PyCFunction)(void (*)(void))py_equal_transposed, METH_FASTCALL,

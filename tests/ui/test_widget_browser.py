@@ -512,6 +512,12 @@ def test_static_render_20000_rows(page, tmp_path, artifacts):
     first_err = root.locator(".sbs-tr").first.locator(".sbs-td").nth(_column(root, "err abs"))
     first_err.filter(has_text="9.60e-6").wait_for()
     print(f"sort 20,000 rows by error: {1000 * (time.perf_counter() - t):.0f} ms (round trip)")
+    # the chart draws another measure when picked, then the abs error again
+    picker = root.locator(".sbs-chart-measure")
+    picker.select_option("err_snr")
+    root.locator(".sbs-chart .ytitle").filter(has_text="SNR (dB)").wait_for()
+    picker.select_option("err_abs")
+    root.locator(".sbs-chart .ytitle").filter(has_text="abs error").wait_for()
     # a static view has no kernel: no action buttons (none disabled either)
     assert root.locator("button.sbs-btn").count() == 0
     page.screenshot(path=str(artifacts / "ui_static_20000.png"))

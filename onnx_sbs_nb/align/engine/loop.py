@@ -149,6 +149,8 @@ class SideBySideRun:
         self.options = options
         self.device = candidate.device
         self.atol, self.rtol = options.atol, options.rtol
+        self.judge = options.judge  # verdict= / compare= (verdict_policy.py), or None
+        self.own_judge = self.judge.own if self.judge else None
         self.reset_all = options.reset == RESET_ALL
         self.reset_names = set(options.reset_names)
         self.plan: Plan = _plan(reference, candidate, pairing, options.needs_torch_inputs)
@@ -863,7 +865,9 @@ class SideBySideRun:
         inherited = looser_dtype(
             self.reference.inherited.get(pair.fx_name), self._computed_in.get(name)
         )
-        d = compare(expected, got, self.atol, self.rtol, inherited, pair.kind == KIND_WEIGHT)
+        d = compare(
+            expected, got, self.atol, self.rtol, inherited, pair.kind == KIND_WEIGHT, self.judge
+        )
         if inherited is not None and d.passed and self._inherited_made_it_pass(d, expected, got):
             rec.comment = _join(rec.comment, INHERITED_NOTE.format(dtype=inherited))
         if d.shape_mismatch and pair.declared and pair.rule != PAIRED_BY_NAME:
@@ -935,7 +939,9 @@ class SideBySideRun:
         if e2 is not None and pair.cast_to is not None:
             e2, g2, _ = in_common_precision(e2, g2)
         if e2 is not None:
-            d2 = compare(e2, g2, self.atol, self.rtol, self._computed_in.get(name))
+            d2 = compare(
+                e2, g2, self.atol, self.rtol, self._computed_in.get(name), judge=self.own_judge
+            )
             tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
             if tie is not None and _tied(d2, tie, e2, g2):
                 d2.passed = True

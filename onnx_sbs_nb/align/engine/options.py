@@ -17,6 +17,7 @@ from typing import Any
 
 from ...device import device_name
 from ...errors import SbsInputError
+from ...verdict_policy import function_name, make_judge
 
 RUNNER_NAMES = ("onnxruntime", "reference", "torch")
 RESET_ALL = "all"
@@ -57,6 +58,13 @@ class RunOptions:
       run code from them.  Off by default: a file that needs code to load is refused.
     - ``strict``: a pass that compared under half of the ONNX nodes ("PASS on N of M",
       ``Summary.partial``) is a fail in the summary, the verdict and the exit code.
+    - ``verdict``: the verdict on other measures than atol/rtol: ``"snr>=30"``, a list of
+      such conditions (all must hold) or a dict per dtype name (``"*"``: the others);
+      see ``verdict_policy.py``.  None: atol/rtol.
+    - ``compare``: the user's check ``f(expected, got) -> dict`` (torch tensors in):
+      its entries land in ``Record.extra``, its ``"passed"`` (a bool) decides the verdict.
+    - ``measures``: compute cosine, SNR, L2, quantiles and ulps (``err_cos`` ...); False
+      leaves them None for a faster comparison of large values that differ.
     """
 
     runner: Any = "onnxruntime"
@@ -74,6 +82,9 @@ class RunOptions:
     trust_pickles: bool = False
     time_nodes: bool = False
     strict: bool = False
+    verdict: Any = None
+    compare: Any = None
+    measures: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.runner, str) and self.runner not in RUNNER_NAMES:
@@ -90,7 +101,7 @@ class RunOptions:
             )
         self.atol = _tolerance("atol", self.atol)
         self.rtol = _tolerance("rtol", self.rtol)
-        for flag in ("exc", "own_error", "trust_pickles", "time_nodes", "strict"):
+        for flag in ("exc", "own_error", "trust_pickles", "time_nodes", "strict", "measures"):
             if not isinstance(getattr(self, flag), bool):
                 raise SbsInputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.reset not in (None, RESET_ALL):
@@ -112,6 +123,8 @@ class RunOptions:
                 "replay=ReplayConfig(...) needs replay_dir= (the folder to write to)"
             )
         self._check_deployment()
+        # parsed here: a bad expression fails before anything runs
+        self.judge = make_judge(self.verdict, self.compare, self.measures)
 
     def _check_deployment(self) -> None:
         if self.optimize is None and self.providers is None:
@@ -182,6 +195,9 @@ class RunOptions:
             "trust_pickles": self.trust_pickles,
             "time_nodes": self.time_nodes,
             "strict": self.strict,
+            "verdict": self.judge.policy.describe() if self.judge and self.judge.policy else None,
+            "compare": function_name(self.compare) if self.compare is not None else None,
+            "measures": self.measures,
         }
 
 

@@ -17,6 +17,7 @@ from ...diff import ARRAY_TYPES, Diff, compare
 from ...dtypes import dtype_name
 from ...records import (
     STATUS_DTYPE_MISMATCH,
+    STATUS_ERROR,
     STATUS_FAIL,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
@@ -105,8 +106,15 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
     rec.atol, rec.rtol = d.atol, d.rtol
     rec.err_abs, rec.err_rel, rec.err_nan = d.err_abs, d.err_rel, d.err_nan
     rec.err_h01, rec.err_h001 = d.err_h01, d.err_h001
+    rec.err_cos, rec.err_snr, rec.err_l2 = d.err_cos, d.err_snr, d.err_l2
+    rec.err_p50, rec.err_p99, rec.err_ulp = d.err_p50, d.err_p99, d.err_ulp
+    if d.extra:
+        rec.extra = d.extra
     rec.passed = d.passed
-    if d.shape_mismatch:
+    if d.error:  # the user's compare function failed on this pair: its error, not a crash
+        rec.status = STATUS_ERROR
+        rec.error = d.error
+    elif d.shape_mismatch:
         rec.status = STATUS_SHAPE_MISMATCH
         rec.comment = _join(rec.comment, d.note)
     elif d.dtype_mismatch:
