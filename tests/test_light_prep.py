@@ -32,6 +32,7 @@ from onnx_sbs_nb.align.source.program import (
     _exporter_prepare,
     prepare_program,
 )
+from onnx_sbs_nb.align.source.provenance import program_provenance
 
 from .models import (
     Attention,
@@ -316,6 +317,14 @@ def test_symbolic_sizes_are_reproduced_under_the_models_names(name, exporter_pre
     assert prepared.source == PREPARED_REPRODUCED, prepared.detail
     assert disagreement(prepared.program, onx) is None
     assert _calls(prepared.program, onx) == _calls(theirs, onx)
+    # renamed, each node still says which node of the user's graph it computes
+    described = set(FxMetadata(onx).names)
+    users = [
+        {k: v.user_name for k, v in program_provenance(p.graph, ep.graph).items() if k in described}
+        for p in (prepared.program, theirs)
+    ]
+    # (the re-trace loses the user's name of the size reads the reproduction keeps)
+    assert {k: v for k, v in users[1].items() if v is not None}.items() <= users[0].items()
     # the re-trace lists non-persistent buffers after lifted constants: the same inputs
     assert sorted(str(prepared.program.graph_signature).splitlines()) == sorted(
         str(theirs.graph_signature).splitlines()

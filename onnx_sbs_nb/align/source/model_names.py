@@ -88,6 +88,7 @@ def adopt_model_names(
     for node in pending.values():
         node.name = original[node]
     _settle_names(graph, set(graph.nodes) - set(pending.values()), model_names)
+    _keep_user_names(graph, original)
     gm.recompile()
     return with_graph(program, gm)
 
@@ -129,3 +130,20 @@ def _settle_names(graph: torch.fx.Graph, named: set[torch.fx.Node], reserved: se
             used.add(name)
         namespace._obj_to_name[node] = node.name
         namespace._used_names.add(node.name)
+
+
+def _keep_user_names(graph: torch.fx.Graph, original: dict[torch.fx.Node, str]) -> None:
+    """A node the reproduction copied from the user's graph is known to the user by its
+    name, and has no provenance besides (:func:`.provenance.user_node_name`): renamed, it
+    records the name it had."""
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    for node in graph.nodes:
+        if (
+            node.op == "call_function"
+            and node.name != original[node]
+            and not node.meta.get("from_node")
+        ):
+            source = NodeSource(None, "adopt_model_names", NodeSourceAction.REPLACE)
+            source.node_info = NodeSource.NodeInfo(original[node], str(node.target), id(graph))
+            node.meta = {**node.meta, "from_node": [source]}
