@@ -23,6 +23,7 @@ _LAZY = {
     "Summary": ("onnx_sbs_nb.summary", "Summary"),
     "ReplayConfig": ("onnx_sbs_nb.align.post.replay", "ReplayConfig"),
     "load_replay": ("onnx_sbs_nb.align.post.replay_load", "load_replay"),
+    "save_culprit_bundle": ("onnx_sbs_nb.culprit_bundle", "save_culprit_bundle"),
     "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
     "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
 }

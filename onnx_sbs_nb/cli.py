@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_outputs(run)
     add_run_arguments(run)
+    run.add_argument(
+        "--replay-culprit",
+        action="store_true",
+        help="write the culprit's replay bundle (the sub-model from the nearest values with "
+        "a torch twin to the culprit, on those values) into --replay-dir, or a folder "
+        "sbs_replays beside the reports, and replay it to check that it shows the error",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_bisect(run)
     _add_diff_command(sub)
@@ -270,6 +277,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = writable_location(options.replay_dir / "bundle")
         if why:
             raise CliError(f"--replay-dir: {why}")
+    culprit_root = None
+    if args.replay_culprit:
+        culprit_root = options.replay_dir or (
+            jsonl_path(list(outputs) or list(node_data)).parent / "sbs_replays"
+        )
+        why = writable_location(pathlib.Path(culprit_root) / "bundle")
+        if why:
+            raise CliError(f"--replay-culprit: {why}")
     code = run_and_report(
         args.ep,
         args.onnx,
@@ -278,6 +293,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         options,
         progress=not args.no_progress,
         node_data=node_data,
+        culprit_root=culprit_root,
     )
     if args.bisect and code != EXIT_INTERRUPTED:
         done = bisect_after_run(
@@ -298,10 +314,20 @@ def run_and_report(
     progress: bool = True,
     stdout: TextIO | None = None,
     node_data: Sequence[pathlib.Path] = (),
+    culprit_root: pathlib.Path | None = None,
 ) -> int:
-    """Runs, streams records to the .jsonl, writes the other reports, prints the summary."""
+    """Runs, streams records to the .jsonl, writes the other reports, prints the summary;
+    with ``culprit_root``, writes the culprit's replay bundle there and replays it."""
     return run_report_summary(
-        ep, onx, inputs, outputs, options, progress=progress, stdout=stdout, node_data=node_data
+        ep,
+        onx,
+        inputs,
+        outputs,
+        options,
+        progress=progress,
+        stdout=stdout,
+        node_data=node_data,
+        culprit_root=culprit_root,
     )[0]
 
 
@@ -315,6 +341,7 @@ def run_report_summary(
     progress: bool = True,
     stdout: TextIO | None = None,
     node_data: Sequence[pathlib.Path] = (),
+    culprit_root: pathlib.Path | None = None,
 ) -> tuple[int, Any]:
     """:func:`run_and_report`, also returning the Summary."""
     from .align.run import AlignedRun
@@ -322,7 +349,14 @@ def run_report_summary(
     run = AlignedRun(ep, onx, inputs, options=options)
     title = f"onnx-sbs: {_name(onx)} vs {_name(ep)}"
     return report_run(
-        run, outputs, title, progress=progress, stdout=stdout, node_data=node_data, source=onx
+        run,
+        outputs,
+        title,
+        progress=progress,
+        stdout=stdout,
+        node_data=node_data,
+        source=onx,
+        culprit_root=culprit_root,
     )
 
 
@@ -335,11 +369,13 @@ def report_run(
     stdout: TextIO | None = None,
     node_data: Sequence[pathlib.Path] = (),
     source: Any = None,
+    culprit_root: pathlib.Path | None = None,
 ) -> tuple[int, Any]:
     """Consumes a run: records stream to the .jsonl, then the reports and the summary.
 
     ``node_data``: Model Explorer files to write; ``source``: the candidate model as the
-    user gave it (its path goes in the command that opens them).
+    user gave it (its path goes in the command that opens them); ``culprit_root``: where
+    the culprit's replay bundle goes (none written without it).
     """
 
     stdout = stdout or sys.stdout
@@ -351,7 +387,27 @@ def report_run(
         "options": options.to_dict() if options is not None else None,
     }
     with output_lock(jsonl):  # another run writing the same files is refused
-        return _report_run(run, jsonl, header, outputs, title, progress, stdout, node_data, source)
+        code, summary = _report_run(
+            run, jsonl, header, outputs, title, progress, stdout, node_data, source
+        )
+    if culprit_root is not None and code != EXIT_INTERRUPTED:
+        _save_culprit_bundle(run, culprit_root, summary, stdout)
+    return code, summary
+
+
+def _save_culprit_bundle(run: Any, root: pathlib.Path, summary: Any, stdout: TextIO) -> None:
+    """--replay-culprit: the bundle and what its replay showed, or why there is none."""
+    from .culprit_bundle import save_culprit_bundle
+
+    try:
+        bundle = save_culprit_bundle(run, root, summary)
+    except Exception as e:  # the reports are written: a failed bundle is only reported
+        print(f"onnx-sbs: culprit bundle not written: {_printable(str(e))}", file=sys.stderr)
+        return
+    if bundle is None:
+        print("culprit bundle: none (the run names no culprit ONNX node)", file=stdout)
+    else:
+        print(bundle.to_text(), file=stdout)
 
 
 def _report_run(

@@ -122,10 +122,10 @@ def replay_config_from_args(args: argparse.Namespace) -> Any:
     wants = args.replay_config or args.replay_names or args.replay_op_types
     wants = wants or args.replay_threshold is not None
     if not wants:
-        if args.replay_dir:
+        if args.replay_dir and not getattr(args, "replay_culprit", False):
             raise SbsInputError(
                 "--replay-dir needs a selection: --replay-names, --replay-op-types, "
-                "--replay-threshold or --replay-config"
+                "--replay-threshold, --replay-config or (onnx-sbs run) --replay-culprit"
             )
         return None
     from .align.post.replay import ReplayConfig

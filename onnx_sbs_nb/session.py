@@ -85,6 +85,12 @@ ACTIONS: dict[str, Action] = {
         Action("device", "_act_device", False, "where actions and a new run execute"),
         Action("rerun", "_act_rerun", True, "rerun one ONNX node in the torch evaluator"),
         Action("save_replay", "_act_save_replay", True, "write the node's replay bundle"),
+        Action(
+            "save_culprit",
+            "_act_save_culprit",
+            False,
+            "write the culprit's replay bundle (the smallest failing piece) and replay it",
+        ),
         Action("export", "_act_export", False, "write the run as one HTML report"),
     )
 }
@@ -448,6 +454,12 @@ class SbsSession:
         message = f"bundle {saved.bundle} · config {saved.config}"
         return ActionResult("save_replay", True, message, saved.to_dict())
 
+    def _act_save_culprit(self, **_: Any) -> ActionResult:
+        bundle = self.save_culprit_bundle()
+        if bundle is None:
+            return ActionResult("save_culprit", False, "the run names no culprit ONNX node")
+        return ActionResult("save_culprit", bundle.reproduced, bundle.to_text(), bundle.to_dict())
+
     def _act_export(self, *, folder: str | Path | None, **_: Any) -> ActionResult:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = self.save_html(Path(folder or ".") / f"onnx-sbs-report-{stamp}.html")
@@ -539,6 +551,24 @@ class SbsSession:
         bundle = Path(self._action("save_replay", k, root))
         config = self._save_replay_config(proto.name or proto.output[0], root, bundle)
         return SavedReplay(bundle=bundle, config=config)
+
+    def save_culprit_bundle(self, root: str | Path | None = None) -> Any:
+        """Write the culprit's replay bundle inside *root* (the session's replay folder by
+        default) and replay it: a :class:`~onnx_sbs_nb.culprit_bundle.CulpritBundle`
+        saying whether it reproduces the error, or None without a culprit ONNX node."""
+        from .culprit_bundle import save_culprit_bundle
+
+        self._require_idle_run("save the culprit's bundle")
+        if not callable(getattr(getattr(self.run, "actions", None), "save_replay", None)):
+            raise ActionError(
+                f"save the culprit's bundle needs an AlignedRun; this session wraps a "
+                f"{type(self.run).__name__}"
+            )
+        summary = self.summary if isinstance(self.summary, Summary) else None
+        try:
+            return save_culprit_bundle(self.run, root or self.replay_root, summary)
+        except SbsInputError as e:
+            raise ActionError(str(e)) from None
 
     def save_node_data(self, path: str | Path, metric: str = "err_abs") -> Any:
         """Write the run's per-node errors for Model Explorer (``NAME.node_data.json``).

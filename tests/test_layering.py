@@ -53,6 +53,7 @@ FLOORS: list[tuple[str, ...]] = [
         "demo",
         "notebook_export",
         "precision_report",
+        "culprit_bundle",
     ),
     ("widget", "magic", "cli", "cli_precision", "__main__", "__init__"),
 ]

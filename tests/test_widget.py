@@ -174,7 +174,7 @@ def test_the_session_owns_the_action_table(model, tmp_path):
 
     ep, onx, x = model
     s = SbsSession(ep, onx, x, own_error=True, replay_root=tmp_path).start()
-    assert set(ACTIONS) == {"stop", "device", "rerun", "save_replay", "export"}
+    assert set(ACTIONS) == {"stop", "device", "rerun", "save_replay", "save_culprit", "export"}
     rec = next(r for r in s.records if r.passed2 is False)
     done = s.act("rerun", rec)
     assert done.ok and done.result["outputs"] and "own err" in done.message

@@ -87,8 +87,10 @@ export function mount(el, src) {
   const btnStop = btn("sbs-btn-stop", "Stop", () => act("stop"));
   const btnCuda = btn("sbs-btn-cuda", "CUDA", () => act("device", { device: onCuda() ? "cpu" : "cuda" }));
   const btnExport = btn("sbs-btn-export", "Export report", () => act("export"));
+  // the smallest failing piece: the culprit's replay bundle, replayed to check it
+  const btnCulprit = btn("sbs-btn-culprit", "Save culprit bundle", () => act("save_culprit"));
   const reasonEl = h("span", { class: "sbs-reason" });
-  const toolbar = live ? h("div", { class: "sbs-toolbar" }, btnStop, btnCuda, btnExport, reasonEl, actionEl) : null;
+  const toolbar = live ? h("div", { class: "sbs-toolbar" }, btnStop, btnCuda, btnExport, btnCulprit, reasonEl, actionEl) : null;
   const nodeButtons = [];
   const enable = (b, why) => {
     b.disabled = !!why;
@@ -102,6 +104,8 @@ export function mount(el, src) {
     enable(btnStop, running() ? "" : "the run is not running");
     enable(btnCuda, !cudaOk ? src.get("cuda_reason") || "CUDA is not available" : busy ? "an action is running" : "");
     enable(btnExport, busy ? "an action is running" : "");
+    const culprit = culpritOf(src.get("summary"));
+    enable(btnCulprit, running() ? "wait for the run to end or press Stop" : busy ? "an action is running" : !culprit ? "the run names no culprit" : "");
     btnCuda.textContent = `CUDA: ${onCuda() ? "on" : "off"}`;
     btnCuda.classList.toggle("sbs-on", onCuda());
     reasonEl.textContent = cudaOk ? "" : `CUDA unavailable: ${src.get("cuda_reason") || "no GPU"}`;

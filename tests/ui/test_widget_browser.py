@@ -277,6 +277,14 @@ def _quickstart(lab, page, artifacts):
     assert bundle.is_dir() and config.is_file(), text
     assert lab.root in bundle.parents
 
+    # Save culprit bundle: the smallest failing piece, replayed; it shows the error
+    first.locator(".sbs-btn-culprit").click()
+    action.filter(has_text="culprit bundle:").wait_for(timeout=120_000)
+    text = action.inner_text()
+    assert "reproduces" in text and "NOT" not in text, text
+    folder = Path(re.search(r"culprit bundle: (\S+)", text).group(1))
+    assert (folder / "culprit.json").is_file() and lab.root in folder.parents, text
+
     # CUDA toggle: disabled with its reason without a GPU (this machine has none)
     cuda = first.locator(".sbs-btn-cuda")
     if cuda.is_disabled():

@@ -1,0 +1,134 @@
+"""The smallest failing piece, saved by itself: the culprit's replay bundle, checked.
+
+A run already knows what ``polygraphy debug reduce`` searches for by hand: the node that
+makes the error (the summary's culprit), the nearest values upstream of it that have a
+torch twin, and those values.  The culprit's replay bundle is the sub-model from those
+values to the culprit, fed with the torch values, so its own error is all it can show.
+:func:`save_culprit_bundle` writes it, then opens it as a colleague would
+(:func:`~onnx_sbs_nb.align.post.replay_load.load_replay`, executing nothing from it) and
+says whether the error shows there as it showed in the run: a bundle that does not
+reproduce says so rather than pass for a reproduction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .files import write_text_atomic
+
+#: A replayed error this close to the run's own error (or larger) reproduces it.
+SAME_SIZE = 0.5
+
+
+@dataclass
+class CulpritBundle:
+    """What :func:`save_culprit_bundle` wrote and found."""
+
+    folder: Path
+    culprit: str  # the culprit as the summary names it
+    node: str  # the ONNX node the bundle ends at
+    nodes: int  # ONNX nodes in the bundle's sub-model
+    own_error: float | None  # the culprit's own error in the run
+    replayed_error: float | None  # the bundle's error on the torch values, replayed
+    reproduced: bool
+    why: str  # how the replay compares with the run, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["folder"] = str(self.folder)
+        for k in ("own_error", "replayed_error"):
+            v = d[k]
+            d[k] = None if v is None else (v if math.isfinite(v) else str(v))
+        return d
+
+    def to_text(self) -> str:
+        from .summary import _printable
+
+        head = "reproduces" if self.reproduced else "does NOT reproduce"
+        return (
+            f"culprit bundle: {_printable(str(self.folder))}\n"
+            f"  {_printable(self.culprit)}: {self.nodes} ONNX node(s) from values with a "
+            f"torch twin; {head}: {_printable(self.why)}"
+        )
+
+
+def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> CulpritBundle | None:
+    """Writes the replay bundle of ``run``'s culprit inside ``root`` and replays it.
+
+    ``run``: an :class:`~onnx_sbs_nb.align.run.AlignedRun` that has run (its records and
+    actions are read); ``summary``: its summary when already made.  None when the run
+    names no culprit, or the culprit is no ONNX node (a weight, an input).  The bundle's
+    ``culprit.json`` records the culprit and the replay's finding.
+    """
+    from .align.post.replay_load import load_replay
+    from .summary import summarize
+
+    if summary is None:
+        model = getattr(run, "model", None)
+        summary = summarize(run.records, node_inputs=model if hasattr(model, "graph") else None)
+    culprit = summary.culprit
+    if culprit is None:
+        return None
+    record = next((r for r in run.records if r.step == culprit.step), None)
+    if record is None or record.onnx_id_node is None or record.onnx_id_node < 0:
+        return None
+    node = culprit.onnx_node or record.onnx_node_name or record.onnx_id_node
+    actions = run.actions
+    k, proto = actions.find_node(node)
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(actions.save_replay(k, root))
+    replay = load_replay(folder)
+    own = culprit.own_error if culprit.own_error is not None else record.err_abs2
+    replayed, reproduced, why = _judge(replay, own, record.onnx_name)
+    bundle = CulpritBundle(
+        folder=folder,
+        culprit=culprit.label(),
+        node=proto.name or proto.output[0],
+        nodes=_node_count(folder / "model.onnx"),
+        own_error=own,
+        replayed_error=replayed,
+        reproduced=reproduced,
+        why=why,
+    )
+    payload = {"culprit": culprit.to_dict(), "replay": bundle.to_dict()}
+    write_text_atomic(folder / "culprit.json", json.dumps(payload, indent=1, default=str))
+    return bundle
+
+
+def _judge(replay: Any, own: float | None, output: str | None) -> tuple[float | None, bool, str]:
+    """The replayed error at the culprit's output, whether it is the run's own error."""
+    entries = [e for e in replay.outputs if e["has_expected"]]
+    entry = next((e for e in entries if e["name"] == output), entries[0] if entries else None)
+    if entry is None:
+        return None, False, "the bundle has no torch value to compare with"
+    got = entry.get("torch_inputs")
+    if got is None:
+        failure = replay.errors.get("torch_inputs", "it did not run")
+        return None, True, f"the sub-model fails to run on the torch values: {failure}"
+    if got["error"]:
+        return None, True, f"on the torch values: {got['error']}"
+    if got["nan"]:
+        return got["max_abs"], True, f"{got['nan']} NaN/inf mismatch(es) on the torch values"
+    replayed = got["max_abs"]
+    if own is None or not math.isfinite(own):
+        return replayed, replayed > 0, f"max abs error {replayed:.3g} on the torch values"
+    same = replayed >= SAME_SIZE * own
+    return (
+        replayed,
+        same,
+        f"max abs error {replayed:.3g} on the torch values, {own:.3g} in the run",
+    )
+
+
+def _node_count(path: Path) -> int:
+    import onnx
+
+    return len(onnx.load(str(path), load_external_data=False).graph.node)
+
+
+__all__ = ["CulpritBundle", "save_culprit_bundle"]
