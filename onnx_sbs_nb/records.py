@@ -212,6 +212,9 @@ class Record:
     err_ulp: float | None = None  # max ulp distance in the ONNX value's dtype
     # what the user's compare function (compare=) returned besides "passed"
     extra: dict[str, Any] = field(default_factory=dict)
+    # the fx nodes (the user's names, comma-separated) an ONNX node a graph tool fused
+    # computes: it has no metadata of its own, its inputs and outputs pair
+    onnx_fuses: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -305,6 +308,7 @@ FIELDS: dict[str, FieldSpec] = {
     "onnx_domain": FieldSpec("ONNX domain"),
     "onnx_node_name": FieldSpec("ONNX node"),
     "onnx_fx_node": FieldSpec("lowering of"),
+    "onnx_fuses": FieldSpec("fused node computing"),
     "onnx_id_output": FieldSpec("output #", "int"),
     "ep_id_node": FieldSpec("fx node position", "int"),
     "onnx_id_node": FieldSpec("ONNX node position", "int"),

@@ -136,6 +136,8 @@ class Culprit:
     own_error: float | None = None
     atol: float | None = None
     rtol: float | None = None
+    # a fused ONNX node (a graph tool's, no metadata): the fx nodes it computes
+    fuses: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -156,12 +158,20 @@ class Culprit:
         where = f" in {self.ep_module}" if self.ep_module else ""
         if self.onnx_node:
             value = f", value {self.onnx_name}" if self.onnx_name else ""
-            onnx = f" (ONNX node {self.onnx_node} [{self.onnx_op_type}]{value})"
+            fused = f", fusing {_fused_list(self.fuses)}" if self.fuses else ""
+            onnx = f" (ONNX node {self.onnx_node} [{self.onnx_op_type}]{fused}{value})"
         elif self.onnx_name and self.onnx_name != name:
             onnx = f" (ONNX {self.onnx_op_type or 'value'} {self.onnx_name})"
         else:
             onnx = f" [{self.onnx_op_type or self.kind}]" if self.onnx_op_type or self.kind else ""
         return f"{name}{where}{onnx}"
+
+
+def _fused_list(fuses: str, most: int = 8) -> str:
+    """A fused node's fx nodes, the first ``most`` of them."""
+    names = [n.strip() for n in fuses.split(",") if n.strip()]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 # an ONNX op type (the reference of `onnx-sbs diff` is a model): a torch target has dots
@@ -778,6 +788,7 @@ class Summarizer:
             own_error=own,
             atol=rec.atol,
             rtol=rec.rtol,
+            fuses=rec.onnx_fuses,
         )
 
 

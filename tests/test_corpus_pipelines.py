@@ -151,3 +151,36 @@ def test_a_model_the_tool_broke_is_no_pass_and_its_broken_node_is_named(pipeline
     assert summary.verdict == "fail", summary.to_text()
     assert summary.culprit is not None and summary.culprit.rule == "error", summary.to_text()
     assert "Type Error" in summary.culprit.why
+
+
+def test_a_fused_node_is_named_with_the_fx_nodes_it_computes(pipelines):
+    """onnxruntime's gpt2 fusion makes one SkipSimplifiedLayerNormalization of a residual
+    add and an RMSNorm, with no exporter metadata: the culprit is that node, in its own
+    lowering (not the embedding's, which a walk up the residual stream reaches), fusing
+    the add and the norm's fx nodes by the user's names."""
+    from onnx_sbs_nb import run_aligned
+    from onnx_sbs_nb.summary import summarize
+    from tests.corpus.faults import copy_model
+
+    ex = pipelines.exported("llama_kv_cache")
+    model = loaded(pipelines.model("llama_kv_cache", "ort_gpt2"))
+    fused = [n.name for n in model.graph.node if n.op_type == "SkipSimplifiedLayerNormalization"]
+    assert len(fused) >= 2
+    bad = copy_model(model)
+    node = next(n for n in bad.graph.node if n.name == fused[1])
+    next(a for a in node.attribute if a.name == "epsilon").f = 0.5
+    records = list(run_aligned(ex.ep, bad, ex.args, own_error=True))
+    culprit = summarize(records, node_inputs=bad).culprit
+    assert culprit is not None and culprit.onnx_node == fused[1]
+    assert culprit.onnx_nodes == [fused[1]], culprit.onnx_nodes
+    user = {n.name: str(n.target) for n in ex.ep.graph.nodes}
+    computed = [user[name] for name in culprit.fuses.split(", ")]
+    for op in ("add", "pow", "mean", "rsqrt", "mul"):
+        assert any(f"aten.{op}" in t for t in computed), (op, culprit.fuses)
+    assert culprit.ep_user_name in culprit.fuses.split(", ")
+    assert "fusing " + culprit.fuses.split(", ")[0] in culprit.label()
+    # each fused norm is its own lowering: the fx node its (first) value pairs with
+    norms = [r for r in records if r.onnx_op_type == "SkipSimplifiedLayerNormalization"]
+    first = {r.onnx_node_name: r.ep_name for r in norms if r.onnx_id_output == 0}
+    assert len(first) == len(fused)
+    assert all(r.onnx_fx_node == first[r.onnx_node_name] for r in norms)

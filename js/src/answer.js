@@ -30,6 +30,7 @@ export function culpritOf(summary) {
     onnx_node: null,
     onnx_op_type: r.onnx_op_type ?? null,
     onnx_nodes: null,
+    fuses: r.onnx_fuses ?? null,
     own_error: r.err_abs2 ?? r.err_abs ?? null,
     atol: r.atol ?? null,
     rtol: r.rtol ?? null,
@@ -169,6 +170,8 @@ export class AnswerCard {
       const lowering = nodes.length > 1 ? ` · its lowering: ${nodes.length} ONNX nodes (${nodes.slice(0, 6).join(", ")}${nodes.length > 6 ? ", …" : ""})` : "";
       lines.push(["ONNX", h("span", { text: `${onnx}${lowering}` })]);
     }
+    // a node a graph tool fused: the fx nodes it computes (summary.py Culprit.fuses)
+    if (c.fuses) lines.push(["fuses", h("span", { class: "sbs-card-fuses", text: c.fuses })]);
     if (c.own_error !== null && c.own_error !== undefined) {
       const tol = c.atol !== null && c.atol !== undefined ? ` against atol ${fmtNum(c.atol)}${c.rtol !== null && c.rtol !== undefined ? `, rtol ${fmtNum(c.rtol)}` : ""}` : "";
       lines.push(["own error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);

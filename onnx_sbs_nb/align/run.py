@@ -28,6 +28,7 @@ from .engine.setup_cache import (
 from .engine.sides import FxSide, OnnxSide
 from .judge.judging import SbsMismatchError, as_candidate
 from .pairing.deployed import deploy
+from .pairing.fusions import fused_lowering, replaced_fx_nodes
 from .pairing.names import (
     Pairing,
     pair_values,
@@ -144,6 +145,8 @@ class AlignedRun(SideBySideRun):
         _check_pairing(pairing, model, bound)
         if model is exported and not any(metadata.names):
             candidate.lowering = candidate.tables.lowering = structural_lowering(model, pairing)
+        elif model is exported and not all(metadata.names):
+            _name_fusions(candidate, model, metadata, pairing, program, provenance)
         if ort_check is not None:
             ort_check.result()
         options = _reset_names_in_program_words(options, pairing, provenance)
@@ -322,6 +325,31 @@ def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None
                     f"input {pair.fx_name!r} has rank {value.dim()} but the ONNX input "
                     f"{inp.name!r} has rank {len(tt.shape.dim)}"
                 )
+
+
+def _name_fusions(
+    candidate: OnnxSide,
+    model: onnx.ModelProto,
+    metadata: FxMetadata,
+    pairing: Any,
+    program: torch.export.ExportedProgram,
+    provenance: dict[str, Any],
+) -> None:
+    """Nodes a graph tool fused (no metadata of their own): each belongs to the fx node
+    its value pairs with, and says which fx nodes it computes, in the user's names."""
+    nodes = list(model.graph.node)
+    names = list(metadata.names)
+    candidate.lowering = candidate.tables.lowering = fused_lowering(
+        nodes, candidate.producer, names, pairing
+    )
+    for k, fx_nodes in replaced_fx_nodes(nodes, names, pairing, program.graph).items():
+        users: list[str] = []
+        for name in fx_nodes:
+            p = provenance.get(name)
+            user = (p.user_name if p is not None else None) or name
+            if user not in users:
+                users.append(user)
+        candidate.replaces[k] = ", ".join(users)
 
 
 def run_aligned(

@@ -434,6 +434,8 @@ class OnnxSide:
         self.inherited: dict[str, str] = {}
         self.producer = tables.producer
         self.lowering = tables.lowering
+        # a fused node (no metadata) -> the fx nodes it computes, in the user's names
+        self.replaces: dict[int, str] = {}
         # sessions keyed by kept keys: only where the runner's own prepare is not replaced
         # runners whose prepare takes the node's session key, kept with the tables
         self._keyed = getattr(type(runner), "prepare", None) in _KEYED_PREPARE
@@ -600,6 +602,7 @@ class OnnxSide:
                 "onnx_id_output": self.graph.outputs[k].index(name),
                 "onnx_node_name": node_name,
                 "onnx_fx_node": self.lowering[k],
+                "onnx_fuses": self.replaces.get(k),
             }
         described[name] = found
         return found
