@@ -261,3 +261,35 @@ def test_cli_inputs_files_and_folder(abs_files, tmp_path, capsys):
     # --bisect takes one input
     code = main(["run", *model, "--inputs", *good[:2], "--bisect", "--no-progress"])
     assert code == 2
+
+
+def test_widget_over_a_loader_shows_the_worst_and_picks_one_input(abs_case):
+    from onnx_sbs_nb import SbsWidget
+    from onnx_sbs_nb.view_state import decode_rows
+
+    ep, onx, data = abs_case
+    w = SbsWidget(ep, onx, inputs=_loader([x for (x,) in data[:16]]))
+    w.wait()
+    assert w.summary.culprit.input_index == BAD_ABS
+    assert w.inputs == {
+        "total": 16,  # a DataLoader over a TensorDataset has a len()
+        "done": 16,
+        "failing": [BAD_ABS],
+        "names": [None] * 16,
+        "shown": None,
+    }
+    aggregate_rows = w.rows["n"]
+    culprit_row = next(i for i, r in enumerate(w.records) if r.onnx_op_type == "Identity")
+    w.selected = culprit_row  # the node detail comes from a run over that row's input
+    assert w.details.get("node") and not w.details.get("node_error")
+    # the picker: one input's own records, as the browser sets it
+    w.inputs = {**w.inputs, "shown": 0}
+    assert w.inputs["shown"] == 0 and w.summary.verdict == "pass"
+    rows = decode_rows(w.rows)
+    assert len(rows) == w.rows["n"] == aggregate_rows
+    w.show_input(BAD_ABS)
+    assert w.summary.verdict == "fail" and w.summary.culprit.input_index == BAD_ABS
+    answer = w.act("rerun", row=culprit_row)
+    assert answer["state"] == "done", answer
+    w.show_input(None)
+    assert w.inputs["shown"] is None and w.summary.culprit.inputs_failing == 1

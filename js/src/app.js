@@ -88,7 +88,32 @@ export function mount(el, src) {
   const btnCuda = btn("sbs-btn-cuda", "CUDA", () => act("device", { device: onCuda() ? "cpu" : "cuda" }));
   const btnExport = btn("sbs-btn-export", "Export report", () => act("export"));
   const reasonEl = h("span", { class: "sbs-reason" });
-  const toolbar = live ? h("div", { class: "sbs-toolbar" }, btnStop, btnCuda, btnExport, reasonEl, actionEl) : null;
+  // a run over many inputs: which one the views show (the worst over all, or one input's
+  // own records, which the kernel runs again)
+  const inputsEl = h("select", { class: "sbs-inputs", title: "show the worst over all inputs, or one input's own records" });
+  inputsEl.addEventListener("change", () => {
+    const info = src.get("inputs");
+    if (!info) return;
+    const v = inputsEl.value === "" ? null : Number(inputsEl.value);
+    src.setInputs({ ...info, shown: v });
+  });
+  const renderInputs = () => {
+    const info = live ? src.get("inputs") : null;
+    inputsEl.hidden = !info;
+    if (!info) return;
+    const failing = new Set(info.failing || []);
+    const names = info.names || [];
+    const n = info.done || info.total || 0;
+    const opts = [h("option", { value: "", text: `worst over ${n} inputs${failing.size ? ` (${failing.size} failing)` : ""}` })];
+    for (let i = 0; i < n; i++) {
+      const name = names[i] ? ` (${names[i]})` : "";
+      opts.push(h("option", { value: String(i), text: `input ${i}${name}${failing.has(i) ? " \u2717 fails" : ""}` }));
+    }
+    inputsEl.replaceChildren(...opts);
+    inputsEl.value = info.shown === null || info.shown === undefined ? "" : String(info.shown);
+    inputsEl.disabled = running();
+  };
+  const toolbar = live ? h("div", { class: "sbs-toolbar" }, inputsEl, btnStop, btnCuda, btnExport, reasonEl, actionEl) : null;
   const nodeButtons = [];
   const enable = (b, why) => {
     b.disabled = !!why;
@@ -227,7 +252,8 @@ export function mount(el, src) {
       renderButtons();
     }),
   );
-  offs.push(src.on("status", () => (renderStatus(), renderAction())));
+  offs.push(src.on("status", () => (renderStatus(), renderAction(), renderInputs())));
+  offs.push(src.on("inputs", renderInputs));
   offs.push(src.on("summary", renderStatus));
   offs.push(src.on("details", renderDetail));
   offs.push(src.on("device", renderButtons));
@@ -248,6 +274,7 @@ export function mount(el, src) {
   chart.update(true);
   renderStatus();
   renderAction();
+  renderInputs();
   if (selected >= 0) select(selected, "model");
   else renderDetail();
   if (live) src.requestMissing();

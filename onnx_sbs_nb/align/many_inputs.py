@@ -213,22 +213,12 @@ class ManyInputsRun:
             raise SbsInputError("inputs= holds no input: give at least one") from None
         self.input_names.append(_name(first))
         self._first: Any = self._run_for(first, 0)  # validated here, run when iterated
+        # what views read of a run: the same for every input
+        self.device = getattr(self._first, "device", None)
+        self.options = getattr(self._first, "options", None)
+        self.model = getattr(self._first, "model", None)
         self.status.total_onnx_nodes = self._first.status.total_onnx_nodes
         self.status.total_ep_nodes = self._first.status.total_ep_nodes
-
-    # -- what views read of a run ------------------------------------------------
-    @property
-    def device(self) -> Any:
-        return getattr(self._first or self._current, "device", None)
-
-    @property
-    def options(self) -> Any:
-        return getattr(self._first or self._current, "options", None)
-
-    @property
-    def model(self) -> Any:
-        run = self._current or self._first
-        return getattr(run, "model", None)
 
     def stop(self) -> None:
         """Ends the run after the current node; the inputs run so far are aggregated."""
