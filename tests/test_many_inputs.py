@@ -246,6 +246,19 @@ def test_cli_inputs_files_and_folder(abs_files, tmp_path, capsys):
 
     records = read_jsonl(out)
     assert {r.inputs_total for r in records} == {16}
+    culprit = next(r for r in records if r.onnx_op_type == "Identity")
+    assert (culprit.input_index, culprit.inputs_failing) == (BAD_ABS, 1)
+    # the spreadsheet formats carry the same columns
+    from onnx_sbs_nb.report import read_csv, write_report
+
+    write_report(records, tmp_path / "many.csv")
+    back = next(r for r in read_csv(tmp_path / "many.csv") if r.onnx_op_type == "Identity")
+    assert (back.input_index, back.input_name, back.inputs_total) == (
+        BAD_ABS,
+        f"input_{BAD_ABS:03d}.pt",
+        16,
+    )
+    assert back.err_abs_mean == pytest.approx(culprit.err_abs_mean)
     # a folder as the third file: the same run
     out2 = tmp_path / "folder.html"
     code = main(["run", *model, str(root / "inputs"), "-o", str(out2), "--no-progress"])
