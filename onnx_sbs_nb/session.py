@@ -213,6 +213,10 @@ class SbsSession:
         if batch_interval < 0:
             raise ValueError(f"batch_interval must be >= 0, got {batch_interval}")
         self.run = run
+        if hasattr(run, "on_input") and run.on_input is None:
+            # a run over many inputs yields its records at the end: its views learn of
+            # its progress after each input
+            run.on_input = lambda _index, _status: self._notify("status", {"status": self.status})
         self.background = bool(background)
         self.batch_interval = float(batch_interval)
         self.replay_root = Path(replay_root) if replay_root is not None else Path("sbs_replays")

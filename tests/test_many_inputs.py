@@ -306,3 +306,20 @@ def test_widget_over_a_loader_shows_the_worst_and_picks_one_input(abs_case):
     assert answer["state"] == "done", answer
     w.show_input(None)
     assert w.inputs["shown"] is None and w.summary.culprit.inputs_failing == 1
+
+
+def test_session_tells_its_views_after_each_input(abs_case):
+    from onnx_sbs_nb import SbsSession
+
+    ep, onx, data = abs_case
+    session = SbsSession(ep, onx, iter(data[:5]))  # a generator is many inputs too
+    done = []
+    session.add_listener(
+        lambda event, payload: (
+            event == "status" and done.append(payload["status"]["extra"].get("inputs_done"))
+        )
+    )
+    session.wait()
+    assert [d for d in done if d][:5] == [1, 2, 3, 4, 5]
+    assert session.summary.culprit is None  # input 13 is not among the first five
+    assert session.inputs["failing"] == [] and session.inputs["done"] == 5

@@ -57,6 +57,8 @@ export function mount(el, src) {
     const parts = [h("span", { class: `sbs-badge sbs-${state}`, text: state })];
     const verdict = sm ? verdictOf(sm, st) : "";
     if (verdict && verdict !== "running") parts.push(h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: verdict.toUpperCase() }));
+    const many = st.extra && st.extra.inputs_done !== undefined ? st.extra : null;
+    if (many) parts.push(h("span", { class: "sbs-inputs-progress", text: `${many.inputs_done}${many.inputs_total ? `/${many.inputs_total}` : ""} inputs` }));
     if (st.total_onnx_nodes) parts.push(h("span", { class: "sbs-progress", text: `${st.done_onnx_nodes ?? 0}/${st.total_onnx_nodes} ONNX nodes` }));
     parts.push(h("span", { class: "sbs-nrows", text: `${store.count} records` }));
     if (st.elapsed) parts.push(h("span", { text: fmtTime(st.elapsed) }));

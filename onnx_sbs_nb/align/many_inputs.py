@@ -190,7 +190,7 @@ class ManyInputsRun:
     ) -> None:
         self._make_run = make_run
         # called after each input with its index and this run's status: a view's progress
-        self._on_input = on_input
+        self.on_input = on_input
         self.inputs = as_inputs(inputs)
         self.keep_records = bool(keep_records)
         self.records: list[Record] = []
@@ -257,8 +257,8 @@ class ManyInputsRun:
             self._current = None
             status.extra["inputs_done"] = index + 1
             del item_run
-            if self._on_input is not None:
-                self._on_input(index, status)
+            if self.on_input is not None:
+                self.on_input(index, status)
             if self._stop.is_set() or status.stopped:
                 status.stopped = True
                 break
