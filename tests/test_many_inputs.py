@@ -323,3 +323,24 @@ def test_session_tells_its_views_after_each_input(abs_case):
     assert [d for d in done if d][:5] == [1, 2, 3, 4, 5]
     assert session.summary.culprit is None  # input 13 is not among the first five
     assert session.inputs["failing"] == [] and session.inputs["done"] == 5
+
+
+def test_onnx_file_with_external_data_is_read_once(abs_case, tmp_path):
+    ep, onx, data = abs_case
+    path = tmp_path / "model.onnx"
+    onnx.save(
+        onnx.ModelProto.FromString(onx.SerializeToString()),
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="model.onnx.data",
+        size_threshold=0,
+    )
+    run = aligned_over_inputs(ep, path, data[10:16])
+    from_file = [(r.onnx_name, r.status, r.err_abs, r.input_index) for r in run]
+    in_memory = [
+        (r.onnx_name, r.status, r.err_abs, r.input_index)
+        for r in aligned_over_inputs(ep, onx, data[10:16])
+    ]
+    assert from_file == in_memory
+    assert run.failing_inputs == [BAD_ABS - 10]

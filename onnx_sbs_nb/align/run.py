@@ -38,6 +38,7 @@ from .pairing.rules import linking_rules
 from .source.fx_metadata import FxMetadata
 from .source.guards import check_input_shapes
 from .source.loading import (
+    LoadedOnnx,
     SbsInputError,
     load_exported_program,
     load_inputs,
@@ -373,8 +374,10 @@ def aligned_over_inputs(
     """
     options = RunOptions.from_kwargs(options, **option_kwargs)
     program = load_exported_program(ep, trust_pickles=options.trust_pickles)
+    # a file is read once (as AlignedRun reads it), not once per input
+    model = LoadedOnnx.of(onx, defer_weights=options.optimize is None)
     return ManyInputsRun(
-        lambda args, kwargs: AlignedRun(program, onx, args, kwargs, options),
+        lambda args, kwargs: AlignedRun(program, model, args, kwargs, options),
         inputs,
         keep_records=keep_records,
         on_input=on_input,
