@@ -144,6 +144,13 @@ def test_one_inputs_records_on_demand(abs_case):
     list(loader_run)
     statuses = {r.status for r in loader_run.input_records(BAD_ABS)}
     assert "fail" in statuses
+    # a shuffling DataLoader cannot be read again to the same input: say so
+    dataset = torch.utils.data.TensorDataset(torch.stack([x for (x,) in data[:4]]))
+    shuffled = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=True)
+    shuffled_run = aligned_over_inputs(ep, onx, shuffled)
+    list(shuffled_run)
+    with pytest.raises(SbsInputError, match="shuffles"):
+        shuffled_run.input_records(1)
     # an iterator can be read once: say so
     once = aligned_over_inputs(ep, onx, iter(data[:4]))
     list(once)

@@ -328,6 +328,11 @@ class ManyInputsRun:
             if index >= len(self.inputs):
                 raise SbsInputError(f"input {index} does not exist: there are {len(self.inputs)}")
             return self._run_for(self.inputs[index], index)
+        if isinstance(getattr(self.inputs, "sampler", None), torch.utils.data.RandomSampler):
+            raise SbsInputError(
+                "this DataLoader shuffles: read again, it gives other inputs in another order; "
+                "run with shuffle=False, or with keep_records=True to see one input's records"
+            )
         it = iter(self.inputs)
         if it is self.inputs:
             raise SbsInputError(
