@@ -88,6 +88,40 @@ def test_exporter_bug_on_one_input_is_named_with_that_input(log1p_case):
     assert len({pair_key(r) for r in records}) == len(records)
 
 
+class RowMax(torch.nn.Module):
+    def forward(self, x):
+        return x.amax(-1) * 2.0
+
+
+class SignOf(torch.nn.Module):
+    def forward(self, x):
+        return torch.signbit(x).float() + x
+
+
+@pytest.mark.parametrize(
+    "model, bad, op",
+    [
+        # torch's amax propagates a NaN, onnxruntime's ReduceMax skips it
+        (RowMax(), math.nan, "ReduceMax"),
+        # signbit(-0.0) is True, the exporter's Less(x, 0) says False
+        (SignOf(), -0.0, "Less"),
+    ],
+    ids=["nan_in_one_element", "negative_zero"],
+)
+def test_real_bug_on_one_input_of_a_loader(model, bad, op):
+    ep, onx = export(model, (torch.rand(3, 4) + 0.1,))
+    g = torch.Generator().manual_seed(3)
+    xs = torch.rand(N, 3, 4, generator=g) + 0.1
+    k = 23
+    xs[k, 1, 2] = bad
+    run = aligned_over_inputs(ep, onx, _loader(list(xs)))
+    summary = summarize(run)
+    assert run.failing_inputs == [k]
+    c = summary.culprit
+    assert c is not None and c.onnx_op_type == op, summary.to_text()
+    assert (c.input_index, c.inputs_failing, c.inputs_total) == (k, 1, N)
+
+
 def test_one_input_alone_passes_where_the_loader_fails(log1p_case):
     """The bug needs the one input: every other input alone passes."""
     ep, onx, data = log1p_case
