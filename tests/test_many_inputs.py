@@ -210,6 +210,15 @@ def test_bad_inputs_are_refused_early(abs_case):
         aligned_over_inputs(ep, onx, [(x[0],), (x,)])
 
 
+def test_exc_names_the_input_of_the_first_failing_pair(abs_case):
+    from onnx_sbs_nb.align.judge.judging import SbsMismatchError
+
+    ep, onx, data = abs_case
+    with pytest.raises(SbsMismatchError, match=f"^input {BAD_ABS}: ") as caught:
+        list(run_aligned(ep, onx, inputs=data, exc=True))
+    assert caught.value.record.input_index == BAD_ABS
+
+
 def test_a_later_bad_input_is_named_when_reached(abs_case):
     ep, onx, data = abs_case
     x = data[0][0]

@@ -30,6 +30,7 @@ import torch
 
 from ..errors import SbsInputError
 from ..records import FAILING_STATUSES, STATUS_ERROR, STATUSES, Record, RunStatus
+from .judge.judging import SbsMismatchError
 
 # a run over one input: (args, kwargs) -> an iterable run with .status, .stop(), .records
 RunFactory = Callable[[Any, Any], Any]
@@ -292,23 +293,28 @@ class ManyInputsRun:
         kept: list[Record] = []
         failing = False
         name = self.input_names[index]
-        for rec in run:
-            if self._stop.is_set():
-                run.stop()
-            rec.input_index, rec.input_name = index, name
-            key = pair_key(rec)
-            agg = pairs.get(key)
-            if agg is None:
-                agg = pairs[key] = PairAggregate(rec, index, _severity(rec), (index, rec.step))
-            agg.add(rec, index)
-            if not failing and fails(rec) and not rec.drifted:
-                failing = True
-            if self.keep_records:
-                kept.append(rec)
-            inner = run.status
-            status.total_onnx_nodes = inner.total_onnx_nodes
-            status.done_onnx_nodes = inner.done_onnx_nodes
-            status.current = inner.current
+        try:
+            for rec in run:
+                if self._stop.is_set():
+                    run.stop()
+                rec.input_index, rec.input_name = index, name
+                key = pair_key(rec)
+                agg = pairs.get(key)
+                if agg is None:
+                    agg = pairs[key] = PairAggregate(rec, index, _severity(rec), (index, rec.step))
+                agg.add(rec, index)
+                if not failing and fails(rec) and not rec.drifted:
+                    failing = True
+                if self.keep_records:
+                    kept.append(rec)
+                inner = run.status
+                status.total_onnx_nodes = inner.total_onnx_nodes
+                status.done_onnx_nodes = inner.done_onnx_nodes
+                status.current = inner.current
+        except SbsMismatchError as e:  # exc=True: the first failing pair, on this input
+            e.record.input_index, e.record.input_name = index, name
+            e.args = (f"input {index}{_label(name)}: {e.args[0] if e.args else ''}",)
+            raise
         if run.status.stopped:
             status.stopped = True
         if failing:
