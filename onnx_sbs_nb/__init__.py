@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "run_aligned": ("onnx_sbs_nb.align.run", "run_aligned"),
     "AlignedRun": ("onnx_sbs_nb.align.run", "AlignedRun"),
+    "aligned_over_inputs": ("onnx_sbs_nb.align.run", "aligned_over_inputs"),
+    "ManyInputsRun": ("onnx_sbs_nb.align.many_inputs", "ManyInputsRun"),
     "run_aligned_onnx": ("onnx_sbs_nb.align.two_models", "run_aligned_onnx"),
     "run_onnx_on_two_devices": ("onnx_sbs_nb.align.devices", "run_onnx_on_two_devices"),
     "bisect_optimizers": ("onnx_sbs_nb.align.bisect", "bisect_optimizers"),

@@ -82,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--onnx", help="ONNX model exported from it (.onnx)")
     run.add_argument(
         "--inputs",
-        help="inputs saved with torch.save: tuple, dict or (args, kwargs)",
+        nargs="+",
+        metavar="INPUTS",
+        help="inputs saved with torch.save: tuple, dict or (args, kwargs); several files "
+        "or a folder of .pt files: one run per input, the worst of each pair reported",
     )
     _add_outputs(run)
     add_run_arguments(run)
@@ -253,7 +256,8 @@ def run_files(args: argparse.Namespace) -> None:
     given = list(args.files)
     for flag in ("ep", "onnx", "inputs"):
         if getattr(args, flag) is None and given:
-            setattr(args, flag, given.pop(0))
+            value = given.pop(0)
+            setattr(args, flag, [value] if flag == "inputs" else value)
     missing = [f"--{f}" for f in ("ep", "onnx", "inputs") if getattr(args, f) is None]
     if given or missing:
         what = (
@@ -270,7 +274,10 @@ def run_files(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     run_files(args)
-    files = (("--ep", args.ep), ("--onnx", args.onnx), ("--inputs", args.inputs))
+    many = many_inputs(args.inputs)
+    inputs = many if many is not None else args.inputs
+    args.inputs = inputs[0]  # one input file: the run (and --bisect) as before
+    files = (("--ep", args.ep), ("--onnx", args.onnx), *(("--inputs", i) for i in inputs))
     outputs, node_data = check_paths(files, args.output)
     options = options_from_args(args)
     if options.replay_dir is not None:
@@ -285,6 +292,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = writable_location(pathlib.Path(culprit_root) / "bundle")
         if why:
             raise CliError(f"--replay-culprit: {why}")
+    if many is not None:
+        if args.bisect:
+            raise CliError("--bisect takes one input: give one --inputs file")
+        return run_many_and_report(
+            args.ep,
+            args.onnx,
+            many,
+            outputs,
+            options,
+            progress=not args.no_progress,
+            node_data=node_data,
+            culprit_root=culprit_root,
+        )
     code = run_and_report(
         args.ep,
         args.onnx,
@@ -358,6 +378,77 @@ def run_report_summary(
         source=onx,
         culprit_root=culprit_root,
     )
+
+
+def many_inputs(given: Sequence[str]) -> list[str] | None:
+    """The input files of a run over many inputs (several files, or the ``.pt`` files of
+    a folder), None for a run over one input file."""
+    if len(given) == 1 and not pathlib.Path(given[0]).is_dir():
+        return None
+    if len(given) > 1:
+        return list(given)
+    from .align.many_inputs import input_files
+
+    return [str(p) for p in input_files(given[0])]
+
+
+def run_many_and_report(
+    ep: Any,
+    onx: Any,
+    inputs: Sequence[str],
+    outputs: Sequence[pathlib.Path],
+    options: RunOptions,
+    *,
+    progress: bool = True,
+    stdout: TextIO | None = None,
+    node_data: Sequence[pathlib.Path] = (),
+    culprit_root: pathlib.Path | None = None,
+) -> int:
+    """One run per input file, the program prepared and paired once; the records (one
+    per pair, the worst input's) stream to the reports as :func:`run_and_report`'s do.
+    With ``culprit_root``, the culprit's bundle is made on the input that shows it."""
+    from .align.run import aligned_over_inputs
+
+    with _InputsProgress(len(inputs), enabled=progress) as bar:
+        run = aligned_over_inputs(ep, onx, list(inputs), options, on_input=bar.update)
+        title = f"onnx-sbs: {_name(onx)} vs {_name(ep)} over {len(inputs)} inputs"
+        code, summary = report_run(
+            run,
+            outputs,
+            title,
+            progress=False,
+            stdout=stdout,
+            node_data=node_data,
+            source=onx,
+        )
+    if culprit_root is not None and code != EXIT_INTERRUPTED:
+        _save_culprit_bundle(run, culprit_root, summary, stdout or sys.stdout)
+    return code
+
+
+class _InputsProgress:
+    """A tqdm bar over the inputs of a run over many inputs (the engine has no tqdm)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __enter__(self) -> _InputsProgress:
+        return self
+
+    def update(self, index: int, status: Any) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, unit="input", desc="onnx-sbs", file=sys.stderr)
+        self.bar.update(index + 1 - self.bar.n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def report_run(

@@ -36,6 +36,9 @@ class CulpritBundle:
     replayed_error: float | None  # the bundle's error on the torch values, replayed
     reproduced: bool
     why: str  # how the replay compares with the run, in words
+    # a run over many inputs: the input the bundle's values come from
+    input_index: int | None = None
+    input_name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -49,8 +52,12 @@ class CulpritBundle:
         from .summary import _printable
 
         head = "reproduces" if self.reproduced else "does NOT reproduce"
+        on = ""
+        if self.input_index is not None:
+            name = f" ({self.input_name})" if self.input_name else ""
+            on = f" on input {self.input_index}{_printable(name)}"
         return (
-            f"culprit bundle: {_printable(str(self.folder))}\n"
+            f"culprit bundle{on}: {_printable(str(self.folder))}\n"
             f"  {_printable(self.culprit)}: {self.nodes} ONNX node(s) from values with a "
             f"torch twin; {head}: {_printable(self.why)}"
         )
@@ -60,7 +67,8 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     """Writes the replay bundle of ``run``'s culprit inside ``root`` and replays it.
 
     ``run``: an :class:`~onnx_sbs_nb.align.run.AlignedRun` that has run (its records and
-    actions are read); ``summary``: its summary when already made.  None when the run
+    actions are read), or a run over many inputs (the input that shows the failure is
+    run again alone); ``summary``: its summary when already made.  None when the run
     names no culprit, or the culprit is no ONNX node (a weight, an input).  The bundle's
     ``culprit.json`` records the culprit and the replay's finding.
     """
@@ -73,6 +81,16 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     culprit = summary.culprit
     if culprit is None:
         return None
+    index = getattr(culprit, "input_index", None)
+    if index is not None and callable(getattr(run, "input_run", None)):
+        # a run over many inputs: the input that shows the failure, run alone, feeds it
+        one = run.input_run(index)
+        list(one)
+        bundle = save_culprit_bundle(one, root)
+        if bundle is not None:
+            bundle.input_index, bundle.input_name = index, culprit.input_name
+            _write_finding(bundle, culprit)
+        return bundle
     record = next((r for r in run.records if r.step == culprit.step), None)
     if record is None or record.onnx_id_node is None or record.onnx_id_node < 0:
         return None
@@ -95,9 +113,14 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
         reproduced=reproduced,
         why=why,
     )
-    payload = {"culprit": culprit.to_dict(), "replay": bundle.to_dict()}
-    write_text_atomic(folder / "culprit.json", json.dumps(payload, indent=1, default=str))
+    _write_finding(bundle, culprit)
     return bundle
+
+
+def _write_finding(bundle: CulpritBundle, culprit: Any) -> None:
+    payload = {"culprit": culprit.to_dict(), "replay": bundle.to_dict()}
+    text = json.dumps(payload, indent=1, default=str)
+    write_text_atomic(bundle.folder / "culprit.json", text)
 
 
 def _judge(replay: Any, own: float | None, output: str | None) -> tuple[float | None, bool, str]:

@@ -215,6 +215,13 @@ class Record:
     # the fx nodes (the user's names, comma-separated) an ONNX node a graph tool fused
     # computes: it has no metadata of its own, its inputs and outputs pair
     onnx_fuses: str | None = None
+    # --- a run over many inputs (align/many_inputs.py): one record per pair, the worst
+    # input's, with what the other inputs gave (None on a run over one input) ---
+    input_index: int | None = None  # the input this record comes from (0-based)
+    input_name: str | None = None  # its file, when the inputs were files
+    inputs_failing: int | None = None  # inputs on which this pair fails
+    inputs_total: int | None = None  # inputs on which this pair was compared or run
+    err_abs_mean: float | None = None  # mean abs error over those inputs
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -343,6 +350,11 @@ FIELDS: dict[str, FieldSpec] = {
     "err_p99": FieldSpec("99th percentile |diff|", "num"),
     "err_ulp": FieldSpec("max ulp distance", "num"),
     "extra": FieldSpec("your compare function", "map"),
+    "input_index": FieldSpec("worst input", "int"),
+    "input_name": FieldSpec("worst input's file"),
+    "inputs_failing": FieldSpec("inputs failing", "int"),
+    "inputs_total": FieldSpec("inputs run", "int"),
+    "err_abs_mean": FieldSpec("mean abs error over inputs", "num"),
     "own_inputs_from": FieldSpec("own inputs computed from"),
     "ep_device": FieldSpec("torch device"),
     "onnx_device": FieldSpec("onnx device"),

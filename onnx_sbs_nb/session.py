@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,23 @@ class SavedReplay:
         return {"bundle": str(self.bundle), "config": str(self.config)}
 
 
+def many_inputs(inputs: Any) -> bool:
+    """Whether *inputs* are many inputs rather than one: a DataLoader, a generator or
+    another iterable that is no list, tuple, dict or tensor, or a folder (of ``.pt``
+    files).  A list or tuple stays one input (positional inputs)."""
+    if inputs is None or isinstance(inputs, dict | list | tuple | bytes):
+        return False
+    if isinstance(inputs, str | Path):
+        return Path(inputs).is_dir()
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        torch = None
+    if torch is not None and isinstance(inputs, torch.Tensor):
+        return False
+    return isinstance(inputs, Iterable)
+
+
 def split_inputs(inputs: Any) -> tuple[Any, Any]:
     """``(args, kwargs)`` for AlignedRun from what a user passes as *inputs*.
 
@@ -161,12 +178,21 @@ class SbsSession:
     ) -> None:
         from .align.run import AlignedRun
 
-        args, kwargs = split_inputs(inputs)
         # validated here, once: a bad option fails in the calling cell
         self.options = RunOptions.from_kwargs(options, **run_options)
-        self._factory: Callable[[str | None], Any] = lambda dev: AlignedRun(
-            ep, onx, args, kwargs, self.options.replace(device=dev)
-        )
+        self._factory: Callable[[str | None], Any]
+        if many_inputs(inputs):
+            from .align.run import aligned_over_inputs
+
+            # one record per pair over every input; one input's records on demand
+            self._factory = lambda dev: aligned_over_inputs(
+                ep, onx, inputs, self.options.replace(device=dev)
+            )
+        else:
+            args, kwargs = split_inputs(inputs)
+            self._factory = lambda dev: AlignedRun(
+                ep, onx, args, kwargs, self.options.replace(device=dev)
+            )
         self._init(self._factory(self.options.device), background, batch_interval, replay_root)
         self.device = str(getattr(self.run, "device", None) or self.options.device or "cpu")
 
@@ -193,6 +219,10 @@ class SbsSession:
         if batch_interval < 0:
             raise ValueError(f"batch_interval must be >= 0, got {batch_interval}")
         self.run = run
+        if hasattr(run, "on_input") and run.on_input is None:
+            # a run over many inputs yields its records at the end: its views learn of
+            # its progress after each input
+            run.on_input = lambda _index, _status: self._notify("status", {"status": self.status})
         self.background = bool(background)
         self.batch_interval = float(batch_interval)
         self.replay_root = Path(replay_root) if replay_root is not None else Path("sbs_replays")
@@ -480,6 +510,32 @@ class SbsSession:
             details=self.culprit_detail() if self.finished else None,
         )
 
+    @property
+    def inputs(self) -> dict[str, Any] | None:
+        """Over many inputs: ``{"total", "done", "failing", "names"}`` (None over one)."""
+        if not callable(getattr(self.run, "input_records", None)):
+            return None
+        extra = getattr(self.run, "status", RunStatus()).extra
+        return {
+            "total": extra.get("inputs_total"),
+            "done": extra.get("inputs_done", 0),
+            "failing": list(getattr(self.run, "failing_inputs", [])),
+            "names": list(getattr(self.run, "input_names", [])),
+        }
+
+    def input_records(self, index: int) -> list[Record]:
+        """Over many inputs, the records of input ``index`` alone (run again unless the
+        run kept them); an ActionError says why not (one input, a run still going, an
+        iterator read once)."""
+        fn = getattr(self.run, "input_records", None)
+        if not callable(fn):
+            raise ActionError("this run is over one input")
+        self._require_idle_run("show one input")
+        try:
+            return fn(index)
+        except SbsInputError as e:
+            raise ActionError(str(e)) from None
+
     def culprit_detail(self) -> dict[str, Any] | None:
         """``{"row", "node": node_detail}`` of the culprit's ONNX node (its whole stack
         trace among them), or None: no culprit, not an ONNX node, or no run to ask."""
@@ -497,8 +553,18 @@ class SbsSession:
             return None
 
     def _action(self, action: str, *args: Any, **kwargs: Any) -> Any:
-        """Calls one of the run's actions; its input errors become ActionErrors."""
-        fn = getattr(getattr(self.run, "actions", None), action, None)
+        """Calls one of the run's actions; its input errors become ActionErrors.  Over
+        many inputs, the actions are those of a run over the input of the node's record
+        (the input where it is worst), made for it."""
+        actions = getattr(self.run, "actions", None)
+        if actions is None and callable(getattr(self.run, "input_run", None)):
+            node = args[0] if args else None
+            index = getattr(node, "input_index", None)
+            try:
+                actions = self.run.input_run(index if isinstance(index, int) else 0).actions
+            except SbsInputError as e:
+                raise ActionError(str(e)) from None
+        fn = getattr(actions, action, None)
         if not callable(fn):
             raise ActionError(
                 f"{action} needs an AlignedRun; this session wraps a {type(self.run).__name__}"
@@ -559,7 +625,9 @@ class SbsSession:
         from .culprit_bundle import save_culprit_bundle
 
         self._require_idle_run("save the culprit's bundle")
-        if not callable(getattr(getattr(self.run, "actions", None), "save_replay", None)):
+        run = self.run
+        replayable = callable(getattr(getattr(run, "actions", None), "save_replay", None))
+        if not replayable and not callable(getattr(run, "input_run", None)):
             raise ActionError(
                 f"save the culprit's bundle needs an AlignedRun; this session wraps a "
                 f"{type(self.run).__name__}"

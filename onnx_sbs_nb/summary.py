@@ -138,6 +138,11 @@ class Culprit:
     rtol: float | None = None
     # a fused ONNX node (a graph tool's, no metadata): the fx nodes it computes
     fuses: str | None = None
+    # a run over many inputs: the input that shows the failure, and on how many it shows
+    input_index: int | None = None
+    input_name: str | None = None
+    inputs_failing: int | None = None
+    inputs_total: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -441,6 +446,8 @@ class Summary:
         )
         if t.get("not_computed", 0):
             counts += f", {t['not_computed']} not computed"
+        if t.get("inputs"):
+            counts += f", worst of {t['inputs']} inputs"
         c = self.completion
         head = f"verdict: {self.verdict.upper()}"
         if c is not None and c.finished and c.nodes:
@@ -462,7 +469,9 @@ class Summary:
                 lines.append(f"  at {_printable(c.ep_source)}")
             lines.append(f"  why: {_printable(c.why)}")
         elif self.first_failure is not None:
-            lines.append(f"first failure: {_printable_label(self.first_failure)}")
+            where = on_input_text(self.first_failure)
+            where = f" ({_printable(where)})" if where else ""
+            lines.append(f"first failure: {_printable_label(self.first_failure)}{where}")
         if t.get("drifted", 0):
             lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
         if self.nonfinite_inputs:
@@ -547,6 +556,8 @@ class Summarizer:
         if rec.kind == KIND_NODE and rec.ep_target and self._onnx_reference is not False:
             self._onnx_reference = bool(_ONNX_OP.match(rec.ep_target))
         t["records"] += 1
+        if rec.inputs_total is not None:  # a run over many inputs: one record per pair
+            t["inputs"] = max(t.get("inputs", 0), rec.inputs_total)
         t["by_status"][rec.status] = t["by_status"].get(rec.status, 0) + 1
         t["by_kind"][rec.kind] = t["by_kind"].get(rec.kind, 0) + 1
         if rec.status in (STATUS_OK, STATUS_FAIL):
@@ -762,6 +773,7 @@ class Summarizer:
         if rec.onnx_node_name and rec.onnx_node_name not in nodes:
             nodes.append(rec.onnx_node_name)
         why = _why(rec, rule, own, "reference model's" if self._onnx_reference else "torch")
+        where = on_input_text(rec)
         if rule == RULE_AMPLIFIED:
             own = rec.err_abs2
             first = self._s.first_failure
@@ -772,6 +784,10 @@ class Summarizer:
                 f"of its values' size ({_fmt(rec.err_abs2)}), is below atol {_fmt(rec.atol)} "
                 f"and is amplified by {by}{op}, the first value that fails"
             )
+            where = on_input_text(first) if first is not None else where
+        if where:
+            # every view shows ``why``: the input that shows the failure reaches them all
+            why = f"{where}: {why}"
         return Culprit(
             rule=rule,
             why=why,
@@ -789,6 +805,10 @@ class Summarizer:
             atol=rec.atol,
             rtol=rec.rtol,
             fuses=rec.onnx_fuses,
+            input_index=rec.input_index,
+            input_name=rec.input_name,
+            inputs_failing=rec.inputs_failing,
+            inputs_total=rec.inputs_total,
         )
 
 
@@ -885,6 +905,18 @@ def drift_text(drifted: int, verdict: str) -> str:
 def first_own_failure(records: Iterable[Record], **kwargs: Any) -> Record | None:
     """Shortcut: ``summarize(records).first_own_failure``."""
     return summarize(records, **kwargs).first_own_failure
+
+
+def on_input_text(rec: Record) -> str:
+    """Where a record of a run over many inputs comes from ("on input 7 (b.pt), 1 of
+    32 inputs failing here"); "" for a run over one input."""
+    if rec.input_index is None:
+        return ""
+    name = f" ({rec.input_name})" if rec.input_name else ""
+    text = f"on input {rec.input_index}{name}"
+    if rec.inputs_total is not None and rec.inputs_failing is not None:
+        text += f", {rec.inputs_failing} of {rec.inputs_total} inputs failing here"
+    return text
 
 
 def _label(rec: Record) -> str:

@@ -138,6 +138,10 @@ class SbsWidget(anywidget.AnyWidget):
     cuda_reason = t.Unicode("").tag(sync=True)
     # identifies the model across its views in the browser (not part of the state)
     uid = t.Unicode("").tag(sync=True)
+    # a run over many inputs (live only, not part of the state): {total, done, failing,
+    # names, shown}; ``shown``: the input whose records the views show (None: the worst
+    # over all inputs), set by the browser's input picker or :meth:`show_input`
+    inputs = t.Dict(allow_none=True, default_value=None).tag(sync=True)
 
     def __init__(
         self,
@@ -200,12 +204,15 @@ class SbsWidget(anywidget.AnyWidget):
         self.session = session
         self.export_dir = Path(export_dir) if export_dir is not None else Path(".")
         self._lock = threading.RLock()
+        self._shown: list[Record] | None = None  # one input's records, when picked
         self._sent = 0  # records streamed to the browser, in order
         self._details_cache: dict[int, dict[str, Any]] = {}
         self._handles: list[Any] = []
         _route_to_frontend_subshell(self.comm)
         self.on_msg(self._on_custom)
         self.observe(self._on_selected, names="selected")
+        self.observe(self._on_inputs, names="inputs")
+        self._sync_inputs()
         session.add_listener(self._on_event)
         if session.finished:
             self._on_finished()
@@ -242,6 +249,7 @@ class SbsWidget(anywidget.AnyWidget):
 
     def _on_finished(self) -> None:
         records = self.session.records
+        self._sync_inputs()
         with self._lock:
             self._sent = len(records)
             with self.hold_sync():
@@ -281,7 +289,7 @@ class SbsWidget(anywidget.AnyWidget):
         have = content.get("have", 0)
         have = have if isinstance(have, int) and have >= 0 else 0
         with self._lock:
-            batch = self.session.records[have : self._sent]
+            batch = self._displayed()[have : self._sent]
             if batch:
                 self.send({"type": "rows", "start": have, "rows": encode_rows(batch)})
 
@@ -314,8 +322,61 @@ class SbsWidget(anywidget.AnyWidget):
         answer.pop("result")  # what the views need of it is in the details
         return answer
 
+    def _displayed(self) -> list[Record]:
+        """The records the views show: the run's, or one input's (the input picker)."""
+        return self._shown if self._shown is not None else self.session.records
+
+    # ------------------------------------------------------ many inputs
+    def _sync_inputs(self, shown: int | None = None) -> None:
+        info = self.session.inputs
+        if info is not None:
+            info["shown"] = shown
+        self._syncing_inputs = True
+        try:
+            self.inputs = info
+        finally:
+            self._syncing_inputs = False
+
+    def _on_inputs(self, change: dict[str, Any]) -> None:
+        """The browser's input picker set ``inputs["shown"]``."""
+        if getattr(self, "_syncing_inputs", False) or not self.session.finished:
+            return
+        shown = (change["new"] or {}).get("shown")
+        try:
+            self.show_input(shown)
+        except ActionError as e:
+            self._sync_inputs(None if self._shown is None else shown)
+            self.status = {**self.status, "error": str(e)}
+
+    def show_input(self, index: int | None) -> list[Record]:
+        """Over many inputs: show input ``index``'s own records in the table, the chart and
+        the card (run again unless the run kept them); ``None``: the worst over all inputs
+        again.  Returns the records shown."""
+        if index is None:
+            records, shown = self.session.records, None
+            summary = self.session.summary
+        else:
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ActionError(f"an input index is an int, got {index!r}")
+            records = self.session.input_records(index)
+            shown = records
+            from .summary import summarize
+
+            summary = summarize(records, completion=self.session.completion)
+        with self._lock:
+            self._shown = shown
+            self._details_cache.clear()
+            self._sent = len(records)
+            with self.hold_sync():
+                self.selected = -1
+                self.details = {}
+                self.rows = encode_rows(records)
+                self.summary = summary if isinstance(summary, Summary) else None
+                self._sync_inputs(index)
+        return records
+
     def _record(self, row: Any) -> Record:
-        records = self.session.records
+        records = self._displayed()
         if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(records):
             raise ActionError("select a row first")
         return records[row]
@@ -328,7 +389,7 @@ class SbsWidget(anywidget.AnyWidget):
         if cached is not None:
             self.details = dict(cached)
             return
-        records = self.session.records
+        records = self._displayed()
         if not 0 <= row < len(records):
             return
         rec = records[row]

@@ -214,3 +214,12 @@ def test_bench_budget_splits_a_run(tiny_files, capsys):
     out = capsys.readouterr().out
     assert out.count("left to the rest at 3x the floor") == len(bench_budget.VARIANTS)
     assert "timed again alone" in out and "floor (min of 1)" in out
+
+
+def test_bench_many_inputs_measures(tiny_files):
+    from benchmarks import bench_many_inputs
+
+    result = bench_many_inputs.measure(tiny_files.folder, 3, threads=0)
+    assert result["n"] == 3 and result["records"] > 0
+    assert 0 < result["first"] <= result["total"] and result["rest_mean"] > 0
+    assert result["peak"] > 0 and result["method"] in ("VmHWM", "psutil-sampling")

@@ -209,7 +209,8 @@ _RUN = ["run", "--ep", "{pt2}", "--onnx", "{onnx}", "--inputs", "{inputs}"]
         (["run", "--onnx", "m.onnx", "--inputs", "i.pt"], "--ep"),
         (["run", "{pt2}", "{onnx}"], "missing --inputs"),
         (["run", "{pt2}", "{onnx}", "{inputs}", "{inputs}"], "too many"),
-        ([*_RUN, "{inputs}"], "too many"),
+        # (a file right after --inputs is one more input: `--inputs a.pt b.pt`)
+        (["run", "--inputs", "{inputs}", "--ep", "{pt2}", "{onnx}", "{inputs}"], "too many"),
         (["run", "--ep", "missing.pt2", "--onnx", "m.onnx", "--inputs", "i.pt"], "no such file"),
         (["report", "missing.jsonl", "-o", "r.html"], "no such records file"),
         ([*_RUN, "-o", "r.pdf"], ".html"),

@@ -123,3 +123,32 @@ def test_the_cli_writes_and_replays_it(exported, tmp_path, capsys):
          "--replay-dir", str(there)]
     )  # fmt: skip
     assert code == 1 and len(list(there.iterdir())) == 1
+
+
+class ReluScale(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0 + 1.0
+
+
+def test_over_many_inputs_the_bundle_holds_the_input_that_shows_it(tmp_path):
+    """Relu lowered as Abs differs only where a value is negative: over four inputs, only
+    input 2 has any; the bundle is made of that input's values and reproduces."""
+    from onnx_sbs_nb import aligned_over_inputs
+
+    inputs = [(torch.rand(3, 5),), (torch.rand(3, 5),), (-torch.rand(3, 5),), (torch.rand(3, 5),)]
+    ep = torch.export.export(ReluScale(), inputs[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, inputs[0], dynamo=True, verbose=False).model_proto
+    next(n for n in onx.graph.node if n.op_type == "Relu").op_type = "Abs"
+    run = aligned_over_inputs(ep, onx, inputs)
+    list(run)
+    bundle = save_culprit_bundle(run, tmp_path)
+    assert bundle is not None and bundle.input_index == 2, bundle
+    assert bundle.reproduced and bundle.nodes == 1
+    assert "on input 2" in bundle.to_text()
+    saved = json.loads((bundle.folder / "culprit.json").read_text())
+    assert saved["replay"]["input_index"] == 2 and saved["culprit"]["input_index"] == 2
+    # the bundle's inputs are input 2's values
+    fed = torch.load(bundle.folder / "torch_inputs.pt", weights_only=True)
+    assert any(torch.equal(v, inputs[2][0]) for v in fed.values())

@@ -57,6 +57,8 @@ export function mount(el, src) {
     const parts = [h("span", { class: `sbs-badge sbs-${state}`, text: state })];
     const verdict = sm ? verdictOf(sm, st) : "";
     if (verdict && verdict !== "running") parts.push(h("span", { class: `sbs-verdict sbs-verdict-${verdict}`, text: verdict.toUpperCase() }));
+    const many = st.extra && st.extra.inputs_done !== undefined ? st.extra : null;
+    if (many) parts.push(h("span", { class: "sbs-inputs-progress", text: `${many.inputs_done}${many.inputs_total ? `/${many.inputs_total}` : ""} inputs` }));
     if (st.total_onnx_nodes) parts.push(h("span", { class: "sbs-progress", text: `${st.done_onnx_nodes ?? 0}/${st.total_onnx_nodes} ONNX nodes` }));
     parts.push(h("span", { class: "sbs-nrows", text: `${store.count} records` }));
     if (st.elapsed) parts.push(h("span", { text: fmtTime(st.elapsed) }));
@@ -90,7 +92,32 @@ export function mount(el, src) {
   // the smallest failing piece: the culprit's replay bundle, replayed to check it
   const btnCulprit = btn("sbs-btn-culprit", "Save culprit bundle", () => act("save_culprit"));
   const reasonEl = h("span", { class: "sbs-reason" });
-  const toolbar = live ? h("div", { class: "sbs-toolbar" }, btnStop, btnCuda, btnExport, btnCulprit, reasonEl, actionEl) : null;
+  // a run over many inputs: which one the views show (the worst over all, or one input's
+  // own records, which the kernel runs again)
+  const inputsEl = h("select", { class: "sbs-inputs", title: "show the worst over all inputs, or one input's own records" });
+  inputsEl.addEventListener("change", () => {
+    const info = src.get("inputs");
+    if (!info) return;
+    const v = inputsEl.value === "" ? null : Number(inputsEl.value);
+    src.setInputs({ ...info, shown: v });
+  });
+  const renderInputs = () => {
+    const info = live ? src.get("inputs") : null;
+    inputsEl.hidden = !info;
+    if (!info) return;
+    const failing = new Set(info.failing || []);
+    const names = info.names || [];
+    const n = info.done || info.total || 0;
+    const opts = [h("option", { value: "", text: `worst over ${n} inputs${failing.size ? ` (${failing.size} failing)` : ""}` })];
+    for (let i = 0; i < n; i++) {
+      const name = names[i] ? ` (${names[i]})` : "";
+      opts.push(h("option", { value: String(i), text: `input ${i}${name}${failing.has(i) ? " \u2717 fails" : ""}` }));
+    }
+    inputsEl.replaceChildren(...opts);
+    inputsEl.value = info.shown === null || info.shown === undefined ? "" : String(info.shown);
+    inputsEl.disabled = running();
+  };
+  const toolbar = live ? h("div", { class: "sbs-toolbar" }, inputsEl, btnStop, btnCuda, btnExport, btnCulprit, reasonEl, actionEl) : null;
   const nodeButtons = [];
   const enable = (b, why) => {
     b.disabled = !!why;
@@ -231,7 +258,8 @@ export function mount(el, src) {
       renderButtons();
     }),
   );
-  offs.push(src.on("status", () => (renderStatus(), renderAction())));
+  offs.push(src.on("status", () => (renderStatus(), renderAction(), renderInputs())));
+  offs.push(src.on("inputs", renderInputs));
   offs.push(src.on("summary", renderStatus));
   offs.push(src.on("details", renderDetail));
   offs.push(src.on("device", renderButtons));
@@ -252,6 +280,7 @@ export function mount(el, src) {
   chart.update(true);
   renderStatus();
   renderAction();
+  renderInputs();
   if (selected >= 0) select(selected, "model");
   else renderDetail();
   if (live) src.requestMissing();

@@ -44,6 +44,11 @@
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
  *
+ *   inputs         object|null (live widget only) a run over many inputs: {total, done,
+ *                              failing: [input index], names: [file name|null], shown:
+ *                              index|null}; the toolbar's picker sets `shown` and the
+ *                              kernel syncs that input's records as `rows` (null: the
+ *                              worst over all inputs)
  *   uid            string      (live widget only) identifies the model across its views;
  *                              the static summary shown next to the widget (a separate
  *                              output, for viewers without widgets) carries the class
@@ -89,6 +94,11 @@ function modelSource(model, experimental) {
       model.set("selected", i);
       model.save_changes();
     },
+    /** A run over many inputs: the input the views show ({..., shown: index|null}). */
+    setInputs(v) {
+      model.set("inputs", v);
+      model.save_changes();
+    },
   };
 }
 
@@ -110,6 +120,7 @@ function staticSource(state) {
     setSelected(i) {
       s.selected = i;
     },
+    setInputs() {},
   };
 }
 

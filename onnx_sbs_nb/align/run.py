@@ -27,6 +27,7 @@ from .engine.setup_cache import (
 )
 from .engine.sides import FxSide, OnnxSide
 from .judge.judging import SbsMismatchError, as_candidate
+from .many_inputs import ManyInputsRun
 from .pairing.deployed import deploy
 from .pairing.fusions import fused_lowering, replaced_fx_nodes
 from .pairing.names import (
@@ -38,6 +39,7 @@ from .pairing.rules import linking_rules
 from .source.fx_metadata import FxMetadata
 from .source.guards import check_input_shapes
 from .source.loading import (
+    LoadedOnnx,
     SbsInputError,
     load_exported_program,
     load_inputs,
@@ -353,18 +355,67 @@ def _name_fusions(
 
 
 def run_aligned(
-    ep: Any, onx: Any, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
+    ep: Any,
+    onx: Any,
+    args: Any = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    inputs: Any = None,
+    **options: Any,
 ) -> Iterator[Record]:
     """Runs both graphs side by side and yields one Record per aligned pair.
 
     Validation happens now (bad input raises SbsInputError at this call), execution as
     the records are consumed. Options: see :class:`~onnx_sbs_nb.align.options.RunOptions`.
+    ``inputs``: many inputs instead of ``args``/``kwargs`` (a list, a DataLoader, a folder
+    of ``.pt`` files): one record per pair over all of them, see
+    :func:`aligned_over_inputs`.
     """
+    if inputs is not None:
+        if args is not None or kwargs is not None:
+            raise SbsInputError("give one input as args/kwargs or many as inputs=, not both")
+        return iter(aligned_over_inputs(ep, onx, inputs, **options))
     return iter(AlignedRun(ep, onx, args, kwargs, **options))
+
+
+def aligned_over_inputs(
+    ep: Any,
+    onx: Any,
+    inputs: Any,
+    options: RunOptions | None = None,
+    *,
+    keep_records: bool = False,
+    on_input: Any = None,
+    **option_kwargs: Any,
+) -> ManyInputsRun:
+    """The run over many inputs (:class:`~onnx_sbs_nb.align.many_inputs.ManyInputsRun`):
+    one :class:`AlignedRun` per input, in turn, the program loaded, prepared and paired
+    once; iterate it for one record per pair (the worst input's, with ``input_index``,
+    ``inputs_failing``, ``inputs_total`` and ``err_abs_mean``).  ``keep_records``: keep
+    each input's records too (``records_by_input``); else ``input_records(i)`` runs input
+    ``i`` again when asked; ``on_input(index, status)``: called after each input (a
+    view's progress).
+
+    ``inputs``: a list or tuple of inputs, any iterable of them (a generator, a
+    ``torch.utils.data.DataLoader``) or a folder of ``.pt`` files; an input is a tuple
+    or list of positional inputs, a dict of keyword inputs, a tensor or a ``.pt`` path.
+    """
+    options = RunOptions.from_kwargs(options, **option_kwargs)
+    program = load_exported_program(ep, trust_pickles=options.trust_pickles)
+    # a file is read once (as AlignedRun reads it), not once per input
+    model = LoadedOnnx.of(onx, defer_weights=options.optimize is None)
+    return ManyInputsRun(
+        lambda args, kwargs: AlignedRun(program, model, args, kwargs, options),
+        inputs,
+        keep_records=keep_records,
+        on_input=on_input,
+    )
 
 
 __all__ = [
     "AlignedRun",
+    "ManyInputsRun",
+    "aligned_over_inputs",
     "SbsInputError",
     "SbsMismatchError",
     "SideBySideRun",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,27 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+@dataclass(frozen=True)
+class LoadedOnnx:
+    """An ONNX file loaded once (its large weights possibly left in their data file), to
+    run again on other inputs without reading the file again."""
+
+    model: onnx.ModelProto
+    folder: Path
+
+    @classmethod
+    def of(cls, onx: Any, *, defer_weights: bool = False) -> Any:
+        """``onx`` loaded now when it is a path, else ``onx`` itself."""
+        if not isinstance(onx, str | os.PathLike):
+            return onx
+        model = load_onnx_model(onx, defer_weights=defer_weights)
+        return cls(model, Path(onx).resolve().parent)
+
+
 def onnx_folder(onx: Any) -> Path | None:
     """The folder of an ONNX model given by path (where its external data lives)."""
+    if isinstance(onx, LoadedOnnx):
+        return onx.folder
     if isinstance(onx, str | os.PathLike):
         return Path(onx).resolve().parent
     return None
@@ -109,6 +129,8 @@ def load_onnx_model(onx: Any, *, defer_weights: bool = False) -> onnx.ModelProto
     (``external.py``: :func:`onnx_folder` says where)."""
     if isinstance(onx, onnx.ModelProto):
         return onx
+    if isinstance(onx, LoadedOnnx):
+        return onx.model
     if hasattr(onx, "model_proto") and isinstance(onx.model_proto, onnx.ModelProto):
         # torch.onnx.ONNXProgram
         return onx.model_proto

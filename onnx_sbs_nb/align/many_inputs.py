@@ -1,0 +1,375 @@
+"""Runs over many inputs: one run per input, folded into one record per pair.
+
+Export bugs often show on some inputs only (a fully masked row, left padding, a NaN in
+one batch element, values near a branch point).  :class:`ManyInputsRun` runs the usual
+side-by-side run once per input, in turn, and folds each record into the aggregate of
+its pair: the worst input's record (what the views show and the summary judges), how
+many inputs fail there and the mean error.  Then it yields one record per pair, in
+execution order, so that the summary's culprit is the first node that fails on any input
+and names that input.
+
+What a second run of the same program and model needs is kept between runs
+(``engine/setup_cache.py``: prepared program, pairing, tables, plan; ``engine/runners.py``:
+compiled sessions), so inputs after the first cost their execution only.  A run holds
+one input's values at a time: memory stays that of one input's run plus one record per
+pair (and, with ``keep_records=True``, every input's records).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import SbsInputError
+from ..records import FAILING_STATUSES, STATUS_ERROR, STATUSES, Record, RunStatus
+from .judge.judging import SbsMismatchError
+
+# a run over one input: (args, kwargs) -> an iterable run with .status, .stop(), .records
+RunFactory = Callable[[Any, Any], Any]
+
+_JUDGED_ELSEWHERE = frozenset(k for k, v in STATUSES.items() if v.judged_elsewhere)
+
+
+def pair_key(rec: Record) -> tuple[Any, ...]:
+    """What identifies a pair across the runs of one program and model."""
+    return (rec.kind, rec.ep_name, rec.onnx_name, rec.onnx_id_output)
+
+
+def fails(rec: Record) -> bool:
+    """The pair fails on this input: its first comparison failed (a value that only
+    inherits an error from upstream, drifted, counts too: the input shows the error)."""
+    if rec.status in FAILING_STATUSES:
+        return True
+    return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
+
+
+def _severity(rec: Record) -> tuple[int, float]:
+    """How bad one input's record of a pair is: its own failure first (the node makes
+    the error on that input), then a failure, then the size of the error (NaN worst)."""
+    if rec.passed2 is False or rec.status == STATUS_ERROR:
+        level, value = 2, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
+    elif fails(rec):
+        level, value = 1, rec.err_abs
+    else:
+        level, value = 0, rec.err_abs
+    if value is None:
+        return level, -1.0
+    return level, math.inf if math.isnan(value) else float(value)
+
+
+@dataclasses.dataclass
+class PairAggregate:
+    """One pair over the inputs run so far."""
+
+    worst: Record
+    worst_input: int
+    severity: tuple[int, float]
+    order: tuple[int, int]  # (first input it was seen on, its step there)
+    failing: int = 0
+    seen: int = 0
+    err_sum: float = 0.0
+    err_count: int = 0
+
+    def add(self, rec: Record, index: int) -> None:
+        self.seen += 1
+        if fails(rec):
+            self.failing += 1
+        if rec.err_abs is not None:
+            self.err_sum += rec.err_abs  # a NaN makes the mean NaN: it is no number
+            self.err_count += 1
+        severity = _severity(rec)
+        if severity > self.severity:  # ties keep the earlier input
+            self.worst, self.worst_input, self.severity = rec, index, severity
+
+    def record(self, step: int, name: str | None) -> Record:
+        return dataclasses.replace(
+            self.worst,
+            step=step,
+            input_index=self.worst_input,
+            input_name=name,
+            inputs_failing=self.failing,
+            inputs_total=self.seen,
+            err_abs_mean=self.err_sum / self.err_count if self.err_count else None,
+        )
+
+
+def split_input(item: Any, index: int) -> tuple[Any, Any]:
+    """``(args, kwargs)`` of one input: a tuple or list of positional inputs (what a
+    DataLoader yields), a dict of keyword inputs, a pair ``(args, kwargs)``, one tensor,
+    or the path of a file saved with ``torch.save``."""
+    if isinstance(item, dict):
+        return None, item
+    if isinstance(item, tuple | list):
+        if len(item) == 2 and isinstance(item[0], tuple | list) and isinstance(item[1], dict):
+            return tuple(item[0]), item[1]
+        return tuple(item), None
+    if isinstance(item, torch.Tensor):
+        return (item,), None
+    if isinstance(item, str | os.PathLike):
+        return item, None
+    raise SbsInputError(
+        f"input {index} is a {type(item).__name__}: each input is a tuple or list of "
+        "positional inputs, a dict of keyword inputs, a tensor or the path of a file saved "
+        "with torch.save"
+    )
+
+
+def input_files(folder: str | os.PathLike) -> list[Path]:
+    """The ``.pt`` files of a folder, in name order: the inputs it holds."""
+    path = Path(folder)
+    files = sorted(p for p in path.iterdir() if p.suffix == ".pt" and p.is_file())
+    if not files:
+        raise SbsInputError(
+            f"the inputs folder {str(path)!r} holds no .pt file: save each input with "
+            "torch.save((x, y), 'folder/input_000.pt')"
+        )
+    return files
+
+
+def as_inputs(inputs: Any) -> Iterable[Any]:
+    """The inputs as an iterable of inputs, checked as far as that can be done without
+    running: a list or tuple of inputs, any other iterable (a generator, a
+    ``torch.utils.data.DataLoader``) or a folder of ``.pt`` files."""
+    if isinstance(inputs, str | os.PathLike):
+        if Path(inputs).is_dir():
+            return input_files(inputs)
+        raise SbsInputError(
+            f"inputs={str(inputs)!r} is not a folder: inputs= takes many inputs (a list, a "
+            "DataLoader, a folder of .pt files); give one input file as args"
+        )
+    if isinstance(inputs, torch.Tensor | dict):
+        raise SbsInputError(
+            f"inputs= takes many inputs, and a {type(inputs).__name__} is one: pass "
+            "inputs=[(x1,), (x2,)] (or a DataLoader), or give one input as args"
+        )
+    if not isinstance(inputs, Iterable):
+        raise SbsInputError(
+            f"inputs= takes an iterable of inputs (a list, a DataLoader, a folder of .pt "
+            f"files), got {type(inputs).__name__}"
+        )
+    if isinstance(inputs, Sequence):
+        if len(inputs) == 0:
+            raise SbsInputError("inputs= is empty: give at least one input")
+        for i, item in enumerate(inputs):
+            split_input(item, i)  # every input's kind is checked now
+    return inputs
+
+
+def _name(item: Any) -> str | None:
+    return Path(item).name if isinstance(item, str | os.PathLike) else None
+
+
+class ManyInputsRun:
+    """A side-by-side run over many inputs: iterate it for one record per pair.
+
+    ``make_run(args, kwargs)`` makes the run over one input (an
+    :class:`~onnx_sbs_nb.align.run.AlignedRun`).  The first input's run is made now, so
+    that bad inputs and options raise SbsInputError here; a later input that cannot run
+    raises SbsInputError naming it when the iteration reaches it.
+
+    After the iteration: ``records`` are the aggregates, ``failing_inputs`` the inputs on
+    which some pair fails, ``records_by_input`` each input's records when
+    ``keep_records=True``; :meth:`input_records` gives one input's records again (by
+    running it again when they were not kept).
+    """
+
+    def __init__(
+        self,
+        make_run: RunFactory,
+        inputs: Any,
+        *,
+        keep_records: bool = False,
+        on_input: Callable[[int, RunStatus], None] | None = None,
+    ) -> None:
+        self._make_run = make_run
+        # called after each input with its index and this run's status: a view's progress
+        self.on_input = on_input
+        self.inputs = as_inputs(inputs)
+        self.keep_records = bool(keep_records)
+        self.records: list[Record] = []
+        self.records_by_input: list[list[Record]] = []
+        self.failing_inputs: list[int] = []
+        self.input_names: list[str | None] = []
+        self.status = RunStatus()
+        try:
+            self.status.extra["inputs_total"] = len(self.inputs)  # type: ignore[arg-type]
+        except TypeError:
+            pass  # an iterable of unknown length
+        self.status.extra["inputs_done"] = 0
+        self._stop = threading.Event()
+        self._started = False
+        self._current: Any = None
+        self._iter: Iterator[Any] = iter(self.inputs)
+        try:
+            first = next(self._iter)
+        except StopIteration:
+            raise SbsInputError("inputs= holds no input: give at least one") from None
+        self.input_names.append(_name(first))
+        self._first: Any = self._run_for(first, 0)  # validated here, run when iterated
+        # what views read of a run: the same for every input
+        self.device = getattr(self._first, "device", None)
+        self.options = getattr(self._first, "options", None)
+        self.model = getattr(self._first, "model", None)
+        self.status.total_onnx_nodes = self._first.status.total_onnx_nodes
+        self.status.total_ep_nodes = self._first.status.total_ep_nodes
+
+    def stop(self) -> None:
+        """Ends the run after the current node; the inputs run so far are aggregated."""
+        self._stop.set()
+        run = self._current
+        if run is not None:
+            run.stop()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def __iter__(self) -> Iterator[Record]:
+        if self._started:
+            raise RuntimeError("a run can be iterated once; its records are in .records")
+        self._started = True
+        return self._records()
+
+    # -- the run -------------------------------------------------------------------
+    def _run_for(self, item: Any, index: int) -> Any:
+        args, kwargs = split_input(item, index)
+        try:
+            return self._make_run(args, kwargs)
+        except SbsInputError as e:
+            raise SbsInputError(f"input {index}{_label(_name(item))}: {e}") from None
+
+    def _records(self) -> Iterator[Record]:
+        t0 = time.perf_counter()
+        status = self.status
+        pairs: dict[tuple[Any, ...], PairAggregate] = {}
+        index = 0
+        item_run, self._first = self._first, None
+        while item_run is not None:
+            self._current = item_run
+            self._fold(item_run, index, pairs)
+            self._current = None
+            status.extra["inputs_done"] = index + 1
+            del item_run
+            if self.on_input is not None:
+                self.on_input(index, status)
+            if self._stop.is_set() or status.stopped:
+                status.stopped = True
+                break
+            try:
+                item = next(self._iter)
+            except StopIteration:
+                break
+            index += 1
+            self.input_names.append(_name(item))
+            item_run = self._run_for(item, index)
+        ordered = sorted(pairs.values(), key=lambda a: a.order)
+        for step, agg in enumerate(ordered):
+            rec = agg.record(step, self.input_names[agg.worst_input])
+            self.records.append(rec)
+            status.records += 1
+            if rec.failed:
+                status.failures += 1
+            if rec.err_abs is not None and (
+                status.max_err_name is None or _worse(rec.err_abs, status.max_err_abs)
+            ):
+                status.max_err_abs = rec.err_abs
+                status.max_err_name = rec.onnx_name or rec.ep_name
+            yield rec
+        status.extra["failing_inputs"] = list(self.failing_inputs)
+        status.elapsed = time.perf_counter() - t0
+        status.current = None
+        status.finished = True
+
+    def _fold(self, run: Any, index: int, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
+        status = self.status
+        kept: list[Record] = []
+        failing = False
+        name = self.input_names[index]
+        try:
+            for rec in run:
+                if self._stop.is_set():
+                    run.stop()
+                rec.input_index, rec.input_name = index, name
+                key = pair_key(rec)
+                agg = pairs.get(key)
+                if agg is None:
+                    agg = pairs[key] = PairAggregate(rec, index, _severity(rec), (index, rec.step))
+                agg.add(rec, index)
+                if not failing and fails(rec) and not rec.drifted:
+                    failing = True
+                if self.keep_records:
+                    kept.append(rec)
+                inner = run.status
+                status.total_onnx_nodes = inner.total_onnx_nodes
+                status.done_onnx_nodes = inner.done_onnx_nodes
+                status.current = inner.current
+        except SbsMismatchError as e:  # exc=True: the first failing pair, on this input
+            e.record.input_index, e.record.input_name = index, name
+            e.args = (f"input {index}{_label(name)}: {e.args[0] if e.args else ''}",)
+            raise
+        if run.status.stopped:
+            status.stopped = True
+        if failing:
+            self.failing_inputs.append(index)
+        if self.keep_records:
+            self.records_by_input.append(kept)
+
+    # -- one input, on demand ------------------------------------------------------
+    def input_run(self, index: int) -> Any:
+        """A new run over input ``index`` alone (not started): for its records, or the
+        actions on one node (``run.actions``).  A list of inputs is indexed; another
+        iterable (a DataLoader) is iterated again up to it, so it must give the same
+        inputs in the same order (no shuffling)."""
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise SbsInputError(f"an input index is an int >= 0, got {index!r}")
+        if isinstance(self.inputs, Sequence):
+            if index >= len(self.inputs):
+                raise SbsInputError(f"input {index} does not exist: there are {len(self.inputs)}")
+            return self._run_for(self.inputs[index], index)
+        if isinstance(getattr(self.inputs, "sampler", None), torch.utils.data.RandomSampler):
+            raise SbsInputError(
+                "this DataLoader shuffles: read again, it gives other inputs in another order; "
+                "run with shuffle=False, or with keep_records=True to see one input's records"
+            )
+        it = iter(self.inputs)
+        if it is self.inputs:
+            raise SbsInputError(
+                "these inputs can be read once (an iterator): run again with a list or a "
+                "DataLoader, or with keep_records=True, to see one input's records"
+            )
+        for i, item in enumerate(it):
+            if i == index:
+                return self._run_for(item, index)
+        raise SbsInputError(f"input {index} does not exist: the inputs hold {index} or fewer")
+
+    def input_records(self, index: int) -> list[Record]:
+        """The records of input ``index`` alone, as a run over that input gives them."""
+        if self.keep_records and index < len(self.records_by_input):
+            return list(self.records_by_input[index])
+        run = self.input_run(index)
+        name = self.input_names[index] if index < len(self.input_names) else None
+        records = list(run)
+        for rec in records:
+            rec.input_index, rec.input_name = index, name
+        return records
+
+
+def _label(name: str | None) -> str:
+    return f" ({name})" if name else ""
+
+
+def _worse(a: float, b: float) -> bool:
+    if math.isnan(b):
+        return False
+    return math.isnan(a) or a > b
+
+
+__all__ = ["ManyInputsRun", "PairAggregate", "as_inputs", "input_files", "pair_key"]
