@@ -412,7 +412,7 @@ def run_many_and_report(
     with _InputsProgress(len(inputs), enabled=progress) as bar:
         run = aligned_over_inputs(ep, onx, list(inputs), options, on_input=bar.update)
         title = f"onnx-sbs: {_name(onx)} vs {_name(ep)} over {len(inputs)} inputs"
-        code, summary = report_run(
+        code, _ = report_run(
             run,
             outputs,
             title,
@@ -420,9 +420,8 @@ def run_many_and_report(
             stdout=stdout,
             node_data=node_data,
             source=onx,
+            culprit_root=culprit_root,
         )
-    if culprit_root is not None and code != EXIT_INTERRUPTED:
-        _save_culprit_bundle(run, culprit_root, summary, stdout or sys.stdout)
     return code
 
 
@@ -478,27 +477,25 @@ def report_run(
         "options": options.to_dict() if options is not None else None,
     }
     with output_lock(jsonl):  # another run writing the same files is refused
-        code, summary = _report_run(
-            run, jsonl, header, outputs, title, progress, stdout, node_data, source
+        return _report_run(
+            run, jsonl, header, outputs, title, progress, stdout, node_data, source, culprit_root
         )
-    if culprit_root is not None and code != EXIT_INTERRUPTED:
-        _save_culprit_bundle(run, culprit_root, summary, stdout)
-    return code, summary
 
 
 def _save_culprit_bundle(run: Any, root: pathlib.Path, summary: Any, stdout: TextIO) -> None:
-    """--replay-culprit: the bundle and what its replay showed, or why there is none."""
+    """--replay-culprit: the bundle, named on the summary's culprit (so the terminal and
+    every report say where it is and whether it reproduces), or why there is none."""
     from .culprit_bundle import save_culprit_bundle
 
     try:
         bundle = save_culprit_bundle(run, root, summary)
-    except Exception as e:  # the reports are written: a failed bundle is only reported
+    except Exception as e:  # a failed bundle does not cost the reports
         print(f"onnx-sbs: culprit bundle not written: {_printable(str(e))}", file=sys.stderr)
         return
     if bundle is None:
         print("culprit bundle: none (the run names no culprit ONNX node)", file=stdout)
     else:
-        print(bundle.to_text(), file=stdout)
+        summary.culprit.bundle = bundle.brief()
 
 
 def _report_run(
@@ -511,6 +508,7 @@ def _report_run(
     stdout: TextIO,
     node_data: Sequence[pathlib.Path],
     source: Any,
+    culprit_root: pathlib.Path | None = None,
 ) -> tuple[int, Any]:
     from .summary import summarize
 
@@ -545,6 +543,8 @@ def _report_run(
             strict=bool(getattr(getattr(run, "options", None), "strict", False)),
         )
         print(f"records: {jsonl}", file=stdout)
+        if culprit_root is not None and not interrupted:
+            _save_culprit_bundle(run, culprit_root, summary, stdout)
         written = write_reports(
             records,
             outputs,

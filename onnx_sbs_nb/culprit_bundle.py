@@ -48,6 +48,12 @@ class CulpritBundle:
             d[k] = None if v is None else (v if math.isfinite(v) else str(v))
         return d
 
+    def brief(self) -> str:
+        """One line, as the culprit's ``bundle`` in the summary and the reports."""
+        head = "reproduces" if self.reproduced else "does NOT reproduce"
+        on = f" of input {self.input_index}" if self.input_index is not None else ""
+        return f"{self.folder} ({self.nodes} ONNX node(s){on}; {head}: {self.why})"
+
     def to_text(self) -> str:
         from .summary import _printable
 

@@ -120,8 +120,12 @@ def _culprit_html(summary: Any, stack: str | None = None) -> str:
     if own is not None:
         tol = f" against atol {_fmt(c.get('atol'))}" if c.get("atol") is not None else ""
         bits.append(f"own error {html.escape(_fmt(own))}{html.escape(tol)}")
+    if c.get("fuses"):
+        bits.append(f"fusing {html.escape(str(c['fuses']))}")
     if c.get("why"):
         bits.append(f"<i>{html.escape(str(c['why']))}</i>")
+    if c.get("bundle"):
+        bits.append(f"replay bundle {code}{html.escape(str(c['bundle']))}</code>")
     # the source line is the innermost frame of the user's or the model library's code;
     # the whole stack is one click away
     folded = (

@@ -138,6 +138,8 @@ class Culprit:
     rtol: float | None = None
     # a fused ONNX node (a graph tool's, no metadata): the fx nodes it computes
     fuses: str | None = None
+    # its replay bundle, when one was saved (culprit_bundle.CulpritBundle.brief)
+    bundle: str | None = None
     # a run over many inputs: the input that shows the failure, and on how many it shows
     input_index: int | None = None
     input_name: str | None = None
@@ -468,6 +470,8 @@ class Summary:
             if c.ep_source:
                 lines.append(f"  at {_printable(c.ep_source)}")
             lines.append(f"  why: {_printable(c.why)}")
+            if c.bundle:
+                lines.append(f"  replay bundle: {_printable(c.bundle)}")
         elif self.first_failure is not None:
             where = on_input_text(self.first_failure)
             where = f" ({_printable(where)})" if where else ""

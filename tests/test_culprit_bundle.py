@@ -110,12 +110,17 @@ def test_the_cli_writes_and_replays_it(exported, tmp_path, capsys):
     torch.save(args, tmp_path / "x.pt")
     out = tmp_path / "out"
     files = [str(tmp_path / n) for n in ("p.pt2", "m.onnx", "x.pt")]
-    code = main(["run", *files, "-o", str(out / "r.csv"), "--no-progress", "--replay-culprit"])
+    reports = [str(out / "r.csv"), str(out / "r.html")]
+    code = main(["run", *files, "-o", *reports, "--no-progress", "--replay-culprit"])
     printed = capsys.readouterr().out
     assert code == 1, printed
-    assert "culprit bundle:" in printed and "reproduces" in printed
     bundles = list((out / "sbs_replays").iterdir())
     assert len(bundles) == 1 and (bundles[0] / "culprit.json").is_file()
+    # the terminal and the report say where it is and that it shows the error
+    line = next(x for x in printed.splitlines() if "replay bundle:" in x)
+    assert str(bundles[0]) in line and "reproduces" in line, printed
+    page = (out / "r.html").read_text()
+    assert "replay bundle" in page and bundles[0].name in page
     # with --replay-dir and no other selection, the bundle goes there
     there = tmp_path / "here"
     code = main(

@@ -177,6 +177,8 @@ export class AnswerCard {
       lines.push(["own error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);
     }
     if (c.why) lines.push(["why", h("span", { class: "sbs-why", text: c.why })]);
+    // saved by onnx-sbs run --replay-culprit (summary.py Culprit.bundle)
+    if (c.bundle) lines.push(["bundle", h("code", { class: "sbs-card-bundle", text: c.bundle })]);
     const grid = h("div", { class: "sbs-card-grid" });
     for (const [k, v] of lines) grid.append(h("span", { class: "sbs-muted", text: k }), v);
     this.el.replaceChildren(head, grid, ...(stackEl ? [stackEl] : []), ...(covLine ? [covLine] : []));
