@@ -212,6 +212,9 @@ class Record:
     err_ulp: float | None = None  # max ulp distance in the ONNX value's dtype
     # what the user's compare function (compare=) returned besides "passed"
     extra: dict[str, Any] = field(default_factory=dict)
+    # the verdict rule that decided the record (``align/judge/rules.py``), None for a value
+    # without a partner
+    decided_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -347,6 +350,7 @@ FIELDS: dict[str, FieldSpec] = {
     "reset": FieldSpec("continued from the torch value", "bool"),
     "error": FieldSpec("error"),
     "comment": FieldSpec("comment"),
+    "decided_by": FieldSpec("decided by"),
 }
 
 
