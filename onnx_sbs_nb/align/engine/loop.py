@@ -16,19 +16,13 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import onnx
 
 from ...convert import device_of
-from ...diff import (
-    ARRAY_TYPES,
-    compare,
-    default_tolerance,
-    largest_magnitude,
-    shape_type,
-    value_dtype_name,
-)
+from ...diff import compare, shape_type
 from ...records import (
     KIND_NODE,
     KIND_OUTPUT,
@@ -44,33 +38,18 @@ from ...records import (
     RunStatus,
 )
 from ...records import join_comments as _join
+from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import (
-    LINEAR_TARGETS,
     SbsMismatchError,
     as_candidate,
-    as_expected,
     comparable,
-    fill_first_comparison,
-    fill_own_error,
-    in_layout_of,
-    linear_check,
     proto_shape_type,
 )
-from ..judge.precision import INHERITED_NOTE, looser_dtype
-from ..judge.rules import BEFORE_VALUES, ON_VALUES, RuleContext, first_verdict
-from ..judge.ties import TIE_NOTE, same_choice
+from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
+from ..judge.verdict import Verdicts, judge_own
 from ..judge.weights import settle_weight
-from ..pairing.names import (
-    PAIRED_BY_NAME,
-    TRANSFORM_AS_REAL,
-    TRANSFORM_PERMUTE,
-    TRANSFORM_RESHAPE,
-    Pair,
-    Pairing,
-)
-from ..pairing.onnx_pairing import TRANSFORM_CAST, in_common_precision
-from ..pairing.rules import proven_rules
+from ..pairing.names import Pair, Pairing
 from .fx_runs import compile_runs
 from .options import RESET_ALL, RunOptions
 from .own_error import NotComputed, Pending, own_error_inputs
@@ -78,14 +57,6 @@ from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .sides import FxSide, OnnxSide
 from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
-
-
-def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
-    """A failed comparison of TopK indices that select the same values (ties.py)."""
-    if d.passed or d.shape_mismatch or d.dtype_mismatch:
-        return False
-    axis, x = tie
-    return same_choice(x, expected, got, axis)
 
 
 @dataclass
@@ -125,9 +96,6 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
     return plan[1]
 
 
-_PROVEN = proven_rules()
-
-
 class SideBySideRun:
     """One side-by-side run over a reference side and a candidate ONNX model.
 
@@ -162,8 +130,20 @@ class SideBySideRun:
         self._undefined = undefined_values(
             getattr(reference, "undefined", frozenset()), pairing.by_onnx
         )
-        # the verdicts that are not the model's fault (judge/rules.py), told each pair
-        self._rules = RuleContext(undefined=self._undefined, random=self._random)
+        # pairs whose values turned out to differ in shape: not the same value after all;
+        # and values of no defined content: their torch value is never fed to the model
+        self._unproven: set[str] = set(self._undefined)
+        # the verdict rules (judge/rules.py) and what they know of the run
+        self._rules = RuleContext(
+            undefined=self._undefined,
+            random=self._random,
+            atol=self.atol,
+            rtol=self.rtol,
+            policy=self.judge,
+            own_policy=self.own_judge,
+            unproven=self._unproven,
+        )
+        self._verdicts = Verdicts(self._rules)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -174,9 +154,6 @@ class SideBySideRun:
         # prepared values whose decomposition fixed a size on the example inputs
         # (``specialized.py``): set by a run that knows the user's program
         self.specialized: dict[str, Any] = {}
-        # pairs whose values turned out to differ in shape: not the same value after all;
-        # and values of no defined content: their torch value is never fed to the model
-        self._unproven: set[str] = set(self._undefined)
         # a model converted to a lower float precision than the program's: the looser
         # dtype each of its values is computed from (its tolerance applies)
         self._computed_in = candidate.low_precision_lineage(pairing)
@@ -234,6 +211,11 @@ class SideBySideRun:
             cand=self.candidate.initial_env(),
         )
         self._missing = v.missing
+        rules = self._rules
+        rules.missing, rules.specialized = v.missing, self.specialized
+        # the node computing a value and its inputs, for rules that look at them (a
+        # partial of the candidate's method, not the run's: no reference cycle)
+        rules.node_inputs = partial(self.candidate.node_and_inputs, env=v.cand)
         self._pending, self._probe_inputs = v.pending, v.probe_inputs
         self._step_counter = 0
         self._start_stretches(v.cand)
@@ -801,127 +783,40 @@ class SideBySideRun:
     def _compare(
         self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
     ) -> Record:
-        cand = self.candidate
+        """The record of pair ``name``, its verdict from the rules (``judge/rules.py``)."""
+        cand, ctx, verdicts = self.candidate, self._rules, self._verdicts
         pair = self.pairing.by_onnx[name]
+        fx_name = pair.fx_name
         rec = Record(
-            **self.reference.describe(pair.fx_name),
+            **self.reference.describe(fx_name),
             **cand.describe_candidate(name),
-            ep_time_run=times.get(pair.fx_name),
+            ep_time_run=times.get(fx_name),
             onnx_time_run=cand_times.get(name),
             kind=pair.kind,
             paired_by=pair.rule,
         )
-        if pair.transform == TRANSFORM_PERMUTE:
-            rec.comment = f"compared with the torch value permuted by {pair.perm}"
-        elif pair.transform == TRANSFORM_AS_REAL:
-            rec.comment = "complex torch value compared as the real pairs the export computes"
-        elif pair.transform == TRANSFORM_RESHAPE:
-            rec.comment = "compared with the torch value without (or with more) axes of size 1"
-        elif pair.transform and pair.transform != TRANSFORM_CAST:
-            rec.comment = f"compared with the {pair.transform}d torch weight"
-        rec.comment = _join(rec.comment, cand.notes.get(name))
-        if pair.fx_name in ref_errors:
-            missing = pair.fx_name in self._missing
-            rec.status = STATUS_NOT_COMPUTED if missing else STATUS_ERROR
-            rec.error = f"reference side: {ref_errors[pair.fx_name]}"
+        ctx.start(name, pair)
+        ctx.ref_error = ref_errors.get(fx_name)
+        ctx.cand_error = cand_errors.get(name)
+        ctx.note = cand.notes.get(name)
+        rule = verdicts.before_values(rec, pair)
+        if rule is not None:
+            if rule.own_error:
+                self._own_comparison(rec, pair, name, ref_env.get(fx_name), own)
             return rec
-        if name in cand_errors:
-            rec.error = cand_errors[name]
-            if name in self._missing:
-                # inherited from upstream: the node itself is still judged on torch inputs
-                rec.status = STATUS_NOT_COMPUTED
-                self._own_comparison(rec, pair, name, ref_env.get(pair.fx_name), own)
-            else:
-                rec.status = STATUS_ERROR
-            return rec
-        want = ref_env.get(pair.fx_name)
-        if want is None and pair.fx_name in self.reference.graph.available:
-            want = self.reference.leaf_value(pair.fx_name)  # a weight of an ONNX reference
-        expected = as_expected(pair, want)
+        want = ref_env.get(fx_name)
+        if want is None and fx_name in self.reference.graph.available:
+            want = self.reference.leaf_value(fx_name)  # a weight of an ONNX reference
         got = cand_env[name] if name in cand_env else cand.initializer(name)
-        # the user's value is complex: show it as torch has it
-        shown = want if pair.transform in (TRANSFORM_AS_REAL, TRANSFORM_RESHAPE) else expected
-        rec.ep_shape_type = shape_type(shown)
-        rec.onnx_shape_type = shape_type(got)
-        # a Python number (a size computed from symbolic shapes) is on no device
-        rec.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
-        rec.onnx_device = device_of(got)
-        rec.err_dev = 0.0 if rec.ep_device in (None, rec.onnx_device) else 1.0
-        rules = self._rules
-        rules.name, rules.fx_name, rules.specialized = name, pair.fx_name, self.specialized
-        if first_verdict(BEFORE_VALUES, rec, pair, expected, got, rules) is not None:
-            return rec
-        expected, got = comparable(expected, got)
-        expected = in_layout_of(pair, expected, got)
-        if expected is None:
-            rec.status = STATUS_NOT_COMPARED
-            rec.comment = _join(rec.comment, "not a tensor on both sides")
-            return rec
-        if pair.cast_to is not None:
-            expected, got, note = in_common_precision(expected, got)
-            rec.comment = _join(rec.comment, note)
-        if first_verdict(ON_VALUES, rec, pair, expected, got, rules) is not None:
-            return rec
-        inherited = looser_dtype(
-            self.reference.inherited.get(pair.fx_name), self._computed_in.get(name)
+        ctx.inherited = looser_dtype(
+            self.reference.inherited.get(fx_name), self._computed_in.get(name)
         )
-        d = compare(
-            expected, got, self.atol, self.rtol, inherited, pair.kind == KIND_WEIGHT, self.judge
-        )
-        if inherited is not None and d.passed and self._inherited_made_it_pass(d, expected, got):
-            rec.comment = _join(rec.comment, INHERITED_NOTE.format(dtype=inherited))
-        if d.shape_mismatch and pair.declared and pair.rule != PAIRED_BY_NAME:
-            # the model declares the program's shape and computes another: its lowering
-            rec.comment = _join(
-                rec.comment,
-                f"the model declares this value as {rec.ep_shape_type} (the program's shape) "
-                f"but computes {rec.onnx_shape_type}: the lowering makes the wrong shape",
-            )
-        elif d.shape_mismatch and pair.rule not in _PROVEN:
-            # A pair made from metadata or position is a guess that the shapes disprove:
-            # not the same value, so neither a mismatch of the export nor a torch input.
-            self._unproven.add(name)
-            rec.status = STATUS_NOT_COMPARED
-            rec.paired_by = UNPAIRED
-            rec.comment = _join(
-                rec.comment,
-                f"paired by {pair.rule}, but the shapes differ ({d.note}): not the same value",
-            )
-            return rec
-        tie = self._tie_x.pop(name, None) if self._tie_x else None
-        if tie is not None and _tied(d, tie, expected, got):
-            d.passed = True
-            rec.comment = _join(rec.comment, TIE_NOTE)
-        fill_first_comparison(rec, d)
-        self._own_comparison(rec, pair, name, want, own)
-        node_idx = cand.producer.get(name)
-        # A failing linear also says whether torch's product agrees on the ONNX inputs
-        # (a kernel's precision, or the weight): one more matmul, only where it helps.
-        if (
-            node_idx is not None
-            and name in own
-            and (rec.failed or rec.passed2 is False)
-            and rec.onnx_op_type in ("Gemm", "MatMul")
-            and (rec.ep_target or "").startswith(LINEAR_TARGETS)
-        ):
-            try:
-                inputs = cand.inputs(node_idx, cand_env)
-            except KeyError:
-                inputs = None
-            note = linear_check(cand.nodes[node_idx], inputs, got)
-            if note:
-                rec.comment = _join(rec.comment, note)
+        ctx.tie = self._tie_x.pop(name, None) if self._tie_x else None
+        if verdicts.on_values(rec, pair, want, got).own_error:
+            self._own_comparison(rec, pair, name, want, own)
+            ctx.has_own = name in own
+            verdicts.first(STAGE_AFTER, rec, pair, None, got)
         return rec
-
-    def _inherited_made_it_pass(self, d: Any, expected: Any, got: Any) -> bool:
-        """Whether a comparison that passed with an inherited tolerance would fail with the
-        one of the values' own dtype (the record then says why it passed)."""
-        atol, rtol = default_tolerance(value_dtype_name(expected))
-        atol = atol if self.atol is None else self.atol
-        rtol = rtol if self.rtol is None else self.rtol
-        if (d.atol, d.rtol) == (atol, rtol) or not d.err_abs or d.err_abs <= atol:
-            return False
-        return not compare(expected, got, self.atol, self.rtol).passed
 
     def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
         """The own error: the node run on torch inputs, against the torch value."""
@@ -934,21 +829,7 @@ class SideBySideRun:
         if isinstance(own_value, NotComputed):
             rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
             return
-        e2, g2 = comparable(as_expected(pair, want), own_value)
-        e2 = in_layout_of(pair, e2, g2)
-        if e2 is not None and pair.cast_to is not None:
-            e2, g2, _ = in_common_precision(e2, g2)
-        if e2 is not None:
-            d2 = compare(
-                e2, g2, self.atol, self.rtol, self._computed_in.get(name), judge=self.own_judge
-            )
-            tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
-            if tie is not None and _tied(d2, tie, e2, g2):
-                d2.passed = True
-                if TIE_NOTE not in (rec.comment or ""):
-                    rec.comment = _join(rec.comment, TIE_NOTE)
-            fill_own_error(rec, d2, device_of(own_value))
-            if d2.passed and d2.err_abs:
-                scale = largest_magnitude(e2)
-                if scale:
-                    rec.err_scale2 = d2.err_abs / scale
+        ctx = self._rules
+        ctx.own_inherited = self._computed_in.get(name)
+        ctx.own_tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
+        judge_own(rec, pair, want, own_value, ctx)

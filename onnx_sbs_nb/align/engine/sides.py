@@ -525,6 +525,20 @@ class OnnxSide:
                 raise KeyError(name)
         return values
 
+    def node_and_inputs(
+        self, name: str, env: dict[str, Any]
+    ) -> tuple[onnx.NodeProto, list[Any] | None] | None:
+        """The node computing value ``name`` and its inputs from ``env`` (None where one
+        is missing), None for a value no node computes."""
+        k = self.producer.get(name)
+        if k is None:
+            return None
+        try:
+            inputs = self.inputs(k, env)
+        except KeyError:
+            inputs = None
+        return self.nodes[k], inputs
+
     def call(self, idx: int, inputs: Sequence[Any]) -> list[Any]:
         # an output larger than the free memory is refused before it is allocated
         facts = self.tables.node_facts
