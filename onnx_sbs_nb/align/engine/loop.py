@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 
 from ...convert import device_of
-from ...diff import compare, shape_type
+from ...diff import shape_type
 from ...records import (
     KIND_NODE,
     KIND_OUTPUT,
@@ -42,13 +42,11 @@ from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import (
     SbsMismatchError,
     as_candidate,
-    comparable,
     proto_shape_type,
 )
 from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
 from ..judge.verdict import Verdicts, judge_own
-from ..judge.weights import settle_weight
 from ..pairing.names import Pair, Pairing
 from .fx_runs import compile_runs
 from .options import RESET_ALL, RunOptions
@@ -57,6 +55,7 @@ from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .sides import FxSide, OnnxSide
 from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
+from .weight_blame import WeightBlame
 
 
 @dataclass
@@ -73,9 +72,6 @@ class RunValues:
     ref_errors: dict[str, str] = field(default_factory=dict)
     cand_errors: dict[str, str] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)  # not computed: an input was missing
-    pending: dict[str, Record] = field(default_factory=dict)  # weights awaiting a verdict
-    awaiting: dict[str, list[str]] = field(default_factory=dict)  # consumer value -> weights
-    probe_inputs: dict[int, list[Any]] = field(default_factory=dict)
     ref_weights_live: int = 0
     peak_live: int = 0
 
@@ -158,14 +154,13 @@ class SideBySideRun:
         # dtype each of its values is computed from (its tolerance applies)
         self._computed_in = candidate.low_precision_lineage(pairing)
         self._missing: set[str] = set()
-        self._consumers: dict[str, list[int]] | None = None
         self._step_counter = 0
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self._tie_axes = candidate.tables.tie_axes
         self._tie_x: dict[str, tuple[int, Any]] = {}
         self._tie_x_own: dict[str, tuple[int, Any]] = {}
-        self._pending: dict[str, Record] = {}
-        self._probe_inputs: dict[int, list[Any]] = {}
+        # differing weights wait for their consumers' verdict (weight_blame.py)
+        self._blame = WeightBlame(reference, candidate, pairing, self.atol, self.rtol)
         # stretches of candidate nodes run as one session (stretches.py): the run's
         # layout of them, or the memo this run records for the next
         self._layout: Any = None
@@ -216,7 +211,6 @@ class SideBySideRun:
         # the node computing a value and its inputs, for rules that look at them (a
         # partial of the candidate's method, not the run's: no reference cycle)
         rules.node_inputs = partial(self.candidate.node_and_inputs, env=v.cand)
-        self._pending, self._probe_inputs = v.pending, v.probe_inputs
         self._step_counter = 0
         self._start_stretches(v.cand)
         compare_at = self.plan.compare_at
@@ -239,7 +233,7 @@ class SideBySideRun:
                 self._free(s)
                 status.elapsed = time.perf_counter() - t0
             # weights whose consumers were never compared keep their own verdict
-            for wrec in v.pending.values():
+            for wrec in self._blame.pending.values():
                 wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
                 yield self._checked(wrec)
             if self._memo is not None and not stop.is_set():
@@ -455,8 +449,8 @@ class SideBySideRun:
         batch = OwnBatch(stretch)
         pending: set[str] = set()
         for k in range(stretch.first, stretch.last + 1):
-            if any(n in self._pending for n in cand.graph.inputs[k]):
-                return  # a differing weight's consumer: probed alone (_settle_weight)
+            if self._blame.reads_pending(k):
+                return  # a differing weight's consumer: probed alone (weight_blame.py)
             found = own_error_inputs(
                 cand, pairing, k, ref_env, cand_env, own, self._unproven, pending
             )
@@ -533,22 +527,11 @@ class SideBySideRun:
                 or pair.fx_name in self.reset_names
                 or (name in self._random and rec.status == STATUS_NOT_COMPARED)
             )
-            if rec.kind == KIND_WEIGHT and rec.failed and name in cand.initializers:
-                outs = self._consumer_outputs(name)
-                if outs:
-                    # a differing weight waits for its first consumer's verdict
-                    v.pending[name] = rec
-                    for o in outs:
-                        v.awaiting.setdefault(o, []).append(name)
-                    continue
-            after = []
-            for w in v.awaiting.pop(name, ()):
-                wrec = v.pending.pop(w, None)
-                if wrec is not None:
-                    if self._settle_weight(wrec, rec, v.ref):
-                        yield self._checked(wrec)
-                    else:
-                        after.append(wrec)
+            if self._blame.holds(name, rec):
+                continue  # a differing weight waits for its first consumer's verdict
+            before, after = self._blame.settled_by(name, rec, v.ref)
+            for wrec in before:
+                yield self._checked(wrec)
             yield self._checked(rec)
             for wrec in after:
                 yield self._checked(wrec)
@@ -609,72 +592,6 @@ class SideBySideRun:
                 cand_env[o] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
                 cand.notes[o] = "the nodes after it continue from the torch value"
 
-    def _consumer_outputs(self, name: str, depth: int = 8) -> list[str]:
-        """The first paired values computed from initializer ``name`` (through values
-        without a partner, a Cast or a Transpose say)."""
-        cand, by_onnx = self.candidate, self.pairing.by_onnx
-        consumers = self._consumers
-        if consumers is None:
-            consumers = {}
-            for k, n in enumerate(cand.nodes):
-                for i in cand.node_inputs(n):
-                    consumers.setdefault(i, []).append(k)
-            self._consumers = consumers
-        found: list[str] = []
-        frontier, seen = [name], {name}
-        for _ in range(depth):
-            nxt = []
-            for value in frontier:
-                for k in consumers.get(value, ()):
-                    for o in cand.nodes[k].output:
-                        if not o or o in seen:
-                            continue
-                        seen.add(o)
-                        (found if o in by_onnx else nxt).append(o)
-            if found or not nxt:
-                break
-            frontier = nxt
-        return found
-
-    def _settle_weight(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> bool:
-        """Whose error a differing weight is (``judge/weights.py``); the engine only
-        offers the probe of the consumer run with the torch parameter."""
-        return settle_weight(
-            wrec,
-            consumer,
-            ref_env.get(consumer.ep_name or ""),
-            lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
-        )
-
-    def _consumer_with_torch_weight(
-        self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
-    ) -> bool | None:
-        """Whether the consumer agrees with torch when fed the torch parameter instead of
-        the differing weight (None when that cannot be tried)."""
-        cand = self.candidate
-        k = consumer.onnx_id_node
-        inputs = self._probe_inputs.get(k) if k is not None else None
-        pair = self.pairing.by_onnx.get(wrec.onnx_name)
-        out = self.pairing.by_onnx.get(consumer.onnx_name)
-        if inputs is None or pair is None or out is None or out.fx_name not in ref_env:
-            return None
-        names = cand.node_inputs(cand.nodes[k])
-        if wrec.onnx_name not in names:
-            return None
-        torch_value = cand.as_runner_value(
-            as_candidate(pair, self.reference.leaf_value(pair.fx_name))
-        )
-        fed = [torch_value if n == wrec.onnx_name else v for n, v in zip(names, inputs)]
-        try:
-            outputs = cand.call(k, fed)
-        except Exception:
-            return None
-        got = outputs[list(cand.nodes[k].output).index(consumer.onnx_name)]
-        e, g = comparable(as_candidate(out, ref_env[out.fx_name]), got)
-        if e is None:
-            return None
-        return bool(compare(e, g, self.atol, self.rtol).passed)
-
     def _run_own_error(
         self,
         idx: int,
@@ -694,8 +611,8 @@ class SideBySideRun:
                 own[("from", o)] = taint
         if idx in self._tie_axes:
             self._tie_x_own[node.output[1]] = (self._tie_axes[idx], inputs[0])
-        if any(n in self._pending for n in cand.graph.inputs[idx]):
-            self._probe_inputs[idx] = inputs  # to try it with the torch parameter
+        if self._blame.reads_pending(idx):
+            self._blame.probe_inputs[idx] = inputs  # to try it with the torch parameter
         if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
             # same inputs as the first run: the own error is the first error
             for o in node.output:
