@@ -48,13 +48,13 @@ from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
 from ..judge.verdict import Verdicts, judge_own
 from ..pairing.names import Pair, Pairing
-from .fx_runs import compile_runs
 from .options import RESET_ALL, RunOptions
 from .own_error import NotComputed, Pending, own_error_inputs
 from .plan import REF, Plan, schedule
 from .randomness import random_values
-from .sides import FxSide, OnnxSide
-from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
+from .run_ahead import RunAhead
+from .sides import OnnxSide
+from .stretches import OwnBatch
 from .weight_blame import WeightBlame
 
 
@@ -161,17 +161,8 @@ class SideBySideRun:
         self._tie_x_own: dict[str, tuple[int, Any]] = {}
         # differing weights wait for their consumers' verdict (weight_blame.py)
         self._blame = WeightBlame(reference, candidate, pairing, self.atol, self.rtol)
-        # stretches of candidate nodes run as one session (stretches.py): the run's
-        # layout of them, or the memo this run records for the next
-        self._layout: Any = None
-        self._layout_notes: dict[int, str] = {}
-        self._memo: Any = None
-        self._ahead: bytearray = bytearray()  # nodes whose values a stretch made
-        self._own_done: bytearray = bytearray()  # ... and whose own-error values too
-        # reference nodes run as one function (fx_runs.py), by first plan step, and the
-        # last step a run has computed
-        self._fx_runs: dict[int, Any] = {}
-        self._fx_until = -1
+        # stretches of candidate nodes run as one session, torch nodes as one function
+        self.run_ahead = RunAhead(reference, candidate, pairing, options)
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -212,9 +203,10 @@ class SideBySideRun:
         # partial of the candidate's method, not the run's: no reference cycle)
         rules.node_inputs = partial(self.candidate.node_and_inputs, env=v.cand)
         self._step_counter = 0
-        self._start_stretches(v.cand)
+        self._start_run_ahead(v.cand)
         compare_at = self.plan.compare_at
-        stop = self._stop
+        stop, run_ahead = self._stop, self.run_ahead
+        fx_runs = run_ahead.fx_runs
         try:
             yield from self._unpaired_initializers()
             for s, (side, idx) in enumerate(self.plan.steps):
@@ -223,9 +215,9 @@ class SideBySideRun:
                     break
                 # a step returns its records: a generator per step costs more than the step
                 if side == REF:
-                    if s in self._fx_runs:
-                        self._run_fx(self._fx_runs[s])
-                    yield from self._reference_step(idx, s <= self._fx_until)
+                    if s in fx_runs:
+                        run_ahead.run_fx(s, v.ref)
+                    yield from self._reference_step(idx, s <= run_ahead.fx_until)
                 else:
                     yield from self._candidate_step(idx)
                 if s in compare_at:
@@ -236,8 +228,8 @@ class SideBySideRun:
             for wrec in self._blame.pending.values():
                 wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
                 yield self._checked(wrec)
-            if self._memo is not None and not stop.is_set():
-                self._memo.complete = True  # every node was seen: the next run may use it
+            if not stop.is_set():
+                run_ahead.finish()  # every node was seen: the next run may use its memo
         finally:
             status.elapsed = time.perf_counter() - t0
             status.current = None
@@ -303,29 +295,16 @@ class SideBySideRun:
                     records += (self._emit(rec),)
         return records
 
-    def _run_fx(self, run: Any) -> None:
-        """A compiled run of reference nodes; on any failure they run one at a time (and
-        the run is not tried again)."""
-        if run.broken:
-            return
-        try:
-            run.fn(self._v.ref, self.reference.device)
-        except Exception:
-            run.broken = True
-            return
-        self._fx_until = run.last
-
     def _candidate_step(self, idx: int) -> tuple[Record, ...]:
         cand, v, status = self.candidate, self._v, self.status
         outputs = cand.graph.outputs[idx]  # the node's outputs, read once per model
         status.current = cand.node_name(idx)
-        if self._layout is not None:
-            stretch = self._layout.starting.get(idx)
-            if stretch is not None and not stretch.broken:
-                self._run_stretch(stretch)
-                if self.options.own_error and self._ahead[idx]:
-                    self._rerun_stretch(stretch)
-            if self._ahead[idx]:
+        run_ahead = self.run_ahead
+        if run_ahead.layout is not None:
+            stretch = run_ahead.stretch_at(idx, v.cand)
+            if stretch is not None and self.options.own_error:
+                self._rerun_stretch(stretch)
+            if run_ahead.ahead[idx]:
                 return self._candidate_step_ahead(idx, outputs)
         t = time.perf_counter()
         try:
@@ -344,13 +323,8 @@ class SideBySideRun:
                         v.cand[o] = value
                 if idx in self._tie_axes:
                     self._tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
-                if self._memo is not None:
-                    # onnxruntime ran it (checked with exact shapes or not: so does a stretch)
-                    fn = cand.fn(idx)
-                    plain = getattr(fn, "elsewhere", None) is False
-                    note = getattr(fn, "fallback_reason", None)
-                    names_in = cand.graph.inputs[idx]
-                    self._memo.observe(idx, names_in, inputs, outputs, values, plain, note)
+                if run_ahead.memo is not None:
+                    run_ahead.observe(idx, inputs, outputs, values)
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
@@ -369,7 +343,7 @@ class SideBySideRun:
     def _candidate_step_ahead(self, idx: int, outputs: tuple[str, ...]) -> tuple[Record, ...]:
         """A candidate node whose values its stretch made: nothing runs, nothing is timed."""
         cand, v = self.candidate, self._v
-        if self.options.own_error and not self._own_done[idx]:
+        if self.options.own_error and not self.run_ahead.own_done[idx]:
             self._run_own_error(idx, v.cand, v.ref, v.own, cand.inputs(idx, v.cand))
         self.status.done_onnx_nodes += 1
         return self._candidate_only_records(outputs, None)
@@ -385,61 +359,26 @@ class SideBySideRun:
                 records += (self._emit(rec),)
         return records
 
-    def _start_stretches(self, env: dict[str, Any]) -> None:
+    def _start_run_ahead(self, env: dict[str, Any]) -> None:
         """Runs the stretches recorded by an earlier run of this model on inputs of these
-        shapes, or records this run for the next (``stretches.py``)."""
-        self._layout = self._memo = None
-        cand, options = self.candidate, self.options
-        if (
-            options.time_nodes
-            or self.reset_all
-            or self.deployment is not None
-            or not runs_stretches(cand.runner)
-        ):
-            return
-        key = memo_key(cand.runner, env)
-        if key is None:
-            return
-        memo = kept_memo(cand, key)
-        if not memo.complete:
-            self._memo = memo
-            return
-        by_onnx = self.pairing.by_onnx
+        shapes, or records this run for the next (``run_ahead.py``)."""
+        options = self.options
+        allowed = not (options.time_nodes or self.reset_all or self.deployment is not None)
+        plan = self.run_ahead.start(env, self._fed_names, allowed)
+        if plan is not None:
+            self.plan = plan
+            self.status.extra["stretches"] = len(self.run_ahead.layout)
+
+    def _fed_names(self) -> set[str]:
+        """Candidate values the run replaces by their torch values, whatever they are."""
         fed = set(self._random)
         if self.reset_names:
             fed.update(
                 name
-                for name, pair in by_onnx.items()
+                for name, pair in self.pairing.by_onnx.items()
                 if name in self.reset_names or pair.fx_name in self.reset_names
             )
-        found = layout(memo, cand, frozenset(fed))
-        if not len(found):
-            return
-        self._layout = found
-        self._layout_notes = memo.notes
-        self._ahead = bytearray(len(cand.nodes))
-        self._own_done = bytearray(len(cand.nodes))
-        self.status.extra["stretches"] = len(found)
-        # A stretch's nodes wait together for every torch value any of them reads (its
-        # own-error runs are one session too: all their inputs exist when the first
-        # runs), and the torch nodes before it run as one function (fx_runs.py).
-        ref = self.reference
-        # the compiled torch runs hold the devices they move values to (sides.FxSide)
-        moved = tuple(getattr(ref, "device_map", {}).items())
-        key = (self.pairing.cache_key, options.needs_torch_inputs, moved)
-        plan = found.plans.get(key) if key[0] is not None else None
-        if plan is None or plan[0] is not ref.graph:
-            units = [(s.first, s.last) for s in found.starting.values()]
-            made = schedule(
-                ref.graph, cand.graph, self.pairing, options.needs_torch_inputs, units=units
-            )
-            fx_runs = (
-                compile_runs(made, ref.nodes, ref.device_map) if isinstance(ref, FxSide) else {}
-            )
-            plan = (ref.graph, made, fx_runs)
-            if key[0] is not None:
-                found.plans[key] = plan
-        self.plan, self._fx_runs = plan[1], plan[2]
+        return fed
 
     def _rerun_stretch(self, stretch: Any) -> None:
         """The own-error runs of a stretch's nodes as one session (``stretches.OwnBatch``);
@@ -487,30 +426,9 @@ class SideBySideRun:
             for o, value in zip(cand.graph.outputs[k], outs):
                 if o:
                     own[o] = value
-        done = self._own_done
+        done = self.run_ahead.own_done
         for k in range(stretch.first, stretch.last + 1):
             done[k] = 1
-
-    def _run_stretch(self, stretch: Any) -> None:
-        """Runs a stretch's nodes as one session; on any failure its nodes run one by one
-        (and the stretch is not tried again)."""
-        cand, v = self.candidate, self._v
-        feeds = stretch.feeds(v.cand, cand)
-        if feeds is None:
-            return  # an input missing, or not as recorded: one node at a time
-        try:
-            values = stretch.run(feeds, cand)
-        except Exception:
-            stretch.broken = True
-            return
-        v.cand.update(zip(stretch.outputs, values))
-        ahead, notes = self._ahead, self._layout_notes
-        for k in range(stretch.first, stretch.last + 1):
-            ahead[k] = 1
-            if k in notes:  # as one node at a time says how it ran
-                for o in cand.graph.outputs[k]:
-                    if o:
-                        cand.notes[o] = notes[k]
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
