@@ -46,15 +46,14 @@ from ..judge.judging import (
 )
 from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
-from ..judge.verdict import Verdicts, judge_own
+from ..judge.verdict import Verdicts
 from ..pairing.names import Pair, Pairing
 from .options import RESET_ALL, RunOptions
-from .own_error import NotComputed, Pending, own_error_inputs
+from .own_error import OwnErrors
 from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .run_ahead import RunAhead
 from .sides import OnnxSide
-from .stretches import OwnBatch
 from .weight_blame import WeightBlame
 
 
@@ -158,9 +157,10 @@ class SideBySideRun:
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self._tie_axes = candidate.tables.tie_axes
         self._tie_x: dict[str, tuple[int, Any]] = {}
-        self._tie_x_own: dict[str, tuple[int, Any]] = {}
         # differing weights wait for their consumers' verdict (weight_blame.py)
         self._blame = WeightBlame(reference, candidate, pairing, self.atol, self.rtol)
+        # own-error runs: each candidate node rerun on torch inputs
+        self._own = OwnErrors(candidate, pairing, self._unproven, self._blame, self._computed_in)
         # stretches of candidate nodes run as one session, torch nodes as one function
         self.run_ahead = RunAhead(reference, candidate, pairing, options)
 
@@ -380,55 +380,18 @@ class SideBySideRun:
             )
         return fed
 
+    # the budget benchmark (benchmarks/bench_budget.py) times own-error reruns by these two
     def _rerun_stretch(self, stretch: Any) -> None:
-        """The own-error runs of a stretch's nodes as one session (``stretches.OwnBatch``);
-        where that cannot be, each node reruns alone at its step, as without stretches."""
-        cand, v, pairing = self.candidate, self._v, self.pairing
-        own, ref_env, cand_env = v.own, v.ref, v.cand
-        batch = OwnBatch(stretch)
-        pending: set[str] = set()
-        for k in range(stretch.first, stretch.last + 1):
-            if self._blame.reads_pending(k):
-                return  # a differing weight's consumer: probed alone (weight_blame.py)
-            found = own_error_inputs(
-                cand, pairing, k, ref_env, cand_env, own, self._unproven, pending
-            )
-            if found is None:
-                return
-            inputs, taint = found
-            outputs = cand.graph.outputs[k]
-            for o in outputs:
-                if o and taint:
-                    own[("from", o)] = taint
-            main = cand.inputs(k, cand_env)
-            if all(a is b for a, b in zip(inputs, main)):
-                for o in outputs:  # the first run's inputs: its values are the own values
-                    if o:
-                        own[o] = cand_env[o]
-                continue
-            for name, value in zip(cand.graph.inputs[k], inputs):
-                p = pairing.by_onnx.get(name)
-                if (
-                    p is not None
-                    and type(value) is not Pending
-                    and name in cand_env
-                    and getattr(value, "shape", None) != getattr(cand_env[name], "shape", None)
-                ):
-                    return  # a pair the comparison may disprove: one node at a time
-            if not batch.add(k, inputs, Pending):
-                return
-            pending.update(o for o in outputs if o)
-        try:
-            values = batch.run(cand) if batch.nodes else []
-        except Exception:
-            return
-        for k, outs in zip(batch.nodes, values):
-            for o, value in zip(cand.graph.outputs[k], outs):
-                if o:
-                    own[o] = value
-        done = self.run_ahead.own_done
-        for k in range(stretch.first, stretch.last + 1):
-            done[k] = 1
+        v = self._v
+        if self._own.rerun_stretch(stretch, v.cand, v.ref, v.own):
+            done = self.run_ahead.own_done
+            for k in range(stretch.first, stretch.last + 1):
+                done[k] = 1
+
+    def _run_own_error(
+        self, idx: int, cand_env: dict, ref_env: dict, own: dict, main_inputs: list | None
+    ) -> None:
+        self._own.rerun(idx, cand_env, ref_env, own, main_inputs)
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
@@ -473,7 +436,7 @@ class SideBySideRun:
                     ref.forget(name)
         own = v.own
         if s in plan.free_cand_at:
-            cand_env, ties, ties_own = v.cand, self._tie_x, self._tie_x_own
+            cand_env, ties, ties_own = v.cand, self._tie_x, self._own.tie_x
             for name in plan.free_cand_at[s]:
                 cand_env.pop(name, None)
                 cand.forget(name)
@@ -509,44 +472,6 @@ class SideBySideRun:
             if o and pair is not None and pair.fx_name in ref_env and o not in self._unproven:
                 cand_env[o] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
                 cand.notes[o] = "the nodes after it continue from the torch value"
-
-    def _run_own_error(
-        self,
-        idx: int,
-        cand_env: dict[str, Any],
-        ref_env: dict[str, Any],
-        own: dict[Any, Any],
-        main_inputs: list[Any] | None,
-    ) -> None:
-        cand = self.candidate
-        node = cand.nodes[idx]
-        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own, self._unproven)
-        if found is None:
-            return
-        inputs, taint = found
-        for o in node.output:
-            if o and taint:
-                own[("from", o)] = taint
-        if idx in self._tie_axes:
-            self._tie_x_own[node.output[1]] = (self._tie_axes[idx], inputs[0])
-        if self._blame.reads_pending(idx):
-            self._blame.probe_inputs[idx] = inputs  # to try it with the torch parameter
-        if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
-            # same inputs as the first run: the own error is the first error
-            for o in node.output:
-                if o and o in cand_env:
-                    own[o] = cand_env[o]
-            return
-        try:
-            outputs = cand.call(idx, inputs)
-        except Exception as e:
-            for o in node.output:
-                if o:
-                    own[o] = NotComputed(f"{type(e).__name__}: {e}")
-            return
-        for o, v in zip(node.output, outputs):
-            if o:
-                own[o] = v
 
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
@@ -654,17 +579,4 @@ class SideBySideRun:
         return rec
 
     def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
-        """The own error: the node run on torch inputs, against the torch value."""
-        own_value = own.get(name)
-        if own_value is None or name not in self.candidate.producer:
-            return
-        taint = own.get(("from", name))
-        if taint:
-            rec.own_inputs_from = ", ".join(sorted(taint))
-        if isinstance(own_value, NotComputed):
-            rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
-            return
-        ctx = self._rules
-        ctx.own_inherited = self._computed_in.get(name)
-        ctx.own_tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
-        judge_own(rec, pair, want, own_value, ctx)
+        self._own.judge(rec, pair, name, want, own, self._rules)
