@@ -21,19 +21,8 @@ from typing import Any
 
 import onnx
 
-from ...convert import device_of
-from ...diff import shape_type
 from ...records import (
-    KIND_NODE,
-    KIND_OUTPUT,
-    KIND_WEIGHT,
-    STATUS_ERROR,
     STATUS_NOT_COMPARED,
-    STATUS_NOT_COMPUTED,
-    STATUS_UNPAIRED_EP,
-    STATUS_UNPAIRED_ONNX,
-    STATUS_UNPAIRED_OUTPUT,
-    UNPAIRED,
     Record,
     RunStatus,
 )
@@ -42,7 +31,6 @@ from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import (
     SbsMismatchError,
     as_candidate,
-    proto_shape_type,
 )
 from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
@@ -54,6 +42,7 @@ from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .run_ahead import RunAhead
 from .sides import OnnxSide
+from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
 from .weight_blame import WeightBlame
 
 
@@ -152,7 +141,6 @@ class SideBySideRun:
         # a model converted to a lower float precision than the program's: the looser
         # dtype each of its values is computed from (its tolerance applies)
         self._computed_in = candidate.low_precision_lineage(pairing)
-        self._missing: set[str] = set()
         self._step_counter = 0
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self._tie_axes = candidate.tables.tie_axes
@@ -196,7 +184,6 @@ class SideBySideRun:
             ref=ref.initial_env() if isinstance(ref, OnnxSide) else {},
             cand=self.candidate.initial_env(),
         )
-        self._missing = v.missing
         rules = self._rules
         rules.missing, rules.specialized = v.missing, self.specialized
         # the node computing a value and its inputs, for rules that look at them (a
@@ -208,7 +195,8 @@ class SideBySideRun:
         stop, run_ahead = self._stop, self.run_ahead
         fx_runs = run_ahead.fx_runs
         try:
-            yield from self._unpaired_initializers()
+            for rec in unpaired_initializers(self.reference, self.candidate, self.pairing):
+                yield self._emit(rec)
             for s, (side, idx) in enumerate(self.plan.steps):
                 if stop.is_set():
                     status.stopped = True
@@ -236,21 +224,6 @@ class SideBySideRun:
             status.finished = True
         if not self._stop.is_set():
             self._after_run()
-
-    def _unpaired_initializers(self) -> Iterator[Record]:
-        """Initializers without a partner (and no twin on the reference): listed up front."""
-        cand, by_onnx = self.candidate, self.pairing.by_onnx
-        for name in cand.initializers:
-            if name not in by_onnx and name not in self.reference.graph.available:
-                yield self._emit(
-                    Record(
-                        **cand.describe_candidate(name),
-                        onnx_shape_type=proto_shape_type(cand.initializers[name]),
-                        kind=KIND_WEIGHT,
-                        paired_by=UNPAIRED,
-                        status=STATUS_UNPAIRED_ONNX,
-                    )
-                )
 
     def _reference_step(self, idx: int, ahead: bool = False) -> tuple[Record, ...]:
         """``ahead``: a compiled run (fx_runs.py) already computed it; it is not timed."""
@@ -291,7 +264,7 @@ class SideBySideRun:
             if o and o not in by_fx:
                 value = v.ref.get(o)
                 if ref.reports_unpaired(idx, value, o in v.ref_errors):
-                    rec = self._reference_only_record(o, value, elapsed, v.ref_errors)
+                    rec = reference_only_record(ref, o, value, elapsed, v.ref_errors, v.missing)
                     records += (self._emit(rec),)
         return records
 
@@ -355,7 +328,9 @@ class SideBySideRun:
         records: tuple[Record, ...] = ()
         for o in outputs:
             if o and o not in by_onnx:
-                rec = self._candidate_only_record(o, v.cand, elapsed, v.cand_errors)
+                rec = candidate_only_record(
+                    self.candidate, o, v.cand, elapsed, v.cand_errors, v.missing
+                )
                 records += (self._emit(rec),)
         return records
 
@@ -487,57 +462,6 @@ class SideBySideRun:
         if rec.err_abs is not None and rec.err_abs > st.max_err_abs and rec.err_abs == rec.err_abs:
             st.max_err_abs = rec.err_abs
             st.max_err_name = rec.onnx_name or rec.ep_name
-        return rec
-
-    def _reference_only_record(
-        self, name: str, value: Any, elapsed: float, ref_errors: dict[str, str]
-    ) -> Record:
-        ref = self.reference
-        kind = ref.kind_of(name)
-        if name in ref_errors:
-            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
-        elif kind == KIND_OUTPUT:
-            status = STATUS_UNPAIRED_OUTPUT
-        else:
-            status = STATUS_UNPAIRED_EP
-        rec = Record(
-            **ref.describe(name),
-            ep_shape_type=shape_type(value) if value is not None else None,
-            ep_time_run=elapsed,
-            ep_device=device_of(value) if value is not None else None,
-            kind=kind,
-            paired_by=UNPAIRED,
-            status=status,
-            error=ref_errors.get(name),
-        )
-        if status == STATUS_UNPAIRED_OUTPUT:
-            rec.comment = "no output of the ONNX model computes this output of the program"
-        elif kind == KIND_WEIGHT:
-            rec.comment = "no initializer holds it (unused, or folded into another by the exporter or an optimizer)"
-        return rec
-
-    def _candidate_only_record(
-        self, name: str, cand_env: dict[str, Any], elapsed: float, cand_errors: dict[str, str]
-    ) -> Record:
-        cand = self.candidate
-        if name in cand_errors:
-            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
-        elif name in cand.graph_outputs:
-            status = STATUS_UNPAIRED_OUTPUT
-        else:
-            status = STATUS_UNPAIRED_ONNX
-        rec = Record(
-            **cand.describe_candidate(name),
-            onnx_shape_type=shape_type(cand_env[name]) if name in cand_env else None,
-            onnx_time_run=elapsed,
-            onnx_device=device_of(cand_env[name]) if name in cand_env else None,
-            kind=KIND_OUTPUT if name in cand.graph_outputs else KIND_NODE,
-            paired_by=UNPAIRED,
-            status=status,
-            error=cand_errors.get(name),
-        )
-        if status == STATUS_UNPAIRED_OUTPUT:
-            rec.comment = "this output of the ONNX model matches no output of the program"
         return rec
 
     def _compare(
