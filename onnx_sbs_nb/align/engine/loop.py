@@ -22,7 +22,6 @@ from typing import Any
 import onnx
 
 from ...records import (
-    STATUS_NOT_COMPARED,
     Record,
     RunStatus,
 )
@@ -30,16 +29,16 @@ from ...records import join_comments as _join
 from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import (
     SbsMismatchError,
-    as_candidate,
 )
 from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
 from ..judge.verdict import Verdicts
 from ..pairing.names import Pair, Pairing
-from .options import RESET_ALL, RunOptions
+from .options import RunOptions
 from .own_error import OwnErrors
 from .plan import REF, Plan, schedule
 from .randomness import random_values
+from .resets import Resets
 from .run_ahead import RunAhead
 from .sides import OnnxSide
 from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
@@ -103,8 +102,6 @@ class SideBySideRun:
         self.atol, self.rtol = options.atol, options.rtol
         self.judge = options.judge  # verdict= / compare= (verdict_policy.py), or None
         self.own_judge = self.judge.own if self.judge else None
-        self.reset_all = options.reset == RESET_ALL
-        self.reset_names = set(options.reset_names)
         self.plan: Plan = _plan(reference, candidate, pairing, options.needs_torch_inputs)
         # values drawn at random: not compared, the candidate continues from the reference
         self._random = random_values(
@@ -117,6 +114,10 @@ class SideBySideRun:
         # pairs whose values turned out to differ in shape: not the same value after all;
         # and values of no defined content: their torch value is never fed to the model
         self._unproven: set[str] = set(self._undefined)
+        # where the candidate continues from the torch value (resets.py)
+        self.resets = Resets(
+            options, candidate, pairing, self._undefined, self._random, self._unproven
+        )
         # the verdict rules (judge/rules.py) and what they know of the run
         self._rules = RuleContext(
             undefined=self._undefined,
@@ -304,11 +305,11 @@ class SideBySideRun:
                 status.errors += 1
                 for o in outputs:
                     v.cand_errors[o] = msg
-                self._continue_from_reference(node, v.ref, v.cand)
+                self.resets.after_failure(node, v.ref, v.cand)
         elapsed = time.perf_counter() - t
         for o in outputs:
             v.cand_times[o] = elapsed
-        if self.options.own_error or self.reset_all:
+        if self.options.own_error or self.resets.all:
             self._run_own_error(idx, v.cand, v.ref, v.own, inputs)
         status.done_onnx_nodes += 1
         return self._candidate_only_records(outputs, elapsed)
@@ -338,22 +339,11 @@ class SideBySideRun:
         """Runs the stretches recorded by an earlier run of this model on inputs of these
         shapes, or records this run for the next (``run_ahead.py``)."""
         options = self.options
-        allowed = not (options.time_nodes or self.reset_all or self.deployment is not None)
-        plan = self.run_ahead.start(env, self._fed_names, allowed)
+        allowed = not (options.time_nodes or self.resets.all or self.deployment is not None)
+        plan = self.run_ahead.start(env, self.resets.fed_names, allowed)
         if plan is not None:
             self.plan = plan
             self.status.extra["stretches"] = len(self.run_ahead.layout)
-
-    def _fed_names(self) -> set[str]:
-        """Candidate values the run replaces by their torch values, whatever they are."""
-        fed = set(self._random)
-        if self.reset_names:
-            fed.update(
-                name
-                for name, pair in self.pairing.by_onnx.items()
-                if name in self.reset_names or pair.fx_name in self.reset_names
-            )
-        return fed
 
     # the budget benchmark (benchmarks/bench_budget.py) times own-error reruns by these two
     def _rerun_stretch(self, stretch: Any) -> None:
@@ -370,19 +360,13 @@ class SideBySideRun:
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
-        cand, v = self.candidate, self._v
+        cand, v, resets = self.candidate, self._v, self.resets
         for name in self.plan.compare_at.get(s, ()):
             rec = self._compare(
                 name, v.ref, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
             )
             pair = self.pairing.by_onnx[name]
-            # a weight is the model's own constant: only replaced when named
-            rec.reset = pair.fx_name in v.ref and (
-                (self.reset_all and name not in cand.initializers and name not in self._undefined)
-                or name in self.reset_names
-                or pair.fx_name in self.reset_names
-                or (name in self._random and rec.status == STATUS_NOT_COMPARED)
-            )
+            rec.reset = resets.after(name, pair, rec, v.ref)
             if self._blame.holds(name, rec):
                 continue  # a differing weight waits for its first consumer's verdict
             before, after = self._blame.settled_by(name, rec, v.ref)
@@ -392,7 +376,7 @@ class SideBySideRun:
             for wrec in after:
                 yield self._checked(wrec)
             if rec.reset:
-                v.cand[name] = cand.as_runner_value(as_candidate(pair, v.ref[pair.fx_name]))
+                resets.feed(name, pair, v.cand, v.ref)
             elif name in cand.initializers:
                 # Weights are compared up front; the copy made to compare one goes now
                 # (its consumer converts it again), so a model's weights are never all
@@ -435,18 +419,6 @@ class SideBySideRun:
             self._emit(rec)
             raise SbsMismatchError(rec)
         return self._emit(rec)
-
-    def _continue_from_reference(
-        self, node: onnx.NodeProto, ref_env: dict[str, Any], cand_env: dict[str, Any]
-    ) -> None:
-        """After a node failed, its outputs take their torch values, so the nodes after it
-        still run and are judged (a second, independent bug is not hidden)."""
-        cand = self.candidate
-        for o in node.output:
-            pair = self.pairing.by_onnx.get(o)
-            if o and pair is not None and pair.fx_name in ref_env and o not in self._unproven:
-                cand_env[o] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
-                cand.notes[o] = "the nodes after it continue from the torch value"
 
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
