@@ -88,6 +88,7 @@ def test_weight_whose_consumer_agrees_is_the_exporters_change():
     asked = []
     assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: asked.append(1))
     assert w.status == STATUS_WEIGHT_DIFFERS and not asked  # no probe needed
+    assert w.decided_by == "weight_blame"
 
 
 def test_weight_blamed_only_when_the_torch_parameter_fixes_its_consumer():

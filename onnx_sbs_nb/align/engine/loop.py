@@ -21,15 +21,10 @@ from typing import Any
 
 import onnx
 
-from ...records import (
-    Record,
-    RunStatus,
-)
+from ...records import Record, RunStatus
 from ...records import join_comments as _join
 from ..judge.context import STAGE_AFTER, RuleContext
-from ..judge.judging import (
-    SbsMismatchError,
-)
+from ..judge.judging import SbsMismatchError
 from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
 from ..judge.verdict import Verdicts
