@@ -35,6 +35,7 @@ from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .resets import Resets
 from .run_ahead import RunAhead
+from .side import ReferenceSide
 from .sides import OnnxSide
 from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
 from .weight_blame import WeightBlame
@@ -83,7 +84,7 @@ class SideBySideRun:
 
     def __init__(
         self,
-        reference: Any,
+        reference: ReferenceSide,
         candidate: OnnxSide,
         pairing: Pairing,
         options: RunOptions,
@@ -103,9 +104,7 @@ class SideBySideRun:
             candidate.graph, candidate.tables.random_nodes, pairing.by_onnx
         )
         # values of uninitialised memory (torch.empty...): shape and type only
-        self._undefined = undefined_values(
-            getattr(reference, "undefined", frozenset()), pairing.by_onnx
-        )
+        self._undefined = undefined_values(reference.undefined, pairing.by_onnx)
         # pairs whose values turned out to differ in shape: not the same value after all;
         # and values of no defined content: their torch value is never fed to the model
         self._unproven: set[str] = set(self._undefined)
@@ -177,7 +176,7 @@ class SideBySideRun:
         status = self.status
         ref = self.reference
         v = self._v = RunValues(
-            ref=ref.initial_env() if isinstance(ref, OnnxSide) else {},
+            ref=ref.initial_env(),
             cand=self.candidate.initial_env(),
         )
         rules = self._rules
@@ -382,12 +381,11 @@ class SideBySideRun:
         """Frees what no later step needs, and keeps the peak count of live values."""
         ref, cand, v, plan = self.reference, self.candidate, self._v, self.plan
         if s in plan.free_ref_at:
-            ref_env, onnx_ref = v.ref, isinstance(ref, OnnxSide)
+            ref_env = v.ref
             for name in plan.free_ref_at[s]:
                 if ref_env.pop(name, None) is not None and ref.is_weight(name):
                     v.ref_weights_live -= 1
-                if onnx_ref:
-                    ref.forget(name)
+                ref.forget(name)
         own = v.own
         if s in plan.free_cand_at:
             cand_env, ties, ties_own = v.cand, self._tie_x, self._own.tie_x

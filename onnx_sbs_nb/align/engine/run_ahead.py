@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..pairing.names import Pairing
-from .fx_runs import compile_runs
 from .options import RunOptions
 from .plan import Plan, schedule
-from .sides import FxSide, OnnxSide
+from .side import ReferenceSide
+from .sides import OnnxSide
 from .stretches import kept_memo, layout, memo_key, runs_stretches
 
 
@@ -26,7 +26,11 @@ class RunAhead:
     torch runs, and which candidate nodes have their values already."""
 
     def __init__(
-        self, reference: Any, candidate: OnnxSide, pairing: Pairing, options: RunOptions
+        self,
+        reference: ReferenceSide,
+        candidate: OnnxSide,
+        pairing: Pairing,
+        options: RunOptions,
     ) -> None:
         self.reference, self.candidate, self.pairing = reference, candidate, pairing
         self.options = options
@@ -69,7 +73,7 @@ class RunAhead:
         # runs), and the torch nodes before it run as one function (fx_runs.py).
         ref = self.reference
         # the compiled torch runs hold the devices they move values to (sides.FxSide)
-        moved = tuple(getattr(ref, "device_map", {}).items())
+        moved = tuple(ref.device_map.items())
         key = (self.pairing.cache_key, options.needs_torch_inputs, moved)
         plan = found.plans.get(key) if key[0] is not None else None
         if plan is None or plan[0] is not ref.graph:
@@ -77,10 +81,7 @@ class RunAhead:
             made = schedule(
                 ref.graph, cand.graph, self.pairing, options.needs_torch_inputs, units=units
             )
-            fx_runs = (
-                compile_runs(made, ref.nodes, ref.device_map) if isinstance(ref, FxSide) else {}
-            )
-            plan = (ref.graph, made, fx_runs)
+            plan = (ref.graph, made, ref.compiled_runs(made))
             if key[0] is not None:
                 found.plans[key] = plan
         self.fx_runs = plan[2]
