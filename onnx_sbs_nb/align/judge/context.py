@@ -34,8 +34,8 @@ STAGES = (STAGE_PAIR, STAGE_RAW, STAGE_VALUES, STAGE_COMPARED, STAGE_AFTER)
 
 @dataclass
 class RuleContext:
-    """What the rules know of the run; the fields after ``random`` describe the pair
-    being judged (ONNX value ``name``) and are set anew for each."""
+    """What the rules know of the run; ``name``, ``fx_name`` and the fields from ``pair``
+    on describe the pair being judged (ONNX value ``name``), set anew by :meth:`start`."""
 
     name: str = ""
     fx_name: str = ""  # its reference partner

@@ -5,8 +5,8 @@ Each rule is a small object (``context.py`` says what one is): ``name``, ``stage
 ``applies(pair, ctx)`` and ``judge(record, expected, got, ctx)``, which fills the record
 and returns whether it decided the verdict.  A test can call one alone.  The engine runs
 them stage by stage (``verdict.py``): the first rule of a stage that decides is the
-record's ``decided_by``; the last rule, :class:`~.tolerance.Tolerance` (atol/rtol or the
-user's verdict policy), decides every pair the rules before it leave.  Adding a rule is
+record's ``decided_by``; the last rule of the comparison, :class:`~.tolerance.Tolerance`
+(atol/rtol or the user's verdict policy), decides every pair the rules before it leave.  Adding a rule is
 one class and one entry of :data:`RULES`.
 """
 
