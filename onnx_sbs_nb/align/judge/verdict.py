@@ -31,7 +31,10 @@ class Verdicts:
 
     def __init__(self, ctx: RuleContext, rules: tuple[Rule, ...] = RULES) -> None:
         self.ctx = ctx
-        self.stages = by_stage(rules)
+        self.stages = stages = by_stage(rules)
+        # each stage's rules, read once per pair
+        self._pair, self._raw = stages[STAGE_PAIR], stages[STAGE_RAW]
+        self._values, self._compared = stages[STAGE_VALUES], stages[STAGE_COMPARED]
 
     def first(
         self, stage: str, record: Record, pair: Pair, expected: Any = None, got: Any = None
@@ -41,7 +44,7 @@ class Verdicts:
     def before_values(self, record: Record, pair: Pair) -> Rule | None:
         """The verdict of a pair one of whose sides failed (``ctx.ref_error``,
         ``ctx.cand_error``), after the notes on how the pair was made."""
-        return self.first(STAGE_PAIR, record, pair)
+        return first_verdict(self._pair, record, pair, None, None, self.ctx)
 
     def on_values(self, record: Record, pair: Pair, want: Any, got: Any) -> Rule:
         """The verdict on torch value ``want`` and candidate value ``got``."""
@@ -55,7 +58,7 @@ class Verdicts:
         record.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
         record.onnx_device = device_of(got)
         record.err_dev = 0.0 if record.ep_device in (None, record.onnx_device) else 1.0
-        rule = self.first(STAGE_RAW, record, pair, expected, got)
+        rule = first_verdict(self._raw, record, pair, expected, got, ctx)
         if rule is not None:
             return rule
         expected, got = comparable(expected, got)
@@ -63,7 +66,7 @@ class Verdicts:
         if expected is not None and pair.cast_to is not None:
             expected, got, note = in_common_precision(expected, got)
             record.comment = _join(record.comment, note)
-        rule = self.first(STAGE_VALUES, record, pair, expected, got)
+        rule = first_verdict(self._values, record, pair, expected, got, ctx)
         if rule is not None:
             return rule
         ctx.diff = compare(
@@ -75,7 +78,7 @@ class Verdicts:
             pair.kind == KIND_WEIGHT,
             ctx.policy,
         )
-        rule = self.first(STAGE_COMPARED, record, pair, expected, got)
+        rule = first_verdict(self._compared, record, pair, expected, got, ctx)
         assert rule is not None, "the last rule of STAGE_COMPARED decides every pair"
         return rule
 
