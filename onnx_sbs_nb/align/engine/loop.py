@@ -16,21 +16,18 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import onnx
 
 from ...records import Record, RunStatus
 from ...records import join_comments as _join
-from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import SbsMismatchError
-from ..judge.precision import looser_dtype
 from ..judge.undefined import undefined_values
-from ..judge.verdict import Verdicts
-from ..pairing.names import Pair, Pairing
+from ..pairing.names import Pairing
 from .options import RunOptions
 from .own_error import OwnErrors
+from .pair_judge import PairJudge
 from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .resets import Resets
@@ -96,8 +93,6 @@ class SideBySideRun:
         self.options = options
         self.device = candidate.device
         self.atol, self.rtol = options.atol, options.rtol
-        self.judge = options.judge  # verdict= / compare= (verdict_policy.py), or None
-        self.own_judge = self.judge.own if self.judge else None
         self.plan: Plan = _plan(reference, candidate, pairing, options.needs_torch_inputs)
         # values drawn at random: not compared, the candidate continues from the reference
         self._random = random_values(
@@ -112,17 +107,6 @@ class SideBySideRun:
         self.resets = Resets(
             options, candidate, pairing, self._undefined, self._random, self._unproven
         )
-        # the verdict rules (judge/rules.py) and what they know of the run
-        self._rules = RuleContext(
-            undefined=self._undefined,
-            random=self._random,
-            atol=self.atol,
-            rtol=self.rtol,
-            policy=self.judge,
-            own_policy=self.own_judge,
-            unproven=self._unproven,
-        )
-        self._verdicts = Verdicts(self._rules)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -133,17 +117,26 @@ class SideBySideRun:
         # prepared values whose decomposition fixed a size on the example inputs
         # (``specialized.py``): set by a run that knows the user's program
         self.specialized: dict[str, Any] = {}
-        # a model converted to a lower float precision than the program's: the looser
-        # dtype each of its values is computed from (its tolerance applies)
-        self._computed_in = candidate.low_precision_lineage(pairing)
         self._step_counter = 0
-        # a TopK's input, by its indices output, until those are compared (ties.py)
-        self._tie_axes = candidate.tables.tie_axes
-        self._tie_x: dict[str, tuple[int, Any]] = {}
         # differing weights wait for their consumers' verdict (weight_blame.py)
         self._blame = WeightBlame(reference, candidate, pairing, self.atol, self.rtol)
-        # own-error runs: each candidate node rerun on torch inputs
-        self._own = OwnErrors(candidate, pairing, self._unproven, self._blame, self._computed_in)
+        # own-error runs: each candidate node rerun on torch inputs; a model converted to
+        # a lower float precision than the program's: the looser dtype each of its values
+        # is computed from (its tolerance applies)
+        computed_in = candidate.low_precision_lineage(pairing)
+        self._own = OwnErrors(candidate, pairing, self._unproven, self._blame, computed_in)
+        # each pair's record and verdict (pair_judge.py, the rules of judge/)
+        self._pairs = PairJudge(
+            reference,
+            candidate,
+            pairing,
+            options,
+            self._undefined,
+            self._random,
+            self._unproven,
+            self._own,
+        )
+        self._tie_axes = candidate.tables.tie_axes  # TopK nodes: their inputs are kept
         # stretches of candidate nodes run as one session, torch nodes as one function
         self.run_ahead = RunAhead(reference, candidate, pairing, options)
 
@@ -179,11 +172,7 @@ class SideBySideRun:
             ref=ref.initial_env(),
             cand=self.candidate.initial_env(),
         )
-        rules = self._rules
-        rules.missing, rules.specialized = v.missing, self.specialized
-        # the node computing a value and its inputs, for rules that look at them (a
-        # partial of the candidate's method, not the run's: no reference cycle)
-        rules.node_inputs = partial(self.candidate.node_and_inputs, env=v.cand)
+        self._pairs.start(v.cand, v.missing, self.specialized)
         self._step_counter = 0
         self._start_run_ahead(v.cand)
         compare_at = self.plan.compare_at
@@ -290,7 +279,7 @@ class SideBySideRun:
                     if o:
                         v.cand[o] = value
                 if idx in self._tie_axes:
-                    self._tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
+                    self._pairs.tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
                 if run_ahead.memo is not None:
                     run_ahead.observe(idx, inputs, outputs, values)
             except Exception as e:
@@ -356,7 +345,7 @@ class SideBySideRun:
         """The pairs whose two values exist after step ``s``."""
         cand, v, resets = self.candidate, self._v, self.resets
         for name in self.plan.compare_at.get(s, ()):
-            rec = self._compare(
+            rec = self._pairs.record(
                 name, v.ref, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
             )
             pair = self.pairing.by_onnx[name]
@@ -388,7 +377,7 @@ class SideBySideRun:
                 ref.forget(name)
         own = v.own
         if s in plan.free_cand_at:
-            cand_env, ties, ties_own = v.cand, self._tie_x, self._own.tie_x
+            cand_env, ties, ties_own = v.cand, self._pairs.tie_x, self._own.tie_x
             for name in plan.free_cand_at[s]:
                 cand_env.pop(name, None)
                 cand.forget(name)
@@ -428,44 +417,3 @@ class SideBySideRun:
             st.max_err_abs = rec.err_abs
             st.max_err_name = rec.onnx_name or rec.ep_name
         return rec
-
-    def _compare(
-        self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
-    ) -> Record:
-        """The record of pair ``name``, its verdict from the rules (``judge/rules.py``)."""
-        cand, ctx, verdicts = self.candidate, self._rules, self._verdicts
-        pair = self.pairing.by_onnx[name]
-        fx_name = pair.fx_name
-        rec = Record(
-            **self.reference.describe(fx_name),
-            **cand.describe_candidate(name),
-            ep_time_run=times.get(fx_name),
-            onnx_time_run=cand_times.get(name),
-            kind=pair.kind,
-            paired_by=pair.rule,
-        )
-        ctx.start(name, pair)
-        ctx.ref_error = ref_errors.get(fx_name)
-        ctx.cand_error = cand_errors.get(name)
-        ctx.note = cand.notes.get(name)
-        rule = verdicts.before_values(rec, pair)
-        if rule is not None:
-            if rule.own_error:
-                self._own_comparison(rec, pair, name, ref_env.get(fx_name), own)
-            return rec
-        want = ref_env.get(fx_name)
-        if want is None and fx_name in self.reference.graph.available:
-            want = self.reference.leaf_value(fx_name)  # a weight of an ONNX reference
-        got = cand_env[name] if name in cand_env else cand.initializer(name)
-        ctx.inherited = looser_dtype(
-            self.reference.inherited.get(fx_name), self._computed_in.get(name)
-        )
-        ctx.tie = self._tie_x.pop(name, None) if self._tie_x else None
-        if verdicts.on_values(rec, pair, want, got).own_error:
-            self._own_comparison(rec, pair, name, want, own)
-            ctx.has_own = name in own
-            verdicts.first(STAGE_AFTER, rec, pair, None, got)
-        return rec
-
-    def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
-        self._own.judge(rec, pair, name, want, own, self._rules)
