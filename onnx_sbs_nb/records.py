@@ -222,6 +222,9 @@ class Record:
     inputs_failing: int | None = None  # inputs on which this pair fails
     inputs_total: int | None = None  # inputs on which this pair was compared or run
     err_abs_mean: float | None = None  # mean abs error over those inputs
+    # the verdict rule that decided the record (``align/judge/rules.py``), None for a value
+    # without a partner
+    decided_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -363,6 +366,7 @@ FIELDS: dict[str, FieldSpec] = {
     "reset": FieldSpec("continued from the torch value", "bool"),
     "error": FieldSpec("error"),
     "comment": FieldSpec("comment"),
+    "decided_by": FieldSpec("decided by"),
 }
 
 

@@ -150,6 +150,7 @@ def test_folded_weights_differ_harmlessly_and_unpaired_program_weights_are_liste
     differs = [r for r in weights if r.status == "weight_differs"]
     if differs:  # the exporter folded the BatchNorm into the Conv
         assert all("agrees with torch" in r.comment for r in differs)
+        assert all(r.decided_by == "weight_blame" for r in differs)
         listed = {r.ep_name for r in weights if r.status == STATUS_UNPAIRED_EP}
         assert any("running_mean" in n for n in listed), listed
 

@@ -46,6 +46,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("summary", "model_explorer"),
     (
         "session",
+        "session_stream",
         "report",
         "view_state",
         "report_html",

@@ -70,6 +70,7 @@ def test_a_float16_decoder_passes_and_says_where_the_tolerance_came_from(llama_f
     assert inherited, "no float32 value needed the inherited tolerance: the test is moot"
     for r in inherited:
         assert r.ep_shape_type.startswith("float32") and r.status == "ok"
+        assert r.decided_by == "inherited_precision"
         assert r.err_abs > 1e-4 and (r.atol, r.rtol) == (1e-2, 1e-2)
 
 

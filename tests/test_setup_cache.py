@@ -290,7 +290,7 @@ def test_a_dropped_run_is_freed_at_once_not_by_the_cyclic_collector(mlp, time_no
         if time_nodes:
             assert run.candidate._fns  # the one-node runners, freed with the run
         else:
-            assert run._layout is not None and any(run._own_done)
+            assert run.run_ahead.layout is not None and any(run.run_ahead.own_done)
         refs = [weakref.ref(o) for o in (run, run.candidate, run.reference)]
         # the plan (names and step numbers) is kept for the next run of this program
         kept = weakref.ref(run.plan)

@@ -78,6 +78,7 @@ def test_a_size_fixed_by_a_decomposition_is_named_at_other_sizes(head):
     (rec,) = flagged
     assert rec.ep_shape_type == "float32[1x4x3x4]"  # what the user's program makes
     assert rec.onnx_shape_type == "float32[1x4x2x3]"
+    assert rec.decided_by == "fixed_on_example_inputs"
     # the flatten after it inherits the shape: not a finding of its own
     view = next(r for r in records if r.onnx_op_type == "Reshape")
     assert view.status == "ok"

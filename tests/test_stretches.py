@@ -76,7 +76,7 @@ def test_a_second_run_runs_stretches_and_gives_the_same_records(wide):
     # (a stretch that mixed one- and multi-threaded nodes would change errors here)
     assert _fields(a) == _fields(b)
     assert any(r.err_abs for r in b), "the test wants values that differ by rounding"
-    covered = second._layout.covered
+    covered = second.run_ahead.layout.covered
     nodes = [r for r in b if r.onnx_id_node is not None and r.onnx_id_node >= 0]
     in_stretch = [r for r in nodes if covered[r.onnx_id_node]]
     alone = [r for r in nodes if not covered[r.onnx_id_node]]
@@ -101,7 +101,7 @@ def test_stretches_keep_a_node_s_threading(wide):
     second, _ = _run(ep, onx, args)
     memo = next(iter(second.candidate.tables.stretch_memos.values()))
     assert any(memo.large) and not all(memo.large)
-    for s in second._layout.starting.values():
+    for s in second.run_ahead.layout.starting.values():
         flags = {memo.large[k] for k in range(s.first, s.last + 1)}
         assert flags == {s.large}, (s.first, s.last, flags)
         assert s.last - s.first + 1 <= MAX_NODES
@@ -142,7 +142,7 @@ def test_a_stretch_that_fails_runs_node_by_node():
     bad[1, 2] = 99
     run, got = _run(ep, onx, (bad, x))
     assert run.status.extra.get("stretches")
-    broken = [s for s in run._layout.starting.values() if s.broken]
+    broken = [s for s in run.run_ahead.layout.starting.values() if s.broken]
     assert broken, "the stretch with the Gather failed"
     _, want = _run(ep, onx, (bad, x), time_nodes=True)
     assert _fields(got) == _fields(want)
@@ -150,7 +150,7 @@ def test_a_stretch_that_fails_runs_node_by_node():
     # not tried again: the next run on good indices runs those nodes one by one
     again, recs = _run(ep, onx, (ids, x))
     assert all(r.status in ("ok", "unpaired_ep", "unpaired_onnx") for r in recs if r.onnx_name)
-    assert broken[0] in again._layout.starting.values() and broken[0].broken
+    assert broken[0] in again.run_ahead.layout.starting.values() and broken[0].broken
 
 
 class Grow(torch.nn.Module):
@@ -168,8 +168,8 @@ def test_nodes_whose_size_values_set_run_alone():
     ops = [node.op_type for node in onx.graph.node]
     alone = [k for k, op in enumerate(ops) if op in ALONE_OPS]
     assert alone, ops
-    if run._layout is not None:
-        assert not any(run._layout.covered[k] for k in alone)
+    if run.run_ahead.layout is not None:
+        assert not any(run.run_ahead.layout.covered[k] for k in alone)
     _, want = _run(ep, onx, (x, n), time_nodes=True)
     assert _fields(recs) == _fields(want)
 
@@ -184,7 +184,7 @@ def test_consumers_of_reset_values_run_after_the_reset(wide):
     run, got = _run(ep, onx, args, reset_names=[reset])
     assert run.status.extra.get("stretches")
     consumers = [k for k, n in enumerate(onx.graph.node) if reset in n.input]
-    assert consumers and not any(run._layout.covered[k] for k in consumers)
+    assert consumers and not any(run.run_ahead.layout.covered[k] for k in consumers)
     _, want = _run(ep, onx, args, reset_names=[reset], time_nodes=True)
     assert _fields(got) == _fields(want)
     assert any(r.reset for r in got)
@@ -209,8 +209,8 @@ def test_torch_nodes_before_a_stretch_run_as_one_function(wide):
     ep, onx, args = wide
     _run(ep, onx, args)
     run, recs = _run(ep, onx, args)
-    assert run._fx_runs and run._fx_until >= 0
-    assert not any(r.broken for r in run._fx_runs.values())
+    assert run.run_ahead.fx_runs and run.run_ahead.fx_until >= 0
+    assert not any(r.broken for r in run.run_ahead.fx_runs.values())
     ahead = [r for r in recs if r.ep_name and r.ep_time_run is None]
     assert ahead, "torch nodes of a compiled run are not timed one by one"
     _, want = _run(ep, onx, args, time_nodes=True)
@@ -225,7 +225,7 @@ def test_a_compiled_torch_run_that_fails_runs_node_by_node():
     bad = ids.clone()
     bad[0, 0] = 77  # torch's embedding raises too
     run, got = _run(ep, onx, (bad, x))
-    assert any(r.broken for r in run._fx_runs.values())
+    assert any(r.broken for r in run.run_ahead.fx_runs.values())
     _, want = _run(ep, onx, (bad, x), time_nodes=True)
     assert _fields(got) == _fields(want)
     assert any(r.status == "error" and r.ep_target == "aten.embedding" for r in got)
@@ -281,8 +281,8 @@ def test_stretch_sessions_keep_no_memory_arena(wide):
     ep, onx, args = wide
     _run(ep, onx, args, own_error=True)
     run, _ = _run(ep, onx, args, own_error=True)
-    sessions = [s.session for s in run._layout.starting.values() if s.session is not None]
-    sessions += [x for s in run._layout.starting.values() for x in s.own_sessions.values()]
+    sessions = [s.session for s in run.run_ahead.layout.starting.values() if s.session is not None]
+    sessions += [x for s in run.run_ahead.layout.starting.values() for x in s.own_sessions.values()]
     assert sessions
     for sess in sessions:
         options = sess.get_session_options()
@@ -312,7 +312,7 @@ def test_a_node_checked_with_exact_shapes_keeps_its_note_in_a_stretch(wide):
     try:
         _run(ep, onx, args, runner=runner)  # records what it saw
         run, got = _run(ep, onx, args, runner=runner)
-        assert run._layout.covered[k]
+        assert run.run_ahead.layout.covered[k]
         _, want = _run(ep, onx, args, runner=runner, time_nodes=True)
         assert _fields(got) == _fields(want)
         noted = [r for r in got if r.onnx_id_node == k]

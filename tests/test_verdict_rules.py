@@ -88,6 +88,7 @@ def test_weight_whose_consumer_agrees_is_the_exporters_change():
     asked = []
     assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: asked.append(1))
     assert w.status == STATUS_WEIGHT_DIFFERS and not asked  # no probe needed
+    assert w.decided_by == "weight_blame"
 
 
 def test_weight_blamed_only_when_the_torch_parameter_fixes_its_consumer():
@@ -112,3 +113,64 @@ def test_pairing_strengths_are_declared_once():
     assert len({r.name for r in RULES}) == len(RULES)
     assert PAIRED_BY_NAME in proven_rules() and PAIRED_BY_METADATA not in proven_rules()
     assert proven_rules() <= linking_rules() and PAIRED_BY_POSITION not in linking_rules()
+
+
+class _TiesAndNoise(torch.nn.Module):
+    """TopK indices among tied values, a draw at random and ordinary nodes."""
+
+    def forward(self, x):
+        top = torch.topk(x.exp(), 3, dim=1)
+        return top.indices, top.values * 2.0, torch.tanh(x) * torch.rand_like(x)
+
+
+def test_each_record_names_the_rule_that_decided_it():
+    from onnx_sbs_nb.align.judge.rules import RULES
+    from onnx_sbs_nb.align.run import AlignedRun
+
+    from .models import export
+
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0, 0.0], [2.0, 2.0, 2.0, 1.0, 1.0, 5.0]])
+    ep, onx = export(_TiesAndNoise(), (x,))
+    records = list(AlignedRun(ep, onx, (x,), runner="onnxruntime", own_error=True))
+    names = {r.name for r in RULES}
+    paired = [r for r in records if r.paired_by != "unpaired"]
+    assert paired and all(r.decided_by in names for r in paired), paired
+    assert all(r.decided_by is None for r in records if r.paired_by == "unpaired")
+    by_op = {r.onnx_op_type: r for r in paired}
+    assert by_op["Tanh"].decided_by == "tolerance" and by_op["Tanh"].status == STATUS_OK
+    assert by_op["RandomUniformLike"].decided_by == "random_draw"
+    (idx,) = [r for r in paired if r.onnx_op_type == "TopK" and "int64" in r.ep_shape_type]
+    assert idx.err_abs > 0, "the runtimes should order the ties differently here"
+    assert idx.decided_by == "topk_ties" and idx.passed
+
+
+def test_a_rule_called_alone_decides_and_first_verdict_names_it():
+    from onnx_sbs_nb.align.judge.context import RuleContext as Ctx
+    from onnx_sbs_nb.align.judge.failed import ReferenceFailed
+    from onnx_sbs_nb.align.judge.shapes import UnprovenPair
+    from onnx_sbs_nb.align.judge.tolerance import Tolerance
+    from onnx_sbs_nb.diff import compare
+
+    guess = Pair("y", "add", "position", KIND_NODE)
+    ctx = Ctx()
+    ctx.start("y", guess)
+    a, b = torch.zeros(2, 3), torch.zeros(3, 2)
+    ctx.diff = compare(a, b)
+    assert UnprovenPair().applies(guess, ctx)
+    rec = Record(paired_by="position")
+    assert first_verdict((UnprovenPair(), Tolerance()), rec, guess, a, b, ctx) is not None
+    assert rec.decided_by == "unproven_pair" and rec.status == STATUS_NOT_COMPARED
+    assert rec.paired_by == "unpaired" and "y" in ctx.unproven
+    # a pair proven by name is compared: the default rule fills the shape mismatch
+    ctx.start("y", PAIR)
+    ctx.diff = compare(a, b)
+    assert not UnprovenPair().applies(PAIR, ctx)
+    rec = Record()
+    assert first_verdict((UnprovenPair(), Tolerance()), rec, PAIR, a, b, ctx) is not None
+    assert rec.decided_by == "tolerance" and rec.status == STATUS_SHAPE_MISMATCH
+    # a side that failed: no values at all
+    ctx.start("y", PAIR)
+    ctx.ref_error = "RuntimeError: boom"
+    rec = Record()
+    assert ReferenceFailed().applies(PAIR, ctx) and ReferenceFailed().judge(rec, None, None, ctx)
+    assert rec.status == "error" and "boom" in rec.error

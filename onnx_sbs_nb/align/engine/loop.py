@@ -20,72 +20,22 @@ from typing import Any
 
 import onnx
 
-from ...convert import device_of
-from ...diff import (
-    ARRAY_TYPES,
-    compare,
-    default_tolerance,
-    largest_magnitude,
-    shape_type,
-    value_dtype_name,
-)
-from ...records import (
-    KIND_NODE,
-    KIND_OUTPUT,
-    KIND_WEIGHT,
-    STATUS_ERROR,
-    STATUS_NOT_COMPARED,
-    STATUS_NOT_COMPUTED,
-    STATUS_UNPAIRED_EP,
-    STATUS_UNPAIRED_ONNX,
-    STATUS_UNPAIRED_OUTPUT,
-    UNPAIRED,
-    Record,
-    RunStatus,
-)
+from ...records import Record, RunStatus
 from ...records import join_comments as _join
-from ..judge.judging import (
-    LINEAR_TARGETS,
-    SbsMismatchError,
-    as_candidate,
-    as_expected,
-    comparable,
-    fill_first_comparison,
-    fill_own_error,
-    in_layout_of,
-    linear_check,
-    proto_shape_type,
-)
-from ..judge.precision import INHERITED_NOTE, looser_dtype
-from ..judge.rules import BEFORE_VALUES, ON_VALUES, RuleContext, first_verdict
-from ..judge.ties import TIE_NOTE, same_choice
+from ..judge.judging import SbsMismatchError
 from ..judge.undefined import undefined_values
-from ..judge.weights import settle_weight
-from ..pairing.names import (
-    PAIRED_BY_NAME,
-    TRANSFORM_AS_REAL,
-    TRANSFORM_PERMUTE,
-    TRANSFORM_RESHAPE,
-    Pair,
-    Pairing,
-)
-from ..pairing.onnx_pairing import TRANSFORM_CAST, in_common_precision
-from ..pairing.rules import proven_rules
-from .fx_runs import compile_runs
-from .options import RESET_ALL, RunOptions
-from .own_error import NotComputed, Pending, own_error_inputs
+from ..pairing.names import Pairing
+from .options import RunOptions
+from .own_error import OwnErrors
+from .pair_judge import PairJudge
 from .plan import REF, Plan, schedule
 from .randomness import random_values
-from .sides import FxSide, OnnxSide
-from .stretches import OwnBatch, kept_memo, layout, memo_key, runs_stretches
-
-
-def _tied(d: Any, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
-    """A failed comparison of TopK indices that select the same values (ties.py)."""
-    if d.passed or d.shape_mismatch or d.dtype_mismatch:
-        return False
-    axis, x = tie
-    return same_choice(x, expected, got, axis)
+from .resets import Resets
+from .run_ahead import RunAhead
+from .side import ReferenceSide
+from .sides import OnnxSide
+from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
+from .weight_blame import WeightBlame
 
 
 @dataclass
@@ -102,9 +52,6 @@ class RunValues:
     ref_errors: dict[str, str] = field(default_factory=dict)
     cand_errors: dict[str, str] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)  # not computed: an input was missing
-    pending: dict[str, Record] = field(default_factory=dict)  # weights awaiting a verdict
-    awaiting: dict[str, list[str]] = field(default_factory=dict)  # consumer value -> weights
-    probe_inputs: dict[int, list[Any]] = field(default_factory=dict)
     ref_weights_live: int = 0
     peak_live: int = 0
 
@@ -125,9 +72,6 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
     return plan[1]
 
 
-_PROVEN = proven_rules()
-
-
 class SideBySideRun:
     """One side-by-side run over a reference side and a candidate ONNX model.
 
@@ -137,7 +81,7 @@ class SideBySideRun:
 
     def __init__(
         self,
-        reference: Any,
+        reference: ReferenceSide,
         candidate: OnnxSide,
         pairing: Pairing,
         options: RunOptions,
@@ -149,21 +93,20 @@ class SideBySideRun:
         self.options = options
         self.device = candidate.device
         self.atol, self.rtol = options.atol, options.rtol
-        self.judge = options.judge  # verdict= / compare= (verdict_policy.py), or None
-        self.own_judge = self.judge.own if self.judge else None
-        self.reset_all = options.reset == RESET_ALL
-        self.reset_names = set(options.reset_names)
         self.plan: Plan = _plan(reference, candidate, pairing, options.needs_torch_inputs)
         # values drawn at random: not compared, the candidate continues from the reference
         self._random = random_values(
             candidate.graph, candidate.tables.random_nodes, pairing.by_onnx
         )
         # values of uninitialised memory (torch.empty...): shape and type only
-        self._undefined = undefined_values(
-            getattr(reference, "undefined", frozenset()), pairing.by_onnx
+        self._undefined = undefined_values(reference.undefined, pairing.by_onnx)
+        # pairs whose values turned out to differ in shape: not the same value after all;
+        # and values of no defined content: their torch value is never fed to the model
+        self._unproven: set[str] = set(self._undefined)
+        # where the candidate continues from the torch value (resets.py)
+        self.resets = Resets(
+            options, candidate, pairing, self._undefined, self._random, self._unproven
         )
-        # the verdicts that are not the model's fault (judge/rules.py), told each pair
-        self._rules = RuleContext(undefined=self._undefined, random=self._random)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -174,32 +117,28 @@ class SideBySideRun:
         # prepared values whose decomposition fixed a size on the example inputs
         # (``specialized.py``): set by a run that knows the user's program
         self.specialized: dict[str, Any] = {}
-        # pairs whose values turned out to differ in shape: not the same value after all;
-        # and values of no defined content: their torch value is never fed to the model
-        self._unproven: set[str] = set(self._undefined)
-        # a model converted to a lower float precision than the program's: the looser
-        # dtype each of its values is computed from (its tolerance applies)
-        self._computed_in = candidate.low_precision_lineage(pairing)
-        self._missing: set[str] = set()
-        self._consumers: dict[str, list[int]] | None = None
         self._step_counter = 0
-        # a TopK's input, by its indices output, until those are compared (ties.py)
-        self._tie_axes = candidate.tables.tie_axes
-        self._tie_x: dict[str, tuple[int, Any]] = {}
-        self._tie_x_own: dict[str, tuple[int, Any]] = {}
-        self._pending: dict[str, Record] = {}
-        self._probe_inputs: dict[int, list[Any]] = {}
-        # stretches of candidate nodes run as one session (stretches.py): the run's
-        # layout of them, or the memo this run records for the next
-        self._layout: Any = None
-        self._layout_notes: dict[int, str] = {}
-        self._memo: Any = None
-        self._ahead: bytearray = bytearray()  # nodes whose values a stretch made
-        self._own_done: bytearray = bytearray()  # ... and whose own-error values too
-        # reference nodes run as one function (fx_runs.py), by first plan step, and the
-        # last step a run has computed
-        self._fx_runs: dict[int, Any] = {}
-        self._fx_until = -1
+        # differing weights wait for their consumers' verdict (weight_blame.py)
+        self._blame = WeightBlame(reference, candidate, pairing, self.atol, self.rtol)
+        # own-error runs: each candidate node rerun on torch inputs; a model converted to
+        # a lower float precision than the program's: the looser dtype each of its values
+        # is computed from (its tolerance applies)
+        computed_in = candidate.low_precision_lineage(pairing)
+        self._own = OwnErrors(candidate, pairing, self._unproven, self._blame, computed_in)
+        # each pair's record and verdict (pair_judge.py, the rules of judge/)
+        self._pairs = PairJudge(
+            reference,
+            candidate,
+            pairing,
+            options,
+            self._undefined,
+            self._random,
+            self._unproven,
+            self._own,
+        )
+        self._tie_axes = candidate.tables.tie_axes  # TopK nodes: their inputs are kept
+        # stretches of candidate nodes run as one session, torch nodes as one function
+        self.run_ahead = RunAhead(reference, candidate, pairing, options)
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -230,26 +169,27 @@ class SideBySideRun:
         status = self.status
         ref = self.reference
         v = self._v = RunValues(
-            ref=ref.initial_env() if isinstance(ref, OnnxSide) else {},
+            ref=ref.initial_env(),
             cand=self.candidate.initial_env(),
         )
-        self._missing = v.missing
-        self._pending, self._probe_inputs = v.pending, v.probe_inputs
+        self._pairs.start(v.cand, v.missing, self.specialized)
         self._step_counter = 0
-        self._start_stretches(v.cand)
+        self._start_run_ahead(v.cand)
         compare_at = self.plan.compare_at
-        stop = self._stop
+        stop, run_ahead = self._stop, self.run_ahead
+        fx_runs = run_ahead.fx_runs
         try:
-            yield from self._unpaired_initializers()
+            for rec in unpaired_initializers(self.reference, self.candidate, self.pairing):
+                yield self._emit(rec)
             for s, (side, idx) in enumerate(self.plan.steps):
                 if stop.is_set():
                     status.stopped = True
                     break
                 # a step returns its records: a generator per step costs more than the step
                 if side == REF:
-                    if s in self._fx_runs:
-                        self._run_fx(self._fx_runs[s])
-                    yield from self._reference_step(idx, s <= self._fx_until)
+                    if s in fx_runs:
+                        run_ahead.run_fx(s, v.ref)
+                    yield from self._reference_step(idx, s <= run_ahead.fx_until)
                 else:
                     yield from self._candidate_step(idx)
                 if s in compare_at:
@@ -257,32 +197,17 @@ class SideBySideRun:
                 self._free(s)
                 status.elapsed = time.perf_counter() - t0
             # weights whose consumers were never compared keep their own verdict
-            for wrec in v.pending.values():
+            for wrec in self._blame.pending.values():
                 wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
                 yield self._checked(wrec)
-            if self._memo is not None and not stop.is_set():
-                self._memo.complete = True  # every node was seen: the next run may use it
+            if not stop.is_set():
+                run_ahead.finish()  # every node was seen: the next run may use its memo
         finally:
             status.elapsed = time.perf_counter() - t0
             status.current = None
             status.finished = True
         if not self._stop.is_set():
             self._after_run()
-
-    def _unpaired_initializers(self) -> Iterator[Record]:
-        """Initializers without a partner (and no twin on the reference): listed up front."""
-        cand, by_onnx = self.candidate, self.pairing.by_onnx
-        for name in cand.initializers:
-            if name not in by_onnx and name not in self.reference.graph.available:
-                yield self._emit(
-                    Record(
-                        **cand.describe_candidate(name),
-                        onnx_shape_type=proto_shape_type(cand.initializers[name]),
-                        kind=KIND_WEIGHT,
-                        paired_by=UNPAIRED,
-                        status=STATUS_UNPAIRED_ONNX,
-                    )
-                )
 
     def _reference_step(self, idx: int, ahead: bool = False) -> tuple[Record, ...]:
         """``ahead``: a compiled run (fx_runs.py) already computed it; it is not timed."""
@@ -323,33 +248,20 @@ class SideBySideRun:
             if o and o not in by_fx:
                 value = v.ref.get(o)
                 if ref.reports_unpaired(idx, value, o in v.ref_errors):
-                    rec = self._reference_only_record(o, value, elapsed, v.ref_errors)
+                    rec = reference_only_record(ref, o, value, elapsed, v.ref_errors, v.missing)
                     records += (self._emit(rec),)
         return records
-
-    def _run_fx(self, run: Any) -> None:
-        """A compiled run of reference nodes; on any failure they run one at a time (and
-        the run is not tried again)."""
-        if run.broken:
-            return
-        try:
-            run.fn(self._v.ref, self.reference.device)
-        except Exception:
-            run.broken = True
-            return
-        self._fx_until = run.last
 
     def _candidate_step(self, idx: int) -> tuple[Record, ...]:
         cand, v, status = self.candidate, self._v, self.status
         outputs = cand.graph.outputs[idx]  # the node's outputs, read once per model
         status.current = cand.node_name(idx)
-        if self._layout is not None:
-            stretch = self._layout.starting.get(idx)
-            if stretch is not None and not stretch.broken:
-                self._run_stretch(stretch)
-                if self.options.own_error and self._ahead[idx]:
-                    self._rerun_stretch(stretch)
-            if self._ahead[idx]:
+        run_ahead = self.run_ahead
+        if run_ahead.layout is not None:
+            stretch = run_ahead.stretch_at(idx, v.cand)
+            if stretch is not None and self.options.own_error:
+                self._rerun_stretch(stretch)
+            if run_ahead.ahead[idx]:
                 return self._candidate_step_ahead(idx, outputs)
         t = time.perf_counter()
         try:
@@ -367,25 +279,20 @@ class SideBySideRun:
                     if o:
                         v.cand[o] = value
                 if idx in self._tie_axes:
-                    self._tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
-                if self._memo is not None:
-                    # onnxruntime ran it (checked with exact shapes or not: so does a stretch)
-                    fn = cand.fn(idx)
-                    plain = getattr(fn, "elsewhere", None) is False
-                    note = getattr(fn, "fallback_reason", None)
-                    names_in = cand.graph.inputs[idx]
-                    self._memo.observe(idx, names_in, inputs, outputs, values, plain, note)
+                    self._pairs.tie_x[outputs[1]] = (self._tie_axes[idx], inputs[0])
+                if run_ahead.memo is not None:
+                    run_ahead.observe(idx, inputs, outputs, values)
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
                 status.errors += 1
                 for o in outputs:
                     v.cand_errors[o] = msg
-                self._continue_from_reference(node, v.ref, v.cand)
+                self.resets.after_failure(node, v.ref, v.cand)
         elapsed = time.perf_counter() - t
         for o in outputs:
             v.cand_times[o] = elapsed
-        if self.options.own_error or self.reset_all:
+        if self.options.own_error or self.resets.all:
             self._run_own_error(idx, v.cand, v.ref, v.own, inputs)
         status.done_onnx_nodes += 1
         return self._candidate_only_records(outputs, elapsed)
@@ -393,7 +300,7 @@ class SideBySideRun:
     def _candidate_step_ahead(self, idx: int, outputs: tuple[str, ...]) -> tuple[Record, ...]:
         """A candidate node whose values its stretch made: nothing runs, nothing is timed."""
         cand, v = self.candidate, self._v
-        if self.options.own_error and not self._own_done[idx]:
+        if self.options.own_error and not self.run_ahead.own_done[idx]:
             self._run_own_error(idx, v.cand, v.ref, v.own, cand.inputs(idx, v.cand))
         self.status.done_onnx_nodes += 1
         return self._candidate_only_records(outputs, None)
@@ -405,173 +312,54 @@ class SideBySideRun:
         records: tuple[Record, ...] = ()
         for o in outputs:
             if o and o not in by_onnx:
-                rec = self._candidate_only_record(o, v.cand, elapsed, v.cand_errors)
+                rec = candidate_only_record(
+                    self.candidate, o, v.cand, elapsed, v.cand_errors, v.missing
+                )
                 records += (self._emit(rec),)
         return records
 
-    def _start_stretches(self, env: dict[str, Any]) -> None:
+    def _start_run_ahead(self, env: dict[str, Any]) -> None:
         """Runs the stretches recorded by an earlier run of this model on inputs of these
-        shapes, or records this run for the next (``stretches.py``)."""
-        self._layout = self._memo = None
-        cand, options = self.candidate, self.options
-        if (
-            options.time_nodes
-            or self.reset_all
-            or self.deployment is not None
-            or not runs_stretches(cand.runner)
-        ):
-            return
-        key = memo_key(cand.runner, env)
-        if key is None:
-            return
-        memo = kept_memo(cand, key)
-        if not memo.complete:
-            self._memo = memo
-            return
-        by_onnx = self.pairing.by_onnx
-        fed = set(self._random)
-        if self.reset_names:
-            fed.update(
-                name
-                for name, pair in by_onnx.items()
-                if name in self.reset_names or pair.fx_name in self.reset_names
-            )
-        found = layout(memo, cand, frozenset(fed))
-        if not len(found):
-            return
-        self._layout = found
-        self._layout_notes = memo.notes
-        self._ahead = bytearray(len(cand.nodes))
-        self._own_done = bytearray(len(cand.nodes))
-        self.status.extra["stretches"] = len(found)
-        # A stretch's nodes wait together for every torch value any of them reads (its
-        # own-error runs are one session too: all their inputs exist when the first
-        # runs), and the torch nodes before it run as one function (fx_runs.py).
-        ref = self.reference
-        # the compiled torch runs hold the devices they move values to (sides.FxSide)
-        moved = tuple(getattr(ref, "device_map", {}).items())
-        key = (self.pairing.cache_key, options.needs_torch_inputs, moved)
-        plan = found.plans.get(key) if key[0] is not None else None
-        if plan is None or plan[0] is not ref.graph:
-            units = [(s.first, s.last) for s in found.starting.values()]
-            made = schedule(
-                ref.graph, cand.graph, self.pairing, options.needs_torch_inputs, units=units
-            )
-            fx_runs = (
-                compile_runs(made, ref.nodes, ref.device_map) if isinstance(ref, FxSide) else {}
-            )
-            plan = (ref.graph, made, fx_runs)
-            if key[0] is not None:
-                found.plans[key] = plan
-        self.plan, self._fx_runs = plan[1], plan[2]
+        shapes, or records this run for the next (``run_ahead.py``)."""
+        options = self.options
+        allowed = not (options.time_nodes or self.resets.all or self.deployment is not None)
+        plan = self.run_ahead.start(env, self.resets.fed_names, allowed)
+        if plan is not None:
+            self.plan = plan
+            self.status.extra["stretches"] = len(self.run_ahead.layout)
 
+    # the budget benchmark (benchmarks/bench_budget.py) times own-error reruns by these two
     def _rerun_stretch(self, stretch: Any) -> None:
-        """The own-error runs of a stretch's nodes as one session (``stretches.OwnBatch``);
-        where that cannot be, each node reruns alone at its step, as without stretches."""
-        cand, v, pairing = self.candidate, self._v, self.pairing
-        own, ref_env, cand_env = v.own, v.ref, v.cand
-        batch = OwnBatch(stretch)
-        pending: set[str] = set()
-        for k in range(stretch.first, stretch.last + 1):
-            if any(n in self._pending for n in cand.graph.inputs[k]):
-                return  # a differing weight's consumer: probed alone (_settle_weight)
-            found = own_error_inputs(
-                cand, pairing, k, ref_env, cand_env, own, self._unproven, pending
-            )
-            if found is None:
-                return
-            inputs, taint = found
-            outputs = cand.graph.outputs[k]
-            for o in outputs:
-                if o and taint:
-                    own[("from", o)] = taint
-            main = cand.inputs(k, cand_env)
-            if all(a is b for a, b in zip(inputs, main)):
-                for o in outputs:  # the first run's inputs: its values are the own values
-                    if o:
-                        own[o] = cand_env[o]
-                continue
-            for name, value in zip(cand.graph.inputs[k], inputs):
-                p = pairing.by_onnx.get(name)
-                if (
-                    p is not None
-                    and type(value) is not Pending
-                    and name in cand_env
-                    and getattr(value, "shape", None) != getattr(cand_env[name], "shape", None)
-                ):
-                    return  # a pair the comparison may disprove: one node at a time
-            if not batch.add(k, inputs, Pending):
-                return
-            pending.update(o for o in outputs if o)
-        try:
-            values = batch.run(cand) if batch.nodes else []
-        except Exception:
-            return
-        for k, outs in zip(batch.nodes, values):
-            for o, value in zip(cand.graph.outputs[k], outs):
-                if o:
-                    own[o] = value
-        done = self._own_done
-        for k in range(stretch.first, stretch.last + 1):
-            done[k] = 1
+        v = self._v
+        if self._own.rerun_stretch(stretch, v.cand, v.ref, v.own):
+            done = self.run_ahead.own_done
+            for k in range(stretch.first, stretch.last + 1):
+                done[k] = 1
 
-    def _run_stretch(self, stretch: Any) -> None:
-        """Runs a stretch's nodes as one session; on any failure its nodes run one by one
-        (and the stretch is not tried again)."""
-        cand, v = self.candidate, self._v
-        feeds = stretch.feeds(v.cand, cand)
-        if feeds is None:
-            return  # an input missing, or not as recorded: one node at a time
-        try:
-            values = stretch.run(feeds, cand)
-        except Exception:
-            stretch.broken = True
-            return
-        v.cand.update(zip(stretch.outputs, values))
-        ahead, notes = self._ahead, self._layout_notes
-        for k in range(stretch.first, stretch.last + 1):
-            ahead[k] = 1
-            if k in notes:  # as one node at a time says how it ran
-                for o in cand.graph.outputs[k]:
-                    if o:
-                        cand.notes[o] = notes[k]
+    def _run_own_error(
+        self, idx: int, cand_env: dict, ref_env: dict, own: dict, main_inputs: list | None
+    ) -> None:
+        self._own.rerun(idx, cand_env, ref_env, own, main_inputs)
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
-        cand, v = self.candidate, self._v
+        cand, v, resets = self.candidate, self._v, self.resets
         for name in self.plan.compare_at.get(s, ()):
-            rec = self._compare(
+            rec = self._pairs.record(
                 name, v.ref, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
             )
             pair = self.pairing.by_onnx[name]
-            # a weight is the model's own constant: only replaced when named
-            rec.reset = pair.fx_name in v.ref and (
-                (self.reset_all and name not in cand.initializers and name not in self._undefined)
-                or name in self.reset_names
-                or pair.fx_name in self.reset_names
-                or (name in self._random and rec.status == STATUS_NOT_COMPARED)
-            )
-            if rec.kind == KIND_WEIGHT and rec.failed and name in cand.initializers:
-                outs = self._consumer_outputs(name)
-                if outs:
-                    # a differing weight waits for its first consumer's verdict
-                    v.pending[name] = rec
-                    for o in outs:
-                        v.awaiting.setdefault(o, []).append(name)
-                    continue
-            after = []
-            for w in v.awaiting.pop(name, ()):
-                wrec = v.pending.pop(w, None)
-                if wrec is not None:
-                    if self._settle_weight(wrec, rec, v.ref):
-                        yield self._checked(wrec)
-                    else:
-                        after.append(wrec)
+            rec.reset = resets.after(name, pair, rec, v.ref)
+            if self._blame.holds(name, rec):
+                continue  # a differing weight waits for its first consumer's verdict
+            before, after = self._blame.settled_by(name, rec, v.ref)
+            for wrec in before:
+                yield self._checked(wrec)
             yield self._checked(rec)
             for wrec in after:
                 yield self._checked(wrec)
             if rec.reset:
-                v.cand[name] = cand.as_runner_value(as_candidate(pair, v.ref[pair.fx_name]))
+                resets.feed(name, pair, v.cand, v.ref)
             elif name in cand.initializers:
                 # Weights are compared up front; the copy made to compare one goes now
                 # (its consumer converts it again), so a model's weights are never all
@@ -582,15 +370,14 @@ class SideBySideRun:
         """Frees what no later step needs, and keeps the peak count of live values."""
         ref, cand, v, plan = self.reference, self.candidate, self._v, self.plan
         if s in plan.free_ref_at:
-            ref_env, onnx_ref = v.ref, isinstance(ref, OnnxSide)
+            ref_env = v.ref
             for name in plan.free_ref_at[s]:
                 if ref_env.pop(name, None) is not None and ref.is_weight(name):
                     v.ref_weights_live -= 1
-                if onnx_ref:
-                    ref.forget(name)
+                ref.forget(name)
         own = v.own
         if s in plan.free_cand_at:
-            cand_env, ties, ties_own = v.cand, self._tie_x, self._tie_x_own
+            cand_env, ties, ties_own = v.cand, self._pairs.tie_x, self._own.tie_x
             for name in plan.free_cand_at[s]:
                 cand_env.pop(name, None)
                 cand.forget(name)
@@ -615,122 +402,6 @@ class SideBySideRun:
             raise SbsMismatchError(rec)
         return self._emit(rec)
 
-    def _continue_from_reference(
-        self, node: onnx.NodeProto, ref_env: dict[str, Any], cand_env: dict[str, Any]
-    ) -> None:
-        """After a node failed, its outputs take their torch values, so the nodes after it
-        still run and are judged (a second, independent bug is not hidden)."""
-        cand = self.candidate
-        for o in node.output:
-            pair = self.pairing.by_onnx.get(o)
-            if o and pair is not None and pair.fx_name in ref_env and o not in self._unproven:
-                cand_env[o] = cand.as_runner_value(as_candidate(pair, ref_env[pair.fx_name]))
-                cand.notes[o] = "the nodes after it continue from the torch value"
-
-    def _consumer_outputs(self, name: str, depth: int = 8) -> list[str]:
-        """The first paired values computed from initializer ``name`` (through values
-        without a partner, a Cast or a Transpose say)."""
-        cand, by_onnx = self.candidate, self.pairing.by_onnx
-        consumers = self._consumers
-        if consumers is None:
-            consumers = {}
-            for k, n in enumerate(cand.nodes):
-                for i in cand.node_inputs(n):
-                    consumers.setdefault(i, []).append(k)
-            self._consumers = consumers
-        found: list[str] = []
-        frontier, seen = [name], {name}
-        for _ in range(depth):
-            nxt = []
-            for value in frontier:
-                for k in consumers.get(value, ()):
-                    for o in cand.nodes[k].output:
-                        if not o or o in seen:
-                            continue
-                        seen.add(o)
-                        (found if o in by_onnx else nxt).append(o)
-            if found or not nxt:
-                break
-            frontier = nxt
-        return found
-
-    def _settle_weight(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> bool:
-        """Whose error a differing weight is (``judge/weights.py``); the engine only
-        offers the probe of the consumer run with the torch parameter."""
-        return settle_weight(
-            wrec,
-            consumer,
-            ref_env.get(consumer.ep_name or ""),
-            lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
-        )
-
-    def _consumer_with_torch_weight(
-        self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
-    ) -> bool | None:
-        """Whether the consumer agrees with torch when fed the torch parameter instead of
-        the differing weight (None when that cannot be tried)."""
-        cand = self.candidate
-        k = consumer.onnx_id_node
-        inputs = self._probe_inputs.get(k) if k is not None else None
-        pair = self.pairing.by_onnx.get(wrec.onnx_name)
-        out = self.pairing.by_onnx.get(consumer.onnx_name)
-        if inputs is None or pair is None or out is None or out.fx_name not in ref_env:
-            return None
-        names = cand.node_inputs(cand.nodes[k])
-        if wrec.onnx_name not in names:
-            return None
-        torch_value = cand.as_runner_value(
-            as_candidate(pair, self.reference.leaf_value(pair.fx_name))
-        )
-        fed = [torch_value if n == wrec.onnx_name else v for n, v in zip(names, inputs)]
-        try:
-            outputs = cand.call(k, fed)
-        except Exception:
-            return None
-        got = outputs[list(cand.nodes[k].output).index(consumer.onnx_name)]
-        e, g = comparable(as_candidate(out, ref_env[out.fx_name]), got)
-        if e is None:
-            return None
-        return bool(compare(e, g, self.atol, self.rtol).passed)
-
-    def _run_own_error(
-        self,
-        idx: int,
-        cand_env: dict[str, Any],
-        ref_env: dict[str, Any],
-        own: dict[Any, Any],
-        main_inputs: list[Any] | None,
-    ) -> None:
-        cand = self.candidate
-        node = cand.nodes[idx]
-        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own, self._unproven)
-        if found is None:
-            return
-        inputs, taint = found
-        for o in node.output:
-            if o and taint:
-                own[("from", o)] = taint
-        if idx in self._tie_axes:
-            self._tie_x_own[node.output[1]] = (self._tie_axes[idx], inputs[0])
-        if any(n in self._pending for n in cand.graph.inputs[idx]):
-            self._probe_inputs[idx] = inputs  # to try it with the torch parameter
-        if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
-            # same inputs as the first run: the own error is the first error
-            for o in node.output:
-                if o and o in cand_env:
-                    own[o] = cand_env[o]
-            return
-        try:
-            outputs = cand.call(idx, inputs)
-        except Exception as e:
-            for o in node.output:
-                if o:
-                    own[o] = NotComputed(f"{type(e).__name__}: {e}")
-            return
-        for o, v in zip(node.output, outputs):
-            if o:
-                own[o] = v
-
     # ------------------------------------------------------------ records
     def _emit(self, rec: Record) -> Record:
         if self.deployment is not None:
@@ -746,209 +417,3 @@ class SideBySideRun:
             st.max_err_abs = rec.err_abs
             st.max_err_name = rec.onnx_name or rec.ep_name
         return rec
-
-    def _reference_only_record(
-        self, name: str, value: Any, elapsed: float, ref_errors: dict[str, str]
-    ) -> Record:
-        ref = self.reference
-        kind = ref.kind_of(name)
-        if name in ref_errors:
-            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
-        elif kind == KIND_OUTPUT:
-            status = STATUS_UNPAIRED_OUTPUT
-        else:
-            status = STATUS_UNPAIRED_EP
-        rec = Record(
-            **ref.describe(name),
-            ep_shape_type=shape_type(value) if value is not None else None,
-            ep_time_run=elapsed,
-            ep_device=device_of(value) if value is not None else None,
-            kind=kind,
-            paired_by=UNPAIRED,
-            status=status,
-            error=ref_errors.get(name),
-        )
-        if status == STATUS_UNPAIRED_OUTPUT:
-            rec.comment = "no output of the ONNX model computes this output of the program"
-        elif kind == KIND_WEIGHT:
-            rec.comment = "no initializer holds it (unused, or folded into another by the exporter or an optimizer)"
-        return rec
-
-    def _candidate_only_record(
-        self, name: str, cand_env: dict[str, Any], elapsed: float, cand_errors: dict[str, str]
-    ) -> Record:
-        cand = self.candidate
-        if name in cand_errors:
-            status = STATUS_NOT_COMPUTED if name in self._missing else STATUS_ERROR
-        elif name in cand.graph_outputs:
-            status = STATUS_UNPAIRED_OUTPUT
-        else:
-            status = STATUS_UNPAIRED_ONNX
-        rec = Record(
-            **cand.describe_candidate(name),
-            onnx_shape_type=shape_type(cand_env[name]) if name in cand_env else None,
-            onnx_time_run=elapsed,
-            onnx_device=device_of(cand_env[name]) if name in cand_env else None,
-            kind=KIND_OUTPUT if name in cand.graph_outputs else KIND_NODE,
-            paired_by=UNPAIRED,
-            status=status,
-            error=cand_errors.get(name),
-        )
-        if status == STATUS_UNPAIRED_OUTPUT:
-            rec.comment = "this output of the ONNX model matches no output of the program"
-        return rec
-
-    def _compare(
-        self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
-    ) -> Record:
-        cand = self.candidate
-        pair = self.pairing.by_onnx[name]
-        rec = Record(
-            **self.reference.describe(pair.fx_name),
-            **cand.describe_candidate(name),
-            ep_time_run=times.get(pair.fx_name),
-            onnx_time_run=cand_times.get(name),
-            kind=pair.kind,
-            paired_by=pair.rule,
-        )
-        if pair.transform == TRANSFORM_PERMUTE:
-            rec.comment = f"compared with the torch value permuted by {pair.perm}"
-        elif pair.transform == TRANSFORM_AS_REAL:
-            rec.comment = "complex torch value compared as the real pairs the export computes"
-        elif pair.transform == TRANSFORM_RESHAPE:
-            rec.comment = "compared with the torch value without (or with more) axes of size 1"
-        elif pair.transform and pair.transform != TRANSFORM_CAST:
-            rec.comment = f"compared with the {pair.transform}d torch weight"
-        rec.comment = _join(rec.comment, cand.notes.get(name))
-        if pair.fx_name in ref_errors:
-            missing = pair.fx_name in self._missing
-            rec.status = STATUS_NOT_COMPUTED if missing else STATUS_ERROR
-            rec.error = f"reference side: {ref_errors[pair.fx_name]}"
-            return rec
-        if name in cand_errors:
-            rec.error = cand_errors[name]
-            if name in self._missing:
-                # inherited from upstream: the node itself is still judged on torch inputs
-                rec.status = STATUS_NOT_COMPUTED
-                self._own_comparison(rec, pair, name, ref_env.get(pair.fx_name), own)
-            else:
-                rec.status = STATUS_ERROR
-            return rec
-        want = ref_env.get(pair.fx_name)
-        if want is None and pair.fx_name in self.reference.graph.available:
-            want = self.reference.leaf_value(pair.fx_name)  # a weight of an ONNX reference
-        expected = as_expected(pair, want)
-        got = cand_env[name] if name in cand_env else cand.initializer(name)
-        # the user's value is complex: show it as torch has it
-        shown = want if pair.transform in (TRANSFORM_AS_REAL, TRANSFORM_RESHAPE) else expected
-        rec.ep_shape_type = shape_type(shown)
-        rec.onnx_shape_type = shape_type(got)
-        # a Python number (a size computed from symbolic shapes) is on no device
-        rec.ep_device = device_of(expected) if isinstance(expected, ARRAY_TYPES) else None
-        rec.onnx_device = device_of(got)
-        rec.err_dev = 0.0 if rec.ep_device in (None, rec.onnx_device) else 1.0
-        rules = self._rules
-        rules.name, rules.fx_name, rules.specialized = name, pair.fx_name, self.specialized
-        if first_verdict(BEFORE_VALUES, rec, pair, expected, got, rules) is not None:
-            return rec
-        expected, got = comparable(expected, got)
-        expected = in_layout_of(pair, expected, got)
-        if expected is None:
-            rec.status = STATUS_NOT_COMPARED
-            rec.comment = _join(rec.comment, "not a tensor on both sides")
-            return rec
-        if pair.cast_to is not None:
-            expected, got, note = in_common_precision(expected, got)
-            rec.comment = _join(rec.comment, note)
-        if first_verdict(ON_VALUES, rec, pair, expected, got, rules) is not None:
-            return rec
-        inherited = looser_dtype(
-            self.reference.inherited.get(pair.fx_name), self._computed_in.get(name)
-        )
-        d = compare(
-            expected, got, self.atol, self.rtol, inherited, pair.kind == KIND_WEIGHT, self.judge
-        )
-        if inherited is not None and d.passed and self._inherited_made_it_pass(d, expected, got):
-            rec.comment = _join(rec.comment, INHERITED_NOTE.format(dtype=inherited))
-        if d.shape_mismatch and pair.declared and pair.rule != PAIRED_BY_NAME:
-            # the model declares the program's shape and computes another: its lowering
-            rec.comment = _join(
-                rec.comment,
-                f"the model declares this value as {rec.ep_shape_type} (the program's shape) "
-                f"but computes {rec.onnx_shape_type}: the lowering makes the wrong shape",
-            )
-        elif d.shape_mismatch and pair.rule not in _PROVEN:
-            # A pair made from metadata or position is a guess that the shapes disprove:
-            # not the same value, so neither a mismatch of the export nor a torch input.
-            self._unproven.add(name)
-            rec.status = STATUS_NOT_COMPARED
-            rec.paired_by = UNPAIRED
-            rec.comment = _join(
-                rec.comment,
-                f"paired by {pair.rule}, but the shapes differ ({d.note}): not the same value",
-            )
-            return rec
-        tie = self._tie_x.pop(name, None) if self._tie_x else None
-        if tie is not None and _tied(d, tie, expected, got):
-            d.passed = True
-            rec.comment = _join(rec.comment, TIE_NOTE)
-        fill_first_comparison(rec, d)
-        self._own_comparison(rec, pair, name, want, own)
-        node_idx = cand.producer.get(name)
-        # A failing linear also says whether torch's product agrees on the ONNX inputs
-        # (a kernel's precision, or the weight): one more matmul, only where it helps.
-        if (
-            node_idx is not None
-            and name in own
-            and (rec.failed or rec.passed2 is False)
-            and rec.onnx_op_type in ("Gemm", "MatMul")
-            and (rec.ep_target or "").startswith(LINEAR_TARGETS)
-        ):
-            try:
-                inputs = cand.inputs(node_idx, cand_env)
-            except KeyError:
-                inputs = None
-            note = linear_check(cand.nodes[node_idx], inputs, got)
-            if note:
-                rec.comment = _join(rec.comment, note)
-        return rec
-
-    def _inherited_made_it_pass(self, d: Any, expected: Any, got: Any) -> bool:
-        """Whether a comparison that passed with an inherited tolerance would fail with the
-        one of the values' own dtype (the record then says why it passed)."""
-        atol, rtol = default_tolerance(value_dtype_name(expected))
-        atol = atol if self.atol is None else self.atol
-        rtol = rtol if self.rtol is None else self.rtol
-        if (d.atol, d.rtol) == (atol, rtol) or not d.err_abs or d.err_abs <= atol:
-            return False
-        return not compare(expected, got, self.atol, self.rtol).passed
-
-    def _own_comparison(self, rec: Record, pair: Pair, name: str, want: Any, own: dict) -> None:
-        """The own error: the node run on torch inputs, against the torch value."""
-        own_value = own.get(name)
-        if own_value is None or name not in self.candidate.producer:
-            return
-        taint = own.get(("from", name))
-        if taint:
-            rec.own_inputs_from = ", ".join(sorted(taint))
-        if isinstance(own_value, NotComputed):
-            rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
-            return
-        e2, g2 = comparable(as_expected(pair, want), own_value)
-        e2 = in_layout_of(pair, e2, g2)
-        if e2 is not None and pair.cast_to is not None:
-            e2, g2, _ = in_common_precision(e2, g2)
-        if e2 is not None:
-            d2 = compare(
-                e2, g2, self.atol, self.rtol, self._computed_in.get(name), judge=self.own_judge
-            )
-            tie = self._tie_x_own.pop(name, None) if self._tie_x_own else None
-            if tie is not None and _tied(d2, tie, e2, g2):
-                d2.passed = True
-                if TIE_NOTE not in (rec.comment or ""):
-                    rec.comment = _join(rec.comment, TIE_NOTE)
-            fill_own_error(rec, d2, device_of(own_value))
-            if d2.passed and d2.err_abs:
-                scale = largest_magnitude(e2)
-                if scale:
-                    rec.err_scale2 = d2.err_abs / scale

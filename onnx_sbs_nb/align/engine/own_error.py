@@ -2,17 +2,24 @@
 is told apart from the error it inherits.
 
 The engine computes these inputs (the values of reference partners, converted to the
-candidate's layout, and values computed from them where a node has no partner); the
-verdict on the result is the judge's.
+candidate's layout, and values computed from them where a node has no partner) and
+reruns the node on them (:class:`OwnErrors`, one node or a stretch at a time); the
+verdict on the result is the judge's (``judge/verdict.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...records import Record
+from ...records import join_comments as _join
+from ..judge.context import RuleContext
 from ..judge.judging import as_candidate
-from ..pairing.names import Pairing
+from ..judge.verdict import judge_own
+from ..pairing.names import Pair, Pairing
 from .sides import OnnxSide
+from .stretches import OwnBatch
+from .weight_blame import WeightBlame
 
 
 class NotComputed:
@@ -84,4 +91,132 @@ def own_error_inputs(
     return values, frozenset(taint)
 
 
-__all__ = ["NotComputed", "Pending", "own_error_inputs"]
+class OwnErrors:
+    """The own-error runs of one run: each candidate node rerun on the reference values
+    of its inputs (values in ``own``, keyed by name; ``("ref", name)``: the reference
+    input, ``("from", name)``: the lowerings it was recomputed through)."""
+
+    def __init__(
+        self,
+        candidate: OnnxSide,
+        pairing: Pairing,
+        unproven: set[str],
+        blame: WeightBlame,
+        computed_in: dict[str, str],
+    ) -> None:
+        self.candidate, self.pairing = candidate, pairing
+        self.unproven = unproven  # pairs disproved: not partners (shared with the rules)
+        self.blame = blame
+        self.computed_in = computed_in  # the looser dtype a value is computed from
+        self.tie_axes = candidate.tables.tie_axes
+        # a TopK's input, by its indices output, until those are compared (ties.py)
+        self.tie_x: dict[str, tuple[int, Any]] = {}
+
+    def rerun(
+        self,
+        idx: int,
+        cand_env: dict[str, Any],
+        ref_env: dict[str, Any],
+        own: dict[Any, Any],
+        main_inputs: list[Any] | None,
+    ) -> None:
+        """Node ``idx`` rerun alone (``main_inputs``: its inputs in the first run)."""
+        cand = self.candidate
+        node = cand.nodes[idx]
+        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own, self.unproven)
+        if found is None:
+            return
+        inputs, taint = found
+        for o in node.output:
+            if o and taint:
+                own[("from", o)] = taint
+        if idx in self.tie_axes:
+            self.tie_x[node.output[1]] = (self.tie_axes[idx], inputs[0])
+        if self.blame.reads_pending(idx):
+            self.blame.probe_inputs[idx] = inputs  # to try it with the torch parameter
+        if main_inputs is not None and all(a is b for a, b in zip(inputs, main_inputs)):
+            # same inputs as the first run: the own error is the first error
+            for o in node.output:
+                if o and o in cand_env:
+                    own[o] = cand_env[o]
+            return
+        try:
+            outputs = cand.call(idx, inputs)
+        except Exception as e:
+            for o in node.output:
+                if o:
+                    own[o] = NotComputed(f"{type(e).__name__}: {e}")
+            return
+        for o, v in zip(node.output, outputs):
+            if o:
+                own[o] = v
+
+    def rerun_stretch(
+        self, stretch: Any, cand_env: dict[str, Any], ref_env: dict[str, Any], own: dict
+    ) -> bool:
+        """The own-error runs of a stretch's nodes as one session (``stretches.OwnBatch``);
+        False where that cannot be: each node then reruns alone at its step."""
+        cand, pairing = self.candidate, self.pairing
+        batch = OwnBatch(stretch)
+        pending: set[str] = set()
+        for k in range(stretch.first, stretch.last + 1):
+            if self.blame.reads_pending(k):
+                return False  # a differing weight's consumer: probed alone (weight_blame.py)
+            found = own_error_inputs(
+                cand, pairing, k, ref_env, cand_env, own, self.unproven, pending
+            )
+            if found is None:
+                return False
+            inputs, taint = found
+            outputs = cand.graph.outputs[k]
+            for o in outputs:
+                if o and taint:
+                    own[("from", o)] = taint
+            main = cand.inputs(k, cand_env)
+            if all(a is b for a, b in zip(inputs, main)):
+                for o in outputs:  # the first run's inputs: its values are the own values
+                    if o:
+                        own[o] = cand_env[o]
+                continue
+            for name, value in zip(cand.graph.inputs[k], inputs):
+                p = pairing.by_onnx.get(name)
+                if (
+                    p is not None
+                    and type(value) is not Pending
+                    and name in cand_env
+                    and getattr(value, "shape", None) != getattr(cand_env[name], "shape", None)
+                ):
+                    return False  # a pair the comparison may disprove: one node at a time
+            if not batch.add(k, inputs, Pending):
+                return False
+            pending.update(o for o in outputs if o)
+        try:
+            values = batch.run(cand) if batch.nodes else []
+        except Exception:
+            return False
+        for k, outs in zip(batch.nodes, values):
+            for o, value in zip(cand.graph.outputs[k], outs):
+                if o:
+                    own[o] = value
+        return True
+
+    def judge(
+        self, rec: Record, pair: Pair, name: str, want: Any, own: dict, ctx: RuleContext
+    ) -> None:
+        """The own error on the record of pair ``name``: its rerun against the torch value
+        ``want`` (``judge/verdict.judge_own``)."""
+        own_value = own.get(name)
+        if own_value is None or name not in self.candidate.producer:
+            return
+        taint = own.get(("from", name))
+        if taint:
+            rec.own_inputs_from = ", ".join(sorted(taint))
+        if isinstance(own_value, NotComputed):
+            rec.comment = _join(rec.comment, f"rerun on torch inputs failed: {own_value.message}")
+            return
+        ctx.own_inherited = self.computed_in.get(name)
+        ctx.own_tie = self.tie_x.pop(name, None) if self.tie_x else None
+        judge_own(rec, pair, want, own_value, ctx)
+
+
+__all__ = ["NotComputed", "OwnErrors", "Pending", "own_error_inputs"]

@@ -27,8 +27,9 @@ from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
 from ..source.program import ProgramInputs
 from ..source.provenance import Provenance, onnx_node_provenance
 from .fx_limits import check_fx_output_size, fx_size_rule
+from .fx_runs import compile_runs
 from .limits import check_output_size
-from .plan import SideGraph
+from .plan import Plan, SideGraph
 from .randomness import random_nodes
 from .runners import ModelContext, TorchRunner, _CachedRunner, node_session_key
 
@@ -178,6 +179,15 @@ class FxSide:
             tables.described, tables.described_with = {}, provenance
         self._described = tables.described
         self.device_map = traced_device_map(self.nodes, device)
+
+    def initial_env(self) -> dict[str, Any]:
+        return {}  # its inputs are leaves: read when a node needs them
+
+    def forget(self, name: str) -> None:
+        """The program's values are the loop's alone: nothing kept here."""
+
+    def compiled_runs(self, plan: Plan) -> dict[int, Any]:
+        return compile_runs(plan, self.nodes, self.device_map)
 
     def leaf_value(self, name: str) -> Any:
         """The value of a placeholder (input or weight), on the run's device."""
@@ -432,6 +442,8 @@ class OnnxSide:
         self.graph_outputs = tables.graph_outputs
         # an ONNX reference runs its own precision on both sides: nothing inherited
         self.inherited: dict[str, str] = {}
+        self.undefined: frozenset[str] = frozenset()  # no torch.empty in a model
+        self.device_map: dict[Any, Any] = {}  # nodes run where the runner runs them
         self.producer = tables.producer
         self.lowering = tables.lowering
         # a fused node (no metadata) -> the fx nodes it computes, in the user's names
@@ -495,6 +507,9 @@ class OnnxSide:
     def initial_env(self) -> dict[str, Any]:
         return {n: self.as_runner_value(v) for n, v in self.feeds.items()}
 
+    def compiled_runs(self, plan: Plan) -> dict[int, Any]:
+        return {}  # its nodes run one at a time (a stretch runs the candidate's)
+
     def node_inputs(self, node: onnx.NodeProto) -> list[str]:
         return [*node.input, *self.ctx.free_variables(node)]
 
@@ -526,6 +541,20 @@ class OnnxSide:
             else:
                 raise KeyError(name)
         return values
+
+    def node_and_inputs(
+        self, name: str, env: dict[str, Any]
+    ) -> tuple[onnx.NodeProto, list[Any] | None] | None:
+        """The node computing value ``name`` and its inputs from ``env`` (None where one
+        is missing), None for a value no node computes."""
+        k = self.producer.get(name)
+        if k is None:
+            return None
+        try:
+            inputs = self.inputs(k, env)
+        except KeyError:
+            inputs = None
+        return self.nodes[k], inputs
 
     def call(self, idx: int, inputs: Sequence[Any]) -> list[Any]:
         # an output larger than the free memory is refused before it is allocated

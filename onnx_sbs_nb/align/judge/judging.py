@@ -12,8 +12,7 @@ import numpy as np
 import onnx
 import torch
 
-from ...convert import to_torch
-from ...diff import ARRAY_TYPES, Diff, compare
+from ...diff import ARRAY_TYPES, Diff
 from ...dtypes import dtype_name
 from ...records import (
     STATUS_DTYPE_MISMATCH,
@@ -45,9 +44,6 @@ class SbsMismatchError(AssertionError):
             f"err_abs={record.err_abs}, atol={record.atol}, rtol={record.rtol}"
             + (f", error: {record.error}" if record.error else "")
         )
-
-
-LINEAR_TARGETS = ("aten.linear", "aten.addmm", "aten.mm", "aten.matmul", "aten.bmm")
 
 
 def as_candidate(pair: Pair, value: Any) -> Any:
@@ -150,29 +146,6 @@ def comparable(expected: Any, got: Any) -> tuple[Any, Any]:
     if not isinstance(expected, ARRAY_TYPES) or not isinstance(got, ARRAY_TYPES):
         return None, None
     return expected, got
-
-
-def linear_check(node: onnx.NodeProto, inputs: list | None, got: Any) -> str | None:
-    """Compares a Gemm/MatMul output with torch on the same (ONNX-side) inputs."""
-    if not inputs or any(x is None for x in inputs[:2]):
-        return None
-    try:
-        a, b = to_torch(inputs[0]), to_torch(inputs[1])
-        if node.op_type == "MatMul":
-            ref = torch.matmul(a, b)
-        else:
-            attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-            if attrs.get("transA", 0):
-                a = a.t()
-            if attrs.get("transB", 0):
-                b = b.t()
-            ref = attrs.get("alpha", 1.0) * (a @ b)
-            if len(inputs) > 2 and inputs[2] is not None:
-                ref = ref + attrs.get("beta", 1.0) * to_torch(inputs[2])
-        d = compare(ref, got)
-        return f"vs torch.nn.functional.linear on the ONNX inputs: err_abs={d.err_abs:.3g}"
-    except Exception:
-        return None
 
 
 def proto_shape_type(t: onnx.TensorProto) -> str:

@@ -18,7 +18,12 @@ from typing import Any
 
 import torch
 
-from ...diff import default_tolerance
+from ...diff import Diff, compare, default_tolerance, value_dtype_name
+from ...records import Record
+from ...records import join_comments as _join
+from ..pairing.names import Pair
+from .context import STAGE_COMPARED, RuleContext
+from .judging import fill_first_comparison
 
 _NO_DTYPES: tuple[str, ...] = ()
 INHERITED_NOTE = (
@@ -114,3 +119,34 @@ def _onnx_float(elem_type: int) -> str | None:
     if dtype is None or not dtype.is_floating_point:
         return None
     return str(dtype).replace("torch.", "")
+
+
+def made_it_pass(d: Diff, expected: Any, got: Any, atol: float | None, rtol: float | None) -> bool:
+    """Whether a comparison that passed with an inherited tolerance would fail with the
+    one of the values' own dtype (``atol``/``rtol``: the run's, None for the defaults)."""
+    own_atol, own_rtol = default_tolerance(value_dtype_name(expected))
+    own_atol = own_atol if atol is None else atol
+    own_rtol = own_rtol if rtol is None else rtol
+    if (d.atol, d.rtol) == (own_atol, own_rtol) or not d.err_abs or d.err_abs <= own_atol:
+        return False
+    return not compare(expected, got, atol, rtol).passed
+
+
+class InheritedPrecision:
+    """A value that passed only with the looser tolerance of the low-precision values it
+    is computed from (``ctx.inherited``) says so."""
+
+    name = "inherited_precision"
+    stage = STAGE_COMPARED
+    own_error = True
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.inherited is not None and ctx.diff is not None and ctx.diff.passed
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        d = ctx.diff
+        if not made_it_pass(d, expected, got, ctx.atol, ctx.rtol):
+            return False
+        record.comment = _join(record.comment, INHERITED_NOTE.format(dtype=ctx.inherited))
+        fill_first_comparison(record, d)
+        return True

@@ -1,48 +1,48 @@
-"""Verdicts that are not the model's fault, as named rules tried in order.
+"""The verdict rules, as one ordered registry (:data:`RULES`), and the rules for values of
+no comparable content.
 
-Each rule is a small object: ``name``, ``applies(pair, ctx)`` and ``judge(record,
-expected, got, ctx)``, which fills the record and returns whether it decided the verdict
-(the pair is then not compared).  A test can call one alone.  :data:`BEFORE_VALUES` are
-tried before the values are made comparable, :data:`ON_VALUES` on the comparable values
-(after a transposition, a layout or a cast); the comparison itself decides the rest.
+Each rule is a small object (``context.py`` says what one is): ``name``, ``stage``,
+``applies(pair, ctx)`` and ``judge(record, expected, got, ctx)``, which fills the record
+and returns whether it decided the verdict.  A test can call one alone.  The engine runs
+them stage by stage (``verdict.py``): the first rule of a stage that decides is the
+record's ``decided_by``; the last rule of the comparison, :class:`~.tolerance.Tolerance`
+(atol/rtol or the user's verdict policy), decides every pair the rules before it leave.  Adding a rule is
+one class and one entry of :data:`RULES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Container
+from typing import Any
 
 from ...diff import value_dtype_name
 from ...records import STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair
+from .context import (
+    STAGE_AFTER,
+    STAGE_COMPARED,
+    STAGE_PAIR,
+    STAGE_RAW,
+    STAGE_VALUES,
+    STAGES,
+    Rule,
+    RuleContext,
+    first_verdict,
+)
+from .failed import NodeFailed, ReferenceFailed, UpstreamFailure
+from .linear import LinearCheck
+from .precision import InheritedPrecision
+from .shapes import UnprovenPair, WrongShapeLowering
+from .ties import TopKTies
+from .tolerance import Tolerance
+from .transforms import PairNotes
 from .undefined import UNDEFINED_NOTE
 
 RANDOM_NOTE = (
     "drawn at random: each side makes its own draw, so only the shape and type "
     "are compared; the nodes after it continue from the torch value"
 )
-
-
-@dataclass
-class RuleContext:
-    """What the rules know of the run: by ONNX value ``name``, the pair being judged."""
-
-    name: str = ""
-    fx_name: str = ""  # its reference partner
-    # prepared values whose decomposition fixed a size on the example inputs, by fx name
-    specialized: Mapping[str, Any] = field(default_factory=dict)
-    undefined: Container[str] = frozenset()  # ONNX values of uninitialised memory
-    random: Container[str] = frozenset()  # ONNX values drawn at random
-
-
-class Rule(Protocol):
-    name: str
-
-    def applies(self, pair: Pair, ctx: RuleContext) -> bool: ...
-
-    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool: ...
 
 
 def same_kind(expected: Any, got: Any) -> bool:
@@ -58,6 +58,8 @@ class FixedOnExampleInputs:
     fixed a size on the example inputs (``source/specialized.py``)."""
 
     name = "fixed_on_example_inputs"
+    stage = STAGE_RAW
+    own_error = False
 
     def applies(self, pair: Pair, ctx: RuleContext) -> bool:
         return bool(ctx.specialized) and pair.fx_name in ctx.specialized
@@ -76,6 +78,8 @@ class _ShapeAndTypeOnly:
 
     name = ""
     note = ""
+    stage = STAGE_VALUES
+    own_error = False
 
     def values(self, ctx: RuleContext) -> Container[str]:
         raise NotImplementedError
@@ -111,28 +115,67 @@ class RandomDraw(_ShapeAndTypeOnly):
         return ctx.random
 
 
-BEFORE_VALUES: tuple[Rule, ...] = (FixedOnExampleInputs(),)
-ON_VALUES: tuple[Rule, ...] = (UninitialisedMemory(), RandomDraw())
+class NotTensors:
+    """A value that is not a tensor on both sides (after making them comparable)."""
+
+    name = "not_tensors"
+    stage = STAGE_VALUES
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return True
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        if expected is not None:
+            return False
+        record.status = STATUS_NOT_COMPARED
+        record.comment = _join(record.comment, "not a tensor on both sides")
+        return True
 
 
-def first_verdict(
-    rules: tuple[Rule, ...], record: Record, pair: Pair, expected: Any, got: Any, ctx: RuleContext
-) -> Rule | None:
-    """The first rule of ``rules`` that decides the pair's verdict, None when none does."""
-    for rule in rules:
-        if rule.applies(pair, ctx) and rule.judge(record, expected, got, ctx):
-            return rule
-    return None
+#: Every verdict rule, in the order they are tried (stage by stage, ``context.STAGES``).
+RULES: tuple[Rule, ...] = (
+    PairNotes(),
+    ReferenceFailed(),
+    UpstreamFailure(),
+    NodeFailed(),
+    FixedOnExampleInputs(),
+    NotTensors(),
+    UninitialisedMemory(),
+    RandomDraw(),
+    InheritedPrecision(),
+    WrongShapeLowering(),
+    UnprovenPair(),
+    TopKTies(),
+    Tolerance(),
+    LinearCheck(),
+)
+
+
+def by_stage(rules: tuple[Rule, ...] = RULES) -> dict[str, tuple[Rule, ...]]:
+    """``rules`` by stage, each stage's in their order."""
+    return {stage: tuple(r for r in rules if r.stage == stage) for stage in STAGES}
+
+
+_STAGED = by_stage()
+BEFORE_VALUES: tuple[Rule, ...] = _STAGED[STAGE_RAW]  # on the values as the sides hold them
+ON_VALUES: tuple[Rule, ...] = _STAGED[STAGE_VALUES]  # on the comparable values
 
 
 __all__ = [
     "BEFORE_VALUES",
     "ON_VALUES",
+    "RULES",
+    "STAGE_AFTER",
+    "STAGE_COMPARED",
+    "STAGE_PAIR",
     "FixedOnExampleInputs",
+    "NotTensors",
     "RandomDraw",
     "Rule",
     "RuleContext",
     "UninitialisedMemory",
+    "by_stage",
     "first_verdict",
     "same_kind",
 ]

@@ -12,6 +12,12 @@ import numpy as np
 import onnx
 
 from ...convert import to_numpy
+from ...diff import Diff
+from ...records import Record
+from ...records import join_comments as _join
+from ..pairing.names import Pair
+from .context import STAGE_COMPARED, RuleContext
+from .judging import fill_first_comparison
 
 TIE_NOTE = "indices differ only among equal values (ties): both select the same values"
 
@@ -52,4 +58,33 @@ def same_choice(x: Any, expected: Any, got: Any, axis: int) -> bool:
     return bool(np.array_equal(a, b))
 
 
-__all__ = ["TIE_NOTE", "same_choice", "tie_axes"]
+def tied(d: Diff, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
+    """A failed comparison of TopK indices that select the same values."""
+    if d.passed or d.shape_mismatch or d.dtype_mismatch:
+        return False
+    axis, x = tie
+    return same_choice(x, expected, got, axis)
+
+
+class TopKTies:
+    """TopK indices that differ only among equal values pass (``ctx.tie``: the TopK's
+    axis and input)."""
+
+    name = "topk_ties"
+    stage = STAGE_COMPARED
+    own_error = True
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.tie is not None and ctx.diff is not None
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        d = ctx.diff
+        if not tied(d, ctx.tie, expected, got):
+            return False
+        d.passed = True
+        record.comment = _join(record.comment, TIE_NOTE)
+        fill_first_comparison(record, d)
+        return True
+
+
+__all__ = ["TIE_NOTE", "TopKTies", "same_choice", "tie_axes", "tied"]

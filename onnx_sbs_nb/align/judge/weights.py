@@ -17,6 +17,9 @@ from ...records import (
 )
 from ...records import join_comments as _join
 
+#: the name a weight's record gives as ``decided_by`` once its consumer settled it
+WEIGHT_BLAME = "weight_blame"
+
 
 def agrees_at_its_scale(consumer: Record, want: Any) -> bool:
     """Whether a consumer that passed did so on its own scale: its difference within its
@@ -44,6 +47,7 @@ def settle_weight(
     parameter (True: it then agrees; None: that cannot be tried); called only when
     needed.  Returns whether the weight's record comes before its consumer's (it is then
     the answer)."""
+    wrec.decided_by = WEIGHT_BLAME
     node = consumer.onnx_node_name or consumer.onnx_name
     agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
     if agrees and not agrees_at_its_scale(consumer, want):
@@ -85,4 +89,4 @@ def settle_weight(
     return True
 
 
-__all__ = ["agrees_at_its_scale", "settle_weight"]
+__all__ = ["WEIGHT_BLAME", "agrees_at_its_scale", "settle_weight"]

@@ -1,0 +1,101 @@
+"""The engine's side of judging a pair: its record made, its two values read from the
+run's values, and the verdict rules (``judge/``) told what they need to know of the run
+(errors, notes, inherited precision, TopK inputs, the own-error values)."""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from functools import partial
+from typing import Any
+
+from ...records import Record
+from ..judge.context import STAGE_AFTER, RuleContext
+from ..judge.precision import looser_dtype
+from ..judge.verdict import Verdicts
+from ..pairing.names import Pairing
+from .options import RunOptions
+from .own_error import OwnErrors
+from .side import ReferenceSide
+from .sides import OnnxSide
+
+
+class PairJudge:
+    """Judges the pairs of one run, one at a time (:meth:`record`)."""
+
+    def __init__(
+        self,
+        reference: ReferenceSide,
+        candidate: OnnxSide,
+        pairing: Pairing,
+        options: RunOptions,
+        undefined: Container[str],
+        random: Container[str],
+        unproven: set[str],
+        own: OwnErrors,
+    ) -> None:
+        self.reference, self.candidate, self.pairing = reference, candidate, pairing
+        self.own = own
+        policy = options.judge  # verdict= / compare= (verdict_policy.py), or None
+        # the verdict rules (judge/rules.py) and what they know of the run
+        self.ctx = RuleContext(
+            undefined=undefined,
+            random=random,
+            atol=options.atol,
+            rtol=options.rtol,
+            policy=policy,
+            own_policy=policy.own if policy else None,
+            unproven=unproven,
+        )
+        self.verdicts = Verdicts(self.ctx)
+        # a TopK's input, by its indices output, until those are compared (ties.py)
+        self.tie_x: dict[str, tuple[int, Any]] = {}
+
+    def start(
+        self, cand_env: dict[str, Any], missing: Container[str], specialized: dict[str, Any]
+    ) -> None:
+        """A run starts: its candidate values, the values not computed for a missing
+        input, and the values whose size a decomposition fixed (``specialized.py``)."""
+        ctx = self.ctx
+        ctx.missing, ctx.specialized = missing, specialized
+        # the node computing a value and its inputs, for rules that look at them (a
+        # partial of the candidate's method, not the run's: no reference cycle)
+        ctx.node_inputs = partial(self.candidate.node_and_inputs, env=cand_env)
+
+    def record(
+        self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
+    ) -> Record:
+        """The record of pair ``name``, its verdict from the rules (``judge/rules.py``)."""
+        cand, ref, ctx, verdicts = self.candidate, self.reference, self.ctx, self.verdicts
+        pair = self.pairing.by_onnx[name]
+        fx_name = pair.fx_name
+        rec = Record(
+            **ref.describe(fx_name),
+            **cand.describe_candidate(name),
+            ep_time_run=times.get(fx_name),
+            onnx_time_run=cand_times.get(name),
+            kind=pair.kind,
+            paired_by=pair.rule,
+        )
+        ctx.start(name, pair)
+        ctx.ref_error = ref_errors.get(fx_name)
+        ctx.cand_error = cand_errors.get(name)
+        ctx.note = cand.notes.get(name)
+        rule = verdicts.before_values(rec, pair)
+        if rule is not None:
+            if rule.own_error:
+                self.own.judge(rec, pair, name, ref_env.get(fx_name), own, ctx)
+            return rec
+        want = ref_env.get(fx_name)
+        if want is None and fx_name in ref.graph.available:
+            want = ref.leaf_value(fx_name)  # a weight of an ONNX reference
+        got = cand_env[name] if name in cand_env else cand.initializer(name)
+        ctx.inherited = looser_dtype(ref.inherited.get(fx_name), self.own.computed_in.get(name))
+        ctx.tie = self.tie_x.pop(name, None) if self.tie_x else None
+        if verdicts.on_values(rec, pair, want, got).own_error:
+            self.own.judge(rec, pair, name, want, own, ctx)
+            ctx.has_own = name in own
+            verdicts.first(STAGE_AFTER, rec, pair, None, got)
+        return rec
+
+
+__all__ = ["PairJudge"]

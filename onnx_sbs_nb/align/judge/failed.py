@@ -1,0 +1,62 @@
+"""Verdicts on a pair one of whose sides failed to compute its value: nothing to compare."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...records import STATUS_ERROR, STATUS_NOT_COMPUTED, Record
+from ..pairing.names import Pair
+from .context import STAGE_PAIR, RuleContext
+
+
+class ReferenceFailed:
+    """The reference side raised, or an input of its node was missing."""
+
+    name = "reference_failed"
+    stage = STAGE_PAIR
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.ref_error is not None
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        missing = ctx.fx_name in ctx.missing
+        record.status = STATUS_NOT_COMPUTED if missing else STATUS_ERROR
+        record.error = f"reference side: {ctx.ref_error}"
+        return True
+
+
+class UpstreamFailure:
+    """The candidate node could not run: an input was missing.  Inherited from upstream,
+    so the node itself is still judged on torch inputs (its own error)."""
+
+    name = "upstream_failure"
+    stage = STAGE_PAIR
+    own_error = True
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.cand_error is not None and ctx.name in ctx.missing
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        record.error = ctx.cand_error
+        record.status = STATUS_NOT_COMPUTED
+        return True
+
+
+class NodeFailed:
+    """The candidate node raised: its error."""
+
+    name = "node_failed"
+    stage = STAGE_PAIR
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.cand_error is not None
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        record.error = ctx.cand_error
+        record.status = STATUS_ERROR
+        return True
+
+
+__all__ = ["NodeFailed", "ReferenceFailed", "UpstreamFailure"]
