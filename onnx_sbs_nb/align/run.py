@@ -341,10 +341,15 @@ def _name_fusions(
     its value pairs with, and says which fx nodes it computes, in the user's names."""
     nodes = list(model.graph.node)
     names = list(metadata.names)
+    fused = replaced_fx_nodes(nodes, names, pairing, program.graph)
+    if not fused:
+        return
     candidate.lowering = candidate.tables.lowering = fused_lowering(
-        nodes, candidate.producer, names, pairing
+        nodes, candidate.producer, names, fused
     )
-    for k, fx_nodes in replaced_fx_nodes(nodes, names, pairing, program.graph).items():
+    for k, fx_nodes in fused.items():
+        if len(fx_nodes) < 2:
+            continue  # it computes the one fx node it pairs with: nothing more to say
         users: list[str] = []
         for name in fx_nodes:
             p = provenance.get(name)

@@ -25,21 +25,15 @@ def fused_lowering(
     nodes: list[onnx.NodeProto],
     producer: dict[str, int],
     fx_names: list[str | None],
-    pairing: Pairing,
+    fused: dict[int, list[str]],
 ) -> list[str | None]:
-    """Each ONNX node's fx node: its metadata's, else the fx node one of its outputs is
-    paired with, else (a node an optimizer added) its first computed input's lowering."""
-    return lowering_of_nodes(nodes, producer, _paired_names(nodes, fx_names, pairing))
-
-
-def _paired_names(
-    nodes: list[onnx.NodeProto], fx_names: list[str | None], pairing: Pairing
-) -> list[str | None]:
-    out = list(fx_names)
-    for k, node in enumerate(nodes):
-        if out[k] is None:
-            out[k] = next(iter(_twins(node.output, pairing, computed=True)), None)
-    return out
+    """Each ONNX node's fx node: its metadata's; for a fused node (``fused``, from
+    :func:`replaced_fx_nodes`) the last fx node it computes, the one its value pairs
+    with; else (a node an optimizer added, a Cast say) its first computed input's."""
+    names = list(fx_names)
+    for k, region in fused.items():
+        names[k] = region[-1]
+    return lowering_of_nodes(nodes, producer, names)
 
 
 def _twins(values: list[str], pairing: Pairing, computed: bool = False) -> list[str]:
@@ -58,22 +52,26 @@ def replaced_fx_nodes(
     pairing: Pairing,
     graph: torch.fx.Graph,
 ) -> dict[int, list[str]]:
-    """For each ONNX node without metadata whose outputs and inputs pair, the fx nodes
-    (the program's, in graph order) it computes when there are several: those that
-    descend from its inputs' twins and lead to its outputs' twins."""
+    """For each ONNX node without metadata whose inputs and first output pair (a node a
+    graph tool made), the fx nodes it computes (the program's, in graph order, its first
+    output's twin last): those that descend from its inputs' twins and lead to its
+    outputs' twins.  A node without metadata whose inputs have no twin is a piece of a
+    lowering (the exporter's own, or an optimizer's Cast), not a fusion."""
     by_name = {n.name: n for n in graph.nodes}
     order = {n: k for k, n in enumerate(graph.nodes)}
     result: dict[int, list[str]] = {}
     for k, node in enumerate(nodes):
         if fx_names[k] is not None:
             continue
-        ends = [by_name[f] for f in _twins(node.output, pairing) if f in by_name]
+        first = _twins(node.output[:1], pairing, computed=True)
+        ends = [by_name[f] for f in _twins(node.output, pairing, computed=True) if f in by_name]
         starts = {by_name[f] for f in _twins(node.input, pairing) if f in by_name}
-        if not ends or not starts:
+        if not first or first[0] not in by_name or not starts:
             continue
-        inside = _between(starts, ends)
-        if len(inside) > 1:
-            result[k] = [n.name for n in sorted(inside, key=order.__getitem__)]
+        inside = sorted(_between(starts, ends), key=order.__getitem__)
+        if by_name[first[0]] in inside:
+            inside.remove(by_name[first[0]])
+            result[k] = [n.name for n in inside] + [first[0]]
     return result
 
 
