@@ -330,6 +330,32 @@ def largest_magnitude(v) -> float | None:
     return None
 
 
+def largest_element_error(expected, got) -> float | None:
+    """max |got - expected| / |expected| over the elements where ``expected`` is a finite
+    normal number (None where none is, or for anything but two float tensors or arrays
+    of one shape): how far the worst element is off relative to itself."""
+    if isinstance(expected, torch.Tensor) != isinstance(got, torch.Tensor):
+        expected, got = to_torch(expected), to_torch(got)
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        if not expected.is_floating_point() or expected.shape != got.shape:
+            return None
+        e, g = expected.detach().double(), got.detach().to(expected.device).double()
+        keep = torch.isfinite(e) & torch.isfinite(g) & (e.abs() >= smallest_normal(expected))
+        if not bool(keep.any()):
+            return None
+        return float(((g - e).abs()[keep] / e.abs()[keep]).max())
+    if isinstance(expected, np.ndarray) and isinstance(got, np.ndarray):
+        if expected.dtype.kind != "f" or expected.shape != got.shape:
+            return None
+        e, g = expected.astype(np.float64), got.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            keep = np.isfinite(e) & np.isfinite(g) & (np.abs(e) >= smallest_normal(expected))
+        if not keep.any():
+            return None
+        return float((np.abs(g - e)[keep] / np.abs(e)[keep]).max())
+    return None
+
+
 def smallest_normal(v) -> float:
     """The smallest positive normal number of a float tensor's or array's dtype (0.0 for
     anything else): below it, values keep only a few significant bits."""

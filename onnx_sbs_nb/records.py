@@ -225,6 +225,9 @@ class Record:
     # the verdict rule that decided the record (``align/judge/rules.py``), None for a value
     # without a partner
     decided_by: str | None = None
+    # an elementwise op's own error at its worst element, relative to that element (where
+    # the own error passed yet is not 0): the error err_scale2 hides beside large values
+    err_elem2: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -348,6 +351,7 @@ FIELDS: dict[str, FieldSpec] = {
     "err_h0012": FieldSpec("own |diff| > 0.01", "num"),
     "err_dev2": FieldSpec("own devices differ", "num"),
     "err_scale2": FieldSpec("own error / magnitude", "num"),
+    "err_elem2": FieldSpec("own error / its element", "num"),
     "err_l2": FieldSpec("relative L2 error", "num"),
     "err_p50": FieldSpec("median |diff|", "num"),
     "err_p99": FieldSpec("99th percentile |diff|", "num"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .completion import STOPPED, Completion
+from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
     FAILING_STATUSES,
     KIND_INPUT,
@@ -537,6 +538,11 @@ class Summarizer:
         self._fx_compared_lowerings: set[str] = set()
         # records whose own error passed but is large for their values: (ratio, n, rec)
         self._quiet: list[tuple[float, int, Record]] = []
+        # the same by an elementwise op's worst element (err_elem2), and the op types of
+        # each lowering: an element far off relative to itself is an error only where
+        # every node of the lowering is elementwise
+        self._quiet_elements: list[tuple[float, int, Record]] = []
+        self._lowering_ops: dict[str, set[str]] = {}
         self._onnx_reference: bool | None = None  # None: no node record seen yet
         self._totals: dict[str, Any] = {
             "records": 0,
@@ -615,12 +621,13 @@ class Summarizer:
         if rec.err_abs2 is not None and (s.max_own_err is None or _gt(rec.err_abs2, s.max_own_err)):
             s.max_own_err, s.max_own_err_name = rec.err_abs2, _label(rec)
 
-        if rec.err_scale2 is not None and rec.passed2 is True and s.first_failure is None:
-            item = (rec.err_scale2, -self._count, rec)
-            if len(self._quiet) < _QUIET_KEPT:
-                heapq.heappush(self._quiet, item)
-            elif item[:2] > self._quiet[0][:2]:
-                heapq.heapreplace(self._quiet, item)
+        if rec.onnx_fx_node and rec.onnx_op_type:
+            self._lowering_ops.setdefault(rec.onnx_fx_node, set()).add(rec.onnx_op_type)
+        if rec.passed2 is True and s.first_failure is None:
+            if rec.err_scale2 is not None:
+                _keep_largest(self._quiet, (rec.err_scale2, -self._count, rec))
+            if rec.err_elem2 is not None:
+                _keep_largest(self._quiet_elements, (rec.err_elem2, -self._count, rec))
         own = _own_error(rec)
         if failed and own is None:
             own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
@@ -711,7 +718,7 @@ class Summarizer:
         float32 ulps).  Its error passes where it is made and a later node (a division, a
         subtraction of close values) makes it visible."""
         first = self._s.first_failure
-        if first is None or not self._quiet:
+        if first is None or not (self._quiet or self._quiet_elements):
             return None
         if self._totals["failed"] <= self._totals["drifted"]:
             return None  # only drift, which fails no verdict: nothing to explain
@@ -719,10 +726,17 @@ class Summarizer:
         for ratio, _, rec in sorted(self._quiet, key=lambda i: i[:2], reverse=True):
             if upstream is not None and rec.onnx_name not in upstream:
                 continue
-            dtype = (rec.onnx_shape_type or "").split("[", 1)[0]
-            if ratio > default_tolerance(dtype)[1] / 10:
+            if ratio > default_tolerance(_dtype(rec))[1] / 10:
                 return rec
-            return None  # the largest is small: rounding, not a lowering's error
+            break  # the largest is small for its values: rounding, or one element off
+        # an element off relative to itself, in a lowering of elementwise ops only
+        for ratio, _, rec in sorted(self._quiet_elements, key=lambda i: i[:2], reverse=True):
+            if upstream is not None and rec.onnx_name not in upstream:
+                continue
+            ops = self._lowering_ops.get(rec.onnx_fx_node or "", {rec.onnx_op_type})
+            if not all(is_elementwise(op) for op in ops):
+                continue
+            return rec if ratio > ELEMENT_ERROR_FLOOR else None
         return None
 
     def _upstream(self, name: str | None) -> set[str] | None:
@@ -783,10 +797,21 @@ class Summarizer:
             first = self._s.first_failure
             by = _label(first) if first is not None else "a later node"
             op = f" ({first.onnx_op_type})" if first is not None and first.onnx_op_type else ""
+            scale = rec.err_scale2 or 0.0
+            if rec.err_elem2 is not None and scale <= default_tolerance(_dtype(rec))[1] / 10:
+                made = (
+                    f"one of its elements is {_percent(rec.err_elem2)} off (relative to "
+                    f"itself; its own error, at most {_fmt(rec.err_abs2)}, is below atol "
+                    f"{_fmt(rec.atol)} beside its other values)"
+                )
+            else:
+                made = (
+                    f"its own error, {_percent(rec.err_scale2)} of its values' size "
+                    f"({_fmt(rec.err_abs2)}), is below atol {_fmt(rec.atol)}"
+                )
             why = (
-                f"no node fails its own check, but its own error, {_percent(rec.err_scale2)} "
-                f"of its values' size ({_fmt(rec.err_abs2)}), is below atol {_fmt(rec.atol)} "
-                f"and is amplified by {by}{op}, the first value that fails"
+                f"no node fails its own check, but {made} and is amplified by {by}{op}, "
+                "the first value that fails"
             )
             where = on_input_text(first) if first is not None else where
         if where:
@@ -867,6 +892,18 @@ def summarize(
     summary.completion = completion
     summary.strict = strict
     return summary
+
+
+def _dtype(rec: Record) -> str:
+    return (rec.onnx_shape_type or "").split("[", 1)[0]
+
+
+def _keep_largest(heap: list[tuple[float, int, Record]], item: tuple[float, int, Record]) -> None:
+    """Keeps the _QUIET_KEPT largest items (ties: the earlier record)."""
+    if len(heap) < _QUIET_KEPT:
+        heapq.heappush(heap, item)
+    elif item[:2] > heap[0][:2]:
+        heapq.heapreplace(heap, item)
 
 
 def _percent(ratio: float | None) -> str:

@@ -39,6 +39,7 @@ FLOORS: list[tuple[str, ...]] = [
         "tolerances",
         "png",
         "measures",
+        "elementwise",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),

@@ -86,6 +86,11 @@ def test_exporter_bug_on_one_input_is_named_with_that_input(log1p_case):
     # one record per pair, in execution order
     assert [r.step for r in records] == list(range(len(records)))
     assert len({pair_key(r) for r in records}) == len(records)
+    # with own errors, the Div only inherits: the log1p that made it is named, on its input
+    run = aligned_over_inputs(ep, onx, _loader(data), own_error=True)
+    c = summarize(list(run), node_inputs=onx).culprit
+    assert c is not None and c.ep_name == "log1p" and c.rule == "amplified", c
+    assert c.input_index == BAD_LOG1P and f"on input {BAD_LOG1P}" in c.why
 
 
 class RowMax(torch.nn.Module):

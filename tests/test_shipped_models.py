@@ -285,3 +285,31 @@ def test_exact_lowerings_name_no_amplified_culprit():
     ep, onx = export(_Block(16), (torch.randn(1, 6, 16),))
     records = list(run_aligned(ep, onx, (torch.randn(1, 6, 16),), own_error=True))
     assert summarize(records, node_inputs=onx).culprit is None
+
+
+class _Log1pRatio(torch.nn.Module):
+    def forward(self, x):
+        return torch.log1p(x) / x
+
+
+def test_one_element_off_beside_large_values_is_named_where_it_is_made():
+    """log1p lowered as Log(Add(x, 1)) on values up to 1 with one at 1e-9: that element
+    is 100% off (0 for 1e-9) while the own error is 1e-9 beside values near 0.7, so the
+    own error relative to the values' size is rounding-small. An elementwise lowering
+    rounds each element by ulps of itself: the element far off relative to itself is
+    named, and the why says so."""
+    torch.manual_seed(0)
+    x = torch.rand(4, 8) * 0.9 + 0.1
+    ep, onx = export(_Log1pRatio(), (x,))
+    if not {"Add", "Log"} <= {n.op_type for n in onx.graph.node}:
+        pytest.skip("this exporter lowers log1p exactly")
+    x[2, 3] = 1e-9
+    records = list(run_aligned(ep, onx, (x,), own_error=True))
+    s = summarize(records, node_inputs=onx)
+    assert s.culprit is not None and s.culprit.rule == "amplified", s.to_text()
+    assert s.culprit.ep_name == "log1p", s.to_text()
+    assert "one of its elements is 1e+02% off" in s.culprit.why, s.culprit.why
+    log1p = next(r for r in records if r.ep_name == "log1p")
+    assert log1p.err_scale2 < 1e-6 and log1p.err_elem2 == pytest.approx(1.0)
+    # a matrix product's elements near 0 are not judged against themselves
+    assert all(r.err_elem2 is None for r in records if r.onnx_op_type in ("Gemm", "MatMul"))

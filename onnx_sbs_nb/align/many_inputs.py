@@ -6,7 +6,9 @@ side-by-side run once per input, in turn, and folds each record into the aggrega
 its pair: the worst input's record (what the views show and the summary judges), how
 many inputs fail there and the mean error.  Then it yields one record per pair, in
 execution order, so that the summary's culprit is the first node that fails on any input
-and names that input.
+and names that input.  A pair that passes on every input shows its record on the first
+input where something fails: the values upstream of that failure, where an error made
+under tolerance and amplified later is found, rather than its largest rounding.
 
 What a second run of the same program and model needs is kept between runs
 (``engine/setup_cache.py``: prepared program, pairing, tables, plan; ``engine/runners.py``:
@@ -77,6 +79,10 @@ class PairAggregate:
     seen: int = 0
     err_sum: float = 0.0
     err_count: int = 0
+    # its record on the first input where some pair fails: a pair that passes on every
+    # input shows that input, where the values upstream of the failure are (an error
+    # made under tolerance is found among them), rather than its largest rounding
+    on_failing_input: tuple[Record, int] | None = None
 
     def add(self, rec: Record, index: int) -> None:
         self.seen += 1
@@ -89,11 +95,18 @@ class PairAggregate:
         if severity > self.severity:  # ties keep the earlier input
             self.worst, self.worst_input, self.severity = rec, index, severity
 
+    def shown(self) -> tuple[Record, int]:
+        """The record the views show for this pair, and its input."""
+        if self.severity[0] == 0 and self.on_failing_input is not None:
+            return self.on_failing_input
+        return self.worst, self.worst_input
+
     def record(self, step: int, name: str | None) -> Record:
+        shown, index = self.shown()
         return dataclasses.replace(
-            self.worst,
+            shown,
             step=step,
-            input_index=self.worst_input,
+            input_index=index,
             input_name=name,
             inputs_failing=self.failing,
             inputs_total=self.seen,
@@ -272,7 +285,7 @@ class ManyInputsRun:
             item_run = self._run_for(item, index)
         ordered = sorted(pairs.values(), key=lambda a: a.order)
         for step, agg in enumerate(ordered):
-            rec = agg.record(step, self.input_names[agg.worst_input])
+            rec = agg.record(step, self.input_names[agg.shown()[1]])
             self.records.append(rec)
             status.records += 1
             if rec.failed:
@@ -291,6 +304,7 @@ class ManyInputsRun:
     def _fold(self, run: Any, index: int, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
         status = self.status
         kept: list[Record] = []
+        seen: list[tuple[PairAggregate, Record]] = []  # until an input fails
         failing = False
         name = self.input_names[index]
         try:
@@ -305,6 +319,8 @@ class ManyInputsRun:
                 agg.add(rec, index)
                 if not failing and fails(rec) and not rec.drifted:
                     failing = True
+                if not self.failing_inputs:
+                    seen.append((agg, rec))
                 if self.keep_records:
                     kept.append(rec)
                 inner = run.status
@@ -318,6 +334,9 @@ class ManyInputsRun:
         if run.status.stopped:
             status.stopped = True
         if failing:
+            if not self.failing_inputs:
+                for agg, rec in seen:
+                    agg.on_failing_input = (rec, index)
             self.failing_inputs.append(index)
         if self.keep_records:
             self.records_by_input.append(kept)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...convert import device_of
-from ...diff import ARRAY_TYPES, compare, largest_magnitude, shape_type
+from ...diff import ARRAY_TYPES, compare, largest_element_error, largest_magnitude, shape_type
+from ...elementwise import is_elementwise
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..pairing.names import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE, Pair
@@ -102,6 +103,8 @@ def judge_own(record: Record, pair: Pair, want: Any, own_value: Any, ctx: RuleCo
         scale = largest_magnitude(e2)
         if scale:
             record.err_scale2 = d2.err_abs / scale
+        if is_elementwise(record.onnx_op_type):
+            record.err_elem2 = largest_element_error(e2, g2)
 
 
 __all__ = ["Verdicts", "judge_own"]
