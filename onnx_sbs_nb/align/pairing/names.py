@@ -1,21 +1,26 @@
 """Pairing values of the fx graph with values of the ONNX graph.
 
-Rules, in order (each record says which one paired it):
+The rules are the classes of :data:`FX_RULES`, run in that order on one
+:class:`FxPairingContext` (each record's ``paired_by`` is the name of the rule that
+paired it; each rule's strength is declared in :mod:`.rules`):
 
-1. ``name``: the ONNX value carries the fx node's name (the dynamo exporter names the
-   value that implements an fx node after it);
-2. ``state_dict``: an initializer named after a parameter, buffer or constant, or one
-   whose ``pkg.torch.onnx.original_node_name`` says so; an initializer consumed by the
-   ONNX node of an fx node whose weight argument has the same number of elements (the
-   exporter folds ``weight.T`` of a linear into a new initializer) pairs with that weight,
-   compared through the same transposition;
-3. ``metadata``: an fx node not paired by name pairs with the last output of the ONNX
-   nodes that carry it in ``pkg.torch.onnx.fx_node`` whose declared type matches;
-4. ``metadata`` again, for the outputs of a multi-output fx node (an LSTM, a Split):
-   its ``getitem`` users pair with the values its lowering hands to other nodes, when
-   their declared type and shape single one out (through a permutation of the axes when
-   an optimizer merged the transposes around the lowering);
-5. ``position``: graph inputs and outputs left over pair by position.
+1. ``name`` (:class:`.SameName`): the ONNX value carries the fx node's name (the dynamo
+   exporter names the value that implements an fx node after it);
+2. ``state_dict`` (:class:`.StateDictName`, :class:`FoldedWeights`): an initializer named
+   after a parameter, buffer or constant, or one whose ``pkg.torch.onnx.original_node_name``
+   says so; an initializer consumed by the ONNX node of an fx node whose weight argument
+   has the same number of elements (the exporter folds ``weight.T`` of a linear into a new
+   initializer) pairs with that weight, compared through the same transposition;
+3. ``metadata`` (:class:`ByMetadata`): an fx node not paired by name pairs with the last
+   output of the ONNX nodes that carry it in ``pkg.torch.onnx.fx_node`` whose declared
+   type matches;
+4. ``metadata`` again (:class:`GetitemOutputs`), for the outputs of a multi-output fx node
+   (an LSTM, a Split); ``position`` (:class:`SplitParts`) for the parts of a split whose
+   lowering lost its metadata;
+5. ``structure`` (:class:`AroundPaired`): the values around paired ones, for a graph tool
+   that dropped the metadata or renamed values;
+6. ``position`` (:class:`.ByPosition`): graph inputs and outputs left over pair by
+   position.
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then
@@ -25,7 +30,7 @@ of a shape mismatch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -43,11 +48,11 @@ from ...records import (
     PAIRED_BY_STATE_DICT,
     PAIRED_BY_STRUCTURE,
 )
-from ..source.fx_metadata import (
-    ORIGINAL_NAME_KEY,
-    FxMetadata,
-    fx_name_from_metadata,
-)
+from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
+from .basic_rules import ByPosition, SameName, StateDictName
+from .context import PairingContext, PairingStep, run_rules
+from .pairs import Pair, Pairing
+from .rules import rule
 
 TRANSFORM_TRANSPOSE = "transpose"
 # the ONNX value is the fx value with size-1 axes removed or added (onnxsim and other graph
@@ -62,49 +67,6 @@ TRANSFORM_AS_REAL = "as_real"
 TRANSFORM_CAST = "cast"
 _FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _REAL_OF_COMPLEX = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-
-
-@dataclass(slots=True)
-class Pair:
-    onnx_name: str
-    fx_name: str
-    rule: str
-    kind: str
-    transform: str | None = None  # how to turn the fx value into the ONNX one
-    cast_to: int | None = None  # for a cast: the ONNX element type of the candidate value
-    perm: tuple[int, ...] | None = None  # the permutation of TRANSFORM_PERMUTE
-    # TRANSFORM_RESHAPE: the size-1 axes of the fx value and of the ONNX value
-    squeeze: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-    # TRANSFORM_RESHAPE otherwise: the ONNX value's shape (-1 for its one unknown axis)
-    shape: tuple[int, ...] | None = None
-    # the model declares the value with the fx value's static shape, every axis known: a
-    # pair made by metadata, place or structure whose computed shape then differs is the
-    # lowering's error (it computes another shape than it declares), not another value
-    declared: bool = False
-
-
-@dataclass
-class Pairing:
-    by_onnx: dict[str, Pair] = field(default_factory=dict)
-    # tuples: a run shares them with the cached pairing, and the cyclic collector does
-    # not track a tuple the way it tracks a list (one per fx value)
-    by_fx: dict[str, tuple[Pair, ...]] = field(default_factory=dict)
-    # what a kept pairing is keyed on (setup_cache.py): a plan made from it may be kept too
-    cache_key: Any = field(default=None, compare=False)
-
-    def add(self, pair: Pair) -> None:
-        self.by_onnx[pair.onnx_name] = pair
-        self.by_fx[pair.fx_name] = (*self.by_fx.get(pair.fx_name, ()), pair)
-
-    def __len__(self) -> int:
-        return len(self.by_onnx)
-
-
-def _metadata(proto: Any, key: str) -> str | None:
-    for p in getattr(proto, "metadata_props", ()):
-        if p.key == key:
-            return p.value
-    return None
 
 
 def lowering_of_nodes(
@@ -283,47 +245,59 @@ def _multiplies_as_stored(node: onnx.NodeProto, name: str) -> bool:
     return False
 
 
-def _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair) -> None:
+class FoldedWeights(PairingStep):
     """An initializer consumed by the lowering of an fx node whose weight argument has as
-    many elements pairs with that weight (through a transposition when it is one)."""
-    for node, fx_name in zip(g.node, fx_of):
-        unpaired = [i for i in node.input if i in initializers and i not in pairing.by_onnx]
-        if not unpaired:
-            continue
-        fx_node = fx_nodes.get(fx_name) if fx_name else None
-        if fx_node is None:
-            continue
-        weight_args = [a for a in fx_node.all_input_nodes if a.name in weights]
-        for inp in unpaired:
-            if inp in pairing.by_onnx:
+    many elements pairs with that weight (through a transposition when it is one).
+    ``by_pairs``: a node's fx node is also found from the pairs (:func:`_fx_of_paired`),
+    for a graph tool that dropped the metadata."""
+
+    declared = rule(PAIRED_BY_STATE_DICT)
+
+    def __init__(self, by_pairs: bool = False):
+        self.by_pairs = by_pairs
+
+    def run(self, ctx: FxPairingContext) -> None:
+        g, fx_nodes, initializers = ctx.graph, ctx.fx_nodes, ctx.initializers
+        weights, pairing, try_pair = ctx.weights, ctx.pairing, ctx.try_pair
+        fx_of = _fx_of_paired(g, ctx.fx_of, pairing) if self.by_pairs else ctx.fx_of
+        for node, fx_name in zip(g.node, fx_of):
+            unpaired = [i for i in node.input if i in initializers and i not in pairing.by_onnx]
+            if not unpaired:
                 continue
-            dims = list(initializers[inp].dims)
-            numel = 1
-            for d in dims:
-                numel *= d
-            cands = []
-            for w in weight_args:
-                val = w.meta.get("val")
-                if isinstance(val, torch.Tensor) and val.numel() == numel and numel > 1:
-                    cands.append((w, list(val.shape)))
-            if len(cands) != 1:
+            fx_node = fx_nodes.get(fx_name) if fx_name else None
+            if fx_node is None:
                 continue
-            w, shape = cands[0]
-            # a linear lowered to MatMul multiplies by weight.T, folded into the initializer;
-            # a square one can only be told by its consumer (onnxruntime's MatMulAddFusion
-            # makes that MatMul a Gemm, which multiplies by B as stored unless transB)
-            transposed = (
-                len(dims) == 2
-                and shape == dims[::-1]
-                and (
-                    shape != dims
-                    or (_multiplies_as_stored(node, inp) and "linear" in str(fx_node.target))
+            weight_args = [a for a in fx_node.all_input_nodes if a.name in weights]
+            for inp in unpaired:
+                if inp in pairing.by_onnx:
+                    continue
+                dims = list(initializers[inp].dims)
+                numel = 1
+                for d in dims:
+                    numel *= d
+                cands = []
+                for w in weight_args:
+                    val = w.meta.get("val")
+                    if isinstance(val, torch.Tensor) and val.numel() == numel and numel > 1:
+                        cands.append((w, list(val.shape)))
+                if len(cands) != 1:
+                    continue
+                w, shape = cands[0]
+                # a linear lowered to MatMul multiplies by weight.T, folded into the initializer;
+                # a square one can only be told by its consumer (onnxruntime's MatMulAddFusion
+                # makes that MatMul a Gemm, which multiplies by B as stored unless transB)
+                transposed = (
+                    len(dims) == 2
+                    and shape == dims[::-1]
+                    and (
+                        shape != dims
+                        or (_multiplies_as_stored(node, inp) and "linear" in str(fx_node.target))
+                    )
                 )
-            )
-            if transposed:
-                try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
-            elif shape == dims:
-                try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
+                if transposed:
+                    try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
+                elif shape == dims:
+                    try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
 
 
 # fx views whose ONNX lowering is a Reshape, and the ONNX ops a graph tool leaves for them
@@ -332,28 +306,31 @@ _FX_VIEWS = ("aten.view", "aten._unsafe_view", "aten.reshape", "aten.squeeze",
 _ONNX_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
-def _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> int:
+class ThroughViews(PairingStep):
     """A paired view (an fx ``view``/``reshape`` whose ONNX value a Reshape makes): the
     Reshape's data input is the view's input, in another shape.  Graph tools move
     reshapes around a MatMul turned Gemm, and the fx value before the view keeps no ONNX
-    value of its own shape.  Returns how many pairs were made."""
-    made = 0
-    for node in g.node:
-        if node.op_type not in _ONNX_VIEWS or node.domain not in ("", "ai.onnx"):
-            continue
-        if not node.input or not node.output or node.input[0] in pairing.by_onnx:
-            continue
-        pairs = pairing.by_onnx.get(node.output[0])
-        fx = fx_nodes.get(pairs.fx_name) if pairs is not None else None
-        if fx is None or not str(fx.target).startswith(_FX_VIEWS) or not fx.args:
-            continue
-        src = fx.args[0]
-        if not isinstance(src, torch.fx.Node) or src.name in pairing.by_fx:
-            continue
-        if _numel(fx_value_shape(src)) != _numel(onnx_shapes.get(node.input[0])):
-            continue
-        made += try_pair(node.input[0], src.name, PAIRED_BY_STRUCTURE, TRANSFORM_RESHAPE)
-    return made
+    value of its own shape."""
+
+    declared = rule(PAIRED_BY_STRUCTURE)
+
+    def run(self, ctx: FxPairingContext) -> None:
+        fx_nodes, pairing, onnx_shapes = ctx.fx_nodes, ctx.pairing, ctx.onnx_shapes
+        for node in ctx.graph.node:
+            if node.op_type not in _ONNX_VIEWS or node.domain not in ("", "ai.onnx"):
+                continue
+            if not node.input or not node.output or node.input[0] in pairing.by_onnx:
+                continue
+            pairs = pairing.by_onnx.get(node.output[0])
+            fx = fx_nodes.get(pairs.fx_name) if pairs is not None else None
+            if fx is None or not str(fx.target).startswith(_FX_VIEWS) or not fx.args:
+                continue
+            src = fx.args[0]
+            if not isinstance(src, torch.fx.Node) or src.name in pairing.by_fx:
+                continue
+            if _numel(fx_value_shape(src)) != _numel(onnx_shapes.get(node.input[0])):
+                continue
+            ctx.try_pair(node.input[0], src.name, PAIRED_BY_STRUCTURE, TRANSFORM_RESHAPE)
 
 
 # fx targets lowered to one ONNX node of that op, operands in the same order (the last
@@ -371,49 +348,56 @@ _ONE_NODE_LOWERINGS = {
 _COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min"})
 
 
-def _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair) -> int:
+class Operands(PairingStep):
     """The operands of a paired one-node lowering (an ``aten.add`` whose value an ``Add``
     makes) are the fx node's operands: graph tools rename the values between nodes (a
     bias Add of zeros removed, a reshape folded), and the node reading them says which
     they are.  Operands pair only where the others agree (an anchor), or alone."""
-    made = 0
-    constants = {o for n in g.node if n.op_type == "Constant" for o in n.output}
-    for node in g.node:
-        if not node.output:
-            continue
-        pair = pairing.by_onnx.get(node.output[0])
-        fx = fx_nodes.get(pair.fx_name) if pair is not None else None
-        if fx is None or fx.op != "call_function" or fx.kwargs:
-            continue
-        if _ONE_NODE_LOWERINGS.get(str(fx.target)) != node.op_type or pair.transform:
-            continue
-        onnx_args = [i for i in node.input if i and i not in initializers and i not in constants]
-        fx_args = [
-            _through_copies(a, pairing)
-            for a in fx.args
-            if isinstance(a, torch.fx.Node) and a.name not in weights
-        ]
-        if len(onnx_args) != len(fx_args) or len(fx_args) != len(
-            [a for a in fx.args if isinstance(a, torch.fx.Node)]
-        ):
-            continue
-        orders = [fx_args]
-        if node.op_type in _COMMUTATIVE and len(fx_args) == 2:
-            orders.append(fx_args[::-1])
-        for order in orders:
-            loose = [
-                (o, f) for o, f in zip(onnx_args, order)
-                if o not in pairing.by_onnx and f.name not in pairing.by_fx
-            ]  # fmt: skip
-            bound = [(o, f) for o, f in zip(onnx_args, order) if (o, f) not in loose]
-            if any(
-                o not in pairing.by_onnx or pairing.by_onnx[o].fx_name != f.name for o, f in bound
+
+    declared = rule(PAIRED_BY_STRUCTURE)
+
+    def run(self, ctx: FxPairingContext) -> None:
+        g, fx_nodes, weights, pairing = ctx.graph, ctx.fx_nodes, ctx.weights, ctx.pairing
+        initializers = ctx.initializers
+        constants = {o for n in g.node if n.op_type == "Constant" for o in n.output}
+        for node in g.node:
+            if not node.output:
+                continue
+            pair = pairing.by_onnx.get(node.output[0])
+            fx = fx_nodes.get(pair.fx_name) if pair is not None else None
+            if fx is None or fx.op != "call_function" or fx.kwargs:
+                continue
+            if _ONE_NODE_LOWERINGS.get(str(fx.target)) != node.op_type or pair.transform:
+                continue
+            onnx_args = [
+                i for i in node.input if i and i not in initializers and i not in constants
+            ]
+            fx_args = [
+                _through_copies(a, pairing)
+                for a in fx.args
+                if isinstance(a, torch.fx.Node) and a.name not in weights
+            ]
+            if len(onnx_args) != len(fx_args) or len(fx_args) != len(
+                [a for a in fx.args if isinstance(a, torch.fx.Node)]
             ):
-                continue  # the other operands disagree in this order
-            if len(loose) == 1:
-                made += try_pair(loose[0][0], loose[0][1].name, PAIRED_BY_STRUCTURE)
-            break
-    return made
+                continue
+            orders = [fx_args]
+            if node.op_type in _COMMUTATIVE and len(fx_args) == 2:
+                orders.append(fx_args[::-1])
+            for order in orders:
+                loose = [
+                    (o, f) for o, f in zip(onnx_args, order)
+                    if o not in pairing.by_onnx and f.name not in pairing.by_fx
+                ]  # fmt: skip
+                bound = [(o, f) for o, f in zip(onnx_args, order) if (o, f) not in loose]
+                if any(
+                    o not in pairing.by_onnx or pairing.by_onnx[o].fx_name != f.name
+                    for o, f in bound
+                ):
+                    continue  # the other operands disagree in this order
+                if len(loose) == 1:
+                    ctx.try_pair(loose[0][0], loose[0][1].name, PAIRED_BY_STRUCTURE)
+                break
 
 
 # fx nodes that pass their first argument's value on: the exporter lowers them to nothing
@@ -506,37 +490,43 @@ def _tail_fused(node, fx: torch.fx.Node | None, fused: dict, pairing: Pairing) -
     return False
 
 
-def _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+class ByMetadata(PairingStep):
     """An fx node not paired by name pairs with the last output of the last ONNX node
     whose metadata names it, when the declared type and shape agree."""
-    last_by_fx: dict[str, onnx.NodeProto] = {}
-    fused: dict[str, list[onnx.NodeProto]] = {}  # value -> fused nodes reading it
-    for node, fx_name in zip(g.node, fx_of):
-        if fx_name:
-            last_by_fx[fx_name] = node
-        elif node.domain not in ("", "ai.onnx"):
-            for i in node.input:
-                fused.setdefault(i, []).append(node)
-    for fx_name, node in last_by_fx.items():
-        if fused and _tail_fused(node, fx_nodes.get(fx_name), fused, pairing):
-            continue
-        if fx_name in pairing.by_fx or fx_name not in fx_nodes:
-            continue
-        fx_type = fx_value_type(fx_nodes[fx_name])
-        if fx_type is None:
-            continue
-        candidates = [
-            o
-            for o in node.output
-            if o
-            and o not in pairing.by_onnx
-            and o in onnx_types
-            and value_transform(fx_nodes[fx_name], onnx_types[o], onnx_shapes.get(o))
-        ]
-        if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
-            candidates = [node.output[0]] if node.output[0] not in onnx_types else []
-        if candidates:
-            try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
+
+    declared = rule(PAIRED_BY_METADATA)
+
+    def run(self, ctx: FxPairingContext) -> None:
+        fx_nodes, pairing = ctx.fx_nodes, ctx.pairing
+        onnx_types, onnx_shapes = ctx.onnx_types, ctx.onnx_shapes
+        last_by_fx: dict[str, onnx.NodeProto] = {}
+        fused: dict[str, list[onnx.NodeProto]] = {}  # value -> fused nodes reading it
+        for node, fx_name in zip(ctx.graph.node, ctx.fx_of):
+            if fx_name:
+                last_by_fx[fx_name] = node
+            elif node.domain not in ("", "ai.onnx"):
+                for i in node.input:
+                    fused.setdefault(i, []).append(node)
+        for fx_name, node in last_by_fx.items():
+            if fused and _tail_fused(node, fx_nodes.get(fx_name), fused, pairing):
+                continue
+            if fx_name in pairing.by_fx or fx_name not in fx_nodes:
+                continue
+            fx_type = fx_value_type(fx_nodes[fx_name])
+            if fx_type is None:
+                continue
+            candidates = [
+                o
+                for o in node.output
+                if o
+                and o not in pairing.by_onnx
+                and o in onnx_types
+                and value_transform(fx_nodes[fx_name], onnx_types[o], onnx_shapes.get(o))
+            ]
+            if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
+                candidates = [node.output[0]] if node.output[0] not in onnx_types else []
+            if candidates:
+                ctx.try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
 
 
 def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -568,76 +558,86 @@ def _is_getitem(node: torch.fx.Node) -> bool:
     return found
 
 
-def _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
-    # only the lowerings of multi-output fx nodes matter: most programs have few or none,
-    # and the walk below reads every ONNX node
-    sources = {
-        u.args[0].name
-        for u in fx_nodes.values()
-        if _is_getitem(u) and u.args and isinstance(u.args[0], torch.fx.Node)
-    }
-    if not sources.intersection(fx_of):
-        return
-    nodes = list(g.node)
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    lowering = lowering_of_nodes(nodes, producer, fx_of)
-    consumers: dict[str, set[int]] = {}
-    for k, n in enumerate(nodes):
-        for i in n.input:
-            consumers.setdefault(i, set()).add(k)
-    outputs = {o.name for o in g.output}
-    handed_on: dict[str, list[str]] = {}  # fx node -> values its lowering hands on
-    for k, n in enumerate(nodes):
-        group = lowering[k]
-        if group is None:
-            continue
-        for o in n.output:
-            if not o or o in pairing.by_onnx:
+class GetitemOutputs(PairingStep):
+    """The outputs of a multi-output fx node (an LSTM, a Split): its ``getitem`` users
+    pair with the values its lowering hands to other nodes, when their declared type and
+    shape single one out (through a permutation of the axes when an optimizer merged the
+    transposes around the lowering)."""
+
+    declared = rule(PAIRED_BY_METADATA)
+
+    def run(self, ctx: FxPairingContext) -> None:
+        g, fx_of, fx_nodes, pairing = ctx.graph, ctx.fx_of, ctx.fx_nodes, ctx.pairing
+        onnx_types, onnx_shapes, try_pair = ctx.onnx_types, ctx.onnx_shapes, ctx.try_pair
+        # only the lowerings of multi-output fx nodes matter: most programs have few or none,
+        # and the walk below reads every ONNX node
+        sources = {
+            u.args[0].name
+            for u in fx_nodes.values()
+            if _is_getitem(u) and u.args and isinstance(u.args[0], torch.fx.Node)
+        }
+        if not sources.intersection(fx_of):
+            return
+        nodes = list(g.node)
+        producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+        lowering = lowering_of_nodes(nodes, producer, fx_of)
+        consumers: dict[str, set[int]] = {}
+        for k, n in enumerate(nodes):
+            for i in n.input:
+                consumers.setdefault(i, set()).add(k)
+        outputs = {o.name for o in g.output}
+        handed_on: dict[str, list[str]] = {}  # fx node -> values its lowering hands on
+        for k, n in enumerate(nodes):
+            group = lowering[k]
+            if group is None:
                 continue
-            outside = any(lowering[c] != group for c in consumers.get(o, ())) or o in outputs
-            if outside:
-                handed_on.setdefault(group, []).append(o)
-    for group, values in handed_on.items():
-        source = fx_nodes.get(group)
-        if source is None:
-            continue
-        getitems = [
-            u
-            for u in source.users
-            if _is_getitem(u) and u.name not in pairing.by_fx and fx_value_type(u) is not None
-        ]
-        for u in getitems:
-            ftype, fshape = fx_value_type(u), fx_value_shape(u)
-            if fshape is None or None in fshape:
+            for o in n.output:
+                if not o or o in pairing.by_onnx:
+                    continue
+                outside = any(lowering[c] != group for c in consumers.get(o, ())) or o in outputs
+                if outside:
+                    handed_on.setdefault(group, []).append(o)
+        for group, values in handed_on.items():
+            source = fx_nodes.get(group)
+            if source is None:
                 continue
-            typed = [
-                v
-                for v in values
-                if v not in pairing.by_onnx
-                and v in onnx_types
-                and types_compatible(ftype, onnx_types[v])
-                and None not in onnx_shapes.get(v, (None,))
+            getitems = [
+                u
+                for u in source.users
+                if _is_getitem(u) and u.name not in pairing.by_fx and fx_value_type(u) is not None
             ]
-            same = [v for v in typed if onnx_shapes[v] == fshape]
-            if len(same) == 1:
-                try_pair(same[0], u.name, PAIRED_BY_METADATA)
-                continue
-            if len(same) > 1:
-                # equal parts (chunk, split into equal sizes): one Split makes them all, in
-                # the order torch returns them, so the getitem's index names its output
-                v = _split_output(nodes, producer, same, u.args[1] if len(u.args) > 1 else None)
-                if v is not None:
-                    try_pair(v, u.name, PAIRED_BY_METADATA)
-                continue
-            # Optimizers merge the transposes around RNN lowerings into their neighbours,
-            # so the value handed on may be the getitem with its axes permuted: pair it
-            # when one value and one permutation single it out, compared through it.
-            permuted = [(v, _unique_permutation(fshape, onnx_shapes[v])) for v in typed]
-            permuted = [(v, p) for v, p in permuted if p is not None]
-            if len(permuted) == 1 and not same:
-                v, perm = permuted[0]
-                if try_pair(v, u.name, PAIRED_BY_METADATA, TRANSFORM_PERMUTE):
-                    pairing.by_onnx[v].perm = perm
+            for u in getitems:
+                ftype, fshape = fx_value_type(u), fx_value_shape(u)
+                if fshape is None or None in fshape:
+                    continue
+                typed = [
+                    v
+                    for v in values
+                    if v not in pairing.by_onnx
+                    and v in onnx_types
+                    and types_compatible(ftype, onnx_types[v])
+                    and None not in onnx_shapes.get(v, (None,))
+                ]
+                same = [v for v in typed if onnx_shapes[v] == fshape]
+                if len(same) == 1:
+                    try_pair(same[0], u.name, PAIRED_BY_METADATA)
+                    continue
+                if len(same) > 1:
+                    # equal parts (chunk, split into equal sizes): one Split makes them all, in
+                    # the order torch returns them, so the getitem's index names its output
+                    v = _split_output(nodes, producer, same, u.args[1] if len(u.args) > 1 else None)
+                    if v is not None:
+                        try_pair(v, u.name, PAIRED_BY_METADATA)
+                    continue
+                # Optimizers merge the transposes around RNN lowerings into their neighbours,
+                # so the value handed on may be the getitem with its axes permuted: pair it
+                # when one value and one permutation single it out, compared through it.
+                permuted = [(v, _unique_permutation(fshape, onnx_shapes[v])) for v in typed]
+                permuted = [(v, p) for v, p in permuted if p is not None]
+                if len(permuted) == 1 and not same:
+                    v, perm = permuted[0]
+                    if try_pair(v, u.name, PAIRED_BY_METADATA, TRANSFORM_PERMUTE):
+                        pairing.by_onnx[v].perm = perm
 
 
 def _split_output(nodes, producer, candidates: list[str], index: Any) -> str | None:
@@ -659,47 +659,53 @@ def _split_output(nodes, producer, candidates: list[str], index: Any) -> str | N
 _SPLITS = ("aten.split.Tensor", "aten.split_with_sizes.default", "aten.unsafe_split.Tensor")
 
 
-def _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair) -> None:
+class SplitParts(PairingStep):
     """Pairs the getitems of an fx split with the outputs of the ONNX Split of the same
     tensor (its input paired with the split's) along the same axis, part by part: the
     optimizer rewrites a split's lowering into one Split node and drops its metadata, and
     equal parts (``chunk``) cannot be told apart by shape."""
-    # the split tensor's fx name -> {split node name -> {index -> getitem}}
-    splits: dict[str, dict[str, dict[Any, torch.fx.Node]]] = {}
-    for u in fx_nodes.values():
-        if _is_getitem(u) and u.name not in pairing.by_fx and len(u.args) > 1:
-            src = u.args[0]
-            if isinstance(src, torch.fx.Node) and str(src.target) in _SPLITS and src.args:
-                split_of = getattr(src.args[0], "name", None)
-                splits.setdefault(split_of, {}).setdefault(src.name, {})[u.args[1]] = u
-    if not splits:
-        return
-    for n in g.node:
-        if n.op_type != "Split" or n.domain not in ("", "ai.onnx") or not n.input:
-            continue
-        data = pairing.by_onnx.get(n.input[0])
-        if data is None or data.transform is not None or data.fx_name not in splits:
-            continue
-        for name, parts in splits[data.fx_name].items():
-            src = fx_nodes[name]
-            if not _same_split_axis(src, n, onnx_shapes.get(n.input[0])):
+
+    declared = rule(PAIRED_BY_POSITION)
+
+    def run(self, ctx: FxPairingContext) -> None:
+        g, fx_nodes, pairing = ctx.graph, ctx.fx_nodes, ctx.pairing
+        onnx_types, onnx_shapes, try_pair = ctx.onnx_types, ctx.onnx_shapes, ctx.try_pair
+        # the split tensor's fx name -> {split node name -> {index -> getitem}}
+        splits: dict[str, dict[str, dict[Any, torch.fx.Node]]] = {}
+        for u in fx_nodes.values():
+            if _is_getitem(u) and u.name not in pairing.by_fx and len(u.args) > 1:
+                src = u.args[0]
+                if isinstance(src, torch.fx.Node) and str(src.target) in _SPLITS and src.args:
+                    split_of = getattr(src.args[0], "name", None)
+                    splits.setdefault(split_of, {}).setdefault(src.name, {})[u.args[1]] = u
+        if not splits:
+            return
+        for n in g.node:
+            if n.op_type != "Split" or n.domain not in ("", "ai.onnx") or not n.input:
                 continue
-            outputs = list(n.output)
-            for index, u in parts.items():
-                if not isinstance(index, int) or not -len(outputs) <= index < len(outputs):
+            data = pairing.by_onnx.get(n.input[0])
+            if data is None or data.transform is not None or data.fx_name not in splits:
+                continue
+            for name, parts in splits[data.fx_name].items():
+                src = fx_nodes[name]
+                if not _same_split_axis(src, n, onnx_shapes.get(n.input[0])):
                     continue
-                v = outputs[index]
-                shape = fx_value_shape(u)
-                ftype = fx_value_type(u)
-                if (
-                    v
-                    and shape is not None
-                    and onnx_shapes.get(v) == shape
-                    and ftype is not None
-                    and v in onnx_types
-                    and types_compatible(ftype, onnx_types[v])
-                ):
-                    try_pair(v, u.name, PAIRED_BY_POSITION)
+                outputs = list(n.output)
+                for index, u in parts.items():
+                    if not isinstance(index, int) or not -len(outputs) <= index < len(outputs):
+                        continue
+                    v = outputs[index]
+                    shape = fx_value_shape(u)
+                    ftype = fx_value_type(u)
+                    if (
+                        v
+                        and shape is not None
+                        and onnx_shapes.get(v) == shape
+                        and ftype is not None
+                        and v in onnx_types
+                        and types_compatible(ftype, onnx_types[v])
+                    ):
+                        try_pair(v, u.name, PAIRED_BY_POSITION)
 
 
 def _same_split_axis(src: torch.fx.Node, node: onnx.NodeProto, shape) -> bool:
@@ -776,45 +782,47 @@ def _transform_of(
     return transform, squeeze
 
 
-def _pair_by_position(onnx_list: list[str], fx_list: list[str], pairing: Pairing, try_pair) -> None:
-    """Graph inputs (or outputs) left over pair by position, when both sides have as many."""
-    if len(onnx_list) != len(fx_list):
-        return
-    for o, f in zip(onnx_list, fx_list):
-        if o not in pairing.by_onnx and f not in pairing.by_fx:
-            try_pair(o, f, PAIRED_BY_POSITION)
-
-
-def _pair_state_dict(
-    initializers: dict[str, Any], weight_by_target: dict[str, str], pairing: Pairing, try_pair
-) -> None:
-    """Initializers named after a parameter, buffer or constant (or whose
-    ``pkg.torch.onnx.original_node_name`` says so) pair with its placeholder."""
-    for name, init in initializers.items():
-        if name in pairing.by_onnx:
-            continue
-        target = _metadata(init, ORIGINAL_NAME_KEY) or name
-        ph = weight_by_target.get(target)
-        if ph is not None:
-            try_pair(name, ph, PAIRED_BY_STATE_DICT)
-
-
-def _pair_around_paired(
-    g, fx_of, fx_nodes, weights, initializers, pairing, onnx_types, onnx_shapes, try_pair
-) -> None:
+class AroundPaired(PairingStep):
     """The values around paired ones (through views, operands, folded weights), a few
-    rounds, until nothing more pairs."""
-    for _ in range(4):
-        made = _pair_through_views(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
-        made += _pair_operands(g, fx_nodes, weights, initializers, pairing, try_pair)
-        fx_by_pairs = _fx_of_paired(g, fx_of, pairing)
-        before = len(pairing.by_onnx)
-        _pair_folded_weights(g, fx_by_pairs, fx_nodes, initializers, weights, pairing, try_pair)
-        if not made and len(pairing.by_onnx) == before:
-            break
+    rounds, until nothing more pairs: for a graph tool that dropped the metadata or
+    renamed values."""
+
+    declared = rule(PAIRED_BY_STRUCTURE)
+    rounds: tuple[PairingStep, ...] = (ThroughViews(), Operands(), FoldedWeights(by_pairs=True))
+
+    def run(self, ctx: FxPairingContext) -> None:
+        for _ in range(4):
+            if not sum(step.pair(ctx) for step in self.rounds):
+                break
 
 
-def pair_values(
+@dataclass
+class FxPairingContext(PairingContext):
+    """What the fx-to-ONNX rules read besides the shared context: the program's nodes and
+    weights, and the candidate's declared types and shapes and each node's fx node."""
+
+    fx_nodes: dict[str, torch.fx.Node]
+    weights: dict[str, str]  # placeholder -> state-dict name
+    fx_of: list[str | None]  # per ONNX node, the fx node its metadata names
+    onnx_types: dict[str, tuple[int, int | None]]
+    onnx_shapes: dict[str, tuple[int | None, ...]]
+
+
+# The fx-to-ONNX pairing: its rules, in the order they run (each record's paired_by is
+# the name of the rule that paired it).
+FX_RULES: tuple[PairingStep, ...] = (
+    SameName(),  # node outputs, graph inputs, folded constants named after fx nodes
+    StateDictName(),
+    FoldedWeights(),  # e.g. the transposed weight of a linear
+    ByMetadata(),
+    GetitemOutputs(),
+    SplitParts(),  # a split whose lowering lost its metadata, by the parts' place
+    AroundPaired(),
+    ByPosition(),
+)
+
+
+def fx_pairing_context(
     graph: torch.fx.Graph,
     model: onnx.ModelProto,
     weights: dict[str, str],
@@ -822,8 +830,8 @@ def pair_values(
     trusted: set[str] | None = None,
     metadata: FxMetadata | None = None,
     outputs: list[str] | None = None,
-) -> Pairing:
-    """Pairs fx values (by node name) with ONNX values (by value name).
+) -> FxPairingContext:
+    """What the fx-to-ONNX rules read: the context :func:`pair_values` runs them on.
 
     ``trusted``: when the program is not known to be the one the model was lowered from,
     the fx nodes its metadata describes exactly; computed values of other fx nodes are
@@ -836,17 +844,11 @@ def pair_values(
     fx_nodes = {n.name: n for n in graph.nodes}
     onnx_types, onnx_shapes = onnx_value_types_and_shapes(model)
     initializers = {i.name: i for i in g.initializer}
-    produced: dict[str, int] = {}
-    for i, node in enumerate(g.node):
-        for o in node.output:
-            if o:
-                produced[o] = i
+    produced = list(dict.fromkeys(o for node in g.node for o in node.output if o))
     graph_inputs = [i.name for i in g.input if i.name not in initializers]
     onnx_outputs = [o.name for o in g.output]
     fx_outputs = graph_outputs(graph) if outputs is None else list(outputs)
     fx_output_set = set(fx_outputs)
-    weight_by_target = {t: ph for ph, t in weights.items()}
-
     pairing = Pairing()
 
     def kind_of(fx_name: str, onnx_name: str) -> str:
@@ -897,37 +899,37 @@ def pair_values(
         pairing.add(pair)
         return True
 
-    # 1. exact names (node outputs, graph inputs, folded constants named after fx nodes)
-    for name in [*graph_inputs, *produced, *initializers]:
-        if name in fx_nodes and fx_nodes[name].op != "output":
-            try_pair(name, name, PAIRED_BY_NAME)
-
-    # 2. weights through state-dict names
-    _pair_state_dict(initializers, weight_by_target, pairing, try_pair)
-    # weights folded into new initializers (e.g. the transposed weight of a linear)
-    fx_of = (metadata or FxMetadata(model)).names  # read once: protobuf is slow
-    _pair_folded_weights(g, fx_of, fx_nodes, initializers, weights, pairing, try_pair)
-    # 3. node metadata: the last ONNX node implementing an unpaired fx node
-    _pair_by_metadata(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
-
-    # 4. getitems of multi-output fx nodes with the values their lowering hands on
-    _pair_getitems(g, fx_of, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
-
-    # 4b. the parts of a split whose lowering lost its metadata, by their place
-    _pair_split_parts(g, fx_nodes, pairing, onnx_types, onnx_shapes, try_pair)
-
-    # 4c. a graph tool that dropped the metadata or renamed values: the values around
-    # paired ones, until nothing more pairs
-    _pair_around_paired(
-        g, fx_of, fx_nodes, weights, initializers, pairing, onnx_types, onnx_shapes, try_pair
+    return FxPairingContext(
+        pairing=pairing,
+        try_pair=try_pair,
+        graph=g,
+        inputs=graph_inputs,
+        produced=produced,
+        initializers=initializers,
+        outputs=onnx_outputs,
+        same_name=lambda name: name in fx_nodes and fx_nodes[name].op != "output",
+        reference_by_original={t: ph for ph, t in weights.items()},
+        reference_inputs=user_inputs,
+        reference_outputs=fx_outputs,
+        fx_nodes=fx_nodes,
+        weights=weights,
+        fx_of=(metadata or FxMetadata(model)).names,  # read once: protobuf is slow
+        onnx_types=onnx_types,
+        onnx_shapes=onnx_shapes,
     )
 
-    # 5. inputs and outputs by position
-    for onnx_list, fx_list in ((graph_inputs, user_inputs), (onnx_outputs, fx_outputs)):
-        _pair_by_position(onnx_list, fx_list, pairing, try_pair)
-    # graph outputs always show as outputs
-    for o in onnx_outputs:
-        p = pairing.by_onnx.get(o)
-        if p is not None:
-            p.kind = KIND_OUTPUT
-    return pairing
+
+def pair_values(
+    graph: torch.fx.Graph,
+    model: onnx.ModelProto,
+    weights: dict[str, str],
+    user_inputs: list[str],
+    trusted: set[str] | None = None,
+    metadata: FxMetadata | None = None,
+    outputs: list[str] | None = None,
+) -> Pairing:
+    """Pairs fx values (by node name) with ONNX values (by value name): runs
+    :data:`FX_RULES` on :func:`fx_pairing_context` (which says what the arguments are)."""
+    return run_rules(
+        FX_RULES, fx_pairing_context(graph, model, weights, user_inputs, trusted, metadata, outputs)
+    )

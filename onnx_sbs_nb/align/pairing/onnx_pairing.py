@@ -17,6 +17,10 @@ order (each pair says which one made it):
    ``pkg.torch.onnx.fx_node`` in each model;
 4. ``position``: graph inputs and outputs left over, by position.
 
+The rules are the classes of :data:`ONNX_RULES`, run in that order on one
+:class:`OnnxPairingContext`: the first, second and last are the ones the program's
+pairing runs too (:mod:`.basic_rules`), told by the context what a same name is here.
+
 Values pair only when their declared element types and ranks agree, or when both are
 floating point of the same rank: then ``Pair.transform`` is :data:`TRANSFORM_CAST`
 (``Pair.cast_to``: the candidate's element type), reference values fed to the candidate
@@ -32,6 +36,7 @@ candidate's.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,20 +46,14 @@ import torch
 from ...convert import to_torch
 from ...diff import value_dtype_name
 from ...dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
-from ...records import (
-    KIND_INPUT,
-    KIND_NODE,
-    KIND_OUTPUT,
-    KIND_WEIGHT,
-    PAIRED_BY_METADATA,
-    PAIRED_BY_NAME,
-    PAIRED_BY_POSITION,
-    PAIRED_BY_STATE_DICT,
-)
-from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, ORIGINAL_NAME_KEY, fx_name_from_metadata
+from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, PAIRED_BY_METADATA
+from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata
 from ..source.loading import load_onnx_model
+from .basic_rules import ByPosition, SameName, StateDictName, original_name
+from .context import PairingContext, PairingStep, run_rules
 from .names import TRANSFORM_CAST, Pair, Pairing, onnx_value_types
 from .optimized import META_REPLACED
+from .rules import rule
 
 _FLOATS = frozenset(
     {
@@ -95,16 +94,9 @@ def _fx_of_initializer(init: onnx.TensorProto) -> str | None:
     return None
 
 
-def _original_name(init: onnx.TensorProto) -> str:
-    for p in init.metadata_props:
-        if p.key == ORIGINAL_NAME_KEY:
-            return p.value
-    return init.name
-
-
 class _Side:
     def __init__(self, model: onnx.ModelProto):
-        g = model.graph
+        self.graph = g = model.graph
         self.types = onnx_value_types(model)
         self.inits = {i.name: i for i in g.initializer}
         self.inputs = [i.name for i in g.input if i.name not in self.inits]
@@ -164,8 +156,36 @@ def _same_thing(name: str, ref: _Side, cand: _Side) -> bool:
     return r_op == c_op
 
 
-def pair_onnx_models(reference: Any, candidate: Any) -> Pairing:
-    """Pairs the values of ``candidate`` with those of ``reference`` (two ONNX models)."""
+@dataclass
+class OnnxPairingContext(PairingContext):
+    """The shared context, and both models as the ONNX-to-ONNX rules read them."""
+
+    reference: _Side
+    candidate: _Side
+
+
+class SameFxNode(PairingStep):
+    """The last output of the last node lowering the same fx node in each model."""
+
+    declared = rule(PAIRED_BY_METADATA)
+
+    def run(self, ctx: OnnxPairingContext) -> None:
+        for fx, c_node in ctx.candidate.last_by_fx.items():
+            r_node = ctx.reference.last_by_fx.get(fx)
+            if r_node is None:
+                continue
+            c_out = next((o for o in reversed(c_node.output) if o), None)
+            r_out = next((o for o in reversed(r_node.output) if o), None)
+            if c_out and r_out:
+                ctx.try_pair(c_out, r_out, PAIRED_BY_METADATA)
+
+
+# The ONNX-to-ONNX pairing: its rules, in the order they run.
+ONNX_RULES: tuple[PairingStep, ...] = (SameName(), StateDictName(), SameFxNode(), ByPosition())
+
+
+def onnx_pairing_context(reference: Any, candidate: Any) -> OnnxPairingContext:
+    """What the ONNX-to-ONNX rules read: the context :func:`pair_onnx_models` runs them on."""
     ref = _Side(load_onnx_model(reference))
     cand = _Side(load_onnx_model(candidate))
     pairing = Pairing()
@@ -183,38 +203,27 @@ def pair_onnx_models(reference: Any, candidate: Any) -> Pairing:
         taken_ref.add(r)
         return True
 
-    # 1. the same name
-    for name in [*cand.inputs, *cand.produced, *cand.inits]:
-        if name in ref.values and _same_thing(name, ref, cand):
-            try_pair(name, name, PAIRED_BY_NAME)
+    return OnnxPairingContext(
+        pairing=pairing,
+        try_pair=try_pair,
+        graph=cand.graph,
+        inputs=cand.inputs,
+        produced=cand.produced,
+        initializers=cand.inits,
+        outputs=cand.outputs,
+        same_name=lambda name: name in ref.values and _same_thing(name, ref, cand),
+        reference_by_original={original_name(i): n for n, i in ref.inits.items()},
+        reference_inputs=ref.inputs,
+        reference_outputs=ref.outputs,
+        reference=ref,
+        candidate=cand,
+    )
 
-    # 2. weights through the exporter's record of their original name
-    ref_by_original = {_original_name(i): n for n, i in ref.inits.items()}
-    for name, init in cand.inits.items():
-        r = ref_by_original.get(_original_name(init))
-        if r is not None:
-            try_pair(name, r, PAIRED_BY_STATE_DICT)
 
-    # 3. the last node lowering the same fx node
-    for fx, c_node in cand.last_by_fx.items():
-        r_node = ref.last_by_fx.get(fx)
-        if r_node is None:
-            continue
-        c_out = next((o for o in reversed(c_node.output) if o), None)
-        r_out = next((o for o in reversed(r_node.output) if o), None)
-        if c_out and r_out:
-            try_pair(c_out, r_out, PAIRED_BY_METADATA)
-
-    # 4. graph inputs and outputs by position
-    for c_list, r_list in ((cand.inputs, ref.inputs), (cand.outputs, ref.outputs)):
-        if len(c_list) == len(r_list):
-            for c, r in zip(c_list, r_list):
-                try_pair(c, r, PAIRED_BY_POSITION)
-    for o in cand.outputs:
-        p = pairing.by_onnx.get(o)
-        if p is not None:
-            p.kind = KIND_OUTPUT
-    return pairing
+def pair_onnx_models(reference: Any, candidate: Any) -> Pairing:
+    """Pairs the values of ``candidate`` with those of ``reference`` (two ONNX models):
+    runs :data:`ONNX_RULES` on :func:`onnx_pairing_context`."""
+    return run_rules(ONNX_RULES, onnx_pairing_context(reference, candidate))
 
 
 # coarser last: two float types are compared in the coarser one
@@ -250,4 +259,13 @@ def in_common_precision(expected: Any, got: Any) -> tuple[Any, Any, str | None]:
     return expected, got, f"{e} vs {g}: compared in {low}"
 
 
-__all__ = ["TRANSFORM_CAST", "cast_value", "in_common_precision", "pair_onnx_models"]
+__all__ = [
+    "ONNX_RULES",
+    "TRANSFORM_CAST",
+    "OnnxPairingContext",
+    "SameFxNode",
+    "cast_value",
+    "in_common_precision",
+    "onnx_pairing_context",
+    "pair_onnx_models",
+]

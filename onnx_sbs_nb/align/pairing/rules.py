@@ -40,7 +40,10 @@ class PairingRule:
     doc: str
 
 
-# in the order the pairing tries them (names.py, onnx_pairing.py)
+# The declarations, in the order the pairings first try them.  The rules as code are
+# classes naming their declaration (context.PairingStep.declared): a rule's name and
+# strength are read from here, and each pairing's tuple of rule objects (names.FX_RULES,
+# onnx_pairing.ONNX_RULES) says what runs in which order.
 RULES: tuple[PairingRule, ...] = (
     PairingRule(PAIRED_BY_NAME, PROVEN, True, "the same value name on both sides"),
     PairingRule(PAIRED_BY_STATE_DICT, PROVEN, True, "a weight through its state-dict name"),

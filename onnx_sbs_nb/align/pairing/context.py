@@ -1,0 +1,94 @@
+"""What a pairing rule reads, and the shape every rule has.
+
+A rule is a small class: its declaration in :mod:`.rules` (which gives it its ``name``,
+the ``Record.paired_by`` of the pairs it makes, and its ``strength``) and
+``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered tuple of rule objects
+run on one :class:`PairingContext` (:func:`run_rules`); each pairing lists its tuple
+(``names.FX_RULES``, ``onnx_pairing.ONNX_RULES``), and adding a rule is one class and one
+entry there.  Like the exporter's capture strategies, each rule names itself in what it
+makes: ``try_pair`` is given the rule's name.
+
+Both pairings fill the same context: the *candidate* is always an ONNX model, the
+*reference* the program (fx-to-ONNX) or another ONNX model (ONNX-to-ONNX); rules that
+need more of one side read a subclass (``names.FxPairingContext``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import onnx
+
+from ...records import KIND_OUTPUT
+from .pairs import Pairing
+from .rules import PairingRule
+
+# (candidate value, reference value, rule name, transform=None) -> whether it paired
+TryPair = Callable[..., bool]
+
+
+@dataclass
+class PairingContext:
+    pairing: Pairing
+    try_pair: TryPair
+    graph: onnx.GraphProto  # the candidate model's main graph
+    # the candidate's values: its graph inputs (initializers left out), the values its
+    # nodes produce (in node order), its initializers and its graph outputs
+    inputs: list[str]
+    produced: list[str]
+    initializers: dict[str, onnx.TensorProto]
+    outputs: list[str]
+    # whether a candidate value's name names the same value on the reference side
+    same_name: Callable[[str], bool]
+    # the reference's weight for a candidate initializer's original (state-dict) name
+    reference_by_original: dict[str, str]
+    reference_inputs: list[str]
+    reference_outputs: list[str]
+
+    def mark_outputs(self) -> None:
+        """Graph outputs always show as outputs, whichever rule paired them."""
+        for o in self.outputs:
+            p = self.pairing.by_onnx.get(o)
+            if p is not None:
+                p.kind = KIND_OUTPUT
+
+
+class PairingStep:
+    """A pairing rule as code.  ``declared``: its :class:`.rules.PairingRule`, the one
+    source of its name and strength; several steps may share one declaration (the
+    structure passes all pair by structure)."""
+
+    declared: ClassVar[PairingRule]
+
+    @property
+    def name(self) -> str:
+        return self.declared.name
+
+    @property
+    def strength(self) -> Literal["proven", "guess"]:
+        return self.declared.strength
+
+    def pair(self, ctx: Any) -> int:
+        """Pairs what the rule can on ``ctx``; returns how many pairs it made."""
+        before = len(ctx.pairing)
+        self.run(ctx)
+        return len(ctx.pairing) - before
+
+    def run(self, ctx: Any) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.strength!r})"
+
+
+def run_rules(rules: Iterable[PairingStep], ctx: PairingContext) -> Pairing:
+    """Runs ``rules`` in order on ``ctx``: the pairing they made."""
+    for rule in rules:
+        rule.pair(ctx)
+    ctx.mark_outputs()
+    return ctx.pairing
+
+
+__all__ = ["PairingContext", "PairingStep", "TryPair", "run_rules"]
