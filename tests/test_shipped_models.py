@@ -7,10 +7,12 @@ tolerance and amplified later.  The pipelines as a whole: tests/test_corpus_pipe
 from __future__ import annotations
 
 import copy
+import warnings
 
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 
 from onnx_sbs_nb import run_aligned
 from onnx_sbs_nb.align.engine.sides import _per_slot
@@ -313,3 +315,70 @@ def test_one_element_off_beside_large_values_is_named_where_it_is_made():
     assert log1p.err_scale2 < 1e-6 and log1p.err_elem2 == pytest.approx(1.0)
     # a matrix product's elements near 0 are not judged against themselves
     assert all(r.err_elem2 is None for r in records if r.onnx_op_type in ("Gemm", "MatMul"))
+
+
+# Live in onnxscript 0.7.2 (torch 2.13), found by probing the exporter op by op: each is
+# named at the lowering that makes it, and its control (the same model on inputs where
+# the lowering is exact enough) passes.
+class _LogAddExp(torch.nn.Module):
+    """aten_logaddexp is Log(Add(Exp(a), Exp(b))): -inf below about -104, inf above 89
+    (torch computes max + log1p(exp(-|a - b|)))."""
+
+    def forward(self, a, b):
+        return torch.logaddexp(a * 2.0, b * 2.0).sum(-1)
+
+
+class _Atan2(torch.nn.Module):
+    """aten_atan2 gives -pi for atan2(+0.0, x < 0), where torch (IEEE) gives +pi."""
+
+    def forward(self, y, x):
+        return torch.atan2(y.relu(), x) * 2.0
+
+
+class _BceWithLogits(torch.nn.Module):
+    """binary_cross_entropy_with_logits through Log(Sigmoid(x)) and Log(1 - Sigmoid(x)):
+    3% off at x = -10.5, where torch's log-sigmoid form is exact."""
+
+    def forward(self, logits, target):
+        return F.binary_cross_entropy_with_logits(logits * 3.0, target, reduction="none").mean(-1)
+
+
+_LIVE_PROBED = [
+    pytest.param(
+        _LogAddExp,
+        (torch.tensor([[-60.0, -120.0, 3.0], [1.0, 2.0, 50.0]]),) * 2,
+        (torch.tensor([[-2.0, 1.0, 3.0], [4.0, -4.0, 0.0]]),) * 2,
+        "logaddexp",
+        id="logaddexp",
+    ),
+    pytest.param(
+        _Atan2,
+        (torch.tensor([[-1.0, 0.5, -2.0]]), torch.tensor([[-2.0, 1.0, -1.0]])),
+        (torch.tensor([[1.0, 0.5, 2.0]]), torch.tensor([[-2.0, 1.0, -1.0]])),
+        "atan2",
+        id="atan2",
+    ),
+    pytest.param(
+        _BceWithLogits,
+        (torch.tensor([[-3.5, 1.0, 0.2, -0.1]]), torch.tensor([[0.0, 1.0, 0.5, 0.1]])),
+        (torch.tensor([[-0.3, 0.1, 0.2, -0.1]]), torch.tensor([[0.0, 1.0, 0.5, 0.1]])),
+        "binary_cross_entropy_with_logits",
+        id="bce_with_logits",
+    ),
+]
+
+
+@pytest.mark.parametrize("module,bad,good,fx_name", _LIVE_PROBED)
+def test_a_live_lowering_bug_found_by_probing_is_named(module, bad, good, fx_name):
+    ep = torch.export.export(module(), bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, bad, dynamo=True, verbose=False).model_proto
+    s = summarize(list(run_aligned(ep, onx, bad, own_error=True)), node_inputs=onx)
+    if s.verdict == "pass":
+        pytest.skip(f"this exporter lowers {fx_name} exactly on these inputs")
+    assert s.verdict == "fail" and s.culprit is not None, s.to_text()
+    assert s.culprit.ep_user_name == fx_name, s.to_text()
+    assert s.culprit.rule == "rerun", s.to_text()
+    control = summarize(list(run_aligned(ep, onx, good, own_error=True)), node_inputs=onx)
+    assert control.verdict == "pass" and control.culprit is None, control.to_text()
