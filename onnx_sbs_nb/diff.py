@@ -356,6 +356,29 @@ def largest_element_error(expected, got) -> float | None:
     return None
 
 
+def zero_sign_mismatches(expected, got) -> int:
+    """Positions where both values are zero with opposite signs (-0.0 against +0.0):
+    equal as numbers, yet 1/x, atan2 or copysign downstream tell them apart."""
+    if isinstance(expected, torch.Tensor) != isinstance(got, torch.Tensor):
+        expected, got = to_torch(expected), to_torch(got)
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        if not expected.is_floating_point() or expected.shape != got.shape:
+            return 0
+        zeros = expected == 0
+        if not bool(zeros.any()):  # most values hold no zero: one pass
+            return 0
+        g = got.detach().to(expected.device)
+        return int((zeros & (g == 0) & (torch.signbit(expected) != torch.signbit(g))).sum())
+    if isinstance(expected, np.ndarray) and isinstance(got, np.ndarray):
+        if expected.dtype.kind != "f" or expected.shape != got.shape:
+            return 0
+        zeros = expected == 0
+        if not zeros.any():
+            return 0
+        return int((zeros & (got == 0) & (np.signbit(expected) != np.signbit(got))).sum())
+    return 0
+
+
 def smallest_normal(v) -> float:
     """The smallest positive normal number of a float tensor's or array's dtype (0.0 for
     anything else): below it, values keep only a few significant bits."""

@@ -228,6 +228,9 @@ class Record:
     # an elementwise op's own error at its worst element, relative to that element (where
     # the own error passed yet is not 0): the error err_scale2 hides beside large values
     err_elem2: float | None = None
+    # zeros of the own rerun with the other sign than torch's (-0.0 against +0.0), where
+    # the own error is 0: equal numbers that 1/x or atan2 downstream tell apart
+    err_zero2: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -352,6 +355,7 @@ FIELDS: dict[str, FieldSpec] = {
     "err_dev2": FieldSpec("own devices differ", "num"),
     "err_scale2": FieldSpec("own error / magnitude", "num"),
     "err_elem2": FieldSpec("own error / its element", "num"),
+    "err_zero2": FieldSpec("own zeros of the other sign", "int"),
     "err_l2": FieldSpec("relative L2 error", "num"),
     "err_p50": FieldSpec("median |diff|", "num"),
     "err_p99": FieldSpec("99th percentile |diff|", "num"),

@@ -543,6 +543,8 @@ class Summarizer:
         # every node of the lowering is elementwise
         self._quiet_elements: list[tuple[float, int, Record]] = []
         self._lowering_ops: dict[str, set[str]] = {}
+        # nodes whose own rerun is exact but for the sign of some zeros, in run order
+        self._zero_signs: list[Record] = []
         self._onnx_reference: bool | None = None  # None: no node record seen yet
         self._totals: dict[str, Any] = {
             "records": 0,
@@ -628,6 +630,8 @@ class Summarizer:
                 _keep_largest(self._quiet, (rec.err_scale2, -self._count, rec))
             if rec.err_elem2 is not None:
                 _keep_largest(self._quiet_elements, (rec.err_elem2, -self._count, rec))
+            if rec.err_zero2 and len(self._zero_signs) < _QUIET_KEPT:
+                self._zero_signs.append(rec)
         own = _own_error(rec)
         if failed and own is None:
             own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
@@ -718,7 +722,7 @@ class Summarizer:
         float32 ulps).  Its error passes where it is made and a later node (a division, a
         subtraction of close values) makes it visible."""
         first = self._s.first_failure
-        if first is None or not (self._quiet or self._quiet_elements):
+        if first is None or not (self._quiet or self._quiet_elements or self._zero_signs):
             return None
         if self._totals["failed"] <= self._totals["drifted"]:
             return None  # only drift, which fails no verdict: nothing to explain
@@ -736,7 +740,17 @@ class Summarizer:
             ops = self._lowering_ops.get(rec.onnx_fx_node or "", {rec.onnx_op_type})
             if not all(is_elementwise(op) for op in ops):
                 continue
-            return rec if ratio > ELEMENT_ERROR_FLOOR else None
+            if ratio > ELEMENT_ERROR_FLOOR:
+                return rec
+            break
+        # no value differs upstream, but zeros of the other sign do (a Where or a Mul
+        # that gives +0.0 for torch's -0.0), and the failure is what 1/x makes of that
+        # (an infinity of the other sign): the nearest one before the failure
+        infinite = first.err_abs is not None and math.isinf(first.err_abs)
+        if infinite or (first.err_nan or 0) > 0:
+            for rec in reversed(self._zero_signs):
+                if upstream is None or rec.onnx_name in upstream:
+                    return rec
         return None
 
     def _upstream(self, name: str | None) -> set[str] | None:
@@ -798,7 +812,12 @@ class Summarizer:
             by = _label(first) if first is not None else "a later node"
             op = f" ({first.onnx_op_type})" if first is not None and first.onnx_op_type else ""
             scale = rec.err_scale2 or 0.0
-            if rec.err_elem2 is not None and scale <= default_tolerance(_dtype(rec))[1] / 10:
+            if rec.err_zero2 and not rec.err_abs2:
+                made = (
+                    f"its value holds {rec.err_zero2} zero(s) with the other sign than "
+                    "torch's (-0.0 against +0.0: equal numbers, no error to measure), which"
+                )
+            elif rec.err_elem2 is not None and scale <= default_tolerance(_dtype(rec))[1] / 10:
                 made = (
                     f"one of its elements is {_percent(rec.err_elem2)} off (relative to "
                     f"itself; its own error, at most {_fmt(rec.err_abs2)}, is below atol "
@@ -809,10 +828,16 @@ class Summarizer:
                     f"its own error, {_percent(rec.err_scale2)} of its values' size "
                     f"({_fmt(rec.err_abs2)}), is below atol {_fmt(rec.atol)}"
                 )
-            why = (
-                f"no node fails its own check, but {made} and is amplified by {by}{op}, "
-                "the first value that fails"
-            )
+            if rec.err_zero2 and not rec.err_abs2:
+                why = (
+                    f"no node fails its own check, but {made} {by}{op}, the first value "
+                    "that fails, turns into an infinity of the other sign"
+                )
+            else:
+                why = (
+                    f"no node fails its own check, but {made} and is amplified by "
+                    f"{by}{op}, the first value that fails"
+                )
             where = on_input_text(first) if first is not None else where
         if where:
             # every view shows ``why``: the input that shows the failure reaches them all

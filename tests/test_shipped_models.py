@@ -382,3 +382,27 @@ def test_a_live_lowering_bug_found_by_probing_is_named(module, bad, good, fx_nam
     assert s.culprit.rule == "rerun", s.to_text()
     control = summarize(list(run_aligned(ep, onx, good, own_error=True)), node_inputs=onx)
     assert control.verdict == "pass" and control.culprit is None, control.to_text()
+
+
+class _ReciprocalOfWhere(torch.nn.Module):
+    """onnxruntime 1.32's CPU Where gives +0.0 where it selects -0.0: equal numbers, so
+    no comparison sees it, until 1/x makes +inf of torch's -inf."""
+
+    def forward(self, a):
+        return 1.0 / torch.where(a == 0, a, torch.ones_like(a))
+
+
+def test_zeros_of_the_other_sign_are_named_where_they_are_made():
+    a = torch.tensor([[-0.0, 0.0, 2.0]])
+    ep, onx = export(_ReciprocalOfWhere(), (a,))
+    s = summarize(list(run_aligned(ep, onx, (a,), own_error=True)), node_inputs=onx)
+    if s.verdict == "pass":
+        pytest.skip("this onnxruntime keeps the sign of zero through Where")
+    assert s.culprit is not None and s.culprit.rule == "amplified", s.to_text()
+    assert s.culprit.onnx_op_type == "Where" and s.culprit.ep_user_name == "where"
+    assert "1 zero(s) with the other sign" in s.culprit.why, s.culprit.why
+    assert "infinity of the other sign" in s.culprit.why
+    # no -0.0 among the inputs: nothing differs, nothing is named
+    b = torch.tensor([[1.0, 0.0, 2.0]])
+    control = summarize(list(run_aligned(ep, onx, (b,), own_error=True)), node_inputs=onx)
+    assert control.verdict == "pass" and control.culprit is None, control.to_text()

@@ -7,7 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...convert import device_of
-from ...diff import ARRAY_TYPES, compare, largest_element_error, largest_magnitude, shape_type
+from ...diff import (
+    ARRAY_TYPES,
+    compare,
+    largest_element_error,
+    largest_magnitude,
+    shape_type,
+    zero_sign_mismatches,
+)
 from ...elementwise import is_elementwise
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
@@ -105,6 +112,9 @@ def judge_own(record: Record, pair: Pair, want: Any, own_value: Any, ctx: RuleCo
             record.err_scale2 = d2.err_abs / scale
         if is_elementwise(record.onnx_op_type):
             record.err_elem2 = largest_element_error(e2, g2)
+    elif d2.passed and d2.err_abs == 0:
+        # equal as numbers: only the sign of a zero can still differ
+        record.err_zero2 = zero_sign_mismatches(e2, g2) or None
 
 
 __all__ = ["Verdicts", "judge_own"]
