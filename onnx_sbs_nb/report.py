@@ -112,8 +112,8 @@ class JsonlWriter:
     and ends with the trailer that :meth:`finish` writes; a file closed without it is read
     back as an incomplete run.  A write that fails (a full disk) raises
     :class:`RecordsWriteError` naming the file; the file keeps every complete line, cut
-    back to the last one, and ends with a trailer saying the run is incomplete when the
-    disk has room for it.
+    back to the last one, and ends with a trailer saying the run is incomplete, for which
+    the last records give their room when the disk has no more.
     """
 
     def __init__(
@@ -132,9 +132,12 @@ class JsonlWriter:
             fd = open_new_fd(self.path)
         self._fd: int | None = fd
         self._good = os.lseek(fd, 0, os.SEEK_END)  # the end of the last complete line
+        # the ends of the last record lines: on a full disk, the trailer takes their room
+        self._record_ends: list[int] = []
         if not append:
             meta = {_META_KEY: _HEADER, "format": FORMAT, "version": FORMAT_VERSION}
             self._line({**dict(header or {}), **meta})
+        self._header_end = self._good
 
     def _write_all(self, data: bytes) -> None:
         assert self._fd is not None
@@ -173,13 +176,27 @@ class JsonlWriter:
             "records": self.count,
             "completion": Completion(INCOMPLETE, reason=reason).to_dict(),
         }
-        data = (json.dumps(trailer) + "\n").encode("utf-8")
-        try:
-            self._write_all(data)
-            closed = "closed with an end-of-run line saying so"
-        except OSError:
+        closed = "without its end-of-run line (no room for it)"
+        while True:
+            data = (json.dumps(trailer) + "\n").encode("utf-8")
+            try:
+                self._write_all(data)
+                closed = "closed with an end-of-run line saying so"
+                break
+            except OSError:
+                self._cut()
+            # the end-of-run line matters more than the last record: make room for it
+            if len(self._record_ends) >= 2:
+                before = self._record_ends[-2]
+            elif self.count == 1 and self._record_ends:
+                before = self._header_end
+            else:
+                break
+            self._record_ends.pop()
+            self._good = before
+            self.count -= 1
+            trailer["records"] = self.count
             self._cut()
-            closed = "without its end-of-run line (no room for it)"
         self.close()
         raise RecordsWriteError(
             f"cannot write records to {str(self.path)!r} ({error.strerror or error}): it keeps "
@@ -190,6 +207,9 @@ class JsonlWriter:
     def write(self, record: Record) -> None:
         self._line(record.to_dict())
         self.count += 1
+        self._record_ends.append(self._good)
+        if len(self._record_ends) > 64:
+            del self._record_ends[:32]
 
     def finish(self, completion: Completion | None = None) -> None:
         """The trailer (how the run ended), then close: the file is whole."""
