@@ -330,53 +330,45 @@ def largest_magnitude(v) -> float | None:
     return None
 
 
+def _float_pair(expected, got) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Two float values of one shape as tensors on the expected one's device (numpy
+    arrays shared, not copied), None for anything else."""
+    if not isinstance(expected, ARRAY_TYPES) or not isinstance(got, ARRAY_TYPES):
+        return None
+    try:
+        e, g = to_torch(expected), to_torch(got)
+    except TypeError:  # strings, dtypes torch has not
+        return None
+    if not e.is_floating_point() or e.shape != g.shape:
+        return None
+    return e.detach(), g.detach().to(e.device)
+
+
 def largest_element_error(expected, got) -> float | None:
     """max |got - expected| / |expected| over the elements where ``expected`` is a finite
-    normal number (None where none is, or for anything but two float tensors or arrays
-    of one shape): how far the worst element is off relative to itself."""
-    if isinstance(expected, torch.Tensor) != isinstance(got, torch.Tensor):
-        expected, got = to_torch(expected), to_torch(got)
-    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
-        if not expected.is_floating_point() or expected.shape != got.shape:
-            return None
-        e, g = expected.detach().double(), got.detach().to(expected.device).double()
-        keep = torch.isfinite(e) & torch.isfinite(g) & (e.abs() >= smallest_normal(expected))
-        if not bool(keep.any()):
-            return None
-        return float(((g - e).abs()[keep] / e.abs()[keep]).max())
-    if isinstance(expected, np.ndarray) and isinstance(got, np.ndarray):
-        if expected.dtype.kind != "f" or expected.shape != got.shape:
-            return None
-        e, g = expected.astype(np.float64), got.astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            keep = np.isfinite(e) & np.isfinite(g) & (np.abs(e) >= smallest_normal(expected))
-        if not keep.any():
-            return None
-        return float((np.abs(g - e)[keep] / np.abs(e)[keep]).max())
-    return None
+    normal number (None where none is, or for anything but two float values of one
+    shape): how far the worst element is off relative to itself."""
+    pair = _float_pair(expected, got)
+    if pair is None:
+        return None
+    e, g = pair[0].double(), pair[1].double()
+    keep = torch.isfinite(e) & torch.isfinite(g) & (e.abs() >= smallest_normal(pair[0]))
+    if not bool(keep.any()):
+        return None
+    return float(((g - e).abs()[keep] / e.abs()[keep]).max())
 
 
 def zero_sign_mismatches(expected, got) -> int:
     """Positions where both values are zero with opposite signs (-0.0 against +0.0):
     equal as numbers, yet 1/x, atan2 or copysign downstream tell them apart."""
-    if isinstance(expected, torch.Tensor) != isinstance(got, torch.Tensor):
-        expected, got = to_torch(expected), to_torch(got)
-    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
-        if not expected.is_floating_point() or expected.shape != got.shape:
-            return 0
-        zeros = expected == 0
-        if not bool(zeros.any()):  # most values hold no zero: one pass
-            return 0
-        g = got.detach().to(expected.device)
-        return int((zeros & (g == 0) & (torch.signbit(expected) != torch.signbit(g))).sum())
-    if isinstance(expected, np.ndarray) and isinstance(got, np.ndarray):
-        if expected.dtype.kind != "f" or expected.shape != got.shape:
-            return 0
-        zeros = expected == 0
-        if not zeros.any():
-            return 0
-        return int((zeros & (got == 0) & (np.signbit(expected) != np.signbit(got))).sum())
-    return 0
+    pair = _float_pair(expected, got)
+    if pair is None:
+        return 0
+    e, g = pair
+    zeros = e == 0
+    if not bool(zeros.any()):  # most values hold no zero: one pass
+        return 0
+    return int((zeros & (g == 0) & (torch.signbit(e) != torch.signbit(g))).sum())
 
 
 def smallest_normal(v) -> float:

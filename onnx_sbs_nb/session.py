@@ -516,7 +516,8 @@ class SbsSession(RunConsumer):
                 f"save the culprit's bundle needs an AlignedRun; this session wraps a "
                 f"{type(self.run).__name__}"
             )
-        summary = self.summary if isinstance(self.summary, Summary) else None
+        summary = self.summary  # summarized again unless the run ended: once here
+        summary = summary if isinstance(summary, Summary) else None
         try:
             return save_culprit_bundle(self.run, root or self.replay_root, summary)
         except SbsInputError as e:

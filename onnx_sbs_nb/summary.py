@@ -637,11 +637,7 @@ class Summarizer:
             own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
         if (failed or rec.passed2 is False) and own is not None:
             # ties keep the earlier record: the heap pops the smallest (own, -count)
-            item = (own, -self._count, self._count, rec)
-            if len(self._heap) < self._top:
-                heapq.heappush(self._heap, item)
-            elif item[:2] > self._heap[0][:2]:
-                heapq.heapreplace(self._heap, item)
+            _keep_largest(self._heap, (own, -self._count, self._count, rec), self._top)
 
     def _count_coverage(self, rec: Record) -> None:
         if rec.kind not in (KIND_NODE, KIND_OUTPUT):
@@ -923,9 +919,10 @@ def _dtype(rec: Record) -> str:
     return (rec.onnx_shape_type or "").split("[", 1)[0]
 
 
-def _keep_largest(heap: list[tuple[float, int, Record]], item: tuple[float, int, Record]) -> None:
-    """Keeps the _QUIET_KEPT largest items (ties: the earlier record)."""
-    if len(heap) < _QUIET_KEPT:
+def _keep_largest(heap: list[tuple], item: tuple, size: int = _QUIET_KEPT) -> None:
+    """Keeps the ``size`` largest items of a heap by their first two fields (ties: the
+    earlier record, whose second field, minus its count, is larger)."""
+    if len(heap) < size:
         heapq.heappush(heap, item)
     elif item[:2] > heap[0][:2]:
         heapq.heapreplace(heap, item)

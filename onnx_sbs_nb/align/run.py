@@ -177,9 +177,8 @@ class AlignedRun(SideBySideRun):
 
     @property
     def actions(self) -> Any:
-        """The post-run actions (``post/actions.py``).  Made on each use, not kept: a run that
-        held its actions, which hold the run, would be a reference cycle, and a dropped
-        run (its records, plan and values) would wait for the cyclic collector."""
+        """The post-run actions (``post/actions.py``), on the run's parts: made on each
+        use, a few references, so the run holds nothing more."""
         from .post.actions import RunActions
 
         return RunActions(

@@ -77,12 +77,10 @@ def adopt_model_names(
         if found is None:
             continue
         described[_NAME.sub("%?", call)].remove(found[0])
-        for mine, theirs in found[1].items():
+        # a node's arguments come before it, so it is still pending when it is reached
+        for mine, theirs in (*found[1].items(), (node.name, found[0].name)):
             pending.pop(mine).name = theirs
             taken.add(theirs)
-        if node.name in pending:
-            pending.pop(node.name).name = found[0].name
-            taken.add(found[0].name)
     if all(n.name == original[n] for n in graph.nodes if n.name not in pending):
         return None
     for node in pending.values():
