@@ -36,12 +36,13 @@ VARIANTS = ("static", "dynamic")
 
 
 def measure(model: str, variant: str) -> dict:
-    """Exports ``model`` (a zoo3 entry) as ``variant`` and times two runs."""
+    """Exports ``model`` (a corpus entry with dynamic shapes) as ``variant`` and times two runs."""
     from onnx_sbs_nb import run_aligned, summarize
-    from tests.corpus.zoo import export_entry
+    from tests.corpus.zoo import ZOO_BY_NAME, export_entry
+    from tests.corpus.zoo2 import ZOO2_BY_NAME
     from tests.corpus.zoo3 import ZOO3_BY_NAME
 
-    entry = ZOO3_BY_NAME[model]
+    entry = {**ZOO_BY_NAME, **ZOO2_BY_NAME, **ZOO3_BY_NAME}[model]
     if variant == "static":
         entry = dataclasses.replace(entry, dynamic_shapes=None)
     with warnings.catch_warnings():

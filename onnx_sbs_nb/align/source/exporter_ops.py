@@ -20,7 +20,9 @@ import torch
 from .disk_cache import read_json, versions, write_json
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
-_FORMAT = 1
+_FORMAT = 2
+# torch's registries of decomposition functions, where a decomposed op's function is found
+_TABLES = ("post_autograd", "pre_autograd", "meta")
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,10 @@ class ExporterOps:
 
     ``python``: ops its table decomposes with a Python decomposition;
     ``cia``: CompositeImplicitAutograd ops its table decomposes (with their own kernel);
-    ``preserved``: CompositeImplicitAutograd ops it keeps (they have an ONNX function).
+    ``preserved``: CompositeImplicitAutograd ops it keeps (they have an ONNX function);
+    ``cia_functions``: the ops of ``cia`` it decomposes with a Python function instead of
+    their kernel (``_fused_rms_norm``, ``one_hot``...), with the registry of
+    ``torch._decomp.global_decomposition_table`` that holds the function.
     A CompositeImplicitAutograd op in none of these is not functional: the re-trace
     always decomposes it with its kernel.
     """
@@ -37,6 +42,7 @@ class ExporterOps:
     python: frozenset[str]
     cia: frozenset[str]
     preserved: frozenset[str]
+    cia_functions: frozenset[tuple[str, str]] = frozenset()
     _memo: dict[Any, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def decomposes(self, target: Any) -> bool:
@@ -65,12 +71,17 @@ class ExporterOps:
     def preserved_ops(self) -> list[Any]:
         return [op for op in map(_resolve, sorted(self.preserved)) if op is not None]
 
+    def cia_overrides(self) -> dict[Any, Callable[..., Any]]:
+        """The Python functions the re-trace decomposes ``cia_functions``' ops with."""
+        return _cia_overrides(self.cia_functions)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": _FORMAT,
             "python": sorted(self.python),
             "cia": sorted(self.cia),
             "preserved": sorted(self.preserved),
+            "cia_functions": sorted(map(list, self.cia_functions)),
         }
 
     @classmethod
@@ -84,7 +95,13 @@ class ExporterOps:
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 return None
             sets.append(frozenset(names))
-        return cls(*sets)
+        pairs = data.get("cia_functions")
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and p[1] in _TABLES and isinstance(p[0], str)
+            for p in pairs
+        ):
+            return None
+        return cls(*sets, frozenset((name, table) for name, table in pairs))
 
 
 def _resolve(name: str) -> Any:
@@ -110,6 +127,24 @@ def _python_table(names: frozenset[str]) -> dict[Any, Callable[..., Any]]:
     return table
 
 
+@functools.lru_cache(maxsize=4)
+def _cia_overrides(pairs: frozenset[tuple[str, str]]) -> dict[Any, Callable[..., Any]]:
+    tables = torch._decomp.global_decomposition_table
+    overrides = {}
+    for name, table in sorted(pairs):
+        op = _resolve(name)
+        fn = tables[table].get(op) if op is not None else None
+        if fn is not None:
+            overrides[op] = fn
+    return overrides
+
+
+def _registry_of(op: Any, fn: Any) -> str | None:
+    """Which of torch's decomposition registries holds ``fn`` for ``op``."""
+    tables = torch._decomp.global_decomposition_table
+    return next((t for t in _TABLES if tables[t].get(op) is fn), None)
+
+
 def compute_exporter_ops() -> ExporterOps:
     """The decisions, from torchlib's registry (slow: imports and compiles torchlib)."""
     from torch.export.exported_program import (
@@ -132,9 +167,28 @@ def compute_exporter_ops() -> ExporterOps:
     # every preservable CIA op is in ``cia``: with the table's function, or kept
     preserved = {str(op) for op, fn in cia.items() if fn is _special_op_to_preserve_cia}
     decomposed = {str(op) for op, fn in cia.items() if fn is not _special_op_to_preserve_cia}
+    functions = set()
+    for op, fn in cia.items():
+        if fn is _special_op_to_preserve_cia or _runs_the_kernel(op, fn):
+            continue
+        registry = _registry_of(op, fn)
+        if registry is None:  # pragma: no cover - depends on torch
+            raise RuntimeError(f"the exporter decomposes {op} with its own function")
+        functions.add((str(op), registry))
     return ExporterOps(
-        frozenset(str(op) for op in python), frozenset(decomposed), frozenset(preserved)
+        frozenset(str(op) for op in python),
+        frozenset(decomposed),
+        frozenset(preserved),
+        frozenset(functions),
     )
+
+
+def _runs_the_kernel(op: Any, fn: Any) -> bool:
+    """``fn`` decomposes ``op`` as its CompositeImplicitAutograd kernel does: torch's
+    stand-in for "use the kernel", or the Python kernel registered for the op (which the
+    Python dispatcher of a trace runs anyway)."""
+    stand_in = getattr(getattr(fn, "func", None), "__name__", "") == "_special_op_to_decompose_cia"
+    return stand_in or fn is op.py_kernels.get(_CIA)
 
 
 _LOADED: ExporterOps | None = None

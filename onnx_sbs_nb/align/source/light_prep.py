@@ -117,14 +117,6 @@ def _is_symbolic_arithmetic(target: Any) -> bool:
     )
 
 
-def _has_symbols(val: Any) -> bool:
-    if isinstance(val, torch.Tensor):
-        return any(not isinstance(d, int) for d in (*val.shape, *val.stride()))
-    if isinstance(val, list | tuple):
-        return any(_has_symbols(v) for v in val)
-    return isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool)
-
-
 def _fake_mode(ep: torch.export.ExportedProgram) -> Any:
     from torch._guards import detect_fake_mode
 
@@ -141,7 +133,9 @@ def _signature(node: torch.fx.Node) -> Any:
     def meta(a: torch.fx.Node) -> Any:
         v = a.meta.get("val")
         if isinstance(v, torch.Tensor):
-            return ("T", v.dtype, str(tuple(v.shape)), str(v.stride()), str(v.device))
+            return ("T", v.dtype, _sizes(v.shape), _sizes(v.stride()), str(v.device))
+        if isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool):
+            return ("S", type(v).__name__, v.node.expr)
         return ("V", repr(v))
 
     flat, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
@@ -151,12 +145,16 @@ def _signature(node: torch.fx.Node) -> Any:
     return (str(node.target), str(spec), items)
 
 
+def _sizes(sizes: Any) -> tuple[Any, ...]:
+    """Sizes as a key: symbolic ones by their expression (printing them costs more than
+    tracing some calls)."""
+    return tuple(d.node.expr if isinstance(d, torch.SymInt) else d for d in sizes)
+
+
 def _trace_expansions(
     nodes: list[torch.fx.Node], ops: ExporterOps, fake_mode: Any
 ) -> dict[Any, _Expansion]:
-    """Traces every distinct decomposed call once: all in one make_fx trace, or one trace
-    per call where sizes are symbolic (a trace binds each size symbol to the first input
-    that carries it, and a call must read its sizes from its own inputs)."""
+    """Traces every distinct decomposed call once, all in one make_fx trace."""
     unique: dict[Any, torch.fx.Node] = {}
     for n in nodes:
         unique.setdefault(_signature(n), n)
@@ -167,25 +165,47 @@ def _trace_expansions(
         _special_op_to_preserve_cia,
     )
 
-    # ops with an ONNX function stay whole, inside a decomposition too (as in the re-trace)
+    # ops with an ONNX function stay whole, inside a decomposition too, and the ops the
+    # exporter decomposes with a Python function use it there too (as in the re-trace)
     keep = {op: _special_op_to_preserve_cia for op in ops.preserved_ops()}
+    keep.update(ops.cia_overrides())
     # entered once: overriding the decompositions walks every op's kernels
     with (
         _trace_context(fake_mode),
         _override_composite_implicit_decomp(keep),
         torch._dispatch.python.enable_python_dispatcher(),
     ):
-        if any(_has_symbols(a.meta.get("val")) for n in unique.values() for a in n.all_input_nodes):
+        try:
+            result = _trace_calls(unique, ops)
+            mutating = {k: unique[k] for k, e in result.items() if _mutates(e)}
+            if mutating:
+                result.update(_trace_calls(mutating, ops, functional=True))
+            return result
+        except _CrossRead:
+            # a size the tracer found only through another call: one trace per call
+            # (each then reads its sizes from its own inputs, at a trace's cost each)
             result: dict[Any, _Expansion] = {}
             for key, node in unique.items():
                 result.update(_trace_calls({key: node}, ops))
             return result
-        return _trace_calls(unique, ops)
 
 
-def _trace_calls(unique: dict[Any, torch.fx.Node], ops: ExporterOps) -> dict[Any, _Expansion]:
+def _mutates(expansion: _Expansion) -> bool:
+    return any(
+        isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable for t, *_ in expansion.nodes
+    )
+
+
+class _CrossRead(Unsupported):
+    """A traced call read a value that belongs to another call."""
+
+
+def _trace_calls(
+    unique: dict[Any, torch.fx.Node], ops: ExporterOps, functional: bool = False
+) -> dict[Any, _Expansion]:
     """The expansions of ``unique``'s calls (signature -> call), traced in one make_fx
-    (inside :func:`_trace_expansions`' contexts)."""
+    (inside :func:`_trace_expansions`' contexts); ``functional``: through
+    functionalization, as the re-trace does."""
     from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
     keys = list(unique)
@@ -195,7 +215,7 @@ def _trace_calls(unique: dict[Any, torch.fx.Node], ops: ExporterOps) -> dict[Any
         start = len(inputs)
         torch.fx.node.map_arg((unique[key].args, unique[key].kwargs), inputs.append)
         spans.append((start, len(inputs)))
-    marks: list[tuple[int, Any]] = []  # per call: trace length before it, its result
+    made: list[tuple[list[torch.fx.Node], Any]] = []  # per call: the nodes it made, its result
 
     def fn(*flat: Any) -> list[Any]:
         graph = get_proxy_mode().tracer.graph
@@ -203,27 +223,30 @@ def _trace_calls(unique: dict[Any, torch.fx.Node], ops: ExporterOps) -> dict[Any
         for key, (start, stop) in zip(keys, spans):
             node = unique[key]
             args, kwargs = _bind(node, flat[start:stop])
-            before = len(graph.nodes)
+            last = graph._root.prev  # the graph's last node before the call
             out = node.target(*args, **kwargs)
-            marks.append((before, out))
+            mine = []
+            while (last := last.next) is not graph._root:
+                mine.append(last)
+            made.append((mine, out))
             outs.append(out)
         return torch.utils._pytree.tree_leaves(outs)
 
     gm = make_fx(
-        fn,
+        _functionalized(fn) if functional else fn,
         decomposition_table=ops.python_table(),
         tracing_mode="real",
         pre_dispatch=False,
         record_module_stack=True,
     )(*[_fresh(a.meta["val"]) for a in inputs])
     traced = list(gm.graph.nodes)
+    kept = set(traced)  # the tracer drops the size reads nothing used
     placeholders = [n for n in traced if n.op == "placeholder"]
     flat_outs = list(traced[-1].args[0])
-    ends = [m[0] for m in marks[1:]] + [len(traced) - 1]
     result: dict[Any, _Expansion] = {}
     pos = 0  # position of the call's first result among the trace's outputs
-    for key, (start, stop), (before, out), end in zip(keys, spans, marks, ends):
-        mine = [n for n in traced[before:end] if n.op == "call_function"]
+    for key, (start, stop), (nodes, out) in zip(keys, spans, made):
+        mine = [n for n in nodes if n in kept and n.op == "call_function"]
         local = {n: j for j, n in enumerate(mine)}
         local_in = {placeholders[k]: k - start for k in range(start, stop)}
 
@@ -232,7 +255,7 @@ def _trace_calls(unique: dict[Any, torch.fx.Node], ops: ExporterOps) -> dict[Any
                 return _Ref("node", local[a])
             if a in local_in:
                 return _Ref("in", local_in[a])
-            raise Unsupported(f"a decomposition reads another call's value ({a.name})")
+            raise _CrossRead(f"a decomposition reads another call's value ({a.name})")
 
         templ = [(n.target, *torch.fx.node.map_arg((n.args, n.kwargs), ref), n.meta) for n in mine]
         leaves, spec = torch.utils._pytree.tree_flatten(out)
@@ -245,6 +268,20 @@ def _trace_calls(unique: dict[Any, torch.fx.Node], ops: ExporterOps) -> dict[Any
     return result
 
 
+def _functionalized(fn: Any) -> Any:
+    """``fn`` under the functionalization the re-trace runs: a decomposition's in-place
+    step (``rms_norm``'s ``add_``) is recorded as its functional op."""
+    from torch._functorch._aot_autograd.functional_utils import from_fun, to_fun
+    from torch._subclasses.functional_tensor import FunctionalTensorMode
+
+    def functional(*flat: Any) -> Any:
+        with FunctionalTensorMode(pre_dispatch=False, export=True):
+            outs = fn(*[to_fun(a) for a in flat])
+        return [from_fun(o) for o in outs]
+
+    return functional
+
+
 def _bind(node: torch.fx.Node, values: Any) -> tuple[Any, Any]:
     """``node``'s args and kwargs with its input nodes replaced by ``values``, in order."""
     it = iter(values)
@@ -252,10 +289,22 @@ def _bind(node: torch.fx.Node, values: Any) -> tuple[Any, Any]:
 
 
 def _fresh(val: Any) -> Any:
-    """A new fake tensor like ``val``: the tracer knows a value by its tensor object, so
-    each input of each call needs its own, or two calls would read the same input."""
+    """A new fake tensor (or size) like ``val``: the tracer knows a value by its object,
+    and a size by its symbol node, so each input of each call needs its own, with sizes
+    of its own, or a call would read its sizes from the first call that carries them."""
     if isinstance(val, torch.Tensor):
-        return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device)
+        shape = [_fresh_size(d) for d in val.shape]
+        stride = [_fresh_size(d) for d in val.stride()]
+        return torch.empty_strided(shape, stride, dtype=val.dtype, device=val.device)
+    return _fresh_size(val)
+
+
+def _fresh_size(val: Any) -> Any:
+    if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool) and val.node.is_symbolic():
+        from torch.fx.experimental.sym_node import SymNode
+
+        node = val.node
+        return type(val)(SymNode(node.expr, node.shape_env, node.pytype, node._hint))
     return val
 
 
@@ -269,10 +318,14 @@ class _Ref:
 
 @contextlib.contextmanager
 def _trace_context(fake_mode: Any) -> Iterator[None]:
+    from torch._subclasses.fake_tensor import disable_fake_tensor_cache
+
     with (
         torch.fx.experimental._config.patch(backed_size_oblivious=True),
         torch.no_grad(),
         fake_mode,
+        # each traced call is distinct, so the cache would only pay to fill itself
+        disable_fake_tensor_cache(fake_mode),
     ):
         yield
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,8 @@ from .prep_check import NodePrinter
 _HEAD = re.compile(r"^%[^ ]+ : (\[num_users=\d+\] )?")
 _NAME = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)")
 _PENDING = "_sbs_pending_"
+_TARGET = re.compile(r"\[target=([^\]]*)\]")
+_SUFFIX = re.compile(r"_\d+$")
 
 
 def _call(text: str) -> str:
@@ -52,10 +55,12 @@ def adopt_model_names(
     and a name pairs values."""
     described: dict[str, list[_Description]] = defaultdict(list)
     seen: set[str] = set()
+    computes: dict[str, str | None] = {}  # a described name -> the op it calls
     for text, name in zip(metadata.texts, metadata.names):
         if text is None or name is None or name in seen:
             continue
         seen.add(name)
+        computes[name] = _target(text)
         call = _call(text)
         described[_NAME.sub("%?", call)].append(_Description(name, _NAME.findall(call)))
     model_names = seen | {r for group in described.values() for d in group for r in d.reads}
@@ -71,9 +76,19 @@ def adopt_model_names(
         pending[node.name] = node
     printed = NodePrinter()
     taken = {n.name for n in graph.nodes if n.op != "call_function"}
+
+    def binds(mine: str, theirs: str) -> bool:
+        """A pending node may take a name the model describes only if it calls that op,
+        and one it does not describe only if the name is made from its op's (the tracer
+        names a node after its op: an ``unsqueeze`` is never ``mul_62``)."""
+        node = pending[mine]
+        if theirs in computes:
+            return computes[theirs] == _target(printed(node))
+        return _SUFFIX.sub("", theirs) in _bases(node, original[node])
+
     for node in calls:
         call = _call(printed(node))
-        found = _consistent(described.get(_NAME.sub("%?", call)), _NAME.findall(call), taken)
+        found = _consistent(described.get(_NAME.sub("%?", call)), _NAME.findall(call), taken, binds)
         if found is None:
             continue
         described[_NAME.sub("%?", call)].remove(found[0])
@@ -91,25 +106,46 @@ def adopt_model_names(
     return with_graph(program, gm)
 
 
+def _bases(node: torch.fx.Node, name: str) -> set[str]:
+    """The names a tracer may give ``node`` before numbering them: its op's, as packet
+    (``unsqueeze``) or with its overload (``sym_size_int``), and its own name's."""
+    bases = {_SUFFIX.sub("", name)}
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        packet = target.overloadpacket.__name__
+        bases |= {packet, f"{packet}_{target._overloadname}"}
+    return bases
+
+
+def _target(text: str) -> str | None:
+    found = _TARGET.search(text)
+    return found and found.group(1)
+
+
 def _consistent(
-    candidates: list[_Description] | None, reads: list[str], taken: set[str]
+    candidates: list[_Description] | None,
+    reads: list[str],
+    taken: set[str],
+    binds: Callable[[str, str], bool],
 ) -> tuple[_Description, dict[str, str]] | None:
     """The first description whose arguments agree with ``reads`` (named arguments equal,
-    each pending one read under one name no node has yet), with the names it gives the
-    pending ones."""
+    each pending one read under one name no node has yet, and that ``binds`` allows),
+    with the names it gives the pending ones."""
     for description in candidates or ():
         if len(description.reads) != len(reads) or description.name in taken:
             continue
-        binds: dict[str, str] = {}
+        bound: dict[str, str] = {}
         for mine, theirs in zip(reads, description.reads):
             if mine.startswith(_PENDING):
-                if theirs in taken or binds.setdefault(mine, theirs) != theirs:
+                if theirs in taken or bound.setdefault(mine, theirs) != theirs:
+                    break
+                if not binds(mine, theirs):
                     break
             elif mine != theirs:
                 break
         else:
-            if len(set(binds.values())) == len(binds):
-                return description, binds
+            if len(set(bound.values())) == len(bound):
+                return description, bound
     return None
 
 
