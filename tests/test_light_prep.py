@@ -138,6 +138,34 @@ class InPlaceSteps(nn.Module):
         )
 
 
+class InPlaceOnIntermediates(nn.Module):
+    """In-place calls on values the program made (HF's Falcon ``attn += ...``,
+    Mixtral's ``routing_weights /= ...sum()``, a chain of two): the re-trace
+    functionalizes them (``add_`` -> ``add``, later reads read the result)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x, z):
+        y = x @ self.w
+        y.add_(z)
+        v, i = y.topk(2, dim=-1)
+        v.div_(v.sum(-1, keepdim=True))
+        h = (x * 2).mul_(3).add_(1)
+        return y + h, v * i
+
+
+class InPlaceOnAView(nn.Module):
+    """A view of the written value: functionalization replays it where it is read."""
+
+    def forward(self, x):
+        y = x * 2
+        flat = y.view(-1)
+        y.add_(1)
+        return flat.sum() + y
+
+
 def _llama():
     torch.manual_seed(0)
     return LlamaLogits(tiny_llama_config(64, 2)), (torch.randint(0, 128, (1, 12)),)
@@ -155,6 +183,10 @@ MODELS = {
     "lstm": lambda: (Recurrent(), (torch.randn(2, 5, 8),)),
     "decomposed_by_function": lambda: (DecomposedByFunction(), (torch.randn(2, 5, 8),)),
     "in_place_steps": lambda: (InPlaceSteps(), (torch.randn(4, 8), torch.randn(4, 8))),
+    "in_place_on_intermediates": lambda: (
+        InPlaceOnIntermediates(),
+        (torch.randn(4, 8), torch.randn(4, 8)),
+    ),
 }
 
 
@@ -293,17 +325,17 @@ def _symbolic(name):
     return model.eval(), args, entry.dynamic_shapes
 
 
-@pytest.mark.parametrize("name", ["nonzero", "cond", "dynamic"])
+@pytest.mark.parametrize("name", ["nonzero", "cond", "in_place_on_a_view", "dynamic"])
 def test_declined_programs(name, exporter_prepare):
     """What the reproduction declines (subgraphs, sizes the data decides; symbolic sizes
     without a model to take the names from), the exporter's preparation (with the table
     built from the cached op names) prepares exactly as torch's own function does."""
-    if name in ("nonzero", "cond"):
-        model, args, ds = (
-            (NonZero(), (torch.randn(4, 3),), None)
-            if name == "nonzero"
-            else (Cond(), (torch.randn(2, 4),), None)
-        )
+    if name != "dynamic":
+        model, args, ds = {
+            "nonzero": (NonZero(), (torch.randn(4, 3),), None),
+            "cond": (Cond(), (torch.randn(2, 4),), None),
+            "in_place_on_a_view": (InPlaceOnAView(), (torch.randn(2, 4),), None),
+        }[name]
         with pytest.raises(Unsupported):
             prepare_light(_export(model, args, ds), exporter_ops.exporter_ops())
     else:
@@ -388,9 +420,9 @@ def _expansions(monkeypatch, ep, fresh_sizes=True):
     traces, found = [], {}
     trace_calls, trace_expansions = light_prep._trace_calls, light_prep._trace_expansions
 
-    def counted(unique, ops):
+    def counted(unique, ops, functional=False):
         traces.append(len(unique))
-        return trace_calls(unique, ops)
+        return trace_calls(unique, ops, functional)
 
     def kept(*a):
         found.update(trace_expansions(*a))

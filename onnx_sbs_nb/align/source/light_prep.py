@@ -17,8 +17,8 @@ builds the same graph by walking the user's graph once:
 
 It is a reproduction, so it is checked against the ONNX model before it is used
 (:func:`.prep_check.disagreement`), and the exporter's preparation runs whenever the
-check fails or this module declines the program (:class:`Unsupported`: symbolic
-shapes, subgraphs, mutations, custom ops).
+check fails or this module declines the program (:class:`Unsupported`: sizes the data
+decides, subgraphs, mutations, custom ops).
 """
 
 from __future__ import annotations
@@ -100,12 +100,66 @@ def _check_supported(ep: torch.export.ExportedProgram) -> None:
             raise Unsupported(f"node {node.name!r} is a {node.op}")
         t = node.target
         if _is_op(t):
-            if t._schema.is_mutable and t not in _NO_OPS:
+            if t._schema.is_mutable and t not in _NO_OPS and _functional_form(node) is None:
                 raise Unsupported(f"node {node.name!r} mutates ({t})")
             if t.namespace not in ("aten", "prims"):
                 raise Unsupported(f"node {node.name!r} calls a custom op ({t})")
         elif t is not operator.getitem and not _is_symbolic_arithmetic(t):
             raise Unsupported(f"node {node.name!r} calls {t!r}")
+
+
+def _functional_form(node: torch.fx.Node) -> Any:
+    """The op functionalization records for ``node``, an in-place call (``add_``) on a
+    value it made fresh and nothing else aliases (``add``; later reads of the value read
+    the call's result); None for any other mutation."""
+    t = node.target
+    args = t._schema.arguments
+    written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+    name = t.overloadpacket.__name__
+    if written != args[:1] or not name.endswith("_") or not node.args:
+        return None
+    packet = getattr(getattr(torch.ops, t.namespace), name[:-1], None)
+    functional = getattr(packet, t._overloadname, None) if packet is not None else None
+    if not _is_op(functional) or functional._schema.is_mutable:
+        return None
+    target = node.args[0]
+    if not isinstance(target, torch.fx.Node) or not _fresh_value(target):
+        return None
+    readers = [(u, target) for u in target.users] + [(u, node) for u in node.users]
+    if any(_views(user, value) for user, value in readers if user is not node):
+        # a view of the value sees the write: functionalization replays the view where it
+        # is read, which moves and renumbers it
+        return None
+    return functional
+
+
+def _fresh_value(node: torch.fx.Node) -> bool:
+    """``node``'s value is memory of its own: made by an op that returns no alias (or by
+    an in-place call on such a value, itself functionalized)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return _is_op(node.args[0].target) and not _aliases(node.args[0])
+    if not _is_op(node.target):
+        return False
+    if node.target._schema.is_mutable:
+        return _functional_form(node) is not None
+    return not _aliases(node)
+
+
+def _views(user: torch.fx.Node, value: torch.fx.Node) -> bool:
+    """``user`` makes an alias of ``value`` other than writing to it in place (another
+    in-place call on it is functionalized in its turn)."""
+    writes = _is_op(user.target) and user.target._schema.is_mutable and user.args[0] is value
+    return _aliases(user) and not writes
+
+
+def _aliases(node: torch.fx.Node) -> bool:
+    """A call whose result may share memory with an input (a view, an in-place call)."""
+    t = node.target
+    if not _is_op(t):
+        return t is operator.getitem and _aliases(node.args[0])
+    return any(r.alias_info is not None for r in t._schema.returns)
 
 
 def _is_symbolic_arithmetic(target: Any) -> bool:
@@ -175,19 +229,26 @@ def _trace_expansions(
         _override_composite_implicit_decomp(keep),
         torch._dispatch.python.enable_python_dispatcher(),
     ):
-        try:
-            result = _trace_calls(unique, ops)
-            mutating = {k: unique[k] for k, e in result.items() if _mutates(e)}
-            if mutating:
-                result.update(_trace_calls(mutating, ops, functional=True))
-            return result
-        except _CrossRead:
-            # a size the tracer found only through another call: one trace per call
-            # (each then reads its sizes from its own inputs, at a trace's cost each)
-            result: dict[Any, _Expansion] = {}
-            for key, node in unique.items():
-                result.update(_trace_calls({key: node}, ops))
-            return result
+        result = _traced(unique, ops)
+        # functionalization costs every op a detour: only for the calls that need it
+        mutating = {k: unique[k] for k, e in result.items() if _mutates(e)}
+        if mutating:
+            result.update(_traced(mutating, ops, functional=True))
+        return result
+
+
+def _traced(
+    unique: dict[Any, torch.fx.Node], ops: ExporterOps, functional: bool = False
+) -> dict[Any, _Expansion]:
+    try:
+        return _trace_calls(unique, ops, functional)
+    except _CrossRead:
+        # a size the tracer found only through another call: one trace per call (each
+        # then reads its sizes from its own inputs, at a trace's cost each)
+        result: dict[Any, _Expansion] = {}
+        for key, node in unique.items():
+            result.update(_trace_calls({key: node}, ops, functional))
+        return result
 
 
 def _mutates(expansion: _Expansion) -> bool:
@@ -269,8 +330,8 @@ def _trace_calls(
 
 
 def _functionalized(fn: Any) -> Any:
-    """``fn`` under the functionalization the re-trace runs: a decomposition's in-place
-    step (``rms_norm``'s ``add_``) is recorded as its functional op."""
+    """``fn`` under the functionalization the re-trace runs: a kernel's in-place step
+    (``cosine_similarity``'s ``clamp_min_``) is recorded as its functional op."""
     from torch._functorch._aot_autograd.functional_utils import from_fun, to_fun
     from torch._subclasses.functional_tensor import FunctionalTensorMode
 
@@ -380,6 +441,9 @@ def prepare_light(
             kwargs = torch.fx.node.map_arg(node.kwargs, new_arg)
             target = node.target
             target = _FUNCTIONAL_FORM.get(target, target)
+            in_place = _is_op(target) and target._schema.is_mutable
+            if in_place:
+                target = _functional_form(node)
             new = graph.create_node(
                 "call_function", target, args, kwargs, name=_candidate_name(graph, target)
             )
@@ -390,6 +454,8 @@ def prepare_light(
                 new.meta = dict(node.meta)
             else:
                 new.meta = _meta_from(node, node.meta)
+            if in_place:
+                env[node.args[0]] = new  # later reads of the value read the written one
             arity = _output_arity(node)
             if arity is None:
                 env[node] = new
@@ -517,6 +583,7 @@ def _kept_as_is(ep: torch.export.ExportedProgram, ops: ExporterOps, fake_mode: A
             else:
                 changed = (
                     t in _NO_OPS
+                    or (_is_op(t) and t._schema.is_mutable)
                     or t in _FUNCTIONAL_FORM
                     or t is operator.getitem
                     or ops.decomposes(t)
