@@ -183,4 +183,8 @@ def test_a_fused_node_is_named_with_the_fx_nodes_it_computes(pipelines):
     norms = [r for r in records if r.onnx_op_type == "SkipSimplifiedLayerNormalization"]
     first = {r.onnx_node_name: r.ep_name for r in norms if r.onnx_id_output == 0}
     assert len(first) == len(fused)
-    assert all(r.onnx_fx_node == first[r.onnx_node_name] for r in norms)
+    assert all(r.onnx_fx_node == first[r.onnx_node_name] for r in norms), [
+        (r.onnx_node_name, r.onnx_id_output, r.ep_name, r.onnx_fx_node)
+        for r in norms
+        if r.onnx_fx_node != first[r.onnx_node_name]
+    ]

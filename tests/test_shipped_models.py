@@ -7,6 +7,7 @@ tolerance and amplified later.  The pipelines as a whole: tests/test_corpus_pipe
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 
 import onnx
@@ -406,3 +407,72 @@ def test_zeros_of_the_other_sign_are_named_where_they_are_made():
     b = torch.tensor([[1.0, 0.0, 2.0]])
     control = summarize(list(run_aligned(ep, onx, (b,), own_error=True)), node_inputs=onx)
     assert control.verdict == "pass" and control.culprit is None, control.to_text()
+
+
+@dataclasses.dataclass
+class _Cache:
+    """A cache type of the user's own, registered as a pytree (as transformers registers
+    its caches for export)."""
+
+    keys: list
+    values: list
+
+
+torch.export.register_dataclass(_Cache, serialized_type_name="tests.test_shipped_models._Cache")
+
+
+class _CachedAttention(torch.nn.Module):
+    """Attention over a cache given as a pytree, with a nested keyword argument."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.q = torch.nn.Linear(d, d)
+
+    def forward(self, x, cache: _Cache, extra=None):
+        h = self.q(x)
+        grown = []
+        for k, v in zip(cache.keys, cache.values):
+            k, v = torch.cat([k, h], 1), torch.cat([v, h * 2], 1)
+            h = h + torch.softmax(h @ k.transpose(1, 2), -1) @ v
+            grown.append(k)
+        return h.tanh() * extra["scale"][0], grown
+
+
+def test_a_pytree_cache_kwargs_and_automatic_dims_are_compared_and_named():
+    """An LLM as it is exported today (issue 40, item 6): a cache object among the
+    inputs, a nested keyword argument, ``Dim.AUTO`` and ``Dim.DYNAMIC``.  The program is
+    prepared without the exporter's re-trace, the faithful export passes comparing every
+    torch node it can, and a fault is named at its node."""
+    from onnx_sbs_nb.align.source.program import PREPARED_REPRODUCED, prepare_program
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8)
+    cache = _Cache(
+        [torch.randn(2, 4, 8) for _ in range(2)], [torch.randn(2, 4, 8) for _ in range(2)]
+    )
+    extra = {"scale": [torch.tensor(2.0)]}
+    dim = torch.export.Dim
+    past = [{0: dim.AUTO, 1: dim.DYNAMIC}] * 2
+    shapes = {"x": {0: dim.AUTO, 1: dim.DYNAMIC}, "cache": [past, past], "extra": {"scale": [None]}}
+    model = _CachedAttention().eval()
+    ep = torch.export.export(model, (x, cache), {"extra": extra}, dynamic_shapes=shapes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, (x, cache), kwargs={"extra": extra}, dynamo=True).model_proto
+    assert len(onx.graph.input) == 6  # the leaves, flattened
+    assert prepare_program(ep, onx).source == PREPARED_REPRODUCED
+    records = list(run_aligned(ep, onx, (x, cache), {"extra": extra}))
+    s = summarize(records)
+    assert s.verdict == "pass" and not s.partial, s.to_text()
+    assert s.coverage.torch_compared >= 0.9 * s.coverage.torch_nodes, s.coverage.to_text()
+    # other sizes than the export's: the same program runs them
+    longer = _Cache(
+        [torch.randn(3, 6, 8) for _ in range(2)], [torch.randn(3, 6, 8) for _ in range(2)]
+    )
+    s = summarize(list(run_aligned(ep, onx, (torch.randn(3, 5, 8), longer), {"extra": extra})))
+    assert s.verdict == "pass", s.to_text()
+    bad, swapped = _swap_first(onx, "Tanh", "Sigmoid")
+    s = summarize(list(run_aligned(ep, bad, (x, cache), {"extra": extra})), node_inputs=bad)
+    assert s.verdict == "fail" and s.culprit is not None
+    assert swapped in [s.culprit.onnx_node, *s.culprit.onnx_nodes], s.to_text()
+    assert s.culprit.ep_user_name == "tanh", s.to_text()

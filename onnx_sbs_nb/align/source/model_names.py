@@ -106,6 +106,20 @@ def adopt_model_names(
     return with_graph(program, gm)
 
 
+def unnamed_values(program: torch.export.ExportedProgram, values: set[str]) -> list[str]:
+    """The model's values named as a node of ``program``'s ops would be (``mul_689``)
+    that no node of it is: a graph tool's fused node keeps the names of the values it
+    computes and describes none of them, so renaming cannot reach them, and a value no
+    node is named after pairs with nothing."""
+    graph = program.graph
+    names = {n.name for n in graph.nodes}
+    bases = set()
+    for node in graph.nodes:
+        if node.op == "call_function":
+            bases |= _bases(node, node.name)
+    return sorted(v for v in values - names if _SUFFIX.sub("", v) in bases)
+
+
 def _bases(node: torch.fx.Node, name: str) -> set[str]:
     """The names a tracer may give ``node`` before numbering them: its op's, as packet
     (``unsqueeze``) or with its overload (``sym_size_int``), and its own name's."""

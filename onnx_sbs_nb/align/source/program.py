@@ -126,7 +126,7 @@ def _vouched(
     """The reproduction as the model describes it: as built, or under the model's names
     (symbolic sizes number the re-trace's nodes otherwise: :mod:`.model_names`)."""
     from .fx_metadata import FxMetadata
-    from .model_names import adopt_model_names
+    from .model_names import adopt_model_names, unnamed_values
     from .prep_check import disagreement
 
     metadata = metadata or FxMetadata(model)
@@ -136,9 +136,12 @@ def _vouched(
     g = model.graph
     values = {i.name for i in g.initializer} | {o for n in g.node for o in n.output}
     renamed = adopt_model_names(reproduced.program, metadata, values)
-    if renamed is not None and disagreement(renamed, model, metadata) is None:
-        return PreparedProgram(renamed, PREPARED_REPRODUCED), None
-    return None, why
+    if renamed is None or disagreement(renamed, model, metadata) is not None:
+        return None, why
+    missing = unnamed_values(renamed, values)
+    if missing:
+        return None, f"no node of the reproduction is named {', '.join(missing[:3])}"
+    return PreparedProgram(renamed, PREPARED_REPRODUCED), None
 
 
 def _exporter_preparation(ep: torch.export.ExportedProgram) -> PreparedProgram:
