@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -474,6 +475,7 @@ def prepare_light(
         # programs almost never hold a dead node, and without one it removes nothing
         graph.eliminate_dead_code()
     gm = _graph_module(graph)
+    _reify_sizes(gm, fake_mode)
     _insert_type_promotions(gm, fake_mode)
     _remove_assertions(gm)
     return with_graph(ep, gm)
@@ -517,6 +519,36 @@ def _splice(
         new.meta = _meta_from(node, meta)
         made.append(new)
     return resolve(exp.output)
+
+
+def _reify_sizes(gm: torch.fx.GraphModule, fake_mode: Any) -> None:
+    """The re-trace's last step, run on the reproduction: every symbolic size a node
+    computes is recomputed from the inputs' sizes (``sym_size(cat, 1) - 1`` becomes the
+    input's ``s50``, read once), as ``run_decompositions`` does with the same pass."""
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None or not any(
+        isinstance(n.meta.get("val"), torch.SymInt | torch.SymFloat | torch.SymBool)
+        for n in gm.graph.nodes
+    ):
+        return
+    from torch._export.passes._node_metadata_hook import (
+        _node_metadata_hook,
+        _set_node_metadata_hook,
+    )
+    from torch.export.exported_program import first_call_function_nn_module_stack
+    from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+
+    stack_trace = (
+        'File "torch/fx/passes/runtime_assert.py", line 24, in insert_deferred_runtime_asserts'
+    )
+    hook = functools.partial(_node_metadata_hook, metadata={"stack_trace": stack_trace})
+    with _set_node_metadata_hook(gm, hook):
+        insert_deferred_runtime_asserts(
+            gm,
+            shape_env,
+            f"exported program: {first_call_function_nn_module_stack(gm.graph)}",
+            export=True,
+        )
 
 
 def _insert_type_promotions(gm: torch.fx.GraphModule, fake_mode: Any) -> None:

@@ -43,16 +43,15 @@ class _Description:
 
 
 def adopt_model_names(
-    program: torch.export.ExportedProgram, metadata: FxMetadata, values: set[str]
+    program: torch.export.ExportedProgram, metadata: FxMetadata
 ) -> torch.export.ExportedProgram | None:
     """A copy of ``program`` whose nodes carry the names ``metadata`` gives the same calls;
-    None when no node's name changes (nothing to try).  ``values``: the names of the
-    model's values (node outputs, initializers).
+    None when no node's name changes (nothing to try).
 
     A node the model does not describe (its lowering folded away) is named by the first
-    described node that reads it.  A node named by neither keeps its name where the model
-    does not use it, and takes a fresh one where it does: it may be another node there,
-    and a name pairs values."""
+    described node that reads it.  A node named by neither keeps its name where no
+    description uses it (a value of that name in the model is then its own, or values
+    disprove the pair), and takes a fresh one where one does: it is another node there."""
     described: dict[str, list[_Description]] = defaultdict(list)
     seen: set[str] = set()
     computes: dict[str, str | None] = {}  # a described name -> the op it calls
@@ -64,7 +63,6 @@ def adopt_model_names(
         call = _call(text)
         described[_NAME.sub("%?", call)].append(_Description(name, _NAME.findall(call)))
     model_names = seen | {r for group in described.values() for d in group for r in d.reads}
-    model_names |= set(values)
     gm = copy_graph_module(program.graph_module)
     graph = gm.graph
     original = {n: n.name for n in graph.nodes}
@@ -86,16 +84,45 @@ def adopt_model_names(
             return computes[theirs] == _target(printed(node))
         return _SUFFIX.sub("", theirs) in _bases(node, original[node])
 
-    for node in calls:
-        call = _call(printed(node))
-        found = _consistent(described.get(_NAME.sub("%?", call)), _NAME.findall(call), taken, binds)
-        if found is None:
-            continue
-        described[_NAME.sub("%?", call)].remove(found[0])
-        # a node's arguments come before it, so it is still pending when it is reached
-        for mine, theirs in (*found[1].items(), (node.name, found[0].name)):
-            pending.pop(mine).name = theirs
-            taken.add(theirs)
+    def kept(node: torch.fx.Node, found: tuple[_Description, dict[str, str]]) -> int:
+        """How many names a match leaves as built."""
+        description, bound = found
+        same = sum(original[pending[mine]] == theirs for mine, theirs in bound.items())
+        return same + (original[node] == description.name)
+
+    # first the matches that keep every name as built, then those that keep the node's
+    # own, then the rest, each pass in graph order: look-alike chains (three
+    # ``unsqueeze`` chains building a mask, one folded away in the model) are told apart
+    # by the names the reproduction shares with the re-trace (shape arithmetic shifts
+    # the numbers of some ops only)
+    passes = (
+        lambda node, m: kept(node, m) == len(m[1]) + 1,  # every name as built
+        lambda node, m: original[node] == m[0].name,  # the node's own name as built
+        lambda node, m: True,
+    )
+    matched: set[torch.fx.Node] = set()
+    for accepts in passes:
+        for node in calls:
+            if node in matched:
+                continue
+            # a node named as another's argument still binds its own pending arguments
+            own = None if node.name in pending else node.name
+            call = _call(printed(node))
+            matches = _consistent(
+                described.get(_NAME.sub("%?", call)), _NAME.findall(call), taken, binds, own
+            )
+            matches = [m for m in matches if accepts(node, m)]
+            found = max(matches, key=lambda m: kept(node, m), default=None)
+            if found is None:
+                continue
+            matched.add(node)
+            described[_NAME.sub("%?", call)].remove(found[0])
+            renames = [*found[1].items()]
+            if own is None:
+                renames.append((node.name, found[0].name))
+            for mine, theirs in renames:
+                pending.pop(mine).name = theirs
+                taken.add(theirs)
     if all(n.name == original[n] for n in graph.nodes if n.name not in pending):
         return None
     for node in pending.values():
@@ -141,12 +168,17 @@ def _consistent(
     reads: list[str],
     taken: set[str],
     binds: Callable[[str, str], bool],
-) -> tuple[_Description, dict[str, str]] | None:
-    """The first description whose arguments agree with ``reads`` (named arguments equal,
-    each pending one read under one name no node has yet, and that ``binds`` allows),
-    with the names it gives the pending ones."""
+    own: str | None = None,
+) -> list[tuple[_Description, dict[str, str]]]:
+    """The descriptions whose arguments agree with ``reads`` (named arguments equal, each
+    pending one read under one name no node has yet, and that ``binds`` allows), each
+    with the names it gives the pending ones, in the model's order; ``own``: the node's
+    name where it has one already (only its description then)."""
+    matches = []
     for description in candidates or ():
-        if len(description.reads) != len(reads) or description.name in taken:
+        if len(description.reads) != len(reads):
+            continue
+        if description.name != own if own is not None else description.name in taken:
             continue
         bound: dict[str, str] = {}
         for mine, theirs in zip(reads, description.reads):
@@ -159,8 +191,8 @@ def _consistent(
                 break
         else:
             if len(set(bound.values())) == len(bound):
-                return description, bound
-    return None
+                matches.append((description, bound))
+    return matches
 
 
 def _settle_names(graph: torch.fx.Graph, named: set[torch.fx.Node], reserved: set[str]) -> None:

@@ -133,11 +133,11 @@ def _vouched(
     why = disagreement(reproduced.program, model, metadata)
     if why is None:
         return reproduced, None
-    g = model.graph
-    values = {i.name for i in g.initializer} | {o for n in g.node for o in n.output}
-    renamed = adopt_model_names(reproduced.program, metadata, values)
+    renamed = adopt_model_names(reproduced.program, metadata)
     if renamed is None or disagreement(renamed, model, metadata) is not None:
         return None, why
+    g = model.graph
+    values = {i.name for i in g.initializer} | {o for n in g.node for o in n.output}
     missing = unnamed_values(renamed, values)
     if missing:
         return None, f"no node of the reproduction is named {', '.join(missing[:3])}"
