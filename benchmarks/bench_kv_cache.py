@@ -7,7 +7,7 @@ has exported it already), then times ``list(run_aligned(ep, onx, args))`` twice.
 cold run is the one a notebook user waits on; it includes preparing the program, which
 for symbolic sizes used to mean the exporter's re-trace.
 
-    .venv/bin/python benchmarks/bench_kv_cache.py [--repeats 3] [--model llama_kv_cache]
+    .venv/bin/python benchmarks/bench_kv_cache.py [--repeats 3] [--model llama_kv_cache gpt2@auto ...]
 """
 
 from __future__ import annotations
@@ -35,6 +35,20 @@ from benchmarks.common import (  # noqa: E402
 VARIANTS = ("static", "dynamic")
 
 
+def _auto_shapes(entry) -> tuple:
+    """Every input's first two dims left to export (``Dim.AUTO``), as users export LLMs."""
+    import inspect
+
+    import torch
+
+    model, args = entry.build()
+    auto = torch.export.Dim.AUTO
+    shapes = tuple({0: auto, 1: auto} if a.dim() >= 2 else None for a in args)
+    params = list(inspect.signature(model.forward).parameters.values())
+    starred = params and params[0].kind == inspect.Parameter.VAR_POSITIONAL
+    return (shapes,) if starred else shapes
+
+
 def measure(model: str, variant: str) -> dict:
     """Exports ``model`` (a corpus entry with dynamic shapes) as ``variant`` and times two runs."""
     from onnx_sbs_nb import run_aligned, summarize
@@ -42,9 +56,12 @@ def measure(model: str, variant: str) -> dict:
     from tests.corpus.zoo2 import ZOO2_BY_NAME
     from tests.corpus.zoo3 import ZOO3_BY_NAME
 
-    entry = {**ZOO_BY_NAME, **ZOO2_BY_NAME, **ZOO3_BY_NAME}[model]
+    name, _, dims = model.partition("@")
+    entry = {**ZOO_BY_NAME, **ZOO2_BY_NAME, **ZOO3_BY_NAME}[name]
     if variant == "static":
         entry = dataclasses.replace(entry, dynamic_shapes=None)
+    elif dims == "auto":
+        entry = dataclasses.replace(entry, dynamic_shapes=_auto_shapes(entry))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ex = export_entry(entry)
@@ -68,19 +85,33 @@ def measure(model: str, variant: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="llama_kv_cache")
+    parser.add_argument(
+        "--model",
+        nargs="+",
+        default=["llama_kv_cache"],
+        help="corpus entries; NAME@auto exports NAME with Dim.AUTO on every input",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", choices=VARIANTS)
     args = parser.parse_args(argv)
     if args.child:
-        emit_result(measure(args.model, args.child))
+        emit_result(measure(args.model[0], args.child))
         return
+    ratios = [(model, *_compare(model, args.repeats)) for model in args.model]
+    if len(ratios) > 1:
+        print_table(
+            "dynamic / static, every model",
+            ["model", "cold", "warm"],
+            [[m, fmt_ratio(c), fmt_ratio(w)] for m, c, w in ratios],
+        )
+
+
+def _compare(model: str, repeats: int) -> tuple[float, float]:
+    """Prints ``model``'s table; returns its cold and warm dynamic/static ratios."""
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for variant in VARIANTS:  # interleaved: a load spike hits both
-            runs[variant].append(
-                run_child(Path(__file__), ["--child", variant, "--model", args.model])
-            )
+            runs[variant].append(run_child(Path(__file__), ["--child", variant, "--model", model]))
     rows = []
     for variant in VARIANTS:
         last = runs[variant][-1]
@@ -96,18 +127,18 @@ def main(argv: list[str] | None = None) -> None:
             ]
         )
     print_table(
-        f"{args.model}: median of {args.repeats} fresh processes",
+        f"{model}: median of {repeats} fresh processes",
         ["export", "cold run", "warm run", "records", "torch nodes compared", "share", "verdict"],
         rows,
     )
     static, dynamic = (runs[v] for v in VARIANTS)
+    cold = ratio(median_of(dynamic, "cold"), median_of(static, "cold"))
+    warm = ratio(median_of(dynamic, "warm"), median_of(static, "warm"))
     print(
-        "\ndynamic / static: cold "
-        + fmt_ratio(ratio(median_of(dynamic, "cold"), median_of(static, "cold")))
-        + ", warm "
-        + fmt_ratio(ratio(median_of(dynamic, "warm"), median_of(static, "warm")))
-        + " (goal: cold at most 1.5x)"
+        f"\ndynamic / static: cold {fmt_ratio(cold)}, warm {fmt_ratio(warm)}"
+        " (goal: cold at most 1.5x)"
     )
+    return cold, warm
 
 
 if __name__ == "__main__":

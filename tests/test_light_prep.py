@@ -384,6 +384,7 @@ def _calls(program, model=None):
         "bart@auto",
         "roberta@auto",
         "falcon@auto",
+        "gemma@auto",
     ],
 )
 def test_symbolic_sizes_are_reproduced_under_the_models_names(name, exporter_prepare):
@@ -395,7 +396,8 @@ def test_symbolic_sizes_are_reproduced_under_the_models_names(name, exporter_pre
     (``insert_deferred_runtime_asserts``); ``llama_dynamic`` and ``bart`` build masks
     from look-alike ``unsqueeze`` chains the model folds in part (a name is only taken by
     a node of its op, names kept as built first); ``roberta`` holds a value no
-    description reads (its node keeps its name); ``falcon`` writes in place."""
+    description reads (its node keeps its name); ``falcon`` writes in place; one of
+    ``gemma``'s calls finds a size through another's input, and is traced alone."""
     model, args, ds = _symbolic(name)
     ep = _export(model, args, ds)
     with warnings.catch_warnings():
@@ -458,8 +460,8 @@ def _expansions(monkeypatch, ep, fresh_sizes=True):
 def test_symbolic_calls_are_traced_together(monkeypatch):
     """Each traced input gets sizes of its own, so every decomposed call of a symbolic
     program is traced in one make_fx, reading its sizes from its own inputs; with shared
-    sizes a call reads another's, and the calls are traced one by one, to the same
-    expansions."""
+    sizes a call reads another's, and the calls that do are traced again one by one, to
+    the same expansions."""
     model, args, ds = _symbolic("llama_kv_cache")
     ep = _export(model, args, ds)
     together, traces = _expansions(monkeypatch, ep)
@@ -471,7 +473,9 @@ def test_symbolic_calls_are_traced_together(monkeypatch):
     )
     monkeypatch.undo()
     one_by_one, traces = _expansions(monkeypatch, ep, fresh_sizes=False)
-    assert traces[0] == len(together) and traces[1:] == [1] * len(together)
+    # only the calls that read another's sizes are traced again, alone
+    assert traces[0] == len(together) and 1 <= len(traces[1:]) < len(together)
+    assert set(traces[1:]) == {1}
     assert _plain(one_by_one) == _plain(together)
 
 

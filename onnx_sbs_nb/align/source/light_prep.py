@@ -241,15 +241,15 @@ def _trace_expansions(
 def _traced(
     unique: dict[Any, torch.fx.Node], ops: ExporterOps, functional: bool = False
 ) -> dict[Any, _Expansion]:
-    try:
-        return _trace_calls(unique, ops, functional)
-    except _CrossRead:
-        # a size the tracer found only through another call: one trace per call (each
-        # then reads its sizes from its own inputs, at a trace's cost each)
-        result: dict[Any, _Expansion] = {}
-        for key, node in unique.items():
-            result.update(_trace_calls({key: node}, ops, functional))
-        return result
+    result = _trace_calls(unique, ops, functional)
+    for key in unique.keys() - result.keys():
+        # it read a size the tracer knew from another call: traced alone, it reads its
+        # sizes from its own inputs (at a trace's cost)
+        alone = _trace_calls({key: unique[key]}, ops, functional)
+        if key not in alone:
+            raise Unsupported(f"a decomposition of {unique[key].name!r} reads another value")
+        result.update(alone)
+    return result
 
 
 def _mutates(expansion: _Expansion) -> bool:
@@ -266,8 +266,8 @@ def _trace_calls(
     unique: dict[Any, torch.fx.Node], ops: ExporterOps, functional: bool = False
 ) -> dict[Any, _Expansion]:
     """The expansions of ``unique``'s calls (signature -> call), traced in one make_fx
-    (inside :func:`_trace_expansions`' contexts); ``functional``: through
-    functionalization, as the re-trace does."""
+    (inside :func:`_trace_expansions`' contexts), less those that read a value of another
+    call; ``functional``: through functionalization, as the re-trace does."""
     from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
     keys = list(unique)
@@ -319,13 +319,19 @@ def _trace_calls(
                 return _Ref("in", local_in[a])
             raise _CrossRead(f"a decomposition reads another call's value ({a.name})")
 
-        templ = [(n.target, *torch.fx.node.map_arg((n.args, n.kwargs), ref), n.meta) for n in mine]
         leaves, spec = torch.utils._pytree.tree_flatten(out)
-        refs = []
-        for k, leaf in enumerate(leaves):
-            traced_out = flat_outs[pos + k]
-            refs.append(ref(traced_out) if isinstance(traced_out, torch.fx.Node) else leaf)
+        outs = flat_outs[pos : pos + len(leaves)]
         pos += len(leaves)
+        try:
+            templ = [
+                (n.target, *torch.fx.node.map_arg((n.args, n.kwargs), ref), n.meta) for n in mine
+            ]
+            refs = [
+                ref(traced) if isinstance(traced, torch.fx.Node) else leaf
+                for traced, leaf in zip(outs, leaves)
+            ]
+        except _CrossRead:
+            continue  # left out: the caller traces it alone
         result[key] = _Expansion(templ, torch.utils._pytree.tree_unflatten(refs, spec))
     return result
 
