@@ -223,3 +223,15 @@ def test_bench_many_inputs_measures(tiny_files):
     assert result["n"] == 3 and result["records"] > 0
     assert 0 < result["first"] <= result["total"] and result["rest_mean"] > 0
     assert result["peak"] > 0 and result["method"] in ("VmHWM", "psutil-sampling")
+
+
+def test_bench_kv_cache_measures_both_variants():
+    """The dynamic/static benchmark's child, in process: a model exported with Dim.AUTO
+    on every input (NAME@auto) and with static shapes, each run twice."""
+    from benchmarks import bench_kv_cache
+
+    for variant in bench_kv_cache.VARIANTS:
+        result = bench_kv_cache.measure("dynamic_attention@auto", variant)
+        assert result["verdict"] == "pass", result
+        assert result["cold"] > 0 and result["warm"] > 0
+        assert 0 < result["torch_compared"] <= result["torch_nodes"]
