@@ -140,7 +140,8 @@ def _fresh_value(node: torch.fx.Node) -> bool:
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
-        return _is_op(node.args[0].target) and not _aliases(node.args[0])
+        source = node.args[0]
+        return isinstance(source, torch.fx.Node) and _is_op(source.target) and not _aliases(source)
     if not _is_op(node.target):
         return False
     if node.target._schema.is_mutable:
