@@ -111,8 +111,9 @@ def _check_supported(ep: torch.export.ExportedProgram) -> None:
 
 def _functional_form(node: torch.fx.Node) -> Any:
     """The op functionalization records for ``node``, an in-place call (``add_``) on a
-    value it made fresh and nothing else aliases (``add``; later reads of the value read
-    the call's result); None for any other mutation."""
+    value the program made (``add``: the exported graph reads the call's result from then
+    on, and a view of the value made before is made again where it is read); None for any
+    other mutation (through a view, into an input)."""
     t = node.target
     args = t._schema.arguments
     written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
@@ -127,11 +128,37 @@ def _functional_form(node: torch.fx.Node) -> Any:
     if not isinstance(target, torch.fx.Node) or not _fresh_value(target):
         return None
     readers = [(u, target) for u in target.users] + [(u, node) for u in node.users]
-    if any(_views(user, value) for user, value in readers if user is not node):
-        # a view of the value sees the write: functionalization replays the view where it
-        # is read, which moves and renumbers it
-        return None
+    if any(
+        _views(user, value) and not _replayable(user) for user, value in readers if user is not node
+    ):
+        return None  # a view written through, or one the walk does not replay
     return functional
+
+
+def _writes(node: torch.fx.Node) -> bool:
+    return _is_op(node.target) and node.target._schema.is_mutable
+
+
+def _pure_view(node: torch.fx.Node) -> bool:
+    """A call returning one view of its first argument (``view``, ``unsqueeze``...)."""
+    t = node.target
+    if not _is_op(t) or t._schema.is_mutable or len(t._schema.returns) != 1:
+        return False
+    alias = t._schema.returns[0].alias_info
+    return alias is not None and not alias.is_write and bool(node.args)
+
+
+def _replayable(view: torch.fx.Node) -> bool:
+    """A view of a written value that functionalization replays where it is read: a chain
+    of pure views nothing writes through."""
+    if not _pure_view(view):
+        return False
+    for user in view.users:
+        if _is_op(user.target) and user.target._schema.is_mutable and user.args[0] is view:
+            return False
+        if _aliases(user) and not _replayable(user):
+            return False
+    return True
 
 
 def _fresh_value(node: torch.fx.Node) -> bool:
@@ -337,6 +364,36 @@ def _trace_calls(
     return result
 
 
+def _replayed_views(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The views of values written in place (by a call :func:`_functional_form` takes):
+    the walk makes them where they are read, as functionalization does."""
+    bases = {
+        n.args[0]
+        for n in graph.nodes
+        if n.op == "call_function"
+        and _is_op(n.target)
+        and n.target._schema.is_mutable
+        and n.target not in _NO_OPS
+    }
+    if not bases:
+        return set()
+    replayed: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not _pure_view(node):
+            continue
+        root = node.args[0]
+        while isinstance(root, torch.fx.Node) and root.op == "call_function":
+            if root in bases:
+                break
+            if _pure_view(root) or (_is_op(root.target) and root.target._schema.is_mutable):
+                root = root.args[0]
+            else:
+                break
+        if root in bases:
+            replayed.add(node)
+    return replayed
+
+
 def _functionalized(fn: Any) -> Any:
     """``fn`` under the functionalization the re-trace runs: a kernel's in-place step
     (``cosine_similarity``'s ``clamp_min_``) is recorded as its functional op."""
@@ -421,9 +478,37 @@ def prepare_light(
     expansions = _trace_expansions(decomposed, ops, fake_mode)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, Any] = {}  # user node -> its value in the new graph
+    replayed = _replayed_views(ep.graph)
+    for view in replayed:
+        if ops.decomposes(view.target):
+            # the re-trace replays its expansion, and numbers what it drops: not reproduced
+            raise Unsupported(f"node {view.name!r} views a value written in place")
+    replays: dict[tuple[torch.fx.Node, torch.fx.Node], torch.fx.Node] = {}
+    written: dict[torch.fx.Node, Any] = {}  # user node -> its value as last written in place
+
+    def value(a: torch.fx.Node) -> Any:
+        if a not in replayed:
+            return env[a]
+        # functionalization makes a view of a written value again where it is read, from
+        # the value as written so far
+        base = a.args[0]
+        source = written[base] if base in written else value(base)
+        key = (a, source)
+        if key not in replays:
+            rest = torch.fx.node.map_arg((a.args[1:], a.kwargs), new_arg)
+            made = graph.create_node(
+                "call_function",
+                a.target,
+                (source, *rest[0]),
+                rest[1],
+                name=_candidate_name(graph, a.target),
+            )
+            made.meta = _meta_from(a, a.meta)
+            replays[key] = made
+        return replays[key]
 
     def new_arg(a: torch.fx.Node) -> Any:
-        v = env[a]
+        v = value(a)
         if not isinstance(v, torch.fx.Node):
             raise Unsupported(f"{a.name!r} is not a single value")
         return v
@@ -437,13 +522,15 @@ def prepare_light(
         elif node.op == "output":
             out = graph.output(torch.fx.node.map_arg(node.args[0], new_arg))
             out.meta = dict(node.meta)
+        elif node in replayed:
+            continue  # made where it is read
         elif node.target in _NO_OPS:
-            env[node] = env[node.args[0]]
+            env[node] = value(node.args[0])
         elif node.target is operator.getitem:
             src, idx = node.args
             env[node] = env[src][idx]
         elif ops.decomposes(node.target):
-            env[node] = _splice(graph, node, expansions[_signature(node)], env)
+            env[node] = _splice(graph, node, expansions[_signature(node)], value)
         else:
             args = torch.fx.node.map_arg(node.args, new_arg)
             kwargs = torch.fx.node.map_arg(node.kwargs, new_arg)
@@ -462,8 +549,6 @@ def prepare_light(
                 new.meta = dict(node.meta)
             else:
                 new.meta = _meta_from(node, node.meta)
-            if in_place:
-                env[node.args[0]] = new  # later reads of the value read the written one
             arity = _output_arity(node)
             if arity is None:
                 env[node] = new
@@ -477,6 +562,8 @@ def prepare_light(
                     g.meta = _meta_from(node, {**node.meta, "val": node.meta["val"][i]})
                     items.append(g)
                 env[node] = items
+        if node.op == "call_function" and node.target not in _NO_OPS and _writes(node):
+            written[node.args[0]] = env[node]
     if any(not n.users and n.op == "call_function" for n in graph.nodes):
         # the pass lints the graph and asks every node whether it is impure; exported
         # programs almost never hold a dead node, and without one it removes nothing
@@ -499,11 +586,9 @@ def _meta_from(user_node: torch.fx.Node, meta: dict[str, Any]) -> dict[str, Any]
     return meta
 
 
-def _splice(
-    graph: torch.fx.Graph, node: torch.fx.Node, exp: _Expansion, env: dict[torch.fx.Node, Any]
-) -> Any:
+def _splice(graph: torch.fx.Graph, node: torch.fx.Node, exp: _Expansion, value: Any) -> Any:
     inputs: list[Any] = []
-    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: inputs.append(env[a]))
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: inputs.append(value(a)))
     made: list[torch.fx.Node] = []
 
     def resolve(x: Any) -> Any:
