@@ -166,8 +166,9 @@ class ViewsOfWrittenValues(nn.Module):
         flat = y.view(-1)
         y.add_(1)
         v, i = x.topk(2, -1)
-        v.div_(v.sum(-1, keepdim=True))
-        rows = v.view(-1)
+        early = v.view(-1)
+        v.div_(v.sum(-1, keepdim=True)).mul_(2)  # two writes into v's memory
+        rows = early + v.view(-1)
         w = (x * 3).sum() + 1
         return flat.sum() + y, rows.unsqueeze(-1) * w, i
 

@@ -563,7 +563,13 @@ def prepare_light(
                     items.append(g)
                 env[node] = items
         if node.op == "call_function" and node.target not in _NO_OPS and _writes(node):
-            written[node.args[0]] = env[node]
+            # the value and every earlier write's result name the same memory
+            target = node.args[0]
+            while True:
+                written[target] = env[node]
+                if not (_writes(target) and target.target not in _NO_OPS):
+                    break
+                target = target.args[0]
     if any(not n.users and n.op == "call_function" for n in graph.nodes):
         # the pass lints the graph and asks every node whether it is impure; exported
         # programs almost never hold a dead node, and without one it removes nothing
