@@ -12,13 +12,16 @@ builds the same graph by walking the user's graph once:
 * the nodes whose op is decomposed are traced together, once per distinct signature
   (op, arguments, input shapes/strides/dtypes), with the exporter's decomposition
   table, and their expansion is spliced in;
-* dead code goes, type promotions are inserted by the exporter's own rules (reading the
-  recorded dtypes, running only the nodes they change), assertions go.
+* an in-place call on a value the program made becomes its functional op, and a view of
+  the written value is made again where it is read (functionalization's rules);
+* dead code goes, sizes are recomputed from the inputs' (the re-trace's own pass), type
+  promotions are inserted by the exporter's own rules (reading the recorded dtypes,
+  running only the nodes they change), assertions go.
 
 It is a reproduction, so it is checked against the ONNX model before it is used
 (:func:`.prep_check.disagreement`), and the exporter's preparation runs whenever the
 check fails or this module declines the program (:class:`Unsupported`: sizes the data
-decides, subgraphs, mutations, custom ops).
+decides, subgraphs, writes into inputs or through views, custom ops).
 """
 
 from __future__ import annotations
@@ -154,7 +157,7 @@ def _replayable(view: torch.fx.Node) -> bool:
     if not _pure_view(view):
         return False
     for user in view.users:
-        if _is_op(user.target) and user.target._schema.is_mutable and user.args[0] is view:
+        if _writes(user) and user.args[0] is view:
             return False
         if _aliases(user) and not _replayable(user):
             return False
@@ -171,7 +174,7 @@ def _fresh_value(node: torch.fx.Node) -> bool:
         return isinstance(source, torch.fx.Node) and _is_op(source.target) and not _aliases(source)
     if not _is_op(node.target):
         return False
-    if node.target._schema.is_mutable:
+    if _writes(node):
         return _functional_form(node) is not None
     return not _aliases(node)
 
@@ -179,7 +182,7 @@ def _fresh_value(node: torch.fx.Node) -> bool:
 def _views(user: torch.fx.Node, value: torch.fx.Node) -> bool:
     """``user`` makes an alias of ``value`` other than writing to it in place (another
     in-place call on it is functionalized in its turn)."""
-    writes = _is_op(user.target) and user.target._schema.is_mutable and user.args[0] is value
+    writes = _writes(user) and user.args[0] is value
     return _aliases(user) and not writes
 
 
@@ -370,10 +373,7 @@ def _replayed_views(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     bases = {
         n.args[0]
         for n in graph.nodes
-        if n.op == "call_function"
-        and _is_op(n.target)
-        and n.target._schema.is_mutable
-        and n.target not in _NO_OPS
+        if n.op == "call_function" and _writes(n) and n.target not in _NO_OPS
     }
     if not bases:
         return set()
@@ -385,7 +385,7 @@ def _replayed_views(graph: torch.fx.Graph) -> set[torch.fx.Node]:
         while isinstance(root, torch.fx.Node) and root.op == "call_function":
             if root in bases:
                 break
-            if _pure_view(root) or (_is_op(root.target) and root.target._schema.is_mutable):
+            if _pure_view(root) or _writes(root):
                 root = root.args[0]
             else:
                 break
