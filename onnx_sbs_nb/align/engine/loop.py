@@ -24,6 +24,7 @@ from ...records import Record, RunStatus
 from ...records import join_comments as _join
 from ..judge.judging import SbsMismatchError
 from ..judge.undefined import undefined_values
+from ..judge.unordered import order_free_groups
 from ..pairing.names import Pairing
 from .options import RunOptions
 from .own_error import OwnErrors
@@ -103,10 +104,17 @@ class SideBySideRun:
         # pairs whose values turned out to differ in shape: not the same value after all;
         # and values of no defined content: their torch value is never fed to the model
         self._unproven: set[str] = set(self._undefined)
+        # values whose order the program leaves free (topk sorted=False): compared as
+        # sets; those found the same go on from their torch values (judge/unordered.py)
+        self._order_free = order_free_groups(
+            candidate.nodes, reference, {o: p.fx_name for o, p in pairing.by_onnx.items()}
+        )
+        self._reordered: set[str] = set()
         # where the candidate continues from the torch value (resets.py)
         self.resets = Resets(
             options, candidate, pairing, self._undefined, self._random, self._unproven
         )
+        self.resets.order_free(self._order_free, self._reordered)
         self.status = status or RunStatus()
         self.status.total_onnx_nodes = len(candidate.nodes)
         self.status.total_ep_nodes = len(reference.graph)
@@ -136,6 +144,7 @@ class SideBySideRun:
             self._unproven,
             self._own,
         )
+        self._pairs.order_free(self._order_free, self._reordered)
         self._tie_axes = candidate.tables.tie_axes  # TopK nodes: their inputs are kept
         # stretches of candidate nodes run as one session, torch nodes as one function
         self.run_ahead = RunAhead(reference, candidate, pairing, options)

@@ -10,7 +10,9 @@ from typing import Any
 
 from ...records import Record
 from ..judge.context import STAGE_AFTER, RuleContext
+from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
+from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
 from ..pairing.names import Pairing
 from .options import RunOptions
@@ -49,6 +51,20 @@ class PairJudge:
         self.verdicts = Verdicts(self.ctx)
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self.tie_x: dict[str, tuple[int, Any]] = {}
+        self.unordered: dict[str, OrderFree] = {}
+
+    def order_free(self, groups: dict[str, OrderFree], reordered: set[str]) -> None:
+        """Values whose order is free, compared as sets; ``reordered`` gets those found
+        the same (``judge/unordered.py``)."""
+        self.unordered = groups
+        self.ctx.reordered = reordered
+
+    def _set_order(self, group: OrderFree, ref_env: dict, env: dict) -> SetOrder:
+        key = group.key
+        ref_key = None
+        if key is not None and group.key_fx in ref_env:
+            ref_key = as_expected(self.pairing.by_onnx[key], ref_env[group.key_fx])
+        return SetOrder(group, ref_key, env.get(key) if key is not None else None)
 
     def start(
         self, cand_env: dict[str, Any], missing: Container[str], specialized: dict[str, Any]
@@ -91,6 +107,10 @@ class PairJudge:
         got = cand_env[name] if name in cand_env else cand.initializer(name)
         ctx.inherited = looser_dtype(ref.inherited.get(fx_name), self.own.computed_in.get(name))
         ctx.tie = self.tie_x.pop(name, None) if self.tie_x else None
+        group = self.unordered.get(name) if self.unordered else None
+        if group is not None:
+            ctx.unordered = self._set_order(group, ref_env, cand_env)
+            ctx.own_unordered = self._set_order(group, ref_env, own)
         if verdicts.on_values(rec, pair, want, got).own_error:
             self.own.judge(rec, pair, name, want, own, ctx)
             ctx.has_own = name in own

@@ -35,6 +35,13 @@ class Resets:
         self.all = options.reset == RESET_ALL
         self.names = set(options.reset_names)
         self.undefined, self.random, self.unproven = undefined, random, unproven
+        self.unordered: Container[str] = frozenset()
+        self.reordered: Container[str] = frozenset()
+
+    def order_free(self, unordered: Container[str], reordered: Container[str]) -> None:
+        """Values whose order is free (``judge/unordered.py``), and those of them the
+        comparison as sets found the same: they continue from their torch values."""
+        self.unordered, self.reordered = unordered, reordered
 
     def after(self, name: str, pair: Pair, rec: Record, ref_env: dict[str, Any]) -> bool:
         """Whether the candidate continues from the torch value after pair ``name``'s
@@ -45,6 +52,7 @@ class Resets:
             or name in names
             or pair.fx_name in names
             or (name in self.random and rec.status == STATUS_NOT_COMPARED)
+            or (name in self.reordered and rec.passed)
         )
 
     def feed(self, name: str, pair: Pair, cand_env: dict[str, Any], ref_env: dict[str, Any]):
@@ -55,6 +63,7 @@ class Resets:
     def fed_names(self) -> set[str]:
         """Candidate values the run replaces by their torch values, whatever they are."""
         fed = set(self.random)
+        fed.update(self.unordered)  # fed when found the same as sets: decided as it runs
         names = self.names
         if names:
             fed.update(

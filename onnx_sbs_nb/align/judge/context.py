@@ -52,6 +52,9 @@ class RuleContext:
     missing: Container[str] = frozenset()
     # pairs the comparison disproved: the run no longer feeds their torch value
     unproven: set[str] = field(default_factory=set)
+    # values whose order is free, compared as sets and found the same: the run feeds
+    # their torch values (``unordered.py``, ``engine/resets.py``)
+    reordered: set[str] = field(default_factory=set)
     # (node, its inputs) computing ONNX value ``name``, None when it cannot be had
     node_inputs: Callable[[str], tuple[Any, list[Any] | None] | None] | None = None
     # --- the pair being judged
@@ -63,6 +66,8 @@ class RuleContext:
     own_inherited: str | None = None  # ... that the own-error run's value is computed from
     tie: tuple[int, Any] | None = None  # a TopK's (axis, input) for its indices
     own_tie: tuple[int, Any] | None = None  # ... in the own-error run
+    unordered: Any = None  # an unordered.SetOrder: its order is free (compared as sets)
+    own_unordered: Any = None  # ... with the own-error run's key
     has_own: bool = False  # the node was rerun on torch inputs
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
@@ -72,6 +77,7 @@ class RuleContext:
         self.ref_error = self.cand_error = self.note = None
         self.inherited = self.own_inherited = None
         self.tie = self.own_tie = None
+        self.unordered = self.own_unordered = None
         self.has_own = False
         self.diff = None
 

@@ -38,6 +38,7 @@ from .ties import TopKTies
 from .tolerance import Tolerance
 from .transforms import PairNotes
 from .undefined import UNDEFINED_NOTE
+from .unordered import UnorderedResult
 
 RANDOM_NOTE = (
     "drawn at random: each side makes its own draw, so only the shape and type "
@@ -143,6 +144,7 @@ RULES: tuple[Rule, ...] = (
     NotTensors(),
     UninitialisedMemory(),
     RandomDraw(),
+    UnorderedResult(),
     InheritedPrecision(),
     WrongShapeLowering(),
     UnprovenPair(),

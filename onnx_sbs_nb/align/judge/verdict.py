@@ -32,6 +32,7 @@ from .context import (
 from .judging import as_expected, comparable, fill_own_error, in_layout_of
 from .rules import RULES, by_stage
 from .ties import TIE_NOTE, tied
+from .unordered import own_as_sets
 
 
 class Verdicts:
@@ -100,6 +101,7 @@ def judge_own(record: Record, pair: Pair, want: Any, own_value: Any, ctx: RuleCo
         e2, g2, _ = in_common_precision(e2, g2)
     if e2 is None:
         return
+    e2, g2 = own_as_sets(e2, g2, ctx.name, ctx.own_unordered)
     d2 = compare(e2, g2, ctx.atol, ctx.rtol, ctx.own_inherited, judge=ctx.own_policy)
     if ctx.own_tie is not None and tied(d2, ctx.own_tie, e2, g2):
         d2.passed = True
