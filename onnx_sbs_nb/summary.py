@@ -37,6 +37,7 @@ from .records import (
     STATUSES,
     Record,
 )
+from .shape_origin import RULE_SHAPE_ORIGIN, ShapeOrigins
 from .tolerances import default_tolerance
 
 TOP_SUSPECTS = 10
@@ -546,6 +547,8 @@ class Summarizer:
         # nodes whose own rerun is exact but for the sign of some zeros, in run order
         self._zero_signs: list[Record] = []
         self._onnx_reference: bool | None = None  # None: no node record seen yet
+        # shapes seen, to find where a wrong shape starts (shape_origin.py)
+        self._shapes = ShapeOrigins()
         self._totals: dict[str, Any] = {
             "records": 0,
             "compared": 0,
@@ -600,6 +603,7 @@ class Summarizer:
             s.unpaired_onnx.append(rec.onnx_name or "")
 
         self._count_coverage(rec)
+        self._shapes.add(rec, failed)
         if rec.onnx_fx_node and rec.onnx_node_name:
             nodes = self._lowering.setdefault(rec.onnx_fx_node, [])
             if not nodes or nodes[-1] != rec.onnx_node_name:
@@ -705,11 +709,21 @@ class Summarizer:
         """
         for rec, rule in self._candidates:
             if not (_groups(rec.own_inputs_from) & self._failing_lowerings):
-                return rec, rule
+                return self._shape_origin(rec, rule)
         if self._candidates:
-            return self._candidates[0]
+            return self._shape_origin(*self._candidates[0])
         amplified = self._amplified()
         return (amplified, RULE_AMPLIFIED) if amplified is not None else (None, None)
+
+    def _shape_origin(self, rec: Record, rule: str) -> tuple[Record, str]:
+        """``rec``, or the node before it where its wrong shape starts (shape_origin.py)."""
+        if self._node_inputs is None:
+            return rec, rule
+        found = self._shapes.origin(rec, self._node_inputs, self._upstream_of)
+        return (found[0], RULE_SHAPE_ORIGIN) if found is not None else (rec, rule)
+
+    def _upstream_of(self, name: str) -> set[str]:
+        return self._upstream(name) or set()
 
     def _amplified(self) -> Record | None:
         """When values fail but no node fails its own check: the node upstream of the first
@@ -801,6 +815,8 @@ class Summarizer:
         if rec.onnx_node_name and rec.onnx_node_name not in nodes:
             nodes.append(rec.onnx_node_name)
         why = _why(rec, rule, own, "reference model's" if self._onnx_reference else "torch")
+        if rule == RULE_SHAPE_ORIGIN:
+            why = self._shapes.why_of(rec)
         where = on_input_text(rec)
         if rule == RULE_AMPLIFIED:
             own = rec.err_abs2

@@ -1,11 +1,14 @@
 """Results whose order the program leaves free (``topk(sorted=False)``: compared as sets,
-the nodes after them continue from torch's order; align/judge/unordered.py)."""
+the nodes after them continue from torch's order; align/judge/unordered.py), and a wrong
+shape made by a node without metadata (an optimizer's), blamed where it starts
+(shape_origin.py)."""
 
 from __future__ import annotations
 
 import copy
 import functools
 
+import numpy as np
 import onnx
 import torch
 
@@ -150,3 +153,81 @@ def test_only_a_program_that_leaves_the_order_free_is_compared_as_sets():
         assert bool(groups) is free
         if free:
             assert set(groups) == set(node.output) and groups[node.output[0]].key == node.output[1]
+
+
+# ---------------------------------------------------------------- where a wrong shape starts
+
+
+class _DetectHead(torch.nn.Module):
+    """A detection head: 840 anchors split 500/340 (boxes, then the rest)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        boxes, rest = torch.split(self.proj(x), 500, dim=1)
+        return boxes.sigmoid(), rest * 2
+
+
+class _QKSplit(torch.nn.Module):
+    """Queries and keys of unequal widths split from one projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qk = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        q, k = torch.split(self.qk(x), [12, 4], dim=-1)
+        return q.relu() + 1, k.exp()
+
+
+def _as_an_optimizer_leaves_it(onx: onnx.ModelProto, sizes: list[int]) -> onnx.ModelProto:
+    """The model's Split rewritten into ``sizes`` (equal parts, as ``num_outputs`` makes
+    them) by a tool that keeps no exporter metadata and names its values anew."""
+    bad = copy.deepcopy(onx)
+    g = bad.graph
+    (node,) = [n for n in g.node if n.op_type == "Split"]
+    (t,) = [i for i in g.initializer if i.name == node.input[1]]
+    t.CopyFrom(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), t.name))
+    del node.metadata_props[:]
+    node.name = "Split_opt"
+    for k, old in enumerate(list(node.output)):
+        new = f"opt_split_{k}"
+        for n in g.node:
+            n.input[:] = [new if i == old else i for i in n.input]
+            n.output[:] = [new if o == old else o for o in n.output]
+        for v in [v for v in g.value_info if v.name == old]:
+            g.value_info.remove(v)
+    onnx.checker.check_model(bad)
+    return bad
+
+
+def test_a_wrong_split_without_metadata_is_blamed_not_the_node_after_it():
+    cases = (
+        (_DetectHead(), torch.randn(1, 840, 6), [420, 420], "420", ("500", "340"), "no torch"),
+        # 2x3x8 is the input's shape too: only not the torch value the Split's output is
+        (_QKSplit(), torch.randn(2, 3, 8), [8, 8], "8", ("12", "4"), "torch twin's"),
+    )
+    for model, x, sizes, wrong, program, said in cases:
+        ep, onx = export(model, (x,))
+        bad = _as_an_optimizer_leaves_it(onx, sizes)
+        records, s = _run(ep, bad, (x,))
+        c = s.culprit
+        assert c is not None and c.onnx_node == "Split_opt", c
+        assert c.rule == "shape_origin"
+        assert "matched" in c.why and "only carries it on" in c.why
+        assert wrong in c.why and all(p in c.why for p in program), c.why
+        assert said in c.why
+
+        # the exporter's Split, paired by name, with the wrong sizes: the Split itself
+        _wrong_shape_of_its_own_node_is_blamed_on_it(ep, onx, x, sizes)
+
+
+def _wrong_shape_of_its_own_node_is_blamed_on_it(ep, onx, x, sizes):
+    bad = copy.deepcopy(onx)
+    (node,) = [n for n in bad.graph.node if n.op_type == "Split"]
+    (t,) = [i for i in bad.graph.initializer if i.name == node.input[1]]
+    t.CopyFrom(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), t.name))
+    _, s = _run(ep, bad, (x,))
+    assert s.culprit.onnx_node == node.name and s.culprit.rule == "rerun"
