@@ -155,6 +155,45 @@ def test_only_a_program_that_leaves_the_order_free_is_compared_as_sets():
             assert set(groups) == set(node.output) and groups[node.output[0]].key == node.output[1]
 
 
+class _GroupLimitedGate(torch.nn.Module):
+    """DeepSeek-V3's gate: experts in groups, the best groups chosen in no order, then the
+    top k experts of those in no order (only the indices used), weights gathered."""
+
+    def __init__(self, d=16, n=16, groups=4, topk_group=2, k=4) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n, d) * 0.3)
+        self.bias = torch.nn.Parameter(torch.randn(n) * 0.01)
+        self.experts = torch.nn.Parameter(torch.randn(n, d, d) * 0.1)
+        self.g, self.tg, self.k = groups, topk_group, k
+
+    def forward(self, x):
+        t = x.shape[0]
+        scores = torch.nn.functional.linear(x, self.weight).sigmoid()
+        s = scores + self.bias
+        groups = s.view(t, self.g, -1).topk(2, dim=-1)[0].sum(dim=-1)
+        chosen = groups.topk(self.tg, dim=-1, sorted=False)[1]
+        mask = torch.ones_like(groups).scatter_(1, chosen, 0.0).bool()
+        s = s.view(t, self.g, -1).masked_fill(mask.unsqueeze(-1), float("-inf")).flatten(1)
+        idx = torch.topk(s, self.k, dim=-1, sorted=False)[1]
+        w = scores.gather(1, idx)
+        w = w / w.sum(-1, keepdim=True)
+        y = torch.einsum("td,tkde->tke", x, self.experts[idx])
+        return (y * w.unsqueeze(-1)).sum(1)
+
+
+def test_group_limited_routing_passes_and_a_fault_in_its_weighted_sum_is_named():
+    torch.manual_seed(0)
+    x = torch.randn(64, 16)
+    ep, onx = export(_GroupLimitedGate(), (x,))
+    records, s = _run(ep, onx, (x,))
+    unsorted = [r for r in records if CONTINUES in (r.comment or "")]
+    assert len(unsorted) == 2 and all(r.reset for r in unsorted)  # both unsorted TopKs
+    assert s.culprit is None and not [r for r in records if r.failed]
+    bad, out = _planted(onx, "Mul", "Sub")
+    _, s = _run(ep, bad, (x,))
+    assert s.culprit.onnx_name == out
+
+
 # ---------------------------------------------------------------- where a wrong shape starts
 
 
