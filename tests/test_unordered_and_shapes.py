@@ -13,6 +13,7 @@ import onnx
 import torch
 
 from onnx_sbs_nb.align.run import AlignedRun
+from onnx_sbs_nb.align.two_models import run_aligned_onnx
 from onnx_sbs_nb.summary import summarize
 
 from .models import export
@@ -126,6 +127,19 @@ def test_a_fault_after_an_unsorted_topk_is_named_not_the_topk():
         assert s.culprit is not None and s.culprit.onnx_name == out, s.culprit
         node = _topk(bad)
         assert not [r for r in records if r.onnx_name in node.output and r.failed]
+
+
+def test_an_onnx_reference_that_leaves_the_order_free_is_compared_as_sets():
+    # the model against itself with its TopK sorted: the reference's sorted=0 order is free
+    _, onx, args = _router()
+    b = copy.deepcopy(onx)
+    (flag,) = [a for a in _topk(b).attribute if a.name == "sorted"]
+    flag.i = 1
+    records = list(run_aligned_onnx(onx, b, args, runner="onnxruntime"))
+    top = [r for r in records if r.onnx_op_type == "TopK"]
+    note = "order unspecified (sorted=0): compared as sets; the ONNX side continues from "
+    assert len(top) == 2 and all(note + "the reference model's order" in r.comment for r in top)
+    assert not [r for r in records if r.failed]
 
 
 class _SortedRouter(_Router):

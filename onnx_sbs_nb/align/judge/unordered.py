@@ -39,6 +39,7 @@ class OrderFree:
     key: str | None
     key_fx: str | None
     reason: str
+    reference: str = "torch's"  # whose order the candidate continues from
 
 
 @dataclass
@@ -54,8 +55,8 @@ def unordered_note(reason: str) -> str:
     return f"order unspecified ({reason}): compared as sets"
 
 
-def continued_note(reason: str) -> str:
-    return f"{unordered_note(reason)}; the ONNX side continues from torch's order"
+def continued_note(reason: str, reference: str = "torch's") -> str:
+    return f"{unordered_note(reason)}; the ONNX side continues from {reference} order"
 
 
 def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -68,6 +69,7 @@ class TopKUnsorted:
 
     name = "topk_unsorted"
     reason = "sorted=False"
+    onnx_reason = "sorted=0"
 
     def fx_order_free(self, node: Any) -> bool:
         import torch
@@ -83,30 +85,34 @@ class TopKUnsorted:
     def lowers_to(self, node: onnx.NodeProto) -> bool:
         return node.op_type == "TopK" and node.domain in ("", "ai.onnx")
 
-    def group(self, node: onnx.NodeProto, partner: Mapping[str, str], reason: str) -> OrderFree:
+    def group(
+        self, node: onnx.NodeProto, partner: Mapping[str, str], reason: str, reference: str
+    ) -> OrderFree:
         outputs = tuple(o for o in node.output if o)
         key = node.output[1] if len(node.output) > 1 and node.output[1] in partner else None
-        return OrderFree(
-            _attr(node, "axis", -1), outputs, key, partner.get(key) if key else None, reason
-        )
+        key_fx = partner.get(key) if key else None
+        return OrderFree(_attr(node, "axis", -1), outputs, key, key_fx, reason, reference)
 
 
 #: The reference ops whose result's order is free, tried in order.
 ORDER_FREE_OPS: tuple[TopKUnsorted, ...] = (TopKUnsorted(),)
 
 
-def _reference_order_free(reference: Any, fx_name: str, op: TopKUnsorted) -> bool:
-    """Whether the reference computes ``fx_name`` with ``op`` leaving its order free."""
+def _reference_order_free(reference: Any, fx_name: str, op: TopKUnsorted) -> tuple[str, str] | None:
+    """Why and whose order, where the reference computes ``fx_name`` with ``op`` leaving
+    its order free; None where it does not."""
     by_name = getattr(reference, "by_name", None)
     if by_name is not None:  # a torch program: the getitem of the op's tuple
         node = by_name.get(fx_name)
         if node is not None and node.target is operator.getitem:
             node = node.args[0]
-        return node is not None and hasattr(node, "target") and op.fx_order_free(node)
+        free = node is not None and hasattr(node, "target") and op.fx_order_free(node)
+        return (op.reason, "torch's") if free else None
     producer = getattr(reference, "producer", None)
     if producer is not None and fx_name in producer:  # an ONNX reference
-        return op.onnx_order_free(reference.nodes[producer[fx_name]])
-    return False
+        if op.onnx_order_free(reference.nodes[producer[fx_name]]):
+            return op.onnx_reason, "the reference model's"
+    return None
 
 
 def order_free_groups(
@@ -120,9 +126,10 @@ def order_free_groups(
             if not op.lowers_to(node):
                 continue
             fx = next((partner[o] for o in node.output if o in partner), None)
-            if fx is None or not _reference_order_free(reference, fx, op):
+            free = _reference_order_free(reference, fx, op) if fx is not None else None
+            if free is None:
                 continue
-            group = op.group(node, partner, op.reason)
+            group = op.group(node, partner, *free)
             found.update((o, group) for o in group.outputs)
             break
     return found
@@ -190,9 +197,8 @@ class UnorderedResult:
         if same:
             ctx.reordered.add(ctx.name)
         reason = view.group.reason
-        record.comment = _join(
-            record.comment, continued_note(reason) if same else unordered_note(reason)
-        )
+        note = continued_note(reason, view.group.reference) if same else unordered_note(reason)
+        record.comment = _join(record.comment, note)
         return False
 
 
