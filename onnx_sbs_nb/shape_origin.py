@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .records import STATUS_SHAPE_MISMATCH, STATUS_UNPAIRED_EP, Record
 
@@ -60,6 +61,7 @@ class ShapeOrigins:
     agreed: set[str] = field(default_factory=set)
     mismatched: list[Record] = field(default_factory=list)
     whys: dict[str, str] = field(default_factory=dict)  # by origin, as origin() found it
+    _asked: tuple[Any, Any] | None = None  # the last question and its answer
 
     def add(self, rec: Record, failed: bool) -> None:
         if rec.ep_shape_type and (rec.ep_name or rec.status == STATUS_UNPAIRED_EP):
@@ -94,6 +96,20 @@ class ShapeOrigins:
         is ``rec``'s own node or cannot be told."""
         if rec.onnx_name is None or not _mismatches(rec):
             return None
+        # a view may ask after every record: the walk is made again only on news
+        key = (id(rec), len(self.onnx), len(self.agreed), len(self.mismatched))
+        if self._asked is not None and self._asked[0] == key:
+            return self._asked[1]
+        found = self._origin(rec, node_inputs, upstream)
+        self._asked = (key, found)
+        return found
+
+    def _origin(
+        self,
+        rec: Record,
+        node_inputs: Mapping[str, Sequence[str]],
+        upstream: Callable[[str], Iterable[str]],
+    ) -> tuple[Record, str] | None:
         wrong = _wrong_sizes(rec)
         if not wrong:
             return None  # the same sizes in another arrangement: no size to follow
