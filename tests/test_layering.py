@@ -44,7 +44,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("diff", "verdict_policy"),
     ("evaluator",),
     ("align",),
-    ("summary", "model_explorer"),
+    ("summary", "model_explorer", "shape_origin"),
     (
         "session",
         "session_stream",
