@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import STATUS_SHAPE_MISMATCH, STATUS_UNPAIRED_EP, Record
+from .records import STATUS_ERROR, STATUS_SHAPE_MISMATCH, STATUS_UNPAIRED_EP, Record
 
 RULE_SHAPE_ORIGIN = "shape_origin"  # the first node whose output shape no torch value has
 
@@ -43,6 +43,14 @@ def _wrong_sizes(rec: Record) -> set[str]:
     return set(got) - set(want)
 
 
+# what a runtime says when a node cannot take its inputs' shapes
+_SHAPE_FAILURE = re.compile(r"shape|dimension|broadcast|reshape", re.IGNORECASE)
+
+
+def _fails_on_shape(rec: Record) -> bool:
+    return rec.status == STATUS_ERROR and bool(_SHAPE_FAILURE.search(rec.error or ""))
+
+
 def _mismatches(rec: Record) -> bool:
     return rec.status == STATUS_SHAPE_MISMATCH or bool(
         rec.ep_shape_type
@@ -57,6 +65,7 @@ class ShapeOrigins:
     record), and the values that agreed."""
 
     torch_shapes: set[tuple[str, ...]] = field(default_factory=set)
+    torch_only: set[tuple[str, ...]] = field(default_factory=set)  # of unpaired torch values
     onnx: dict[str, Record] = field(default_factory=dict)
     agreed: set[str] = field(default_factory=set)
     mismatched: list[Record] = field(default_factory=list)
@@ -68,6 +77,8 @@ class ShapeOrigins:
             d = dims(rec.ep_shape_type)
             if d is not None:
                 self.torch_shapes.add(d)
+                if rec.status == STATUS_UNPAIRED_EP:
+                    self.torch_only.add(d)
         if rec.onnx_name:
             self.onnx.setdefault(rec.onnx_name, rec)
             if rec.passed is True and not failed:
@@ -94,7 +105,7 @@ class ShapeOrigins:
     ) -> tuple[Record, str] | None:
         """The record of the value where ``rec``'s wrong shape starts and why, None when it
         is ``rec``'s own node or cannot be told."""
-        if rec.onnx_name is None or not _mismatches(rec):
+        if rec.onnx_name is None or not (_mismatches(rec) or _fails_on_shape(rec)):
             return None
         # a view may ask after every record: the walk is made again only on news
         key = (id(rec), len(self.onnx), len(self.agreed), len(self.mismatched))
@@ -110,6 +121,8 @@ class ShapeOrigins:
         node_inputs: Mapping[str, Sequence[str]],
         upstream: Callable[[str], Iterable[str]],
     ) -> tuple[Record, str] | None:
+        if rec.status == STATUS_ERROR:
+            return self._origin_of_failure(rec, node_inputs)
         wrong = _wrong_sizes(rec)
         if not wrong:
             return None  # the same sizes in another arrangement: no size to follow
@@ -130,6 +143,53 @@ class ShapeOrigins:
             return None
         why = self.whys[first.onnx_name or ""] = self._why(first, rec, node_inputs, upstream)
         return first, why
+
+    def _origin_of_failure(
+        self, rec: Record, node_inputs: Mapping[str, Sequence[str]]
+    ) -> tuple[Record, str] | None:
+        """A node that failed to run on a shape: each of its inputs of a shape the program
+        does not explain followed back, through such values, to the first node making one
+        from inputs the program explains."""
+        found: list[Record] = []
+        for name in node_inputs.get(rec.onnx_name or "", ()):
+            seen: set[str] = set()
+            while name and name not in seen and not self._explained(name, node_inputs):
+                seen.add(name)
+                odd = [i for i in node_inputs[name] if i and not self._explained(i, node_inputs)]
+                if not odd:
+                    if self._stands_for_a_torch_value(self.onnx[name]):
+                        found.append(self.onnx[name])
+                    break
+                name = min(odd, key=lambda i: self.onnx[i].step)
+        if not found:
+            return None
+        first = min(found, key=lambda r: r.step)
+        inputs = [i for i in node_inputs.get(first.onnx_name or "", ()) if i in self.agreed]
+        matched = f" while its input {', '.join(inputs)} matched" if inputs else ""
+        why = self.whys[first.onnx_name or ""] = (
+            f"{self._shape_is(first)}{matched}: it makes the wrong shape, and "
+            f"{rec.onnx_name} ({rec.onnx_op_type}) fails to run on it"
+        )
+        return first, why
+
+    def _stands_for_a_torch_value(self, rec: Record) -> bool:
+        """Whether ``rec``'s value is one the program has in another size: its pairing's
+        guess, or a torch value without partner of its rank, other in one size only (a
+        decomposition's own intermediates stand for none: they are not blamed)."""
+        got = dims(rec.onnx_shape_type)
+        if got is None:
+            return False
+        if rec.ep_shape_type:
+            return dims(rec.ep_shape_type) != got
+        return any(
+            len(d) == len(got) and sum(a != b for a, b in zip(d, got)) == 1 for d in self.torch_only
+        )
+
+    def _shape_is(self, first: Record) -> str:
+        shape = first.onnx_shape_type
+        if dims(shape) in self.torch_shapes:  # some torch value has it, not the one it is
+            return f"its output shape {shape} is not its torch twin's ({first.ep_shape_type})"
+        return f"its output shape {shape} matches no torch value"
 
     def why_of(self, rec: Record) -> str:
         """Why the origin found for a mismatch is the culprit (:meth:`origin` said)."""
@@ -164,13 +224,8 @@ class ShapeOrigins:
         )
         inputs = [i for i in node_inputs.get(name, ()) if i and i in self.agreed]
         matched = f" while its input {', '.join(inputs)} matched" if inputs else ""
-        shape = first.onnx_shape_type
-        if dims(shape) in self.torch_shapes:  # some torch value has it, not the one it is
-            what = f"its output shape {shape} is not its torch twin's ({first.ep_shape_type})"
-        else:
-            what = f"its output shape {shape} matches no torch value"
         return (
-            f"{what} (the program has {' / '.join(program)} after it){matched}: it makes the "
+            f"{self._shape_is(first)} (the program has {' / '.join(program)} after it){matched}: it makes the "
             f"wrong shape, {rec.onnx_name} ({rec.onnx_op_type}) only carries it on"
         )
 

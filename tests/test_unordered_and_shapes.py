@@ -284,3 +284,40 @@ def _wrong_shape_of_its_own_node_is_blamed_on_it(ep, onx, x, sizes):
     t.CopyFrom(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), t.name))
     _, s = _run(ep, bad, (x,))
     assert s.culprit.onnx_node == node.name and s.culprit.rule == "rerun"
+
+
+class _GroupedQKV(torch.nn.Module):
+    """Grouped-query attention: q, k, v split 16/8/8 from one projection, then in heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 32)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = torch.split(self.qkv(x), [16, 8, 8], dim=-1)
+        q = q.reshape(b, s, 4, 4).transpose(1, 2)
+        k = k.reshape(b, s, 2, 4).transpose(1, 2).repeat_interleave(2, dim=1)
+        v = v.reshape(b, s, 2, 4).transpose(1, 2).repeat_interleave(2, dim=1)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return y.transpose(1, 2).reshape(b, s, 16)
+
+
+def test_a_node_failing_on_a_wrong_split_blames_the_split_and_a_failing_reshape_itself():
+    x = torch.randn(2, 5, 16)
+    ep, onx = export(_GroupedQKV(), (x,))
+    # the optimizer's equal thirds (11/11/10): the Reshape into heads cannot run on them
+    _, s = _run(ep, _as_an_optimizer_leaves_it(onx, [11, 11, 10]), (x,))
+    c = s.culprit
+    assert c.onnx_node == "Split_opt" and c.rule == "shape_origin", c
+    assert "float32[2x5x11] matches no torch value" in c.why and "fails to run on it" in c.why
+    # a Reshape of the attention's own lowering given a wrong target: that Reshape, not
+    # the node making its input (an intermediate of the lowering, no torch value's shape)
+    for node in [n for n in onx.graph.node if n.op_type == "Reshape"][-3:-1]:
+        bad = copy.deepcopy(onx)
+        (t,) = [i for i in bad.graph.initializer if i.name == node.input[1]]
+        target = onnx.numpy_helper.to_array(t).copy()
+        target[-1] = 3
+        t.CopyFrom(onnx.numpy_helper.from_array(target, t.name))
+        _, s = _run(ep, bad, (x,))
+        assert s.culprit.onnx_node == node.name and s.culprit.rule == "error", s.culprit
