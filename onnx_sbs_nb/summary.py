@@ -909,6 +909,10 @@ def summarize(
          ``"first_failure"``): in execution order all values before it passed, so did its
          inputs.
 
+      A candidate that shows a wrong shape (or fails to run on one) made by a node before
+      it without a torch twin gives way to that node (rule ``"shape_origin"``,
+      ``shape_origin.py``).
+
     - ``first_failure``: the first record whose first comparison failed (or errored).
     - ``top_suspects``: failing records ranked by own error (``err_abs2``, else
       ``err_abs``; NaN, mismatched shapes or dtypes and crashes rank highest), at most
