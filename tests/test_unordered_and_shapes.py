@@ -235,14 +235,19 @@ class _QKSplit(torch.nn.Module):
         return q.relu() + 1, k.exp()
 
 
-def _as_an_optimizer_leaves_it(onx: onnx.ModelProto, sizes: list[int]) -> onnx.ModelProto:
+def _as_an_optimizer_leaves_it(onx: onnx.ModelProto, sizes: list[int] | int) -> onnx.ModelProto:
     """The model's Split rewritten into ``sizes`` (equal parts, as ``num_outputs`` makes
-    them) by a tool that keeps no exporter metadata and names its values anew."""
+    them; an int: ``num_outputs`` itself) by a tool that keeps no exporter metadata and
+    names its values anew."""
     bad = copy.deepcopy(onx)
     g = bad.graph
     (node,) = [n for n in g.node if n.op_type == "Split"]
-    (t,) = [i for i in g.initializer if i.name == node.input[1]]
-    t.CopyFrom(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), t.name))
+    if isinstance(sizes, int):
+        del node.input[1:]
+        node.attribute.append(onnx.helper.make_attribute("num_outputs", sizes))
+    else:
+        (t,) = [i for i in g.initializer if i.name == node.input[1]]
+        t.CopyFrom(onnx.numpy_helper.from_array(np.array(sizes, dtype=np.int64), t.name))
     del node.metadata_props[:]
     node.name = "Split_opt"
     for k, old in enumerate(list(node.output)):
@@ -258,13 +263,14 @@ def _as_an_optimizer_leaves_it(onx: onnx.ModelProto, sizes: list[int]) -> onnx.M
 
 def test_a_wrong_split_without_metadata_is_blamed_not_the_node_after_it():
     cases = (
-        (_DetectHead(), torch.randn(1, 840, 6), [420, 420], "420", ("500", "340"), "no torch"),
+        # Split(num_outputs=2) makes 420/420 of 840 rows
+        (_DetectHead(), torch.randn(1, 840, 6), 2, [420, 420], "420", ("500", "340"), "no torch"),
         # 2x3x8 is the input's shape too: only not the torch value the Split's output is
-        (_QKSplit(), torch.randn(2, 3, 8), [8, 8], "8", ("12", "4"), "torch twin's"),
+        (_QKSplit(), torch.randn(2, 3, 8), [8, 8], [8, 8], "8", ("12", "4"), "torch twin's"),
     )
-    for model, x, sizes, wrong, program, said in cases:
+    for model, x, rewrite, equal, wrong, program, said in cases:
         ep, onx = export(model, (x,))
-        bad = _as_an_optimizer_leaves_it(onx, sizes)
+        bad = _as_an_optimizer_leaves_it(onx, rewrite)
         records, s = _run(ep, bad, (x,))
         c = s.culprit
         assert c is not None and c.onnx_node == "Split_opt", c
@@ -274,7 +280,7 @@ def test_a_wrong_split_without_metadata_is_blamed_not_the_node_after_it():
         assert said in c.why
 
         # the exporter's Split, paired by name, with the wrong sizes: the Split itself
-        _wrong_shape_of_its_own_node_is_blamed_on_it(ep, onx, x, sizes)
+        _wrong_shape_of_its_own_node_is_blamed_on_it(ep, onx, x, equal)
 
 
 def _wrong_shape_of_its_own_node_is_blamed_on_it(ep, onx, x, sizes):
