@@ -7,7 +7,11 @@ shape on.  Between the values that agree and that mismatch, the node to blame is
 whose output has a shape the program does not explain (not its torch twin's, where the
 pairing guessed one; else no torch value's), while its inputs' shapes are the program's,
 and which carries the wrong size along: the mismatch's size not found in the program is in
-its output's shape.  Fed record by record (:meth:`ShapeOrigins.add`), asked once
+its output's shape.  A node that fails to run on such a shape is traced back through values
+of shapes the program does not explain.  Either way the value blamed stands for a torch
+value (the pairing guessed one, or the program has one without partner, of its rank and
+other in one size): a lowering's own intermediates (attention's heads merged into the
+batch) stand for none and are never blamed.  Fed record by record (:meth:`ShapeOrigins.add`), asked once
 (:meth:`ShapeOrigins.origin`) with the graph's upstream walk; the summary names it.
 """
 
@@ -132,7 +136,7 @@ class ShapeOrigins:
             if cand is None or name not in node_inputs or self._explained(name, node_inputs):
                 continue
             shape = dims(cand.onnx_shape_type) or ()
-            if not wrong <= set(shape):
+            if not wrong <= set(shape) or not self._stands_for_a_torch_value(cand):
                 continue  # another odd shape (an intermediate of a decomposition)
             if all(self._explained(i, node_inputs) for i in node_inputs[name] if i):
                 found.append(cand)
