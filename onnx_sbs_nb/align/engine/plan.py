@@ -100,8 +100,29 @@ def schedule(
     plan = Plan([], ref_producer=ref_producer)
     _order_steps(plan, ref, cand, pairing, needs_reference_inputs, keep_ref, stop_after_cand, units)
     last_ref, last_cand = _last_uses(plan, ref, cand, pairing, needs_reference_inputs)
+    _keep_rounded_inputs(plan, cand, pairing, last_ref)
     _compare_and_free(plan, pairing, last_ref, last_cand, keep_ref or set(), keep_cand or set())
     return plan
+
+
+def _keep_rounded_inputs(
+    plan: Plan, cand: SideGraph, pairing: Pairing, last_ref: dict[str, int]
+) -> None:
+    """A candidate value computed in a coarser type than its reference (a cast pair) is
+    judged with the reference values of its node's inputs too (``judge/precision_loss.py``:
+    is its error their rounding?): they live until it is compared."""
+    by_onnx, ref_step, cand_step = pairing.by_onnx, plan.ref_step, plan.cand_step
+    for name, pair in by_onnx.items():
+        if pair.cast_to is None or name not in cand_step or pair.fx_name not in ref_step:
+            continue
+        idx = plan.cand_producer.get(name)
+        if idx is None:
+            continue
+        s = max(cand_step[name], ref_step[pair.fx_name], 0)
+        for i in cand.inputs[idx]:
+            p = by_onnx.get(i) if i else None
+            if p is not None and p.fx_name in ref_step and last_ref.get(p.fx_name, -1) < s:
+                last_ref[p.fx_name] = s
 
 
 def _order_steps(
