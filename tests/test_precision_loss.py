@@ -241,3 +241,128 @@ def test_a_float32_export_has_no_precision_loss():
     ep, onx = export(model, args)
     records, s = _run(ep, onx, args, True)
     assert not _losses(records) and s.verdict == "pass", s.to_text()
+
+
+# ---------------------------------------------------------------- the advisor's model
+
+
+class ExpTwoConsumers(nn.Module):
+    """exp of large values read by a sum and a division (a softmax without its max)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        e = torch.exp(self.fc1(x) * 4.0)
+        s = e.sum(-1, keepdim=True)
+        return self.fc2(e / s) + torch.log(s)
+
+
+class FourthPower(nn.Module):
+    """x ** 4 of values of ~100, read by a mean and a division."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        p = (self.fc1(x) * 30.0) ** 4
+        m = p.mean(-1, keepdim=True)
+        return self.fc2(p / m) + torch.sqrt(torch.sqrt(m))
+
+
+class ExpAttention(nn.Module):
+    """Softmax-free attention: exp of the scores, its product with v and its row sums."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        w = torch.exp((self.q(x) @ self.k(x).transpose(-1, -2)) * 2.0)
+        return self.o((w @ self.v(x)) / w.sum(-1, keepdim=True))
+
+
+def _ort(model: onnx.ModelProto, feeds: dict) -> list:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _round_trips(model: onnx.ModelProto) -> list[str]:
+    """Casts up reading a Cast down of a float32 value (rounded between two float32 nodes)."""
+    f32, f16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+    producer = {o: n for n in model.graph.node for o in n.output}
+    cast = {n.name: n.attribute[0].i for n in model.graph.node if n.op_type == "Cast"}
+    return [
+        n.name
+        for n in model.graph.node
+        if cast.get(n.name) == f32
+        and n.input[0] in producer
+        and cast.get(producer[n.input[0]].name) == f16
+    ]
+
+
+@pytest.mark.parametrize("cls", [ExpTwoConsumers, FourthPower, ExpAttention])
+def test_the_advised_model_runs_and_agrees(cls):
+    """Values that overflow float16 feed several blocked nodes: the advised model keeps
+    them in float32 between those nodes (no round trip through float16), agrees with the
+    float32 model in the torch evaluator and in onnxruntime, with the overflowing nodes
+    and their readers only."""
+    from onnx_sbs_nb.align.precision_advisor import advise_precision, convert_model
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16) * 2
+    ep, onx = export(cls().eval(), (x,))
+    advice = advise_precision(ep, onx, (x,))
+    assert advice.agrees, advice.to_text()
+    assert advice.model is not None and not _round_trips(advice.model)
+    assert len(advice.node_block_list) <= 4, advice.to_text()
+    assert all(n.reason in ("overflow", "inputs_overflow") for n in advice.nodes)
+    feeds = {onx.graph.input[0].name: x.numpy()}
+    ref = _ort(onx, feeds)[0]
+    got = _ort(advice.model, feeds)[0]
+    plain = _ort(convert_model(onx, "float16"), feeds)[0]
+    assert torch.isfinite(torch.from_numpy(got)).all()
+    err = float(abs(got - ref).max())
+    assert err <= max(2 * float(abs(plain - ref).max()), 1e-2), (err, advice.to_text())
+
+
+def test_the_advisor_lists_precision_losses():
+    """The DiT block's cos/sin lose precision in float16: named as such, with the op."""
+    from onnx_sbs_nb.align.precision_advisor import advise_precision
+
+    make, _ = MODELS["dit"]
+    model, args = make()
+    ep, onx = export(model, args)
+    advice = advise_precision(ep, onx, args)
+    lost = {n.op_type for n in advice.nodes if n.reason == "precision_loss"}
+    assert lost == {"Cos", "Sin"}, advice.to_text()
+    assert "precision loss" in advice.to_text()
+
+
+class OverflowingOutput(nn.Module):
+    def forward(self, x):
+        return torch.exp(x * 20.0) * 1e-3
+
+
+def test_when_nothing_helps_the_advisor_says_why_and_which_op():
+    """A float16 graph output (keep_io_types=False) whose values do not fit float16: no
+    block list helps, and the advice says so, naming the output and its op."""
+    from onnx_sbs_nb.align.precision_advisor import advise_precision
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep, onx = export(OverflowingOutput(), (x,))
+    advice = advise_precision(ep, onx, (x,), keep_io_types=False)
+    assert not advice.agrees
+    assert advice.unresolved and "keep_io_types=True" in advice.unresolved
+    assert "(Cast)" in advice.unresolved or "(Mul)" in advice.unresolved
+    assert "why it still disagrees" in advice.to_text()
+    assert advice.to_dict()["unresolved"] == advice.unresolved
