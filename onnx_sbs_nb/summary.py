@@ -590,6 +590,8 @@ class Summarizer:
             t["failed"] += 1
             if rec.drifted:
                 t["drifted"] += 1
+            elif rec.kind == KIND_NODE:
+                t["failed_nodes"] = t.get("failed_nodes", 0) + 1
         if rec.passed2 is not None:
             t["reran"] += 1
         if rec.passed2 is False and not lost:
@@ -1000,11 +1002,13 @@ def precision_loss_text(summary: Summary, most: int = 4) -> str:
         "amplifies, is the whole error (computed exactly they agree): no fault of the "
         "export; keep them in float32 (onnx-sbs precision) to avoid it"
     )
-    if summary.culprit is None and t.get("failed", 0) > t.get("drifted", 0) and not own:
+    if summary.culprit is None and t.get("failed_nodes", 0):
         text += (
-            "; the values after them that fail carry it, or add an error of their own: "
-            "own_error=True (--own-error) tells which"
+            f"; {t['failed_nodes']} value(s) after them fail that no rerun on torch's "
+            "inputs told apart from the loss they carry"
         )
+        if not own:
+            text += " (own_error=True, --own-error, reruns every node)"
     elif summary.culprit is None and summary.verdict == "fail":
         text += (
             "; the loss reaches the outputs beyond tolerance: in this precision the model "

@@ -201,8 +201,8 @@ def test_without_own_errors_a_precision_loss_is_never_the_culprit(name):
     assert s.culprit is None or s.culprit.onnx_name not in losses, s.to_text()
     # onnxruntime may run a stretch of float16 nodes in float32 (no failure to explain)
     assert losses or not any(r.failed and r.onnx_op_type in op for r in records)
-    if losses and s.culprit is None and s.verdict == "fail":
-        assert "own_error=True (--own-error) tells which" in s.to_text()
+    if losses and s.culprit is None and s.totals.get("failed_nodes"):
+        assert "no rerun on torch's inputs told apart" in s.to_text()
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -211,12 +211,12 @@ def test_faults_after_a_precision_loss_are_named(name):
     loss = next(n.name for n in half.graph.node if n.op_type in op)
     for node in _planted(half, loss):
         bad = _with_fault(half, node)
-        records, s = _run(ep, bad, args, True)
-        assert s.verdict == "fail" and s.culprit is not None, (node, s.to_text())
-        # the planted node, or the lowering it belongs to (a SiLU's Sigmoid and Mul)
-        assert node in s.culprit.onnx_nodes, (node, s.to_text())
-        assert s.culprit.onnx_name not in {r.onnx_name for r in _losses(records)}
-        assert _losses(records), node
+        for own_error in (True, False):
+            records, s = _run(ep, bad, args, own_error)
+            assert s.verdict == "fail" and s.culprit is not None, (node, s.to_text())
+            # the planted node, or the lowering it belongs to (a SiLU's Sigmoid and Mul)
+            assert node in s.culprit.onnx_nodes, (node, own_error, s.to_text())
+            assert s.culprit.onnx_name not in {r.onnx_name for r in _losses(records)}
 
 
 def test_a_wrong_op_that_loses_precision_too_is_the_culprit():

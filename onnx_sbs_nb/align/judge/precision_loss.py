@@ -86,16 +86,25 @@ class PrecisionLoss:
         found = ctx.precision_inputs(ctx.name)
         if found is None:
             return False
+        value = found.value()
+        if not _is_float(value):
+            return False
+        want = as_expected(ctx.pair, expected)
+        if record.passed2 is None:
+            # no own-error run: this rerun is one (a failure after a loss is told apart)
+            _judge_own(record, ctx, expected, value)
+            if record.passed2 is not False:
+                return False
+        if not found.all_exact:
+            return False  # an input computed in low precision: its error is not known
+        if any(f is not r and not torch.equal(f, r) for f, r in zip(found.fed, found.rounded)):
+            return False  # a weight is not its torch parameter rounded: no rounding alone
         rounded_by = max(
             (_largest(e, r) for e, r in zip(found.exact, found.rounded) if _is_float(e)),
             default=0.0,
         )
         if not rounded_by:
             return False  # nothing was rounded: the error is the node's
-        value = found.value()
-        if not _is_float(value):
-            return False
-        want = as_expected(ctx.pair, expected)
         try:
             exact = found.run_exact(found.node, [_f64(x) for x in found.exact])[found.output]
             on_rounded = found.run_exact(found.node, [_f64(x) for x in found.rounded])[found.output]
@@ -116,9 +125,6 @@ class PrecisionLoss:
         r_rtol = record.rtol if record.rtol is not None else rtol
         if compare(want.to(torch.float64), on_rounded, r_atol, r_rtol).passed:
             return False
-        if record.passed2 is None:  # the rerun made here is the node's own error
-            d = compare(want, value.to(want.dtype), r_atol, r_rtol)
-            record.err_abs2, record.err_rel2, record.passed2 = d.err_abs, d.err_rel, d.passed
         record.status = STATUS_PRECISION_LOSS
         record.comment = _join(
             record.comment,
@@ -131,6 +137,14 @@ class PrecisionLoss:
             ),
         )
         return True
+
+
+def _judge_own(record: Record, ctx: RuleContext, expected: Any, value: Any) -> None:
+    """The rerun judged as an own-error run is (``verdict.judge_own``)."""
+    from .verdict import judge_own  # verdict.py reads the rules: imported when used
+
+    ctx.own_inherited = ctx.inherited
+    judge_own(record, ctx.pair, expected, value, ctx)
 
 
 def _is_float(v: Any) -> bool:
