@@ -39,6 +39,7 @@ from ...records import join_comments as _join
 from ..pairing.names import Pair
 from .context import STAGE_AFTER, RuleContext
 from .judging import as_expected
+from .own import judge_own
 
 PRECISION_LOSS_NOTE = (
     "precision loss: its inputs rounded to {dtype} (by up to {dx}) move its exact result "
@@ -140,9 +141,7 @@ class PrecisionLoss:
 
 
 def _judge_own(record: Record, ctx: RuleContext, expected: Any, value: Any) -> None:
-    """The rerun judged as an own-error run is (``verdict.judge_own``)."""
-    from .verdict import judge_own  # verdict.py reads the rules: imported when used
-
+    """The rerun judged as an own-error run is (``own.judge_own``)."""
     ctx.own_inherited = ctx.inherited
     judge_own(record, ctx.pair, expected, value, ctx)
 
