@@ -366,3 +366,20 @@ def test_when_nothing_helps_the_advisor_says_why_and_which_op():
     assert "(Cast)" in advice.unresolved or "(Mul)" in advice.unresolved
     assert "why it still disagrees" in advice.to_text()
     assert advice.to_dict()["unresolved"] == advice.unresolved
+
+
+def test_reports_and_many_inputs_list_the_loss_apart():
+    """The HTML report carries the summary's precision-loss line; over several inputs the
+    loss stays a loss (the worst input's record), never the culprit."""
+    from onnx_sbs_nb.report_html import report_html
+
+    ep, half, args, _ = _converted("dit")
+    records, s = _run(ep, half, args, True)
+    page = report_html(records, s, title="dit")
+    assert "precision loss: " in page and "precision_loss" in page
+    x, t = args
+    inputs = [(x, t), (x, torch.tensor([801.0, 333.0])), (x, torch.tensor([640.0, 999.0]))]
+    many = list(run_aligned(ep, half, inputs=inputs, own_error=True))
+    s = summarize(many, node_inputs=half)
+    assert s.culprit is None and _losses(many), s.to_text()
+    assert all(r.inputs_total == 3 for r in _losses(many))
