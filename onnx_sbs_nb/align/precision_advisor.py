@@ -48,6 +48,7 @@ from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, STATUS_PRECISION_LOS
 from .pairing.names import onnx_value_types
 from .pairing.onnx_pairing import cast_value
 from .precision_casts import repair_round_trips
+from .precision_prune import prune_block_list
 from .precision_why import why_disagrees
 from .source.fx_metadata import fx_name_from_metadata
 from .source.loading import load_exported_program, load_inputs, load_onnx_model
@@ -936,6 +937,19 @@ def advise_precision(
             v.round = rounds - 1
         nodes.update(new)
         block |= set(new)
+    later = [n.node for n in sorted(nodes.values(), key=lambda n: -n.round) if n.round > 0]
+    if later and after is not None and after.passed:
+
+        def agrees_without(trial: set[str]) -> tuple[bool, Any]:
+            m = convert_model(reference, dtype, sorted(trial), keep_io_types)
+            out = _candidate_outputs(ref_out, m, feeds, atol, rtol)
+            return out.passed, (m, out)
+
+        block, dropped, result = prune_block_list(later, block, agrees_without)
+        for name in dropped:
+            nodes.pop(name, None)
+        if result is not None:
+            model, after = result
     unresolved = None
     final = after or before
     if not final.passed:
