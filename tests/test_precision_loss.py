@@ -375,6 +375,9 @@ def test_when_nothing_helps_the_advisor_says_why_and_which_op():
     assert "(Cast)" in advice.unresolved or "(Mul)" in advice.unresolved
     assert "why it still disagrees" in advice.to_text()
     assert advice.to_dict()["unresolved"] == advice.unresolved
+    from onnx_sbs_nb.precision_report import advice_html
+
+    assert "why it still disagrees" in advice_html(advice)
 
 
 def test_reports_and_many_inputs_list_the_loss_apart():
