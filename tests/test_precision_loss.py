@@ -198,7 +198,9 @@ def test_without_own_errors_a_precision_loss_is_never_the_culprit(name):
     ep, half, args, op = _converted(name)
     records, s = _run(ep, half, args, False)
     losses = {r.onnx_name for r in _losses(records)}
-    assert s.culprit is None or s.culprit.onnx_name not in losses, s.to_text()
+    # the values after it are rerun on torch's inputs (through their lowering's nodes
+    # without a twin, up to the output's Cast): they drift, no false culprit
+    assert s.culprit is None, s.to_text()
     # onnxruntime may run a stretch of float16 nodes in float32 (no failure to explain)
     assert losses or not any(r.failed and r.onnx_op_type in op for r in records)
     if losses and s.culprit is None and s.totals.get("failed_nodes"):
