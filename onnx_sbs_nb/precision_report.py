@@ -91,10 +91,17 @@ def advice_html(advice: PrecisionAdvice, limit: int = 50) -> str:
         )
         parts.append(f"<pre style='white-space:pre-wrap;margin:4px 0'>{html.escape(call)}</pre>")
         parts.append(f"<div>op types: {html.escape(', '.join(advice.op_block_list))}</div>")
+        parts.append(
+            "<div>the advised model (--save-model) is that conversion repaired: the weights "
+            "of the kept nodes and the graph outputs stay float32, and a value goes from one "
+            "kept node to the next in float32, not through a Cast to the low type</div>"
+        )
     else:
         parts.append(
             f"<div>no node's own error in {html.escape(advice.dtype)} exceeds the tolerance</div>"
         )
+    if advice.unresolved:
+        parts.append(f"<div><b>why it still disagrees:</b> {html.escape(advice.unresolved)}</div>")
     parts.append("</section>")
     return "\n".join(parts)
 

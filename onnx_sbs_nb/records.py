@@ -47,6 +47,10 @@ STATUS_WEIGHT_DIFFERS = "weight_differs"
 STATUS_UNPAIRED_OUTPUT = "unpaired_output"
 # only the torch side has this value: an optimizer fused it into a kernel (optimize=)
 STATUS_INTERNAL = "internal"
+# beyond tolerance, but only by what the node's dtype's rounding of its inputs gives through
+# the op's sensitivity (cos of a large argument in float16): precision loss, no fault of
+# the export (align/judge/precision_loss.py)
+STATUS_PRECISION_LOSS = "precision_loss"
 
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
@@ -133,6 +137,14 @@ STATUSES: dict[str, StatusSpec] = {
     STATUS_INTERNAL: StatusSpec(
         "internal",
         doc="Only the torch side has this value: an optimizer fused it into a kernel.",
+    ),
+    STATUS_PRECISION_LOSS: StatusSpec(
+        "precision loss",
+        tone="warn",
+        compared=True,
+        judged_elsewhere=True,
+        doc="Beyond tolerance only by its inputs' rounding to the node's dtype, which the "
+        "op amplifies (cos of a large argument in float16): computed exactly, it agrees.",
     ),
 }
 

@@ -30,6 +30,7 @@ from .records import (
     STATUS_INTERNAL,
     STATUS_NOT_COMPUTED,
     STATUS_OK,
+    STATUS_PRECISION_LOSS,
     STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
@@ -334,6 +335,9 @@ class Summary:
 
     # graph inputs holding NaN or infinities (their records say so)
     nonfinite_inputs: list[str] = field(default_factory=list)
+    # nodes whose error is their inputs' rounding, amplified (status precision_loss): no
+    # culprit, listed apart, in run order
+    precision_losses: list[Record] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -390,6 +394,7 @@ class Summary:
             "partial": self.partial,
             "strict": self.strict,
             "nonfinite_inputs": list(self.nonfinite_inputs),
+            "precision_losses": [r.to_dict() for r in self.precision_losses],
         }
 
     @classmethod
@@ -416,6 +421,7 @@ class Summary:
             coverage=Coverage.from_dict(d.get("coverage") or {}),
             strict=bool(d.get("strict", False)),
             nonfinite_inputs=list(d.get("nonfinite_inputs", [])),
+            precision_losses=[Record.from_dict(r) for r in d.get("precision_losses", [])],
         )
 
     # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
@@ -480,6 +486,8 @@ class Summary:
             lines.append(f"first failure: {_printable_label(self.first_failure)}{where}")
         if t.get("drifted", 0):
             lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
+        if self.precision_losses:
+            lines.append(f"precision loss: {_printable(precision_loss_text(self))}")
         if self.nonfinite_inputs:
             names = ", ".join(_printable(n) for n in self.nonfinite_inputs)
             lines.append(
@@ -575,18 +583,21 @@ class Summarizer:
             t["inputs"] = max(t.get("inputs", 0), rec.inputs_total)
         t["by_status"][rec.status] = t["by_status"].get(rec.status, 0) + 1
         t["by_kind"][rec.kind] = t["by_kind"].get(rec.kind, 0) + 1
-        if rec.status in (STATUS_OK, STATUS_FAIL):
+        if rec.status in (STATUS_OK, STATUS_FAIL, STATUS_PRECISION_LOSS):
             t["compared"] += 1
         if rec.passed is True:
             t["passed"] += 1
         failed = _failed(rec)
+        lost = rec.status == STATUS_PRECISION_LOSS
         if failed:
             t["failed"] += 1
             if rec.drifted:
                 t["drifted"] += 1
+            elif rec.kind == KIND_NODE:
+                t["failed_nodes"] = t.get("failed_nodes", 0) + 1
         if rec.passed2 is not None:
             t["reran"] += 1
-        if rec.passed2 is False:
+        if rec.passed2 is False and not lost:
             t["own_failed"] += 1
         if rec.status == STATUS_ERROR:
             t["errors"] += 1
@@ -595,6 +606,10 @@ class Summarizer:
             t["not_computed"] += 1
         if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
             s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
+        if lost:
+            t["precision_loss"] = t.get("precision_loss", 0) + 1
+            if len(s.precision_losses) < _QUIET_KEPT:
+                s.precision_losses.append(rec)
         if rec.status == STATUS_UNPAIRED_EP:
             t["unpaired_ep"] += 1
             s.unpaired_ep.append(rec.ep_name or "")
@@ -620,7 +635,8 @@ class Summarizer:
         if s.first_nan is None and _has_nan(rec):
             s.first_nan = rec
         if rec.onnx_name:
-            self._onnx_ok[rec.onnx_name] = not failed
+            # a precision loss passes its error on: the nodes after it do not make it
+            self._onnx_ok[rec.onnx_name] = not (failed or lost)
 
         if rec.err_abs is not None and (s.max_err_abs is None or _gt(rec.err_abs, s.max_err_abs)):
             s.max_err_abs, s.max_err_name = rec.err_abs, _label(rec)
@@ -639,7 +655,7 @@ class Summarizer:
         own = _own_error(rec)
         if failed and own is None:
             own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
-        if (failed or rec.passed2 is False) and own is not None:
+        if (failed or rec.passed2 is False) and own is not None and not lost:
             # ties keep the earlier record: the heap pops the smallest (own, -count)
             _keep_largest(self._heap, (own, -self._count, self._count, rec), self._top)
 
@@ -679,6 +695,8 @@ class Summarizer:
         return cov
 
     def _own_failure_rule(self, rec: Record, failed: bool) -> str | None:
+        if rec.status == STATUS_PRECISION_LOSS:
+            return None  # its dtype's rounding, which the op amplifies: no fault
         if rec.status == STATUS_ERROR:
             return RULE_ERROR
         if rec.status == STATUS_UNPAIRED_OUTPUT:
@@ -803,6 +821,7 @@ class Summarizer:
             culprit=self._culprit(),
             coverage=self.coverage(),
             nonfinite_inputs=list(s.nonfinite_inputs),
+            precision_losses=list(s.precision_losses),
         )
 
     def _culprit(self) -> Culprit | None:
@@ -985,6 +1004,39 @@ def drift_text(drifted: int, verdict: str) -> str:
     return why
 
 
+def precision_loss_text(summary: Summary, most: int = 4) -> str:
+    """The precision losses of a run in a sentence: which nodes, by how much, and what
+    that means for the values after them."""
+    losses = summary.precision_losses
+    count = summary.totals.get("precision_loss", len(losses))
+    named = ", ".join(
+        f"{_label(r)} [{r.onnx_op_type or r.kind}] ({_fmt(_own_error(r))})" for r in losses[:most]
+    )
+    more = f" and {count - most} more" if count > most else ""
+    nodes = "1 node loses" if count == 1 else f"{count} nodes lose"
+    t = summary.totals
+    own = t.get("reran", 0) > t.get("precision_loss", 0)  # reruns besides the rule's
+    dtype = _dtype(losses[0]) if losses else "its dtype"
+    text = (
+        f"{nodes} precision in {dtype}: {named}{more}; their inputs' rounding, which the op "
+        "amplifies, is the whole error (computed exactly they agree): no fault of the "
+        "export; keep them in float32 (onnx-sbs precision) to avoid it"
+    )
+    if summary.culprit is None and t.get("failed_nodes", 0):
+        text += (
+            f"; {t['failed_nodes']} value(s) after them fail that no rerun on torch's "
+            "inputs told apart from the loss they carry"
+        )
+        if not own:
+            text += " (own_error=True, --own-error, reruns every node)"
+    elif summary.culprit is None and summary.verdict == "fail":
+        text += (
+            "; the loss reaches the outputs beyond tolerance: in this precision the model "
+            "does not compute the program within it"
+        )
+    return text
+
+
 def first_own_failure(records: Iterable[Record], **kwargs: Any) -> Record | None:
     """Shortcut: ``summarize(records).first_own_failure``."""
     return summarize(records, **kwargs).first_own_failure
@@ -1063,5 +1115,6 @@ __all__ = [
     "Summary",
     "first_own_failure",
     "node_inputs_from_model",
+    "precision_loss_text",
     "summarize",
 ]

@@ -129,6 +129,7 @@ export class AnswerCard {
     const covLine = cov ? h("div", { class: "sbs-card-coverage sbs-muted", text: `compared: ${coverageText(cov)}` }) : null;
     const prog = verdict === "running" ? progress(null, st) : progress(summary, st); // live counts
     const totals = summary.totals || {};
+    const lossLine = precisionLossLine(summary);
     if (!c) {
       const compared = totals.compared ?? "";
       const drifted = totals.drifted || 0;
@@ -144,7 +145,7 @@ export class AnswerCard {
               : drifted
                 ? `no node makes an error of its own: ${drifted} values drift beyond tolerance while each node, rerun on torch's inputs, agrees`
                 : "no culprit could be named";
-      this.el.replaceChildren(h("div", { class: "sbs-card-head" }, badge, h("span", { class: "sbs-card-text", text })), ...(covLine ? [covLine] : []));
+      this.el.replaceChildren(h("div", { class: "sbs-card-head" }, badge, h("span", { class: "sbs-card-text", text })), ...(covLine ? [covLine] : []), ...(lossLine ? [lossLine] : []));
       return;
     }
     const i = this.row(c);
@@ -181,7 +182,7 @@ export class AnswerCard {
     if (c.bundle) lines.push(["bundle", h("code", { class: "sbs-card-bundle", text: c.bundle })]);
     const grid = h("div", { class: "sbs-card-grid" });
     for (const [k, v] of lines) grid.append(h("span", { class: "sbs-muted", text: k }), v);
-    this.el.replaceChildren(head, grid, ...(stackEl ? [stackEl] : []), ...(covLine ? [covLine] : []));
+    this.el.replaceChildren(head, grid, ...(stackEl ? [stackEl] : []), ...(covLine ? [covLine] : []), ...(lossLine ? [lossLine] : []));
   }
 }
 
@@ -189,6 +190,17 @@ export class AnswerCard {
 export function coverageOf(summary) {
   const c = summary && summary.coverage;
   return c && c.onnx_nodes ? c : null;
+}
+
+/** The nodes whose error is their dtype's rounding, amplified (summary.precision_losses):
+ * listed apart from the culprit, never as it. */
+function precisionLossLine(summary) {
+  const losses = (summary && summary.precision_losses) || [];
+  if (!losses.length) return null;
+  const count = (summary.totals && summary.totals.precision_loss) || losses.length;
+  const names = losses.slice(0, 4).map((r) => `${r.onnx_name} [${r.onnx_op_type}] (${fmtNum(r.err_abs2 ?? r.err_abs)})`).join(", ");
+  const more = count > 4 ? ` and ${count - 4} more` : "";
+  return h("div", { class: "sbs-card-loss sbs-muted", text: `precision loss: ${names}${more}: their inputs' rounding, amplified by the op; no fault of the export` });
 }
 
 /** Coverage.to_text(), in the same words. */

@@ -31,7 +31,14 @@ from typing import Any
 import torch
 
 from ..errors import SbsInputError
-from ..records import FAILING_STATUSES, STATUS_ERROR, STATUSES, Record, RunStatus
+from ..records import (
+    FAILING_STATUSES,
+    STATUS_ERROR,
+    STATUS_PRECISION_LOSS,
+    STATUSES,
+    Record,
+    RunStatus,
+)
 from .judge.judging import SbsMismatchError
 
 # a run over one input: (args, kwargs) -> an iterable run with .status, .stop(), .records
@@ -56,7 +63,9 @@ def fails(rec: Record) -> bool:
 def _severity(rec: Record) -> tuple[int, float]:
     """How bad one input's record of a pair is: its own failure first (the node makes
     the error on that input), then a failure, then the size of the error (NaN worst)."""
-    if rec.passed2 is False or rec.status == STATUS_ERROR:
+    if rec.status == STATUS_PRECISION_LOSS:  # its dtype's rounding: below any fault
+        level, value = 1, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
+    elif rec.passed2 is False or rec.status == STATUS_ERROR:
         level, value = 2, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
     elif fails(rec):
         level, value = 1, rec.err_abs

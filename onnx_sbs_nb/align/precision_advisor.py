@@ -44,9 +44,12 @@ import torch
 
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
-from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, Record
+from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, STATUS_PRECISION_LOSS, Record
 from .pairing.names import onnx_value_types
 from .pairing.onnx_pairing import cast_value
+from .precision_casts import repair_round_trips
+from .precision_prune import prune_block_list
+from .precision_why import why_disagrees
 from .source.fx_metadata import fx_name_from_metadata
 from .source.loading import load_exported_program, load_inputs, load_onnx_model
 
@@ -96,6 +99,11 @@ class AdvisedNode:
             return f"its values reach {self.scale:.3g}, beyond the type's largest finite value"
         if self.reason == "inputs_overflow":
             return "its inputs' values do not fit the type (they overflow to infinity)"
+        if self.reason == "precision_loss":
+            return (
+                f"precision loss: own error {_num(self.own_error)}, its inputs' rounding "
+                "amplified by the op (computed exactly on them it agrees)"
+            )
         if self.reason == "feeds":
             return "it feeds a node kept in float32 whose error comes from rounding its inputs"
         if self.reason == "largest":
@@ -140,6 +148,8 @@ class PrecisionAdvice:
     model: onnx.ModelProto | None = field(default=None, repr=False)  # the advised model
     # the records of the first round: the float32 model against the conversion as given
     records: list[Record] = field(default_factory=list, repr=False)
+    # when the advised conversion still disagrees: why, naming the node and its op
+    unresolved: str | None = None
 
     @property
     def agrees(self) -> bool:
@@ -176,6 +186,7 @@ class PrecisionAdvice:
             "compared": self.compared,
             "converted_here": self.converted_here,
             "elapsed": self.elapsed,
+            "unresolved": self.unresolved,
         }
         return _json_safe(d)
 
@@ -208,6 +219,8 @@ class PrecisionAdvice:
             lines.append(f"  no node's own error in {self.dtype} exceeds the tolerance")
         if self.kept:
             lines.append(f"  kept in float32 by the given conversion: {len(self.kept)} node(s)")
+        if self.unresolved:
+            lines.append(f"  why it still disagrees: {self.unresolved}")
         return "\n".join(lines)
 
 
@@ -276,6 +289,7 @@ def convert_model(
         out = _float16_to_bfloat16(out, model)
     if node_block_list:
         _keep_blocked_weights(out, model)
+        repair_round_trips(out)  # float32 between two blocked nodes, not float16
     if keep_io_types:
         _keep_output_types(out, model)
     return out
@@ -635,6 +649,8 @@ def _measure(
             rel = own / scale if scale else (math.inf if own else 0.0)
             fed = [scales.get(i, 0.0) for i in ref_node.input if i]
             reason = "inputs_overflow" if any(f > limit for f in fed) else "error"
+            if reason == "error" and rec.status == STATUS_PRECISION_LOSS:
+                reason = "precision_loss"
         node = _advised(
             ref_node, rec.ep_name or "", float(own), float(rel), scale, overflow, reason
         )
@@ -733,6 +749,7 @@ _REASON_ORDER = {
     "overflow": 1,
     "inputs_overflow": 2,
     "error": 3,
+    "precision_loss": 3,
     "feeds": 4,
     "largest": 5,
 }
@@ -750,6 +767,24 @@ def _rank(n: AdvisedNode) -> tuple[int, bool, float, float, float]:
     # a fallback's values all below the tolerance (1e-40s) come after the others
     tiny = n.reason == "largest" and n.scale is not None and n.scale < n.atol
     return (_REASON_ORDER.get(n.reason, 5), tiny, -scale, -rel, -own)
+
+
+def _outputs_overflow(model: onnx.ModelProto, scales: dict[str, float], dtype: str) -> str | None:
+    """A graph output the model declares in ``dtype`` whose float32 values do not fit it:
+    no node kept in float32 helps (the output itself overflows)."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    for out in model.graph.output:
+        scale = scales.get(out.name, 0.0)
+        if out.type.tensor_type.elem_type != LOW_DTYPES[dtype] or not scale > _MAX[dtype]:
+            continue
+        node = producer.get(out.name)
+        op = f" ({node.op_type})" if node is not None else ""
+        return (
+            f"graph output {out.name}{op} is {dtype} and its values reach {scale:.3g}, beyond "
+            f"the type's largest finite value: no node kept in float32 helps; keep the "
+            "outputs in float32 (keep_io_types=True)"
+        )
+    return None
 
 
 def _largest(within: dict[str, AdvisedNode], block: set[str]) -> dict[str, AdvisedNode]:
@@ -902,6 +937,31 @@ def advise_precision(
             v.round = rounds - 1
         nodes.update(new)
         block |= set(new)
+    later = [n.node for n in sorted(nodes.values(), key=lambda n: -n.round) if n.round > 0]
+    if later and after is not None and after.passed:
+
+        def agrees_without(trial: set[str]) -> tuple[bool, Any]:
+            m = convert_model(reference, dtype, sorted(trial), keep_io_types)
+            out = _candidate_outputs(ref_out, m, feeds, atol, rtol)
+            return out.passed, (m, out)
+
+        block, dropped, result = prune_block_list(later, block, agrees_without)
+        for name in dropped:
+            nodes.pop(name, None)
+        if result is not None:
+            model, after = result
+    unresolved = None
+    final = after or before
+    if not final.passed:
+        last = records if model is None or model is candidate else None
+        if last is None:
+            last = _measure(
+                reference, model, feeds, dtype, atol, rtol, scales, runner, progress, "why"
+            )[3]
+        kept_values = {n.value for n in nodes.values()}
+        unresolved = _outputs_overflow(model or candidate, scales, dtype) or why_disagrees(
+            last, dtype, kept_values
+        )
     ranked = sorted(nodes.values(), key=_rank)
     ops: list[str] = []
     for n in ranked:
@@ -926,6 +986,7 @@ def advise_precision(
         elapsed=time.monotonic() - start,
         model=model,
         records=records,
+        unresolved=unresolved,
     )
 
 

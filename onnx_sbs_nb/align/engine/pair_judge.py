@@ -17,6 +17,7 @@ from ..judge.verdict import Verdicts
 from ..pairing.names import Pairing
 from .options import RunOptions
 from .own_error import OwnErrors
+from .precision_inputs import PrecisionInputs
 from .side import ReferenceSide
 from .sides import OnnxSide
 
@@ -49,6 +50,9 @@ class PairJudge:
             unproven=unproven,
         )
         self.verdicts = Verdicts(self.ctx)
+        # a failing node's inputs exact and rounded (judge/precision_loss.py)
+        self.precision = PrecisionInputs(candidate, pairing, unproven)
+        self.ctx.precision_inputs = self.precision
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self.tie_x: dict[str, tuple[int, Any]] = {}
         self.unordered: dict[str, OrderFree] = {}
@@ -114,7 +118,8 @@ class PairJudge:
         if verdicts.on_values(rec, pair, want, got).own_error:
             self.own.judge(rec, pair, name, want, own, ctx)
             ctx.has_own = name in own
-            verdicts.first(STAGE_AFTER, rec, pair, None, got)
+            self.precision.ref_env, self.precision.own = ref_env, own
+            verdicts.first(STAGE_AFTER, rec, pair, want, got)
         return rec
 
 

@@ -100,8 +100,43 @@ def schedule(
     plan = Plan([], ref_producer=ref_producer)
     _order_steps(plan, ref, cand, pairing, needs_reference_inputs, keep_ref, stop_after_cand, units)
     last_ref, last_cand = _last_uses(plan, ref, cand, pairing, needs_reference_inputs)
+    _keep_rounded_inputs(plan, cand, pairing, last_ref)
     _compare_and_free(plan, pairing, last_ref, last_cand, keep_ref or set(), keep_cand or set())
     return plan
+
+
+_RECOMPUTED = 4  # nodes without a partner the precision-loss rule recomputes (at most)
+
+
+def _keep_rounded_inputs(
+    plan: Plan, cand: SideGraph, pairing: Pairing, last_ref: dict[str, int]
+) -> None:
+    """In a model computing in a coarser type than its reference (cast pairs), a value is
+    judged with the reference values of its node's inputs too (``judge/precision_loss.py``:
+    is its error their rounding? a rerun on them): they live until it is compared."""
+    by_onnx, ref_step, cand_step = pairing.by_onnx, plan.ref_step, plan.cand_step
+    if not any(p.cast_to is not None for p in by_onnx.values()):
+        return  # no value computed in a coarser type: nothing for the rule to judge
+    for name, pair in by_onnx.items():
+        if name not in cand_step or pair.fx_name not in ref_step:
+            continue
+        idx = plan.cand_producer.get(name)
+        if idx is None:
+            continue
+        s = max(cand_step[name], ref_step[pair.fx_name], 0)
+        # through values without a partner too (the rule recomputes a few of them)
+        todo, depth = list(cand.inputs[idx]), 0
+        while todo and depth <= _RECOMPUTED:
+            depth += 1
+            behind = []
+            for i in todo:
+                p = by_onnx.get(i) if i else None
+                if p is not None:
+                    if p.fx_name in ref_step and last_ref.get(p.fx_name, -1) < s:
+                        last_ref[p.fx_name] = s
+                elif i and i in plan.cand_producer:
+                    behind.extend(cand.inputs[plan.cand_producer[i]])
+            todo = behind
 
 
 def _order_steps(

@@ -9,7 +9,8 @@ follow a pair through its judgement:
 - :data:`STAGE_RAW`: the values as the sides hold them;
 - :data:`STAGE_VALUES`: the values made comparable (a transposition, a layout, a cast);
 - :data:`STAGE_COMPARED`: after the comparison (``ctx.diff``); the last rule always decides;
-- :data:`STAGE_AFTER`: notes added once the own error is known (never decide).
+- :data:`STAGE_AFTER`: once the own error is known: notes, and the rules that read it
+  (precision loss: ``expected`` is then the reference value, ``got`` the candidate's).
 
 ``own_error``: whether the node's own error is still judged after the rule decided.
 """
@@ -57,6 +58,9 @@ class RuleContext:
     reordered: set[str] = field(default_factory=set)
     # (node, its inputs) computing ONNX value ``name``, None when it cannot be had
     node_inputs: Callable[[str], tuple[Any, list[Any] | None] | None] | None = None
+    # the node computing ONNX value ``name`` seen from the reference: its inputs exact and
+    # rounded to its types (engine/precision_inputs.py), None when they cannot be had
+    precision_inputs: Callable[[str], Any] | None = None
     # --- the pair being judged
     pair: Pair | None = None
     ref_error: str | None = None  # the reference side failed to compute it

@@ -33,6 +33,7 @@ from .context import (
 from .failed import NodeFailed, ReferenceFailed, UpstreamFailure
 from .linear import LinearCheck
 from .precision import InheritedPrecision
+from .precision_loss import PrecisionLoss
 from .shapes import UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
@@ -151,6 +152,7 @@ RULES: tuple[Rule, ...] = (
     TopKTies(),
     Tolerance(),
     LinearCheck(),
+    PrecisionLoss(),
 )
 
 

@@ -10,12 +10,8 @@ from ...convert import device_of
 from ...diff import (
     ARRAY_TYPES,
     compare,
-    largest_element_error,
-    largest_magnitude,
     shape_type,
-    zero_sign_mismatches,
 )
-from ...elementwise import is_elementwise
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..pairing.names import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE, Pair
@@ -29,10 +25,9 @@ from .context import (
     RuleContext,
     first_verdict,
 )
-from .judging import as_expected, comparable, fill_own_error, in_layout_of
+from .judging import as_expected, comparable, in_layout_of
+from .own import judge_own
 from .rules import RULES, by_stage
-from .ties import TIE_NOTE, tied
-from .unordered import own_as_sets
 
 
 class Verdicts:
@@ -90,33 +85,6 @@ class Verdicts:
         rule = first_verdict(self._compared, record, pair, expected, got, ctx)
         assert rule is not None, "the last rule of STAGE_COMPARED decides every pair"
         return rule
-
-
-def judge_own(record: Record, pair: Pair, want: Any, own_value: Any, ctx: RuleContext) -> None:
-    """The own error: the node run on torch inputs (``own_value``), against the torch
-    value ``want``; TopK ties (``ctx.own_tie``) pass as in the first comparison."""
-    e2, g2 = comparable(as_expected(pair, want), own_value)
-    e2 = in_layout_of(pair, e2, g2)
-    if e2 is not None and pair.cast_to is not None:
-        e2, g2, _ = in_common_precision(e2, g2)
-    if e2 is None:
-        return
-    e2, g2 = own_as_sets(e2, g2, ctx.name, ctx.own_unordered)
-    d2 = compare(e2, g2, ctx.atol, ctx.rtol, ctx.own_inherited, judge=ctx.own_policy)
-    if ctx.own_tie is not None and tied(d2, ctx.own_tie, e2, g2):
-        d2.passed = True
-        if TIE_NOTE not in (record.comment or ""):
-            record.comment = _join(record.comment, TIE_NOTE)
-    fill_own_error(record, d2, device_of(own_value))
-    if d2.passed and d2.err_abs:
-        scale = largest_magnitude(e2)
-        if scale:
-            record.err_scale2 = d2.err_abs / scale
-        if is_elementwise(record.onnx_op_type):
-            record.err_elem2 = largest_element_error(e2, g2)
-    elif d2.passed and d2.err_abs == 0:
-        # equal as numbers: only the sign of a zero can still differ
-        record.err_zero2 = zero_sign_mismatches(e2, g2) or None
 
 
 __all__ = ["Verdicts", "judge_own"]
