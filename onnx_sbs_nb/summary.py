@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .completion import STOPPED, Completion
+from .completion import STOPPED, STOPPED_BEFORE_END, Completion
 from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
     FAILING_STATUSES,
@@ -457,7 +457,8 @@ class Summary:
             counts = f"{c.nodes}, {counts}"
         elif c is not None and not c.finished:
             head += f" at {c.nodes}" if c.nodes else ""
-            if c.reason and c.state != STOPPED:
+            # a plain stop says no more than STOPPED; "after 5 of 9 inputs" does
+            if c.reason and (c.state != STOPPED or c.reason != STOPPED_BEFORE_END):
                 head += f" ({_printable(c.reason)})"
         if self.partial:
             on = f"{self.coverage.onnx_covered} of {self.coverage.onnx_nodes} ONNX nodes"

@@ -130,3 +130,83 @@ def test_row1_row2_notebook_export_runs_none_of_the_senders_code(small):
     for marker in ("SENDER_HTML_RAN", "SENDER_LINK", "SENDER_S", "SENDER_JS", "SENDER_MD"):
         assert marker not in active, marker
     assert "<b>kept</b>" in result.html  # formatting stays
+
+
+# ---------------------------------------------------- rows 4, 23: runs over many inputs
+def _inputs_then(exc: BaseException, at: int, n: int = 12):
+    """A generator of inputs (a DataLoader's loop) that raises ``exc`` when asked for
+    input ``at``: a Ctrl-C arriving, or a dataset item that cannot be read."""
+    torch.manual_seed(1)
+    for i in range(n):
+        if i == at:
+            raise exc
+        yield (torch.randn(3, 8),)
+
+
+def test_row4_interrupt_keeps_the_inputs_done(small):
+    from onnx_sbs_nb.session import SbsSession
+
+    ep, onx, _ = small
+    s = SbsSession(ep, onx, inputs=_inputs_then(KeyboardInterrupt(), at=5))
+    s.start()
+    assert s.status["state"] == "stopped"
+    assert len(s.records) > 0 and all(r.inputs_total == 5 for r in s.records)
+    reason = s.completion.reason
+    assert reason == "stopped after 5 inputs", reason  # a generator: no total known
+    assert "stopped after 5 inputs" in s.summary.to_text()
+
+
+def test_row4_interrupt_keeps_the_inputs_done_engine_and_total(small):
+    """The engine yields the inputs done before passing the interrupt on (the CLI's loop
+    writes each record it is given, then sees the Ctrl-C)."""
+    from onnx_sbs_nb.align.run import aligned_over_inputs
+    from onnx_sbs_nb.completion import Completion
+
+    ep, onx, _ = small
+    torch.manual_seed(2)
+    xs = [(torch.randn(3, 8),) for _ in range(6)]
+
+    class Interrupting:
+        """Inputs of a known length whose reading is interrupted at input 4."""
+
+        def __len__(self):
+            return len(xs)
+
+        def __iter__(self):
+            for i, x in enumerate(xs):
+                if i == 4:
+                    raise KeyboardInterrupt
+                yield x
+
+    run = aligned_over_inputs(ep, onx, Interrupting())
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for rec in run:
+            got.append(rec)
+    assert got and all(r.inputs_total == 4 for r in got)
+    c = Completion.of_run(run.status, ended=True, stopped=True)
+    assert c.state == "stopped" and c.reason == "stopped after 4 of 6 inputs"
+
+
+def test_row23_a_dataloader_raising_on_item_7_keeps_inputs_0_to_6(small):
+    from onnx_sbs_nb.session import SbsSession
+
+    ep, onx, _ = small
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 7:
+                raise OSError("corrupt shard")
+            return torch.randn(3, 8)
+
+    loader = torch.utils.data.DataLoader(Data(), batch_size=None)
+    s = SbsSession(ep, onx, inputs=loader)
+    s.start()
+    assert s.status["state"] == "error"
+    assert len(s.records) > 0 and all(r.inputs_total == 7 for r in s.records)
+    reason = s.completion.reason
+    assert "input 7 could not be read (OSError: corrupt shard)" in reason, reason
+    assert "after 7 of 10 inputs" in reason

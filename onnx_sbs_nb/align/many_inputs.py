@@ -40,6 +40,10 @@ RunFactory = Callable[[Any, Any], Any]
 _JUDGED_ELSEWHERE = frozenset(k for k, v in STATUSES.items() if v.judged_elsewhere)
 
 
+class InputReadError(RuntimeError):
+    """Reading the next input (a DataLoader, a generator) raised: names its index."""
+
+
 def pair_key(rec: Record) -> tuple[Any, ...]:
     """What identifies a pair across the runs of one program and model."""
     return (rec.kind, rec.ep_name, rec.onnx_name, rec.onnx_id_output)
@@ -263,6 +267,29 @@ class ManyInputsRun:
         t0 = time.perf_counter()
         status = self.status
         pairs: dict[tuple[Any, ...], PairAggregate] = {}
+        # The aggregate is yielded after the last input, so an interrupt or an error on
+        # input k would lose every input before it: the inputs done are yielded first,
+        # then the interrupt or error goes on to the consumer.
+        ended: BaseException | None = None
+        try:
+            self._fold_all(pairs)
+        except SbsMismatchError:
+            raise  # exc=True: the first failing pair is the answer
+        except KeyboardInterrupt as e:
+            status.stopped = True
+            ended = e
+        except Exception as e:
+            ended = e
+        yield from self._aggregates(pairs)
+        status.extra["failing_inputs"] = list(self.failing_inputs)
+        status.elapsed = time.perf_counter() - t0
+        status.current = None
+        status.finished = True
+        if ended is not None:
+            raise ended
+
+    def _fold_all(self, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
+        status = self.status
         index = 0
         item_run, self._first = self._first, None
         while item_run is not None:
@@ -280,9 +307,17 @@ class ManyInputsRun:
                 item = next(self._iter)
             except StopIteration:
                 break
+            except Exception as e:  # a DataLoader whose dataset raises on this item
+                raise InputReadError(
+                    f"input {index + 1} could not be read ({type(e).__name__}: {e}); "
+                    f"the {index + 1} input(s) before it are kept"
+                ) from e
             index += 1
             self.input_names.append(_name(item))
             item_run = self._run_for(item, index)
+
+    def _aggregates(self, pairs: dict[tuple[Any, ...], PairAggregate]) -> Iterator[Record]:
+        status = self.status
         ordered = sorted(pairs.values(), key=lambda a: a.order)
         for step, agg in enumerate(ordered):
             rec = agg.record(step, self.input_names[agg.shown()[1]])
@@ -296,10 +331,6 @@ class ManyInputsRun:
                 status.max_err_abs = rec.err_abs
                 status.max_err_name = rec.onnx_name or rec.ep_name
             yield rec
-        status.extra["failing_inputs"] = list(self.failing_inputs)
-        status.elapsed = time.perf_counter() - t0
-        status.current = None
-        status.finished = True
 
     def _fold(self, run: Any, index: int, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
         status = self.status
@@ -391,4 +422,6 @@ def _worse(a: float, b: float) -> bool:
     return math.isnan(a) or a > b
 
 
-__all__ = ["ManyInputsRun", "PairAggregate", "as_inputs", "input_files", "pair_key"]
+__all__ = [
+    "InputReadError",
+    "ManyInputsRun", "PairAggregate", "as_inputs", "input_files", "pair_key"]
