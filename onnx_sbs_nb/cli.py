@@ -221,6 +221,10 @@ def write_reports(
             print(f"onnx-sbs: cannot write {p}: {e}", file=sys.stderr)
             ok = False
             continue
+        except Exception as e:  # a writer's own failure: the other reports are still written
+            print(f"onnx-sbs: cannot write {p}: {type(e).__name__}: {e}", file=sys.stderr)
+            ok = False
+            continue
         print(f"wrote {p}", file=stream)
     return ok
 

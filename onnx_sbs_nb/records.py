@@ -47,6 +47,9 @@ STATUS_WEIGHT_DIFFERS = "weight_differs"
 STATUS_UNPAIRED_OUTPUT = "unpaired_output"
 # only the torch side has this value: an optimizer fused it into a kernel (optimize=)
 STATUS_INTERNAL = "internal"
+# the user's compare function failed on the pair (raised, returned no dict): the values were
+# measured but not judged, and nothing is said of the model
+STATUS_CHECK_ERROR = "check_error"
 
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
@@ -129,6 +132,14 @@ STATUSES: dict[str, StatusSpec] = {
         judged_elsewhere=True,
         doc="The weight differs from its torch parameter but every consumer agrees with "
         "torch (a BatchNorm folded into a Conv, say).",
+    ),
+    STATUS_CHECK_ERROR: StatusSpec(
+        "compare function failed",
+        tone="warn",
+        compared=True,
+        judged_elsewhere=True,
+        doc="Your compare function failed on this pair (it raised or returned no dict): "
+        "the values were measured, not judged; nothing is said of the model.",
     ),
     STATUS_INTERNAL: StatusSpec(
         "internal",

@@ -24,6 +24,7 @@ from .records import (
     KIND_OUTPUT,
     KIND_WEIGHT,
     NONFINITE_INPUT_NOTE,
+    STATUS_CHECK_ERROR,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -333,6 +334,8 @@ class Summary:
 
     # graph inputs holding NaN or infinities (their records say so)
     nonfinite_inputs: list[str] = field(default_factory=list)
+    # the first failure of the user's compare function (status check_error), if any
+    check_error: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -353,8 +356,9 @@ class Summary:
         failed = t.get("failed", 0) - t.get("drifted", 0)
         if failed > 0 or t.get("own_failed", 0):
             return "fail"
-        # values the model could not compute were compared with nothing: no pass
-        return "incomplete" if t.get("not_computed", 0) else "pass"
+        # values the model could not compute were compared with nothing, pairs the user's
+        # compare function failed on were judged by nothing: no pass
+        return "incomplete" if t.get("not_computed", 0) or t.get("check_errors", 0) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
@@ -389,6 +393,7 @@ class Summary:
             "partial": self.partial,
             "strict": self.strict,
             "nonfinite_inputs": list(self.nonfinite_inputs),
+            "check_error": self.check_error,
         }
 
     @classmethod
@@ -415,6 +420,7 @@ class Summary:
             coverage=Coverage.from_dict(d.get("coverage") or {}),
             strict=bool(d.get("strict", False)),
             nonfinite_inputs=list(d.get("nonfinite_inputs", [])),
+            check_error=d.get("check_error") if isinstance(d.get("check_error"), str) else None,
         )
 
     # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
@@ -464,6 +470,11 @@ class Summary:
             on = f"{self.coverage.onnx_covered} of {self.coverage.onnx_nodes} ONNX nodes"
             head += f" (strict: it passes on only {on})" if self.strict else f" on {on}"
         lines = [f"{head}  ({counts})"]
+        if t.get("check_errors"):
+            lines.append(
+                f"compare function broken on {t['check_errors']} pairs, which are not judged "
+                f"(nothing is said of the model there): {_printable(self.check_error or '')}"
+            )
         if self.coverage.onnx_nodes:
             lines.append(f"coverage: {self.coverage.to_text()}")
         if self.culprit is not None:
@@ -591,6 +602,10 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+        if rec.status == STATUS_CHECK_ERROR:
+            t["check_errors"] = t.get("check_errors", 0) + 1
+            if s.check_error is None:
+                s.check_error = rec.error
         if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
             s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
         if rec.status == STATUS_UNPAIRED_EP:
@@ -790,6 +805,7 @@ class Summarizer:
             culprit=self._culprit(),
             coverage=self.coverage(),
             nonfinite_inputs=list(s.nonfinite_inputs),
+            check_error=s.check_error,
         )
 
     def _culprit(self) -> Culprit | None:

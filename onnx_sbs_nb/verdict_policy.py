@@ -11,7 +11,8 @@ verdict fails where NaN/inf disagree, and where shapes or dtypes differ.
 The user's compare function ``fn(expected, got) -> dict`` gets both values as torch
 tensors (on the torch value's device); the dict's ``"passed"`` (a bool) overrides the
 verdict, its other entries land in ``Record.extra``.  A function that raises, or returns
-something else than a dict, makes that pair's error, and the run goes on.
+something else than a readable dict, makes that pair's ``check_error`` (the function's
+failure, never the model's), and the run goes on: see ``user_compare.py``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from .convert import to_torch
 from .diff import value_dtype_name
 from .errors import SbsInputError
+from .user_compare import CompareFunctionError, call_compare
 
 # short names of the measures a verdict may name; the record fields are accepted as well
 ALIASES = {
@@ -144,17 +143,6 @@ class VerdictPolicy:
         return self.spec if isinstance(self.spec, str) else list(self.spec)
 
 
-def _plain(v: Any) -> Any:
-    """A value of the user's dict as a plain record value (str for anything else)."""
-    if isinstance(v, np.generic) or (isinstance(v, torch.Tensor) and v.numel() == 1):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # "inf", "nan": JSON (the widget's) has no such numbers
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    return str(v)[:200]
-
-
 def function_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
@@ -192,26 +180,18 @@ class Judge:
         try:
             e = to_torch(expected).detach()
             g = to_torch(got, e.device).detach()
-            found = self.compare(e, g)
-        except Exception as exc:  # the user's code: its failure is this pair's error
-            d.error = f"compare function {name} raised {type(exc).__name__}: {exc}"
-            d.passed = False
+            found = call_compare(self.compare, name, e, g)
+        except CompareFunctionError as exc:  # that pair's error; the run goes on
+            d.error = str(exc)
+            d.passed = None
             return
-        if not isinstance(found, Mapping):
-            d.error = f"compare function {name} returned a {type(found).__name__}, not a dict"
-            d.passed = False
+        except Exception as exc:
+            d.error = f"compare function {name}: the values could not be given to it ({exc})"
+            d.passed = None
             return
-        extra = {}
-        for key, value in found.items():
-            if key == "passed":
-                if not isinstance(value, bool | np.bool_):
-                    d.error = f"compare function {name} returned passed={value!r}: not a bool"
-                    d.passed = False
-                    continue
-                d.passed = bool(value) and not d.shape_mismatch
-            else:
-                extra[str(key)] = _plain(value)
-        d.extra = extra or None
+        if found.passed is not None:
+            d.passed = found.passed and not d.shape_mismatch
+        d.extra = found.extra or None
 
 
 # the measures computed whatever ``measures=`` says

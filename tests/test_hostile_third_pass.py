@@ -210,3 +210,156 @@ def test_row23_a_dataloader_raising_on_item_7_keeps_inputs_0_to_6(small):
     reason = s.completion.reason
     assert "input 7 could not be read (OSError: corrupt shard)" in reason, reason
     assert "after 7 of 10 inputs" in reason
+
+
+# ------------------------------------------------------- rows 5-9: the compare function
+class _Deeper(torch.nn.Module):
+    """Values that feed later nodes (and own-error reruns): a write into one is seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+        self.c = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(torch.relu(self.a(x)))))
+
+
+@pytest.fixture(scope="module")
+def deeper():
+    torch.manual_seed(3)
+    x = torch.randn(4, 8)
+    ep = torch.export.export(_Deeper(), (x,))
+    onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    return ep, onx, (x,)
+
+
+def _verdict(ep, onx, x, **kw):
+    from onnx_sbs_nb.summary import summarize
+
+    records = list(run_aligned(ep, onx, x, **kw))
+    return records, summarize(records)
+
+
+def test_row5_a_compare_function_writing_into_its_arguments_changes_nothing(deeper):
+    ep, onx, x = deeper
+
+    def vandal(expected, got):
+        expected.add_(1000)
+        got.mul_(0)
+        return {}
+
+    records, summary = _verdict(ep, onx, x, compare=vandal, own_error=True)
+    base, base_summary = _verdict(ep, onx, x, own_error=True)
+    assert summary.verdict == base_summary.verdict == "pass"
+    assert [r.err_abs for r in records] == [r.err_abs for r in base]
+    assert [r.err_abs2 for r in records] == [r.err_abs2 for r in base]
+
+
+class _Unprintable:
+    def __str__(self):
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
+class _BadItems(dict):
+    def items(self):
+        raise RuntimeError("items broken")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"passed": True, "v": _Unprintable()},
+        {_Unprintable(): 1},
+        _BadItems(passed=True),
+        {"passed": _Unprintable()},
+    ],
+    ids=["value-str-raises", "key-str-raises", "items-raises", "passed-repr-raises"],
+)
+def test_row6_an_unreadable_answer_is_that_pairs_error_and_the_run_goes_on(small, answer):
+    from onnx_sbs_nb.records import STATUS_CHECK_ERROR
+
+    ep, onx, x = small
+    records, summary = _verdict(ep, onx, x, compare=lambda e, g: answer)
+    assert records and all(r.status == STATUS_CHECK_ERROR for r in records)
+    assert all("compare function" in r.error for r in records)
+    assert summary.completion is None or summary.completion.finished
+
+
+def test_row9_a_compare_function_returning_none_blames_itself_never_the_model(small):
+    ep, onx, x = small
+    records, summary = _verdict(ep, onx, x, compare=lambda e, g: None)
+    assert summary.culprit is None  # not "culprit: x [input], the node failed to run"
+    assert summary.verdict == "incomplete"
+    text = summary.to_text()
+    assert "compare function broken on 8 pairs" in text and "returned a NoneType" in text
+    assert "failed to run" not in text and "not computed" not in text
+    assert summary.totals["errors"] == 0
+
+
+_COMPARE_FUNCS = '''
+def inf(e, g):
+    return {"passed": True, "snr_db": float("inf"), "low": float("-inf"), "n": float("nan")}
+
+def huge(e, g):
+    return {"passed": True, "snr_db": 10**400}
+
+def many(e, g):
+    return {"passed": True, **{f"k{i}": i for i in range(20000)}}
+
+def bigstr(e, g):
+    return {"passed": True, "s": "x" * 20_000_000}
+'''
+
+
+@pytest.fixture(scope="module")
+def small_files(small, tmp_path_factory):
+    import onnx
+
+    ep, onx, x = small
+    d = tmp_path_factory.mktemp("small")
+    torch.export.save(ep, d / "m.pt2")
+    onnx.save(onx, d / "m.onnx")
+    torch.save(x, d / "x.pt")
+    (d / "cmp.py").write_text(_COMPARE_FUNCS)
+    return d
+
+
+@pytest.mark.parametrize("fn", ["inf", "huge", "many", "bigstr"])
+def test_row7_row8_every_report_is_written_whatever_the_extras(
+    small_files, tmp_path, fn, monkeypatch, capsys
+):
+    """Non-finite and huge numbers shown as such; 20,000 keys and a 20 MB string cut with a
+    note; HTML, xlsx and CSV written, and `onnx-sbs report` reads the JSONL back."""
+    from onnx_sbs_nb.report import read_jsonl
+    from onnx_sbs_nb.user_compare import MAX_EXTRA_KEYS, MAX_EXTRA_TEXT, NOTE_KEY
+
+    from onnx_sbs_nb.cli import main
+
+    d = small_files
+    monkeypatch.chdir(tmp_path)
+    out = [tmp_path / n for n in ("r.html", "r.xlsx", "r.csv")]
+    code = main([
+        "run", "--ep", str(d / "m.pt2"), "--onnx", str(d / "m.onnx"), "--inputs", str(d / "x.pt"),
+        "--compare-func", f"{d / 'cmp.py'}:{fn}", "--no-progress", "-o", *map(str, out),
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert all(f.is_file() and f.stat().st_size > 0 for f in out)
+    jsonl = tmp_path / "r.jsonl"
+    assert jsonl.stat().st_size < 200_000  # was 140 MB for the 20 MB string
+    extra = read_jsonl(jsonl)[0].extra
+    if fn == "inf":
+        assert extra["snr_db"] == float("inf") and extra["low"] == float("-inf")
+    if fn == "huge":
+        assert extra["snr_db"] == "1.000e+400"
+    if fn == "many":
+        assert len(extra) == MAX_EXTRA_KEYS + 1 and "19968 more entries" in extra[NOTE_KEY]
+    if fn == "bigstr":
+        assert len(extra["s"]) == MAX_EXTRA_TEXT + 1
+    again = [tmp_path / "again.html", tmp_path / "again.xlsx", tmp_path / "again.csv"]
+    code = main(["report", str(jsonl), "-o", *map(str, again)])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert all(f.is_file() for f in again)

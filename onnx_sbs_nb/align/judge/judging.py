@@ -15,8 +15,8 @@ import torch
 from ...diff import ARRAY_TYPES, Diff
 from ...dtypes import dtype_name
 from ...records import (
+    STATUS_CHECK_ERROR,
     STATUS_DTYPE_MISMATCH,
-    STATUS_ERROR,
     STATUS_FAIL,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
@@ -107,8 +107,8 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
     if d.extra:
         rec.extra = d.extra
     rec.passed = d.passed
-    if d.error:  # the user's compare function failed on this pair: its error, not a crash
-        rec.status = STATUS_ERROR
+    if d.error:  # the user's compare function failed on this pair: not the model's error
+        rec.status = STATUS_CHECK_ERROR
         rec.error = d.error
     elif d.shape_mismatch:
         rec.status = STATUS_SHAPE_MISMATCH
