@@ -334,10 +334,9 @@ def test_row7_row8_every_report_is_written_whatever_the_extras(
 ):
     """Non-finite and huge numbers shown as such; 20,000 keys and a 20 MB string cut with a
     note; HTML, xlsx and CSV written, and `onnx-sbs report` reads the JSONL back."""
+    from onnx_sbs_nb.cli import main
     from onnx_sbs_nb.report import read_jsonl
     from onnx_sbs_nb.user_compare import MAX_EXTRA_KEYS, MAX_EXTRA_TEXT, NOTE_KEY
-
-    from onnx_sbs_nb.cli import main
 
     d = small_files
     monkeypatch.chdir(tmp_path)
@@ -363,3 +362,62 @@ def test_row7_row8_every_report_is_written_whatever_the_extras(
     code = main(["report", str(jsonl), "-o", *map(str, again)])
     assert code == 0, capsys.readouterr().err[-2000:]
     assert all(f.is_file() for f in again)
+
+
+# ------------------------------------------- row 10: compressed .pt declaring huge sizes
+def _pt_bomb(path: Path, value, mb: int = 64) -> Path:
+    """``torch.save(value)`` with a zeros tensor of ``mb`` MB, its members deflated: a file of
+    a few hundred KB that inflates to ``mb`` MB (torch.save stores members uncompressed)."""
+    import zipfile
+
+    plain = path.with_suffix(".plain")
+    torch.save(value(torch.zeros(mb << 18)), plain)
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    plain.unlink()
+    assert path.stat().st_size < (mb << 20) // 100
+    return path
+
+
+def test_row10_a_compressed_inputs_file_is_refused_before_inflating(small, tmp_path):
+    from onnx_sbs_nb.errors import SbsInputError
+
+    ep, onx, _ = small
+    bomb = _pt_bomb(tmp_path / "x.pt", lambda t: (t.reshape(-1, 8),))
+    with pytest.raises(SbsInputError, match=r"x\.pt.*inflates to 67108864 bytes"):
+        list(run_aligned(ep, onx, str(bomb)))
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    torch.save((torch.randn(3, 8),), folder / "a.pt")
+    bomb.rename(folder / "b.pt")
+    with pytest.raises(SbsInputError, match=r"input 1 \(b\.pt\).*inflates to"):
+        list(run_aligned(ep, onx, inputs=str(folder)))
+
+
+def test_row10_a_bundles_compressed_expected_pt_is_refused(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.post.replay import write_replay_bundle
+    from onnx_sbs_nb.align.post.replay_load import load_replay
+    from onnx_sbs_nb.errors import SbsInputError
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = torch.randn(3)
+    folder = write_replay_bundle(
+        tmp_path, model=model, node_name="r", torch_inputs={"x": x}, onnx_inputs={"x": x},
+        expected={"y": x.relu()}, mapping={"x": "x", "y": "relu"},
+    )  # fmt: skip
+    assert isinstance(onnx.load(folder / "model.onnx"), onnx.ModelProto)
+    load_replay(folder)  # the bundle as written replays
+    (folder / "expected.pt").unlink()
+    _pt_bomb(folder / "expected.pt", lambda t: {"y": t})
+    with pytest.raises(SbsInputError, match=r"expected\.pt.*inflates to"):
+        load_replay(folder)

@@ -22,6 +22,7 @@ import torch
 from ...errors import SbsInputError
 from ..source.loading import load_onnx_model
 from ..source.model_check import check_model, check_opset
+from ..source.pt2_sizes import check_pt_sizes
 from ..source.untrusted_pt2 import unpickling_reason
 
 # a JSON file of a bundle larger than this is no file onnx-sbs wrote
@@ -87,6 +88,7 @@ def _tensors(folder: Path, name: str, required: bool = True) -> dict[str, torch.
         return None
     if not path.is_file():
         raise SbsInputError(f"the replay bundle {str(folder)!r} has no file {name}")
+    check_pt_sizes(path, "the bundle's")  # before torch.load inflates anything
     try:
         value = torch.load(str(path), weights_only=True, map_location="cpu")
     except Exception as e:
