@@ -421,3 +421,28 @@ def test_row10_a_bundles_compressed_expected_pt_is_refused(tmp_path):
     _pt_bomb(folder / "expected.pt", lambda t: {"y": t})
     with pytest.raises(SbsInputError, match=r"expected\.pt.*inflates to"):
         load_replay(folder)
+
+
+# ------------------------------------------ row 11: an inputs folder's non-file entries
+@pytest.mark.parametrize("entry", ["dangling", "fifo", "folder", "dev-zero"])
+def test_row11_inputs_folder_entries_that_are_no_files_are_named(small, tmp_path, entry):
+    import os
+
+    from onnx_sbs_nb.errors import SbsInputError
+
+    ep, onx, _ = small
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    torch.save((torch.randn(3, 8),), folder / "a.pt")
+    bad = folder / "b.pt"
+    if entry == "dangling":  # an unfetched DVC / git-annex dataset
+        bad.symlink_to(tmp_path / "cache" / "0a1b2c")
+    elif entry == "fifo":
+        os.mkfifo(bad)
+    elif entry == "folder":
+        bad.mkdir()
+    else:
+        bad.symlink_to("/dev/zero")
+    why = {"dangling": "link to nothing", "fifo": "FIFO", "folder": "folder", "dev-zero": "device"}
+    with pytest.raises(SbsInputError, match=rf"'b\.pt': a {why[entry]}"):
+        list(run_aligned(ep, onx, inputs=str(folder)))

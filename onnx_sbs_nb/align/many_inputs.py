@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -139,10 +140,41 @@ def split_input(item: Any, index: int) -> tuple[Any, Any]:
     )
 
 
+def _not_a_file(p: Path) -> str | None:
+    """Why the entry ``p`` of an inputs folder is no input file, or None when it is one."""
+    try:
+        mode = p.stat().st_mode  # follows a link: a link to a regular file is that file
+    except OSError as e:
+        if p.is_symlink():
+            return "a link to nothing (a dataset not fetched yet: dvc pull, git annex get?)"
+        return f"unreadable ({type(e).__name__})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
 def input_files(folder: str | os.PathLike) -> list[Path]:
-    """The ``.pt`` files of a folder, in name order: the inputs it holds."""
+    """The ``.pt`` files of a folder, in name order: the inputs it holds.  An entry named
+    ``*.pt`` that is no regular file (a dangling link, a FIFO, a folder, a device) is
+    refused by name, as the same path given alone is: dropping it would run fewer inputs
+    than the folder names."""
     path = Path(folder)
-    files = sorted(p for p in path.iterdir() if p.suffix == ".pt" and p.is_file())
+    named = sorted(p for p in path.iterdir() if p.suffix == ".pt")
+    bad = [(p, why) for p in named if (why := _not_a_file(p)) is not None]
+    if bad:
+        listed = "; ".join(f"{p.name!r}: {why}" for p, why in bad[:5])
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        raise SbsInputError(
+            f"the inputs folder {str(path)!r} holds .pt entries that are no input files: "
+            f"{listed}{more}; fetch or remove them"
+        )
+    files = named
     if not files:
         raise SbsInputError(
             f"the inputs folder {str(path)!r} holds no .pt file: save each input with "
