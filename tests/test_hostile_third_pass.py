@@ -446,3 +446,39 @@ def test_row11_inputs_folder_entries_that_are_no_files_are_named(small, tmp_path
     why = {"dangling": "link to nothing", "fifo": "FIFO", "folder": "folder", "dev-zero": "device"}
     with pytest.raises(SbsInputError, match=rf"'b\.pt': a {why[entry]}"):
         list(run_aligned(ep, onx, inputs=str(folder)))
+
+
+# ------------------------------------------------------- row 12: replay's memory guard
+def test_row12_a_replayed_model_asking_for_too_much_memory_is_not_run(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_sbs_nb.align.engine.limits import free_memory
+    from onnx_sbs_nb.align.post.replay import write_replay_bundle
+    from onnx_sbs_nb.align.post.replay_load import load_replay
+
+    # x + ConstantOfShape([n]): n float32 more than the memory free, from a few bytes
+    n = max(free_memory("cpu") // 2, 1 << 40)  # and at least 4 TB: no machine allocates it
+    shape = numpy_helper.from_array(__import__("numpy").array([n], "int64"), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill"),
+            helper.make_node("Add", ["x", "big"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = torch.randn(1)
+    folder = write_replay_bundle(
+        tmp_path, model=model, node_name="add", torch_inputs={"x": x}, onnx_inputs={"x": x},
+        expected={"y": x}, mapping={"x": "x", "y": "add"},
+    )  # fmt: skip
+    assert isinstance(onnx.load(folder / "model.onnx"), onnx.ModelProto)
+    replay = load_replay(folder)
+    for label in ("torch_inputs", "onnx_inputs"):
+        err = replay.errors[label]
+        assert err.startswith("OutputTooLargeError: node 'fill' (ConstantOfShape)"), err
+        assert "more than the" in err and "free on cpu: not run" in err
