@@ -482,3 +482,28 @@ def test_row12_a_replayed_model_asking_for_too_much_memory_is_not_run(tmp_path):
         err = replay.errors[label]
         assert err.startswith("OutputTooLargeError: node 'fill' (ConstantOfShape)"), err
         assert "more than the" in err and "free on cpu: not run" in err
+
+
+# ------------------------------------------------ row 13: diff checks both models as run
+@pytest.mark.parametrize("defect", ["defines-twice", "opset-6", "opset-30"])
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_row13_diff_refuses_a_model_run_would_refuse(small, defect, which):
+    import onnx
+    from onnx import helper
+
+    from onnx_sbs_nb.align.two_models import run_aligned_onnx
+    from onnx_sbs_nb.errors import SbsInputError
+
+    _, onx, x = small
+    bad = onnx.ModelProto.FromString(onx.SerializeToString())
+    if defect == "defines-twice":
+        first = bad.graph.node[0].output[0]
+        bad.graph.node.insert(1, helper.make_node("Identity", [first], [first], name="dup"))
+    else:
+        for o in bad.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                o.version = 6 if defect == "opset-6" else 30
+    a, b = (bad, onx) if which == "a" else (onx, bad)
+    why = {"defines-twice": "Duplicate definition", "opset-6": "opset 6", "opset-30": "opset"}
+    with pytest.raises(SbsInputError, match=rf"model {which} .*{why[defect]}"):
+        list(run_aligned_onnx(a, b, x))
