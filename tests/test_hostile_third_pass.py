@@ -507,3 +507,34 @@ def test_row13_diff_refuses_a_model_run_would_refuse(small, defect, which):
     why = {"defines-twice": "Duplicate definition", "opset-6": "opset 6", "opset-30": "opset"}
     with pytest.raises(SbsInputError, match=rf"model {which} .*{why[defect]}"):
         list(run_aligned_onnx(a, b, x))
+
+
+# --------------------------------------- row 14: precision with an op onnxruntime lacks
+def test_row14_precision_on_a_model_onnxruntime_cannot_run_is_bad_input(
+    small, tmp_path, capsys
+):
+    import onnx
+    from onnx import helper
+
+    from onnx_sbs_nb.cli import EXIT_BAD_INPUT, main
+
+    ep, onx, x = small
+    m = onnx.ModelProto.FromString(onx.SerializeToString())
+    out = m.graph.output[0].name
+    last = next(n for n in m.graph.node if out in n.output)
+    last.output[0] = "pre"
+    m.graph.node.append(helper.make_node("Frobnicate", ["pre"], [out], domain="example.ops"))
+    m.opset_import.append(helper.make_opsetid("example.ops", 1))
+    onnx.save(m, tmp_path / "m.onnx")
+    torch.save(x, tmp_path / "x.pt")
+    torch.export.save(ep, tmp_path / "m.pt2")
+    capsys.readouterr()
+    code = main([
+        "precision", "--onnx", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "x.pt"),
+        "--ep", str(tmp_path / "m.pt2"), "--no-progress",
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "onnxruntime cannot run the ONNX model" in lines[0], err
+    assert "Frobnicate" in lines[0]
