@@ -538,3 +538,22 @@ def test_row14_precision_on_a_model_onnxruntime_cannot_run_is_bad_input(
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "onnxruntime cannot run the ONNX model" in lines[0], err
     assert "Frobnicate" in lines[0]
+
+
+# ------------------------------------------- row 15: a culprit bundle of an unnamed node
+def test_row15_the_culprit_bundle_of_a_node_without_a_name(tmp_path):
+    import onnx
+
+    from onnx_sbs_nb.session import SbsSession
+    from tests.test_session import _broken_mlp
+
+    ep, onx, x = _broken_mlp()
+    onx = onnx.ModelProto.FromString(onx.SerializeToString())
+    for node in onx.graph.node:  # names are optional; graph tools drop them
+        node.name = ""
+    s = SbsSession(ep, onx, x, own_error=True)
+    s.start()
+    assert s.summary.culprit is not None and s.summary.culprit.onnx_op_type == "Gemm"
+    bundle = s.save_culprit_bundle(tmp_path)
+    assert bundle is not None and bundle.reproduced, bundle
+    assert (bundle.folder / "model.onnx").is_file()
