@@ -557,3 +557,31 @@ def test_row15_the_culprit_bundle_of_a_node_without_a_name(tmp_path):
     bundle = s.save_culprit_bundle(tmp_path)
     assert bundle is not None and bundle.reproduced, bundle
     assert (bundle.folder / "model.onnx").is_file()
+
+
+# ------------------------------------------ row 16: a link planted at sbs_replays itself
+def test_row16_a_link_planted_at_sbs_replays_is_refused(tmp_path, capsys):
+    import onnx
+
+    from onnx_sbs_nb.cli import EXIT_BAD_INPUT, main
+    from tests.test_session import _broken_mlp
+
+    ep, onx, x = _broken_mlp()  # a culprit, so a bundle to write
+    d = tmp_path / "files"
+    d.mkdir()
+    torch.export.save(ep, d / "m.pt2")
+    onnx.save(onx, d / "m.onnx")
+    torch.save(x, d / "x.pt")
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "sbs_replays").symlink_to(elsewhere)
+    capsys.readouterr()
+    code = main([
+        "run", str(d / "m.pt2"), str(d / "m.onnx"), str(d / "x.pt"), "--no-progress",
+        "-o", str(out / "r.jsonl"), "--replay-culprit",
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "sbs_replays' is a link" in err, err
+    assert list(elsewhere.iterdir()) == []
