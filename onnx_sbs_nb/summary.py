@@ -191,6 +191,10 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     """Why ``rec`` is the culprit; ``ref``: what the reference side is ("torch", or "the
     reference model's" when two ONNX models are compared)."""
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
+    # a verdict policy judged it: its reason in the policy's words ("ulp<=1 (ulp 3)")
+    policy = re.search(r"beyond the verdict ([^;]*)", rec.comment or "")
+    if policy:
+        tol = f"the verdict {policy.group(1)}"
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:

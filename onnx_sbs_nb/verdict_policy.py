@@ -17,6 +17,7 @@ failure, never the model's), and the run goes on: see ``user_compare.py``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import math
@@ -26,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .convert import to_torch
 from .diff import value_dtype_name
@@ -65,6 +68,10 @@ _HELP = (
     + ", ".join(sorted(ALIASES))
     + " (or its record field, e.g. err_snr) and an op among <=, <, >=, >, ==, !="
 )
+# how a record's comment says which conditions of the verdict a value fails
+VERDICT_NOTE = "beyond the verdict"
+# a verdict expression longer than this is no <measure><op><number>
+MAX_EXPR = 100
 # dict keys meaning "every other dtype"
 _ANY_DTYPE = ("*", "default")
 
@@ -86,7 +93,13 @@ class Condition:
 def parse_condition(text: Any) -> Condition:
     """A verdict expression, or SbsInputError naming the fix."""
     if not isinstance(text, str):
-        raise SbsInputError(f"a verdict must be a string such as 'snr>=30', got {text!r}")
+        raise SbsInputError(f"a verdict must be a string such as 'snr>=30', got {text!r:.80}")
+    if len(text) > MAX_EXPR:
+        # checked before the pattern, whose backtracking over 16,000 digits takes seconds
+        raise SbsInputError(
+            f"the verdict {text[:40]!r}... is {len(text)} characters long: a verdict is "
+            f"<measure><op><number>, under {MAX_EXPR} characters"
+        )
     m = _EXPR.match(text)
     if m is None:
         raise SbsInputError(f"cannot read the verdict {text!r}: {_HELP}")
@@ -109,6 +122,60 @@ def _conditions(value: Any, where: str) -> tuple[Condition, ...] | None:
     )
 
 
+def _short(field: str) -> str:
+    return next((k for k, v in ALIASES.items() if v == field), field)
+
+
+def dtype_key(key: str) -> str:
+    """A verdict dict's dtype key as values name their dtype ("float" -> "float32"), or
+    SbsInputError: a misspelt dtype would never apply, silently."""
+    name = key.replace("torch.", "")
+    dtype = getattr(torch, name, None)
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).replace("torch.", "")
+    dtypes = (d for d in vars(torch).values() if isinstance(d, torch.dtype))
+    known = sorted({str(d).replace("torch.", "") for d in dtypes})
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise SbsInputError(
+        f"the verdict names the dtype {key!r:.60}, which no value has{hint}: use a dtype name "
+        f"such as float32, float16, bfloat16, int64 or bool, or '*' for every other dtype"
+    )
+
+
+# what each measure can be: (lowest, highest); a condition outside can never hold
+_RANGES = {
+    "err_cos": (-1.0, 1.0),
+    "err_snr": (-math.inf, math.inf),
+    "err_nan": (0.0, 1.0),
+    "err_h01": (0.0, 1.0),
+    "err_h001": (0.0, 1.0),
+}
+
+
+def check_satisfiable(conds: tuple[Condition, ...]) -> None:
+    """Refuses conditions that no value can meet: outside what the measure can be
+    (``cos>=1.5``), or contradicting each other on one measure (``abs<=1`` with ``abs>1``)."""
+    bounds: dict[str, tuple[float, bool, float, bool, list[str]]] = {}
+    for c in conds:
+        lo, hi = _RANGES.get(c.field, (0.0, math.inf))
+        lo, lo_in, hi, hi_in, texts = bounds.get(c.field, (lo, True, hi, True, []))
+        v = c.value
+        if c.op in (">=", ">", "==") and (v > lo or (v == lo and c.op == ">")):
+            lo, lo_in = v, c.op != ">"
+        if c.op in ("<=", "<", "==") and (v < hi or (v == hi and c.op == "<")):
+            hi, hi_in = v, c.op != "<"
+        texts = [*texts, c.text]
+        bounds[c.field] = (lo, lo_in, hi, hi_in, texts)
+        if lo > hi or (lo == hi and not (lo_in and hi_in)):
+            low, high = _RANGES.get(c.field, (0.0, math.inf))
+            raise SbsInputError(
+                f"the verdict {' and '.join(repr(t) for t in texts)} can never hold: "
+                f"{c.field} is between {low:g} and {high:g}, and no value meets all of it; "
+                "every pair would fail"
+            )
+
+
 class VerdictPolicy:
     """The conditions a pair must meet, per dtype (see the module's docstring)."""
 
@@ -126,9 +193,11 @@ class VerdictPolicy:
                 if key in _ANY_DTYPE:
                     self._other = conds
                 else:
-                    self._by_dtype[key.replace("torch.", "")] = conds
+                    self._by_dtype[dtype_key(key)] = conds
         else:
             self._other = _conditions(spec, "verdict")
+        for conds in self.all_conditions():
+            check_satisfiable(conds)
 
     def conditions(self, dtype: str) -> tuple[Condition, ...] | None:
         """The conditions for values of ``dtype``; None: the atol/rtol verdict."""
@@ -169,9 +238,16 @@ class Judge:
     def apply(self, d: Any, expected: Any, got: Any) -> None:
         if self.policy is not None:
             conds = self.policy.conditions(value_dtype_name(expected))
-            if conds is not None:
+            # a measure a dtype has not (ulps or SNR of integers and bools) does not judge
+            # it; where none applies, the default verdict (exact for integers) stands
+            conds = [c for c in conds or () if getattr(d, c.field, None) is not None]
+            if conds:
                 ok = all(c.holds(d) for c in conds) and not d.err_nan
                 d.passed = ok and not d.dtype_mismatch
+                failed = [f"{c.text} ({_short(c.field)} {getattr(d, c.field):.3g})" for c in conds if not c.holds(d)]
+                if failed and not d.shape_mismatch and not d.dtype_mismatch:
+                    # the reason in the policy's words, not in atol/rtol's
+                    d.note = f"{VERDICT_NOTE} {' and '.join(failed)}"
         if self.compare is not None:
             self._user_check(d, expected, got)
 

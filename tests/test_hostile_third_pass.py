@@ -585,3 +585,55 @@ def test_row16_a_link_planted_at_sbs_replays_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT and "sbs_replays' is a link" in err, err
     assert list(elsewhere.iterdir()) == []
+
+
+# --------------------------------------------------- rows 17-19: verdict policies
+class _IntsAndBools(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y.argmax(-1), y > 0, y
+
+
+def test_row17_a_measure_that_does_not_apply_to_a_dtype_does_not_fail_it():
+    from onnx_sbs_nb.summary import summarize
+
+    torch.manual_seed(4)
+    x = torch.randn(3, 8)
+    ep = torch.export.export(_IntsAndBools(), (x,))
+    onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    for verdict in ("ulp<=64", "snr>=60", ["cos>=0.9999", "ulp<=64"]):
+        records = list(run_aligned(ep, onx, (x,), verdict=verdict))
+        ints = [r for r in records if r.ep_shape_type and r.ep_shape_type.startswith(("int64", "bool"))]
+        assert ints and all(r.passed for r in ints), [(r.ep_name, r.comment) for r in ints]
+        assert summarize(records).verdict == "pass", verdict
+
+
+@pytest.mark.parametrize(
+    "verdict, words",
+    [
+        ({"flaot32": "abs<=100"}, "dtype 'flaot32'.*did you mean 'float32'"),
+        ("cos>=1.5", "'cos>=1.5' can never hold: err_cos is between -1 and 1"),
+        (["abs<=1", "abs>1"], "'abs<=1' and 'abs>1' can never hold"),
+        ("abs<0", "'abs<0' can never hold"),
+        ("abs<=" + "9" * 16000, "16005 characters long"),  # row 19: at once, not after seconds
+    ],
+)
+def test_row18_row19_a_verdict_that_cannot_mean_anything_is_refused(verdict, words):
+    from onnx_sbs_nb.errors import SbsInputError
+    from onnx_sbs_nb.verdict_policy import VerdictPolicy
+
+    with pytest.raises(SbsInputError, match=words):
+        VerdictPolicy(verdict)
+
+
+def test_row18_the_culprits_reason_is_in_the_policys_words():
+    from tests.test_session import _broken_mlp
+
+    ep, onx, x = _broken_mlp()
+    _, summary = _verdict(ep, onx, x, verdict="abs<=1e-5", own_error=True)
+    why = summary.culprit.why
+    assert "the verdict abs<=1e-5 (abs " in why and "atol" not in why, why

@@ -118,6 +118,8 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
         rec.comment = _join(rec.comment, d.note)
     else:
         rec.status = STATUS_OK if d.passed else STATUS_FAIL
+        if not d.passed and d.note:  # a verdict policy's reason ("beyond the verdict ...")
+            rec.comment = _join(rec.comment, d.note)
 
 
 def fill_own_error(rec: Record, d: Diff, own_device: str) -> None:
