@@ -637,3 +637,69 @@ def test_row18_the_culprits_reason_is_in_the_policys_words():
     _, summary = _verdict(ep, onx, x, verdict="abs<=1e-5", own_error=True)
     why = summary.culprit.why
     assert "the verdict abs<=1e-5 (abs " in why and "atol" not in why, why
+
+
+# --------------------------------------------- row 21: the bundle's own replay.py, hostile
+def _bundle(tmp_path, node_name: str = "r") -> Path:
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.align.post.replay import write_replay_bundle
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name=node_name)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = torch.randn(3)
+    return write_replay_bundle(
+        tmp_path, model=model, node_name=node_name, torch_inputs={"x": x}, onnx_inputs={"x": x},
+        expected={"y": x.relu()}, mapping={"x": "x", "y": "relu"},
+    )  # fmt: skip
+
+
+class _NotATensor:
+    pass
+
+
+def _replay_py(folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "replay.py"], cwd=folder, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_row21_replay_py_on_pickled_tensors_says_one_line(tmp_path):
+    folder = _bundle(tmp_path)
+    torch.save({"x": _NotATensor()}, folder / "torch_inputs.pt")  # a pickle, not tensors
+    p = _replay_py(folder)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "this bundle cannot be replayed: UnpicklingError" in p.stderr
+
+
+def test_row21_replay_py_shows_escapes_escaped(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    evil = "\x1b[31mevil\x1b]0;title\x07"
+    folder = _bundle(tmp_path, evil)
+    # the model swapped for one whose weight lives "../" outside the bundle
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3], [0.0] * 3)
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="../\x1b[2Jw.bin")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"], name=evil)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, folder / "model.onnx")
+    p = _replay_py(folder)
+    out = p.stdout + p.stderr
+    assert "\x1b" not in out and "\x07" not in out, out
+    assert "Traceback" not in out, out
+    assert "\\x1b[31mevil" in out or "\\x1b" in out, out
