@@ -107,7 +107,11 @@ def _hostile_notebook(small):
         ]
     )
     nb.metadata["widgets"] = {
-        WIDGET_STATE_MIME: {"version_major": 2, "version_minor": 0, "state": {"m1": {"state": state}}}
+        WIDGET_STATE_MIME: {
+            "version_major": 2,
+            "version_minor": 0,
+            "state": {"m1": {"state": state}},
+        }
     }
     return nbformat.from_dict(nb)
 
@@ -300,7 +304,7 @@ def test_row9_a_compare_function_returning_none_blames_itself_never_the_model(sm
     assert summary.totals["errors"] == 0
 
 
-_COMPARE_FUNCS = '''
+_COMPARE_FUNCS = """
 def inf(e, g):
     return {"passed": True, "snr_db": float("inf"), "low": float("-inf"), "n": float("nan")}
 
@@ -312,7 +316,7 @@ def many(e, g):
 
 def bigstr(e, g):
     return {"passed": True, "s": "x" * 20_000_000}
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -510,9 +514,7 @@ def test_row13_diff_refuses_a_model_run_would_refuse(small, defect, which):
 
 
 # --------------------------------------- row 14: precision with an op onnxruntime lacks
-def test_row14_precision_on_a_model_onnxruntime_cannot_run_is_bad_input(
-    small, tmp_path, capsys
-):
+def test_row14_precision_on_a_model_onnxruntime_cannot_run_is_bad_input(small, tmp_path, capsys):
     import onnx
     from onnx import helper
 
@@ -607,7 +609,9 @@ def test_row17_a_measure_that_does_not_apply_to_a_dtype_does_not_fail_it():
     onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
     for verdict in ("ulp<=64", "snr>=60", ["cos>=0.9999", "ulp<=64"]):
         records = list(run_aligned(ep, onx, (x,), verdict=verdict))
-        ints = [r for r in records if r.ep_shape_type and r.ep_shape_type.startswith(("int64", "bool"))]
+        ints = [
+            r for r in records if r.ep_shape_type and r.ep_shape_type.startswith(("int64", "bool"))
+        ]
         assert ints and all(r.passed for r in ints), [(r.ep_name, r.comment) for r in ints]
         assert summarize(records).verdict == "pass", verdict
 
@@ -703,3 +707,43 @@ def test_row21_replay_py_shows_escapes_escaped(tmp_path):
     assert "\x1b" not in out and "\x07" not in out, out
     assert "Traceback" not in out, out
     assert "\\x1b[31mevil" in out or "\\x1b" in out, out
+
+
+# ------------------------------------------------- row 20: chart strings all escaped
+def test_row20_a_schema_label_holding_plotly_markup_is_drawn_as_text(small, tmp_path):
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from onnx_sbs_nb.report_html import load_bundle, page_html, report_state, view_html
+
+    from .browser import CHROMIUM, launch
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM}")
+    ep, onx, x = small
+    state = report_state(list(run_aligned(ep, onx, x)))
+    link = '<a href="https://evil.example/">click me</a>'
+    for field in state["schema"]["fields"]:
+        if field["name"] == "err_abs":  # a crafted state: the measure's label, drawn as the y title
+            field["label"] = link
+    path = tmp_path / "crafted.html"
+    path.write_text(page_html("t", view_html(state, "s0"), load_bundle()), encoding="utf-8")
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page()
+            page.route(
+                "**/*",
+                lambda r: (
+                    r.continue_()
+                    if r.request.url.startswith(("file:", "data:", "blob:"))
+                    else r.abort()
+                ),
+            )
+            page.goto(path.as_uri())
+            page.wait_for_selector(".sbs-chart .main-svg", timeout=30000)
+            chart = page.locator(".sbs-chart")
+            assert chart.locator("a").count() == 0  # no link made of the label
+            assert link in chart.locator(".g-ytitle").text_content()  # shown as the text it is
+        finally:
+            browser.close()
