@@ -747,3 +747,18 @@ def test_row20_a_schema_label_holding_plotly_markup_is_drawn_as_text(small, tmp_
             assert link in chart.locator(".g-ytitle").text_content()  # shown as the text it is
         finally:
             browser.close()
+
+
+# ------------------------------------------- row 22: a model unrelated to the program
+def test_row22_an_empty_graph_passing_its_input_through_is_bad_input(small):
+    from onnx import TensorProto, helper
+
+    from onnx_sbs_nb.errors import SbsInputError
+
+    ep, _, x = small
+    # named like the program's input, so only that name pairs: nothing computed does
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])
+    graph = helper.make_graph([], "g", [value], [value])
+    empty = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(SbsInputError, match="shares no computed value"):
+        list(run_aligned(ep, empty, x))
