@@ -762,3 +762,44 @@ def test_row22_an_empty_graph_passing_its_input_through_is_bad_input(small):
     empty = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     with pytest.raises(SbsInputError, match="shares no computed value"):
         list(run_aligned(ep, empty, x))
+
+
+@pytest.mark.slow  # a real process and a folder of 1,000 inputs
+def test_row4_ctrl_c_in_the_cli_keeps_the_inputs_done(small_files, tmp_path):
+    """A real SIGINT to `onnx-sbs run` over a folder of inputs, sent once the progress bar
+    shows a few inputs done: exit 130, the records of the inputs done written."""
+    import os
+    import re
+    import signal
+
+    from onnx_sbs_nb.report import read_jsonl
+
+    d = small_files
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    torch.manual_seed(5)
+    n = 1000
+    for i in range(n):
+        torch.save((torch.randn(3, 8),), folder / f"x{i:05d}.pt")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onnx_sbs_nb", "run", str(d / "m.pt2"), str(d / "m.onnx"),
+         "--inputs", str(folder), "-o", str(tmp_path / "r.jsonl")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    seen = b""
+    while proc.poll() is None:  # wait for the bar to show 3 inputs done
+        seen += os.read(proc.stderr.fileno(), 4096)
+        done = [int(k) for k in re.findall(rb"(\d+)/1000", seen)]
+        if done and max(done) >= 3:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (out + err)[-3000:]
+    text = out.decode()
+    m = re.search(r"stopped after ([\d,]+) of 1,000 inputs", text)
+    assert m, text
+    kept = int(m.group(1).replace(",", ""))
+    assert 3 <= kept < n
+    records = read_jsonl(tmp_path / "r.jsonl")
+    assert records and all(r.inputs_total >= kept for r in records)
