@@ -15,7 +15,7 @@ Needs only torch, onnx and onnxruntime.  This folder holds:
 Run ``python replay.py`` to print the discrepancy again (``--json`` for one JSON line,
 ``--provider cuda`` for onnxruntime's CUDA provider, ``--prefix`` to run the prefix model
 too).  The script always exits 0 once the files load, whatever the discrepancy; a bundle it
-cannot read (damaged, or not written by onnx_sbs_nb) exits 2 with one line.
+cannot read (damaged, or written by something else) exits 2 with one line.
 
 This script is for bundles you made yourself: running a script runs whatever it holds.
 To open a bundle someone else sent, use ``onnx-sbs replay BUNDLE`` (or
