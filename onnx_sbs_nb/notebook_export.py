@@ -18,6 +18,7 @@ untrusted notebook; its javascript outputs do not run.
 
 from __future__ import annotations
 
+import base64
 import copy
 import pathlib
 import re
@@ -72,6 +73,17 @@ def _fallback_for(out: Any) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
+def _svg_as_image(data: Any) -> None:
+    """An SVG output shown as an image, as an untrusted JupyterLab does: a script in an
+    SVG loaded by <img> does not run, and the sanitizer keeps the picture."""
+    if not isinstance(data, dict) or "image/svg+xml" not in data:
+        return
+    svg = _text(data.pop("image/svg+xml"))
+    if "text/html" not in data:
+        b64 = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+        data["text/html"] = f'<img src="data:image/svg+xml;base64,{b64}">'
+
+
 def _text(value: Any) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
@@ -104,6 +116,7 @@ def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
         kept = []
         for out in outputs:
             data = out.get("data")
+            _svg_as_image(data)
             view = data.pop(WIDGET_VIEW_MIME, None) if data else None
             if view is None:
                 kept.append(out)

@@ -99,11 +99,16 @@ def _hostile_notebook(small):
         },
     )
     js = new_output("display_data", data={"application/javascript": "window.SENDER_JS=1"})
+    svg = new_output(
+        "display_data",
+        data={"image/svg+xml": '<svg xmlns="http://www.w3.org/2000/svg" onload="window.SENDER_SVG=1">'
+              '<circle r="4"/></svg>'},
+    )  # fmt: skip
     nb = new_notebook(
         cells=[
             new_markdown_cell('# t\n<img src=y onerror="window.SENDER_MD=1">'),
             new_code_cell("w", outputs=[view]),
-            new_code_cell("h", outputs=[evil, js]),
+            new_code_cell("h", outputs=[evil, js, svg]),
         ]
     )
     nb.metadata["widgets"] = {
@@ -134,6 +139,7 @@ def test_row1_row2_notebook_export_runs_none_of_the_senders_code(small):
     for marker in ("SENDER_HTML_RAN", "SENDER_LINK", "SENDER_S", "SENDER_JS", "SENDER_MD"):
         assert marker not in active, marker
     assert "<b>kept</b>" in result.html  # formatting stays
+    assert 'src="data:image/svg+xml;base64,' in result.html  # the SVG, as a picture
 
 
 # ---------------------------------------------------- rows 4, 23: runs over many inputs
