@@ -24,7 +24,7 @@ from .align.engine.options import RunOptions
 from .cli_precision import add_precision_command, cmd_precision
 from .completion import Completion
 from .errors import SbsInputError
-from .files import output_lock, writable_location
+from .files import output_lock, planted_link, writable_location
 from .records import Record
 from .report import (
     REPORT_SUFFIXES,
@@ -221,6 +221,10 @@ def write_reports(
             print(f"onnx-sbs: cannot write {p}: {e}", file=sys.stderr)
             ok = False
             continue
+        except Exception as e:  # a writer's own failure: the other reports are still written
+            print(f"onnx-sbs: cannot write {p}: {type(e).__name__}: {e}", file=sys.stderr)
+            ok = False
+            continue
         print(f"wrote {p}", file=stream)
     return ok
 
@@ -289,7 +293,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         culprit_root = options.replay_dir or (
             jsonl_path(list(outputs) or list(node_data)).parent / "sbs_replays"
         )
-        why = writable_location(pathlib.Path(culprit_root) / "bundle")
+        why = None if options.replay_dir else planted_link(culprit_root)
+        why = why or writable_location(pathlib.Path(culprit_root) / "bundle")
         if why:
             raise CliError(f"--replay-culprit: {why}")
     if many is not None:

@@ -19,6 +19,9 @@ INCOMPLETE = "incomplete"
 STATES = (FINISHED, STOPPED, INCOMPLETE)
 
 
+STOPPED_BEFORE_END = "stopped before the end"
+
+
 @dataclass(frozen=True)
 class Completion:
     """``state`` (finished, stopped, incomplete), ONNX nodes run of how many, and why."""
@@ -78,10 +81,14 @@ class Completion:
         total = get("total_onnx_nodes") or None
         done = get("done_onnx_nodes") if total is not None else None
         stopped = stopped or bool(get("stopped", False))
+        inputs = _inputs_done(get("extra"))
         if error:
-            return cls(INCOMPLETE, done, total, f"the run ended with an error: {error}")
+            where = f" after {inputs}" if inputs else ""
+            return cls(INCOMPLETE, done, total, f"the run ended with an error{where}: {error}")
         if stopped:
-            return cls(STOPPED, done, total, "stopped before the end")
+            return cls(
+                STOPPED, done, total, f"stopped after {inputs}" if inputs else STOPPED_BEFORE_END
+            )
         if not ended:
             return cls(INCOMPLETE, done, total, "the run is still going")
         if total is not None and done is not None and done < total:
@@ -113,3 +120,12 @@ class Completion:
 
 
 __all__ = ["FINISHED", "INCOMPLETE", "STATES", "STOPPED", "Completion"]
+
+
+def _inputs_done(extra: Any) -> str | None:
+    """"11,212 of 100,000 inputs" for a run over many inputs, else None."""
+    if not isinstance(extra, Mapping) or not isinstance(extra.get("inputs_done"), int):
+        return None
+    total = extra.get("inputs_total")
+    of = f" of {total:,}" if isinstance(total, int) else ""
+    return f"{extra['inputs_done']:,}{of} inputs"

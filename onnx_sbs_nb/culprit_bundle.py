@@ -100,9 +100,10 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     record = next((r for r in run.records if r.step == culprit.step), None)
     if record is None or record.onnx_id_node is None or record.onnx_id_node < 0:
         return None
-    node = culprit.onnx_node or record.onnx_node_name or record.onnx_id_node
     actions = run.actions
-    k, proto = actions.find_node(node)
+    # by its record (its position), as Save replay does: names are optional in ONNX, and the
+    # summary's name of an unnamed node ("Identity_0") is made up for the reader
+    k, proto = actions.find_node(record)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     folder = Path(actions.save_replay(k, root))

@@ -165,6 +165,20 @@ def writable_location(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def planted_link(folder: str | os.PathLike[str]) -> str | None:
+    """Why a folder the package names itself (``sbs_replays`` beside the reports) cannot be
+    written into: a link at its name (planted, or left by someone) would send the files
+    wherever it points.  None when the name is free or a real folder."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        return (
+            f"{str(folder)!r} is a link (to {os.readlink(folder)!r}): onnx-sbs writes into "
+            "the folders it names only where they are real folders; remove the link, or name "
+            "the folder yourself (--replay-dir)"
+        )
+    return None
+
+
 __all__ = [
     "atomic_folder",
     "atomic_path",
@@ -172,6 +186,7 @@ __all__ = [
     "open_new",
     "open_new_fd",
     "output_lock",
+    "planted_link",
     "writable_location",
     "write_bytes_atomic",
     "write_text_atomic",

@@ -9,17 +9,25 @@ that state (the widget bundle's ``renderStatic``, inlined once), with the static
 inside it for readers without scripts; every other output is what nbconvert shows.
 Widget outputs without a saved state leave their static summary (which says how to keep
 the state next time), and no widget-manager script from a CDN is left.
+
+A received notebook is untrusted: the views render with the installed package's own bundle
+only (a saved state's ``_esm``/``_css`` is whatever its sender wrote), and the notebook's
+HTML (outputs, markdown, SVG) goes through :mod:`.html_sanitize`, as JupyterLab shows an
+untrusted notebook; its javascript outputs do not run.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import pathlib
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from .files import write_text_atomic
+from .html_sanitize import clean_untrusted_html
 from .report import ReportFormatError
 from .report_html import load_bundle, loader_html, view_html
 from .view_state import STATE_TRAITS
@@ -56,15 +64,6 @@ def static_state(state: dict[str, Any]) -> dict[str, Any]:
     return {k: state[k] for k in STATE_TRAITS if k in state}
 
 
-def _bundle_for(states: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """(js, css): the bundle that saved the state when it has renderStatic, else ours."""
-    for state in states.values():
-        esm = state.get("_esm")
-        if isinstance(esm, str) and "renderStatic" in esm:
-            return esm, str(state.get("_css") or "")
-    return load_bundle(), ""
-
-
 def _fallback_for(out: Any) -> str | None:
     """The uid of the widget whose static summary this output is (SbsWidget displays it
     with ``metadata.onnx_sbs.fallback_for``), else None."""
@@ -72,6 +71,17 @@ def _fallback_for(out: Any) -> str | None:
     mark = meta.get(FALLBACK_METADATA) if isinstance(meta, dict) else None
     uid = mark.get("fallback_for") if isinstance(mark, dict) else None
     return uid if isinstance(uid, str) and uid else None
+
+
+def _svg_as_image(data: Any) -> None:
+    """An SVG output shown as an image, as an untrusted JupyterLab does: a script in an
+    SVG loaded by <img> does not run, and the sanitizer keeps the picture."""
+    if not isinstance(data, dict) or "image/svg+xml" not in data:
+        return
+    svg = _text(data.pop("image/svg+xml"))
+    if "text/html" not in data:
+        b64 = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+        data["text/html"] = f'<img src="data:image/svg+xml;base64,{b64}">'
 
 
 def _text(value: Any) -> str:
@@ -92,7 +102,10 @@ def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
     nb = copy.deepcopy(nb)
     states = saved_widget_states(nb)
     views = fallbacks = 0
-    has_js = False
+    # Each rendered view goes in after nbconvert sanitized the sender's HTML, at a slot
+    # no notebook can guess.
+    slot = f"onnx-sbs-view-{secrets.token_hex(8)}-"
+    rendered: dict[str, str] = {}
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
@@ -103,7 +116,7 @@ def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
         kept = []
         for out in outputs:
             data = out.get("data")
-            has_js = has_js or bool(data and "application/javascript" in data)
+            _svg_as_image(data)
             view = data.pop(WIDGET_VIEW_MIME, None) if data else None
             if view is None:
                 kept.append(out)
@@ -122,28 +135,35 @@ def notebook_html(nb: Any, *, template: str = "lab") -> ExportResult:
             if summary is not None:
                 inside.add(id(summary))
             fallback = _text((summary or out).get("data", {}).get("text/html", ""))
-            data["text/html"] = view_html(static_state(state), f"onnx-sbs-state-{views}", fallback)
+            fallback = clean_untrusted_html(fallback)
+            rendered[f"{slot}{views}"] = view_html(
+                static_state(state), f"onnx-sbs-state-{views}", fallback
+            )
+            data["text/html"] = f"{slot}{views}"
             data.pop("text/plain", None)
             views += 1
             kept.append(out)
         cell["outputs"] = [o for o in kept if id(o) not in inside]
     # Without widget metadata nbconvert adds no widget manager from a CDN.
     nb.get("metadata", {}).pop("widgets", None)
-    exporter = nbconvert.HTMLExporter(template_name=template)
+    # The notebook is untrusted: its HTML (outputs, markdown, SVG) reaches the page only as
+    # JupyterLab would show it untrusted, and its javascript outputs do not run.
+    exporter = nbconvert.HTMLExporter(
+        template_name=template,
+        sanitize_html=True,
+        filters={"clean_html": clean_untrusted_html},
+    )
     body, _ = exporter.from_notebook_node(nb)
+    for key, view in rendered.items():
+        body = body.replace(key, view, 1)
     # Remote scripts nothing here needs: require.js serves application/javascript outputs
-    # only, MathJax math in markdown only; offline they would just fail to load.
-    if not has_js:
-        body = re.sub(r'<script src="[^"]*require(\.min)?\.js"></script>\s*', "", body)
+    # only (not run here), MathJax math in markdown only; offline they would just fail.
+    body = re.sub(r'<script src="[^"]*require(\.min)?\.js"></script>\s*', "", body)
     if not _has_math(nb):
         body = re.sub(r'<script src="[^"]*mathjax[^"]*">\s*</script>\s*', "", body, flags=re.I)
     if views:
-        js, css = _bundle_for(states)
-        extra = loader_html(js)
-        if css:
-            # "<\/style" reads as "</style" in CSS but cannot close the element
-            css = re.sub(r"</(?=style)", r"<\\/", css, flags=re.IGNORECASE)
-            extra = f"<style>{css}</style>\n{extra}"
+        # Only the installed package's bundle: a saved state's _esm/_css is the sender's code.
+        extra = loader_html(load_bundle())
         i = body.lower().rfind("</body>")
         body = body[:i] + extra + "\n" + body[i:] if i >= 0 else body + extra
     return ExportResult(body, views, fallbacks)

@@ -51,6 +51,9 @@ STATUS_INTERNAL = "internal"
 # the op's sensitivity (cos of a large argument in float16): precision loss, no fault of
 # the export (align/judge/precision_loss.py)
 STATUS_PRECISION_LOSS = "precision_loss"
+# the user's compare function failed on the pair (raised, returned no dict): the values were
+# measured but not judged, and nothing is said of the model
+STATUS_CHECK_ERROR = "check_error"
 
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
@@ -133,6 +136,14 @@ STATUSES: dict[str, StatusSpec] = {
         judged_elsewhere=True,
         doc="The weight differs from its torch parameter but every consumer agrees with "
         "torch (a BatchNorm folded into a Conv, say).",
+    ),
+    STATUS_CHECK_ERROR: StatusSpec(
+        "compare function failed",
+        tone="warn",
+        compared=True,
+        judged_elsewhere=True,
+        doc="Your compare function failed on this pair (it raised or returned no dict): "
+        "the values were measured, not judged; nothing is said of the model.",
     ),
     STATUS_INTERNAL: StatusSpec(
         "internal",

@@ -31,6 +31,7 @@ from . import records as _records
 from .completion import INCOMPLETE, Completion
 from .files import atomic_path, open_new_fd, write_bytes_atomic, write_text_atomic
 from .records import RECORD_FIELDS, Record
+from .user_compare import plain_value
 
 if TYPE_CHECKING:
     import pandas
@@ -410,6 +411,8 @@ def _extra_of(value: Any, where: str) -> dict[str, Any]:
     for k, v in value.items():
         if not isinstance(v, str | int | float | bool | None):
             raise ReportFormatError(f"{where}: extra.{k} must be a plain value, got {v!r:.60}")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**53:
+            v = plain_value(v)  # beyond a float: as text, as the run writes it
         out[str(k)] = _NON_FINITE.get(v, v) if isinstance(v, str) else v
     return out
 

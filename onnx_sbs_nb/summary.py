@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .completion import STOPPED, Completion
+from .completion import STOPPED, STOPPED_BEFORE_END, Completion
 from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
     FAILING_STATUSES,
@@ -24,6 +24,7 @@ from .records import (
     KIND_OUTPUT,
     KIND_WEIGHT,
     NONFINITE_INPUT_NOTE,
+    STATUS_CHECK_ERROR,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -192,6 +193,10 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     """Why ``rec`` is the culprit; ``ref``: what the reference side is ("torch", or "the
     reference model's" when two ONNX models are compared)."""
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
+    # a verdict policy judged it: its reason in the policy's words ("ulp<=1 (ulp 3)")
+    policy = re.search(r"beyond the verdict ([^;]*)", rec.comment or "")
+    if policy:
+        tol = f"the verdict {policy.group(1)}"
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:
@@ -338,6 +343,8 @@ class Summary:
     # nodes whose error is their inputs' rounding, amplified (status precision_loss): no
     # culprit, listed apart, in run order
     precision_losses: list[Record] = field(default_factory=list)
+    # the first failure of the user's compare function (status check_error), if any
+    check_error: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -358,8 +365,9 @@ class Summary:
         failed = t.get("failed", 0) - t.get("drifted", 0)
         if failed > 0 or t.get("own_failed", 0):
             return "fail"
-        # values the model could not compute were compared with nothing: no pass
-        return "incomplete" if t.get("not_computed", 0) else "pass"
+        # values the model could not compute were compared with nothing, pairs the user's
+        # compare function failed on were judged by nothing: no pass
+        return "incomplete" if t.get("not_computed", 0) or t.get("check_errors", 0) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
@@ -395,6 +403,7 @@ class Summary:
             "strict": self.strict,
             "nonfinite_inputs": list(self.nonfinite_inputs),
             "precision_losses": [r.to_dict() for r in self.precision_losses],
+            "check_error": self.check_error,
         }
 
     @classmethod
@@ -422,6 +431,7 @@ class Summary:
             strict=bool(d.get("strict", False)),
             nonfinite_inputs=list(d.get("nonfinite_inputs", [])),
             precision_losses=[Record.from_dict(r) for r in d.get("precision_losses", [])],
+            check_error=d.get("check_error") if isinstance(d.get("check_error"), str) else None,
         )
 
     # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
@@ -464,12 +474,18 @@ class Summary:
             counts = f"{c.nodes}, {counts}"
         elif c is not None and not c.finished:
             head += f" at {c.nodes}" if c.nodes else ""
-            if c.reason and c.state != STOPPED:
+            # a plain stop says no more than STOPPED; "after 5 of 9 inputs" does
+            if c.reason and (c.state != STOPPED or c.reason != STOPPED_BEFORE_END):
                 head += f" ({_printable(c.reason)})"
         if self.partial:
             on = f"{self.coverage.onnx_covered} of {self.coverage.onnx_nodes} ONNX nodes"
             head += f" (strict: it passes on only {on})" if self.strict else f" on {on}"
         lines = [f"{head}  ({counts})"]
+        if t.get("check_errors"):
+            lines.append(
+                f"compare function broken on {t['check_errors']} pairs, which are not judged "
+                f"(nothing is said of the model there): {_printable(self.check_error or '')}"
+            )
         if self.coverage.onnx_nodes:
             lines.append(f"coverage: {self.coverage.to_text()}")
         if self.culprit is not None:
@@ -604,6 +620,10 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+        if rec.status == STATUS_CHECK_ERROR:
+            t["check_errors"] = t.get("check_errors", 0) + 1
+            if s.check_error is None:
+                s.check_error = rec.error
         if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
             s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
         if lost:
@@ -822,6 +842,7 @@ class Summarizer:
             coverage=self.coverage(),
             nonfinite_inputs=list(s.nonfinite_inputs),
             precision_losses=list(s.precision_losses),
+            check_error=s.check_error,
         )
 
     def _culprit(self) -> Culprit | None:

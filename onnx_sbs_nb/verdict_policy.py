@@ -11,11 +11,13 @@ verdict fails where NaN/inf disagree, and where shapes or dtypes differ.
 The user's compare function ``fn(expected, got) -> dict`` gets both values as torch
 tensors (on the torch value's device); the dict's ``"passed"`` (a bool) overrides the
 verdict, its other entries land in ``Record.extra``.  A function that raises, or returns
-something else than a dict, makes that pair's error, and the run goes on.
+something else than a readable dict, makes that pair's ``check_error`` (the function's
+failure, never the model's), and the run goes on: see ``user_compare.py``.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import math
@@ -26,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .convert import to_torch
 from .diff import value_dtype_name
 from .errors import SbsInputError
+from .user_compare import CompareFunctionError, call_compare
 
 # short names of the measures a verdict may name; the record fields are accepted as well
 ALIASES = {
@@ -66,6 +68,10 @@ _HELP = (
     + ", ".join(sorted(ALIASES))
     + " (or its record field, e.g. err_snr) and an op among <=, <, >=, >, ==, !="
 )
+# how a record's comment says which conditions of the verdict a value fails
+VERDICT_NOTE = "beyond the verdict"
+# a verdict expression longer than this is no <measure><op><number>
+MAX_EXPR = 100
 # dict keys meaning "every other dtype"
 _ANY_DTYPE = ("*", "default")
 
@@ -87,7 +93,13 @@ class Condition:
 def parse_condition(text: Any) -> Condition:
     """A verdict expression, or SbsInputError naming the fix."""
     if not isinstance(text, str):
-        raise SbsInputError(f"a verdict must be a string such as 'snr>=30', got {text!r}")
+        raise SbsInputError(f"a verdict must be a string such as 'snr>=30', got {text!r:.80}")
+    if len(text) > MAX_EXPR:
+        # checked before the pattern, whose backtracking over 16,000 digits takes seconds
+        raise SbsInputError(
+            f"the verdict {text[:40]!r}... is {len(text)} characters long: a verdict is "
+            f"<measure><op><number>, under {MAX_EXPR} characters"
+        )
     m = _EXPR.match(text)
     if m is None:
         raise SbsInputError(f"cannot read the verdict {text!r}: {_HELP}")
@@ -110,6 +122,60 @@ def _conditions(value: Any, where: str) -> tuple[Condition, ...] | None:
     )
 
 
+def _short(field: str) -> str:
+    return next((k for k, v in ALIASES.items() if v == field), field)
+
+
+def dtype_key(key: str) -> str:
+    """A verdict dict's dtype key as values name their dtype ("float" -> "float32"), or
+    SbsInputError: a misspelt dtype would never apply, silently."""
+    name = key.replace("torch.", "")
+    dtype = getattr(torch, name, None)
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).replace("torch.", "")
+    dtypes = (d for d in vars(torch).values() if isinstance(d, torch.dtype))
+    known = sorted({str(d).replace("torch.", "") for d in dtypes})
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise SbsInputError(
+        f"the verdict names the dtype {key!r:.60}, which no value has{hint}: use a dtype name "
+        f"such as float32, float16, bfloat16, int64 or bool, or '*' for every other dtype"
+    )
+
+
+# what each measure can be: (lowest, highest); a condition outside can never hold
+_RANGES = {
+    "err_cos": (-1.0, 1.0),
+    "err_snr": (-math.inf, math.inf),
+    "err_nan": (0.0, 1.0),
+    "err_h01": (0.0, 1.0),
+    "err_h001": (0.0, 1.0),
+}
+
+
+def check_satisfiable(conds: tuple[Condition, ...]) -> None:
+    """Refuses conditions that no value can meet: outside what the measure can be
+    (``cos>=1.5``), or contradicting each other on one measure (``abs<=1`` with ``abs>1``)."""
+    bounds: dict[str, tuple[float, bool, float, bool, list[str]]] = {}
+    for c in conds:
+        lo, hi = _RANGES.get(c.field, (0.0, math.inf))
+        lo, lo_in, hi, hi_in, texts = bounds.get(c.field, (lo, True, hi, True, []))
+        v = c.value
+        if c.op in (">=", ">", "==") and (v > lo or (v == lo and c.op == ">")):
+            lo, lo_in = v, c.op != ">"
+        if c.op in ("<=", "<", "==") and (v < hi or (v == hi and c.op == "<")):
+            hi, hi_in = v, c.op != "<"
+        texts = [*texts, c.text]
+        bounds[c.field] = (lo, lo_in, hi, hi_in, texts)
+        if lo > hi or (lo == hi and not (lo_in and hi_in)):
+            low, high = _RANGES.get(c.field, (0.0, math.inf))
+            raise SbsInputError(
+                f"the verdict {' and '.join(repr(t) for t in texts)} can never hold: "
+                f"{c.field} is between {low:g} and {high:g}, and no value meets all of it; "
+                "every pair would fail"
+            )
+
+
 class VerdictPolicy:
     """The conditions a pair must meet, per dtype (see the module's docstring)."""
 
@@ -127,9 +193,11 @@ class VerdictPolicy:
                 if key in _ANY_DTYPE:
                     self._other = conds
                 else:
-                    self._by_dtype[key.replace("torch.", "")] = conds
+                    self._by_dtype[dtype_key(key)] = conds
         else:
             self._other = _conditions(spec, "verdict")
+        for conds in self.all_conditions():
+            check_satisfiable(conds)
 
     def conditions(self, dtype: str) -> tuple[Condition, ...] | None:
         """The conditions for values of ``dtype``; None: the atol/rtol verdict."""
@@ -142,17 +210,6 @@ class VerdictPolicy:
         if isinstance(self.spec, Mapping):
             return {k: v if isinstance(v, str | None) else list(v) for k, v in self.spec.items()}
         return self.spec if isinstance(self.spec, str) else list(self.spec)
-
-
-def _plain(v: Any) -> Any:
-    """A value of the user's dict as a plain record value (str for anything else)."""
-    if isinstance(v, np.generic) or (isinstance(v, torch.Tensor) and v.numel() == 1):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # "inf", "nan": JSON (the widget's) has no such numbers
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    return str(v)[:200]
 
 
 def function_name(fn: Any) -> str:
@@ -181,9 +238,16 @@ class Judge:
     def apply(self, d: Any, expected: Any, got: Any) -> None:
         if self.policy is not None:
             conds = self.policy.conditions(value_dtype_name(expected))
-            if conds is not None:
+            # a measure a dtype has not (ulps or SNR of integers and bools) does not judge
+            # it; where none applies, the default verdict (exact for integers) stands
+            conds = [c for c in conds or () if getattr(d, c.field, None) is not None]
+            if conds:
                 ok = all(c.holds(d) for c in conds) and not d.err_nan
                 d.passed = ok and not d.dtype_mismatch
+                failed = [f"{c.text} ({_short(c.field)} {getattr(d, c.field):.3g})" for c in conds if not c.holds(d)]
+                if failed and not d.shape_mismatch and not d.dtype_mismatch:
+                    # the reason in the policy's words, not in atol/rtol's
+                    d.note = f"{VERDICT_NOTE} {' and '.join(failed)}"
         if self.compare is not None:
             self._user_check(d, expected, got)
 
@@ -192,26 +256,18 @@ class Judge:
         try:
             e = to_torch(expected).detach()
             g = to_torch(got, e.device).detach()
-            found = self.compare(e, g)
-        except Exception as exc:  # the user's code: its failure is this pair's error
-            d.error = f"compare function {name} raised {type(exc).__name__}: {exc}"
-            d.passed = False
+            found = call_compare(self.compare, name, e, g)
+        except CompareFunctionError as exc:  # that pair's error; the run goes on
+            d.error = str(exc)
+            d.passed = None
             return
-        if not isinstance(found, Mapping):
-            d.error = f"compare function {name} returned a {type(found).__name__}, not a dict"
-            d.passed = False
+        except Exception as exc:
+            d.error = f"compare function {name}: the values could not be given to it ({exc})"
+            d.passed = None
             return
-        extra = {}
-        for key, value in found.items():
-            if key == "passed":
-                if not isinstance(value, bool | np.bool_):
-                    d.error = f"compare function {name} returned passed={value!r}: not a bool"
-                    d.passed = False
-                    continue
-                d.passed = bool(value) and not d.shape_mismatch
-            else:
-                extra[str(key)] = _plain(value)
-        d.extra = extra or None
+        if found.passed is not None:
+            d.passed = found.passed and not d.shape_mismatch
+        d.extra = found.extra or None
 
 
 # the measures computed whatever ``measures=`` says

@@ -123,6 +123,12 @@ def _rounded(v: float) -> float | str:
     return float(f"{v:.4g}") if math.isfinite(v) else str(v)
 
 
+def _json_safe_map(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {k: json_float(v) if isinstance(v, float) else v for k, v in value.items()}
+
+
 def encode_column(values: list[Any]) -> Any:
     """One field's JSON-safe values, compactly: ``{"c": v}`` when all are ``v``,
     ``{"d": distinct, "k": codes}`` when values repeat, else the plain list."""
@@ -131,8 +137,8 @@ def encode_column(values: list[Any]) -> Any:
         return []
     try:
         distinct = set(values)  # JSON scalars, so hashable
-    except TypeError:  # Record.extra: a dict per record
-        return values
+    except TypeError:  # Record.extra: a dict per record, JSON-safe like every other value
+        return [_json_safe_map(v) for v in values]
     if len(distinct) == 1:
         return {"c": values[0]}
     if 2 * len(distinct) <= n:

@@ -40,6 +40,8 @@ FLOORS: list[tuple[str, ...]] = [
         "png",
         "measures",
         "elementwise",
+        "user_compare",
+        "html_sanitize",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),

@@ -239,7 +239,8 @@ export class Chart {
     ];
     const ownShown = this.own.main.x.length + this.own.zero.x.length ? {} : { visible: "legendonly" };
     const traces = [
-      ...line(this.measure.key === "err_abs" ? "error vs torch" : this.measure.label, this.err, c.err),
+      // every string plotly draws goes through plotlyText: it reads <a>, <br>... as markup
+      ...line(this.measure.key === "err_abs" ? "error vs torch" : plotlyText(this.measure.label), this.err, c.err),
       ...line("own error", this.own, c.own, ownShown),
       { name: "atol", type: "scatter", mode: "lines", ...this.tol, hoverinfo: "skip", line: { width: 1, dash: "dot", color: c.tol, shape: "hv" } },
     ];
@@ -277,7 +278,7 @@ export class Chart {
       modebar: { orientation: "v", bgcolor: "rgba(0,0,0,0)", color: th.fg2, activecolor: th.fg },
       font: { color: th.fg, size: 11 },
       xaxis: { ...axis, title: { ...axis.title, text: "node (execution order)" }, zeroline: false, nticks: this._nticks(), anchor: "y2", ...(this._wholeTicks() ? WHOLE_TICKS : AUTO_TICKS) },
-      yaxis: { ...axis, type: this.measure.linear ? "linear" : "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : this.measure.label }, exponentformat: "power", nticks: 6 },
+      yaxis: { ...axis, type: this.measure.linear ? "linear" : "log", domain: LOG_DOMAIN, title: { ...axis.title, text: tiny ? "" : plotlyText(this.measure.label) }, exponentformat: "power", nticks: 6 },
       yaxis2: { ...axis, domain: ZERO_DOMAIN, range: [-1, 1], tickvals: [0], ticktext: ["0"], showgrid: false, zeroline: true, zerolinecolor: th.axis, fixedrange: true },
       // in the top margin, measured from the figure's edge: it never sits on the plot
       legend: { orientation: "h", x: 0, xanchor: "left", yref: "container", y: 1, yanchor: "top", font: { color: th.fg2, size: 11 }, bgcolor: "rgba(0,0,0,0)" },

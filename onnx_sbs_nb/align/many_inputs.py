@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -45,6 +46,10 @@ from .judge.judging import SbsMismatchError
 RunFactory = Callable[[Any, Any], Any]
 
 _JUDGED_ELSEWHERE = frozenset(k for k, v in STATUSES.items() if v.judged_elsewhere)
+
+
+class InputReadError(RuntimeError):
+    """Reading the next input (a DataLoader, a generator) raised: names its index."""
 
 
 def pair_key(rec: Record) -> tuple[Any, ...]:
@@ -144,10 +149,41 @@ def split_input(item: Any, index: int) -> tuple[Any, Any]:
     )
 
 
+def _not_a_file(p: Path) -> str | None:
+    """Why the entry ``p`` of an inputs folder is no input file, or None when it is one."""
+    try:
+        mode = p.stat().st_mode  # follows a link: a link to a regular file is that file
+    except OSError as e:
+        if p.is_symlink():
+            return "a link to nothing (a dataset not fetched yet: dvc pull, git annex get?)"
+        return f"unreadable ({type(e).__name__})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
 def input_files(folder: str | os.PathLike) -> list[Path]:
-    """The ``.pt`` files of a folder, in name order: the inputs it holds."""
+    """The ``.pt`` files of a folder, in name order: the inputs it holds.  An entry named
+    ``*.pt`` that is no regular file (a dangling link, a FIFO, a folder, a device) is
+    refused by name, as the same path given alone is: dropping it would run fewer inputs
+    than the folder names."""
     path = Path(folder)
-    files = sorted(p for p in path.iterdir() if p.suffix == ".pt" and p.is_file())
+    named = sorted(p for p in path.iterdir() if p.suffix == ".pt")
+    bad = [(p, why) for p in named if (why := _not_a_file(p)) is not None]
+    if bad:
+        listed = "; ".join(f"{p.name!r}: {why}" for p, why in bad[:5])
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        raise SbsInputError(
+            f"the inputs folder {str(path)!r} holds .pt entries that are no input files: "
+            f"{listed}{more}; fetch or remove them"
+        )
+    files = named
     if not files:
         raise SbsInputError(
             f"the inputs folder {str(path)!r} holds no .pt file: save each input with "
@@ -272,6 +308,29 @@ class ManyInputsRun:
         t0 = time.perf_counter()
         status = self.status
         pairs: dict[tuple[Any, ...], PairAggregate] = {}
+        # The aggregate is yielded after the last input, so an interrupt or an error on
+        # input k would lose every input before it: the inputs done are yielded first,
+        # then the interrupt or error goes on to the consumer.
+        ended: BaseException | None = None
+        try:
+            self._fold_all(pairs)
+        except SbsMismatchError:
+            raise  # exc=True: the first failing pair is the answer
+        except KeyboardInterrupt as e:
+            status.stopped = True
+            ended = e
+        except Exception as e:
+            ended = e
+        yield from self._aggregates(pairs)
+        status.extra["failing_inputs"] = list(self.failing_inputs)
+        status.elapsed = time.perf_counter() - t0
+        status.current = None
+        status.finished = True
+        if ended is not None:
+            raise ended
+
+    def _fold_all(self, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
+        status = self.status
         index = 0
         item_run, self._first = self._first, None
         while item_run is not None:
@@ -289,9 +348,17 @@ class ManyInputsRun:
                 item = next(self._iter)
             except StopIteration:
                 break
+            except Exception as e:  # a DataLoader whose dataset raises on this item
+                raise InputReadError(
+                    f"input {index + 1} could not be read ({type(e).__name__}: {e}); "
+                    f"the {index + 1} input(s) before it are kept"
+                ) from e
             index += 1
             self.input_names.append(_name(item))
             item_run = self._run_for(item, index)
+
+    def _aggregates(self, pairs: dict[tuple[Any, ...], PairAggregate]) -> Iterator[Record]:
+        status = self.status
         ordered = sorted(pairs.values(), key=lambda a: a.order)
         for step, agg in enumerate(ordered):
             rec = agg.record(step, self.input_names[agg.shown()[1]])
@@ -305,10 +372,6 @@ class ManyInputsRun:
                 status.max_err_abs = rec.err_abs
                 status.max_err_name = rec.onnx_name or rec.ep_name
             yield rec
-        status.extra["failing_inputs"] = list(self.failing_inputs)
-        status.elapsed = time.perf_counter() - t0
-        status.current = None
-        status.finished = True
 
     def _fold(self, run: Any, index: int, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
         status = self.status
@@ -400,4 +463,6 @@ def _worse(a: float, b: float) -> bool:
     return math.isnan(a) or a > b
 
 
-__all__ = ["ManyInputsRun", "PairAggregate", "as_inputs", "input_files", "pair_key"]
+__all__ = [
+    "InputReadError",
+    "ManyInputsRun", "PairAggregate", "as_inputs", "input_files", "pair_key"]

@@ -491,7 +491,7 @@ def _run_model(model: onnx.ModelProto, feeds: dict[str, Any], exact: bool) -> li
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = _session(model.SerializeToString(), so)
     np_feeds = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in typed.items()}
     return [_float32(o) for o in sess.run(names, np_feeds)]
 
@@ -511,6 +511,22 @@ def _candidate_outputs(
     except Exception as e:  # a kernel the runtime lacks in this type
         return OutputError(None, None, False, _first_line(e))
     return _output_error(ref, got, atol, rtol)
+
+
+def _session(data: bytes, so: Any) -> Any:
+    """An onnxruntime session of the whole model, or SbsInputError: the advice runs the
+    model whole, so an op onnxruntime does not know (or any model it refuses) is bad input,
+    said in one line, not a disagreement."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        text = " ".join(str(e).split()).split("[ONNXRuntimeError] :", 1)[-1].strip()
+        raise SbsInputError(
+            f"onnxruntime cannot run the ONNX model ({text[:300]}): the precision advice runs "
+            "the whole model with onnxruntime; export it with ops onnxruntime knows"
+        ) from None
 
 
 def _first_line(e: BaseException, limit: int = 200) -> str:
@@ -549,7 +565,7 @@ def _scales(model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, float]:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = _session(m.SerializeToString(), so)
     np_feeds = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in feeds.items()}
     names = [o.name for o in sess.get_outputs()]
     out = {}

@@ -144,7 +144,7 @@ class AlignedRun(SideBySideRun):
                 outputs=reference.graph_outputs,
             )
             deployment.link(pairing, original)
-        _check_pairing(pairing, model, bound)
+        _check_pairing(pairing, model, bound, program)
         if model is exported and not any(metadata.names):
             candidate.lowering = candidate.tables.lowering = structural_lowering(model, pairing)
         elif model is exported and not all(metadata.names):
@@ -286,9 +286,18 @@ def _reset_names_in_program_words(
 _LINKING = linking_rules()
 
 
-def _check_pairing(pairing: Pairing, model: onnx.ModelProto, bound: Any) -> None:
-    # graph inputs share names with any model taking the same inputs: they prove nothing
-    strong = [p for p in pairing.by_onnx.values() if p.rule in _LINKING and p.kind != KIND_INPUT]
+def _check_pairing(
+    pairing: Pairing, model: onnx.ModelProto, bound: Any, program: Any = None
+) -> None:
+    # graph inputs share names with any model taking the same inputs: they prove nothing,
+    # nor does a graph input passed through as an output (an empty graph)
+    computes = program is None or any(n.op == "call_function" for n in program.graph.nodes)
+    given = {i.name for i in model.graph.input} | set(bound.user_inputs) if computes else set()
+    strong = [
+        p
+        for name, p in pairing.by_onnx.items()
+        if p.rule in _LINKING and p.kind != KIND_INPUT and name not in given
+    ]
     if not strong:
         raise SbsInputError(
             "the ONNX model shares no computed value, node metadata or weight name with the "

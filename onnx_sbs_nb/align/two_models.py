@@ -24,14 +24,14 @@ from ..errors import SbsInputError
 from ..records import Record, RunStatus
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
-from .engine.runners import make_runner
+from .engine.runners import OnnxruntimeRunner, make_runner
 from .engine.sides import OnnxSide
 from .pairing.deployed import deploy
 from .pairing.names import Pairing
 from .pairing.onnx_pairing import cast_value, pair_onnx_models
 from .pairing.rules import linking_rules
 from .source.loading import load_inputs, load_onnx_model
-from .source.model_check import check_model
+from .source.model_check import check_model, check_onnxruntime_builds, check_opset
 
 
 def model_feeds(model: onnx.ModelProto, feeds: Any) -> dict[str, Any]:
@@ -109,8 +109,17 @@ def two_model_run(
             "run_aligned(ep, onx, args, replay=...) instead"
         )
     a, b = load_onnx_model(onx_a), load_onnx_model(onx_b)
-    check_model(a)  # a model that cannot run is refused, not run into not-computed records
-    check_model(b)
+    # a model that cannot run is refused, not run into not-computed records: the checks of
+    # run_aligned, on both models
+    ort = isinstance(make_runner(options.runner, "cpu"), OnnxruntimeRunner)
+    for label, model in (("a (the reference)", a), ("b (the candidate)", b)):
+        try:
+            check_model(model)
+            if ort:
+                check_opset(model)
+                check_onnxruntime_builds(model)
+        except SbsInputError as e:
+            raise SbsInputError(f"model {label}: {e}") from None
     feeds_a = model_feeds(a, feeds)
     deployment = deploy(b, options)  # optimize=: b as onnxruntime runs it
     if deployment is not None:

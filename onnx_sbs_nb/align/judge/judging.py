@@ -15,8 +15,8 @@ import torch
 from ...diff import ARRAY_TYPES, Diff
 from ...dtypes import dtype_name
 from ...records import (
+    STATUS_CHECK_ERROR,
     STATUS_DTYPE_MISMATCH,
-    STATUS_ERROR,
     STATUS_FAIL,
     STATUS_OK,
     STATUS_SHAPE_MISMATCH,
@@ -107,8 +107,8 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
     if d.extra:
         rec.extra = d.extra
     rec.passed = d.passed
-    if d.error:  # the user's compare function failed on this pair: its error, not a crash
-        rec.status = STATUS_ERROR
+    if d.error:  # the user's compare function failed on this pair: not the model's error
+        rec.status = STATUS_CHECK_ERROR
         rec.error = d.error
     elif d.shape_mismatch:
         rec.status = STATUS_SHAPE_MISMATCH
@@ -118,6 +118,8 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
         rec.comment = _join(rec.comment, d.note)
     else:
         rec.status = STATUS_OK if d.passed else STATUS_FAIL
+        if not d.passed and d.note:  # a verdict policy's reason ("beyond the verdict ...")
+            rec.comment = _join(rec.comment, d.note)
 
 
 def fill_own_error(rec: Record, d: Diff, own_device: str) -> None:

@@ -22,7 +22,9 @@ import torch
 from ...errors import SbsInputError
 from ..source.loading import load_onnx_model
 from ..source.model_check import check_model, check_opset
+from ..source.pt2_sizes import check_pt_sizes
 from ..source.untrusted_pt2 import unpickling_reason
+from .replay_guard import check_replay_memory
 
 # a JSON file of a bundle larger than this is no file onnx-sbs wrote
 MAX_JSON_BYTES = 64 << 20
@@ -87,6 +89,7 @@ def _tensors(folder: Path, name: str, required: bool = True) -> dict[str, torch.
         return None
     if not path.is_file():
         raise SbsInputError(f"the replay bundle {str(folder)!r} has no file {name}")
+    check_pt_sizes(path, "the bundle's")  # before torch.load inflates anything
     try:
         value = torch.load(str(path), weights_only=True, map_location="cpu")
     except Exception as e:
@@ -131,6 +134,8 @@ def load_replay(path: str | os.PathLike[str]) -> Replay:
     for label in ("torch_inputs", "onnx_inputs"):
         feeds = _tensors(folder, f"{label}.pt") or {}
         try:
+            # the run's memory guard: an output larger than the memory free is not allocated
+            check_replay_memory(str(model_path), feeds)
             runs[label], _ = run_model(str(model_path), feeds)
         except Exception as e:  # the failure itself is the reproduction
             runs[label] = None

@@ -14,7 +14,8 @@ Needs only torch, onnx and onnxruntime.  This folder holds:
 
 Run ``python replay.py`` to print the discrepancy again (``--json`` for one JSON line,
 ``--provider cuda`` for onnxruntime's CUDA provider, ``--prefix`` to run the prefix model
-too).  The script always exits 0 once the files load, whatever the discrepancy.
+too).  The script always exits 0 once the files load, whatever the discrepancy; a bundle it
+cannot read (damaged, or written by something else) exits 2 with one line.
 
 This script is for bundles you made yourself: running a script runs whatever it holds.
 To open a bundle someone else sent, use ``onnx-sbs replay BUNDLE`` (or
@@ -156,7 +157,19 @@ def main(argv=None):
     parser.add_argument("--provider", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--prefix", action="store_true", help="also run prefix_model.onnx")
     args = parser.parse_args(argv)
+    try:
+        return _replay(args)
+    except Exception as e:  # a damaged or hostile bundle: one line, not a traceback
+        lines = str(e).strip().splitlines() or [""]
+        print(
+            f"replay.py: this bundle cannot be replayed: {type(e).__name__}: "
+            f"{_clean(lines[0][:300])}",
+            file=sys.stderr,
+        )
+        return 2
 
+
+def _replay(args):
     node = _load_json("node.json") or {}
     mapping = _load_json("mapping.json") or {}
     record = _load_json("record.json")
@@ -219,9 +232,9 @@ def main(argv=None):
                 print("    no torch value to compare with (no torch partner)")
                 break
             if c is None:
-                print(f"    on {label:<12}: {out.get('error_' + label, 'not produced')}")
+                print(f"    on {label:<12}: {_clean(out.get('error_' + label, 'not produced'))}")
             elif c["error"]:
-                print(f"    on {label:<12}: {c['error']}")
+                print(f"    on {label:<12}: {_clean(c['error'])}")
             else:
                 print(
                     f"    on {label:<12}: max abs {_fmt(c['max_abs'])}  "
@@ -232,7 +245,8 @@ def main(argv=None):
             print(f"    run on onnx inputs vs run on torch inputs: max abs {_fmt(b['max_abs'])}")
     if "max_abs_prefix" in out or "error_prefix" in out:
         print(
-            f"  prefix model: max abs {_fmt(out.get('max_abs_prefix'))} {out.get('error_prefix', '')}"
+            f"  prefix model: max abs {_fmt(out.get('max_abs_prefix'))} "
+            f"{_clean(out.get('error_prefix', ''))}"
         )
     if "recorded" in out:
         r = out["recorded"]

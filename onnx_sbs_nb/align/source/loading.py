@@ -14,6 +14,7 @@ from onnx.external_data_helper import load_external_data_for_model
 
 from ...errors import SbsInputError
 from ...external import check_external_data, defer_external_data
+from .pt2_sizes import check_pt_sizes
 from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
 PathLike = str | os.PathLike
@@ -186,6 +187,7 @@ def load_inputs(
             "save the inputs with torch.save((x, y), 'inputs.pt') or "
             "torch.save({'x': x}, 'inputs.pt')",
         )
+        check_pt_sizes(path, "inputs")  # before torch.load inflates a compressed member
         try:
             with torch_logs_to_debug():
                 loaded = torch.load(str(path), weights_only=not trust_pickles, map_location="cpu")

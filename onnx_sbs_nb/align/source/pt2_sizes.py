@@ -120,4 +120,25 @@ def check_pt2_sizes(path: str | Path) -> None:
                 )
 
 
-__all__ = ["MAX_RATIO", "SMALL_MEMBER", "check_pt2_sizes"]
+def check_pt_sizes(path: str | Path, what: str = "file") -> None:
+    """Refuses a ``torch.save`` file (a zip, every member stored) with a compressed member
+    that would inflate beyond :data:`MAX_RATIO` times its size past :data:`SMALL_MEMBER`:
+    checked before ``torch.load`` inflates anything."""
+    path = Path(path)
+    try:
+        z = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # the legacy format, or not torch's: nothing is inflated, torch says what
+    with z:
+        for info in z.infolist():
+            if info.compress_type == zipfile.ZIP_STORED:
+                continue
+            if info.file_size > max(SMALL_MEMBER, MAX_RATIO * info.compress_size):
+                raise SbsInputError(
+                    f"{what} {str(path)!r} was not loaded: its member {info.filename!r} "
+                    f"inflates to {info.file_size} bytes from {info.compress_size} (a zip bomb "
+                    "or a damaged file; torch.save writes members uncompressed)"
+                )
+
+
+__all__ = ["MAX_RATIO", "SMALL_MEMBER", "check_pt2_sizes", "check_pt_sizes"]
