@@ -12,15 +12,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import io
 import pathlib
 import signal
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .align.engine.options import RunOptions
 from .cli_precision import add_precision_command, cmd_precision
 from .completion import Completion
 from .errors import SbsInputError
@@ -36,6 +36,11 @@ from .report import (
 )
 from .report_html import BundleMissingError
 from .run_args import add_run_arguments, options_from_args
+
+if TYPE_CHECKING:
+    # torch and onnx come with the engine: a subcommand imports it when it runs, so
+    # --help and argument errors answer at once (tests/test_rough_edges.py)
+    from .align.engine.options import RunOptions
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -164,6 +169,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the engine's own input checks (unreadable model, wrong inputs, no CUDA, ...)
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def runs_a_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` parses to a command that will run (not --help, not a usage
+    error); parsed quietly, as :func:`main` parses it again and answers."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit:
+            return False
+    return True
+
+
+def import_engine() -> None:
+    """The heavy modules every running command needs (torch, onnx, onnxruntime), imported
+    at once so that ``__main__`` freezes them out of the garbage collector's walks."""
+    import onnxruntime  # noqa: F401
+
+    from .align.engine import options  # noqa: F401  (torch and onnx come with it)
 
 
 # ---- outputs ---------------------------------------------------------------------------
@@ -821,6 +845,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Exit 0 when the run names the node broken on purpose, 1 when it does not."""
+    from .align.engine.options import RunOptions
     from .demo import write_demo
 
     folder = pathlib.Path(args.output)

@@ -40,6 +40,7 @@ FLOORS: list[tuple[str, ...]] = [
         "png",
         "measures",
         "elementwise",
+        "option_names",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),
