@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
+import onnx
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "onnx", "onnxruntime", "numpy")
@@ -55,3 +59,79 @@ def test_a_command_that_runs_imports_the_engine_before_the_collector_is_tuned():
     assert cli.runs_a_command(["demo", "-o", "x"])
     assert not cli.runs_a_command(["--help"])
     assert not cli.runs_a_command(["run", "--atol", "x"])
+
+
+# ---- save_culprit_bundle takes what run_aligned returns ---------------------------------
+
+
+class _TwoStage(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(6, 8)
+        self.b = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def _export(model: torch.nn.Module, args: tuple) -> tuple[Any, onnx.ModelProto]:
+    ep = torch.export.export(model.eval(), args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, args, dynamo=True, verbose=False).model_proto
+    return ep, onx
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """A Tanh exported as a Sigmoid: the culprit is that one node."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 6)
+    ep, onx = _export(_TwoStage(), (x,))
+    next(n for n in onx.graph.node if n.op_type == "Tanh").op_type = "Sigmoid"
+    return ep, onx, x
+
+
+def test_save_culprit_bundle_takes_what_run_aligned_returns(planted, tmp_path):
+    from onnx_sbs_nb import run_aligned, save_culprit_bundle
+
+    ep, onx, x = planted
+    bundle = save_culprit_bundle(run_aligned(ep, onx, (x,)), tmp_path / "fresh")
+    assert bundle is not None and bundle.reproduced and bundle.nodes == 1
+    # partly consumed: the rest is computed first, the bundle is the same
+    stream = run_aligned(ep, onx, (x,))
+    next(stream)
+    again = save_culprit_bundle(stream, tmp_path / "partly")
+    assert again is not None and again.node == bundle.node
+    assert stream.records and stream.status.finished
+    # many inputs through run_aligned(inputs=...): the input showing it
+    many = save_culprit_bundle(run_aligned(ep, onx, inputs=[(x,), (x + 1,)]), tmp_path / "many")
+    assert many is not None and many.input_index is not None and many.reproduced
+
+
+def test_save_culprit_bundle_runs_a_run_not_yet_iterated(planted, tmp_path):
+    from onnx_sbs_nb import AlignedRun, save_culprit_bundle
+
+    ep, onx, x = planted
+    run = AlignedRun(ep, onx, (x,))
+    bundle = save_culprit_bundle(run, tmp_path)  # was None: no records, no culprit
+    assert bundle is not None and bundle.reproduced
+    assert run.status.finished and run.records
+
+
+def test_save_culprit_bundle_of_records_says_what_to_pass(planted, tmp_path):
+    from onnx_sbs_nb import AlignedRun, run_aligned, save_culprit_bundle
+    from onnx_sbs_nb.errors import SbsInputError
+
+    ep, onx, x = planted
+    records = list(run_aligned(ep, onx, (x,)))
+    with pytest.raises(SbsInputError, match=r"records \(a list\).*pass the run itself"):
+        save_culprit_bundle(records, tmp_path)
+    with pytest.raises(SbsInputError, match="pass the run itself"):
+        save_culprit_bundle(iter(records), tmp_path)
+    run = AlignedRun(ep, onx, (x,))
+    it = iter(run)
+    next(it)
+    with pytest.raises(SbsInputError, match="still being iterated"):
+        save_culprit_bundle(run, tmp_path)
+    assert not any(tmp_path.iterdir())

@@ -245,6 +245,11 @@ class ManyInputsRun:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def started(self) -> bool:
+        """Whether the run was iterated (or is being): a run can be iterated once."""
+        return self._started
+
     def __iter__(self) -> Iterator[Record]:
         if self._started:
             raise RuntimeError("a run can be iterated once; its records are in .records")
