@@ -135,3 +135,32 @@ def test_save_culprit_bundle_of_records_says_what_to_pass(planted, tmp_path):
     with pytest.raises(SbsInputError, match="still being iterated"):
         save_culprit_bundle(run, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+# ---- one meaning of inputs= everywhere --------------------------------------------------
+
+
+def test_a_list_of_inputs_is_many_inputs_in_the_widget_as_in_run_aligned(planted):
+    from onnx_sbs_nb import SbsWidget, run_aligned
+
+    ep, onx, x = planted
+    many = [(x,), (x + 1,)]
+    stream = run_aligned(ep, onx, inputs=many)
+    assert stream.run.status.extra["inputs_total"] == 2
+    w = SbsWidget(ep, onx, inputs=many)  # was: "takes 1 input(s) (x) but 2 were given"
+    assert w.session.inputs["total"] == 2
+    w.session.start()
+    w.session.wait()
+    assert w.session.inputs["done"] == 2
+    # one input stays one input: a tuple of tensors, a list of tensors
+    assert SbsWidget(ep, onx, (x,)).session.inputs is None
+    assert SbsWidget(ep, onx, [x]).session.inputs is None
+
+
+def test_a_tuple_of_inputs_says_how_to_pass_several(planted):
+    from onnx_sbs_nb import AlignedRun
+    from onnx_sbs_nb.errors import SbsInputError
+
+    ep, onx, x = planted
+    with pytest.raises(SbsInputError, match=r"but 2 were given.*inputs=\[\(x1,\), \(x2,\)\]"):
+        AlignedRun(ep, onx, ((x,), (x + 1,)))
