@@ -40,8 +40,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--compare-func",
         metavar="MODULE:FN",
         help="your own check, f(expected, got) -> dict (torch tensors in): its fields "
-        "become report columns, its 'passed' decides the verdict; module:function or "
-        "path/to/file.py:function",
+        "become report columns, its 'passed' decides the verdict; module:function (the "
+        "current folder searched first, as python -m does) or path/to/file.py:function",
     )
     p.add_argument(
         "--no-measures",

@@ -164,3 +164,32 @@ def test_a_tuple_of_inputs_says_how_to_pass_several(planted):
     ep, onx, x = planted
     with pytest.raises(SbsInputError, match=r"but 2 were given.*inputs=\[\(x1,\), \(x2,\)\]"):
         AlignedRun(ep, onx, ((x,), (x + 1,)))
+
+
+# ---- --compare-func module:fn finds the module of the current folder --------------------
+
+
+def test_compare_func_module_is_found_in_the_current_folder(tmp_path):
+    (tmp_path / "mycheck_rough.py").write_text(
+        "def rowwise(expected, got):\n    return {'passed': True}\n"
+    )
+    # as the console script runs: neither '' nor the current folder on sys.path
+    code = (
+        "import os, sys\n"
+        "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]\n"
+        "from onnx_sbs_nb.cli import build_parser\n"
+        "from onnx_sbs_nb.run_args import options_from_args\n"
+        "args = build_parser().parse_args(['run', 'a', 'b', 'c', "
+        "'--compare-func', 'mycheck_rough:rowwise'])\n"
+        "fn = options_from_args(args).compare\n"
+        "print('FOUND', fn.__module__, fn.__name__, os.getcwd() in sys.path)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert "FOUND mycheck_rough rowwise False" in out.stdout, out.stderr[-2000:]
