@@ -21,6 +21,7 @@ _LAZY = {
     "RunOptions": ("onnx_sbs_nb.align.engine.options", "RunOptions"),
     "advise_precision": ("onnx_sbs_nb.align.precision_advisor", "advise_precision"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
+    "supported_ops": ("onnx_sbs_nb.evaluator.registry", "supported_ops"),
     "summarize": ("onnx_sbs_nb.summary", "summarize"),
     "Summary": ("onnx_sbs_nb.summary", "Summary"),
     "ReplayConfig": ("onnx_sbs_nb.align.post.replay", "ReplayConfig"),
@@ -40,6 +41,11 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'onnx_sbs_nb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy API is part of the module: dir() and completion list it before first use
+    return sorted({*globals(), *_LAZY})
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -193,3 +193,39 @@ def test_compare_func_module_is_found_in_the_current_folder(tmp_path):
         check=False,
     )
     assert "FOUND mycheck_rough rowwise False" in out.stdout, out.stderr[-2000:]
+
+
+# ---- the public API as the README names it ----------------------------------------------
+
+
+def test_supported_ops_as_the_readme_says():
+    import onnx_sbs_nb
+    from onnx_sbs_nb import TorchOnnxEvaluator, supported_ops
+
+    ops = supported_ops()
+    assert ("", "Add", 7) in ops or any(o[:2] == ("", "Add") for o in ops)
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    ev = TorchOnnxEvaluator(model, custom_kernels={("my.domain", "Mine"): lambda a: a})
+    assert set(ops) <= set(ev.supported_ops())
+    assert ("my.domain", "Mine", 1) in ev.supported_ops()
+    assert "supported_ops" in onnx_sbs_nb.__all__
+
+
+def test_dir_lists_the_lazy_public_api():
+    code = (
+        "import sys, onnx_sbs_nb\n"
+        "names = dir(onnx_sbs_nb)\n"
+        "missing = [n for n in onnx_sbs_nb.__all__ if n not in names]\n"
+        "print('MISSING', missing, 'TORCH', 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert "MISSING [] TORCH False" in out.stdout, out.stderr[-2000:]
