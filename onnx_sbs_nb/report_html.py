@@ -119,7 +119,8 @@ def _culprit_html(summary: Any, stack: str | None = None) -> str:
     own = c.get("own_error")
     if own is not None:
         tol = f" against atol {_fmt(c.get('atol'))}" if c.get("atol") is not None else ""
-        bits.append(f"own error {html.escape(_fmt(own))}{html.escape(tol)}")
+        label = "own error" if c.get("own_measured") else "error"  # own: a rerun proved it
+        bits.append(f"{label} {html.escape(_fmt(own))}{html.escape(tol)}")
     if c.get("fuses"):
         bits.append(f"fusing {html.escape(str(c['fuses']))}")
     if c.get("why"):

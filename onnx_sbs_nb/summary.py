@@ -135,6 +135,9 @@ class Culprit:
     onnx_op_type: str | None = None
     onnx_nodes: list[str] = field(default_factory=list)
     own_error: float | None = None
+    # whether own_error is the node's own error (an own-error rerun measured it): else it
+    # is the error it showed, inherited or not, and views say "error"
+    own_measured: bool | None = None
     atol: float | None = None
     rtol: float | None = None
     # a fused ONNX node (a graph tool's, no metadata): the fx nodes it computes
@@ -852,6 +855,7 @@ class Summarizer:
             onnx_op_type=rec.onnx_op_type,
             onnx_nodes=nodes,
             own_error=own,
+            own_measured=rec.err_abs2 is not None,
             atol=rec.atol,
             rtol=rec.rtol,
             fuses=rec.onnx_fuses,

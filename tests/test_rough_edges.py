@@ -229,3 +229,20 @@ def test_dir_lists_the_lazy_public_api():
         check=False,
     )
     assert "MISSING [] TORCH False" in out.stdout, out.stderr[-2000:]
+
+
+# ---- "own error" only where an own-error rerun measured it -----------------------------
+
+
+def test_the_culprit_says_error_unless_an_own_error_run_measured_it(planted):
+    from onnx_sbs_nb import AlignedRun, summarize
+    from onnx_sbs_nb.report_html import _culprit_html
+
+    ep, onx, x = planted
+    plain = summarize(list(AlignedRun(ep, onx, (x,))))
+    assert plain.culprit is not None and plain.culprit.own_measured is False
+    text = _culprit_html(plain)
+    assert "own error" not in text and " error " in text.replace("<", " <")
+    own = summarize(list(AlignedRun(ep, onx, (x,), own_error=True)))
+    assert own.culprit.own_measured is True
+    assert "own error" in _culprit_html(own)

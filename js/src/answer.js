@@ -174,7 +174,8 @@ export class AnswerCard {
     if (c.fuses) lines.push(["fuses", h("span", { class: "sbs-card-fuses", text: c.fuses })]);
     if (c.own_error !== null && c.own_error !== undefined) {
       const tol = c.atol !== null && c.atol !== undefined ? ` against atol ${fmtNum(c.atol)}${c.rtol !== null && c.rtol !== undefined ? `, rtol ${fmtNum(c.rtol)}` : ""}` : "";
-      lines.push(["own error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);
+      // "own error" only where an own-error rerun measured it (summary.py Culprit.own_measured)
+      lines.push([c.own_measured ? "own error" : "error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);
     }
     if (c.why) lines.push(["why", h("span", { class: "sbs-why", text: c.why })]);
     // saved by onnx-sbs run --replay-culprit (summary.py Culprit.bundle)
