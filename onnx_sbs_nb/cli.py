@@ -468,6 +468,9 @@ class _InputsProgress:
 
             self.bar = tqdm(total=self.total, unit="input", desc="onnx-sbs", file=sys.stderr)
         self.bar.update(index + 1 - self.bar.n)
+        if self.bar.n >= self.total:
+            # done before the summary prints: closed later, tqdm would draw it again below
+            self.bar.close()
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

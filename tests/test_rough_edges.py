@@ -246,3 +246,28 @@ def test_the_culprit_says_error_unless_an_own_error_run_measured_it(planted):
     own = summarize(list(AlignedRun(ep, onx, (x,), own_error=True)))
     assert own.culprit.own_measured is True
     assert "own error" in _culprit_html(own)
+
+
+# ---- --inputs runs draw their progress bar once ----------------------------------------
+
+
+def test_the_inputs_progress_bar_is_not_drawn_after_the_summary(planted, tmp_path, monkeypatch):
+    import io
+
+    from onnx_sbs_nb.align.engine.options import RunOptions
+    from onnx_sbs_nb.cli import run_many_and_report
+
+    ep, onx, x = planted
+    files = []
+    for k in range(2):
+        files.append(str(tmp_path / f"in{k}.pt"))
+        torch.save((x + k,), files[-1])
+    log = io.StringIO()  # the terminal: both streams, in the order written
+    monkeypatch.setattr(sys, "stderr", log)
+    run_many_and_report(
+        ep, onx, files, [tmp_path / "r.jsonl"], RunOptions(), progress=True, stdout=log
+    )
+    text = log.getvalue()
+    summary_at = text.index("records: ")
+    assert "2/2" in text[:summary_at]  # the bar, drawn to its end before the summary
+    assert "input/s" not in text[summary_at:] and "2/2 [" not in text[summary_at:], text
