@@ -271,3 +271,44 @@ def test_the_inputs_progress_bar_is_not_drawn_after_the_summary(planted, tmp_pat
     summary_at = text.index("records: ")
     assert "2/2" in text[:summary_at]  # the bar, drawn to its end before the summary
     assert "input/s" not in text[summary_at:] and "2/2 [" not in text[summary_at:], text
+
+
+# ---- scripts/setup.sh says what it installs and lets pip show its progress -------------
+
+_FAKE_PYTHON = """#!/bin/bash
+# python3 -m venv .venv makes a .venv whose python is this script again; pip calls are
+# logged and answered as pip would (a download line), torch is not installed yet
+if [ "$1 $2" = "-m venv" ]; then
+    mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0
+fi
+if [ "$1" = "-c" ]; then exit 1; fi
+echo "$*" >> "$PIP_LOG"
+case "$*" in *-q*) ;; *) echo "Collecting fake-package";; esac
+case "$*" in *" -e "*) echo "Requirement already satisfied: x";; esac
+"""
+
+
+def test_setup_script_shows_what_it_installs(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "setup.sh").write_text((REPO_ROOT / "scripts" / "setup.sh").read_text())
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(_FAKE_PYTHON)
+    fake.chmod(0o755)
+    log = tmp_path / "pip.log"
+    out = subprocess.run(
+        ["bash", str(repo / "scripts" / "setup.sh")],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{fake.parent}:/usr/bin:/bin", "PIP_LOG": str(log)},
+        check=True,
+    )
+    lines = out.stdout.splitlines()
+    steps = [s for s in lines if s.startswith("setup: ")]
+    assert any("torch 2.13.0" in s for s in steps) and any("onnx_sbs_nb" in s for s in steps)
+    # the downloads are not silenced: pip's lines reach the terminal (less the idle ones)
+    assert lines.count("Collecting fake-package") == 2
+    assert not any(s.startswith("Requirement already satisfied") for s in lines)
+    installs = [c for c in log.read_text().splitlines() if "torch" in c or "-e" in c.split()]
+    assert installs and all("-q" not in c.split() for c in installs), installs
