@@ -312,3 +312,21 @@ def test_setup_script_shows_what_it_installs(tmp_path):
     assert not any(s.startswith("Requirement already satisfied") for s in lines)
     installs = [c for c in log.read_text().splitlines() if "torch" in c or "-e" in c.split()]
     assert installs and all("-q" not in c.split() for c in installs), installs
+
+
+# ---- %sbs takes a Python expression of the notebook -----------------------------------
+
+
+def test_sbs_magic_accepts_an_expression_for_inputs(planted):
+    from onnx_sbs_nb.magic import SbsMagicError, parse_line
+
+    ep, onx, x = planted
+    ns = {"ep": ep, "onx": onx, "x": x, "batch": {"a": x}}
+    kwargs, _ = parse_line("ep onx (x,)", ns)
+    assert isinstance(kwargs["inputs"], tuple) and kwargs["inputs"][0] is x
+    kwargs, _ = parse_line("ep onx [(x,), (x + 1,)] --atol 1e-3", ns)
+    assert len(kwargs["inputs"]) == 2 and kwargs["options"].atol == 1e-3
+    kwargs, _ = parse_line("ep onx (batch['a'],) --replay-root 'my dir'", ns)
+    assert kwargs["inputs"][0] is x and kwargs["replay_root"] == "my dir"
+    with pytest.raises(SbsMagicError, match=r"\(y,\).*NameError"):
+        parse_line("ep onx (y,)", ns)
