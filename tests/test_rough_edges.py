@@ -330,3 +330,62 @@ def test_sbs_magic_accepts_an_expression_for_inputs(planted):
     assert kwargs["inputs"][0] is x and kwargs["replay_root"] == "my dir"
     with pytest.raises(SbsMagicError, match=r"\(y,\).*NameError"):
         parse_line("ep onx (y,)", ns)
+
+
+# ---- a .pt2 whose outputs are a type not registered here says so ------------------------
+
+
+def _load_in_fresh_process(path: Path) -> str:
+    code = (
+        "from onnx_sbs_nb.align.source.loading import load_exported_program\n"
+        "from onnx_sbs_nb.errors import SbsInputError\n"
+        "try:\n"
+        f"    load_exported_program({str(path)!r})\n"
+        "    print('LOADED')\n"
+        "except SbsInputError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    return out.stdout + out.stderr[-2000:]
+
+
+def test_a_pt2_returning_a_model_output_names_the_unregistered_type(tmp_path):
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class Encoder(torch.nn.Module):
+        def forward(self, x):
+            return BaseModelOutput(last_hidden_state=torch.relu(x))
+
+    path = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(Encoder(), (torch.randn(2, 3),)), path)
+    said = _load_in_fresh_process(path)  # a process that has not imported transformers
+    assert "ERROR" in said and "check the warnings above" not in said, said
+    assert "transformers.modeling_outputs.BaseModelOutput" in said
+    assert "not registered" in said and "import transformers.modeling_outputs" in said
+    assert "return_dict=False" in said
+
+
+def test_a_pt2_returning_a_registered_dataclass_names_it_too(tmp_path):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Pair:
+        first: torch.Tensor
+        second: torch.Tensor
+
+    torch.export.register_dataclass(Pair, serialized_type_name="my_project.outputs.Pair")
+
+    class Split(torch.nn.Module):
+        def forward(self, x):
+            return Pair(x[:1] * 2, x[1:] + 1)
+
+    path = tmp_path / "split.pt2"
+    torch.export.save(torch.export.export(Split(), (torch.randn(2, 3),)), path)
+    said = _load_in_fresh_process(path)
+    assert "my_project.outputs.Pair" in said and "import my_project.outputs" in said, said
