@@ -258,6 +258,8 @@ class Coverage:
     torch_compared: int = 0
     # why ONNX nodes went uncompared: reason -> count
     not_compared: dict[str, int] = field(default_factory=dict)
+    # the reference is an ONNX model (onnx-sbs diff): its nodes are no torch nodes
+    reference_onnx: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -271,7 +273,8 @@ class Coverage:
         text = f"{self.onnx_compared} of {self.onnx_nodes} ONNX nodes compared"
         if self.onnx_covered > self.onnx_compared:
             text += f" ({self.onnx_covered} with the rest of their fx node's lowering)"
-        text += f", {self.torch_compared} of {self.torch_nodes} torch nodes"
+        theirs = "nodes of the reference model" if self.reference_onnx else "torch nodes"
+        text += f", {self.torch_compared} of {self.torch_nodes} {theirs}"
         if self.not_compared:
             why = ", ".join(f"{n} {k}" for k, n in sorted(self.not_compared.items()))
             text += f"; not compared: {why}"
@@ -285,6 +288,7 @@ class Coverage:
             "torch_nodes": self.torch_nodes,
             "torch_compared": self.torch_compared,
             "not_compared": dict(self.not_compared),
+            "reference_onnx": self.reference_onnx,
             "low": self.low,
         }
 
@@ -297,6 +301,7 @@ class Coverage:
             torch_nodes=int(d.get("torch_nodes", 0)),
             torch_compared=int(d.get("torch_compared", 0)),
             not_compared={str(k): int(v) for k, v in dict(d.get("not_compared", {})).items()},
+            reference_onnx=bool(d.get("reference_onnx", False)),
         )
 
 
@@ -538,6 +543,9 @@ class Summarizer:
         # coverage: ONNX node -> (its fx node, compared?); fx nodes seen and compared
         self._onnx_nodes: dict[str, list[Any]] = {}
         self._fx_nodes: dict[str, bool] = {}
+        # the reference's leaves say what it is: a program's are placeholders, an ONNX
+        # model's inputs and initializers (onnx-sbs diff); the coverage names it so
+        self._reference_leaves: set[str] = set()
         self._fx_compared_lowerings: set[str] = set()
         # records whose own error passed but is large for their values: (ratio, n, rec)
         self._quiet: list[tuple[float, int, Record]] = []
@@ -643,6 +651,8 @@ class Summarizer:
             _keep_largest(self._heap, (own, -self._count, self._count, rec), self._top)
 
     def _count_coverage(self, rec: Record) -> None:
+        if rec.kind in _LEAF_KINDS and rec.ep_target:
+            self._reference_leaves.add(rec.ep_target)
         if rec.kind not in (KIND_NODE, KIND_OUTPUT):
             return
         compared = rec.status in _COMPARED
@@ -675,6 +685,13 @@ class Summarizer:
                 cov.not_compared[reason] = cov.not_compared.get(reason, 0) + 1
         cov.torch_nodes = len(self._fx_nodes)
         cov.torch_compared = sum(self._fx_nodes.values())
+        leaves = self._reference_leaves
+        cov.reference_onnx = bool(leaves) and leaves <= {"input", "initializer"}
+        if cov.reference_onnx:
+            cov.not_compared = {
+                k.replace("torch twin", "twin in the reference model"): n
+                for k, n in cov.not_compared.items()
+            }
         return cov
 
     def _own_failure_rule(self, rec: Record, failed: bool) -> str | None:

@@ -389,3 +389,57 @@ def test_a_pt2_returning_a_registered_dataclass_names_it_too(tmp_path):
     torch.export.save(torch.export.export(Split(), (torch.randn(2, 3),)), path)
     said = _load_in_fresh_process(path)
     assert "my_project.outputs.Pair" in said and "import my_project.outputs" in said, said
+
+
+# ---- onnx-sbs diff: each module path once, coverage words for two ONNX models ----------
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class _Nested(torch.nn.Module):
+    """Modules three deep (m.blocks.1.lin), as a transformers model's are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = torch.nn.Module()
+        self.m.blocks = torch.nn.ModuleList([_Block(), _Block()])
+
+    def forward(self, x):
+        for b in self.m.blocks:
+            x = b(x)
+        return x * 2
+
+
+def test_diff_names_each_module_path_once_and_counts_reference_nodes(tmp_path, capsys):
+    from onnx_sbs_nb.cli import EXIT_FAIL, main
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    _, onx = _export(_Nested(), (x,))
+    a, b, inputs = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "x.pt"
+    onnx.save(onx, a)
+    # the second block's relu broken: its module path is m.blocks.1
+    [n for n in onx.graph.node if n.op_type == "Relu"][1].op_type = "Sigmoid"
+    onnx.save(onx, b)
+    torch.save((x,), inputs)
+    argv = ["diff", str(a), str(b), "--inputs", str(inputs), "-o", str(tmp_path / "d.jsonl")]
+    assert main([*argv, "--no-progress"]) == EXIT_FAIL
+    out = capsys.readouterr().out
+    assert "in m.blocks.1 " in out and "m.m." not in out and "blocks.blocks" not in out, out
+    coverage = next(line for line in out.splitlines() if line.startswith("coverage:"))
+    assert "torch" not in coverage and "nodes of the reference model" in coverage, coverage
+
+
+def test_scope_paths_full_or_relative_give_the_module_once():
+    from onnx_sbs_nb.align.source.provenance import _scope_path
+
+    assert _scope_path(["m", "m.biogpt", "m.biogpt.layers.1"]) == "m.biogpt.layers.1"
+    assert _scope_path(["model", "layers.0", "mlp"]) == "model.layers.0.mlp"
+    assert _scope_path([]) is None

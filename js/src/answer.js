@@ -196,7 +196,8 @@ export function coverageOf(summary) {
 export function coverageText(c) {
   let text = `${c.onnx_compared} of ${c.onnx_nodes} ONNX nodes compared`;
   if (c.onnx_covered > c.onnx_compared) text += ` (${c.onnx_covered} with the rest of their fx node's lowering)`;
-  text += `, ${c.torch_compared} of ${c.torch_nodes} torch nodes`;
+  // an ONNX reference (onnx-sbs diff) has no torch nodes (summary.py Coverage.reference_onnx)
+  text += `, ${c.torch_compared} of ${c.torch_nodes} ${c.reference_onnx ? "nodes of the reference model" : "torch nodes"}`;
   const why = Object.entries(c.not_compared || {}).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, n]) => `${n} ${k}`);
   if (why.length) text += `; not compared: ${why.join(", ")}`;
   return text;
