@@ -496,15 +496,16 @@ class Summary:
         if self.first_nan is not None:
             lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
-            # as wide as LayerNormalization (18); a longer op type ends in an ellipsis
-            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<18} name")
-            for r in self.top_suspects[:max_suspects]:
+            shown = self.top_suspects[:max_suspects]
+            ops = [_printable(r.onnx_op_type or r.kind or "") for r in shown]
+            # as wide as the longest op shown (SkipLayerNormalization whole, never cut)
+            w = max([2, *map(len, ops)])
+            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<{w}}  name")
+            for r, op in zip(shown, ops):
                 own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
-                op = _printable(r.onnx_op_type or r.kind or "")
-                op = op if len(op) <= 18 else op[:17] + "\u2026"
                 lines.append(
                     f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
-                    f"{op:<18} {_printable_label(r)}"
+                    f"{op:<{w}}  {_printable(suspect_name(r))}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
             lines.append(
@@ -1005,6 +1006,16 @@ def on_input_text(rec: Record) -> str:
 
 def _label(rec: Record) -> str:
     return rec.onnx_name or rec.ep_name or f"step {rec.step}"
+
+
+def suspect_name(rec: Record) -> str:
+    """A suspect as the widget names it: the user's fx node name (not the prepared
+    program's ``getitem_9``), the module it lives in, and its ONNX value when named
+    otherwise."""
+    name = rec.ep_user_name or rec.ep_name or rec.onnx_name or f"step {rec.step}"
+    where = f" in {rec.ep_module}" if rec.ep_module else ""
+    value = f" (value {rec.onnx_name})" if rec.onnx_name and rec.onnx_name != name else ""
+    return f"{name}{where}{value}"
 
 
 def _printable_label(rec: Record) -> str:

@@ -443,3 +443,39 @@ def test_scope_paths_full_or_relative_give_the_module_once():
     assert _scope_path(["m", "m.biogpt", "m.biogpt.layers.1"]) == "m.biogpt.layers.1"
     assert _scope_path(["model", "layers.0", "mlp"]) == "model.layers.0.mlp"
     assert _scope_path([]) is None
+
+
+# ---- the CLI's top suspects: the user's names and module, the op whole ------------------
+
+
+def test_top_suspects_name_the_users_node_and_module_and_keep_the_op_whole(planted):
+    from onnx_sbs_nb import AlignedRun, summarize
+    from onnx_sbs_nb.records import Record
+
+    ep, onx, x = planted
+    s = summarize(list(AlignedRun(ep, onx, (x,))))
+    text = s.to_text()
+    table = text[text.index("own err") :]
+    r = next(r for r in s.top_suspects if r.ep_module)  # linear_1 in b
+    assert f"{r.ep_user_name} in {r.ep_module}" in table, table
+    # a long op type (a fused node of onnxruntime) is printed whole, the user's name first
+    long_op = Record(
+        ep_name="getitem_9",
+        ep_user_name="attn_weights",
+        ep_module="model.layers.0.self_attn",
+        onnx_name="val_42",
+        onnx_op_type="SkipSimplifiedLayerNormalization",
+        kind="node",
+        status="fail",
+        passed=False,
+        err_abs=0.5,
+        atol=1e-4,
+        rtol=1e-4,
+        step=3,
+    )
+    text = summarize([long_op]).to_text()
+    table = text[text.index("own err") :]
+    row = next(line for line in table.splitlines() if "SkipSimplified" in line)
+    assert "SkipSimplifiedLayerNormalization " in row
+    assert "attn_weights in model.layers.0.self_attn (value val_42)" in row
+    assert "getitem_9" not in row
