@@ -27,6 +27,7 @@ _LAZY = {
     "ReplayConfig": ("onnx_sbs_nb.align.post.replay", "ReplayConfig"),
     "load_replay": ("onnx_sbs_nb.align.post.replay_load", "load_replay"),
     "save_culprit_bundle": ("onnx_sbs_nb.culprit_bundle", "save_culprit_bundle"),
+    "save_observed_inputs": ("onnx_sbs_nb.align.source.observed", "save_observed_inputs"),
     "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
     "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
 }

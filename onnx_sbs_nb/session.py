@@ -111,6 +111,8 @@ def many_inputs(inputs: Any) -> bool:
     another iterable that is no list, tuple, dict or tensor, or a folder (of ``.pt``
     files); a list of inputs (each a tuple, list or dict), as ``run_aligned(inputs=...)``
     reads it.  A tuple, or a list of tensors, stays one input (positional inputs)."""
+    if callable(getattr(inputs, "num_obs", None)):
+        return True  # a torch.onnx.InputObserver: its observed calls
     if (
         isinstance(inputs, list)
         and inputs

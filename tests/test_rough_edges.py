@@ -479,3 +479,96 @@ def test_top_suspects_name_the_users_node_and_module_and_keep_the_op_whole(plant
     assert "SkipSimplifiedLayerNormalization " in row
     assert "attn_weights in model.layers.0.self_attn (value val_42)" in row
     assert "getitem_9" not in row
+
+
+# ---- torch.onnx.InputObserver: its captured calls are the inputs of a run ---------------
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 4)
+
+    def forward(self, x, scale):
+        return torch.tanh(self.lin(x)) * scale
+
+
+@pytest.fixture(scope="module")
+def observed():
+    """Three real calls of different batch sizes, observed, then the export they infer."""
+    if not hasattr(torch.onnx, "InputObserver"):
+        pytest.skip("torch.onnx.InputObserver needs torch >= 2.11")
+    torch.manual_seed(0)
+    model = _Scaled().eval()
+    observer = torch.onnx.InputObserver()
+    with observer(model):
+        for batch in (2, 3, 5):
+            model(torch.randn(batch, 6), scale=torch.rand(batch, 4))
+    args = observer.infer_arguments()
+    kwargs = {}
+    if isinstance(args, dict):
+        args, kwargs = (), args
+    shapes = observer.infer_dynamic_shapes()
+    ep = torch.export.export(model, tuple(args), kwargs=kwargs, dynamic_shapes=shapes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, dynamo=True, verbose=False).model_proto
+    return ep, onx, observer
+
+
+def test_an_input_observer_is_the_many_inputs_of_a_run(observed):
+    from onnx_sbs_nb import SbsSession, run_aligned
+
+    ep, onx, observer = observed
+    stream = run_aligned(ep, onx, inputs=observer)
+    records = list(stream)
+    assert stream.run.status.extra["inputs_total"] == 3
+    assert records and not any(r.failed for r in records)
+    assert {r.inputs_total for r in records if r.inputs_total} == {3}
+    session = SbsSession(ep, onx, inputs=observer).start()
+    session.wait()
+    assert session.inputs["total"] == 3 and session.inputs["done"] == 3
+
+
+def test_observed_inputs_saved_for_the_command_line(observed, tmp_path, capsys):
+    from onnx_sbs_nb import save_observed_inputs
+    from onnx_sbs_nb.cli import EXIT_PASS, main
+
+    ep, onx, observer = observed
+    files = save_observed_inputs(observer, tmp_path / "inputs")
+    assert [f.name for f in files] == ["input_000.pt", "input_001.pt", "input_002.pt"]
+    torch.export.save(ep, tmp_path / "m.pt2")
+    onnx.save(onx, tmp_path / "m.onnx")
+    argv = ["run", str(tmp_path / "m.pt2"), str(tmp_path / "m.onnx"), str(tmp_path / "inputs")]
+    assert main([*argv, "-o", str(tmp_path / "r.jsonl"), "--no-progress"]) == EXIT_PASS
+    assert "worst of 3 inputs" in capsys.readouterr().out
+
+
+def test_an_observer_that_saw_no_call_says_so(observed):
+    from onnx_sbs_nb import run_aligned
+    from onnx_sbs_nb.errors import SbsInputError
+
+    ep, onx, _ = observed
+    with pytest.raises(SbsInputError, match="captured no call"):
+        run_aligned(ep, onx, inputs=torch.onnx.InputObserver())
+
+
+def test_an_input_observer_of_positional_calls_too():
+    from onnx_sbs_nb import run_aligned
+
+    if not hasattr(torch.onnx, "InputObserver"):
+        pytest.skip("torch.onnx.InputObserver needs torch >= 2.11")
+    torch.manual_seed(1)
+    model = _TwoStage().eval()
+    observer = torch.onnx.InputObserver()
+    with observer(model):
+        for batch in (2, 4):
+            model(torch.randn(batch, 6))
+    args = observer.infer_arguments()
+    assert isinstance(args, tuple)  # positional calls: positional arguments
+    ep = torch.export.export(model, args, dynamic_shapes=observer.infer_dynamic_shapes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, dynamo=True, verbose=False).model_proto
+    stream = run_aligned(ep, onx, inputs=observer)
+    assert list(stream) and stream.run.status.extra["inputs_total"] == 2
