@@ -500,12 +500,12 @@ class Summary:
             ops = [_printable(r.onnx_op_type or r.kind or "") for r in shown]
             # as wide as the longest op shown (SkipLayerNormalization whole, never cut)
             w = max([2, *map(len, ops)])
-            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<{w}}  name")
+            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<{w}} name")
             for r, op in zip(shown, ops):
                 own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
                 lines.append(
                     f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
-                    f"{op:<{w}}  {_printable(suspect_name(r))}"
+                    f"{op:<{w}} {_printable(suspect_name(r))}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
             lines.append(
