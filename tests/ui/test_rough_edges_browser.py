@@ -1,0 +1,74 @@
+"""The rough edges of the front end (issue 48), in a real browser.
+
+- A received executed notebook, trusted, with a kernel: the view drawn from its saved
+  widget state has no run behind it.  It says so and offers no button that would wait
+  for a kernel that never answers (it used to show "save_culprit: working..." for
+  minutes, every button disabled).
+- The answer card of a run without own-error reruns says "error", not "own error".
+
+Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+from onnx_sbs_nb import view_state
+
+from .test_shared_notebook_browser import _open_untrusted, _trust, quickstart_executed  # noqa: F401
+from .test_widget_browser import _accept_kernel_dialog
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not view_state.BUNDLE_PATH.is_file() and not os.environ.get("CI"),
+        reason="widget bundle not built (cd js && npm run build)",
+    ),
+]
+
+
+def test_a_received_notebook_says_it_has_no_run_and_never_locks(
+    lab,
+    page,
+    artifacts,
+    quickstart_executed,  # noqa: F811
+):
+    nb = copy.deepcopy(quickstart_executed)
+    assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
+    fallback = _open_untrusted(lab, page, nb, "received.ipynb")
+    fallback.first.scroll_into_view_if_needed()
+    # the kernel started (the notebook's own): what a reader with a kernel has
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
+        state="attached", timeout=120_000
+    )
+    _accept_kernel_dialog(page)
+    for attempt in range(3):  # a busy machine can drop the first keys on a fresh page
+        try:
+            _trust(page)  # trusted: the saved state draws the views; the kernel has none
+            break
+        except Exception:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+    view = page.locator(".sbs-root").first
+    view.wait_for(timeout=60_000)
+    note = view.locator(".sbs-detached")
+    note.wait_for(state="visible", timeout=30_000)
+    assert "run its cell again" in note.inner_text()
+    # no button that waits for an answer is offered
+    for cls in ("sbs-btn-culprit", "sbs-btn-export", "sbs-btn-stop", "sbs-btn-cuda"):
+        assert not view.locator(f".{cls}").is_visible(), cls
+    # the table, the card and the detail still work: select the culprit from the card
+    view.locator(".sbs-card .sbs-culprit").first.click()
+    view.locator(".sbs-detail").wait_for()
+    assert view.locator(".sbs-node-actions").count() == 0
+    # no detail "loading" that would wait for the kernel forever
+    assert view.locator(".sbs-loading").count() == 0
+    assert "working" not in view.locator(".sbs-toolbar").inner_text()
+    view.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(artifacts / "received_notebook_no_run.png"))
+    assert page.js_errors == []
