@@ -71,4 +71,36 @@ def test_a_received_notebook_says_it_has_no_run_and_never_locks(
     assert "working" not in view.locator(".sbs-toolbar").inner_text()
     view.evaluate("e => e.scrollIntoView({block: 'start'})")
     page.screenshot(path=str(artifacts / "received_notebook_no_run.png"))
+    # 1500x1000, the view's top at the top of the notebook: the table's first rows are on
+    # the first screen (the layer tree starts closed: open, it left them below)
+    assert view.locator(".sbs-layers").evaluate("e => e.open") is False
+    screen = page.viewport_size["height"]
+    rows = view.locator(".sbs-tr")
+    rows.nth(2).wait_for()
+    third = rows.nth(2).bounding_box()
+    assert third["y"] + third["height"] <= screen, (third, screen)
+    assert page.js_errors == []
+
+
+def test_the_static_table_fits_800_px(lab, page, artifacts, quickstart_executed):  # noqa: F811
+    page.set_viewport_size({"width": 800, "height": 1000})
+    nb = copy.deepcopy(quickstart_executed)
+    fallback = _open_untrusted(lab, page, nb, "narrow.ipynb")
+    box = fallback.first
+    box.evaluate("e => e.scrollIntoView({block: 'start'})")
+    table = box.locator(".onnx-sbs-worst")
+    # the error and verdict columns are inside the output that holds the table (no
+    # sideways scroll to reach them), in the window, for the header and the culprit's row
+    area_right = table.evaluate(
+        "t => (t.closest('.jp-OutputArea-output') || t.parentElement).getBoundingClientRect().right"
+    )
+    heads = table.locator("th")
+    labels = [heads.nth(k).inner_text() for k in range(heads.count())]
+    first = table.locator("tbody tr").first.locator("td")
+    assert "gelu" in first.nth(labels.index("fx node")).inner_text()
+    for label in ("abs error", "verdict"):
+        k = labels.index(label)
+        for cell in (heads.nth(k).bounding_box(), first.nth(k).bounding_box()):
+            assert cell["x"] + cell["width"] <= min(area_right, 800) + 1, (label, cell)
+    page.screenshot(path=str(artifacts / "static_table_800px.png"))
     assert page.js_errors == []
