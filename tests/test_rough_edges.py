@@ -572,3 +572,12 @@ def test_an_input_observer_of_positional_calls_too():
         onx = torch.onnx.export(ep, dynamo=True, verbose=False).model_proto
     stream = run_aligned(ep, onx, inputs=observer)
     assert list(stream) and stream.run.status.extra["inputs_total"] == 2
+
+
+def test_the_cli_startup_benchmark_runs(capsys):
+    from benchmarks import bench_cli_startup
+
+    bench_cli_startup.main(["--repeats", "1"])
+    out = capsys.readouterr().out
+    for name, _ in bench_cli_startup.CASES:
+        assert name in out

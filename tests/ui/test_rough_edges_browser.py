@@ -104,3 +104,34 @@ def test_the_static_table_fits_800_px(lab, page, artifacts, quickstart_executed)
             assert cell["x"] + cell["width"] <= min(area_right, 800) + 1, (label, cell)
     page.screenshot(path=str(artifacts / "static_table_800px.png"))
     assert page.js_errors == []
+
+
+def test_the_answer_card_says_error_without_an_own_error_run(page, tmp_path, artifacts):
+    """A run without own-error reruns: the card's label is "error"; with them, "own
+    error" (the HTML report renders the widget's own card, offline)."""
+    import warnings
+
+    import torch
+
+    from onnx_sbs_nb import AlignedRun, summarize
+    from onnx_sbs_nb.report_html import write_report_html
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    x = torch.randn(3, 6)
+    ep = torch.export.export(model.eval(), (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    next(n for n in onx.graph.node if n.op_type == "Tanh").op_type = "Sigmoid"
+    for own in (False, True):
+        records = list(AlignedRun(ep, onx, (x,), own_error=own))
+        path = tmp_path / f"own_{own}.html"
+        write_report_html(records, path, summary=summarize(records), title="card")
+        page.goto(path.as_uri())
+        card = page.locator(".sbs-root .sbs-card.sbs-card-fail")
+        card.wait_for(timeout=30_000)
+        labels = card.locator(".sbs-card-grid > .sbs-muted").all_text_contents()
+        assert ("own error" in labels) is own and ("error" in labels) is not own, labels
+        page.screenshot(path=str(artifacts / f"answer_card_own_{own}.png"))
+    assert page.js_errors == []
