@@ -104,8 +104,8 @@ def split_line(line: str) -> list[str]:
         raise ValueError("No closing quotation")
     if word:
         words.append("".join(word))
-    # shell quoting applies to the plain words; an expression keeps its quotes
-    return [w if w[0] in _OPEN else _one_word(w) for w in words]
+    # shell quoting applies to the plain words; an expression (brackets) keeps its quotes
+    return [w if any(c in _OPEN for c in w) else _one_word(w) for w in words]
 
 
 def _one_word(word: str) -> str:

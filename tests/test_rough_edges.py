@@ -328,6 +328,8 @@ def test_sbs_magic_accepts_an_expression_for_inputs(planted):
     assert len(kwargs["inputs"]) == 2 and kwargs["options"].atol == 1e-3
     kwargs, _ = parse_line("ep onx (batch['a'],) --replay-root 'my dir'", ns)
     assert kwargs["inputs"][0] is x and kwargs["replay_root"] == "my dir"
+    kwargs, _ = parse_line('ep onx batch["a"]', ns)  # a subscript keeps its quotes
+    assert kwargs["inputs"] is x
     with pytest.raises(SbsMagicError, match=r"\(y,\).*NameError"):
         parse_line("ep onx (y,)", ns)
 
