@@ -108,12 +108,14 @@ def test_the_static_table_fits_800_px(lab, page, artifacts, quickstart_executed)
 
 def test_the_answer_card_says_error_without_an_own_error_run(page, tmp_path, artifacts):
     """A run without own-error reruns: the card's label is "error"; with them, "own
-    error" (the HTML report renders the widget's own card, offline)."""
+    error" (the HTML report renders the widget's own card, offline).  A comparison of two
+    ONNX models counts "nodes of the reference model", not torch nodes."""
     import warnings
 
+    import onnx
     import torch
 
-    from onnx_sbs_nb import AlignedRun, summarize
+    from onnx_sbs_nb import AlignedRun, run_aligned_onnx, summarize
     from onnx_sbs_nb.report_html import write_report_html
 
     torch.manual_seed(0)
@@ -123,6 +125,8 @@ def test_the_answer_card_says_error_without_an_own_error_run(page, tmp_path, art
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False).model_proto
+    good = onnx.ModelProto()
+    good.CopyFrom(onx)
     next(n for n in onx.graph.node if n.op_type == "Tanh").op_type = "Sigmoid"
     for own in (False, True):
         records = list(AlignedRun(ep, onx, (x,), own_error=own))
@@ -134,4 +138,14 @@ def test_the_answer_card_says_error_without_an_own_error_run(page, tmp_path, art
         labels = card.locator(".sbs-card-grid > .sbs-muted").all_text_contents()
         assert ("own error" in labels) is own and ("error" in labels) is not own, labels
         page.screenshot(path=str(artifacts / f"answer_card_own_{own}.png"))
+        assert "torch nodes" in card.locator(".sbs-card-coverage").inner_text()
+    # two ONNX models (onnx-sbs diff): the coverage counts the reference's nodes as such
+    records = list(run_aligned_onnx(good, onx, (x,)))
+    path = tmp_path / "diff.html"
+    write_report_html(records, path, summary=summarize(records), title="diff")
+    page.goto(path.as_uri())
+    coverage = page.locator(".sbs-root .sbs-card .sbs-card-coverage")
+    coverage.wait_for(timeout=30_000)
+    text = coverage.inner_text()
+    assert "nodes of the reference model" in text and "torch" not in text, text
     assert page.js_errors == []
