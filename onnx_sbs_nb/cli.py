@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib.util
 import io
 import pathlib
@@ -176,10 +177,29 @@ def runs_a_command(argv: Sequence[str]) -> bool:
     error); parsed quietly, as :func:`main` parses it again and answers."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
-            build_parser().parse_args(argv)
+            args = build_parser().parse_args(argv)
         except SystemExit:
             return False
+    try:
+        _files_exist(args)
+    except CliError:
+        return False  # main says which file is missing, as fast as a usage error
     return True
+
+
+def _files_exist(args: argparse.Namespace) -> None:
+    """The model and input files that ``run`` and ``diff`` name exist (CliError)."""
+    if args.command == "run":
+        args = copy.copy(args)  # run_files fills the flags from the positionals
+        run_files(args)
+        files = [args.ep, args.onnx, *args.inputs]
+    elif args.command == "diff":
+        files = [args.a, args.b, args.inputs]
+    else:
+        return
+    for f in files:
+        if not _path(f, "input").exists():
+            raise CliError(f"{f!r}: no such file")
 
 
 def import_engine() -> None:
@@ -816,10 +836,10 @@ def _add_diff_command(sub: Any) -> None:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Two ONNX models side by side; exit codes as ``onnx-sbs run``."""
+    files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
+    outputs, node_data = check_paths(files, args.output)  # before torch loads: at once
     from .align.two_models import two_model_run
 
-    files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
-    outputs, node_data = check_paths(files, args.output)
     run = two_model_run(args.a, args.b, args.inputs, options_from_args(args))
     title = f"onnx-sbs diff: {_name(args.b)} vs {_name(args.a)}"
     return report_run(

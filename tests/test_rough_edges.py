@@ -29,6 +29,8 @@ HEAVY = ("torch", "onnx", "onnxruntime", "numpy")
         ["run", "--atol", "x"],
         ["bogus"],
         [],
+        ["run", "missing.pt2", "missing.onnx", "missing.pt"],
+        ["diff", "a_missing.onnx", "b_missing.onnx", "--inputs", "x_missing.pt"],
     ],
 )
 def test_help_and_argument_errors_import_no_torch(argv):
@@ -59,6 +61,8 @@ def test_a_command_that_runs_imports_the_engine_before_the_collector_is_tuned():
     assert cli.runs_a_command(["demo", "-o", "x"])
     assert not cli.runs_a_command(["--help"])
     assert not cli.runs_a_command(["run", "--atol", "x"])
+    # a missing file is said before torch loads too (main says which)
+    assert not cli.runs_a_command(["run", "no.pt2", "no.onnx", "no.pt"])
 
 
 # ---- save_culprit_bundle takes what run_aligned returns ---------------------------------
