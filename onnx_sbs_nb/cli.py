@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import importlib.util
-import io
 import pathlib
 import signal
 import sys
@@ -170,44 +168,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the engine's own input checks (unreadable model, wrong inputs, no CUDA, ...)
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-
-
-def runs_a_command(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` parses to a command that will run (not --help, not a usage
-    error); parsed quietly, as :func:`main` parses it again and answers."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        try:
-            args = build_parser().parse_args(argv)
-        except SystemExit:
-            return False
-    try:
-        _files_exist(args)
-    except CliError:
-        return False  # main says which file is missing, as fast as a usage error
-    return True
-
-
-def _files_exist(args: argparse.Namespace) -> None:
-    """The model and input files that ``run`` and ``diff`` name exist (CliError)."""
-    if args.command == "run":
-        args = copy.copy(args)  # run_files fills the flags from the positionals
-        run_files(args)
-        files = [args.ep, args.onnx, *args.inputs]
-    elif args.command == "diff":
-        files = [args.a, args.b, args.inputs]
-    else:
-        return
-    for f in files:
-        if not _path(f, "input").exists():
-            raise CliError(f"{f!r}: no such file")
-
-
-def import_engine() -> None:
-    """The heavy modules every running command needs (torch, onnx, onnxruntime), imported
-    at once so that ``__main__`` freezes them out of the garbage collector's walks."""
-    import onnxruntime  # noqa: F401
-
-    from .align.engine import options  # noqa: F401  (torch and onnx come with it)
 
 
 # ---- outputs ---------------------------------------------------------------------------

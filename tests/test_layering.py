@@ -58,7 +58,7 @@ FLOORS: list[tuple[str, ...]] = [
         "precision_report",
         "culprit_bundle",
     ),
-    ("widget", "magic", "cli", "cli_precision", "__main__", "__init__"),
+    ("widget", "magic", "cli", "cli_precision", "cli_startup", "__main__", "__init__"),
 ]
 
 

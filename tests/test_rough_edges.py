@@ -56,7 +56,7 @@ def test_help_and_argument_errors_import_no_torch(argv):
 
 
 def test_a_command_that_runs_imports_the_engine_before_the_collector_is_tuned():
-    from onnx_sbs_nb import cli
+    from onnx_sbs_nb import cli_startup as cli
 
     assert cli.runs_a_command(["demo", "-o", "x"])
     assert not cli.runs_a_command(["--help"])
