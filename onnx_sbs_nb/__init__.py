@@ -21,11 +21,13 @@ _LAZY = {
     "RunOptions": ("onnx_sbs_nb.align.engine.options", "RunOptions"),
     "advise_precision": ("onnx_sbs_nb.align.precision_advisor", "advise_precision"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
+    "supported_ops": ("onnx_sbs_nb.evaluator.registry", "supported_ops"),
     "summarize": ("onnx_sbs_nb.summary", "summarize"),
     "Summary": ("onnx_sbs_nb.summary", "Summary"),
     "ReplayConfig": ("onnx_sbs_nb.align.post.replay", "ReplayConfig"),
     "load_replay": ("onnx_sbs_nb.align.post.replay_load", "load_replay"),
     "save_culprit_bundle": ("onnx_sbs_nb.culprit_bundle", "save_culprit_bundle"),
+    "save_observed_inputs": ("onnx_sbs_nb.align.source.observed", "save_observed_inputs"),
     "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
     "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
 }
@@ -40,6 +42,11 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'onnx_sbs_nb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy API is part of the module: dir() and completion list it before first use
+    return sorted({*globals(), *_LAZY})
 
 
 def load_ipython_extension(ipython: Any) -> None:

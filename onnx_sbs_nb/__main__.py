@@ -12,7 +12,10 @@ def main() -> int:
     (``command_gc.py``)."""
     with one_command_gc() as imports_done:
         try:
-            from . import cli  # torch comes with it: seconds in which Ctrl-C is likely
+            from . import cli, cli_startup  # light: --help is answered before torch loads
+
+            if cli_startup.runs_a_command(sys.argv[1:]):
+                cli_startup.import_engine()  # torch: seconds in which Ctrl-C is likely
         except KeyboardInterrupt:
             print("onnx-sbs: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED

@@ -18,9 +18,8 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .align.engine.options import RunOptions
 from .cli_precision import add_precision_command, cmd_precision
 from .completion import Completion
 from .errors import SbsInputError
@@ -36,6 +35,11 @@ from .report import (
 )
 from .report_html import BundleMissingError
 from .run_args import add_run_arguments, options_from_args
+
+if TYPE_CHECKING:
+    # torch and onnx come with the engine: a subcommand imports it when it runs, so
+    # --help and argument errors answer at once (tests/test_rough_edges.py)
+    from .align.engine.options import RunOptions
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -449,6 +453,9 @@ class _InputsProgress:
 
             self.bar = tqdm(total=self.total, unit="input", desc="onnx-sbs", file=sys.stderr)
         self.bar.update(index + 1 - self.bar.n)
+        if self.bar.n >= self.total:
+            # done before the summary prints: closed later, tqdm would draw it again below
+            self.bar.close()
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
@@ -794,10 +801,10 @@ def _add_diff_command(sub: Any) -> None:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Two ONNX models side by side; exit codes as ``onnx-sbs run``."""
+    files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
+    outputs, node_data = check_paths(files, args.output)  # before torch loads: at once
     from .align.two_models import two_model_run
 
-    files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
-    outputs, node_data = check_paths(files, args.output)
     run = two_model_run(args.a, args.b, args.inputs, options_from_args(args))
     title = f"onnx-sbs diff: {_name(args.b)} vs {_name(args.a)}"
     return report_run(
@@ -826,6 +833,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Exit 0 when the run names the node broken on purpose, 1 when it does not."""
+    from .align.engine.options import RunOptions
     from .demo import write_demo
 
     folder = pathlib.Path(args.output)

@@ -72,8 +72,9 @@ class CulpritBundle:
 def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> CulpritBundle | None:
     """Writes the replay bundle of ``run``'s culprit inside ``root`` and replays it.
 
-    ``run``: an :class:`~onnx_sbs_nb.align.run.AlignedRun` that has run (its records and
-    actions are read), or a run over many inputs (the input that shows the failure is
+    ``run``: an :class:`~onnx_sbs_nb.align.run.AlignedRun` (its records and actions are
+    read; one not yet iterated is run first), what :func:`run_aligned` returns (the
+    records not yet consumed are computed first), or a run over many inputs (the input that shows the failure is
     run again alone); ``summary``: its summary when already made.  None when the run
     names no culprit, or the culprit is no ONNX node (a weight, an input).  The bundle's
     ``culprit.json`` records the culprit and the replay's finding.
@@ -81,6 +82,7 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     from .align.post.replay_load import load_replay
     from .summary import summarize
 
+    run = finished_run(run)
     if summary is None:
         model = getattr(run, "model", None)
         summary = summarize(run.records, node_inputs=model if hasattr(model, "graph") else None)
@@ -124,6 +126,39 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     return bundle
 
 
+_PASS_THE_RUN = (
+    "pass the run itself: `run = run_aligned(ep, onx, args)` (or `AlignedRun(ep, onx, "
+    "args)`), then `save_culprit_bundle(run, folder)`: the bundle replays the culprit on "
+    "the run's values, which records do not hold"
+)
+
+
+def finished_run(given: Any) -> Any:
+    """The run behind ``given``, run to its end: what ``run_aligned`` returns (its records
+    not consumed yet are computed), an AlignedRun or a run over many inputs (run if it
+    was never iterated); SbsInputError for records or anything else, saying what to pass."""
+    from .align.run import RecordStream
+    from .errors import SbsInputError
+
+    if isinstance(given, RecordStream):
+        for _ in given:  # the records the caller has not consumed yet
+            pass
+        return given.run
+    if not hasattr(given, "actions") and not callable(getattr(given, "input_run", None)):
+        what = type(given).__name__
+        if isinstance(given, list | tuple) or hasattr(given, "__next__"):
+            what = f"records (a {what})"
+        raise SbsInputError(f"save_culprit_bundle got {what}, not a run: {_PASS_THE_RUN}")
+    if not getattr(given, "started", True):
+        list(given)  # never iterated: nothing to bundle yet, so it runs now
+    elif not given.status.finished:
+        raise SbsInputError(
+            "the run is still being iterated: consume its records first (or pass what "
+            "run_aligned returns, which finishes it)"
+        )
+    return given
+
+
 def _write_finding(bundle: CulpritBundle, culprit: Any) -> None:
     payload = {"culprit": culprit.to_dict(), "replay": bundle.to_dict()}
     text = json.dumps(payload, indent=1, default=str)
@@ -161,4 +196,4 @@ def _node_count(path: Path) -> int:
     return len(onnx.load(str(path), load_external_data=False).graph.node)
 
 
-__all__ = ["CulpritBundle", "save_culprit_bundle"]
+__all__ = ["CulpritBundle", "finished_run", "save_culprit_bundle"]

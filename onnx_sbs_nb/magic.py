@@ -4,7 +4,9 @@
     %sbs ep onx inputs --atol 1e-4 --own-error
     w = %sbs model.pt2 model.onnx inputs.pt --background
 
-Each of EP, ONNX and INPUTS is a variable of the user's namespace or a file path.  The
+Each of EP, ONNX and INPUTS is a variable of the user's namespace, a file path or a
+Python expression of the notebook (``%sbs ep onx (x,)``; a list of inputs such as
+``[(x,), (x + 1,)]`` is a run over many inputs).  The
 magic returns an :class:`~onnx_sbs_nb.widget.SbsWidget` and shows it once (the run
 executes in the cell unless ``--background``): ``w = %sbs ...`` binds it, as any line
 magic's result; ``-o NAME`` also stores it as NAME, and the last one is always ``_sbs``.
@@ -62,15 +64,59 @@ def resolve(token: str, namespace: dict[str, Any], what: str) -> Any:
     path = Path(token).expanduser()
     if path.exists():
         return str(path)
+    try:
+        # a Python expression of the notebook (`(x,)`, `[(x,), (x + 1,)]`, `d["a"]`): the
+        # user's own code on their own line, evaluated as the cell would
+        return eval(compile(token, f"<%sbs {what}>", "eval"), namespace)
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}"
     raise SbsMagicError(
-        f"%sbs: {what} {token!r} is neither a variable of the notebook nor an existing file"
+        f"%sbs: {what} {token!r} is neither a variable of the notebook nor an existing file, "
+        f"and as a Python expression of the notebook it fails ({why})"
     )
+
+
+_OPEN, _CLOSE, _QUOTES = "([{", ")]}", "'\""
+
+
+def split_line(line: str) -> list[str]:
+    """The words of a ``%sbs`` line as a shell splits them, except that a bracketed
+    expression is one word with its spaces (``(x, y)``), kept as written."""
+    words: list[str] = []
+    word: list[str] = []
+    depth, quote = 0, ""
+    for ch in line:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in _QUOTES:
+            quote = ch
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+        elif ch.isspace() and depth == 0:
+            if word:
+                words.append("".join(word))
+                word = []
+            continue
+        word.append(ch)
+    if quote:
+        raise ValueError("No closing quotation")
+    if word:
+        words.append("".join(word))
+    # shell quoting applies to the plain words; an expression (brackets) keeps its quotes
+    return [w if any(c in _OPEN for c in w) else _one_word(w) for w in words]
+
+
+def _one_word(word: str) -> str:
+    parts = shlex.split(word)
+    return parts[0] if len(parts) == 1 else word
 
 
 def parse_line(line: str, namespace: dict[str, Any]) -> tuple[dict[str, Any], argparse.Namespace]:
     """The SbsWidget keyword arguments for one ``%sbs`` line, and the parsed options."""
     try:
-        argv = shlex.split(line)
+        argv = split_line(line)
     except ValueError as e:
         raise SbsMagicError(f"%sbs: cannot split the line: {e}") from None
     ns = make_parser().parse_args(argv)

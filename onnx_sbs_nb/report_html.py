@@ -119,7 +119,8 @@ def _culprit_html(summary: Any, stack: str | None = None) -> str:
     own = c.get("own_error")
     if own is not None:
         tol = f" against atol {_fmt(c.get('atol'))}" if c.get("atol") is not None else ""
-        bits.append(f"own error {html.escape(_fmt(own))}{html.escape(tol)}")
+        label = "own error" if c.get("own_measured") else "error"  # own: a rerun proved it
+        bits.append(f"{label} {html.escape(_fmt(own))}{html.escape(tol)}")
     if c.get("fuses"):
         bits.append(f"fusing {html.escape(str(c['fuses']))}")
     if c.get("why"):
@@ -227,6 +228,9 @@ def _cell(r: Record, name: str) -> Any:
     return getattr(r, name, None)
 
 
+_LEADING = ("step", "ep_user_name", "err_abs", "status")
+
+
 def _worst_table(records: list[Record], summary: Any = None) -> str:
     rows, culprit_at, leading = _rows(records, summary, FALLBACK_ROWS)
     if not rows:
@@ -237,11 +241,22 @@ def _worst_table(records: list[Record], summary: Any = None) -> str:
         for name in brief_fields()
         if name != "ep_module" or any(getattr(r, name, None) for r in rows)
     ]
+    # the answer's columns next to the name: a narrow output (800 px with a side panel)
+    # shows them without scrolling sideways; the others follow in the schema's order
+    lead = [c for k in _LEADING for c in columns if c[0] == k]
+    columns = lead + [c for c in columns if c not in lead]
+    # a long fx node name breaks (from 8em on), so a narrow output (800 px, a side panel
+    # open) still shows the error and verdict columns beside it (word-break and
+    # min-width: JupyterLab's sanitizer keeps them, and drops overflow-wrap:anywhere)
+    name_td = '<td style="word-break:break-all;min-width:8em">'
+    td = {n: name_td if n == "ep_user_name" else "<td>" for n, _ in columns}
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)
     body = []
     for k, r in enumerate(rows):
         color = _ROW_BG.get(True if r.failed else (False if r.passed else None), "transparent")
-        cells = "".join(f"<td>{html.escape(_fmt(_cell(r, name)))}</td>" for name, _ in columns)
+        cells = "".join(
+            f"{td[name]}{html.escape(_fmt(_cell(r, name)))}</td>" for name, _ in columns
+        )
         if k == culprit_at:
             body.append(
                 f'<tr class="onnx-sbs-culprit-row" style="background:{color};'
@@ -257,7 +272,7 @@ def _worst_table(records: list[Record], summary: Any = None) -> str:
     else:
         caption = f"worst {len(rows)} of {len(records)} rows"
     return (
-        '<table class="onnx-sbs-worst" border="1" style="border-collapse:collapse">'
+        '<table class="onnx-sbs-worst" border="1" style="border-collapse:collapse;max-width:100%">'
         f"<caption>{html.escape(caption)}</caption>"
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .align.engine.options import RESET_ALL, RUNNER_NAMES, RunOptions
 from .errors import SbsInputError
-from .verdict_policy import load_compare_function
+from .option_names import OPTIMIZE_LEVELS, RESET_ALL, RUNNER_NAMES
+
+if TYPE_CHECKING:
+    from .align.engine.options import RunOptions
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,8 +40,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--compare-func",
         metavar="MODULE:FN",
         help="your own check, f(expected, got) -> dict (torch tensors in): its fields "
-        "become report columns, its 'passed' decides the verdict; module:function or "
-        "path/to/file.py:function",
+        "become report columns, its 'passed' decides the verdict; module:function (the "
+        "current folder searched first, as python -m does) or path/to/file.py:function",
     )
     p.add_argument(
         "--no-measures",
@@ -98,11 +100,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
     """``--optimize`` / ``--providers``: compare the graph onnxruntime runs when deployed."""
-    from .align.pairing.optimized import LEVELS
-
     p.add_argument(
         "--optimize",
-        choices=LEVELS,
+        choices=OPTIMIZE_LEVELS,
         default=None,
         help="compare the graph onnxruntime runs after its optimizations at this level "
         "(fused nodes included) instead of the model as given",
@@ -153,6 +153,11 @@ def replay_config_from_args(args: argparse.Namespace) -> Any:
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
     """RunOptions from parsed flags (SbsInputError for a bad value)."""
+    # the engine's modules (torch, onnx) load here, once the flags parsed: --help and
+    # argument errors answer without them
+    from .align.engine.options import RunOptions
+    from .verdict_policy import load_compare_function
+
     return RunOptions(
         runner=args.runner,
         atol=args.atol,

@@ -109,7 +109,16 @@ class SavedReplay:
 def many_inputs(inputs: Any) -> bool:
     """Whether *inputs* are many inputs rather than one: a DataLoader, a generator or
     another iterable that is no list, tuple, dict or tensor, or a folder (of ``.pt``
-    files).  A list or tuple stays one input (positional inputs)."""
+    files); a list of inputs (each a tuple, list or dict), as ``run_aligned(inputs=...)``
+    reads it.  A tuple, or a list of tensors, stays one input (positional inputs)."""
+    if callable(getattr(inputs, "num_obs", None)):
+        return True  # a torch.onnx.InputObserver: its observed calls
+    if (
+        isinstance(inputs, list)
+        and inputs
+        and all(isinstance(i, tuple | list | dict) for i in inputs)
+    ):
+        return True  # [(x1,), (x2,)]: one meaning of inputs= everywhere
     if inputs is None or isinstance(inputs, dict | list | tuple | bytes):
         return False
     if isinstance(inputs, str | Path):

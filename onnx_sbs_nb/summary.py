@@ -138,6 +138,9 @@ class Culprit:
     onnx_op_type: str | None = None
     onnx_nodes: list[str] = field(default_factory=list)
     own_error: float | None = None
+    # whether own_error is the node's own error (an own-error rerun measured it): else it
+    # is the error it showed, inherited or not, and views say "error"
+    own_measured: bool | None = None
     atol: float | None = None
     rtol: float | None = None
     # a fused ONNX node (a graph tool's, no metadata): the fx nodes it computes
@@ -262,6 +265,8 @@ class Coverage:
     torch_compared: int = 0
     # why ONNX nodes went uncompared: reason -> count
     not_compared: dict[str, int] = field(default_factory=dict)
+    # the reference is an ONNX model (onnx-sbs diff): its nodes are no torch nodes
+    reference_onnx: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -275,7 +280,8 @@ class Coverage:
         text = f"{self.onnx_compared} of {self.onnx_nodes} ONNX nodes compared"
         if self.onnx_covered > self.onnx_compared:
             text += f" ({self.onnx_covered} with the rest of their fx node's lowering)"
-        text += f", {self.torch_compared} of {self.torch_nodes} torch nodes"
+        theirs = "nodes of the reference model" if self.reference_onnx else "torch nodes"
+        text += f", {self.torch_compared} of {self.torch_nodes} {theirs}"
         if self.not_compared:
             why = ", ".join(f"{n} {k}" for k, n in sorted(self.not_compared.items()))
             text += f"; not compared: {why}"
@@ -289,6 +295,7 @@ class Coverage:
             "torch_nodes": self.torch_nodes,
             "torch_compared": self.torch_compared,
             "not_compared": dict(self.not_compared),
+            "reference_onnx": self.reference_onnx,
             "low": self.low,
         }
 
@@ -301,6 +308,7 @@ class Coverage:
             torch_nodes=int(d.get("torch_nodes", 0)),
             torch_compared=int(d.get("torch_compared", 0)),
             not_compared={str(k): int(v) for k, v in dict(d.get("not_compared", {})).items()},
+            reference_onnx=bool(d.get("reference_onnx", False)),
         )
 
 
@@ -513,15 +521,16 @@ class Summary:
         if self.first_nan is not None:
             lines.append(f"first NaN/Inf: {_printable_label(self.first_nan)}")
         if self.top_suspects:
-            # as wide as LayerNormalization (18); a longer op type ends in an ellipsis
-            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<18} name")
-            for r in self.top_suspects[:max_suspects]:
+            shown = self.top_suspects[:max_suspects]
+            ops = [_printable(r.onnx_op_type or r.kind or "") for r in shown]
+            # as wide as the longest op shown (SkipLayerNormalization whole, never cut)
+            w = max([2, *map(len, ops)])
+            lines.append(f"  {'step':>5}  {'own err':>10}  {'err':>10}  {'op':<{w}} name")
+            for r, op in zip(shown, ops):
                 own = _fmt(r.err_abs2) if r.err_abs2 is not None else "-"
-                op = _printable(r.onnx_op_type or r.kind or "")
-                op = op if len(op) <= 18 else op[:17] + "\u2026"
                 lines.append(
                     f"  {r.step:>5}  {own:>10}  {_fmt(r.err_abs):>10}  "
-                    f"{op:<18} {_printable_label(r)}"
+                    f"{op:<{w}} {_printable(suspect_name(r))}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
             lines.append(
@@ -560,6 +569,9 @@ class Summarizer:
         # coverage: ONNX node -> (its fx node, compared?); fx nodes seen and compared
         self._onnx_nodes: dict[str, list[Any]] = {}
         self._fx_nodes: dict[str, bool] = {}
+        # the reference's leaves say what it is: a program's are placeholders, an ONNX
+        # model's inputs and initializers (onnx-sbs diff); the coverage names it so
+        self._reference_leaves: set[str] = set()
         self._fx_compared_lowerings: set[str] = set()
         # records whose own error passed but is large for their values: (ratio, n, rec)
         self._quiet: list[tuple[float, int, Record]] = []
@@ -680,6 +692,8 @@ class Summarizer:
             _keep_largest(self._heap, (own, -self._count, self._count, rec), self._top)
 
     def _count_coverage(self, rec: Record) -> None:
+        if rec.kind in _LEAF_KINDS and rec.ep_target:
+            self._reference_leaves.add(rec.ep_target)
         if rec.kind not in (KIND_NODE, KIND_OUTPUT):
             return
         compared = rec.status in _COMPARED
@@ -712,6 +726,13 @@ class Summarizer:
                 cov.not_compared[reason] = cov.not_compared.get(reason, 0) + 1
         cov.torch_nodes = len(self._fx_nodes)
         cov.torch_compared = sum(self._fx_nodes.values())
+        leaves = self._reference_leaves
+        cov.reference_onnx = bool(leaves) and leaves <= {"input", "initializer"}
+        if cov.reference_onnx:
+            cov.not_compared = {
+                k.replace("torch twin", "twin in the reference model"): n
+                for k, n in cov.not_compared.items()
+            }
         return cov
 
     def _own_failure_rule(self, rec: Record, failed: bool) -> str | None:
@@ -908,6 +929,7 @@ class Summarizer:
             onnx_op_type=rec.onnx_op_type,
             onnx_nodes=nodes,
             own_error=own,
+            own_measured=rec.err_abs2 is not None,
             atol=rec.atol,
             rtol=rec.rtol,
             fuses=rec.onnx_fuses,
@@ -1077,6 +1099,16 @@ def on_input_text(rec: Record) -> str:
 
 def _label(rec: Record) -> str:
     return rec.onnx_name or rec.ep_name or f"step {rec.step}"
+
+
+def suspect_name(rec: Record) -> str:
+    """A suspect as the widget names it: the user's fx node name (not the prepared
+    program's ``getitem_9``), the module it lives in, and its ONNX value when named
+    otherwise."""
+    name = rec.ep_user_name or rec.ep_name or rec.onnx_name or f"step {rec.step}"
+    where = f" in {rec.ep_module}" if rec.ep_module else ""
+    value = f" (value {rec.onnx_name})" if rec.onnx_name and rec.onnx_name != name else ""
+    return f"{name}{where}{value}"
 
 
 def _printable_label(rec: Record) -> str:

@@ -21,6 +21,7 @@ import difflib
 import importlib
 import importlib.util
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -294,6 +295,21 @@ def make_judge(verdict: Any, compare: Any, measures: bool = True) -> Judge | Non
     return Judge(policy, compare, measures)
 
 
+def _import_from_cwd(name: str) -> Any:
+    """``import name`` with the current folder searched first, as ``python -m`` does:
+    the ``onnx-sbs`` console script's own path is its bin folder, where a user's
+    ``mycheck.py`` beside their models is not."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def load_compare_function(spec: str) -> Callable:
     """``module:fn`` (a module importable by name) or ``path/to/file.py:fn``: the
     function the user named on their own command line."""
@@ -315,7 +331,7 @@ def load_compare_function(spec: str) -> Callable:
             sys.modules[mod_name] = module
             spec_.loader.exec_module(module)
         else:
-            module = importlib.import_module(where)
+            module = _import_from_cwd(where)
     except SbsInputError:
         raise
     except Exception as exc:

@@ -294,6 +294,13 @@ class SbsWidget(anywidget.AnyWidget):
                 self.send({"type": "rows", "start": have, "rows": encode_rows(batch)})
 
     @command
+    def ping(self, msg: Any, buffers: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """Answers a view's "is a run behind you?" (anywidget command ``"ping"``): a view
+        drawn from a saved notebook's widget state gets no answer, and then offers no
+        button that would wait for one (``js/src/app.js``)."""
+        return {"live": True, "state": self.session.state}, []
+
+    @command
     def action(self, msg: Any, buffers: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """The browser's request ``{name, row, device}`` for one of the session's actions
         (anywidget command ``"action"``); answers ``{name, state: done|error, message}``."""

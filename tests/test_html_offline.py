@@ -329,7 +329,9 @@ def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
             link.click()
             root.locator(f".sbs-tr.sbs-sel[data-row='{row}']").wait_for()
             assert root.locator(".sbs-detail-title").inner_text().startswith(f"#{row} ")
-            # error by layer: the culprit's layer is in view; a click filters the table
+            # error by layer (closed at first, so the table starts on the first screen):
+            # opened, the culprit's layer is in view; a click filters the table
+            root.locator(".sbs-layers > summary").click()
             layer = root.locator(".sbs-lrow.sbs-lfocus.sbs-lfail .sbs-lgroup").last
             assert layer.is_visible()
             layer.click()

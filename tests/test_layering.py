@@ -42,6 +42,7 @@ FLOORS: list[tuple[str, ...]] = [
         "elementwise",
         "user_compare",
         "html_sanitize",
+        "option_names",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),
@@ -59,7 +60,7 @@ FLOORS: list[tuple[str, ...]] = [
         "precision_report",
         "culprit_bundle",
     ),
-    ("widget", "magic", "cli", "cli_precision", "__main__", "__init__"),
+    ("widget", "magic", "cli", "cli_precision", "cli_startup", "__main__", "__init__"),
 ]
 
 

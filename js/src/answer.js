@@ -175,7 +175,8 @@ export class AnswerCard {
     if (c.fuses) lines.push(["fuses", h("span", { class: "sbs-card-fuses", text: c.fuses })]);
     if (c.own_error !== null && c.own_error !== undefined) {
       const tol = c.atol !== null && c.atol !== undefined ? ` against atol ${fmtNum(c.atol)}${c.rtol !== null && c.rtol !== undefined ? `, rtol ${fmtNum(c.rtol)}` : ""}` : "";
-      lines.push(["own error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);
+      // "own error" only where an own-error rerun measured it (summary.py Culprit.own_measured)
+      lines.push([c.own_measured ? "own error" : "error", h("span", {}, h("b", { class: "sbs-bad", text: fmtNum(c.own_error) }), tol)]);
     }
     if (c.why) lines.push(["why", h("span", { class: "sbs-why", text: c.why })]);
     // saved by onnx-sbs run --replay-culprit (summary.py Culprit.bundle)
@@ -207,7 +208,8 @@ function precisionLossLine(summary) {
 export function coverageText(c) {
   let text = `${c.onnx_compared} of ${c.onnx_nodes} ONNX nodes compared`;
   if (c.onnx_covered > c.onnx_compared) text += ` (${c.onnx_covered} with the rest of their fx node's lowering)`;
-  text += `, ${c.torch_compared} of ${c.torch_nodes} torch nodes`;
+  // an ONNX reference (onnx-sbs diff) has no torch nodes (summary.py Coverage.reference_onnx)
+  text += `, ${c.torch_compared} of ${c.torch_nodes} ${c.reference_onnx ? "nodes of the reference model" : "torch nodes"}`;
   const why = Object.entries(c.not_compared || {}).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, n]) => `${n} ${k}`);
   if (why.length) text += `; not compared: ${why.join(", ")}`;
   return text;

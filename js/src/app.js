@@ -15,7 +15,10 @@ import { LayerTree } from "./layers.js";
 import { AnswerCard, culpritOf, culpritName, failingText, verdictOf } from "./answer.js";
 import { watchTheme } from "./theme.js";
 
-export const WIDE = 980; // px of the view's own width from which the detail panel sits beside
+export const WIDE = 980;
+// what a view with no run behind it says instead of its buttons
+export const DETACHED =
+  "saved view: no run behind it in this kernel (the notebook was saved and opened again), so it has no buttons; run its cell again to use Stop, Export report, Save culprit bundle and the node actions"; // px of the view's own width from which the detail panel sits beside
 
 export function mount(el, src) {
   const offs = [];
@@ -24,6 +27,9 @@ export function mount(el, src) {
   let selected = typeof src.get("selected") === "number" ? src.get("selected") : -1;
   let pending = null; // {name}: the action asked last, while its answer has not come
   let shown = null; // {name, state, message}: the last answer, as the action line says it
+  // a view drawn from a saved notebook has no run behind it: null while unknown, then
+  // the kernel's answer to src.probe() (no answer: not backed, the buttons are withdrawn)
+  let backed = live && typeof src.probe === "function" ? null : live;
 
   const filter = new ViewFilter(store);
   const graph = new Graph(src.get("graph"), store);
@@ -102,7 +108,7 @@ export function mount(el, src) {
     src.setInputs({ ...info, shown: v });
   });
   const renderInputs = () => {
-    const info = live ? src.get("inputs") : null;
+    const info = live && backed !== false ? src.get("inputs") : null;
     inputsEl.hidden = !info;
     if (!info) return;
     const failing = new Set(info.failing || []);
@@ -117,7 +123,9 @@ export function mount(el, src) {
     inputsEl.value = info.shown === null || info.shown === undefined ? "" : String(info.shown);
     inputsEl.disabled = running();
   };
-  const toolbar = live ? h("div", { class: "sbs-toolbar" }, inputsEl, btnStop, btnCuda, btnExport, btnCulprit, reasonEl, actionEl) : null;
+  // said instead of the buttons when no run backs the view (a received notebook)
+  const detachedEl = h("span", { class: "sbs-detached", hidden: true, text: DETACHED });
+  const toolbar = live ? h("div", { class: "sbs-toolbar" }, inputsEl, btnStop, btnCuda, btnExport, btnCulprit, reasonEl, actionEl, detachedEl) : null;
   const nodeButtons = [];
   const enable = (b, why) => {
     b.disabled = !!why;
@@ -126,6 +134,13 @@ export function mount(el, src) {
   const running = () => (src.get("status") || {}).state === "running";
   const renderButtons = () => {
     if (!live) return;
+    const gone = backed === false;
+    for (const b of [btnStop, btnCuda, btnExport, btnCulprit, reasonEl]) b.hidden = gone;
+    detachedEl.hidden = !gone;
+    if (gone) {
+      inputsEl.hidden = true;
+      for (const b of nodeButtons) b.hidden = true;
+    }
     const busy = pending !== null;
     const cudaOk = !!src.get("cuda_available");
     enable(btnStop, running() ? "" : "the run is not running");
@@ -142,7 +157,7 @@ export function mount(el, src) {
   // Rerun / Save replay, beside the node they act on; only for ONNX node outputs
   const nodeActions = live
     ? (i) => {
-        if (!store.isOnnxNode(i)) return null;
+        if (!store.isOnnxNode(i) || backed === false) return null;
         nodeButtons.length = 0;
         nodeButtons.push(btn("sbs-btn-rerun", "Rerun in torch", () => act("rerun")), btn("sbs-btn-replay", "Save replay", () => act("save_replay")));
         const bar = h("div", { class: "sbs-node-actions" }, ...nodeButtons);
@@ -181,6 +196,13 @@ export function mount(el, src) {
     renderAction();
     let answer;
     try {
+      // asked again at each click: a kernel that did not answer may have come back
+      if (backed !== true && !(await checkBacked())) {
+        if (pending === token) pending = null;
+        shown = { name, state: "error", message: DETACHED };
+        renderAction();
+        return;
+      }
       answer = await src.action({ name, row: selected, ...extra });
     } catch (e) {
       const late = e && (e.name === "TimeoutError" || e.name === "AbortError");
@@ -191,6 +213,17 @@ export function mount(el, src) {
     renderAction();
   };
 
+  const checkBacked = async () => {
+    backed = await src.probe();
+    renderButtons();
+    renderInputs();
+    if (backed === false) renderDetail(); // no "loading node detail…" that never loads
+    return backed;
+  };
+  // a run still going in the kernel is live whatever a busy kernel answers; a finished
+  // one is asked at once, so a received notebook says so before any click
+  if (backed === null && !running()) checkBacked();
+
   // ---- the parts
   const card = new AnswerCard(store, (i) => select(i, "card"), live);
   const bar = new FilterBar(store, filter);
@@ -200,7 +233,7 @@ export function mount(el, src) {
   const layers = new LayerTree(store, filter, select);
   const detail = new DetailPanel(store, graph, select, nodeActions);
   const renderDetail = () => {
-    detail.render(selected, src.get("details"), live);
+    detail.render(selected, src.get("details"), live && backed !== false);
     card.setDetails(src.get("details"));
     renderButtons();
   };

@@ -67,6 +67,9 @@ import { feedFor, dropFeed } from "./live.js";
 
 // How long the browser waits for an action's answer: a rerun on a large model takes a while.
 const ACTION_TIMEOUT_MS = 10 * 60 * 1000;
+// How long a view waits for the kernel's answer to "is a run behind you?" (the "ping"
+// command): a live widget answers at once, a view drawn from a saved notebook never does.
+export const PROBE_TIMEOUT_MS = 8000;
 
 function modelSource(model, experimental) {
   const feed = feedFor(model);
@@ -83,6 +86,20 @@ function modelSource(model, experimental) {
       return () => model.off(`change:${k}`, cb);
     },
     send: (msg) => model.send(msg),
+    /** Whether a run in the kernel backs this model: true once the kernel answered the
+     * "ping" command, false when it did not in PROBE_TIMEOUT_MS (a view drawn from a saved
+     * notebook's widget state: no object in the kernel answers it). Kept per model. */
+    async probe() {
+      if (feed.backed === true) return true;
+      if (!invoke) return false;
+      try {
+        const [answer] = await invoke("ping", {}, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+        feed.backed = !!(answer && answer.live);
+      } catch (e) {
+        feed.backed = false;
+      }
+      return feed.backed;
+    },
     /** One of the session's actions (onnx_sbs_nb/session.py ACTIONS) through anywidget's
      * request/response command "action": resolves to {name, state, message}. */
     async action(request) {

@@ -69,7 +69,9 @@ export class LayerTree {
     this.focus = ""; // module path kept expanded (the culprit's)
     this.body = h("div", { class: "sbs-layers-body" });
     this.summaryEl = h("summary", { text: "Error by layer" });
-    this.el = h("details", { class: "sbs-layers", open: true, hidden: true }, this.summaryEl, this.body);
+    // closed at first: open, it pushed the table below the first screen (its summary
+    // line says how many modules it holds; a click opens it)
+    this.el = h("details", { class: "sbs-layers", open: false, hidden: true }, this.summaryEl, this.body);
     this.el.addEventListener("toggle", () => this.el.open && this.update(true));
     filter.subscribe(() => this.render());
   }

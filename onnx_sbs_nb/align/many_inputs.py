@@ -195,7 +195,8 @@ def input_files(folder: str | os.PathLike) -> list[Path]:
 def as_inputs(inputs: Any) -> Iterable[Any]:
     """The inputs as an iterable of inputs, checked as far as that can be done without
     running: a list or tuple of inputs, any other iterable (a generator, a
-    ``torch.utils.data.DataLoader``) or a folder of ``.pt`` files."""
+    ``torch.utils.data.DataLoader``), a folder of ``.pt`` files or a
+    ``torch.onnx.InputObserver`` (its observed calls, ``source/observed.py``)."""
     if isinstance(inputs, str | os.PathLike):
         if Path(inputs).is_dir():
             return input_files(inputs)
@@ -203,6 +204,10 @@ def as_inputs(inputs: Any) -> Iterable[Any]:
             f"inputs={str(inputs)!r} is not a folder: inputs= takes many inputs (a list, a "
             "DataLoader, a folder of .pt files); give one input file as args"
         )
+    from .source.observed import is_input_observer, observed_inputs
+
+    if is_input_observer(inputs):  # torch.onnx.InputObserver: one input per stored call
+        return observed_inputs(inputs)
     if isinstance(inputs, torch.Tensor | dict):
         raise SbsInputError(
             f"inputs= takes many inputs, and a {type(inputs).__name__} is one: pass "
@@ -289,6 +294,11 @@ class ManyInputsRun:
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def started(self) -> bool:
+        """Whether the run was iterated (or is being): a run can be iterated once."""
+        return self._started
 
     def __iter__(self) -> Iterator[Record]:
         if self._started:

@@ -375,20 +375,44 @@ def run_aligned(
     *,
     inputs: Any = None,
     **options: Any,
-) -> Iterator[Record]:
+) -> RecordStream:
     """Runs both graphs side by side and yields one Record per aligned pair.
 
     Validation happens now (bad input raises SbsInputError at this call), execution as
     the records are consumed. Options: see :class:`~onnx_sbs_nb.align.options.RunOptions`.
     ``inputs``: many inputs instead of ``args``/``kwargs`` (a list, a DataLoader, a folder
     of ``.pt`` files): one record per pair over all of them, see
-    :func:`aligned_over_inputs`.
+    :func:`aligned_over_inputs`.  The iterator returned holds the run as ``.run``.
     """
     if inputs is not None:
         if args is not None or kwargs is not None:
             raise SbsInputError("give one input as args/kwargs or many as inputs=, not both")
-        return iter(aligned_over_inputs(ep, onx, inputs, **options))
-    return iter(AlignedRun(ep, onx, args, kwargs, **options))
+        return RecordStream(aligned_over_inputs(ep, onx, inputs, **options))
+    return RecordStream(AlignedRun(ep, onx, args, kwargs, **options))
+
+
+class RecordStream(Iterator[Record]):
+    """What :func:`run_aligned` returns: its records as they come, and the run that makes
+    them (``.run``), so that what takes a run (``save_culprit_bundle``) takes this too."""
+
+    def __init__(self, run: AlignedRun | ManyInputsRun) -> None:
+        self.run = run
+        self._records = iter(run)
+
+    def __next__(self) -> Record:
+        return next(self._records)
+
+    @property
+    def records(self) -> list[Record]:
+        """The records yielded so far."""
+        return self.run.records
+
+    @property
+    def status(self) -> RunStatus:
+        return self.run.status
+
+    def stop(self) -> None:
+        self.run.stop()
 
 
 def aligned_over_inputs(
@@ -428,6 +452,7 @@ def aligned_over_inputs(
 __all__ = [
     "AlignedRun",
     "ManyInputsRun",
+    "RecordStream",
     "aligned_over_inputs",
     "SbsInputError",
     "SbsMismatchError",

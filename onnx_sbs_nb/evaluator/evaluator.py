@@ -210,6 +210,13 @@ class TorchOnnxEvaluator:
         replaced = [*(custom_kernels or {}), *self._compiler_args[1]]
         self._specializer = ShapeSpecializer(graph, self.input_names, replaced, jit)
 
+    def supported_ops(self) -> list[tuple[str, str, int]]:
+        """Every (domain, op_type, since_version) this evaluator runs: the built-in
+        kernels (:func:`~onnx_sbs_nb.evaluator.supported_ops`) and its custom kernels
+        (since version 1: they replace the op at every opset)."""
+        custom = {(normalize_domain(d), op, 1) for d, op in self._compiler_args[2] or {}}
+        return sorted({*supported_ops(), *custom})
+
     # -- onnxruntime-like interface ---------------------------------------------------------
 
     def get_inputs(self) -> list[NodeArg]:

@@ -161,6 +161,11 @@ class SideBySideRun:
         self._started = True
         return self._records()
 
+    @property
+    def started(self) -> bool:
+        """Whether the run was iterated (or is being): a run can be iterated once."""
+        return self._started
+
     def stop(self) -> None:
         """Ends the run after the current step; everything yielded so far is kept."""
         self._stop.set()

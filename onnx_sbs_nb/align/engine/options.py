@@ -17,10 +17,9 @@ from typing import Any
 
 from ...device import device_name
 from ...errors import SbsInputError
+from ...option_names import RESET_ALL, RUNNER_NAMES
 from ...verdict_policy import function_name, make_judge
 
-RUNNER_NAMES = ("onnxruntime", "reference", "torch")
-RESET_ALL = "all"
 # Earlier spellings still accepted from keywords (and mapped to today's name).
 _ALIASES = {"rerun_with_torch_inputs": "own_error"}
 

@@ -43,11 +43,12 @@ import onnx
 
 from ...errors import SbsInputError
 from ...files import atomic_folder, make_parent, write_bytes_atomic
+from ...option_names import OPTIMIZE_LEVELS
 from ..source.fx_metadata import FX_NODE_KEY
 from ..source.loading import load_onnx_model
 
 # optimize= levels, mildest first; "layout" exists from onnxruntime 1.22 on
-LEVELS = ("basic", "extended", "layout", "all")
+LEVELS = OPTIMIZE_LEVELS
 _ORT_LEVEL_NAMES = {
     "disabled": "ORT_DISABLE_ALL",
     "basic": "ORT_ENABLE_BASIC",

@@ -86,6 +86,11 @@ def _load_pt2(path: Path, trust_pickles: bool) -> torch.export.ExportedProgram:
     except Exception as e:
         # torch's traceback says nothing the message does not: it goes to the debug log
         log.debug("cannot load %s", path, exc_info=True)
+        from .pt2_types import unregistered_types, unregistered_types_message
+
+        missing = unregistered_types(path)  # torch only logs this cause as a warning
+        if missing:
+            raise SbsInputError(unregistered_types_message(path, missing)) from None
         raise SbsInputError(
             f"{str(path)!r} is not an exported program ({type(e).__name__}: {_first_line(e)}); "
             "write one with torch.export.save(torch.export.export(model, args), path)"

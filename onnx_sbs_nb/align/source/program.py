@@ -208,6 +208,21 @@ class ProgramInputs:
     weights: dict[str, str]  # placeholder name -> state-dict / constant name
 
 
+def _several_inputs_hint(args: Any) -> str:
+    """Positional inputs that are each a whole input (``((x1,), (x2,))``) were meant as
+    several inputs: say how those are passed."""
+    if (
+        isinstance(args, tuple | list)
+        and len(args) > 1
+        and all(isinstance(a, tuple | list | dict) for a in args)
+    ):
+        return (
+            "; to compare several inputs, pass them as a list, one run per input: "
+            "inputs=[(x1,), (x2,)] (run_aligned, SbsSession, SbsWidget, %sbs)"
+        )
+    return ""
+
+
 def bind_inputs(
     ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> ProgramInputs:
@@ -229,6 +244,7 @@ def bind_inputs(
         raise SbsInputError(
             f"the program takes {len(user_specs)} input(s) ({expected}) but {len(flat)} "
             "were given: pass the same args/kwargs as used for torch.export.export"
+            + _several_inputs_hint(args)
         )
     values: dict[str, Any] = {}
     weights: dict[str, str] = {}

@@ -129,9 +129,19 @@ def onnx_node_provenance(node: Any) -> Provenance:
             parts = None
         if isinstance(parts, list) and all(isinstance(x, str) for x in parts):
             # the last scope is the fx node itself, the first the root module
-            module = ".".join(x for x in parts[:-1] if x) or None
+            module = _scope_path([x for x in parts[:-1] if x])
     trace = props.get("pkg.torch.onnx.stack_trace")
     return Provenance(module=module, source=source_line({"stack_trace": trace}) if trace else None)
+
+
+def _scope_path(scopes: list[str]) -> str | None:
+    """The module path of nested name scopes: the exporter writes each scope as its
+    full path (``['m', 'm.blocks.0', 'm.blocks.0.lin']``), so the innermost one is the
+    path; a scope that is a relative name is joined to the one around it."""
+    path = ""
+    for s in scopes:
+        path = s if not path or s == path or s.startswith(path + ".") else f"{path}.{s}"
+    return path or None
 
 
 def _is_machinery(path: str) -> bool:
