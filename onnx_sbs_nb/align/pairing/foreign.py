@@ -45,6 +45,13 @@ _REACH = 512  # fx nodes looked at from one paired value
 _LARGE = 4096  # initializers above this many elements are left out of shape inference
 
 Frontier = frozenset[str]
+# ONNX ops that lower one fx node alone, reading its operands as they are
+_WHOLE = frozenset({
+    "Conv", "ConvTranspose", "Gemm", "Relu", "Sigmoid", "Tanh", "Gelu", "HardSwish",
+    "HardSigmoid", "LeakyRelu", "Softmax", "LogSoftmax", "LayerNormalization",
+    "BatchNormalization", "GlobalAveragePool", "AveragePool", "MaxPool", "Transpose",
+    "Add", "Sub", "Mul", "Div", "Exp", "Log", "Sqrt", "Abs", "Neg", "Erf", "Pow", "Where",
+})  # fmt: skip
 
 
 def module_of_node_name(name: str) -> str | None:
@@ -173,9 +180,7 @@ class _Walk:
         fx_nodes = ctx.fx_nodes
         self.order = {name: k for k, name in enumerate(fx_nodes)}
         self.weights = {
-            name
-            for name, n in fx_nodes.items()
-            if name in ctx.weights or n.op == "get_attr"
+            name for name, n in fx_nodes.items() if name in ctx.weights or n.op == "get_attr"
         }
         self._onnx_memo: dict[str, Frontier | None] = {}
         self._fx_memo: dict[str, Frontier] = {}
@@ -369,7 +374,58 @@ class _Walk:
                 return value
             value = found[0]
 
+    def _gap(self, node: onnx.NodeProto) -> bool:
+        """A paired node whose one computed input is unpaired, read where its fx twin
+        reads its one unpaired computed argument: the two are the same value, whatever
+        op made it (a Relu turned Sigmoid by an edit is no op of the relu's lowering)."""
+        pair = self.pairing.by_onnx.get(node.output[0]) if node.output else None
+        fx = self.ctx.fx_nodes.get(pair.fx_name) if pair is not None else None
+        if fx is None or node.op_type not in _WHOLE or node.op_type not in ends_of(fx):
+            return False
+        if op_name(fx) == "linear" and node.op_type != "Gemm":
+            return False  # its bias Add reads the product, not the linear's input
+        loose = [
+            i for i in node.input if i and self.onnx_frontier(i) and i not in self.pairing.by_onnx
+        ]
+        paired = [
+            i
+            for i in node.input
+            if i and i in self.pairing.by_onnx and i not in self.ctx.initializers
+        ]
+        args = [
+            a
+            for a in fx.all_input_nodes
+            if self.fx_value_frontier(a) and a.name not in self.pairing.by_fx
+        ]
+        bound = [
+            a
+            for a in fx.all_input_nodes
+            if a.name in self.pairing.by_fx and a.name not in self.weights
+        ]
+        if len(loose) != 1 or len(args) != 1 or len(paired) != len(bound):
+            return False
+        twins = {self.pairing.by_onnx[i].fx_name for i in paired}
+        if twins != {a.name for a in bound} or not self._matches(loose[0], args[0]):
+            return False
+        if self.onnx_frontier(loose[0]) != self.fx_frontier(args[0]):
+            return False
+        return self.ctx.try_pair(loose[0], args[0].name, PAIRED_BY_STRUCTURE)
+
     def run(self) -> int:
+        made = self._walk()
+        # then the gaps, latest first: a gap filled lets the node before it be read
+        for _ in range(4):
+            filled = 0
+            for node in reversed(self.nodes):
+                if self._gap(node):
+                    filled += 1
+                    self._paired()
+            made += filled
+            if not filled:
+                break
+        return made
+
+    def _walk(self) -> int:
         made = 0
         for node in self.nodes:
             for value in node.output:
