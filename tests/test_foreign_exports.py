@@ -108,11 +108,25 @@ class Separable(nn.Module):
         return y * self.se(y)
 
 
+class SelfAttention(nn.Module):
+    """torch's own multi-head attention (its in-projection split into q, k, v by
+    size arithmetic in the TorchScript export) and a post-norm residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(x + self.attn(x, x, x, need_weights=False)[0])
+
+
 _MODELS = {
     "cnn": (CNN, (2, 3, 16, 16)),
     "transformer": (TransformerBlock, (2, 5, 16)),
     "mlp": (MLP, (3, 8)),
     "separable": (Separable, (2, 8, 10, 10)),
+    "attention": (SelfAttention, (2, 5, 16)),
 }
 
 
@@ -170,10 +184,11 @@ def _initializer_read_by(onx: onnx.ModelProto, node_name: str, index: int = 1) -
 
 
 # (model, least share of ONNX nodes compared directly, least share covered) measured:
-# cnn 10/10 (10/10), transformer 24/51 (51/51), mlp 7/8 (8/8), separable 9/9 (9/9);
-# before this pairing each compared 1 node (its output, by position)
+# cnn 10/10 (10/10), transformer 24/51 (51/51), mlp 7/8 (8/8), separable 9/9 (9/9),
+# attention 26/73 (73/73); before this pairing each compared 1 node (its output, by
+# position)
 _FAITHFUL = [("cnn", 0.9, 0.95), ("transformer", 0.45, 0.95), ("mlp", 0.8, 0.95),
-             ("separable", 0.9, 0.95)]  # fmt: skip
+             ("separable", 0.9, 0.95), ("attention", 0.33, 0.95)]  # fmt: skip
 
 
 @pytest.mark.parametrize("name,compared,covered", _FAITHFUL)
@@ -258,11 +273,15 @@ def test_transformer_transposed_matmul_weight_is_named_in_its_module():
     """A linear's weight the exporter stored transposed for a MatMul: the element
     changed is named in that linear's module (fc1)."""
 
+    changed = []
+
     def edit(onx):
-        _bump_weight(onx, _initializer_read_by(onx, "/fc1/MatMul"))
+        changed.append(_initializer_read_by(onx, "/fc1/MatMul"))
+        _bump_weight(onx, changed[0])
 
     _, summary = _run("transformer", edit)
-    assert _culprit(summary).ep_module == "fc1", summary.culprit
+    c = _culprit(summary)
+    assert c.onnx_name == changed[0] and c.ep_module == "fc1", c
 
 
 def test_mlp_mul_constant_is_named():
@@ -290,6 +309,31 @@ def test_separable_gate_activation_changed_is_named_in_its_module():
     _, summary = _run("separable", edit)
     c = _culprit(summary)
     assert c.onnx_node == "/se/se.2/Relu" and c.ep_module == "se.2", c
+
+
+def test_attention_softmax_changed_is_named_in_the_attention_lowering():
+    """The Softmax inside torch's attention has no fx value of its own: the attention's
+    value is named, with the Softmax among the nodes of its lowering."""
+
+    def edit(onx):
+        _node(onx, "/attn/Softmax").op_type = "LogSoftmax"
+
+    _, summary = _run("attention", edit)
+    c = _culprit(summary)
+    assert c.ep_name == "scaled_dot_product_attention" and c.ep_module == "attn", c
+    assert "/attn/Softmax" in c.onnx_nodes, c
+
+
+def test_attention_in_projection_weight_is_named_in_its_module():
+    changed = []
+
+    def edit(onx):
+        changed.append(_initializer_read_by(onx, "/attn/MatMul"))
+        _bump_weight(onx, changed[0])
+
+    _, summary = _run("attention", edit)
+    c = _culprit(summary)
+    assert c.onnx_name == changed[0] and c.ep_module == "attn", c
 
 
 def test_module_of_node_name():

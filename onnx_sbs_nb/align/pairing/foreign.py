@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import onnx
+import onnx.numpy_helper
 import torch
 
 from ...dtypes import ONNX_TO_TORCH
@@ -89,6 +90,7 @@ def inferred_types(model: onnx.ModelProto) -> dict[str, tuple[int, tuple[int | N
     copy = onnx.helper.make_model(light, opset_imports=list(model.opset_import))
     copy.ir_version = model.ir_version
     copy.functions.extend(model.functions)
+    _fold_constants(copy)
     try:
         inferred = onnx.shape_inference.infer_shapes(copy, data_prop=True)
     except Exception:  # a model inference cannot read: no shapes, no structural pairs
@@ -135,6 +137,44 @@ def sizes_to_first_reader(graph: onnx.GraphProto, lowering: list[str | None]) ->
         if firsts:
             out[k] = out[firsts[0]]
     return out
+
+
+def _fold_constants(model: onnx.ModelProto) -> None:
+    """Replaces the nodes computing from constants alone (a Mod of two Constants, the
+    Reshape of it: the bounds of a Slice of a shape) by their values, so shape inference
+    follows the sizes they compute; left as they are when evaluation fails."""
+    g = model.graph
+    known = {i.name for i in g.initializer}
+    folded: list[onnx.NodeProto] = []
+    for n in g.node:
+        ins = [i for i in n.input if i]
+        pure = n.domain in ("", "ai.onnx") and not n.op_type.startswith("Random")
+        if pure and n.op_type not in _SIZE_OPS and all(i in known for i in ins):
+            folded.append(n)
+            known.update(o for o in n.output if o)
+    if not any(n.op_type != "Constant" for n in folded):
+        return
+    wanted = [o for n in folded for o in n.output if o]
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        sub = onnx.helper.make_graph(
+            folded,
+            "constants",
+            [],
+            [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in wanted],
+            initializer=list(g.initializer),
+        )
+        sub_model = onnx.helper.make_model(sub, opset_imports=list(model.opset_import))
+        values = ReferenceEvaluator(sub_model).run(None, {})
+    except Exception:  # an op the reference evaluator lacks: sizes stay unknown
+        return
+    small = {o: v for o, v in zip(wanted, values) if getattr(v, "size", _LARGE + 1) <= _LARGE}
+    keep = [n for n in g.node if not (n in folded and all(o in small for o in n.output if o))]
+    del g.node[:]
+    g.node.extend(keep)
+    for name, value in small.items():
+        g.initializer.append(onnx.numpy_helper.from_array(value, name))
 
 
 class CorrespondingOps(PairingStep):
