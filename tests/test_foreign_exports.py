@@ -226,6 +226,7 @@ def test_cnn_add_turned_sub_is_named_in_its_block():
     _, summary = _run("cnn", edit)
     c = _culprit(summary)
     assert c.onnx_node == "/blocks/blocks.0/Add" and c.ep_module == "blocks.0", c
+    assert "not a proven one" in c.why  # the pair rests on structure, and it says so
 
 
 def test_cnn_folded_conv_weight_is_named_at_its_conv():
