@@ -36,7 +36,7 @@ from ...dtypes import ONNX_TO_TORCH
 from ...records import KIND_WEIGHT, PAIRED_BY_STRUCTURE
 from ..source.provenance import module_path
 from .context import PairingStep
-from .lowerings import COPIES, FOLDABLE, ends_of, op_name
+from .lowerings import COPIES, FOLDABLE, LAYOUT, ends_of, op_name
 from .rules import rule
 
 # ONNX ops whose value is a size of their input: a static program has no twin of it
@@ -224,6 +224,7 @@ class _Walk:
         }
         self._onnx_memo: dict[str, Frontier | None] = {}
         self._fx_memo: dict[str, Frontier] = {}
+        self._between_memo: dict[str, bool] = {}
 
     # -- frontiers -------------------------------------------------------------------
     def onnx_frontier(self, value: str) -> Frontier | None:
@@ -261,9 +262,38 @@ class _Walk:
             self._fx_memo[node.name] = found
         return found
 
+    def computes_between(self, node: torch.fx.Node) -> bool:
+        """Whether an unpaired fx node that computes (not a view, copy or part of a
+        split) lies between ``node`` and its frontier: then an ONNX node with that
+        frontier is inside the lowering of that node, not ``node``'s value (a
+        GroupNorm's weight Mul is not the silu after it).  A getitem's multi-output
+        source is part of its own lowering."""
+        found = self._between_memo.get(node.name)
+        if found is None:
+            start = list(node.all_input_nodes)
+            if op_name(node) == "getitem":
+                start = [b for a in start for b in a.all_input_nodes]
+            found = False
+            seen: set[str] = set()
+            while start and not found:
+                a = start.pop()
+                if a.name in seen or a.name in self.weights or a.op != "call_function":
+                    continue
+                seen.add(a.name)
+                if a.name in self.pairing.by_fx or not self.fx_value_frontier(a):
+                    continue
+                name = op_name(a)
+                if name == "getitem" and a.args and op_name(a.args[0]) in LAYOUT:
+                    name = op_name(a.args[0])
+                found = name not in LAYOUT and not (name == "getitem" or name in COPIES)
+                start.extend(a.all_input_nodes)
+            self._between_memo[node.name] = found
+        return found
+
     def _paired(self) -> None:
         self._onnx_memo.clear()
         self._fx_memo.clear()
+        self._between_memo.clear()
 
     # -- candidates ------------------------------------------------------------------
     def _reach(self, anchor: str) -> set[str]:
@@ -334,6 +364,24 @@ class _Walk:
             cur = nxt
         return cur
 
+    def _weights_agree(self, node: onnx.NodeProto, fx: torch.fx.Node) -> bool:
+        """Whether ``node`` may compute ``fx``'s value by the weights each reads: a
+        paired weight it reads is one ``fx`` reads; a tensor of weights it reads, when
+        ``fx`` reads none, is a constant ``fx`` reads."""
+        onnx_weights, made = self._weights_read(node)
+        fx_weights = {a.name for a in fx.all_input_nodes if a.name in self.weights}
+        if onnx_weights and not onnx_weights & fx_weights:
+            return False
+        return not (made and not fx_weights and not self._reads_constants(fx))
+
+    def _reads_constants(self, node: torch.fx.Node) -> bool:
+        """Whether fx ``node`` reads a value no input computes (a mask made from
+        ``ones``, which an exporter stores as a tensor) or a number."""
+        nodes = node.all_input_nodes
+        if len(nodes) < len([a for a in node.args if a is not None]):
+            return True  # a number or a list among its arguments
+        return any(a.op == "call_function" and not self.fx_value_frontier(a) for a in nodes)
+
     def _module_score(self, onnx_module: str | None, node: torch.fx.Node) -> int:
         fx_module = module_path(node.meta)
         if not onnx_module or not fx_module:
@@ -357,17 +405,20 @@ class _Walk:
             fx = self.ctx.fx_nodes[name]
             if node.op_type not in ends_of(fx) or not self._matches(value, fx):
                 continue
-            if self.fx_frontier(fx) != anchors:
+            if self.fx_frontier(fx) != anchors or self.computes_between(fx):
                 continue
             fx_weights = {a.name for a in fx.all_input_nodes if a.name in self.weights}
-            if onnx_weights and not onnx_weights & fx_weights:
-                continue  # the node reads a weight this fx node does not
+            if not self._weights_agree(node, fx):
+                continue  # it reads weights this fx node does not
             confirmed = bool(onnx_weights & fx_weights)
+            score = self._module_score(module, fx)
             if made and fx_weights and not confirmed:
                 folded = self._fold_end(fx)
-                if folded is not fx and folded.name not in self.pairing.by_fx:
-                    fx = folded
-            key = (confirmed, self._module_score(module, fx), -self.order[fx.name])
+                if folded.name in self.pairing.by_fx:
+                    continue  # that fold is another node's value
+                score = max(score, self._module_score(module, folded))
+                fx = folded
+            key = (confirmed, score, -self.order[fx.name])
             if best_key is None or key > best_key:
                 best, best_key = fx, key
         return best
@@ -384,11 +435,75 @@ class _Walk:
         for u in self._users(fx):
             if u.name in self.pairing.by_fx or m.op_type not in ends_of(u):
                 continue
-            if not self._matches(out, u):
+            if not self._matches(out, u) or not self._weights_agree(m, u):
                 continue
             others = [a for a in u.all_input_nodes if a is not fx and self.fx_value_frontier(a)]
             if len(others) == computed:
                 return True
+        return False
+
+    def _same_operands(self, node: onnx.NodeProto, value: str) -> torch.fx.Node | None:
+        """The fx node reading exactly the twins of ``node``'s computed inputs, of its
+        dtype and shape, whatever op either is: a node edited into another op (an Add
+        made a Sub) is still that fx node's value.  Not where the value is combined with
+        one of those inputs again a few nodes on (x * hardsigmoid(x)): then the node is
+        a piece of a lowering."""
+        computed = [i for i in node.input if i and self.onnx_frontier(i)]
+        pairs = [self.pairing.by_onnx.get(i) for i in computed]
+        if len(node.output) != 1 or not computed or any(p is None for p in pairs):
+            return None
+        twins = {p.fx_name for p in pairs}
+        if self._recombines(value, set(computed)):
+            return None
+        module = module_of_node_name(node.name)
+        found: list[tuple[int, torch.fx.Node]] = []
+        for t in twins:
+            src = self.ctx.fx_nodes.get(t)
+            for u in self._users(src) if src is not None else ():
+                if (
+                    u.name in self.pairing.by_fx
+                    or u.op != "call_function"
+                    or u in (f for _, f in found)
+                ):
+                    continue
+                args = {a.name for a in u.all_input_nodes if self.fx_value_frontier(a)}
+                if args != twins or not self._matches(value, u) or self.computes_between(u):
+                    continue
+                if not self._weights_agree(node, u):
+                    continue
+                found.append((self._module_score(module, u), u))
+        found.sort(key=lambda f: -f[0])
+        if not found or (len(found) > 1 and found[1][0] == found[0][0]):
+            return None
+        return found[0][1]
+
+    def _recombines(self, value: str, inputs: set[str]) -> bool:
+        layer, seen = [value], {value}
+        for _ in range(6):
+            nxt = []
+            for v in layer:
+                for k in self.consumers.get(v, ()):
+                    n = self.nodes[k]
+                    if inputs.intersection(n.input):
+                        return True
+                    nxt.extend(o for o in n.output if o and o not in seen)
+                    seen.update(n.output)
+            layer = nxt
+        return False
+
+    def _derives_from(self, value: str, source: str) -> bool:
+        """Whether ONNX ``value`` is computed from ``source`` (through unpaired values)."""
+        stack, seen = [value], set()
+        while stack:
+            v = stack.pop()
+            if v == source:
+                return True
+            if v in seen or v in self.constant or v in self.pairing.by_onnx:
+                continue
+            seen.add(v)
+            k = self.producer.get(v)
+            if k is not None and len(seen) < _REACH:
+                stack.extend(i for i in self.nodes[k].input if i)
         return False
 
     def _chain_end(self, value: str, fx: torch.fx.Node, anchors: Frontier) -> str:
@@ -404,9 +519,12 @@ class _Walk:
                 outs = [o for o in m.output if o and self._matches(o, fx)]
                 if len(outs) != 1 or outs[0] in self.pairing.by_onnx:
                     continue
-                others = [self.onnx_frontier(i) for i in m.input if i and i != value]
+                inputs = [i for i in m.input if i and i != value]
+                others = [self.onnx_frontier(i) for i in inputs]
                 if any(f is None or not f <= anchors for f in others):
                     continue
+                if any(self._derives_from(i, value) for i in inputs):
+                    continue  # it reads the value twice (v * sigmoid(v)): the next op's
                 computed = sum(1 for f in others if f)
                 if not self._claimed(fx, m, outs[0], computed):
                     found.append(outs[0])
@@ -475,6 +593,9 @@ class _Walk:
                 if not anchors:
                     continue
                 fx = self._candidate(node, value, anchors)
+                end = value
+                if fx is None:
+                    fx = self._same_operands(node, value)
                 if fx is None:
                     continue
                 end = self._chain_end(value, fx, anchors)

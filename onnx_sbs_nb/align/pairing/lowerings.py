@@ -30,7 +30,7 @@ _ENDS: dict[str, frozenset[str]] = {
         "softmax": "Softmax", "log_softmax": "LogSoftmax", "safe_softmax": "Softmax",
         "layer_norm": "LayerNormalization Add Mul", "rms_norm": "RMSNormalization Mul",
         "batch_norm": "BatchNormalization Add Mul", "instance_norm": "InstanceNormalization",
-        "group_norm": "GroupNormalization Add Reshape",
+        "group_norm": "GroupNormalization Add Mul Reshape",
         "mean": "ReduceMean GlobalAveragePool AveragePool", "sum": "ReduceSum",
         "amax": "ReduceMax", "amin": "ReduceMin", "prod": "ReduceProd",
         "adaptive_avg_pool1d": "GlobalAveragePool AveragePool ReduceMean",
@@ -77,6 +77,13 @@ _GETITEM_ENDS: dict[str, frozenset[str]] = {
 
 # fx ops that keep their input's value (the lowering is nothing, or an Identity)
 COPIES = frozenset({"clone", "alias", "contiguous", "detach", "dropout", "lift_fresh_copy"})
+# fx ops that move or select values without computing new ones: an exporter merges them
+# with their neighbours (two transposes into one), so a pairing may step over them
+LAYOUT = frozenset({
+    "view", "unsafe_view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose",
+    "permute", "t", "numpy_T", "expand", "expand_as", "repeat", "select", "slice", "narrow",
+    "split", "split_with_sizes", "unsafe_split", "chunk", "unbind", "cat", "concat", "stack",
+}) | COPIES  # fmt: skip
 # fx ops an exporter folds into the weights of the Conv/Gemm before them (a batch norm in
 # an eval export, an affine scale and shift)
 FOLDABLE = frozenset({"batch_norm", "native_batch_norm_legit_no_training", "add", "sub",
@@ -123,4 +130,4 @@ def is_getitem_of(node: torch.fx.Node, names: frozenset[str] | set[str]) -> bool
     return isinstance(src, torch.fx.Node) and op_name(src) in names
 
 
-__all__ = ["COPIES", "FOLDABLE", "ends_of", "is_getitem_of", "op_name"]
+__all__ = ["COPIES", "FOLDABLE", "LAYOUT", "ends_of", "is_getitem_of", "op_name"]
