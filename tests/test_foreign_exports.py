@@ -261,12 +261,12 @@ def _initializer_read_by(onx: onnx.ModelProto, node_name: str, index: int = 1) -
 # (model, least share of ONNX nodes compared directly, least share covered) measured:
 # cnn 10/10 (10/10), transformer 24/51 (51/51), mlp 7/8 (8/8), separable 9/9 (9/9),
 # attention 26/73 (73/73); before this pairing each compared 1 node (its output, by
-# position).  downsample 12/12, groupnorm 9/19 (19/19), llama 16/71 (71/71): their
+# position).  downsample 12/12, groupnorm 9/19 (19/19), llama 26/71 (71/71): their
 # first walk paired the shortcut's Conv with the main path's, the GroupNorm's weight Mul
 # with the silu after it, and failed them
 _FAITHFUL = [("cnn", 0.9, 0.95), ("transformer", 0.45, 0.95), ("mlp", 0.8, 0.95),
              ("separable", 0.9, 0.95), ("attention", 0.33, 0.95), ("downsample", 0.9, 0.95),
-             ("groupnorm", 0.4, 0.95), ("llama", 0.2, 0.95)]  # fmt: skip
+             ("groupnorm", 0.4, 0.95), ("llama", 0.33, 0.95)]  # fmt: skip
 
 
 @pytest.mark.parametrize("name,compared,covered", _FAITHFUL)

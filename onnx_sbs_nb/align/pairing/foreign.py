@@ -182,6 +182,11 @@ class CorrespondingOps(PairingStep):
 
     declared = rule(PAIRED_BY_STRUCTURE)
 
+    def __init__(self, then: PairingStep | None = None):
+        # what pairs around the walk's pairs (names.AroundPaired: a MatMul's transposed
+        # weight once its linear is paired), given by the pairing that lists this rule
+        self.then = then
+
     def run(self, ctx) -> None:
         model = getattr(ctx, "model", None)
         if model is None or any(ctx.fx_of) or not ctx.graph.node:
@@ -189,12 +194,8 @@ class CorrespondingOps(PairingStep):
         types = inferred_types(model)
         if not types:
             return
-        made = _Walk(ctx, types).run()
-        if made:
-            # a MatMul's transposed weight, once its linear is paired
-            from .names import AroundPaired
-
-            AroundPaired().pair(ctx)
+        if _Walk(ctx, types).run() and self.then is not None:
+            self.then.pair(ctx)
 
 
 def _fx_shape(node: torch.fx.Node) -> tuple[torch.dtype, tuple[int, ...]] | None:
@@ -296,8 +297,9 @@ class _Walk:
         self._between_memo.clear()
 
     # -- candidates ------------------------------------------------------------------
-    def _reach(self, anchor: str) -> set[str]:
-        """Unpaired fx nodes computed from ``anchor`` within a few steps."""
+    def _reach(self, anchor: str, through_views: bool = False) -> set[str]:
+        """Unpaired fx nodes computed from ``anchor`` within a few steps (through paired
+        views too: ``through_views``)."""
         start = self.ctx.fx_nodes.get(anchor)
         if start is None:
             return set()
@@ -307,7 +309,11 @@ class _Walk:
             nxt = []
             for n in layer:
                 for u in n.users:
-                    if u.name in seen or u.name in self.pairing.by_fx or u.op != "call_function":
+                    if u.name in seen or u.op != "call_function":
+                        continue
+                    if u.name in self.pairing.by_fx:
+                        if through_views and op_name(u) in LAYOUT:
+                            nxt.append(u)  # walked through, not a candidate
                         continue
                     seen.add(u.name)
                     nxt.append(u)
@@ -391,10 +397,32 @@ class _Walk:
         a, b = sorted((onnx_module, fx_module), key=len)
         return 1 if b.startswith(a + ".") else 0
 
-    def _candidate(self, node: onnx.NodeProto, value: str, anchors: Frontier):
+    def _canon(self, frontier: Frontier) -> Frontier:
+        """A frontier with each paired view or transpose replaced by the value it moves:
+        an exporter reads the value before a transpose with the permutations merged (a
+        key transposed twice), so the two sides may reach the same values at different
+        views."""
+        found = set()
+        for name in frontier:
+            node = self.ctx.fx_nodes.get(name)
+            while node is not None and node.args and isinstance(node.args[0], torch.fx.Node):
+                op = op_name(node)
+                if op == "getitem" and op_name(node.args[0]) in LAYOUT:
+                    node = node.args[0]
+                elif op in LAYOUT:
+                    node = node.args[0]
+                else:
+                    break
+            found.add(node.name if node is not None else name)
+        return frozenset(found)
+
+    def _candidate(self, node: onnx.NodeProto, value: str, anchors: Frontier, loose=False):
+        """The fx node ``node``'s ``value`` is; ``loose``: frontiers compared up to views
+        (:meth:`_canon`), when they are not the same."""
         reach: set[str] | None = None
+        canon = self._canon(anchors) if loose else anchors
         for a in anchors:
-            r = self._reach(a)
+            r = self._reach(a, through_views=loose)
             reach = r if reach is None else reach & r
             if not reach:
                 return None
@@ -405,7 +433,10 @@ class _Walk:
             fx = self.ctx.fx_nodes[name]
             if node.op_type not in ends_of(fx) or not self._matches(value, fx):
                 continue
-            if self.fx_frontier(fx) != anchors or self.computes_between(fx):
+            frontier = self.fx_frontier(fx)
+            if (self._canon(frontier) if loose else frontier) != canon:
+                continue
+            if self.computes_between(fx):
                 continue
             fx_weights = {a.name for a in fx.all_input_nodes if a.name in self.weights}
             if not self._weights_agree(node, fx):
@@ -593,6 +624,8 @@ class _Walk:
                 if not anchors:
                     continue
                 fx = self._candidate(node, value, anchors)
+                if fx is None:
+                    fx = self._candidate(node, value, anchors, loose=True)
                 end = value
                 if fx is None:
                     fx = self._same_operands(node, value)

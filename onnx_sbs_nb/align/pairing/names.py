@@ -821,7 +821,7 @@ FX_RULES: tuple[PairingStep, ...] = (
     SplitParts(),  # a split whose lowering lost its metadata, by the parts' place
     AroundPaired(),
     ByPosition(),
-    CorrespondingOps(),  # a model without metadata (TorchScript export): node by node
+    CorrespondingOps(then=AroundPaired()),  # a model without metadata: node by node
 )
 
 
