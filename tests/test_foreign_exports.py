@@ -422,6 +422,20 @@ def test_attention_in_projection_weight_is_named_in_its_module():
     assert c.onnx_name == changed[0] and c.ep_module == "attn", c
 
 
+def test_llama_softmax_changed_is_named_at_the_attention():
+    """A causal SDPA whose key the export reads before its transposes: its value pairs
+    (frontiers compared up to views), so a Softmax edited inside it is named there, not
+    at the block's output."""
+
+    def edit(onx):
+        next(n for n in onx.graph.node if n.op_type == "Softmax").op_type = "LogSoftmax"
+
+    _, summary = _run("llama", edit)
+    c = _culprit(summary)
+    assert c.ep_name == "scaled_dot_product_attention", c
+    assert any("Softmax" in n for n in c.onnx_nodes), c
+
+
 def test_module_of_node_name():
     from onnx_sbs_nb.align.pairing.foreign import module_of_node_name
 
