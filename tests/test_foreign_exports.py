@@ -280,7 +280,7 @@ def test_faithful_torchscript_export_passes_with_most_nodes_compared(name, compa
     assert len(structural) >= cov.onnx_compared - 1  # the output pairs by position
     # pairs join values of the same module, as the node names say (but for a Conv whose
     # batch norm the exporter folded: the Conv's value is the norm's)
-    from onnx_sbs_nb.align.pairing.foreign import module_of_node_name
+    from onnx_sbs_nb.align.source.provenance import module_of_node_name
 
     named = [(module_of_node_name(r.onnx_node_name or ""), r.ep_module) for r in structural]
     named = [(a, b) for a, b in named if a and b]
@@ -437,9 +437,14 @@ def test_llama_softmax_changed_is_named_at_the_attention():
 
 
 def test_module_of_node_name():
-    from onnx_sbs_nb.align.pairing.foreign import module_of_node_name
+    from onnx_sbs_nb.align.source.provenance import module_of_node_name
 
     assert module_of_node_name("/blocks/blocks.0/conv/Conv") == "blocks.0.conv"
     assert module_of_node_name("/blocks/blocks.0/Add") == "blocks.0"
     assert module_of_node_name("/Flatten") is None
     assert module_of_node_name("Identity_13") is None
+    # an ONNX node without exporter metadata: the module its name says
+    from onnx_sbs_nb.align.source.provenance import onnx_node_provenance
+
+    node = onnx.helper.make_node("Add", ["a", "b"], ["c"], name="/blocks/blocks.0/Add")
+    assert onnx_node_provenance(node).module == "blocks.0"

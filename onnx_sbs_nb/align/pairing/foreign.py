@@ -34,7 +34,7 @@ import torch
 
 from ...dtypes import ONNX_TO_TORCH
 from ...records import KIND_WEIGHT, PAIRED_BY_STRUCTURE
-from ..source.provenance import module_path
+from ..source.provenance import module_of_node_name, module_path
 from .context import PairingStep
 from .lowerings import COPIES, FOLDABLE, LAYOUT, ends_of, op_name
 from .rules import rule
@@ -53,19 +53,6 @@ _WHOLE = frozenset({
     "BatchNormalization", "GlobalAveragePool", "AveragePool", "MaxPool", "Transpose",
     "Add", "Sub", "Mul", "Div", "Exp", "Log", "Sqrt", "Abs", "Neg", "Erf", "Pow", "Where",
 })  # fmt: skip
-
-
-def module_of_node_name(name: str) -> str | None:
-    """The module path in a TorchScript node name: ``/blocks/blocks.0/conv/Conv`` ->
-    ``blocks.0.conv`` (each scope is the attribute, or the qualified child name of a
-    container's item), None for a name without scopes."""
-    if not name.startswith("/"):
-        return None
-    scopes = [s for s in name.split("/")[1:-1] if s]
-    path = ""
-    for s in scopes:
-        path = s if not path or s.startswith(path + ".") else f"{path}.{s}"
-    return path or None
 
 
 def inferred_types(model: onnx.ModelProto) -> dict[str, tuple[int, tuple[int | None, ...]]]:
@@ -642,6 +629,5 @@ __all__ = [
     "CorrespondingOps",
     "constant_values",
     "inferred_types",
-    "module_of_node_name",
     "sizes_to_first_reader",
 ]
