@@ -193,6 +193,19 @@ class LlamaLikeBlock(nn.Module):
         return x + self.down(nn.functional.silu(self.gate(x)) * self.up(x))
 
 
+class Recurrent(nn.Module):
+    """A GRU (the ONNX GRU reorders its gates' weights) read at its last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 16, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y, _ = self.gru(x)
+        return self.head(y[:, -1])
+
+
 _MODELS = {
     "cnn": (CNN, (2, 3, 16, 16)),
     "transformer": (TransformerBlock, (2, 5, 16)),
@@ -202,6 +215,7 @@ _MODELS = {
     "downsample": (DownsampleBlock, (2, 3, 32, 32)),
     "groupnorm": (GroupNormUp, (2, 4, 8, 8)),
     "llama": (LlamaLikeBlock, (2, 6, 16)),
+    "gru": (Recurrent, (2, 6, 8)),
 }
 
 
@@ -263,10 +277,12 @@ def _initializer_read_by(onx: onnx.ModelProto, node_name: str, index: int = 1) -
 # attention 26/73 (73/73); before this pairing each compared 1 node (its output, by
 # position).  downsample 12/12, groupnorm 9/19 (19/19), llama 26/71 (71/71): their
 # first walk paired the shortcut's Conv with the main path's, the GroupNorm's weight Mul
-# with the silu after it, and failed them
+# with the silu after it, and failed them; gru 3/18 (18/18: the GRU, its transposes and
+# the size arithmetic of its initial state are the lowering of its output)
 _FAITHFUL = [("cnn", 0.9, 0.95), ("transformer", 0.45, 0.95), ("mlp", 0.8, 0.95),
              ("separable", 0.9, 0.95), ("attention", 0.33, 0.95), ("downsample", 0.9, 0.95),
-             ("groupnorm", 0.4, 0.95), ("llama", 0.33, 0.95)]  # fmt: skip
+             ("groupnorm", 0.4, 0.95), ("llama", 0.33, 0.95),
+             ("gru", 0.15, 0.95)]  # fmt: skip
 
 
 @pytest.mark.parametrize("name,compared,covered", _FAITHFUL)
@@ -434,6 +450,18 @@ def test_llama_softmax_changed_is_named_at_the_attention():
     c = _culprit(summary)
     assert c.ep_name == "scaled_dot_product_attention", c
     assert any("Softmax" in n for n in c.onnx_nodes), c
+
+
+def test_gru_weight_element_is_named_in_the_recurrence():
+    """The GRU's weights are reordered by the export (no torch weight has their
+    numbers): an element changed is named at the GRU's output, the GRU in its lowering."""
+
+    def edit(onx):
+        _bump_weight(onx, _node(onx, "/gru/GRU").input[1])
+
+    _, summary = _run("gru", edit)
+    c = _culprit(summary)
+    assert c.ep_module == "gru" and "/gru/GRU" in c.onnx_nodes, c
 
 
 def test_module_of_node_name():
