@@ -20,7 +20,10 @@ paired it; each rule's strength is declared in :mod:`.rules`):
 5. ``structure`` (:class:`AroundPaired`): the values around paired ones, for a graph tool
    that dropped the metadata or renamed values;
 6. ``position`` (:class:`.ByPosition`): graph inputs and outputs left over pair by
-   position.
+   position;
+7. ``structure`` (:class:`.foreign.CorrespondingOps`), for a model without any exporter
+   metadata (the TorchScript exporter's, another converter's): node by node, each value
+   with the fx value of the same frontier, dtype and shape whose lowering its op ends.
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then
