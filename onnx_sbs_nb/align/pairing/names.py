@@ -20,7 +20,10 @@ paired it; each rule's strength is declared in :mod:`.rules`):
 5. ``structure`` (:class:`AroundPaired`): the values around paired ones, for a graph tool
    that dropped the metadata or renamed values;
 6. ``position`` (:class:`.ByPosition`): graph inputs and outputs left over pair by
-   position.
+   position;
+7. ``structure`` (:class:`.foreign.CorrespondingOps`), for a model without any exporter
+   metadata (the TorchScript exporter's, another converter's): node by node, each value
+   with the fx value of the same frontier, dtype and shape whose lowering its op ends.
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then
@@ -51,6 +54,7 @@ from ...records import (
 from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
 from .basic_rules import ByPosition, SameName, StateDictName
 from .context import PairingContext, PairingStep, run_rules
+from .foreign import CorrespondingOps, sizes_to_first_reader
 from .pairs import Pair, Pairing
 from .rules import rule
 
@@ -471,7 +475,7 @@ def structural_lowering(model: onnx.ModelProto, pairing: Pairing) -> list[str | 
     fx node, and the nodes that only feed it), so blame still names a lowering with the
     ONNX nodes it holds."""
     g = model.graph
-    return _fx_of_paired(g, [None] * len(g.node), pairing)
+    return sizes_to_first_reader(g, _fx_of_paired(g, [None] * len(g.node), pairing))
 
 
 def _tail_fused(node, fx: torch.fx.Node | None, fused: dict, pairing: Pairing) -> bool:
@@ -806,6 +810,7 @@ class FxPairingContext(PairingContext):
     fx_of: list[str | None]  # per ONNX node, the fx node its metadata names
     onnx_types: dict[str, tuple[int, int | None]]
     onnx_shapes: dict[str, tuple[int | None, ...]]
+    model: onnx.ModelProto | None = None  # the candidate (shape inference reads it)
 
 
 # The fx-to-ONNX pairing: its rules, in the order they run (each record's paired_by is
@@ -819,6 +824,7 @@ FX_RULES: tuple[PairingStep, ...] = (
     SplitParts(),  # a split whose lowering lost its metadata, by the parts' place
     AroundPaired(),
     ByPosition(),
+    CorrespondingOps(then=AroundPaired()),  # a model without metadata: node by node
 )
 
 
@@ -916,6 +922,7 @@ def fx_pairing_context(
         fx_of=(metadata or FxMetadata(model)).names,  # read once: protobuf is slow
         onnx_types=onnx_types,
         onnx_shapes=onnx_shapes,
+        model=model,
     )
 
 

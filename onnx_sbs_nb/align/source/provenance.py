@@ -115,6 +115,19 @@ def _parse_source_line(trace: str) -> str | None:
     return f"{text}: {code}" if code else text
 
 
+def module_of_node_name(name: str) -> str | None:
+    """The module path in a TorchScript node name: ``/blocks/blocks.0/conv/Conv`` ->
+    ``blocks.0.conv`` (each scope is the attribute, or the qualified child name of a
+    container's item), None for a name without scopes."""
+    if not name.startswith("/"):
+        return None
+    scopes = [s for s in name.split("/")[1:-1] if s]
+    path = ""
+    for s in scopes:
+        path = s if not path or s.startswith(path + ".") else f"{path}.{s}"
+    return path or None
+
+
 def onnx_node_provenance(node: Any) -> Provenance:
     """Module path and source line an exported ONNX node carries in its metadata
     (``pkg.torch.onnx.name_scopes``, ``pkg.torch.onnx.stack_trace``): the reference of
@@ -130,6 +143,8 @@ def onnx_node_provenance(node: Any) -> Provenance:
         if isinstance(parts, list) and all(isinstance(x, str) for x in parts):
             # the last scope is the fx node itself, the first the root module
             module = _scope_path([x for x in parts[:-1] if x])
+    if module is None:  # a TorchScript export's scopes are in the node's name
+        module = module_of_node_name(node.name)
     trace = props.get("pkg.torch.onnx.stack_trace")
     return Provenance(module=module, source=source_line({"stack_trace": trace}) if trace else None)
 
@@ -185,4 +200,11 @@ def program_provenance(
     return result
 
 
-__all__ = ["Provenance", "module_path", "program_provenance", "source_line", "user_node_name"]
+__all__ = [
+    "Provenance",
+    "module_of_node_name",
+    "module_path",
+    "program_provenance",
+    "source_line",
+    "user_node_name",
+]
