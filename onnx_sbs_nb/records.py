@@ -50,6 +50,9 @@ STATUS_INTERNAL = "internal"
 
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
+# the comment of a node computing at once fx nodes whose weights the exporter folded into
+# its own (a Conv and its BatchNorm): read back by the summary's why
+FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
 
 
 @dataclass(frozen=True)

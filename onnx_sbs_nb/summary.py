@@ -23,7 +23,12 @@ from .records import (
     KIND_NODE,
     KIND_OUTPUT,
     KIND_WEIGHT,
+    FOLDED_CONSUMER_NOTE,
     NONFINITE_INPUT_NOTE,
+    PAIRED_BY_METADATA,
+    PAIRED_BY_NAME,
+    PAIRED_BY_POSITION,
+    PAIRED_BY_STATE_DICT,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -34,6 +39,7 @@ from .records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_UNPAIRED_OUTPUT,
+    STATUS_WEIGHT_DIFFERS,
     STATUSES,
     Record,
 )
@@ -188,7 +194,24 @@ _ONNX_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     """Why ``rec`` is the culprit; ``ref``: what the reference side is ("torch", or "the
-    reference model's" when two ONNX models are compared)."""
+    reference model's" when two ONNX models are compared); a node computing fx nodes
+    whose weights the exporter folded says so (``judge/weights.py``)."""
+    text = _why_alone(rec, rule, own, ref)
+    folded = _comment_part(rec, FOLDED_CONSUMER_NOTE)
+    if folded and rule != RULE_LEAF:
+        text += f" (it {folded})"
+    return text
+
+
+def _comment_part(rec: Record, marker: str) -> str | None:
+    """The part of a record's comment holding ``marker``, None when none does."""
+    for part in (rec.comment or "").split("; "):
+        if marker in part:
+            return part
+    return None
+
+
+def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
@@ -217,6 +240,9 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
                 f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
                 f"{consumers}"
             )
+        if rec.onnx_op_type == "initializer":  # a constant the program computes
+            consumers = f" ({rec.comment})" if rec.comment else ""
+            return f"the constant differs from the {ref} value by {_fmt(own)}{consumers}"
         return f"the graph input differs from the {ref} input by {_fmt(own)}"
     if rule == RULE_UNPAIRED_OUTPUT:
         return (
@@ -618,7 +644,11 @@ class Summarizer:
         if rec.onnx_name:
             self._onnx_ok[rec.onnx_name] = not failed
 
-        if rec.err_abs is not None and (s.max_err_abs is None or _gt(rec.err_abs, s.max_err_abs)):
+        if (
+            rec.err_abs is not None
+            and rec.status != STATUS_WEIGHT_DIFFERS  # a folded weight differs by design
+            and (s.max_err_abs is None or _gt(rec.err_abs, s.max_err_abs))
+        ):
             s.max_err_abs, s.max_err_name = rec.err_abs, _label(rec)
         if rec.err_abs2 is not None and (s.max_own_err is None or _gt(rec.err_abs2, s.max_own_err)):
             s.max_own_err, s.max_own_err_name = rec.err_abs2, _label(rec)
@@ -685,6 +715,8 @@ class Summarizer:
             return None
         if rec.kind in _LEAF_KINDS:
             return RULE_LEAF
+        if rec.kind == KIND_NODE and rec.onnx_op_type == "initializer":
+            return RULE_LEAF  # a constant (an initializer): nothing upstream to blame
         if self._node_inputs is not None and rec.onnx_name in self._node_inputs:
             inputs = self._node_inputs[rec.onnx_name]
             # an input nobody compared (no torch partner) cannot be blamed: the error is

@@ -173,10 +173,11 @@ class Judge:
     @property
     def own(self) -> Judge | None:
         """The judge of the own-error comparison (the node rerun on torch inputs): the
-        same verdict; the user's function is asked once per pair, on the first one."""
-        if self.policy is None and self.measures:
+        same verdict and the same compare function as the first comparison, so that
+        whose error a value is is decided as whether it fails."""
+        if self.policy is None and self.compare is None and self.measures:
             return None
-        return Judge(self.policy, None, self.measures)
+        return self
 
     def apply(self, d: Any, expected: Any, got: Any) -> None:
         if self.policy is not None:

@@ -31,7 +31,14 @@ from typing import Any
 import torch
 
 from ..errors import SbsInputError
-from ..records import FAILING_STATUSES, STATUS_ERROR, STATUSES, Record, RunStatus
+from ..records import (
+    FAILING_STATUSES,
+    STATUS_ERROR,
+    STATUS_WEIGHT_DIFFERS,
+    STATUSES,
+    Record,
+    RunStatus,
+)
 from .judge.judging import SbsMismatchError
 
 # a run over one input: (args, kwargs) -> an iterable run with .status, .stop(), .records
@@ -290,8 +297,10 @@ class ManyInputsRun:
             status.records += 1
             if rec.failed:
                 status.failures += 1
-            if rec.err_abs is not None and (
-                status.max_err_name is None or _worse(rec.err_abs, status.max_err_abs)
+            if (
+                rec.err_abs is not None
+                and rec.status != STATUS_WEIGHT_DIFFERS  # differs by design: no error
+                and (status.max_err_name is None or _worse(rec.err_abs, status.max_err_abs))
             ):
                 status.max_err_abs = rec.err_abs
                 status.max_err_name = rec.onnx_name or rec.ep_name
