@@ -19,11 +19,11 @@ from .completion import STOPPED, Completion
 from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
     FAILING_STATUSES,
+    FOLDED_CONSUMER_NOTE,
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
     KIND_WEIGHT,
-    FOLDED_CONSUMER_NOTE,
     NONFINITE_INPUT_NOTE,
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
@@ -804,6 +804,7 @@ class Summarizer:
         s = self._s
         suspects = [item[3] for item in sorted(self._heap, key=lambda i: i[:2], reverse=True)]
         chosen, rule = self._choose()
+        coverage = self.coverage()
         return Summary(
             first_own_failure=chosen,
             first_own_failure_rule=rule,
@@ -818,12 +819,12 @@ class Summarizer:
             max_err_name=s.max_err_name,
             max_own_err=s.max_own_err,
             max_own_err_name=s.max_own_err_name,
-            culprit=self._culprit(),
-            coverage=self.coverage(),
+            culprit=self._culprit(coverage),
+            coverage=coverage,
             nonfinite_inputs=list(s.nonfinite_inputs),
         )
 
-    def _culprit(self) -> Culprit | None:
+    def _culprit(self, coverage: Coverage | None = None) -> Culprit | None:
         rec, rule = self._choose()
         if rec is None or rule is None:
             return None
@@ -867,6 +868,11 @@ class Summarizer:
                     f"{by}{op}, the first value that fails"
                 )
             where = on_input_text(first) if first is not None else where
+            # one count: the fields say what the text says, the failure it explains
+            shown = first if first is not None else rec
+        else:
+            shown = rec
+        why += _certainty(rec, coverage)
         if where:
             # every view shows ``why``: the input that shows the failure reaches them all
             why = f"{where}: {why}"
@@ -887,11 +893,35 @@ class Summarizer:
             atol=rec.atol,
             rtol=rec.rtol,
             fuses=rec.onnx_fuses,
-            input_index=rec.input_index,
-            input_name=rec.input_name,
-            inputs_failing=rec.inputs_failing,
-            inputs_total=rec.inputs_total,
+            input_index=shown.input_index,
+            input_name=shown.input_name,
+            inputs_failing=shown.inputs_failing,
+            inputs_total=shown.inputs_total,
         )
+
+
+# pairings that are the same value by the exporter's word or by construction; any other
+# (by structure, a guess) is said in the culprit's why
+_FOUNDED_PAIRINGS = frozenset(
+    {PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_POSITION, PAIRED_BY_STATE_DICT}
+)
+
+
+def _certainty(rec: Record, coverage: Coverage | None) -> str:
+    """What the culprit's evidence lacks, said after its why: a pairing nothing proves,
+    a run that compared less than half of the model."""
+    text = ""
+    if rec.paired_by and rec.paired_by not in _FOUNDED_PAIRINGS:
+        text += (
+            f"; it was paired with its torch value by {rec.paired_by}, which nothing "
+            "proves: it may not be the same value"
+        )
+    if coverage is not None and coverage.low:
+        text += (
+            f"; only {coverage.onnx_covered} of {coverage.onnx_nodes} ONNX nodes were "
+            "compared: the error may be made among the others"
+        )
+    return text
 
 
 def summarize(

@@ -54,8 +54,9 @@ def pair_key(rec: Record) -> tuple[Any, ...]:
 
 def fails(rec: Record) -> bool:
     """The pair fails on this input: its first comparison failed (a value that only
-    inherits an error from upstream, drifted, counts too: the input shows the error)."""
-    if rec.status in FAILING_STATUSES:
+    inherits an error from upstream, drifted, counts too: the input shows the error), or
+    its own error did (the count its culprit's why gives is this one)."""
+    if rec.status in FAILING_STATUSES or rec.passed2 is False:
         return True
     return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
 

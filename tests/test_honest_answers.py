@@ -1,0 +1,413 @@
+"""Honest answers on what a new user brings first: NaN inputs and folded weights,
+constants the program computes, the user's verdict and compare function deciding own
+errors and weight blame, one count per record, certainty that matches the evidence.
+
+Each mechanism is proven on two models of its own (a CNN whose BatchNorms the exporter
+folds into its Convs, an MLP whose BatchNorm1d it folds into a Gemm, a residual block)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import pytest
+import torch
+
+from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.records import KIND_OUTPUT, STATUS_FAIL, STATUS_WEIGHT_DIFFERS, Record
+from onnx_sbs_nb.summary import summarize
+
+from .models import export
+
+
+def _random_bn(model: torch.nn.Module) -> torch.nn.Module:
+    # eval-mode BatchNorms far from identity: folding them changes the weights a lot
+    torch.manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm1d | torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    return model
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))) + x
+
+
+class CNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
+        )
+        self.blocks = torch.nn.Sequential(_Block(8), _Block(8))
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+class MLPBN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
+class Residual(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 1, bias=False), torch.nn.BatchNorm2d(8))
+        self.b = torch.nn.Sequential(
+            torch.nn.Conv2d(8, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4)
+        )
+
+    def forward(self, x):
+        return torch.relu(x + self.b(torch.relu(self.a(x))))
+
+
+def _exported(model: torch.nn.Module, x: torch.Tensor):
+    torch.manual_seed(1)
+    model = _random_bn(model)
+    ep, onx = export(model, (x,))
+    return ep, onx, x
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return _exported(CNN(), torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return _exported(MLPBN(), torch.randn(6, 8, generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.fixture(scope="module")
+def residual():
+    return _exported(
+        Residual(), torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    )
+
+
+def _with_nan(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    x.view(-1)[0] = float("nan")
+    return x
+
+
+def _changed(onx: onnx.ModelProto, name: str, delta: float) -> onnx.ModelProto:
+    """The model with one element of initializer ``name`` moved by ``delta``."""
+    m = copy.deepcopy(onx)
+    init = next(i for i in m.graph.initializer if i.name == name)
+    a = onnx.numpy_helper.to_array(init).copy()
+    a.reshape(-1)[a.size // 2] += delta
+    init.CopyFrom(onnx.numpy_helper.from_array(a, name))
+    return m
+
+
+def _folded_weights(records: list[Record]) -> list[Record]:
+    return [r for r in records if r.kind == "weight" and r.status == STATUS_WEIGHT_DIFFERS]
+
+
+# -- 1. non-finite values are data ------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["cnn", "mlp", "residual"])
+def test_a_nan_input_on_a_model_with_folded_weights_passes(model, request):
+    # torch and onnxruntime make the same NaN pattern: every value agrees; the folded
+    # weights differ by design and their consumers agree on their finite part
+    ep, onx, x = request.getfixturevalue(model)
+    records = list(run_aligned(ep, onx, (_with_nan(x),)))
+    s = summarize(records, node_inputs=onx)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    folded = _folded_weights(records)
+    assert folded and all("the exporter folded" in (r.comment or "") for r in folded)
+    # a weight that differs by design is no error: not the run's worst
+    assert s.max_err_name not in {r.onnx_name for r in folded}
+
+
+def test_a_nan_in_one_of_many_inputs_is_no_failure(cnn):
+    ep, onx, x = cnn
+    gen = torch.Generator().manual_seed(3)
+    inputs = [(torch.randn(x.shape, generator=gen),) for _ in range(6)]
+    inputs[4] = (_with_nan(inputs[4][0]),)
+    s = summarize(run_aligned(ep, onx, inputs=inputs), node_inputs=onx)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+
+
+class _NanToNum64(torch.nn.Module):
+    def forward(self, x):
+        return torch.nan_to_num(torch.log(x), nan=0.0) * 2
+
+
+class _Floor64(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(torch.where(x > 0, x, torch.finfo(torch.float64).min), -1)
+
+
+@pytest.mark.parametrize("model", [_NanToNum64, _Floor64])
+def test_a_constant_is_judged_by_what_its_consumers_make_of_it(model):
+    # float64's smallest number becomes -inf in the model (a live exporter bug): the
+    # constant differs on every input, the model's values only where it is selected
+    x = torch.rand(4, 8, dtype=torch.float64) + 0.5
+    ep, onx = export(model(), (x,))
+    gen = torch.Generator().manual_seed(0)
+    inputs = [(torch.rand(4, 8, dtype=torch.float64, generator=gen) + 0.5,) for _ in range(8)]
+    s = summarize(run_aligned(ep, onx, inputs=inputs), node_inputs=onx)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    bad = inputs[5][0].clone()
+    bad[0, 0] = 0.0 if model is _NanToNum64 else -1.0
+    inputs[5] = (bad,)
+    s = summarize(run_aligned(ep, onx, inputs=inputs), node_inputs=onx)
+    c = s.culprit
+    assert s.verdict == "fail" and c is not None, s.to_text()
+    assert c.input_index == 5 and c.inputs_failing == 1 and c.inputs_total == 8
+    assert "1 of 8 inputs failing" in c.why
+
+
+# -- 2. weight blame that knows folding -------------------------------------------------
+
+
+_FAULTS = {  # model -> a folded initializer to move
+    "cnn": "blocks.1.conv.bias",
+    "mlp": "fc1.bias",
+    "residual": "b.0.weight",
+}
+
+
+@pytest.mark.parametrize("model", ["cnn", "mlp", "residual"])
+def test_a_fault_in_a_folded_weight_blames_its_consumer_not_the_weight(model, request):
+    ep, onx, x = request.getfixturevalue(model)
+    bad = _changed(onx, _FAULTS[model], 0.05)
+    for own_error in (False, True):
+        records = list(run_aligned(ep, bad, (x,), own_error=own_error))
+        s = summarize(records, node_inputs=bad)
+        c = s.culprit
+        assert s.verdict == "fail" and c is not None, s.to_text()
+        assert c.kind != "weight" and c.onnx_op_type in ("Conv", "Gemm"), s.to_text()
+        assert "folded" in c.why, c.why
+        assert ("it makes the error" in c.why) == own_error, c.why
+        weight = next(r for r in records if r.onnx_name == _FAULTS[model])
+        assert weight.status == STATUS_WEIGHT_DIFFERS
+
+
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_the_verdict_policy_decides_weight_blame_as_it_decides_the_values(model, request):
+    # the policy judges the weight's consumer as it judges every value: the answer is
+    # the consumer where the policy fails it, and a pass where it accepts every value
+    ep, onx, x = request.getfixturevalue(model)
+    for delta in (0.05, 0.002):
+        bad = _changed(onx, _FAULTS[model], delta)
+        for own_error in (False, True):
+            records = list(run_aligned(ep, bad, (x,), own_error=own_error, verdict="snr>=30"))
+            failing = [r for r in records if r.kind != "weight" and r.status == STATUS_FAIL]
+            s = summarize(records, node_inputs=bad)
+            c = s.culprit
+            if failing:
+                assert c is not None and c.kind != "weight", s.to_text()
+                assert c.onnx_op_type in ("Conv", "Gemm") and "folded" in c.why, c.why
+            else:
+                assert s.verdict == "pass" and c is None, s.to_text()
+            weight = next(r for r in records if r.onnx_name == _FAULTS[model])
+            assert weight.status == STATUS_WEIGHT_DIFFERS
+
+
+# -- the user's compare function decides own errors too ---------------------------------
+
+
+def _few_off(expected: torch.Tensor, got: torch.Tensor) -> dict:
+    """Passes while at most one element in eight is off (the user's own rule)."""
+    off = ((expected.double() - got.double()).abs() > 1e-3).double().mean().item()
+    return {"passed": off <= 1 / 8, "off": off}
+
+
+class _Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) * 2
+
+
+class _ConvOnly(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * 2
+
+
+@pytest.mark.parametrize(
+    "model,x,bias",
+    [(_Affine, torch.randn(6, 8), "fc.bias"), (_ConvOnly, torch.randn(1, 3, 8, 8), "conv.bias")],
+)
+def test_the_compare_function_decides_own_errors_too(model, x, bias):
+    # one output channel of 16 (of 8) is off: the user's function passes every value
+    torch.manual_seed(0)
+    ep, onx = export(model(), (x,))
+    bad = _changed(onx, bias, 0.5)
+    records = list(run_aligned(ep, bad, (x,), own_error=True, compare=_few_off))
+    s = summarize(records, node_inputs=bad)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    assert all(r.passed2 is not False for r in records)
+
+
+# -- 9. one count per record --------------------------------------------------------------
+
+
+def _many(step, name, kind="node", **fields) -> Record:
+    base = dict(
+        step=step,
+        kind=kind,
+        onnx_name=name,
+        ep_name=name,
+        onnx_node_name=f"n_{name}",
+        onnx_op_type="Exp" if name == "exp" else "Sub",
+        onnx_shape_type="float32[4]",
+        atol=1e-4,
+        rtol=1e-4,
+        input_index=3,
+        inputs_total=20,
+    )
+    base.update(fields)
+    return Record(**base)
+
+
+def test_an_amplified_culprit_gives_the_count_its_text_gives():
+    # an Exp whose own error passes, large for its values, amplified by the Sub after it
+    # that fails on 2 inputs of 20: the culprit's fields and its why say the same count
+    records = [
+        _many(
+            0,
+            "exp",
+            status="ok",
+            passed=True,
+            passed2=True,
+            err_abs=1e-5,
+            err_abs2=1e-5,
+            err_scale2=1e-3,
+            inputs_failing=0,
+            input_index=0,
+        ),
+        _many(
+            1,
+            "sub",
+            kind=KIND_OUTPUT,
+            status="fail",
+            passed=False,
+            passed2=True,
+            err_abs=0.5,
+            err_abs2=0.0,
+            inputs_failing=2,
+        ),
+    ]
+    c = summarize(records).culprit
+    assert c is not None and c.ep_name == "exp" and c.rule == "amplified"
+    assert "2 of 20 inputs failing" in c.why
+    assert (c.inputs_failing, c.inputs_total, c.input_index) == (2, 20, 3)
+
+
+# -- 10. certainty matches evidence -------------------------------------------------------
+
+
+def test_a_culprit_on_a_guessed_pairing_or_little_coverage_says_so():
+    records = [
+        Record(
+            step=0,
+            kind="node",
+            onnx_name="a",
+            ep_name="a",
+            onnx_node_name="na",
+            onnx_op_type="Relu",
+            status="ok",
+            passed=True,
+            paired_by="metadata",
+        ),
+        Record(
+            step=1,
+            kind="node",
+            onnx_name="b",
+            ep_name="b",
+            onnx_node_name="nb",
+            onnx_op_type="Add",
+            status="fail",
+            passed=False,
+            err_abs=1.0,
+            atol=1e-4,
+            rtol=1e-4,
+            paired_by="structure",
+        ),
+    ] + [
+        Record(
+            step=2 + k,
+            kind="node",
+            onnx_name=f"u{k}",
+            onnx_node_name=f"nu{k}",
+            onnx_op_type="Mul",
+            status="unpaired_onnx",
+        )
+        for k in range(5)
+    ]
+    c = summarize(records).culprit
+    assert c is not None and c.ep_name == "b"
+    assert "paired with its torch value by structure" in c.why
+    assert "only 2 of 7 ONNX nodes were compared" in c.why
+    # proven pairings over most of the graph: nothing to add
+    records[1].paired_by = "metadata"
+    c = summarize(records[:2]).culprit
+    assert "nothing proves" not in c.why and "were compared" not in c.why
+
+
+def test_a_pass_on_less_than_half_says_so_and_fails_strict():
+    records = [
+        Record(
+            step=0,
+            kind="output",
+            onnx_name="y",
+            ep_name="y",
+            onnx_node_name="ny",
+            onnx_op_type="Gemm",
+            status="ok",
+            passed=True,
+            paired_by="position",
+        ),
+    ] + [
+        Record(
+            step=1 + k,
+            kind="node",
+            onnx_name=f"u{k}",
+            onnx_node_name=f"nu{k}",
+            onnx_op_type="Conv",
+            status="unpaired_onnx",
+        )
+        for k in range(14)
+    ]
+    s = summarize(records)
+    assert s.verdict == "pass" and s.partial and "PASS on 1 of 15" in s.to_text()
+    assert summarize(records, strict=True).verdict == "fail"
+
+
+def test_max_error_of_a_passing_folded_model_is_no_folded_weight(cnn):
+    ep, onx, x = cnn
+    records = list(run_aligned(ep, onx, (x,)))
+    s = summarize(records, node_inputs=onx)
+    assert s.verdict == "pass"
+    assert s.max_err_abs is not None and s.max_err_abs < 1e-3, s.to_text()
+    assert np.isfinite(s.max_err_abs)
