@@ -234,6 +234,9 @@ class Record:
     # zeros of the own rerun with the other sign than torch's (-0.0 against +0.0), where
     # the own error is 0: equal numbers that 1/x or atan2 downstream tell apart
     err_zero2: int | None = None
+    # onnx_fx_node was inferred from the pairs (the model carries no exporter metadata):
+    # the node is not known to lower that fx node, and its comparison covers no other
+    onnx_fx_inferred: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -378,6 +381,7 @@ FIELDS: dict[str, FieldSpec] = {
     "error": FieldSpec("error"),
     "comment": FieldSpec("comment"),
     "decided_by": FieldSpec("decided by"),
+    "onnx_fx_inferred": FieldSpec("lowering inferred (no metadata)", "bool"),
 }
 
 

@@ -681,7 +681,9 @@ class Summarizer:
                 entry[1] = True
             elif entry[2] is None or rec.status != STATUS_UNPAIRED_ONNX:
                 entry[2] = _uncompared_reason(rec)
-            if compared and rec.onnx_fx_node:
+            if rec.onnx_fx_inferred:
+                entry[0] = None  # a lowering guessed from the pairs covers nothing
+            if compared and rec.onnx_fx_node and not rec.onnx_fx_inferred:
                 self._fx_compared_lowerings.add(rec.onnx_fx_node)
         if rec.ep_name and rec.ep_target:
             self._fx_nodes[rec.ep_name] = self._fx_nodes.get(rec.ep_name, False) or compared
