@@ -20,6 +20,7 @@ from onnx_sbs_nb.records import KIND_OUTPUT, STATUS_FAIL, STATUS_WEIGHT_DIFFERS,
 from onnx_sbs_nb.summary import summarize
 
 from .models import export
+from .test_html_offline import Page, browser  # noqa: F401 (the browser fixture)
 
 
 def _random_bn(model: torch.nn.Module) -> torch.nn.Module:
@@ -408,3 +409,45 @@ def test_max_error_of_a_passing_folded_model_is_no_folded_weight(cnn):
     assert s.verdict == "pass"
     assert s.max_err_abs is not None and s.max_err_abs < 1e-3, s.to_text()
     assert np.isfinite(s.max_err_abs)
+
+
+def test_a_report_of_a_passing_folded_model_shows_folded_weights_as_folded(cnn, tmp_path):
+    # issue 48: its worst error was a folded bias, its footer said "none differs" while
+    # 6 weights were weight_differs, and the static table's worst rows were those weights
+    import re
+
+    from onnx_sbs_nb.report import write_report
+
+    ep, onx, x, _ = cnn
+    records = list(run_aligned(ep, onx, (x,)))
+    s = summarize(records, node_inputs=onx)
+    folded = _folded_weights(records)
+    assert s.verdict == "pass" and len(folded) == 6
+    path = write_report(records, tmp_path / "folded.html", s)
+    text = path.read_text()
+    worst = float(re.search(r"worst err_abs ([0-9.e+-]+)", text).group(1))
+    assert worst < 1e-3, worst
+    table = text[text.index('<table class="onnx-sbs-worst"') :]
+    first_row = table[table.index("<tbody>") : table.index("</tr>")]
+    assert "weight_differs" not in first_row, first_row
+
+
+def test_the_widget_footer_counts_folded_weights_apart(cnn, tmp_path, browser):  # noqa: F811
+    from onnx_sbs_nb.report import write_report
+
+    ep, onx, x, _ = cnn
+    records = list(run_aligned(ep, onx, (x,)))
+    path = write_report(records, tmp_path / "folded.html", summarize(records, node_inputs=onx))
+    p = Page(browser)
+    try:
+        p.page.goto(path.as_uri())
+        line = p.page.locator(".sbs-constants")
+        line.wait_for(timeout=20000)
+        text = line.inner_text()
+        assert "none fails, 6 differ by design" in text, text
+        constants = sum(1 for r in records if r.kind == "weight" and r.status != "unpaired_ep")
+        compared = sum(1 for r in records if r.kind == "weight" and r.status in ("ok", "fail"))
+        assert f"({compared + 6} compared)" in text, (text, constants)
+        assert p.errors == []
+    finally:
+        p.close()
