@@ -124,9 +124,18 @@ class WeightBlame:
             consumer,
             want,
             lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
-            folded,
+            tuple(self._in_user_words(n) for n in folded),
             self._by_tolerance(want),
         )
+
+    def _in_user_words(self, fx_name: str) -> str:
+        """An fx node as the user knows it: their node's name and its module."""
+        try:
+            d = self.reference.describe(fx_name)
+        except Exception:  # a reference that cannot describe it: the prepared name
+            return fx_name
+        name = d.get("ep_user_name") or fx_name
+        return f"{name} ({d['ep_module']})" if d.get("ep_module") else name
 
     def _by_tolerance(self, want: Any) -> bool:
         """Whether atol/rtol decide a value like ``want`` (no verdict policy for its

@@ -71,7 +71,9 @@ def settle_weight(
     wrec.decided_by = WEIGHT_BLAME
     node = consumer.onnx_node_name or consumer.onnx_name
     agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
-    if folded and (agrees or consumer.failed or consumer.passed2 is False):
+    if folded and (consumer.passed is not None or consumer.passed2 is not None):
+        # no scale check: the folded weight says nothing of its own, its consumer's
+        # verdict is the verdict on both
         return _folded(wrec, consumer, node, folded, agrees)
     if agrees and by_tolerance and not agrees_at_its_scale(consumer, want):
         agrees = False
