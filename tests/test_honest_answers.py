@@ -7,11 +7,7 @@ folds into its Convs, an MLP whose BatchNorm1d it folds into a Gemm, a residual 
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
-import onnx
-import onnx.numpy_helper
 import pytest
 import torch
 
@@ -19,71 +15,26 @@ from onnx_sbs_nb import run_aligned
 from onnx_sbs_nb.records import KIND_OUTPUT, STATUS_FAIL, STATUS_WEIGHT_DIFFERS, Record
 from onnx_sbs_nb.summary import summarize
 
+from .corpus.honest import (
+    CNN,
+    MLPBN,
+    Affine,
+    ConvOnly,
+    Floor64,
+    NanToNum64,
+    Residual,
+    changed,
+    random_bn,
+    torchscript,
+    with_nan,
+)
 from .models import export
 from .test_html_offline import Page, browser  # noqa: F401 (the browser fixture)
 
 
-def _random_bn(model: torch.nn.Module) -> torch.nn.Module:
-    # eval-mode BatchNorms far from identity: folding them changes the weights a lot
-    torch.manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm1d | torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.5, 0.5)
-    return model
-
-
-class _Block(torch.nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(c, c, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(c)
-
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x))) + x
-
-
-class CNN(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
-        )
-        self.blocks = torch.nn.Sequential(_Block(8), _Block(8))
-        self.head = torch.nn.Linear(8, 4)
-
-    def forward(self, x):
-        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
-
-
-class MLPBN(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.bn = torch.nn.BatchNorm1d(16)
-        self.fc2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.bn(self.fc1(x))))
-
-
-class Residual(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 1, bias=False), torch.nn.BatchNorm2d(8))
-        self.b = torch.nn.Sequential(
-            torch.nn.Conv2d(8, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4)
-        )
-
-    def forward(self, x):
-        return torch.relu(x + self.b(torch.relu(self.a(x))))
-
-
 def _exported(model: torch.nn.Module, x: torch.Tensor):
     torch.manual_seed(1)
-    model = _random_bn(model)
+    model = random_bn(model)
     ep, onx = export(model, (x,))
     return ep, onx, x, model
 
@@ -105,22 +56,6 @@ def residual():
     )
 
 
-def _with_nan(x: torch.Tensor) -> torch.Tensor:
-    x = x.clone()
-    x.view(-1)[0] = float("nan")
-    return x
-
-
-def _changed(onx: onnx.ModelProto, name: str, delta: float) -> onnx.ModelProto:
-    """The model with one element of initializer ``name`` moved by ``delta``."""
-    m = copy.deepcopy(onx)
-    init = next(i for i in m.graph.initializer if i.name == name)
-    a = onnx.numpy_helper.to_array(init).copy()
-    a.reshape(-1)[a.size // 2] += delta
-    init.CopyFrom(onnx.numpy_helper.from_array(a, name))
-    return m
-
-
 def _folded_weights(records: list[Record]) -> list[Record]:
     return [r for r in records if r.kind == "weight" and r.status == STATUS_WEIGHT_DIFFERS]
 
@@ -133,7 +68,7 @@ def test_a_nan_input_on_a_model_with_folded_weights_passes(model, request):
     # torch and onnxruntime make the same NaN pattern: every value agrees; the folded
     # weights differ by design and their consumers agree on their finite part
     ep, onx, x, _ = request.getfixturevalue(model)
-    records = list(run_aligned(ep, onx, (_with_nan(x),)))
+    records = list(run_aligned(ep, onx, (with_nan(x),)))
     s = summarize(records, node_inputs=onx)
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
     folded = _folded_weights(records)
@@ -146,22 +81,12 @@ def test_a_nan_in_one_of_many_inputs_is_no_failure(cnn):
     ep, onx, x, _ = cnn
     gen = torch.Generator().manual_seed(3)
     inputs = [(torch.randn(x.shape, generator=gen),) for _ in range(6)]
-    inputs[4] = (_with_nan(inputs[4][0]),)
+    inputs[4] = (with_nan(inputs[4][0]),)
     s = summarize(run_aligned(ep, onx, inputs=inputs), node_inputs=onx)
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
 
 
-class _NanToNum64(torch.nn.Module):
-    def forward(self, x):
-        return torch.nan_to_num(torch.log(x), nan=0.0) * 2
-
-
-class _Floor64(torch.nn.Module):
-    def forward(self, x):
-        return torch.softmax(torch.where(x > 0, x, torch.finfo(torch.float64).min), -1)
-
-
-@pytest.mark.parametrize("model", [_NanToNum64, _Floor64])
+@pytest.mark.parametrize("model", [NanToNum64, Floor64])
 def test_a_constant_is_judged_by_what_its_consumers_make_of_it(model):
     # float64's smallest number becomes -inf in the model (a live exporter bug): the
     # constant differs on every input, the model's values only where it is selected
@@ -172,7 +97,7 @@ def test_a_constant_is_judged_by_what_its_consumers_make_of_it(model):
     s = summarize(run_aligned(ep, onx, inputs=inputs), node_inputs=onx)
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
     bad = inputs[5][0].clone()
-    bad[0, 0] = 0.0 if model is _NanToNum64 else -1.0
+    bad[0, 0] = 0.0 if model is NanToNum64 else -1.0
     inputs[5] = (bad,)
     s = summarize(run_aligned(ep, onx, inputs=inputs), node_inputs=onx)
     c = s.culprit
@@ -194,7 +119,7 @@ _FAULTS = {  # model -> a folded initializer to move
 @pytest.mark.parametrize("model", ["cnn", "mlp", "residual"])
 def test_a_fault_in_a_folded_weight_blames_its_consumer_not_the_weight(model, request):
     ep, onx, x, _ = request.getfixturevalue(model)
-    bad = _changed(onx, _FAULTS[model], 0.05)
+    bad = changed(onx, _FAULTS[model], 0.05)
     for own_error in (False, True):
         records = list(run_aligned(ep, bad, (x,), own_error=own_error))
         s = summarize(records, node_inputs=bad)
@@ -213,7 +138,7 @@ def test_the_verdict_policy_decides_weight_blame_as_it_decides_the_values(model,
     # the consumer where the policy fails it, and a pass where it accepts every value
     ep, onx, x, _ = request.getfixturevalue(model)
     for delta in (0.05, 0.002):
-        bad = _changed(onx, _FAULTS[model], delta)
+        bad = changed(onx, _FAULTS[model], delta)
         for own_error in (False, True):
             records = list(run_aligned(ep, bad, (x,), own_error=own_error, verdict="snr>=30"))
             failing = [r for r in records if r.kind != "weight" and r.status == STATUS_FAIL]
@@ -237,33 +162,15 @@ def _few_off(expected: torch.Tensor, got: torch.Tensor) -> dict:
     return {"passed": off <= 1 / 8, "off": off}
 
 
-class _Affine(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 16)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x)) * 2
-
-
-class _ConvOnly(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-
-    def forward(self, x):
-        return torch.relu(self.conv(x)) * 2
-
-
 @pytest.mark.parametrize(
     "model,x,bias",
-    [(_Affine, torch.randn(6, 8), "fc.bias"), (_ConvOnly, torch.randn(1, 3, 8, 8), "conv.bias")],
+    [(Affine, torch.randn(6, 8), "fc.bias"), (ConvOnly, torch.randn(1, 3, 8, 8), "conv.bias")],
 )
 def test_the_compare_function_decides_own_errors_too(model, x, bias):
     # one output channel of 16 (of 8) is off: the user's function passes every value
     torch.manual_seed(0)
     ep, onx = export(model(), (x,))
-    bad = _changed(onx, bias, 0.5)
+    bad = changed(onx, bias, 0.5)
     records = list(run_aligned(ep, bad, (x,), own_error=True, compare=_few_off))
     s = summarize(records, node_inputs=bad)
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
@@ -376,23 +283,12 @@ def test_a_culprit_on_a_guessed_pairing_or_little_coverage_says_so():
     assert "nothing proves" not in c.why and "were compared" not in c.why
 
 
-def _torchscript(model: torch.nn.Module, x: torch.Tensor) -> onnx.ModelProto:
-    import io
-    import warnings
-
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), f, dynamo=False)
-    return onnx.load_from_string(f.getvalue())
-
-
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
 def test_a_pass_on_less_than_half_says_so_whatever_made_the_model(model, request):
     # the TorchScript exporter writes no fx metadata: the ONNX nodes feeding a compared
     # output are not the lowering of its fx node, and compare nothing
     ep, _, x, eager = request.getfixturevalue(model)
-    onx = _torchscript(eager, x)
+    onx = torchscript(eager, x)
     records = list(run_aligned(ep, onx, (x,)))
     s = summarize(records, node_inputs=onx)
     cov = s.coverage
