@@ -20,6 +20,7 @@ from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
     FAILING_STATUSES,
     FOLDED_CONSUMER_NOTE,
+    JUDGED_BY_NOTE,
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
@@ -213,6 +214,10 @@ def _comment_part(rec: Record, marker: str) -> str | None:
 
 def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
+    beyond = f"beyond {tol}"
+    judged = _comment_part(rec, JUDGED_BY_NOTE)
+    if judged:  # the user's verdict or compare function failed it, not atol/rtol
+        beyond = "failing " + judged[judged.index(JUDGED_BY_NOTE) + len(JUDGED_BY_NOTE) :]
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:
@@ -225,7 +230,7 @@ def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") ->
             return f"{text} ({rec.comment})" if rec.comment else text
         text = (
             f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} "
-            f"(beyond {tol}): it makes the error, it does not inherit it"
+            f"({beyond}): it makes the error, it does not inherit it"
         )
         if rec.own_inputs_from:
             text += (
@@ -257,8 +262,8 @@ def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") ->
         )
         return f"{text} ({rec.comment})" if rec.comment else text
     if rule == RULE_INPUTS_PASSED:
-        return f"it differs by {_fmt(own)} (beyond {tol}) while every compared input agrees"
-    return f"it is the first value that differs ({_fmt(own)}, beyond {tol})"
+        return f"it differs by {_fmt(own)} ({beyond}) while every compared input agrees"
+    return f"it is the first value that differs ({_fmt(own)}, {beyond})"
 
 
 # statuses whose values were compared (whatever the outcome)

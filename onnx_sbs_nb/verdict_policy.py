@@ -185,6 +185,7 @@ class Judge:
             if conds is not None:
                 ok = all(c.holds(d) for c in conds) and not d.err_nan
                 d.passed = ok and not d.dtype_mismatch
+                d.decided = "the verdict " + " and ".join(c.text for c in conds)
         if self.compare is not None:
             self._user_check(d, expected, got)
 
@@ -210,6 +211,7 @@ class Judge:
                     d.passed = False
                     continue
                 d.passed = bool(value) and not d.shape_mismatch
+                d.decided = f"your compare function {name}"
             else:
                 extra[str(key)] = _plain(value)
         d.extra = extra or None

@@ -137,7 +137,8 @@ def test_the_verdict_policy_decides_weight_blame_as_it_decides_the_values(model,
     # the policy judges the weight's consumer as it judges every value: the answer is
     # the consumer where the policy fails it, and a pass where it accepts every value
     ep, onx, x, _ = request.getfixturevalue(model)
-    for delta in (0.05, 0.002):
+    seen_failing = False
+    for delta in (0.5, 0.05, 0.002):
         bad = changed(onx, _FAULTS[model], delta)
         for own_error in (False, True):
             records = list(run_aligned(ep, bad, (x,), own_error=own_error, verdict="snr>=30"))
@@ -145,12 +146,16 @@ def test_the_verdict_policy_decides_weight_blame_as_it_decides_the_values(model,
             s = summarize(records, node_inputs=bad)
             c = s.culprit
             if failing:
+                seen_failing = True
                 assert c is not None and c.kind != "weight", s.to_text()
                 assert c.onnx_op_type in ("Conv", "Gemm") and "folded" in c.why, c.why
+                # the why cites what failed it: the policy, not atol/rtol
+                assert "failing the verdict snr>=30" in c.why and "atol" not in c.why, c.why
             else:
                 assert s.verdict == "pass" and c is None, s.to_text()
             weight = next(r for r in records if r.onnx_name == _FAULTS[model])
             assert weight.status == STATUS_WEIGHT_DIFFERS
+    assert seen_failing
 
 
 # -- the user's compare function decides own errors too ---------------------------------
