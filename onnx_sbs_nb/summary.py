@@ -228,16 +228,15 @@ def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") ->
                 f"{rec.onnx_shape_type} where the program has {rec.ep_shape_type}"
             )
             return f"{text} ({rec.comment})" if rec.comment else text
-        text = (
-            f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} "
-            f"({beyond}): it makes the error, it does not inherit it"
-        )
+        text = f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} ({beyond})"
         if rec.own_inputs_from:
-            text += (
+            # the rerun did not isolate it: it proves no more than where the error starts
+            return text + (
                 f"; some of its inputs have no torch twin and were recomputed through the "
-                f"lowering of {rec.own_inputs_from}, so the error may also be there"
+                f"lowering of {_fused_list(rec.own_inputs_from)}, so the error may also be "
+                "there: it is made there or here, not upstream"
             )
-        return text
+        return text + ": it makes the error, it does not inherit it"
     if rule == RULE_LEAF:
         if rec.kind == KIND_WEIGHT:
             consumers = f" ({rec.comment})" if rec.comment else ""

@@ -352,3 +352,27 @@ def test_the_widget_footer_counts_folded_weights_apart(cnn, tmp_path, browser): 
         assert p.errors == []
     finally:
         p.close()
+
+
+@pytest.mark.parametrize(
+    "model,node,op", [("cnn", "/blocks/blocks.0/Add", "Sub"), ("mlp", "/Relu", "Sigmoid")]
+)
+def test_a_culprit_says_no_more_than_its_evidence(model, node, op, request):
+    # a TorchScript export with a planted fault: its values mostly have no torch twin,
+    # so an own error is recomputed through nodes nobody compared, over little coverage
+    ep, _, x, eager = request.getfixturevalue(model)
+    onx = torchscript(eager, x)
+    planted = next(n for n in onx.graph.node if n.name == node)
+    planted.op_type = op
+    records = list(run_aligned(ep, onx, (x,), own_error=True))
+    s = summarize(records, node_inputs=onx)
+    c, rec = s.culprit, s.first_own_failure
+    assert s.verdict == "fail" and c is not None, s.to_text()
+    if s.coverage.low:
+        assert f"only {s.coverage.onnx_covered} of {s.coverage.onnx_nodes}" in c.why, c.why
+    if rec.own_inputs_from:
+        assert "it makes the error" not in c.why, c.why
+        assert "recomputed through" in c.why, c.why
+    # certain only where it is right (old: "/head/Gemm ... it makes the error")
+    if "it makes the error" in c.why:
+        assert c.onnx_node == node, c.why
