@@ -104,6 +104,7 @@ def test_a_constant_is_judged_by_what_its_consumers_make_of_it(model):
     assert s.verdict == "fail" and c is not None, s.to_text()
     assert c.input_index == 5 and c.inputs_failing == 1 and c.inputs_total == 8
     assert "1 of 8 inputs failing" in c.why
+    assert "-inf where torch has -1.798e+308" in c.why, c.why  # what differs, plainly
 
 
 # -- 2. weight blame that knows folding -------------------------------------------------

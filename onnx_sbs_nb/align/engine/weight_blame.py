@@ -9,6 +9,7 @@ from typing import Any
 
 from ...diff import compare, value_dtype_name
 from ...records import KIND_WEIGHT, Record
+from ...records import join_comments as _join
 from ..judge.folding import Folding
 from ..judge.judging import as_candidate, comparable
 from ..judge.weights import settle_weight
@@ -57,7 +58,8 @@ class WeightBlame:
         if rec.kind != KIND_WEIGHT:
             pair = self.pairing.by_onnx.get(name)
             if pair is not None and ref_env is not None and pair.fx_name in ref_env:
-                self.torch_constants[name] = ref_env[pair.fx_name]
+                self.torch_constants[name] = want = ref_env[pair.fx_name]
+                rec.comment = _join(rec.comment, _scalars(self.candidate.initializer(name), want))
         self.pending[name] = rec
         for o in outs:
             self.awaiting.setdefault(o, []).append(name)
@@ -179,6 +181,19 @@ class WeightBlame:
             return None
         d = compare(e, g, self.atol, self.rtol, judge=self.judge)
         return None if d.error else bool(d.passed)
+
+
+def _scalars(got: Any, want: Any) -> str | None:
+    """A one-element constant's two values, in words ("-inf where torch has -1.8e+308"):
+    what differs is then plain (a bound that overflowed its dtype, say)."""
+    try:
+        if int(got.size if hasattr(got, "size") and not callable(got.size) else got.numel()) != 1:
+            return None
+        g = float(got.reshape(-1)[0])
+        w = float(want.reshape(-1)[0])
+    except Exception:  # not a number on one side: nothing plain to say
+        return None
+    return f"{g:.4g} where torch has {w:.4g}"
 
 
 __all__ = ["WeightBlame"]
