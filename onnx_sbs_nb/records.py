@@ -67,7 +67,9 @@ class StatusSpec:
     ``warn``, ``muted``); ``compared``: the two values were compared; ``own``: a failure of
     the node itself even without a rerun; ``judged_elsewhere``: its ``passed`` flag is no
     verdict of its own (its consumers or an upstream node decide); ``group``: statuses a
-    filter offers as one choice; ``doc``: one sentence for a reader.
+    filter offers as one choice; ``doc``: one sentence for a reader; ``by_design``: the
+    values were compared and differ by the exporter's design (a BatchNorm folded into a
+    weight) while what they feed agrees: counted apart, never as an error.
     """
 
     label: str
@@ -78,6 +80,7 @@ class StatusSpec:
     judged_elsewhere: bool = False
     group: str | None = None
     doc: str = ""
+    by_design: bool = False
 
 
 #: Every status, in the order views list them.
@@ -133,6 +136,7 @@ STATUSES: dict[str, StatusSpec] = {
         "weight differs",
         tone="warn",
         judged_elsewhere=True,
+        by_design=True,
         doc="The weight differs from its torch parameter but every consumer agrees with "
         "torch (a BatchNorm folded into a Conv, say).",
     ),

@@ -17,7 +17,7 @@ from typing import Any
 
 from .files import write_text_atomic
 from .png import Raster
-from .records import STATUS_WEIGHT_DIFFERS, Record, brief_fields, field_label
+from .records import STATUSES, Record, brief_fields, field_label
 from .summary import Coverage, Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
@@ -197,7 +197,8 @@ def _worst(records: list[Record], n: int) -> list[Record]:
 def _by_design(r: Record) -> bool:
     """A weight that differs from its torch parameter by design (a BatchNorm folded into
     it) while its consumers agree: listed after every value's error."""
-    return r.status == STATUS_WEIGHT_DIFFERS
+    spec = STATUSES.get(r.status)
+    return spec is not None and spec.by_design
 
 
 def _rows(records: list[Record], summary: Any, n: int) -> tuple[list[Record], int, int]:
