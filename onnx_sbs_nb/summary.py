@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .certainty import certainty, comment_part
 from .completion import STOPPED, Completion
 from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
@@ -26,10 +27,6 @@ from .records import (
     KIND_OUTPUT,
     KIND_WEIGHT,
     NONFINITE_INPUT_NOTE,
-    PAIRED_BY_METADATA,
-    PAIRED_BY_NAME,
-    PAIRED_BY_POSITION,
-    PAIRED_BY_STATE_DICT,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -198,24 +195,16 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     reference model's" when two ONNX models are compared); a node computing fx nodes
     whose weights the exporter folded says so (``judge/weights.py``)."""
     text = _why_alone(rec, rule, own, ref)
-    folded = _comment_part(rec, FOLDED_CONSUMER_NOTE)
+    folded = comment_part(rec, FOLDED_CONSUMER_NOTE)
     if folded and rule != RULE_LEAF:
         text += f" (it {folded})"
     return text
 
 
-def _comment_part(rec: Record, marker: str) -> str | None:
-    """The part of a record's comment holding ``marker``, None when none does."""
-    for part in (rec.comment or "").split("; "):
-        if marker in part:
-            return part
-    return None
-
-
 def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
     beyond = f"beyond {tol}"
-    judged = _comment_part(rec, JUDGED_BY_NOTE)
+    judged = comment_part(rec, JUDGED_BY_NOTE)
     if judged:  # the user's verdict or compare function failed it, not atol/rtol
         beyond = "failing " + judged[judged.index(JUDGED_BY_NOTE) + len(JUDGED_BY_NOTE) :]
     if rule == RULE_ERROR:
@@ -878,7 +867,8 @@ class Summarizer:
             shown = first if first is not None else rec
         else:
             shown = rec
-        why += _certainty(rec, coverage)
+        if coverage is not None:
+            why += certainty(rec, coverage.onnx_covered, coverage.onnx_nodes, coverage.low)
         if where:
             # every view shows ``why``: the input that shows the failure reaches them all
             why = f"{where}: {why}"
@@ -904,30 +894,6 @@ class Summarizer:
             inputs_failing=shown.inputs_failing,
             inputs_total=shown.inputs_total,
         )
-
-
-# pairings that are the same value by the exporter's word or by construction; any other
-# (by structure, a guess) is said in the culprit's why
-_FOUNDED_PAIRINGS = frozenset(
-    {PAIRED_BY_NAME, PAIRED_BY_METADATA, PAIRED_BY_POSITION, PAIRED_BY_STATE_DICT}
-)
-
-
-def _certainty(rec: Record, coverage: Coverage | None) -> str:
-    """What the culprit's evidence lacks, said after its why: a pairing nothing proves,
-    a run that compared less than half of the model."""
-    text = ""
-    if rec.paired_by and rec.paired_by not in _FOUNDED_PAIRINGS:
-        text += (
-            f"; it was paired with its torch value by {rec.paired_by}, which nothing "
-            "proves: it may not be the same value"
-        )
-    if coverage is not None and coverage.low:
-        text += (
-            f"; only {coverage.onnx_covered} of {coverage.onnx_nodes} ONNX nodes were "
-            "compared: the error may be made among the others"
-        )
-    return text
 
 
 def summarize(

@@ -40,6 +40,7 @@ FLOORS: list[tuple[str, ...]] = [
         "png",
         "measures",
         "elementwise",
+        "certainty",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),
