@@ -377,3 +377,18 @@ def test_a_culprit_says_no_more_than_its_evidence(model, node, op, request):
     # certain only where it is right (old: "/head/Gemm ... it makes the error")
     if "it makes the error" in c.why:
         assert c.onnx_node == node, c.why
+
+
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_the_culprit_of_a_folded_weight_fault_replays_it(model, request, tmp_path):
+    # the culprit was the weight: no ONNX node, so --replay-culprit wrote no bundle
+    from onnx_sbs_nb.align.run import AlignedRun
+    from onnx_sbs_nb.culprit_bundle import save_culprit_bundle
+
+    ep, onx, x, _ = request.getfixturevalue(model)
+    bad = changed(onx, _FAULTS[model], 0.05)
+    run = AlignedRun(ep, bad, (x,))  # the default options: no own errors
+    list(run)
+    bundle = save_culprit_bundle(run, tmp_path)
+    assert bundle is not None and bundle.reproduced, bundle
+    assert bundle.nodes == 1 and bundle.replayed_error == pytest.approx(0.05, rel=0.05)
