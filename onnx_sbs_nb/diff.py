@@ -43,6 +43,9 @@ class Diff:
     err_ulp: float | None = None
     # what the user's compare function returned besides "passed"
     extra: dict[str, Any] | None = None
+    # what decided ``passed`` when not atol/rtol: "the verdict snr>=30", "your compare
+    # function f" (verdict_policy.Judge)
+    decided: str | None = None
     # the user's compare function raised: the message (the verdict is then False)
     error: str | None = None
 

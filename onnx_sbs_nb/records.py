@@ -57,6 +57,12 @@ STATUS_CHECK_ERROR = "check_error"
 
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
+# the comment of a node computing at once fx nodes whose weights the exporter folded into
+# its own (a Conv and its BatchNorm): read back by the summary's why
+FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
+# the comment of a record failed by the user's verdict policy or compare function, not by
+# atol/rtol: the culprit's why names what failed it
+JUDGED_BY_NOTE = "failed by "
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,9 @@ class StatusSpec:
     ``warn``, ``muted``); ``compared``: the two values were compared; ``own``: a failure of
     the node itself even without a rerun; ``judged_elsewhere``: its ``passed`` flag is no
     verdict of its own (its consumers or an upstream node decide); ``group``: statuses a
-    filter offers as one choice; ``doc``: one sentence for a reader.
+    filter offers as one choice; ``doc``: one sentence for a reader; ``by_design``: the
+    values were compared and differ by the exporter's design (a BatchNorm folded into a
+    weight) while what they feed agrees: counted apart, never as an error.
     """
 
     label: str
@@ -79,6 +87,7 @@ class StatusSpec:
     judged_elsewhere: bool = False
     group: str | None = None
     doc: str = ""
+    by_design: bool = False
 
 
 #: Every status, in the order views list them.
@@ -134,6 +143,7 @@ STATUSES: dict[str, StatusSpec] = {
         "weight differs",
         tone="warn",
         judged_elsewhere=True,
+        by_design=True,
         doc="The weight differs from its torch parameter but every consumer agrees with "
         "torch (a BatchNorm folded into a Conv, say).",
     ),
@@ -254,6 +264,9 @@ class Record:
     # zeros of the own rerun with the other sign than torch's (-0.0 against +0.0), where
     # the own error is 0: equal numbers that 1/x or atan2 downstream tell apart
     err_zero2: int | None = None
+    # onnx_fx_node was inferred from the pairs (the model carries no exporter metadata):
+    # the node is not known to lower that fx node, and its comparison covers no other
+    onnx_fx_inferred: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN and infinities become strings)."""
@@ -398,6 +411,7 @@ FIELDS: dict[str, FieldSpec] = {
     "error": FieldSpec("error"),
     "comment": FieldSpec("comment"),
     "decided_by": FieldSpec("decided by"),
+    "onnx_fx_inferred": FieldSpec("lowering inferred (no metadata)", "bool"),
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .files import write_text_atomic
 from .png import Raster
-from .records import Record, brief_fields, field_label
+from .records import STATUSES, Record, brief_fields, field_label
 from .summary import Coverage, Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
@@ -161,7 +161,10 @@ def _counts_line(
     d = _summary_dict(summary)
     failed = sum(1 for r in records if r.failed)
     drifted = sum(1 for r in records if r.drifted)
-    worst = max((r.err_abs for r in records if is_finite(r.err_abs)), default=None)
+    # a weight that differs by design (folded) is no error: not the worst
+    worst = max(
+        (r.err_abs for r in records if is_finite(r.err_abs) and not _by_design(r)), default=None
+    )
     s = f"{len(records)} records, {failing_text(failed, drifted)}"
     if worst is not None:
         s += f", worst err_abs {worst:.3g}"
@@ -187,9 +190,16 @@ def _worst(records: list[Record], n: int) -> list[Record]:
     def key(r: Record) -> tuple[int, float]:
         e = r.err_abs
         err = e if is_finite(e) else (math.inf if isinstance(e, float) else -1.0)
-        return (1 if r.failed else 0, err)
+        return (1 if r.failed else -1 if _by_design(r) else 0, err)
 
     return sorted(records, key=key, reverse=True)[:n]
+
+
+def _by_design(r: Record) -> bool:
+    """A weight that differs from its torch parameter by design (a BatchNorm folded into
+    it) while its consumers agree: listed after every value's error."""
+    spec = STATUSES.get(r.status)
+    return spec is not None and spec.by_design
 
 
 def _rows(records: list[Record], summary: Any, n: int) -> tuple[list[Record], int, int]:

@@ -15,10 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .certainty import certainty, comment_part
 from .completion import STOPPED, STOPPED_BEFORE_END, Completion
 from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
 from .records import (
     FAILING_STATUSES,
+    FOLDED_CONSUMER_NOTE,
+    JUDGED_BY_NOTE,
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
@@ -37,6 +40,7 @@ from .records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_UNPAIRED_OUTPUT,
+    STATUS_WEIGHT_DIFFERS,
     STATUSES,
     Record,
 )
@@ -195,12 +199,25 @@ _ONNX_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     """Why ``rec`` is the culprit; ``ref``: what the reference side is ("torch", or "the
-    reference model's" when two ONNX models are compared)."""
+    reference model's" when two ONNX models are compared); a node computing fx nodes
+    whose weights the exporter folded says so (``judge/weights.py``)."""
+    text = _why_alone(rec, rule, own, ref)
+    folded = comment_part(rec, FOLDED_CONSUMER_NOTE)
+    if folded and rule != RULE_LEAF:
+        text += f" (it {folded})"
+    return text
+
+
+def _why_alone(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
     tol = f"atol {_fmt(rec.atol)}, rtol {_fmt(rec.rtol)}" if rec.atol is not None else "tolerance"
-    # a verdict policy judged it: its reason in the policy's words ("ulp<=1 (ulp 3)")
+    # a verdict policy failed it: the reason in the policy's words ("ulp<=1 (ulp 3)")
     policy = re.search(r"beyond the verdict ([^;]*)", rec.comment or "")
-    if policy:
-        tol = f"the verdict {policy.group(1)}"
+    beyond = f"beyond {tol}"
+    judged = comment_part(rec, JUDGED_BY_NOTE)
+    if policy:  # the reason in the policy's words, with the measure that failed it
+        beyond = f"failing the verdict {policy.group(1)}"
+    elif judged:  # the user's verdict or compare function failed it, not atol/rtol
+        beyond = "failing " + judged[judged.index(JUDGED_BY_NOTE) + len(JUDGED_BY_NOTE) :]
     if rule == RULE_ERROR:
         return f"the node failed to run: {rec.error or 'unknown error'}"
     if rule == RULE_RERUN:
@@ -211,16 +228,15 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
                 f"{rec.onnx_shape_type} where the program has {rec.ep_shape_type}"
             )
             return f"{text} ({rec.comment})" if rec.comment else text
-        text = (
-            f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} "
-            f"(beyond {tol}): it makes the error, it does not inherit it"
-        )
+        text = f"run on the {ref} values of its inputs, it still differs by {_fmt(own)} ({beyond})"
         if rec.own_inputs_from:
-            text += (
+            # the rerun did not isolate it: it proves no more than where the error starts
+            return text + (
                 f"; some of its inputs have no torch twin and were recomputed through the "
-                f"lowering of {rec.own_inputs_from}, so the error may also be there"
+                f"lowering of {_fused_list(rec.own_inputs_from)}, so the error may also be "
+                "there: it is made there or here, not upstream"
             )
-        return text
+        return text + ": it makes the error, it does not inherit it"
     if rule == RULE_LEAF:
         if rec.kind == KIND_WEIGHT:
             consumers = f" ({rec.comment})" if rec.comment else ""
@@ -228,6 +244,9 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
                 f"the weight differs from the torch parameter {rec.ep_name} by {_fmt(own)}"
                 f"{consumers}"
             )
+        if rec.onnx_op_type == "initializer":  # a constant the program computes
+            consumers = f" ({rec.comment})" if rec.comment else ""
+            return f"the constant differs from the {ref} value by {_fmt(own)}{consumers}"
         return f"the graph input differs from the {ref} input by {_fmt(own)}"
     if rule == RULE_UNPAIRED_OUTPUT:
         return (
@@ -242,8 +261,8 @@ def _why(rec: Record, rule: str, own: float | None, ref: str = "torch") -> str:
         )
         return f"{text} ({rec.comment})" if rec.comment else text
     if rule == RULE_INPUTS_PASSED:
-        return f"it differs by {_fmt(own)} (beyond {tol}) while every compared input agrees"
-    return f"it is the first value that differs ({_fmt(own)}, beyond {tol})"
+        return f"it differs by {_fmt(own)} ({beyond}) while every compared input agrees"
+    return f"it is the first value that differs ({_fmt(own)}, {beyond})"
 
 
 # statuses whose values were compared (whatever the outcome)
@@ -671,7 +690,11 @@ class Summarizer:
             # a precision loss passes its error on: the nodes after it do not make it
             self._onnx_ok[rec.onnx_name] = not (failed or lost)
 
-        if rec.err_abs is not None and (s.max_err_abs is None or _gt(rec.err_abs, s.max_err_abs)):
+        if (
+            rec.err_abs is not None
+            and rec.status != STATUS_WEIGHT_DIFFERS  # a folded weight differs by design
+            and (s.max_err_abs is None or _gt(rec.err_abs, s.max_err_abs))
+        ):
             s.max_err_abs, s.max_err_name = rec.err_abs, _label(rec)
         if rec.err_abs2 is not None and (s.max_own_err is None or _gt(rec.err_abs2, s.max_own_err)):
             s.max_own_err, s.max_own_err_name = rec.err_abs2, _label(rec)
@@ -706,7 +729,9 @@ class Summarizer:
                 entry[1] = True
             elif entry[2] is None or rec.status != STATUS_UNPAIRED_ONNX:
                 entry[2] = _uncompared_reason(rec)
-            if compared and rec.onnx_fx_node:
+            if rec.onnx_fx_inferred:
+                entry[0] = None  # a lowering guessed from the pairs covers nothing
+            if compared and rec.onnx_fx_node and not rec.onnx_fx_inferred:
                 self._fx_compared_lowerings.add(rec.onnx_fx_node)
         if rec.ep_name and rec.ep_target:
             self._fx_nodes[rec.ep_name] = self._fx_nodes.get(rec.ep_name, False) or compared
@@ -749,6 +774,8 @@ class Summarizer:
             return None
         if rec.kind in _LEAF_KINDS:
             return RULE_LEAF
+        if rec.kind == KIND_NODE and rec.onnx_op_type == "initializer":
+            return RULE_LEAF  # a constant (an initializer): nothing upstream to blame
         if self._node_inputs is not None and rec.onnx_name in self._node_inputs:
             inputs = self._node_inputs[rec.onnx_name]
             # an input nobody compared (no torch partner) cannot be blamed: the error is
@@ -846,6 +873,7 @@ class Summarizer:
         s = self._s
         suspects = [item[3] for item in sorted(self._heap, key=lambda i: i[:2], reverse=True)]
         chosen, rule = self._choose()
+        coverage = self.coverage()
         return Summary(
             first_own_failure=chosen,
             first_own_failure_rule=rule,
@@ -860,14 +888,14 @@ class Summarizer:
             max_err_name=s.max_err_name,
             max_own_err=s.max_own_err,
             max_own_err_name=s.max_own_err_name,
-            culprit=self._culprit(),
-            coverage=self.coverage(),
+            culprit=self._culprit(coverage),
+            coverage=coverage,
             nonfinite_inputs=list(s.nonfinite_inputs),
             precision_losses=list(s.precision_losses),
             check_error=s.check_error,
         )
 
-    def _culprit(self) -> Culprit | None:
+    def _culprit(self, coverage: Coverage | None = None) -> Culprit | None:
         rec, rule = self._choose()
         if rec is None or rule is None:
             return None
@@ -913,6 +941,12 @@ class Summarizer:
                     f"{by}{op}, the first value that fails"
                 )
             where = on_input_text(first) if first is not None else where
+            # one count: the fields say what the text says, the failure it explains
+            shown = first if first is not None else rec
+        else:
+            shown = rec
+        if coverage is not None:
+            why += certainty(rec, coverage.onnx_covered, coverage.onnx_nodes, coverage.low)
         if where:
             # every view shows ``why``: the input that shows the failure reaches them all
             why = f"{where}: {why}"
@@ -941,10 +975,10 @@ class Summarizer:
             atol=rec.atol,
             rtol=rec.rtol,
             fuses=rec.onnx_fuses,
-            input_index=rec.input_index,
-            input_name=rec.input_name,
-            inputs_failing=rec.inputs_failing,
-            inputs_total=rec.inputs_total,
+            input_index=shown.input_index,
+            input_name=shown.input_name,
+            inputs_failing=shown.inputs_failing,
+            inputs_total=shown.inputs_total,
         )
 
 

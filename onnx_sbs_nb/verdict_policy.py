@@ -231,10 +231,11 @@ class Judge:
     @property
     def own(self) -> Judge | None:
         """The judge of the own-error comparison (the node rerun on torch inputs): the
-        same verdict; the user's function is asked once per pair, on the first one."""
-        if self.policy is None and self.measures:
+        same verdict and the same compare function as the first comparison, so that
+        whose error a value is is decided as whether it fails."""
+        if self.policy is None and self.compare is None and self.measures:
             return None
-        return Judge(self.policy, None, self.measures)
+        return self
 
     def apply(self, d: Any, expected: Any, got: Any) -> None:
         if self.policy is not None:
@@ -249,6 +250,7 @@ class Judge:
                 if failed and not d.shape_mismatch and not d.dtype_mismatch:
                     # the reason in the policy's words, not in atol/rtol's
                     d.note = f"{VERDICT_NOTE} {' and '.join(failed)}"
+                d.decided = "the verdict " + " and ".join(c.text for c in conds)
         if self.compare is not None:
             self._user_check(d, expected, got)
 
@@ -268,6 +270,7 @@ class Judge:
             return
         if found.passed is not None:
             d.passed = found.passed and not d.shape_mismatch
+            d.decided = f"your compare function {name}"
         d.extra = found.extra or None
 
 

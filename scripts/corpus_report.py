@@ -143,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-zoo", action="store_true")
     p.add_argument("--pipelines", action="store_true", help="the deployment pipelines")
     p.add_argument(
+        "--honest", action="store_true",
+        help="the honest-answers cases (tests/corpus/honest.py): NaN inputs, folded weights",
+    )  # fmt: skip
+    p.add_argument(
         "--zoo", choices=("1", "2", "all"), default="all",
         help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo2.py) or all (default)",
     )  # fmt: skip
@@ -164,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             _bugs(emit)
         if a.pipelines:
             _pipelines(names, emit)
+        if a.honest:
+            from tests.corpus.honest import report as honest_report
+
+            honest_report(emit)
     except Exception:
         emit(traceback.format_exc())
         raise

@@ -43,6 +43,7 @@ FLOORS: list[tuple[str, ...]] = [
         "user_compare",
         "html_sanitize",
         "option_names",
+        "certainty",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),

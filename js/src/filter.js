@@ -77,14 +77,20 @@ export function constantCounts(store) {
   let n = 0;
   let compared = 0;
   let differ = 0;
+  // weights that differ by design (a BatchNorm folded into them) while their consumers
+  // agree: compared, and counted apart from those that fail
+  let folded = 0;
   for (let i = 0; i < store.length; i++) {
     if (!store.has(i) || !store.isConstant(i)) continue;
     n += 1;
     const spec = store.schema.status(store.get(i, "status"));
-    if (spec && spec.compared) compared += 1;
+    if (spec && spec.by_design) {
+      folded += 1;
+      compared += 1;
+    } else if (spec && spec.compared) compared += 1;
     if (store.failed(i)) differ += 1;
   }
-  return { n, compared, differ };
+  return { n, compared, differ, folded };
 }
 
 export class FilterBar {
@@ -135,17 +141,19 @@ export class FilterBar {
   }
 
   renderConstants() {
-    const { n, compared, differ } = constantCounts(this.store);
+    const { n, compared, differ, folded } = constantCounts(this.store);
     if (!n) {
       this.constLine.replaceChildren();
       return;
     }
     const shown = this.filter.state.constants;
     const what = `${n} weight${n === 1 ? "" : "s"} and constants`;
-    const verdict = differ ? h("span", { class: "sbs-bad", text: `${differ} differ${differ === 1 ? "s" : ""}` }) : h("span", { class: "sbs-good", text: "none differs" });
+    const verdict = differ ? h("span", { class: "sbs-bad", text: `${differ} differ${differ === 1 ? "s" : ""}` }) : h("span", { class: "sbs-good", text: folded ? "none fails" : "none differs" });
+    const byDesign = folded ? h("span", { class: "sbs-muted", text: `, ${folded} differ${folded === 1 ? "s" : ""} by design (the exporter changed or folded ${folded === 1 ? "it" : "them"}; ${folded === 1 ? "its consumer agrees" : "their consumers agree"})` }) : null;
     this.constLine.replaceChildren(
       h("span", { text: `${what} (${compared} compared): ` }),
       verdict,
+      ...(byDesign ? [byDesign] : []),
       " ",
       h("button", { class: "sbs-link sbs-constants-toggle", onclick: () => this.filter.set({ constants: !shown }) }, shown ? "hide them" : "list them"),
     );

@@ -36,6 +36,7 @@ from ..records import (
     FAILING_STATUSES,
     STATUS_ERROR,
     STATUS_PRECISION_LOSS,
+    STATUS_WEIGHT_DIFFERS,
     STATUSES,
     Record,
     RunStatus,
@@ -59,8 +60,9 @@ def pair_key(rec: Record) -> tuple[Any, ...]:
 
 def fails(rec: Record) -> bool:
     """The pair fails on this input: its first comparison failed (a value that only
-    inherits an error from upstream, drifted, counts too: the input shows the error)."""
-    if rec.status in FAILING_STATUSES:
+    inherits an error from upstream, drifted, counts too: the input shows the error), or
+    its own error did (the count its culprit's why gives is this one)."""
+    if rec.status in FAILING_STATUSES or rec.passed2 is False:
         return True
     return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
 
@@ -376,8 +378,10 @@ class ManyInputsRun:
             status.records += 1
             if rec.failed:
                 status.failures += 1
-            if rec.err_abs is not None and (
-                status.max_err_name is None or _worse(rec.err_abs, status.max_err_abs)
+            if (
+                rec.err_abs is not None
+                and rec.status != STATUS_WEIGHT_DIFFERS  # differs by design: no error
+                and (status.max_err_name is None or _worse(rec.err_abs, status.max_err_abs))
             ):
                 status.max_err_abs = rec.err_abs
                 status.max_err_name = rec.onnx_name or rec.ep_name

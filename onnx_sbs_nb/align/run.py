@@ -147,6 +147,7 @@ class AlignedRun(SideBySideRun):
         _check_pairing(pairing, model, bound, program)
         if model is exported and not any(metadata.names):
             candidate.lowering = candidate.tables.lowering = structural_lowering(model, pairing)
+            candidate.tables.lowering_inferred = True
         elif model is exported and not all(metadata.names):
             _name_fusions(candidate, model, metadata, pairing, program, provenance)
         if ort_check is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import onnx
 
-from ...records import Record, RunStatus
+from ...records import STATUS_WEIGHT_DIFFERS, Record, RunStatus
 from ...records import join_comments as _join
 from ..judge.judging import SbsMismatchError
 from ..judge.undefined import undefined_values
@@ -127,7 +127,9 @@ class SideBySideRun:
         self.specialized: dict[str, Any] = {}
         self._step_counter = 0
         # differing weights wait for their consumers' verdict (weight_blame.py)
-        self._blame = WeightBlame(reference, candidate, pairing, self.atol, self.rtol)
+        self._blame = WeightBlame(
+            reference, candidate, pairing, self.atol, self.rtol, options.judge
+        )
         # own-error runs: each candidate node rerun on torch inputs; a model converted to
         # a lower float precision than the program's: the looser dtype each of its values
         # is computed from (its tolerance applies)
@@ -364,7 +366,7 @@ class SideBySideRun:
             )
             pair = self.pairing.by_onnx[name]
             rec.reset = resets.after(name, pair, rec, v.ref)
-            if self._blame.holds(name, rec):
+            if self._blame.holds(name, rec, v.ref):
                 continue  # a differing weight waits for its first consumer's verdict
             before, after = self._blame.settled_by(name, rec, v.ref)
             for wrec in before:
@@ -427,7 +429,12 @@ class SideBySideRun:
         st.records += 1
         if rec.failed:
             st.failures += 1
-        if rec.err_abs is not None and rec.err_abs > st.max_err_abs and rec.err_abs == rec.err_abs:
+        if (
+            rec.err_abs is not None
+            and rec.err_abs > st.max_err_abs
+            and rec.err_abs == rec.err_abs
+            and rec.status != STATUS_WEIGHT_DIFFERS  # differs by design (folded): no error
+        ):
             st.max_err_abs = rec.err_abs
             st.max_err_name = rec.onnx_name or rec.ep_name
         return rec

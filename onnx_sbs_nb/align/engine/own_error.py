@@ -17,7 +17,7 @@ from ..judge.context import RuleContext
 from ..judge.judging import as_candidate
 from ..judge.verdict import judge_own
 from ..pairing.names import Pair, Pairing
-from .sides import OnnxSide
+from .sides import OnnxSide, onnx_node_name
 from .stretches import OwnBatch
 from .weight_blame import WeightBlame
 
@@ -82,7 +82,11 @@ def own_error_inputs(
             taint.update(own.get(("from", name), ()))
             producer = cand.producer.get(name)
             source = cand.lowering[producer] if producer is not None else None
-            if source is not None and source != group:
+            if producer is not None and cand.tables.lowering_inferred:
+                # a lowering inferred from the pairs is no fx node's: every node the
+                # value was recomputed through may hold the error
+                taint.add(onnx_node_name(cand.nodes[producer], producer))
+            elif source is not None and source != group:
                 taint.add(source)
         elif name in cand_env and name in cand.feeds:
             values.append(cand_env[name])

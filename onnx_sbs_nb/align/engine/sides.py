@@ -346,6 +346,9 @@ class OnnxTables:
     described: dict[str, dict[str, Any]] = field(default_factory=dict)
     # per value: the looser float dtype it is computed from (precision.py), made once
     computed_in: dict[str, str] | None = None
+    # the lowering was inferred from the pairs (no exporter metadata): no evidence that
+    # a node belongs to an fx node whose value was compared
+    lowering_inferred: bool = False
 
     @classmethod
     def of(
@@ -631,6 +634,7 @@ class OnnxSide:
                 "onnx_id_output": self.graph.outputs[k].index(name),
                 "onnx_node_name": node_name,
                 "onnx_fx_node": self.lowering[k],
+                "onnx_fx_inferred": self.tables.lowering_inferred,
                 "onnx_fuses": self.replaces.get(k),
             }
         described[name] = found

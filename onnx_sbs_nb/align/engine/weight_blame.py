@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...diff import compare
+from ...diff import compare, value_dtype_name
 from ...records import KIND_WEIGHT, Record
+from ...records import join_comments as _join
+from ..judge.folding import Folding
 from ..judge.judging import as_candidate, comparable
 from ..judge.weights import settle_weight
 from ..pairing.names import Pairing
@@ -25,23 +27,39 @@ class WeightBlame:
         pairing: Pairing,
         atol: float | None,
         rtol: float | None,
+        judge: Any = None,
     ) -> None:
         self.reference, self.candidate, self.pairing = reference, candidate, pairing
         self.atol, self.rtol = atol, rtol
+        # the user's verdict policy and compare function (verdict_policy.Judge): they
+        # decide the probe and whether atol/rtol's scale check applies, as everywhere
+        self.judge = judge
+        graph = reference.graph
+        self.folding = Folding(graph.inputs, graph.outputs, getattr(reference, "by_name", None))
+        # the torch value of a constant computed by the program (not a parameter): the
+        # probe feeds it, and the program may free it before the consumer is compared
+        self.torch_constants: dict[str, Any] = {}
         self.pending: dict[str, Record] = {}  # weights awaiting a verdict
         self.awaiting: dict[str, list[str]] = {}  # consumer value -> weights
         # the own-error inputs of a pending weight's consumers, by node, to probe them
         self.probe_inputs: dict[int, list[Any]] = {}
         self._consumers: dict[str, list[int]] | None = None
 
-    def holds(self, name: str, rec: Record) -> bool:
+    def holds(self, name: str, rec: Record, ref_env: dict[str, Any] | None = None) -> bool:
         """Whether the record of initializer ``name`` waits for its consumers' verdict
-        (a differing weight with a paired consumer)."""
-        if rec.kind != KIND_WEIGHT or not rec.failed or name not in self.candidate.initializers:
+        (a differing weight with a paired consumer).  A constant the program computes
+        (``nan_to_num``'s bounds, a mask) is judged the same way: by its content once,
+        through what its consumers make of it, not as a value failing on every input."""
+        if not rec.failed or name not in self.candidate.initializers:
             return False
         outs = self.consumer_outputs(name)
         if not outs:
             return False
+        if rec.kind != KIND_WEIGHT:
+            pair = self.pairing.by_onnx.get(name)
+            if pair is not None and ref_env is not None and pair.fx_name in ref_env:
+                self.torch_constants[name] = want = ref_env[pair.fx_name]
+                rec.comment = _join(rec.comment, _scalars(self.candidate.initializer(name), want))
         self.pending[name] = rec
         for o in outs:
             self.awaiting.setdefault(o, []).append(name)
@@ -95,12 +113,41 @@ class WeightBlame:
     def settle(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> bool:
         """Whose error a differing weight is (``judge/weights.py``); the engine only
         offers the probe of the consumer run with the torch parameter."""
+        want = ref_env.get(consumer.ep_name or "")
+        weight = self.pairing.by_onnx.get(wrec.onnx_name)
+        value = self.pairing.by_onnx.get(consumer.onnx_name)
+        folded = (
+            self.folding.folded(weight.fx_name, value.fx_name)
+            if weight is not None and value is not None
+            else ()
+        )
         return settle_weight(
             wrec,
             consumer,
-            ref_env.get(consumer.ep_name or ""),
+            want,
             lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
+            tuple(self._in_user_words(n) for n in folded),
+            self._by_tolerance(want),
         )
+
+    def _in_user_words(self, fx_name: str) -> str:
+        """An fx node as the user knows it: their node's name and its module."""
+        try:
+            d = self.reference.describe(fx_name)
+        except Exception:  # a reference that cannot describe it: the prepared name
+            return fx_name
+        name = d.get("ep_user_name") or fx_name
+        return f"{name} ({d['ep_module']})" if d.get("ep_module") else name
+
+    def _by_tolerance(self, want: Any) -> bool:
+        """Whether atol/rtol decide a value like ``want`` (no verdict policy for its
+        dtype, no compare function)."""
+        judge = self.judge
+        if judge is None or want is None:
+            return True
+        if judge.compare is not None:
+            return False
+        return judge.policy is None or judge.policy.conditions(value_dtype_name(want)) is None
 
     def _consumer_with_torch_weight(
         self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
@@ -117,9 +164,12 @@ class WeightBlame:
         names = cand.node_inputs(cand.nodes[k])
         if wrec.onnx_name not in names:
             return None
-        torch_value = cand.as_runner_value(
-            as_candidate(pair, self.reference.leaf_value(pair.fx_name))
-        )
+        torch_value = self.torch_constants.get(wrec.onnx_name)
+        if torch_value is None:
+            if wrec.kind != KIND_WEIGHT:
+                return None
+            torch_value = self.reference.leaf_value(pair.fx_name)
+        torch_value = cand.as_runner_value(as_candidate(pair, torch_value))
         fed = [torch_value if n == wrec.onnx_name else v for n, v in zip(names, inputs)]
         try:
             outputs = cand.call(k, fed)
@@ -129,7 +179,21 @@ class WeightBlame:
         e, g = comparable(as_candidate(out, ref_env[out.fx_name]), got)
         if e is None:
             return None
-        return bool(compare(e, g, self.atol, self.rtol).passed)
+        d = compare(e, g, self.atol, self.rtol, judge=self.judge)
+        return None if d.error else bool(d.passed)
+
+
+def _scalars(got: Any, want: Any) -> str | None:
+    """A one-element constant's two values, in words ("-inf where torch has -1.8e+308"):
+    what differs is then plain (a bound that overflowed its dtype, say)."""
+    try:
+        if int(got.size if hasattr(got, "size") and not callable(got.size) else got.numel()) != 1:
+            return None
+        g = float(got.reshape(-1)[0])
+        w = float(want.reshape(-1)[0])
+    except Exception:  # not a number on one side: nothing plain to say
+        return None
+    return f"{g:.4g} where torch has {w:.4g}"
 
 
 __all__ = ["WeightBlame"]

@@ -15,6 +15,7 @@ import torch
 from ...diff import ARRAY_TYPES, Diff
 from ...dtypes import dtype_name
 from ...records import (
+    JUDGED_BY_NOTE,
     STATUS_CHECK_ERROR,
     STATUS_DTYPE_MISMATCH,
     STATUS_FAIL,
@@ -107,6 +108,7 @@ def fill_first_comparison(rec: Record, d: Diff) -> None:
     if d.extra:
         rec.extra = d.extra
     rec.passed = d.passed
+    _note_judge(rec, d)
     if d.error:  # the user's compare function failed on this pair: not the model's error
         rec.status = STATUS_CHECK_ERROR
         rec.error = d.error
@@ -127,6 +129,14 @@ def fill_own_error(rec: Record, d: Diff, own_device: str) -> None:
     rec.err_h012, rec.err_h0012 = d.err_h01, d.err_h001
     rec.err_dev2 = 0.0 if rec.ep_device in (None, own_device) else 1.0
     rec.passed2 = d.passed
+    _note_judge(rec, d)
+
+
+def _note_judge(rec: Record, d: Diff) -> None:
+    """A comparison failed by the user's verdict or compare function says so (once): the
+    culprit's why cites it rather than atol/rtol."""
+    if d.passed is False and d.decided and JUDGED_BY_NOTE not in (rec.comment or ""):
+        rec.comment = _join(rec.comment, f"{JUDGED_BY_NOTE}{d.decided}")
 
 
 _SCALARS = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)

@@ -29,6 +29,9 @@ def judge_own(record: Record, pair: Pair, want: Any, own_value: Any, ctx: RuleCo
         return
     e2, g2 = own_as_sets(e2, g2, ctx.name, ctx.own_unordered)
     d2 = compare(e2, g2, ctx.atol, ctx.rtol, ctx.own_inherited, judge=ctx.own_policy)
+    if d2.error:  # the user's compare function failed on the rerun: no own verdict
+        record.comment = _join(record.comment, f"own error not judged: {d2.error}")
+        return
     if ctx.own_tie is not None and tied(d2, ctx.own_tie, e2, g2):
         d2.passed = True
         if TIE_NOTE not in (record.comment or ""):

@@ -8,8 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ...diff import largest_magnitude, smallest_normal
 from ...records import (
+    FOLDED_CONSUMER_NOTE,
+    KIND_WEIGHT,
     STATUS_DTYPE_MISMATCH,
     STATUS_SHAPE_MISMATCH,
     STATUS_WEIGHT_DIFFERS,
@@ -35,34 +39,60 @@ def agrees_at_its_scale(consumer: Record, want: Any) -> bool:
         return True
     if err <= smallest_normal(want):
         return True
-    scale = largest_magnitude(want)
+    scale = _finite_scale(want)
     return scale is None or err <= consumer.rtol * scale
 
 
+def _finite_scale(want: Any) -> float | None:
+    """The largest finite magnitude of ``want``: NaN and infinities are data (a NaN
+    input's pattern, a mask's -inf), compared as patterns; they are no scale."""
+    if isinstance(want, torch.Tensor) and want.is_floating_point() and want.numel():
+        finite = want.detach()[torch.isfinite(want.detach())]
+        return float(finite.abs().max().double()) if finite.numel() else None
+    return largest_magnitude(want)
+
+
 def settle_weight(
-    wrec: Record, consumer: Record, want: Any, with_torch_weight: Callable[[], bool | None]
+    wrec: Record,
+    consumer: Record,
+    want: Any,
+    with_torch_weight: Callable[[], bool | None],
+    folded: tuple[str, ...] = (),
+    by_tolerance: bool = True,
 ) -> bool:
     """The verdict on weight ``wrec`` from its ``consumer``'s record (``want``: the
     consumer's torch value).  ``with_torch_weight`` runs the consumer again with the torch
     parameter (True: it then agrees; None: that cannot be tried); called only when
-    needed.  Returns whether the weight's record comes before its consumer's (it is then
-    the answer)."""
+    needed.  ``folded``: the fx nodes the consumer computes at once (``folding.py``):
+    the weight is then judged with its consumer, never alone.  ``by_tolerance``: the
+    consumer's verdict is atol/rtol's (not the user's verdict policy or compare
+    function, which decide it exactly as they decide the first comparison).  Returns
+    whether the weight's record comes before its consumer's (it is then the answer)."""
     wrec.decided_by = WEIGHT_BLAME
     node = consumer.onnx_node_name or consumer.onnx_name
     agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
-    if agrees and not agrees_at_its_scale(consumer, want):
+    if folded and (consumer.passed is not None or consumer.passed2 is not None):
+        # no scale check: the folded weight says nothing of its own, its consumer's
+        # verdict is the verdict on both
+        return _folded(wrec, consumer, node, folded, agrees)
+    if agrees and by_tolerance and not agrees_at_its_scale(consumer, want):
         agrees = False
         wrec.comment = _join(
             wrec.comment,
             f"its consumer {node} is within tolerance only by the absolute tolerance: "
             "its difference is large beside its own values",
         )
+    what = "parameter" if wrec.kind == KIND_WEIGHT else "value"
     if agrees:
         wrec.status = STATUS_WEIGHT_DIFFERS
         wrec.comment = _join(
             wrec.comment,
-            f"differs from the torch parameter, but its consumer {node} agrees with torch: "
-            "the exporter changed it (a BatchNorm folded into a Conv, say)",
+            f"differs from the torch {what}, but its consumer {node} agrees with torch"
+            + (
+                ": the exporter changed it (a BatchNorm folded into a Conv, say)"
+                if wrec.kind == KIND_WEIGHT
+                else " on this input"
+            ),
         )
         return True
     if consumer.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
@@ -77,16 +107,44 @@ def settle_weight(
     if with_torch is False:
         wrec.comment = _join(
             wrec.comment,
-            f"its consumer {node} disagrees with torch even with the torch parameter: "
+            f"its consumer {node} disagrees with torch even with the torch {what}: "
             "the error is the consumer's own",
         )
         return False
     wrec.comment = _join(
         wrec.comment,
         f"its consumer {node} disagrees with torch"
-        + (" and agrees once given the torch parameter" if with_torch else " too"),
+        + (f" and agrees once given the torch {what}" if with_torch else " too"),
     )
     return True
+
+
+def _folded(
+    wrec: Record, consumer: Record, node: str | None, folded: tuple[str, ...], agrees: bool
+) -> bool:
+    """A weight the exporter folded other fx nodes into: it differs by design, and its
+    consumer, which computes those nodes at once, is judged for both."""
+    wrec.status = STATUS_WEIGHT_DIFFERS
+    into = ", ".join(folded[1:])
+    wrec.comment = _join(
+        wrec.comment,
+        f"the exporter folded {into} into it: its consumer {node} computes "
+        f"{', '.join(folded)} at once"
+        + (
+            " and agrees with torch"
+            if agrees
+            else ", disagrees with torch, and is judged for both (the folded weight and "
+            "its computation)"
+        ),
+    )
+    if agrees or FOLDED_CONSUMER_NOTE in (consumer.comment or ""):
+        return agrees
+    consumer.comment = _join(
+        consumer.comment,
+        f"{FOLDED_CONSUMER_NOTE} {', '.join(folded)}, with weights the exporter folded "
+        f"({wrec.onnx_name}): the error is in a folded weight or in the computation",
+    )
+    return False
 
 
 __all__ = ["WEIGHT_BLAME", "agrees_at_its_scale", "settle_weight"]
