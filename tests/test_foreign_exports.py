@@ -476,3 +476,31 @@ def test_module_of_node_name():
 
     node = onnx.helper.make_node("Add", ["a", "b"], ["c"], name="/blocks/blocks.0/Add")
     assert onnx_node_provenance(node).module == "blocks.0"
+
+
+def test_an_inferred_lowering_covers_only_between_paired_values():
+    # a model without metadata gets its lowering from the pairs: with only the input and
+    # the output paired, the whole graph would be the output's "lowering" and count as
+    # covered; only an fx node whose tensor inputs are paired too bounds its nodes
+    from onnx_sbs_nb.align.pairing.bounded import bounded_lowerings
+    from onnx_sbs_nb.align.pairing.pairs import Pair, Pairing
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            z = torch.zeros(4)  # a constant: bounds like a weight
+            return torch.relu(torch.sin(x) * 2 + z)
+
+    ep = torch.export.export(M(), (torch.randn(4),))
+    names = [n.name for n in ep.graph.nodes if n.op == "call_function"]
+    out_node = names[-1]
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    only_ends = Pairing()
+    only_ends.add(Pair("x", user[0], "input", "input"))
+    only_ends.add(Pair("y", out_node, "position", "output"))
+    assert bounded_lowerings(ep.graph, only_ends, [out_node] * 5, user) == frozenset()
+    every = Pairing()
+    for n in ep.graph.nodes:
+        if n.op in ("call_function", "placeholder") and n.name not in ("zeros",):
+            every.add(Pair(n.name, n.name, "name", "node"))
+    bounded = bounded_lowerings(ep.graph, every, names, user)
+    assert out_node in bounded and "sin" in bounded, (names, bounded)

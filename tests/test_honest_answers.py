@@ -298,7 +298,6 @@ def test_a_pass_on_less_than_half_says_so_whatever_made_the_model(model, request
     records = list(run_aligned(ep, onx, (x,)))
     s = summarize(records, node_inputs=onx)
     cov = s.coverage
-    assert cov.onnx_covered == cov.onnx_compared, cov.to_text()
     if cov.onnx_covered < cov.onnx_nodes / 2:
         assert s.partial and f"PASS on {cov.onnx_covered} of {cov.onnx_nodes}" in s.to_text()
         assert summarize(records, node_inputs=onx, strict=True).verdict == "fail"

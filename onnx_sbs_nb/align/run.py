@@ -28,6 +28,7 @@ from .engine.setup_cache import (
 from .engine.sides import FxSide, OnnxSide
 from .judge.judging import SbsMismatchError, as_candidate
 from .many_inputs import ManyInputsRun
+from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
 from .pairing.fusions import fused_lowering, replaced_fx_nodes
 from .pairing.names import (
@@ -148,6 +149,9 @@ class AlignedRun(SideBySideRun):
         if model is exported and not any(metadata.names):
             candidate.lowering = candidate.tables.lowering = structural_lowering(model, pairing)
             candidate.tables.lowering_inferred = True
+            candidate.tables.lowering_bounded = bounded_lowerings(
+                program.graph, pairing, candidate.lowering, bound.user_inputs
+            )
         elif model is exported and not all(metadata.names):
             _name_fusions(candidate, model, metadata, pairing, program, provenance)
         if ort_check is not None:

@@ -349,6 +349,9 @@ class OnnxTables:
     # the lowering was inferred from the pairs (no exporter metadata): no evidence that
     # a node belongs to an fx node whose value was compared
     lowering_inferred: bool = False
+    # ... except these fx nodes, each of whose tensor inputs was paired too: their nodes
+    # lie between compared values on both sides, so they are covered by the comparison
+    lowering_bounded: frozenset[str] = frozenset()
 
     @classmethod
     def of(
@@ -634,7 +637,8 @@ class OnnxSide:
                 "onnx_id_output": self.graph.outputs[k].index(name),
                 "onnx_node_name": node_name,
                 "onnx_fx_node": self.lowering[k],
-                "onnx_fx_inferred": self.tables.lowering_inferred,
+                "onnx_fx_inferred": self.tables.lowering_inferred
+                and self.lowering[k] not in self.tables.lowering_bounded,
                 "onnx_fuses": self.replaces.get(k),
             }
         described[name] = found
