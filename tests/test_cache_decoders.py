@@ -23,7 +23,7 @@ from tests.corpus.faults import ort_outputs, pick_fault
 from tests.corpus.naming import named_correctly
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=12)
 def _exported(name: str, dims: str) -> ExportedCase:
     return export_case(name, dims)
 
@@ -71,16 +71,7 @@ def test_a_dynamic_cache_decoder_runs_batch_1_and_one_token_where_torch_does():
     "kind,depth", [("weight", "shallow"), ("op", "middle"), ("attribute", "deep")]
 )
 def test_faults_planted_in_a_dynamic_cache_decoder_are_named(kind, depth):
-    ex = _exported("dynamic_cache", "dynamic")
-    kwargs = ex.kwargs()
-    inputs = feeds(ex.onx, kwargs)
-    reference = ort_outputs(ex.onx, inputs)
-    picked = pick_fault(ex.onx, inputs, kind, depth, ("Softmax",), reference)
-    assert picked is not None, f"no {kind} fault at {depth} changes the output"
-    fault, bad = picked
-    s = summarize(list(run_aligned(ex.ep, bad, (), ex.kwargs())), node_inputs=bad)
-    assert s.verdict == "fail", s.to_text()
-    assert named_correctly(s, bad, fault.target), (fault.what, s.to_text())
+    _fault_named(_exported("dynamic_cache", "dynamic"), kind, depth)
 
 
 def test_an_input_the_program_returns_unchanged_is_paired_through_the_output_fix():
@@ -90,6 +81,18 @@ def test_an_input_the_program_returns_unchanged_is_paired_through_the_output_fix
     renamed = [i.name for i in ex.onx.graph.input if i.name.endswith("_orig")]
     assert renamed, "the export no longer renames inputs returned unchanged"
     _faithful(ex)
+
+
+def _fault_named(ex: ExportedCase, kind: str, depth: str) -> None:
+    kwargs = ex.kwargs()
+    inputs = feeds(ex.onx, kwargs)
+    reference = ort_outputs(ex.onx, inputs)
+    picked = pick_fault(ex.onx, inputs, kind, depth, ("Softmax",), reference)
+    assert picked is not None, f"no {kind} fault at {depth} changes the output"
+    fault, bad = picked
+    s = summarize(list(run_aligned(ex.ep, bad, (), ex.kwargs())), node_inputs=bad)
+    assert s.verdict == "fail", s.to_text()
+    assert named_correctly(s, bad, fault.target), (fault.what, s.to_text())
 
 
 @pytest.mark.slow
@@ -106,7 +109,13 @@ def test_an_input_the_program_returns_unchanged_is_paired_through_the_output_fix
     ],
 )
 def test_every_cache_type_is_compared_with_dynamic_dims(name, dims):
-    _faithful(_exported(name, dims))
+    d = _faithful(_exported(name, dims))
+    s = _faithful(_exported(name, "static"))
+    assert d.coverage.torch_compared >= s.coverage.torch_compared, (
+        d.coverage.to_text(),
+        s.coverage.to_text(),
+    )
+    _fault_named(_exported(name, dims), "op", "middle")
 
 
 @pytest.mark.slow
