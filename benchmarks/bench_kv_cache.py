@@ -8,6 +8,11 @@ cold run is the one a notebook user waits on; it includes preparing the program,
 for symbolic sizes used to mean the exporter's re-trace.
 
     .venv/bin/python benchmarks/bench_kv_cache.py [--repeats 3] [--model llama_kv_cache gpt2@auto ...]
+
+``cache:NAME`` is a decoder taking a transformers cache object as its ``past_key_values``
+keyword (tests/corpus/cache_decoders.py: dynamic_cache, static_cache, sliding_cache,
+hybrid_cache, encoder_decoder_cache), exported with ``Dim.DYNAMIC`` (``cache:NAME@auto``:
+``Dim.AUTO``) against its static export.
 """
 
 from __future__ import annotations
@@ -49,8 +54,42 @@ def _auto_shapes(entry) -> tuple:
     return (shapes,) if starred else shapes
 
 
+def _measure_cache(model: str, variant: str) -> dict:
+    """A cache decoder (``cache:NAME[@auto]``): kwargs with the cache object, fresh per run
+    (a static cache is written in place)."""
+    from onnx_sbs_nb import run_aligned, summarize
+    from onnx_sbs_nb.align.run import AlignedRun
+    from tests.corpus.cache_decoders import export_case
+
+    name, _, dims = model.removeprefix("cache:").partition("@")
+    dims = "static" if variant == "static" else (dims or "dynamic")
+    ex = export_case(name, dims)
+    start = time.perf_counter()
+    run = AlignedRun(ex.ep, ex.onx, (), ex.kwargs())  # run_aligned's, keeping its status
+    records = list(run)
+    cold = time.perf_counter() - start
+    # how the program was prepared: reproduced, or the exporter's re-trace (the slow part)
+    source = run.status.extra.get("program_source", "?")
+    start = time.perf_counter()
+    list(run_aligned(ex.ep, ex.onx, (), ex.kwargs()))
+    warm = time.perf_counter() - start
+    coverage = summarize(records).coverage
+    return {
+        "cold": cold,
+        "warm": warm,
+        "records": len(records),
+        "verdict": summarize(records).verdict,
+        "torch_compared": coverage.torch_compared,
+        "torch_nodes": coverage.torch_nodes,
+        "unpaired_outputs": sum(r.status == "unpaired_output" for r in records),
+        "program": source,
+    }
+
+
 def measure(model: str, variant: str) -> dict:
     """Exports ``model`` (a corpus entry with dynamic shapes) as ``variant`` and times two runs."""
+    if model.startswith("cache:"):
+        return _measure_cache(model, variant)
     from onnx_sbs_nb import run_aligned, summarize
     from tests.corpus.zoo import ZOO_BY_NAME, export_entry
     from tests.corpus.zoo2 import ZOO2_BY_NAME
@@ -124,11 +163,23 @@ def _compare(model: str, repeats: int) -> tuple[float, float]:
                 f"{last['torch_compared']} of {last['torch_nodes']}",
                 f"{last['torch_compared'] / max(last['torch_nodes'], 1):.0%}",
                 last["verdict"],
+                last.get("unpaired_outputs", "-"),
+                last.get("program", "-"),
             ]
         )
     print_table(
         f"{model}: median of {repeats} fresh processes",
-        ["export", "cold run", "warm run", "records", "torch nodes compared", "share", "verdict"],
+        [
+            "export",
+            "cold run",
+            "warm run",
+            "records",
+            "torch nodes compared",
+            "share",
+            "verdict",
+            "unpaired outputs",
+            "program",
+        ],  # fmt: skip
         rows,
     )
     static, dynamic = (runs[v] for v in VARIANTS)

@@ -119,7 +119,7 @@ class AlignedRun(SideBySideRun):
         program = self.prepared.program
         self.program = program
         bound = bind_inputs(program, self.args, self.kwargs)
-        check_input_shapes(program, bound.values, bound.user_inputs)
+        check_input_shapes(program, bound.values, bound.user_inputs, self.ep)
         provenance = cached_provenance(program, self.ep, bound.weights)
         reference = FxSide(program, bound, provenance, device, cached_fx_tables(program))
         # an optimized model is made anew per run: its tables are not kept

@@ -4,6 +4,8 @@ and an ONNX model, and each side says it in :attr:`.PairingContext.same_name`.""
 
 from __future__ import annotations
 
+import re
+
 import onnx
 
 from ...records import PAIRED_BY_NAME, PAIRED_BY_POSITION, PAIRED_BY_STATE_DICT
@@ -47,6 +49,41 @@ class StateDictName(PairingStep):
                 ctx.try_pair(name, ref, PAIRED_BY_STATE_DICT)
 
 
+# onnx_ir's OutputFixPass (run by the exporter): a graph input returned as it is gets an
+# Identity named after it, the input renamed with this suffix; a value returned twice is
+# returned again through an Identity named f"{value}_alias_{position}"
+ALIASED_INPUT_SUFFIX = "_orig"
+_ALIAS_OUTPUT = re.compile(r"^(?P<value>.+)_alias_\d+$")
+
+
+class OutputFixAliases(PairingStep):
+    """The Identities the exporter's output fix adds, proven by their place.  A graph
+    input the program also returns unchanged (a cache's cross-attention tensors, a sliding
+    window's size) is renamed ``X_orig`` and returned as ``Identity(X_orig)`` named ``X``:
+    ``X_orig`` is the program's input ``X``.  A value the program returns twice (the
+    length two cache layers share) is returned the second time as ``Identity(V)`` named
+    ``V_alias_<i>``: that output is the program's value ``V`` again."""
+
+    declared = rule(PAIRED_BY_NAME)
+
+    def run(self, ctx: PairingContext) -> None:
+        reference, outputs = set(ctx.reference_inputs), set(ctx.outputs)
+        inputs = set(ctx.inputs)
+        for node in ctx.graph.node:
+            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+                continue
+            if len(node.input) != 1 or len(node.output) != 1 or node.output[0] not in outputs:
+                continue
+            source, out = node.input[0], node.output[0]
+            if source == out + ALIASED_INPUT_SUFFIX and source in inputs and out in reference:
+                ctx.try_pair(source, out, PAIRED_BY_NAME)
+                continue
+            m = _ALIAS_OUTPUT.match(out)
+            pair = ctx.pairing.by_onnx.get(source)
+            if m and m.group("value") == source and source in outputs and pair is not None:
+                ctx.try_pair(out, pair.fx_name, PAIRED_BY_NAME)
+
+
 class ByPosition(PairingStep):
     """Graph inputs (and outputs) left over pair by position, when both sides have as
     many."""
@@ -65,4 +102,11 @@ class ByPosition(PairingStep):
                     ctx.try_pair(c, r, PAIRED_BY_POSITION)
 
 
-__all__ = ["ByPosition", "SameName", "StateDictName", "original_name"]
+__all__ = [
+    "ALIASED_INPUT_SUFFIX",
+    "OutputFixAliases",
+    "ByPosition",
+    "SameName",
+    "StateDictName",
+    "original_name",
+]

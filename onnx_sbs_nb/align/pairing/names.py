@@ -52,7 +52,7 @@ from ...records import (
     PAIRED_BY_STRUCTURE,
 )
 from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
-from .basic_rules import ByPosition, SameName, StateDictName
+from .basic_rules import ByPosition, OutputFixAliases, SameName, StateDictName
 from .context import PairingContext, PairingStep, run_rules
 from .foreign import CorrespondingOps, sizes_to_first_reader
 from .pairs import Pair, Pairing
@@ -817,6 +817,7 @@ class FxPairingContext(PairingContext):
 # the name of the rule that paired it).
 FX_RULES: tuple[PairingStep, ...] = (
     SameName(),  # node outputs, graph inputs, folded constants named after fx nodes
+    OutputFixAliases(),  # X_orig inputs and V_alias_<i> outputs of the output fix
     StateDictName(),
     FoldedWeights(),  # e.g. the transposed weight of a linear
     ByMetadata(),

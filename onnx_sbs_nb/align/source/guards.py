@@ -1,13 +1,22 @@
 """Input shapes checked against what the program was exported for, before anything runs.
 
 A program exported with static dimensions only computes those; one exported with dynamic
-dimensions holds their ranges (``ep.range_constraints``) and which dimensions must be
-equal (the same symbol).  Inputs outside that are refused early, naming the input, the
-dimension and what the program expects, instead of failing somewhere mid-run.
+dimensions holds their ranges (``ep.range_constraints``), which dimensions must be equal
+(the same symbol, or a derived one: ``s0 + 1``) and the guards its code made
+(``ep._guards_code``).  Inputs are refused exactly where torch's own module
+(``ep.module()``) refuses them, naming the input, the dimension, the guard and, where the
+program still knows it, the source line that made the guard; anything else runs.
+
+torch gives every dynamic dimension the lower bound 2 by convention (its 0/1
+specialization); ``ep.module()`` accepts 0 and 1 there all the same, and so do we: a
+lower bound is a guard only above 2.
 """
 
 from __future__ import annotations
 
+import ast
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,13 +33,184 @@ def _bound(value: Any) -> int | None:
     return v
 
 
-def check_input_shapes(
-    program: torch.export.ExportedProgram, values: dict[str, Any], user_inputs: list[str]
+def _shape_env(program: torch.export.ExportedProgram) -> Any:
+    """The shape environment of the export, when the program still holds it (a loaded
+    ``.pt2`` does not): it knows where each range and guard came from."""
+    for node in program.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        mode = getattr(node.meta.get("val"), "fake_mode", None)
+        env = getattr(mode, "shape_env", None)
+        if env is not None:
+            return env
+    return None
+
+
+def _where(sloc: Any) -> str:
+    """A guard's origin in words: the user's line, the dynamic_shapes given, or torch's
+    convention."""
+    text = str(sloc or "").strip()
+    if not text:
+        return ""
+    if "0/1 specialization" in text:
+        return "torch's 0/1 specialization"
+    if "fakify" in text or "non_strict_utils" in text:
+        return "the dynamic_shapes given to the export"
+    return f"the line {text.strip('()')}"
+
+
+@dataclass
+class _Sizes:
+    """Symbols bound to the sizes seen so far, as torch's input check unifies them."""
+
+    env: Any
+    values: dict[Any, int] = field(default_factory=dict)  # symbol -> size
+    seen: dict[Any, tuple[str, int, int]] = field(default_factory=dict)  # symbol -> first use
+
+    def range_origin(self, symbol: Any, side: str) -> str:
+        slocs = getattr(self.env, "var_to_range_sloc", None) or {}
+        sloc = slocs.get(symbol)
+        return _where(getattr(sloc, side, None)) if sloc is not None else ""
+
+
+def _refuse_range(name: str, d: int, got: int, expr: Any, vr: Any, sizes: _Sizes) -> None:
+    low, high = _bound(vr.lower), _bound(vr.upper)
+    side = None
+    # torch's module allows 0 and 1 below a lower bound of 2 (its convention)
+    if low is not None and low > 2 and got < low:
+        side = "lower"
+    elif high is not None and got > high:
+        side = "upper"
+    if side is None:
+        return
+    origins = {sizes.range_origin(s, side) for s in getattr(expr, "free_symbols", ())} - {""}
+    origin = f"; the bound comes from {', '.join(sorted(origins))}" if origins else ""
+    raise SbsInputError(
+        f"input {name!r} has size {got} in dimension {d}, outside the range the program "
+        f"was exported for ({expr} in [{vr.lower}, {vr.upper}]), which torch's own module "
+        f"refuses too{origin}: pass sizes in that range, or export with a wider Dim"
+    )
+
+
+def _unify(name: str, d: int, got: int, want: Any, sizes: _Sizes) -> None:
+    """Binds the dimension's symbol to its size, refusing a size that contradicts an
+    earlier binding (torch's equality and derived-dimension checks)."""
+    import sympy
+    from torch.utils._sympy.solve import try_solve
+
+    expr = want.node.expr
+    symbols = expr.free_symbols
+    if len(symbols) != 1:
+        return  # torch checks such dimensions at run time, in the program's asserts
+    symbol = next(iter(symbols))
+    if symbol in sizes.values:
+        expected = expr.subs(symbol, sizes.values[symbol])
+        if expected != got:
+            other, od, osize = sizes.seen[symbol]
+            if isinstance(expr, sympy.Symbol):
+                raise SbsInputError(
+                    f"input {name!r} has size {got} in dimension {d} but {other!r} has "
+                    f"{osize} in dimension {od}: the program requires them equal ({symbol})"
+                )
+            raise SbsInputError(
+                f"input {name!r} has size {got} in dimension {d} but {other!r} has {osize} "
+                f"in dimension {od}: the program requires {expr} there, {expected} "
+                f"(they are related through {symbol})"
+            )
+        return
+    if isinstance(expr, sympy.Symbol):
+        sizes.values[symbol] = got
+    else:
+        solution = try_solve(sympy.Eq(expr, got), symbol)
+        if solution is None or not getattr(solution[1], "is_integer", False):
+            raise SbsInputError(
+                f"input {name!r} has size {got} in dimension {d}, which is not of the form "
+                f"{expr} for an integer {symbol}, as the program requires"
+            )
+        sizes.values[symbol] = int(solution[1])
+    sizes.seen[symbol] = (name, d, got)
+
+
+def _guard_origins(env: Any) -> dict[str, str]:
+    """{guard code: where it was made} for the guards torch kept in ``_guards_code``."""
+    if env is None:
+        return {}
+    try:
+        from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+
+        printer = ShapeGuardPythonPrinter(env.var_to_sources, lambda s: s.name, env.var_to_sources)
+        return {printer.doprint(g.expr): _where(getattr(g, "sloc", "")) for g in env.guards}
+    except Exception:  # a private API: without it the guard is named without its line
+        return {}
+
+
+class _Input:
+    """``L['x']`` in a guard: the input's sizes, nothing else."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self._shape = tuple(int(s) for s in value.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self._shape if dim is None else self._shape[dim]
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+
+def _check_program_guards(
+    program: torch.export.ExportedProgram, values: dict[str, Any], env: Any
 ) -> None:
-    """Raises SbsInputError when a user input's shape does not fit the program."""
+    """Evaluates the guards the program's code made (``ep._guards_code``, which
+    ``ep.module()`` runs) on the inputs they name; a guard naming an input that is not a
+    plain tensor here is left to the run."""
+    from .untrusted_pt2 import unsafe_guard
+
+    codes = getattr(program, "_guards_code", None) or []
+    if not codes:
+        return
+    inputs = {k: _Input(v) for k, v in values.items() if isinstance(v, torch.Tensor)}
+    origins: dict[str, str] | None = None
+    scope = {"L": inputs, "math": math, "torch": torch, "inf": math.inf}
+    scope |= {f.__name__: f for f in (int, float, bool, abs, min, max, round)}
+    for code in codes:
+        if unsafe_guard(code) is not None:
+            continue
+        try:
+            # the guard is a vetted expression over input sizes (unsafe_guard), as torch
+            # itself pastes it into the code it runs
+            tree = ast.parse(code, mode="eval")
+            ok = eval(compile(tree, "<guard>", "eval"), {"__builtins__": {}}, scope)
+        except Exception:
+            continue  # an input it names is not a plain tensor here: the run decides
+        if ok:
+            continue
+        if origins is None:
+            origins = _guard_origins(env)
+        where = origins.get(code, "")
+        raise SbsInputError(
+            f"the inputs break the program's guard {code!r}"
+            + (f" (made by {where})" if where else "")
+            + ": torch's own module refuses them too; pass inputs that hold it, or export "
+            "again from inputs of that kind"
+        )
+
+
+def check_input_shapes(
+    program: torch.export.ExportedProgram,
+    values: dict[str, Any],
+    user_inputs: list[str],
+    exported: torch.export.ExportedProgram | None = None,
+) -> None:
+    """Raises SbsInputError when a user input's shape does not fit the program, as
+    ``ep.module()`` decides it.  ``exported`` is the program as the user exported it (the
+    prepared one may be a re-trace, without the export's guards and their origins)."""
+    if exported is not None:
+        names = {n.name for n in exported.graph.nodes if n.op == "placeholder"}
+        if all(name in names for name in user_inputs):
+            program = exported
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    ranges = {str(k): v for k, v in (program.range_constraints or {}).items()}
-    seen: dict[str, tuple[str, int, int]] = {}  # symbol -> (input, dim, size)
+    ranges = dict(program.range_constraints or {})
+    sizes = _Sizes(_shape_env(program))
     for name in user_inputs:
         node = placeholders.get(name)
         value = values.get(name)
@@ -49,22 +229,11 @@ def check_input_shapes(
                         "inputs of the exported shape, or export with dynamic_shapes="
                     )
                 continue
-            symbol = str(want)
-            vr = ranges.get(symbol)
-            if vr is not None:
-                low, high = _bound(vr.lower), _bound(vr.upper)
-                if (low is not None and got < low) or (high is not None and got > high):
-                    raise SbsInputError(
-                        f"input {name!r} has size {got} in dimension {d}, outside the range "
-                        f"the program was exported for ({symbol} in [{vr.lower}, {vr.upper}])"
-                    )
-            if symbol in seen and seen[symbol][2] != got:
-                other, od, osize = seen[symbol]
-                raise SbsInputError(
-                    f"input {name!r} has size {got} in dimension {d} but {other!r} has "
-                    f"{osize} in dimension {od}: the program requires them equal ({symbol})"
-                )
-            seen.setdefault(symbol, (name, d, got))
+            _unify(name, d, got, want, sizes)
+            expr = want.node.expr
+            if expr in ranges:
+                _refuse_range(name, d, got, expr, ranges[expr], sizes)
+    _check_program_guards(program, values, sizes.env)
 
 
 __all__ = ["check_input_shapes"]
