@@ -201,3 +201,27 @@ def test_the_widget_compares_batch_1():
     w = SbsWidget(ep, onx, _SMALL[0], batch_interval=0)
     assert w.records and w.session.state == "finished", w.status
     assert w.summary.verdict == "pass", w.summary.to_text()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "2 ** 2 ** 64 > L['x'].size()[0]",  # hours of big-integer arithmetic
+        "len('a' * 10 ** 11) > 0",  # names len: refused by the vetting
+        "L['x'].size()[0] < 'aaaa' * 99999999999",  # 400 GB of string
+        "L['x'].size()[0] < 1 << 10 ** 9",  # a 125 MB integer, then worse
+        "L['x'].size()[0] < 99999999999999999999999999 ** 8",
+    ],
+)
+def test_a_guard_from_a_file_is_evaluated_only_where_its_cost_is_bounded(hostile):
+    # guards come from the .pt2 (untrusted): the engine evaluates those it vetted; one
+    # whose arithmetic could take the machine's time or memory is left to torch's module
+    from onnx_sbs_nb.align.source.guards import check_input_shapes
+
+    ep = torch.export.export(
+        _Branch(), (torch.randn(6, 4),), dynamic_shapes={"x": {0: Dim.DYNAMIC}}
+    )
+    ep._guards_code = [hostile]
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    x = torch.randn(5, 4)
+    check_input_shapes(ep, {user[0]: x}, user)  # returns at once, refusing nothing
