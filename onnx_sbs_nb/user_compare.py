@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# numpy and torch are read from sys.modules, not imported: the report modules import this
+# one, and `onnx-sbs --help` must answer before either loads (a value of theirs exists
+# only once they are loaded)
 
 #: entries of the returned dict kept per pair (the rest are counted in the note)
 MAX_EXTRA_KEYS = 32
@@ -39,6 +44,29 @@ class CompareResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _is_tensor(v: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(v, torch.Tensor)
+
+
+def _is_numpy_scalar(v: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.generic)
+
+
+def _as_bool(value: Any) -> bool | None:
+    """``passed`` as a bool: a bool, a numpy bool or a one-element torch bool tensor
+    (``(e - g).abs().le(1e-3).all()``: the function is given torch tensors)."""
+    if isinstance(value, bool):
+        return value
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.bool_):
+        return bool(value)
+    if _is_tensor(value) and value.dtype == sys.modules["torch"].bool and value.numel() == 1:
+        return bool(value.item())
+    return None
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_EXTRA_TEXT else text[:MAX_EXTRA_TEXT] + "…"
 
@@ -46,7 +74,7 @@ def _cut(text: str) -> str:
 def plain_value(v: Any) -> Any:
     """A value of the user's dict as a plain record value: bool, int, a finite float,
     None or text (non-finite and out-of-range numbers as their text, others cut)."""
-    if isinstance(v, np.generic) or (isinstance(v, torch.Tensor) and v.numel() == 1):
+    if _is_numpy_scalar(v) or (_is_tensor(v) and v.numel() == 1):
         v = v.item()
     if isinstance(v, bool) or v is None:
         return v
@@ -98,11 +126,12 @@ def _read(found: Mapping, name: str) -> CompareResult:
     # bounded: a Mapping's items() may be endless
     for key, value in itertools.islice(found.items(), _MAX_READ):
         if isinstance(key, str) and key == "passed":
-            if not isinstance(value, bool | np.bool_):
+            passed = _as_bool(value)
+            if passed is None:
                 raise CompareFunctionError(
                     f"compare function {name} returned passed={_safe_repr(value)}: not a bool"
                 )
-            result.passed = bool(value)
+            result.passed = passed
         elif len(result.extra) < MAX_EXTRA_KEYS:
             result.extra[_cut(str(key))] = plain_value(value)
         else:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -809,3 +810,29 @@ def test_row4_ctrl_c_in_the_cli_keeps_the_inputs_done(small_files, tmp_path):
     assert 3 <= kept < n
     records = read_jsonl(tmp_path / "r.jsonl")
     assert records and all(r.inputs_total >= kept for r in records)
+
+
+@pytest.mark.parametrize(
+    "passed,expected",
+    [
+        (torch.tensor(True), True),
+        (torch.tensor(False), False),
+        (torch.ones(1, dtype=torch.bool), True),
+        (np.bool_(True), True),
+    ],
+)
+def test_passed_may_be_a_one_element_torch_bool(passed, expected):
+    # the function is given torch tensors: (e - g).abs().le(1e-3).all() is its natural
+    # answer, and refusing it made every pair a check_error (a new user's first try)
+    from onnx_sbs_nb.user_compare import call_compare
+
+    found = call_compare(lambda e, g: {"passed": passed}, "fn", torch.zeros(2), torch.zeros(2))
+    assert found.passed is expected
+
+
+@pytest.mark.parametrize("passed", [torch.tensor([True, False]), torch.tensor(1.0), "yes"])
+def test_passed_that_is_no_single_bool_is_the_pairs_error(passed):
+    from onnx_sbs_nb.user_compare import CompareFunctionError, call_compare
+
+    with pytest.raises(CompareFunctionError, match="not a bool"):
+        call_compare(lambda e, g: {"passed": passed}, "fn", torch.zeros(2), torch.zeros(2))
