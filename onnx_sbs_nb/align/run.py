@@ -87,7 +87,7 @@ class AlignedRun(SideBySideRun):
         model = exported = load_onnx_model(onx, defer_weights=options.optimize is None)
         folder = onnx_folder(onx)
         # a model that cannot run is refused, not run into not-computed records
-        check_model(model)
+        model = exported = check_model(model)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model

@@ -112,14 +112,16 @@ def two_model_run(
     # a model that cannot run is refused, not run into not-computed records: the checks of
     # run_aligned, on both models
     ort = isinstance(make_runner(options.runner, "cpu"), OnnxruntimeRunner)
+    checked = []
     for label, model in (("a (the reference)", a), ("b (the candidate)", b)):
         try:
-            check_model(model)
+            checked.append(check_model(model))
             if ort:
                 check_opset(model)
                 check_onnxruntime_builds(model)
         except SbsInputError as e:
             raise SbsInputError(f"model {label}: {e}") from None
+    a, b = checked
     feeds_a = model_feeds(a, feeds)
     deployment = deploy(b, options)  # optimize=: b as onnxruntime runs it
     if deployment is not None:

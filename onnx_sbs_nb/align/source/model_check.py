@@ -25,6 +25,7 @@ Each refusal is an :class:`SbsInputError` naming the defect.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import threading
 from collections.abc import Iterator
 
@@ -155,6 +156,57 @@ def check_graph(model: onnx.ModelProto) -> None:
         )
 
 
+def _reads(node: onnx.NodeProto) -> Iterator[str]:
+    """The names a node reads: its inputs and, through its subgraphs (If, Loop, Scan),
+    the outer values those read."""
+    yield from node.input
+    for sub in _graphs_of(node):
+        for inner in sub.node:
+            yield from _reads(inner)
+
+
+def in_run_order(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its main graph's nodes in an order that computes each value before a
+    node reads it: the model itself when they already are; else a copy with the nodes
+    sorted, each as early as its inputs allow and otherwise in the file's order (a graph
+    tool's output: onnxruntime's float16 converter appends the Casts of the graph inputs
+    last, and onnxruntime sorts the nodes itself). A cycle or a value nothing computes is
+    left as it is, for :func:`check_graph` to name."""
+    g = model.graph
+    producer: dict[str, int] = {}
+    for k, node in enumerate(g.node):
+        for o in node.output:
+            if o:
+                producer.setdefault(o, k)
+    needs = [
+        {producer[n] for n in _reads(node) if n in producer} - {k} for k, node in enumerate(g.node)
+    ]
+    if all(all(d < k for d in deps) for k, deps in enumerate(needs)):
+        return model
+    waiting = [len(deps) for deps in needs]
+    readers: dict[int, list[int]] = {}
+    for k, deps in enumerate(needs):
+        for d in deps:
+            readers.setdefault(d, []).append(k)
+    ready = [k for k, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers.get(k, ()):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) != len(g.node):
+        return model  # a cycle: check_graph names it
+    sorted_model = onnx.ModelProto()
+    sorted_model.CopyFrom(model)
+    del sorted_model.graph.node[:]
+    sorted_model.graph.node.extend(g.node[k] for k in order)
+    return sorted_model
+
+
 def check_opset(model: onnx.ModelProto) -> None:
     """Refuses an ai.onnx opset older than onnxruntime runs at all (no kernel for any
     node: each one would fall back or fail alone)."""
@@ -236,11 +288,14 @@ def check_tensors(model: onnx.ModelProto) -> None:
             )
 
 
-def check_model(model: onnx.ModelProto) -> None:
-    """The checks that need no runtime: nesting, graph order, tensors' data."""
+def check_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The checks that need no runtime: nesting, graph order, tensors' data; returns the
+    model to run (:func:`in_run_order`)."""
     check_nesting(model)
+    model = in_run_order(model)
     check_graph(model)
     check_tensors(model)
+    return model
 
 
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -360,6 +415,7 @@ __all__ = [
     "MAX_NESTING",
     "OnnxruntimeCheck",
     "check_graph",
+    "in_run_order",
     "check_model",
     "check_nesting",
     "check_opset",
