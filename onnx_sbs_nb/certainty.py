@@ -9,6 +9,7 @@ from .records import (
     PAIRED_BY_NAME,
     PAIRED_BY_POSITION,
     PAIRED_BY_STATE_DICT,
+    PAIRED_BY_STRUCTURE,
     UNPAIRED,
     Record,
 )
@@ -24,7 +25,14 @@ def certainty(rec: Record, covered: int, nodes: int, low: bool) -> str:
     """The words to add to the why of culprit ``rec`` ("" when its evidence is whole):
     ``covered`` of ``nodes`` ONNX nodes compared, ``low`` when that is under half."""
     text = ""
-    if rec.paired_by and rec.paired_by not in FOUNDED_PAIRINGS:
+    if rec.paired_by == PAIRED_BY_STRUCTURE:
+        # no name or metadata says this is the torch value: say what the pair rests on
+        text += (
+            "; its torch twin was found by the graph's structure (the twins of its "
+            "inputs, its dtype and shape), not by a name the exporter gave: a likely "
+            "pairing, not a proven one"
+        )
+    elif rec.paired_by and rec.paired_by not in FOUNDED_PAIRINGS:
         text += (
             f"; it was paired with its torch value by {rec.paired_by}, which nothing "
             "proves: it may not be the same value"

@@ -27,7 +27,6 @@ from .records import (
     KIND_OUTPUT,
     KIND_WEIGHT,
     NONFINITE_INPUT_NOTE,
-    PAIRED_BY_STRUCTURE,
     STATUS_CHECK_ERROR,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
@@ -950,13 +949,6 @@ class Summarizer:
         if where:
             # every view shows ``why``: the input that shows the failure reaches them all
             why = f"{where}: {why}"
-        if rec.paired_by == PAIRED_BY_STRUCTURE and rec.kind != KIND_WEIGHT:
-            # no name or metadata says this is the torch value: say what the pair rests on
-            why += (
-                "; its torch twin was found by the graph's structure (the twins of its "
-                "inputs, its dtype and shape), not by a name the exporter gave: a likely "
-                "pairing, not a proven one"
-            )
         return Culprit(
             rule=rule,
             why=why,
