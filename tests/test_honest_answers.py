@@ -128,6 +128,8 @@ def test_a_fault_in_a_folded_weight_blames_its_consumer_not_the_weight(model, re
         assert s.verdict == "fail" and c is not None, s.to_text()
         assert c.kind != "weight" and c.onnx_op_type in ("Conv", "Gemm"), s.to_text()
         assert "folded" in c.why, c.why
+        # the folded weight that was changed is named, whichever was settled first
+        assert _FAULTS[model] in c.why, c.why
         assert ("it makes the error" in c.why) == own_error, c.why
         weight = next(r for r in records if r.onnx_name == _FAULTS[model])
         assert weight.status == STATUS_WEIGHT_DIFFERS

@@ -119,6 +119,9 @@ def settle_weight(
     return True
 
 
+_FOLDED_WEIGHTS = "with weights the exporter folded "
+
+
 def _folded(
     wrec: Record, consumer: Record, node: str | None, folded: tuple[str, ...], agrees: bool
 ) -> bool:
@@ -137,11 +140,22 @@ def _folded(
             "its computation)"
         ),
     )
-    if agrees or FOLDED_CONSUMER_NOTE in (consumer.comment or ""):
+    if agrees:
         return agrees
+    if FOLDED_CONSUMER_NOTE in (consumer.comment or ""):
+        # a second folded weight of the same consumer (the bias after the weight): named too
+        listed = f"{_FOLDED_WEIGHTS}("
+        at = consumer.comment.find(listed)
+        end = consumer.comment.find(")", at)
+        names = consumer.comment[at + len(listed) : end].split(", ") if at >= 0 else []
+        if at >= 0 and end > at and wrec.onnx_name not in names:
+            consumer.comment = (
+                consumer.comment[:end] + f", {wrec.onnx_name}" + consumer.comment[end:]
+            )
+        return False
     consumer.comment = _join(
         consumer.comment,
-        f"{FOLDED_CONSUMER_NOTE} {', '.join(folded)}, with weights the exporter folded "
+        f"{FOLDED_CONSUMER_NOTE} {', '.join(folded)}, {_FOLDED_WEIGHTS}"
         f"({wrec.onnx_name}): the error is in a folded weight or in the computation",
     )
     return False
