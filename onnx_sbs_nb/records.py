@@ -40,8 +40,9 @@ STATUS_NOT_COMPARED = "not_compared"  # paired but not a tensor (e.g. a symbolic
 # an input of the node could not be computed (an upstream node failed): inherited, so
 # not this node's failure; its own error is still measured when its torch inputs exist
 STATUS_NOT_COMPUTED = "not_computed"
-# a weight differs from its torch parameter but every node consuming it agrees with torch
-# (the exporter folded something into it, a BatchNorm into a Conv say)
+# a weight differs from its torch parameter by design: every node consuming it agrees with
+# torch, or the exporter folded fx nodes into it (a BatchNorm into a Conv) and its consumer
+# is judged for both
 STATUS_WEIGHT_DIFFERS = "weight_differs"
 # a graph output only one side has: the model does not compute the program
 STATUS_UNPAIRED_OUTPUT = "unpaired_output"
@@ -144,13 +145,14 @@ STATUSES: dict[str, StatusSpec] = {
         tone="warn",
         judged_elsewhere=True,
         by_design=True,
-        doc="The weight differs from its torch parameter but every consumer agrees with "
-        "torch (a BatchNorm folded into a Conv, say).",
+        doc="The weight differs from its torch parameter by design: every consumer agrees "
+        "with torch, or the exporter folded other fx nodes into it (a BatchNorm into a Conv) "
+        "and its consumer, judged for both, carries any error.",
     ),
     STATUS_CHECK_ERROR: StatusSpec(
         "compare function failed",
         tone="warn",
-        compared=True,
+        # measured but not judged: not counted as compared (the coverage line says why)
         judged_elsewhere=True,
         doc="Your compare function failed on this pair (it raised or returned no dict): "
         "the values were measured, not judged; nothing is said of the model.",

@@ -1057,6 +1057,8 @@ def _uncompared_reason(rec: Record) -> str:
         return "not computed"
     if rec.status == STATUS_INTERNAL:
         return "internal to a fused node"
+    if rec.status == STATUS_CHECK_ERROR:
+        return "your compare function failed"
     return "not compared (random, empty or not a tensor)"
 
 

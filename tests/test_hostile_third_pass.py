@@ -309,6 +309,11 @@ def test_row9_a_compare_function_returning_none_blames_itself_never_the_model(sm
     assert "compare function broken on 8 pairs" in text and "returned a NoneType" in text
     assert "failed to run" not in text and "not computed" not in text
     assert summary.totals["errors"] == 0
+    # measured, not judged: one count everywhere (the verdict line and the coverage line)
+    cov = summary.coverage
+    assert cov.onnx_compared == 0 and cov.not_compared.get("your compare function failed"), (
+        cov.to_text()
+    )
 
 
 _COMPARE_FUNCS = """
