@@ -72,3 +72,27 @@ def test_onnxruntimes_float16_converter_output_is_compared():
     assert s.verdict in ("pass", "fail"), s.to_text()
     assert s.coverage.onnx_compared > 0, s.coverage.to_text()
     assert not [r for r in records if r.status == "error"], s.to_text()
+
+
+class _Select(torch.nn.Module):
+    def forward(self, x, i):
+        return torch.tanh(x).index_select(0, i) * 2
+
+
+def test_a_node_onnxruntime_fails_is_a_record_not_a_line_in_the_terminal(capfd):
+    # onnxruntime printed its own "[E:onnxruntime:...] Non-zero status code" line beside
+    # the record that holds the same message, in the middle of the progress bar
+    x, i = torch.randn(4, 3), torch.tensor([1, 3])
+    ep, onx = export(_Select(), (x, i))
+    model = onnx.ModelProto()
+    model.CopyFrom(onx.model_proto if hasattr(onx, "model_proto") else onx)
+    gather = next(n for n in model.graph.node if n.op_type == "Gather")
+    for att in gather.attribute:  # index 3 of 3 columns: fails when run, not when built
+        if att.name == "axis":
+            att.i = 1
+    capfd.readouterr()
+    records = list(run_aligned(ep, model, (x, i)))
+    err = capfd.readouterr().err
+    failed = [r for r in records if r.status == "error"]
+    assert failed and "out of data bounds" in failed[0].error, failed
+    assert "[E:onnxruntime" not in err, err

@@ -437,7 +437,10 @@ class OnnxruntimeRunner(_CachedRunner):
         # One node per session: graph optimisations have nothing to fuse and cost time
         # (and a stretch of nodes must run each node's own kernel: stretches.py).
         so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.log_severity_level = 3
+        # fatal only: a node that fails raises, and its message is that node's record; an
+        # error line printed by onnxruntime as well would land in the middle of the
+        # progress bar
+        so.log_severity_level = 4
         if large:
             if self.threads:
                 so.intra_op_num_threads = self.threads
