@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import pathlib
 import signal
 import sys
@@ -46,6 +47,7 @@ EXIT_FAIL = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # as a shell reports a command ended by SIGPIPE
 
 DEFAULT_JSONL = "onnx_sbs_run.jsonl"
 DEMO_REPORTS = ("report.html", "report.xlsx", "report.csv")
@@ -161,6 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # before the run started (loading, preparing) or after it: nothing to keep
         print("onnx-sbs: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `onnx-sbs ... | head`: the reader has what it wanted; say nothing more, and keep
+        # Python from failing again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (CliError, ReportFormatError, BundleMissingError, OSError) as e:
         print(f"onnx-sbs: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

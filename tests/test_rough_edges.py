@@ -587,3 +587,26 @@ def test_the_cli_startup_benchmark_runs(capsys):
     out = capsys.readouterr().out
     for name, _ in bench_cli_startup.CASES:
         assert name in out
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
+    # `onnx-sbs run ... | head -3` printed "onnx-sbs: error: [Errno 32] Broken pipe" when
+    # the summary was printed after head had gone: a real pipe whose reader closed, the
+    # CLI's own summary printing into it
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "r, w = os.pipe(); os.close(r)\n"  # a reader already gone
+        "os.dup2(w, 1)\n"
+        "sys.stdout = open(1, 'w', buffering=1)\n"
+        "from onnx_sbs_nb import cli\n"
+        "cli.cmd_report = lambda args: print('verdict: PASS\\n' * 10000) or 0\n"
+        "sys.exit(cli.main(['report', 'x.jsonl', '-o', 'r.html']))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert "Broken pipe" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 141, (p.returncode, p.stderr)
