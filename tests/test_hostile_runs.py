@@ -19,6 +19,7 @@ from onnx_sbs_nb import run_aligned
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_ERROR, STATUS_NOT_COMPUTED
 from onnx_sbs_nb.summary import summarize
+from tests.models import export
 from tests.test_session import _broken_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -453,12 +454,32 @@ def test_meta_input_is_named(small):
         list(run_aligned(ep, onx, (x.to("meta"),)))
 
 
-def test_keyword_input_of_a_positional_program_says_so(small):
+def test_keyword_input_of_a_positional_program_is_bound_by_name(small):
+    # as Python binds forward(**batch): a dict of inputs (a DataLoader's batch) names them
     ep, onx, (x,) = small
-    with pytest.raises(SbsInputError, match=r"\['x'\] are inputs the program takes positionally"):
-        list(run_aligned(ep, onx, (), {"x": x}))
+    by_name = list(run_aligned(ep, onx, (), {"x": x}))
+    by_place = list(run_aligned(ep, onx, (x,)))
+    assert [(r.onnx_name, r.status, r.err_abs) for r in by_name] == [
+        (r.onnx_name, r.status, r.err_abs) for r in by_place
+    ]
     with pytest.raises(SbsInputError, match=r"it takes \[\] by keyword and \['x'\] positionally"):
         list(run_aligned(ep, onx, (), {"y": x}))
+
+
+class _TwoInputs(torch.nn.Module):
+    def forward(self, ids, x):
+        return torch.tanh(x) * ids.float().unsqueeze(-1)
+
+
+def test_many_inputs_given_as_dicts_are_bound_by_name():
+    ids, x = torch.tensor([1, 2, 3]), torch.randn(3, 4)
+    ep, onx = export(_TwoInputs(), (ids, x))
+    batches = [{"x": x + k, "ids": ids + k} for k in range(3)]  # another order than forward's
+    s = summarize(list(run_aligned(ep, onx, inputs=batches)))
+    assert s.verdict == "pass", s.to_text()
+    # a name the program does not have is still refused, naming it
+    with pytest.raises(SbsInputError, match="not inputs of the program"):
+        list(run_aligned(ep, onx, (), {"ids": ids, "y": x}))
 
 
 # ---- 6. inputs nested 100,000 deep ------------------------------------------------------

@@ -233,6 +233,7 @@ def bind_inputs(
     """
     from torch.export.graph_signature import InputKind
 
+    args, kwargs = _positional_by_name(ep, args, kwargs)
     kwargs = _order_kwargs(ep, kwargs)
     flat, _ = torch.utils._pytree.tree_flatten((args, kwargs))
     sig = ep.graph_signature
@@ -300,6 +301,35 @@ def bind_inputs(
     return ProgramInputs(values, user_names, weights)
 
 
+def _positional_by_name(
+    ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Inputs given by name (a dict, a batch of a DataLoader) to a program that takes them
+    positionally, moved to their places, as Python binds ``forward(**batch)``: where every
+    positional input after those given is named, and each is one tensor."""
+    if not kwargs:
+        return args, kwargs
+    spec = _in_spec(ep)
+    try:
+        positional = spec.child(0)
+        expected = set(spec.child(1).context)
+        count = positional.num_children
+        single = positional.num_leaves == count
+    except Exception:
+        return args, kwargs
+    names = _positional_names(ep, spec)
+    wanted = names[len(args) : count]
+    if (
+        not single
+        or len(names) != count
+        or not wanted
+        or any(n not in kwargs or n in expected for n in wanted)
+    ):
+        return args, kwargs
+    rest = {k: v for k, v in kwargs.items() if k not in wanted}
+    return (*args, *(kwargs[n] for n in wanted)), rest
+
+
 def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword inputs in the order the program flattens them (its signature's order)."""
     spec = _in_spec(ep)
@@ -312,14 +342,15 @@ def _order_kwargs(ep: torch.export.ExportedProgram, kwargs: dict[str, Any]) -> d
     if extra:
         positional = _positional_names(ep, spec)
         named = [k for k in extra if k in positional]
-        if named:
+        unknown = [k for k in extra if k not in positional]
+        if named and not unknown:
             raise SbsInputError(
                 f"keyword input(s) {named} are inputs the program takes positionally "
                 f"(positional inputs: {positional}; keyword inputs: {expected}): pass them "
                 f"as positional args, in that order, as they were given to torch.export.export"
             )
         raise SbsInputError(
-            f"keyword input(s) {extra} are not inputs of the program (it takes {expected} by "
+            f"keyword input(s) {unknown} are not inputs of the program (it takes {expected} by "
             f"keyword and {positional} positionally)"
         )
     if missing:
