@@ -31,6 +31,16 @@ _ML_NAMES = (
     "float8_e5m2fnuz",
     "float8_e8m0fnu",
 )
+# sub-byte types: held unpacked, one element per byte, under torch's storage-only dtype
+# of the same name (float4e2m1 under float4_e2m1fn_x2, as a tag: one code per byte);
+# see evaluator/lowbit.py
+_ML_SUBBYTE = {
+    "int4": "int4",
+    "uint4": "uint4",
+    "int2": "int2",
+    "uint2": "uint2",
+    "float4_e2m1fn": "float4_e2m1fn_x2",
+}
 
 
 def _ml_dtype(dtype: torch.dtype) -> Any:
@@ -41,12 +51,18 @@ def _ml_dtype(dtype: torch.dtype) -> Any:
         for name in _ML_NAMES:
             if hasattr(torch, name) and hasattr(ml_dtypes, name):
                 _TORCH_TO_ML[getattr(torch, name)] = np.dtype(getattr(ml_dtypes, name))
+        for ml_name, torch_name in _ML_SUBBYTE.items():
+            if hasattr(torch, torch_name) and hasattr(ml_dtypes, ml_name):
+                _TORCH_TO_ML[getattr(torch, torch_name)] = np.dtype(getattr(ml_dtypes, ml_name))
     return _TORCH_TO_ML.get(dtype)
 
 
 def _torch_dtype_of_ml(dtype: np.dtype) -> torch.dtype:
     if dtype.name == "float8_e8m0fnu" and hasattr(torch, "float8_e8m0fnu"):
         return torch.float8_e8m0fnu
+    sub = _ML_SUBBYTE.get(dtype.name)
+    if sub is not None and hasattr(torch, sub):
+        return getattr(torch, sub)
     try:
         elem = np_to_onnx_dtype(dtype)
     except Exception:
@@ -72,7 +88,8 @@ def to_numpy(v: Any) -> Any:
             t = t.cpu()
         ml = _ml_dtype(t.dtype)
         if ml is not None:
-            return t.contiguous().view(_VIEW_TORCH[t.element_size()]).numpy().view(ml)
+            # the integer view first: torch's storage-only dtypes (int4, ...) cannot copy
+            return t.view(_VIEW_TORCH[t.element_size()]).contiguous().numpy().view(ml)
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
         return t.numpy()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import measures as ms
-from .convert import _ML_NAMES, to_torch
+from .convert import _ML_NAMES, _ML_SUBBYTE, to_numpy, to_torch
 from .native import NATIVE
 from .tolerances import default_tolerance
 
@@ -108,6 +108,9 @@ def shape_type(v) -> str:
 _NO_NUMPY = frozenset(
     getattr(torch, name) for name in (*_ML_NAMES, "float4_e2m1fn_x2") if hasattr(torch, name)
 )
+# sub-byte types (one element per byte under torch's storage-only dtypes) have no torch
+# arithmetic at all: they are compared as their ml_dtypes arrays
+_SUBBYTE = frozenset(getattr(torch, n) for n in _ML_SUBBYTE.values() if hasattr(torch, n))
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -115,6 +118,8 @@ def _as_numpy(v) -> np.ndarray | None:
     if type(v) is np.ndarray:
         return v
     if isinstance(v, torch.Tensor):
+        if v.dtype in _SUBBYTE:
+            return to_numpy(v)
         if not v.is_cpu or v.dtype in _NO_NUMPY:
             return None
         if v.is_conj() or v.is_neg():

@@ -54,9 +54,6 @@ for _name in ("linear", "cubic"):
     # the reference divides by the fractional scale * length; the spec text, onnxruntime
     # and torch by the integer output length (onnxruntime fails these two cases too)
     KNOWN_FAILURES[f"test_resize_downsample_scales_{_name}_align_corners"] = "reference != spec"
-for _dt in ("uint4", "int4", "uint2", "int2", "float4e2m1"):
-    for _op in ("quantizelinear", "dequantizelinear"):
-        KNOWN_FAILURES[f"test_{_op}_{_dt}"] = f"torch has no {_dt} dtype"
 # bfloat16 resolution (2**-8) is coarser than rtol=1e-3: the expected values carry numpy's
 # per-operation bf16 rounding, which no float32-accumulating kernel reproduces.
 for _name in (

@@ -21,6 +21,7 @@ from .compiler import (
     graph_free_names,
     node_implicit_inputs,
 )
+from .lowbit import LOWBIT_DTYPES
 from .registry import normalize_domain, supported_ops
 from .specialize import ShapeSpecializer
 
@@ -348,6 +349,9 @@ _MISSING = object()
 def _ordinary(v: Any) -> Any:
     """An output made in inference mode as a normal tensor (a copy only when needed)."""
     if isinstance(v, torch.Tensor):
+        if v.is_inference() and v.dtype in LOWBIT_DTYPES:
+            # torch's storage-only dtypes have no copy kernel: copy the bytes
+            return v.view(torch.uint8).clone().view(v.dtype)
         return v.clone() if v.is_inference() else v
     if isinstance(v, list):
         return [_ordinary(t) for t in v]

@@ -11,6 +11,7 @@ from onnx import numpy_helper
 
 from ..convert import to_torch
 from ..dtypes import ONNX_TO_TORCH
+from .lowbit import ONNX_TO_LOWBIT
 
 AP = onnx.AttributeProto
 
@@ -18,6 +19,8 @@ AP = onnx.AttributeProto
 EXTRA_ONNX_TO_TORCH: dict[int, torch.dtype] = {}
 if hasattr(torch, "float8_e8m0fnu"):
     EXTRA_ONNX_TO_TORCH[onnx.TensorProto.FLOAT8E8M0] = torch.float8_e8m0fnu
+# sub-byte types, held one element per byte under torch's storage-only dtypes (lowbit.py)
+EXTRA_ONNX_TO_TORCH.update(ONNX_TO_LOWBIT)
 
 
 def torch_dtype(elem_type: int) -> torch.dtype:

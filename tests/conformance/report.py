@@ -46,8 +46,6 @@ def render_table(cases, results) -> str:
         "",
         "- string tensors (StringSplit, StringNormalizer, RegexFullMatch, Equal on strings,",
         "  LabelEncoder on strings, Cast to/from STRING): torch has no string dtype;",
-        "- sub-byte and exotic types (INT4, UINT4, INT2, UINT2, FLOAT4E2M1, FLOAT8E8M0):",
-        "  torch has no element-wise dtype for them;",
         "- ImageDecoder: decoding image files is out of scope;",
         "- outputs drawn from a random generator (Bernoulli, Dropout in training mode):",
         "  the expected values come from numpy's generator;",

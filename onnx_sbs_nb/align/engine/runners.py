@@ -253,10 +253,14 @@ def node_session_key(node: onnx.NodeProto, ctx: ModelContext) -> tuple[tuple, bo
     return static_key, rename
 
 
+# ml_dtypes' sub-byte types: onnxruntime's Python binding takes no such array
+_SUBBYTE_NAMES = frozenset({"int4", "uint4", "int2", "uint2", "float4_e2m1fn"})
+
+
 def _unsupported_dtype(inputs: Sequence[Any]) -> str | None:
     for v in inputs:
         name = getattr(getattr(v, "dtype", None), "name", "")
-        if name == "bfloat16" or name.startswith("float8"):
+        if name == "bfloat16" or name.startswith("float8") or name in _SUBBYTE_NAMES:
             return f"no {name} input through numpy"
     return None
 

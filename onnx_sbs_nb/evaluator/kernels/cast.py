@@ -5,6 +5,8 @@ from __future__ import annotations
 import onnx
 import torch
 
+from ..lowbit import LOWBIT_DTYPES, decode
+from ..lowbit import cast as cast_lowbit
 from ..protos import torch_dtype
 from ..registry import op
 
@@ -51,6 +53,11 @@ def cast_tensor(
 ) -> torch.Tensor:
     if x.dtype == dtype:
         return x
+    if x.dtype in LOWBIT_DTYPES:
+        # every sub-byte value is exact in float32
+        return cast_tensor(decode(x), dtype, saturate, round_mode)
+    if dtype in LOWBIT_DTYPES:
+        return cast_lowbit(x, dtype)
     if dtype == _E8M0 and _E8M0 is not None:
         return _to_e8m0(x, saturate, round_mode)
     if dtype in _F8 and x.dtype not in _F8:

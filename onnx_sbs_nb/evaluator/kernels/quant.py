@@ -1,8 +1,9 @@
 """Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
 QLinearConv, QLinearMatMul.
 
-Integer types torch has (uint8, int8, uint16, int16, int32) and float8 types are
-supported; 4-bit and 2-bit types have no torch dtype to compute with.
+Integer types torch has (uint8, int8, uint16, int16, int32), float8 types, and the
+sub-byte types (int4, uint4, int2, uint2, float4e2m1: decoded to float32 to compute,
+evaluator/lowbit.py) are supported.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ...dtypes import onnx_to_torch_dtype
+from ..lowbit import FLOAT4, LOWBIT_DTYPES, decode, encode
 from ..registry import op
 from ._nn_common import register_versions
 from .nn_conv import conv as conv_kernel
@@ -56,6 +58,8 @@ def _work_dtype(*ts: torch.Tensor) -> torch.dtype:
 
 def saturate_to(v: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> torch.Tensor:
     """Rounds half to even and saturates to an integer type, or casts to a float8 type."""
+    if dtype in LOWBIT_DTYPES:
+        return encode(v, dtype, saturate)
     if dtype in _INT_RANGES:
         lo, hi = _INT_RANGES[dtype]
         return v.clamp(lo, hi).to(dtype)
@@ -65,6 +69,11 @@ def saturate_to(v: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> t
             v = v.clamp(-m, m)
         return v.to(dtype)
     raise TypeError(f"{dtype} is not a quantized type the torch evaluator supports")
+
+
+def _values(t: torch.Tensor) -> torch.Tensor:
+    """A tensor torch computes with: sub-byte values decoded to float32 (exact)."""
+    return decode(t) if t.dtype in LOWBIT_DTYPES else t
 
 
 def _quantize(
@@ -79,20 +88,20 @@ def _quantize(
     wdt = onnx_to_torch_dtype(precision) if precision else _work_dtype(x, y_scale)
     s = _broadcast_param(y_scale, x, axis, block_size).to(wdt)
     v = x.to(wdt) / s
-    if out_dt in _FLOAT8:
-        # the zero point of float8 types is zero by definition
+    if out_dt in _FLOAT8 or out_dt == FLOAT4:
+        # the zero point of float8 and float4 types is zero by definition
         return saturate_to(v, out_dt, bool(saturate))
     v = torch.round(v)
     if y_zero_point is not None:
-        v = v + _broadcast_param(y_zero_point, x, axis, block_size).to(wdt)
+        v = v + _broadcast_param(_values(y_zero_point), x, axis, block_size).to(wdt)
     return saturate_to(v, out_dt)
 
 
 def _dequantize(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     wdt = _work_dtype(x_scale)
-    v = x.to(wdt)
-    if x_zero_point is not None and x.dtype not in _FLOAT8:
-        v = v - _broadcast_param(x_zero_point, x, axis, block_size).to(wdt)
+    v = _values(x).to(wdt)
+    if x_zero_point is not None and x.dtype not in _FLOAT8 and x.dtype != FLOAT4:
+        v = v - _broadcast_param(_values(x_zero_point), x, axis, block_size).to(wdt)
     v = v * _broadcast_param(x_scale, x, axis, block_size).to(wdt)
     out = onnx_to_torch_dtype(output_dtype) if output_dtype else x_scale.dtype
     return v.to(out)
