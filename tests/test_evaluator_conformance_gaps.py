@@ -51,3 +51,70 @@ def test_a_seeded_training_dropout_draws_the_mask_of_the_onnx_reference(seed, ra
         None, {"x": torch.from_numpy(x), "r": torch.tensor(ratio), "t": torch.tensor(True)}
     )[1]
     np.testing.assert_array_equal(again.numpy(), ref_z)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict) -> list:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def test_string_tensors_flow_through_the_evaluator_as_numpy_arrays():
+    # torch has no string dtype: string feeds stay numpy object arrays from the feed to
+    # the kernels (StringConcat, Equal on strings) and back, as onnxruntime computes them
+    s = TensorProto.STRING
+    graph = helper.make_graph(
+        [
+            helper.make_node("StringConcat", ["a", "b"], ["c"]),
+            helper.make_node("Equal", ["c", "d"], ["e"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info(n, s, [None, 3]) for n in "abd"],
+        [
+            helper.make_tensor_value_info("c", s, [None, 3]),
+            helper.make_tensor_value_info("e", TensorProto.BOOL, [None, 3]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    feeds = {
+        "a": np.array([["x", "é", ""], ["ab", "c", "d"]], dtype=object),
+        "b": np.array([["y", "ü", "z"], ["", "c", "e"]], dtype=object),
+        "d": np.array([["xy", "éü", "q"], ["ab", "cc", "de"]], dtype=object),
+    }
+    exp_c, exp_e = _ort(model, feeds)
+    got_c, got_e = TorchOnnxEvaluator(model).run(None, feeds)
+    assert isinstance(got_c, np.ndarray) and got_c.shape == exp_c.shape
+    assert got_c.astype(str).tolist() == exp_c.astype(str).tolist()
+    assert got_e.numpy().tolist() == exp_e.tolist()  # numeric results stay tensors
+
+
+def test_a_string_tensor_attribute_reaches_the_kernel_as_a_numpy_array():
+    # LabelEncoder-4's keys_tensor holds strings: the attribute is converted to a numpy
+    # object array instead of refusing the model
+    keys = helper.make_tensor("keys_tensor", TensorProto.STRING, [3], [b"a", b"b", b"c"])
+    values = helper.make_tensor("values_tensor", TensorProto.INT64, [3], [7, 8, 9])
+    default = helper.make_tensor("default_tensor", TensorProto.INT64, [1], [-5])
+    node = helper.make_node(
+        "LabelEncoder",
+        ["x"],
+        ["y"],
+        domain="ai.onnx.ml",
+        keys_tensor=keys,
+        values_tensor=values,
+        default_tensor=default,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [None])],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.onnx.ml", 4)],
+    )
+    feeds = {"x": np.array(["c", "z", "a", "b", "a"], dtype=object)}
+    (expected,) = _ort(model, feeds)
+    (got,) = TorchOnnxEvaluator(model).run(None, feeds)
+    assert got.numpy().tolist() == expected.tolist()
