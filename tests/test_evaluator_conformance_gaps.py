@@ -118,3 +118,35 @@ def test_a_string_tensor_attribute_reaches_the_kernel_as_a_numpy_array():
     (expected,) = _ort(model, feeds)
     (got,) = TorchOnnxEvaluator(model).run(None, feeds)
     assert got.numpy().tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("placement", [False, True])
+def test_string_constants_and_initializers_are_numpy_arrays(placement):
+    # Constant value_string(s) and STRING initializers are kept on the host as numpy
+    # object arrays (on_device and the host/device placement leave them as they are)
+    s = TensorProto.STRING
+    suffix = helper.make_tensor("suffix", s, [3], [b"-a", b"-b", b"-c"])
+    nodes = [
+        helper.make_node("Constant", [], ["sep"], value_string="/"),
+        helper.make_node("StringConcat", ["x", "sep"], ["y0"]),
+        helper.make_node("StringConcat", ["y0", "suffix"], ["y"]),
+        helper.make_node("Constant", [], ["w"], value_strings=["a/-a", "q", "c/-c"]),
+        helper.make_node("Equal", ["y", "w"], ["e"]),
+        helper.make_node("Cast", ["e"], ["n"], to=TensorProto.INT64),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", s, [3])],
+        [
+            helper.make_tensor_value_info("y", s, [3]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [3]),
+        ],
+        initializer=[suffix],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    feeds = {"x": np.array(["a", "é", "c"], dtype=object)}
+    exp_y, exp_n = _ort(model, feeds)
+    got_y, got_n = TorchOnnxEvaluator(model, manage_placement=placement).run(None, feeds)
+    assert got_y.astype(str).tolist() == exp_y.astype(str).tolist()
+    assert got_n.numpy().tolist() == exp_n.tolist()
