@@ -76,6 +76,14 @@ def _same(a, b) -> bool:
         return isinstance(a, list) and isinstance(b, list) and all(map(_same, a, b))
     if a is None or b is None:
         return a is None and b is None
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        # string tensors are numpy object arrays
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and a.astype(str).tolist() == b.astype(str).tolist()
+        )
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.dtype in LOWBIT_DTYPES:

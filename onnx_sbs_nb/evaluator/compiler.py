@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 
@@ -29,7 +30,7 @@ from .attributes import (
 from .codegen import generate, script_source
 from .inline import HELPER_SOURCE, NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
-from .protos import attribute_value, sparse_to_dense, tensor_from_proto
+from .protos import attribute_value, sparse_to_dense, string_array, tensor_from_proto
 from .registry import KernelEntry, _load_kernels, get_kernel, normalize_domain
 
 # Small constants are kept on the host (and twinned on the device when a kernel needs them there).
@@ -234,12 +235,19 @@ def _resolve_attributes(node: onnx.NodeProto, attr_env) -> list[onnx.AttributePr
     return atts
 
 
+def _constant_tensor(proto: onnx.TensorProto) -> Any:
+    """A CPU tensor, or for a STRING tensor a numpy object array of str."""
+    if proto.data_type == onnx.TensorProto.STRING:
+        return string_array(proto)
+    return tensor_from_proto(proto)
+
+
 def constant_value(attrs: list[onnx.AttributeProto]) -> torch.Tensor:
     """The tensor a Constant node holds, whichever attribute carries it."""
     for att in attrs:
         n = att.name
         if n == "value":
-            return tensor_from_proto(att.t)
+            return _constant_tensor(att.t)
         if n == "sparse_value":
             return sparse_to_dense(att.sparse_tensor)
         if n == "value_float":
@@ -250,8 +258,10 @@ def constant_value(attrs: list[onnx.AttributeProto]) -> torch.Tensor:
             return torch.tensor(att.i, dtype=torch.int64)
         if n == "value_ints":
             return torch.tensor(list(att.ints), dtype=torch.int64)
-        if n in ("value_string", "value_strings"):
-            raise TypeError("string constants are not supported by the torch evaluator")
+        if n == "value_string":  # string tensors are numpy object arrays of str
+            return np.array(att.s.decode("utf-8"), dtype=object)
+        if n == "value_strings":
+            return np.array([v.decode("utf-8") for v in att.strings], dtype=object)
     raise ValueError("Constant node without a value attribute")
 
 
@@ -350,7 +360,9 @@ class Compiler:
 
         def add_constant(name: str, value: torch.Tensor) -> None:
             constants.add(name)
-            if managed and value.numel() <= _HOST_CONST_NUMEL:
+            if managed and (
+                not isinstance(value, torch.Tensor) or value.numel() <= _HOST_CONST_NUMEL
+            ):
                 slots[name] = new_slot(value)
                 state[name] = "h"
                 host_consts.add(name)
@@ -437,7 +449,7 @@ class Compiler:
         hit = self._init_cache.get(id(graph))
         if hit is not None and hit[0] is graph:
             return hit[1]
-        inits = {i.name: tensor_from_proto(i) for i in graph.initializer}
+        inits = {i.name: _constant_tensor(i) for i in graph.initializer}
         for sp in graph.sparse_initializer:
             inits[sp.values.name] = sparse_to_dense(sp)
         self._init_cache[id(graph)] = (graph, inits)
@@ -445,8 +457,8 @@ class Compiler:
 
     def on_device(self, value: torch.Tensor) -> torch.Tensor:
         """The device copy of a constant, made once whatever the number of plans using it."""
-        if self.device is None:
-            return value
+        if self.device is None or not isinstance(value, torch.Tensor):
+            return value  # string tensors (numpy arrays) stay on the host
         hit = self._device_copies.get(id(value))
         if hit is None or hit[0] is not value:
             hit = (value, value.to(self.device))

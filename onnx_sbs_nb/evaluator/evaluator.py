@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 
@@ -259,7 +260,11 @@ class TorchOnnxEvaluator:
             v = feeds.get(name, _MISSING)
             if v is _MISSING:
                 raise KeyError(f"missing feed {name!r}; the model expects {self.input_names}")
-            if not isinstance(v, (torch.Tensor, list)) and v is not None:
+            if _is_string_array(v):
+                # string tensors have no torch dtype: kernels take numpy object arrays (and
+                # they say nothing of the form the caller wants numeric results in)
+                pass
+            elif not isinstance(v, (torch.Tensor, list)) and v is not None:
                 as_numpy = True
                 v = to_torch(v)
             elif isinstance(v, list) and v and not isinstance(v[0], torch.Tensor):
@@ -356,6 +361,10 @@ def _ordinary(v: Any) -> Any:
     if isinstance(v, list):
         return [_ordinary(t) for t in v]
     return v
+
+
+def _is_string_array(v: Any) -> bool:
+    return isinstance(v, np.ndarray) and (v.dtype == np.object_ or v.dtype.kind in "SU")
 
 
 def _feed_device(feeds: dict[str, Any]) -> torch.device | None:

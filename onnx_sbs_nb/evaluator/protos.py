@@ -32,6 +32,16 @@ def torch_dtype(elem_type: int) -> torch.dtype:
     return dtype
 
 
+def string_array(proto: onnx.TensorProto) -> np.ndarray:
+    """A STRING TensorProto as a numpy object array of str (torch has no string dtype)."""
+    a = numpy_helper.to_array(proto)
+    return np.vectorize(_decoded, otypes=[object])(a) if a.size else a.astype(object)
+
+
+def _decoded(v: object) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+
+
 def tensor_from_proto(proto: onnx.TensorProto, base_dir: str = "") -> torch.Tensor:
     """A CPU tensor holding the value of a TensorProto (external data resolved by onnx)."""
     if proto.data_type == onnx.TensorProto.STRING:
@@ -72,6 +82,10 @@ def attribute_value(att: onnx.AttributeProto) -> Any:
     if t == AP.STRINGS:
         return [s.decode("utf-8") for s in att.strings]
     if t == AP.TENSOR:
+        if att.t.data_type == onnx.TensorProto.STRING:
+            # a kernel attribute (LabelEncoder's keys_tensor): kernels take string
+            # tensors as numpy object arrays of str
+            return string_array(att.t)
         return tensor_from_proto(att.t)
     if t == AP.GRAPH:
         return att.g

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..registry import op
 from ._helpers import unsigned_safe
 from .elementwise import binary
 
-binary("Equal", torch.eq, placement="follow")
+
+def _equal(a, b):
+    try:
+        return torch.eq(a, b)
+    except TypeError:
+        # string tensors come as numpy object arrays (torch has no string dtype); the
+        # common path pays for the try block only
+        if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+            raise
+    return torch.from_numpy(np.asarray(np.equal(a, b), dtype=bool))
+
+
+binary("Equal", _equal, placement="follow")
 binary("Less", torch.lt, placement="follow")
 binary("Greater", torch.gt, placement="follow")
 binary("LessOrEqual", torch.le, legacy=False, placement="follow")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..registry import op
@@ -43,14 +44,21 @@ for _name, _fn in (
     op(_name, since=13)(_new)
 
 
+def _keep_mask(x: torch.Tensor, ratio: float, seed) -> torch.Tensor:
+    """The kept positions. The spec leaves the draws free; with a ``seed`` they are those
+    of the ONNX reference (numpy's legacy generator seeded with it, uniform >= ratio), so a
+    seeded training-mode Dropout gives the values other runtimes' tests expect."""
+    if seed is None:
+        return torch.rand(x.shape, device=x.device) >= ratio
+    draws = np.random.RandomState(int(seed)).uniform(0.0, 1.0, tuple(x.shape))
+    return torch.from_numpy(draws >= ratio).to(x.device)
+
+
 def _dropout(x, ratio: float, training: bool, with_mask_bool: bool, seed=None):
     if not training or ratio == 0:
         mask = torch.ones(x.shape, dtype=torch.bool, device=x.device)
         return x, mask if with_mask_bool else mask.to(x.dtype)
-    gen = None
-    if seed is not None:
-        gen = torch.Generator(device=x.device).manual_seed(int(seed))
-    keep = torch.rand(x.shape, generator=gen, device=x.device) >= ratio
+    keep = _keep_mask(x, ratio, seed)
     y = torch.where(keep, x / (1 - ratio), torch.zeros((), dtype=x.dtype, device=x.device))
     return y, keep if with_mask_bool else keep.to(x.dtype)
 
