@@ -118,6 +118,27 @@ def test_every_cache_type_is_compared_with_dynamic_dims(name, dims):
     _fault_named(_exported(name, dims), "op", "middle")
 
 
+@pytest.mark.parametrize("dims", ["static", "dynamic"])
+def test_a_static_cache_decoder_is_prepared_by_the_reproduction(dims):
+    """StaticCache writes into its inputs (``index_copy_`` at ``cache_position``, ``add_``
+    on the cumulative length): the reproduction functionalizes the writes as the re-trace
+    does, the model vouches for it, and the run (which says which preparation it used)
+    compares every output, the written cache included, as it does on the re-trace."""
+    from onnx_sbs_nb.align.run import AlignedRun
+    from onnx_sbs_nb.align.source.program import PREPARED_REPRODUCED
+
+    ex = _exported("static_cache", dims)
+    run = AlignedRun(ex.ep, ex.onx, (), ex.kwargs())
+    assert run.status.extra["program_source"] == PREPARED_REPRODUCED, run.status.extra.get(
+        "program_detail"
+    )
+    specs = run.prepared.program.graph_signature.output_specs
+    assert sum(s.kind.name == "USER_INPUT_MUTATION" for s in specs) == 6
+    records = list(run)
+    assert summarize(records).verdict == "pass"
+    _outputs_paired(records, ex.onx)
+
+
 @pytest.mark.slow
 def test_a_value_the_program_returns_twice_is_paired_both_times():
     """Two sliding layers return the same length: the second is ``add_N_alias_<i>``."""

@@ -182,6 +182,57 @@ class InPlaceThroughAView(nn.Module):
         return y + 1
 
 
+class WritesIntoInputs(nn.Module):
+    """A static KV cache's writes (transformers' StaticCache): ``index_copy_`` into a
+    user input at the new positions, ``add_`` on a buffer and on an int64 length read
+    through a ``.to()`` that converts nothing, then a ``repeat_kv`` of the written cache
+    (unsqueeze, expand, reshape: views of a written value).  The re-trace functionalizes
+    the writes and returns each written input's last value first."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+        self.register_buffer("steps", torch.zeros(1))
+
+    def forward(self, x, cache, pos, length):
+        k = x @ self.w
+        cache.index_copy_(1, pos, k)
+        self.steps.add_(1)
+        n = length.to(torch.int64)
+        grown = n.add_(pos.shape[0])
+        rep = cache.unsqueeze(2).expand(2, 6, 3, 8).reshape(2, 18, 8)
+        return rep * self.steps, cache.sum(1), grown
+
+
+class WriteIntoAnInputReadAfter(nn.Module):
+    """A view of the input made before the write and read after it: declined."""
+
+    def forward(self, x, cache):
+        early = cache.view(-1)
+        cache.add_(x)
+        return early * 2
+
+
+class WriteIntoAParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.add_(1)
+        return x * self.w
+
+
+def _writes_into_inputs():
+    return WritesIntoInputs(), (
+        torch.randn(2, 3, 8),
+        torch.randn(2, 6, 8),
+        torch.tensor([1, 2, 4]),
+        torch.tensor([3]),
+    )
+
+
 def _llama():
     torch.manual_seed(0)
     return LlamaLogits(tiny_llama_config(64, 2)), (torch.randint(0, 128, (1, 12)),)
@@ -203,6 +254,7 @@ MODELS = {
         InPlaceOnIntermediates(),
         (torch.randn(4, 8), torch.randn(4, 8)),
     ),
+    "writes_into_inputs": _writes_into_inputs,
 }
 
 
@@ -347,7 +399,17 @@ def _symbolic(name):
     return model.eval(), args, (shapes,)  # the corpus' models take *args
 
 
-@pytest.mark.parametrize("name", ["nonzero", "cond", "in_place_through_a_view", "dynamic"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nonzero",
+        "cond",
+        "in_place_through_a_view",
+        "write_into_an_input_read_after",
+        "write_into_a_parameter",
+        "dynamic",
+    ],
+)
 def test_declined_programs(name, exporter_prepare):
     """What the reproduction declines (subgraphs, sizes the data decides; symbolic sizes
     without a model to take the names from), the exporter's preparation (with the table
@@ -357,6 +419,12 @@ def test_declined_programs(name, exporter_prepare):
             "nonzero": (NonZero(), (torch.randn(4, 3),), None),
             "cond": (Cond(), (torch.randn(2, 4),), None),
             "in_place_through_a_view": (InPlaceThroughAView(), (torch.randn(2, 4),), None),
+            "write_into_an_input_read_after": (
+                WriteIntoAnInputReadAfter(),
+                (torch.randn(2, 4), torch.randn(2, 4)),
+                None,
+            ),
+            "write_into_a_parameter": (WriteIntoAParameter(), (torch.randn(4),), None),
         }[name]
         with pytest.raises(Unsupported):
             prepare_light(_export(model, args, ds), exporter_ops.exporter_ops())

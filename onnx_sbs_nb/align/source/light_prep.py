@@ -21,7 +21,10 @@ builds the same graph by walking the user's graph once:
 It is a reproduction, so it is checked against the ONNX model before it is used
 (:func:`.prep_check.disagreement`), and the exporter's preparation runs whenever the
 check fails or this module declines the program (:class:`Unsupported`: sizes the data
-decides, subgraphs, writes into inputs or through views, custom ops).
+decides, subgraphs, writes through views, into parameters, or into an input read after
+the write, custom ops).  A write into a user input or a buffer is functionalized as the
+re-trace does (:mod:`.input_writes`), and a view of a written value is made as
+functionalization makes it (:mod:`.written_views`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import torch
 import torch.fx
 
 from .exporter_ops import ExporterOps
+from .input_writes import check_writable, mutation_outputs, read_only_before, written_input
+from .written_views import reserve_dropped_names, written_views
 
 PASS_NAME = "onnx_sbs_nb.light_prep"
 
@@ -93,6 +98,7 @@ def _check_supported(ep: torch.export.ExportedProgram) -> None:
             raise Unsupported(f"the program has {spec.kind.name} outputs (mutations)")
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+    check_writable(ep, lambda n: _writes(n) and n.target not in _NO_OPS)
     for node in ep.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
@@ -128,8 +134,12 @@ def _functional_form(node: torch.fx.Node) -> Any:
     if not _is_op(functional) or functional._schema.is_mutable:
         return None
     target = node.args[0]
-    if not isinstance(target, torch.fx.Node) or not _fresh_value(target):
+    if not isinstance(target, torch.fx.Node):
         return None
+    if not _fresh_value(target):
+        # an input written in place: the re-trace returns the value it ends with
+        if written_input(target) is None or not read_only_before(node, target):
+            return None  # a write through a view
     readers = [(u, target) for u in target.users] + [(u, node) for u in node.users]
     if any(
         _views(user, value) and not _replayable(user) for user, value in readers if user is not node
@@ -192,6 +202,10 @@ def _aliases(node: torch.fx.Node) -> bool:
     if not _is_op(t):
         return t is operator.getitem and _aliases(node.args[0])
     return any(r.alias_info is not None for r in t._schema.returns)
+
+
+def _aliases_op(target: Any) -> bool:
+    return _is_op(target) and any(r.alias_info is not None for r in target._schema.returns)
 
 
 def _is_symbolic_arithmetic(target: Any) -> bool:
@@ -367,33 +381,6 @@ def _trace_calls(
     return result
 
 
-def _replayed_views(graph: torch.fx.Graph) -> set[torch.fx.Node]:
-    """The views of values written in place (by a call :func:`_functional_form` takes):
-    the walk makes them where they are read, as functionalization does."""
-    bases = {
-        n.args[0]
-        for n in graph.nodes
-        if n.op == "call_function" and _writes(n) and n.target not in _NO_OPS
-    }
-    if not bases:
-        return set()
-    replayed: set[torch.fx.Node] = set()
-    for node in graph.nodes:
-        if node.op != "call_function" or not _pure_view(node):
-            continue
-        root = node.args[0]
-        while isinstance(root, torch.fx.Node) and root.op == "call_function":
-            if root in bases:
-                break
-            if _pure_view(root) or _writes(root):
-                root = root.args[0]
-            else:
-                break
-        if root in bases:
-            replayed.add(node)
-    return replayed
-
-
 def _functionalized(fn: Any) -> Any:
     """``fn`` under the functionalization the re-trace runs: a kernel's in-place step
     (``cosine_similarity``'s ``clamp_min_``) is recorded as its functional op."""
@@ -470,6 +457,7 @@ def prepare_light(
     """The program the exporter would lower, built by walking ``ep`` once."""
     _check_supported(ep)
     fake_mode = _fake_mode(ep)
+    mutations: list[Any] = []
     if _kept_as_is(ep, ops, fake_mode):
         # nothing to decompose, promote, rename or remove: the user's graph is the one the
         # exporter lowers, and runs as it is (a copy is most of a long graph's set-up)
@@ -478,12 +466,19 @@ def prepare_light(
     expansions = _trace_expansions(decomposed, ops, fake_mode)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, Any] = {}  # user node -> its value in the new graph
-    replayed = _replayed_views(ep.graph)
+    views = written_views(
+        ep.graph,
+        _pure_view,
+        lambda n: _writes(n) and n.target not in _NO_OPS,
+        lambda n: ops.decomposes(n.target),
+    )
+    replayed = views.replayed
     for view in replayed:
         if ops.decomposes(view.target):
             # the re-trace replays its expansion, and numbers what it drops: not reproduced
             raise Unsupported(f"node {view.name!r} views a value written in place")
     replays: dict[tuple[torch.fx.Node, torch.fx.Node], torch.fx.Node] = {}
+    reading: list[torch.fx.Node] = []  # the node the walk is at: a replay is made for it
     written: dict[torch.fx.Node, Any] = {}  # user node -> its value as last written in place
 
     def value(a: torch.fx.Node) -> Any:
@@ -503,7 +498,8 @@ def prepare_light(
                 rest[1],
                 name=_candidate_name(graph, a.target),
             )
-            made.meta = _meta_from(a, a.meta)
+            # the re-trace records it while running the node that reads it
+            made.meta = _meta_from(reading[0] if reading else a, a.meta)
             replays[key] = made
         return replays[key]
 
@@ -514,15 +510,22 @@ def prepare_light(
         return v
 
     for node in ep.graph.nodes:
+        reading[:] = [node]
         if node.op == "placeholder":
             p = graph.placeholder(node.name)
             p.target = node.target
             p.meta = dict(node.meta)
             env[node] = p
         elif node.op == "output":
-            out = graph.output(torch.fx.node.map_arg(node.args[0], new_arg))
+            # the inputs written in place end as outputs, first (as the re-trace returns)
+            final = {p.name: v for p, v in written.items() if p.op == "placeholder"}
+            values, mutations = mutation_outputs(ep, final)
+            user_outputs = torch.fx.node.map_arg(node.args[0], new_arg)
+            out = graph.output((*values, *user_outputs) if values else user_outputs)
             out.meta = dict(node.meta)
         elif node in replayed:
+            if node in views.chains:
+                reserve_dropped_names(graph, views.chains[node], _candidate_name)
             continue  # made where it is read
         elif node.target in _NO_OPS:
             env[node] = value(node.args[0])
@@ -530,7 +533,10 @@ def prepare_light(
             src, idx = node.args
             env[node] = env[src][idx]
         elif ops.decomposes(node.target):
-            env[node] = _splice(graph, node, expansions[_signature(node)], value)
+            expansion = expansions[_signature(node)]
+            if node in views.spliced and any(_aliases_op(t) for t, *_ in expansion.nodes):
+                raise Unsupported(f"node {node.name!r} views a value written in place")
+            env[node] = _splice(graph, node, expansion, value)
         else:
             args = torch.fx.node.map_arg(node.args, new_arg)
             kwargs = torch.fx.node.map_arg(node.kwargs, new_arg)
@@ -567,6 +573,13 @@ def prepare_light(
             target = node.args[0]
             while True:
                 written[target] = env[node]
+                source = written_input(target)
+                if source is not None and source is not target:
+                    if env[target] is not env[source]:
+                        # the .to() the write goes through made a value of its own
+                        raise Unsupported(f"node {node.name!r} writes through {target.name!r}")
+                    target = source
+                    continue
                 if not (_writes(target) and target.target not in _NO_OPS):
                     break
                 target = target.args[0]
@@ -578,7 +591,7 @@ def prepare_light(
     _reify_sizes(gm, fake_mode)
     _insert_type_promotions(gm, fake_mode)
     _remove_assertions(gm)
-    return with_graph(ep, gm)
+    return with_graph(ep, gm, mutations)
 
 
 def _meta_from(user_node: torch.fx.Node, meta: dict[str, Any]) -> dict[str, Any]:
@@ -871,15 +884,17 @@ def _remove_assertions(gm: torch.fx.GraphModule) -> None:
 
 
 def with_graph(
-    ep: torch.export.ExportedProgram, gm: torch.fx.GraphModule
+    ep: torch.export.ExportedProgram, gm: torch.fx.GraphModule, mutations: list[Any] = ()
 ) -> torch.export.ExportedProgram:
-    """A copy of ``ep`` running ``gm``, its signature's output names updated."""
+    """A copy of ``ep`` running ``gm``, its signature's output names updated;
+    ``mutations``: the specs of the outputs ``gm`` returns first, before ``ep``'s (the
+    values written inputs end with)."""
     from torch.export.graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
 
     out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     new_outputs = list(out_node.args[0])
     specs = []
-    for spec, value in zip(ep.graph_signature.output_specs, new_outputs):
+    for spec, value in zip([*mutations, *ep.graph_signature.output_specs], new_outputs):
         arg = spec.arg
         if isinstance(arg, TensorArgument) and isinstance(value, torch.fx.Node):
             arg = TensorArgument(name=value.name)
