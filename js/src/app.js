@@ -197,7 +197,7 @@ export function mount(el, src) {
     let answer;
     try {
       // asked again at each click: a kernel that did not answer may have come back
-      if (backed !== true && !(await checkBacked())) {
+      if (backed !== true && (await checkBacked()) === false) {
         if (pending === token) pending = null;
         shown = { name, state: "error", message: DETACHED };
         renderAction();

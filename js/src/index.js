@@ -88,10 +88,12 @@ function modelSource(model, experimental) {
     send: (msg) => model.send(msg),
     /** Whether a run in the kernel backs this model: true once the kernel answered the
      * "ping" command, false when it did not in PROBE_TIMEOUT_MS (a view drawn from a saved
-     * notebook's widget state: no object in the kernel answers it). Kept per model. */
+     * notebook's widget state: no object in the kernel answers it), null when this front
+     * end cannot ask (no commands: what syncs through the model, the input picker, still
+     * works). Kept per model. */
     async probe() {
       if (feed.backed === true) return true;
-      if (!invoke) return false;
+      if (!invoke) return null;
       try {
         const [answer] = await invoke("ping", {}, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
         feed.backed = !!(answer && answer.live);
