@@ -188,3 +188,26 @@ def test_a_fused_node_is_named_with_the_fx_nodes_it_computes(pipelines):
         for r in norms
         if r.onnx_fx_node != first[r.onnx_node_name]
     ]
+
+
+def test_two_models_pair_a_fused_node_by_the_name_it_kept(pipelines):
+    """onnx-sbs diff of an export against its onnxruntime-fused twin: a fused node (no
+    metadata, another op) keeps the value name the exporter gave after its fx node, so
+    it is compared, and a fault inside it is named there, not at its first consumer."""
+    from onnx_sbs_nb import run_aligned_onnx
+    from onnx_sbs_nb.summary import summarize
+    from tests.corpus.faults import copy_model
+
+    ex = pipelines.exported("llama_kv_cache")
+    original = loaded(ex.onx)
+    model = loaded(pipelines.model("llama_kv_cache", "ort_gpt2"))
+    fused = [n for n in model.graph.node if n.op_type == "SkipSimplifiedLayerNormalization"]
+    faithful = list(run_aligned_onnx(original, model, ex.args))
+    compared = {r.onnx_node_name for r in faithful if r.status == "ok"}
+    assert {n.name for n in fused} <= compared, sorted({n.name for n in fused} - compared)
+    assert summarize(faithful, node_inputs=model).verdict == "pass"
+    bad = copy_model(model)
+    node = next(n for n in bad.graph.node if n.name == fused[1].name)
+    next(a for a in node.attribute if a.name == "epsilon").f = 0.5
+    culprit = summarize(list(run_aligned_onnx(original, bad, ex.args)), node_inputs=bad).culprit
+    assert culprit is not None and culprit.onnx_node == fused[1].name, culprit

@@ -9,7 +9,8 @@ order (each pair says which one made it):
    initializers), when both are the same kind of thing: a name is only trusted as far as
    the exporter keeps it stable.  A value named after its fx node is the program's name;
    an exporter counter (``val_12``) may name another computation in another export, so
-   it pairs only when both producers lower the same fx node with the same op;
+   it pairs only when both producers lower the same fx node with the same op; a value
+   named after its fx node pairs with a graph tool's fused node that kept its name;
    constants pair when their shapes agree;
 2. ``state_dict``: initializers whose ``pkg.torch.onnx.original_node_name`` (or name)
    matches the other model's;
@@ -152,6 +153,10 @@ def _same_thing(name: str, ref: _Side, cand: _Side) -> bool:
     if r_fx and c_fx and r_fx != c_fx:
         return False
     if r_fx == c_fx == name:
+        return True
+    if (r_fx is None) != (c_fx is None) and name in (r_fx, c_fx):
+        # a graph tool's fused node (no metadata: SkipLayerNormalization, FastGelu) keeps
+        # the value the exporter named after its fx node: the program's name, the same value
         return True
     return r_op == c_op
 
