@@ -552,8 +552,17 @@ class Summary:
                     f"{op:<{w}} {_printable(suspect_name(r))}"
                 )
         if self.unpaired_ep or self.unpaired_onnx:
+            # two ONNX models (onnx-sbs diff): the reference is no torch program
+            ref, cand = (
+                ("reference-only", "candidate-only")
+                if self.coverage.reference_onnx
+                else (
+                    "torch-only",
+                    "onnx-only",
+                )
+            )
             lines.append(
-                f"unpaired: {len(self.unpaired_ep)} torch-only, {len(self.unpaired_onnx)} onnx-only"
+                f"unpaired: {len(self.unpaired_ep)} {ref}, {len(self.unpaired_onnx)} {cand}"
             )
         if self.max_err_abs is not None:
             lines.append(

@@ -610,3 +610,13 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
     )
     assert "Broken pipe" not in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert p.returncode == 141, (p.returncode, p.stderr)
+
+
+def test_two_models_count_unpaired_values_in_words_that_fit_them():
+    # onnx-sbs diff printed "unpaired: 39 torch-only" for two ONNX models
+    from onnx_sbs_nb.summary import Coverage, Summary
+
+    s = Summary(unpaired_ep=["a", "b"], unpaired_onnx=["c"], coverage=Coverage(reference_onnx=True))
+    assert "unpaired: 2 reference-only, 1 candidate-only" in s.to_text(), s.to_text()
+    s = Summary(unpaired_ep=["a"], unpaired_onnx=["c"])
+    assert "unpaired: 1 torch-only, 1 onnx-only" in s.to_text(), s.to_text()
