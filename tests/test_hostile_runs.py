@@ -650,8 +650,21 @@ def test_ctrl_c_during_startup_exits_130_without_traceback(tmp_path):
         "from onnx_sbs_nb.__main__ import main\n"
         "sys.exit(main())\n"
     )
+    for name in ("a.pt2", "b.onnx", "c.pt"):  # the paths are checked before torch loads
+        (tmp_path / name).write_bytes(b"")
     out = subprocess.run(
-        [sys.executable, "-c", code, "run", "--ep", "a", "--onnx", "b", "--inputs", "c"],
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run",
+            "--ep",
+            "a.pt2",
+            "--onnx",
+            "b.onnx",
+            "--inputs",
+            "c.pt",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,

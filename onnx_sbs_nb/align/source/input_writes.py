@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from .unsupported import Unsupported
+
 
 def _writable_kinds() -> dict[Any, Any]:
     from torch.export.graph_signature import InputKind, OutputKind
@@ -30,10 +32,9 @@ def _writable_kinds() -> dict[Any, Any]:
 
 
 def check_writable(ep: torch.export.ExportedProgram, writes: Any) -> None:
-    """Raises :class:`.light_prep.Unsupported` when a call ``writes`` (a predicate on
+    """Raises :class:`.unsupported.Unsupported` when a call ``writes`` (a predicate on
     nodes) writes into a placeholder that is neither a user input nor a buffer (a
     parameter, a constant)."""
-    from .light_prep import Unsupported
 
     written = set()
     for n in ep.graph.nodes:
@@ -60,7 +61,6 @@ def mutation_outputs(
     graph) and their output specs, in the inputs' order, as the re-trace returns them."""
     from torch.export.graph_signature import OutputSpec, TensorArgument
 
-    from .light_prep import Unsupported
 
     kinds = _writable_kinds()
     values, specs = [], []

@@ -42,6 +42,7 @@ import torch.fx
 
 from .exporter_ops import ExporterOps
 from .input_writes import check_writable, mutation_outputs, read_only_before, written_input
+from .unsupported import Unsupported
 from .written_views import reserve_dropped_names, written_views
 
 PASS_NAME = "onnx_sbs_nb.light_prep"
@@ -62,10 +63,6 @@ _NO_OPS = (torch.ops.aten.detach_.default,)
 
 # what functionalization records for an op, where it is not the op itself
 _FUNCTIONAL_FORM = {torch.ops.aten.lift_fresh_copy.default: torch.ops.aten.clone.default}
-
-
-class Unsupported(Exception):
-    """The program has something this reproduction does not handle: use the re-trace."""
 
 
 @dataclass

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
+from .unsupported import Unsupported
+
 Pred = Callable[[torch.fx.Node], bool]
 
 
@@ -40,7 +42,6 @@ def written_views(
     graph: torch.fx.Graph, pure_view: Pred, writes: Pred, decomposed: Pred
 ) -> WrittenViews:
     """The views of ``graph``'s written values and how the walk makes them."""
-    from .light_prep import Unsupported
 
     into: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # base -> the writes into it
     for n in graph.nodes:
