@@ -130,6 +130,10 @@ class _Side:
         return KIND_NODE
 
 
+# metadata-less nodes a converter adds around the computation, not in place of it
+_PLUMBING = frozenset({"::Cast", "::CastLike", "::Identity"})
+
+
 def _same_thing(name: str, ref: _Side, cand: _Side) -> bool:
     """Whether a name shared by both models names the same computation (see rule 1)."""
     r_in, c_in = name in ref.inputs, name in cand.inputs
@@ -154,9 +158,11 @@ def _same_thing(name: str, ref: _Side, cand: _Side) -> bool:
         return False
     if r_fx == c_fx == name:
         return True
-    if (r_fx is None) != (c_fx is None) and name in (r_fx, c_fx):
+    bare = c_op if c_fx is None else r_op
+    if (r_fx is None) != (c_fx is None) and name in (r_fx, c_fx) and bare not in _PLUMBING:
         # a graph tool's fused node (no metadata: SkipLayerNormalization, FastGelu) keeps
-        # the value the exporter named after its fx node: the program's name, the same value
+        # the value the exporter named after its fx node: the program's name, the same
+        # value; a converter's Cast taking the name over (float16 outputs) is not
         return True
     return r_op == c_op
 
