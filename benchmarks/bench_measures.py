@@ -23,8 +23,9 @@ import numpy as np
 import torch
 
 from benchmarks.common import print_table  # noqa: F401  (puts the checkout on sys.path)
-from onnx_sbs_nb import diff, run_aligned
-from onnx_sbs_nb.verdict_policy import make_judge
+from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.compare import diff
+from onnx_sbs_nb.compare.verdict_policy import make_judge
 
 OFF = make_judge(None, None, measures=False)
 

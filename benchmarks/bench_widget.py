@@ -135,8 +135,8 @@ def bench_browser(n: int, repeat: int) -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from onnx_sbs_nb.report_html import report_html
-    from onnx_sbs_nb.view_state import BUNDLE_PATH, encode_rows, record_row
+    from onnx_sbs_nb.reports.html import report_html
+    from onnx_sbs_nb.reports.view_state import BUNDLE_PATH, encode_rows, record_row
     from tests.browser import launch
 
     bundle = BUNDLE_PATH.stat().st_size
@@ -206,8 +206,8 @@ def bench_run(args: argparse.Namespace) -> None:
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
     from onnx_sbs_nb.align.run import run_aligned
-    from onnx_sbs_nb.session import SbsSession
-    from onnx_sbs_nb.widget import SbsWidget
+    from onnx_sbs_nb.notebook.session import SbsSession
+    from onnx_sbs_nb.notebook.widget import SbsWidget
 
     t = time.perf_counter()
     ep, onx, inputs = build(args.hidden, args.layers, args.seq)

@@ -22,14 +22,14 @@ _LAZY = {
     "advise_precision": ("onnx_sbs_nb.align.precision_advisor", "advise_precision"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
     "supported_ops": ("onnx_sbs_nb.evaluator.registry", "supported_ops"),
-    "summarize": ("onnx_sbs_nb.summary", "summarize"),
-    "Summary": ("onnx_sbs_nb.summary", "Summary"),
+    "summarize": ("onnx_sbs_nb.align.blame.summary", "summarize"),
+    "Summary": ("onnx_sbs_nb.align.blame.summary", "Summary"),
     "ReplayConfig": ("onnx_sbs_nb.align.post.replay", "ReplayConfig"),
     "load_replay": ("onnx_sbs_nb.align.post.replay_load", "load_replay"),
-    "save_culprit_bundle": ("onnx_sbs_nb.culprit_bundle", "save_culprit_bundle"),
+    "save_culprit_bundle": ("onnx_sbs_nb.reports.culprit_bundle", "save_culprit_bundle"),
     "save_observed_inputs": ("onnx_sbs_nb.align.source.observed", "save_observed_inputs"),
-    "SbsSession": ("onnx_sbs_nb.session", "SbsSession"),
-    "SbsWidget": ("onnx_sbs_nb.widget", "SbsWidget"),
+    "SbsSession": ("onnx_sbs_nb.notebook.session", "SbsSession"),
+    "SbsWidget": ("onnx_sbs_nb.notebook.widget", "SbsWidget"),
 }
 
 
@@ -51,7 +51,7 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext onnx_sbs_nb` registers the `%sbs` magic."""
-    from .magic import load_ipython_extension as _load
+    from .notebook.magic import load_ipython_extension as _load
 
     _load(ipython)
 

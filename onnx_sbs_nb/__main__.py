@@ -2,17 +2,18 @@
 
 import sys
 
-from .command_gc import one_command_gc
+from .cli.gc import one_command_gc
 
 EXIT_INTERRUPTED = 130  # as cli.EXIT_INTERRUPTED, which may not be imported yet
 
 
 def main() -> int:
-    """The command: :func:`onnx_sbs_nb.cli.main`, in a process tuned for one run
-    (``command_gc.py``)."""
+    """The command: :func:`onnx_sbs_nb.cli.main.main`, in a process tuned for one run
+    (``cli/gc.py``)."""
     with one_command_gc() as imports_done:
         try:
-            from . import cli, cli_startup  # light: --help is answered before torch loads
+            from .cli import main as cli  # light: --help is answered before torch loads
+            from .cli import startup as cli_startup
 
             if cli_startup.runs_a_command(sys.argv[1:]):
                 cli_startup.import_engine()  # torch: seconds in which Ctrl-C is likely

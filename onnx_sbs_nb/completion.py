@@ -123,7 +123,7 @@ __all__ = ["FINISHED", "INCOMPLETE", "STATES", "STOPPED", "Completion"]
 
 
 def _inputs_done(extra: Any) -> str | None:
-    """"11,212 of 100,000 inputs" for a run over many inputs, else None."""
+    """ "11,212 of 100,000 inputs" for a run over many inputs, else None."""
     if not isinstance(extra, Mapping) or not isinstance(extra.get("inputs_done"), int):
         return None
     total = extra.get("inputs_total")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import (
     KIND_WEIGHT,
@@ -18,7 +19,6 @@ from onnx_sbs_nb.records import (
     STATUS_UNPAIRED_OUTPUT,
     Record,
 )
-from onnx_sbs_nb.summary import summarize
 
 from .models import ShapeOps, export
 

@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 
-from onnx_sbs_nb.cli import (
+from onnx_sbs_nb.cli.main import (
     EXIT_BAD_INPUT,
     EXIT_FAIL,
     EXIT_INCOMPLETE,
@@ -24,7 +24,7 @@ from onnx_sbs_nb.cli import (
     main,
 )
 from onnx_sbs_nb.records import RECORD_FIELDS
-from onnx_sbs_nb.report import (
+from onnx_sbs_nb.reports.report import (
     read_csv,
     read_csv_file,
     read_jsonl,
@@ -52,7 +52,7 @@ def demo_run(demo_dir):
 
 @pytest.fixture(scope="module")
 def passing_files(tmp_path_factory):
-    from onnx_sbs_nb.demo import write_demo
+    from onnx_sbs_nb.cli.demo import write_demo
 
     return write_demo(tmp_path_factory.mktemp("ok"), inject=False)
 
@@ -86,7 +86,7 @@ def test_demo_without_openpyxl_skips_the_xlsx_and_says_so(tmp_path):
     ModuleNotFoundError."""
     code = (
         "import sys; sys.modules['openpyxl'] = None\n"  # import openpyxl now fails
-        "from onnx_sbs_nb.cli import main\n"
+        "from onnx_sbs_nb.cli.main import main\n"
         f"sys.exit(main(['demo', '-o', {str(tmp_path)!r}, '--no-progress']))\n"
     )
     out = subprocess.run(
@@ -280,7 +280,7 @@ def test_help_says_what_each_flag_does(capsys):
     --no-progress had none)."""
     import argparse
 
-    from onnx_sbs_nb.cli import build_parser
+    from onnx_sbs_nb.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     bare = [
@@ -329,7 +329,7 @@ def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
         f"""
         import os, pathlib
         from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
-        from onnx_sbs_nb.cli import run_and_report
+        from onnx_sbs_nb.cli.main import run_and_report
 
         class DiesAtThirdNode(OnnxruntimeRunner):
             calls = 0
@@ -365,7 +365,7 @@ def test_killed_run_keeps_its_records(demo_run, demo_dir, tmp_path):
 def test_interrupted_run_writes_reports(demo_run, demo_dir, tmp_path, capsys):
     """Ctrl-C in the middle of a run: the reports hold what was computed, exit code 130."""
     from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
-    from onnx_sbs_nb.cli import EXIT_INTERRUPTED, run_and_report
+    from onnx_sbs_nb.cli.main import EXIT_INTERRUPTED, run_and_report
 
     class InterruptedAtThirdNode(OnnxruntimeRunner):
         calls = 0
@@ -500,7 +500,7 @@ def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path
     """Ctrl-C during the run, then again while the reports are written: they are whole."""
     import signal
 
-    import onnx_sbs_nb.cli as cli
+    import onnx_sbs_nb.cli.main as cli
     from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 
     class InterruptedOnce(OnnxruntimeRunner):

@@ -1,5 +1,5 @@
 """The ``onnx-sbs`` process tunes Python's garbage collector for one run
-(``command_gc.py``), and gives it back as it was."""
+(``cli/gc.py``), and gives it back as it was."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import importlib.metadata
 import pytest
 
 from onnx_sbs_nb import __main__ as entry
-from onnx_sbs_nb import cli
-from onnx_sbs_nb.command_gc import YOUNG_THRESHOLD, one_command_gc
+from onnx_sbs_nb.cli import main as cli
+from onnx_sbs_nb.cli.gc import YOUNG_THRESHOLD, one_command_gc
 
 
 def _state() -> tuple:

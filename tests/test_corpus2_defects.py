@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.records import STATUS_ERROR
-from onnx_sbs_nb.summary import summarize
 from tests.corpus.faults import swap_op
 from tests.corpus.naming import named_correctly, what_summary_names
 

@@ -16,9 +16,9 @@ import torch
 from onnx import helper
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.run import AlignedRun, SbsInputError
 from onnx_sbs_nb.records import RECORD_FIELDS
-from onnx_sbs_nb.summary import summarize
 from tests.corpus.faults import copy_model, set_attribute, swap_op
 from tests.corpus.naming import named_correctly
 

@@ -66,7 +66,7 @@ class PipelineSession:
         key = (arch, pipeline, fault)
         if key not in self._runs:
             from onnx_sbs_nb import run_aligned
-            from onnx_sbs_nb.summary import summarize
+            from onnx_sbs_nb.align.blame.summary import summarize
 
             ex = self.exported(arch)
             if pipeline == "plain":
@@ -159,7 +159,7 @@ def test_a_fused_node_is_named_with_the_fx_nodes_it_computes(pipelines):
     lowering (not the embedding's, which a walk up the residual stream reaches), fusing
     the add and the norm's fx nodes by the user's names."""
     from onnx_sbs_nb import run_aligned
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
     from tests.corpus.faults import copy_model
 
     ex = pipelines.exported("llama_kv_cache")
@@ -195,7 +195,7 @@ def test_two_models_pair_a_fused_node_by_the_name_it_kept(pipelines):
     metadata, another op) keeps the value name the exporter gave after its fx node, so
     it is compared, and a fault inside it is named there, not at its first consumer."""
     from onnx_sbs_nb import run_aligned_onnx
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
     from tests.corpus.faults import copy_model
 
     ex = pipelines.exported("llama_kv_cache")

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from onnx_sbs_nb import AlignedRun, load_replay, save_culprit_bundle
-from onnx_sbs_nb.cli import main
-from onnx_sbs_nb.session import SbsSession
+from onnx_sbs_nb.cli.main import main
+from onnx_sbs_nb.notebook.session import SbsSession
 
 
 class Block(torch.nn.Module):

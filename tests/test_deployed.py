@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned, run_aligned_onnx
-from onnx_sbs_nb.cli import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
+from onnx_sbs_nb.align.blame.summary import summarize
+from onnx_sbs_nb.cli.main import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
 from onnx_sbs_nb.errors import SbsInputError
-from onnx_sbs_nb.model_explorer import VALUE_PREFIX, read_node_data, value_keys
+from onnx_sbs_nb.notebook.session import SbsSession
 from onnx_sbs_nb.records import STATUS_INTERNAL, STATUS_UNPAIRED_EP
-from onnx_sbs_nb.session import SbsSession
-from onnx_sbs_nb.summary import summarize
+from onnx_sbs_nb.reports.model_explorer import VALUE_PREFIX, read_node_data, value_keys
 
 from .quant_models import exported
 
@@ -306,7 +306,7 @@ def test_session_and_widget_save_node_data(tmp_path):
     plain = SbsSession(ep, onx, args).start().save_node_data(tmp_path / "p.node_data.json")
     assert plain.model is None and json.loads(plain.node_data.read_text())
 
-    from onnx_sbs_nb.widget import SbsWidget
+    from onnx_sbs_nb.notebook.widget import SbsWidget
 
     w = SbsWidget(ep, onx, args, optimize="all")
     w.wait()
@@ -315,7 +315,7 @@ def test_session_and_widget_save_node_data(tmp_path):
 
 
 def test_magic_flags_reach_the_options():
-    from onnx_sbs_nb.magic import parse_line
+    from onnx_sbs_nb.notebook.magic import parse_line
 
     ep, onx, args = exported("mlp")
     kwargs, _ = parse_line("ep onx args --optimize extended", {"ep": ep, "onx": onx, "args": args})

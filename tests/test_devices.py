@@ -158,7 +158,7 @@ def test_a_size_computed_from_symbolic_shapes_is_on_no_device():
     """The torch side of a size is a Python number: it has no device, so it never counts
     as a value on another device (err_dev 0) than its ONNX partner."""
     from onnx_sbs_nb.align.judge.judging import fill_own_error
-    from onnx_sbs_nb.diff import Diff
+    from onnx_sbs_nb.compare.diff import Diff
     from onnx_sbs_nb.records import Record
 
     rec = Record(ep_device=None)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from onnx_sbs_nb.diff import compare, default_tolerance, shape_type
+from onnx_sbs_nb.compare.diff import compare, default_tolerance, shape_type
 
 
 @pytest.mark.parametrize("as_torch", [False, True])
@@ -120,7 +120,7 @@ def test_zero_dimensional_values():
 def test_large_values_compared_in_blocks_give_the_same_answer(case, monkeypatch):
     """Large floats are compared block by block (bounded temporaries): every field of
     the answer is the one a single pass gives."""
-    from onnx_sbs_nb import diff
+    from onnx_sbs_nb.compare import diff
 
     rng = np.random.default_rng(0)
     e = rng.standard_normal((37, 11)).astype(np.float32)
@@ -155,7 +155,7 @@ def test_identical_bits_give_the_full_comparisons_answer(case, monkeypatch):
     """Bit-identical values are answered by a byte comparison, in slices for large ones:
     the answer is the full comparison's, and a value that differs anywhere (in any
     slice, or only in the sign of a zero) still goes through the full comparison."""
-    from onnx_sbs_nb import diff
+    from onnx_sbs_nb.compare import diff
 
     monkeypatch.setattr(diff, "_BITS_SLICE", 64)  # 16 floats per slice: 7 slices
     monkeypatch.setattr(diff, "_BITS_PREFIX", 16)  # and a prefix shorter than a slice
@@ -187,7 +187,7 @@ def test_identical_bits_give_the_full_comparisons_answer(case, monkeypatch):
 
 
 def test_same_bits_reads_every_slice(monkeypatch):
-    from onnx_sbs_nb import diff
+    from onnx_sbs_nb.compare import diff
 
     monkeypatch.setattr(diff, "_BITS_SLICE", 64)
     monkeypatch.setattr(diff, "_BITS_PREFIX", 16)
@@ -204,7 +204,7 @@ def test_same_bits_reads_every_slice(monkeypatch):
 def test_same_bits_prefix_only_rejects(k):
     """The first bytes (512 float64) reject a differing value early; equal first bytes
     never accept alone: a difference just past them, or at the end, is still found."""
-    from onnx_sbs_nb import diff
+    from onnx_sbs_nb.compare import diff
 
     assert diff._BITS_PREFIX == 4096
     a = np.arange(1000, dtype=np.float64)  # 8 000 bytes: one slice, past the prefix

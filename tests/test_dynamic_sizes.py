@@ -182,7 +182,7 @@ def test_a_derived_dimension_is_refused_only_where_torch_refuses_it():
 
 
 def test_the_cli_compares_batch_1(tmp_path, capsys):
-    from onnx_sbs_nb.cli import EXIT_PASS, main
+    from onnx_sbs_nb.cli.main import EXIT_PASS, main
 
     _, ep, onx = _exported("dynamic")
     torch.export.save(ep, str(tmp_path / "m.pt2"))
@@ -195,7 +195,7 @@ def test_the_cli_compares_batch_1(tmp_path, capsys):
 
 
 def test_the_widget_compares_batch_1():
-    from onnx_sbs_nb.widget import SbsWidget
+    from onnx_sbs_nb.notebook.widget import SbsWidget
 
     _, ep, onx = _exported("auto")
     w = SbsWidget(ep, onx, _SMALL[0], batch_interval=0)

@@ -15,6 +15,7 @@ import torch
 from onnx import numpy_helper
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.run import AlignedRun, SbsMismatchError
 from onnx_sbs_nb.align.source.loading import SbsInputError
 from onnx_sbs_nb.records import (
@@ -25,7 +26,6 @@ from onnx_sbs_nb.records import (
     STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_OUTPUT,
 )
-from onnx_sbs_nb.summary import summarize
 
 from .models import MLP, Chain, export, mlp_export
 

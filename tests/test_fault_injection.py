@@ -4,7 +4,7 @@ A tiny Llama (transformers, random weights) and a small attention model are expo
 once per module with the real exporter; each case edits one thing in a copy of the ONNX
 model (a constant, an attribute, an op swapped for a near neighbour, a weight) at an
 early, middle or late position, runs the engine with ``own_error=True``
-(and without), and checks :func:`onnx_sbs_nb.summary.summarize`.
+(and without), and checks :func:`onnx_sbs_nb.align.blame.summary.summarize`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from onnx import helper, numpy_helper
 
 run_mod = pytest.importorskip("onnx_sbs_nb.align.run", reason="the engine is not there yet")
-from onnx_sbs_nb.summary import summarize  # noqa: E402
+from onnx_sbs_nb.align.blame.summary import summarize  # noqa: E402
 
 from .models import CausalAttention  # noqa: E402
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.records import KIND_OUTPUT, STATUS_FAIL, STATUS_WEIGHT_DIFFERS, Record
-from onnx_sbs_nb.summary import summarize
 
 from .corpus.honest import (
     CNN,
@@ -320,7 +320,7 @@ def test_a_report_of_a_passing_folded_model_shows_folded_weights_as_folded(cnn, 
     # 6 weights were weight_differs, and the static table's worst rows were those weights
     import re
 
-    from onnx_sbs_nb.report import write_report
+    from onnx_sbs_nb.reports.report import write_report
 
     ep, onx, x, _ = cnn
     records = list(run_aligned(ep, onx, (x,)))
@@ -337,7 +337,7 @@ def test_a_report_of_a_passing_folded_model_shows_folded_weights_as_folded(cnn, 
 
 
 def test_the_widget_footer_counts_folded_weights_apart(cnn, tmp_path, browser):  # noqa: F811
-    from onnx_sbs_nb.report import write_report
+    from onnx_sbs_nb.reports.report import write_report
 
     ep, onx, x, _ = cnn
     records = list(run_aligned(ep, onx, (x,)))
@@ -385,7 +385,7 @@ def test_a_culprit_says_no_more_than_its_evidence(model, node, op, request):
 def test_the_culprit_of_a_folded_weight_fault_replays_it(model, request, tmp_path):
     # the culprit was the weight: no ONNX node, so --replay-culprit wrote no bundle
     from onnx_sbs_nb.align.run import AlignedRun
-    from onnx_sbs_nb.culprit_bundle import save_culprit_bundle
+    from onnx_sbs_nb.reports.culprit_bundle import save_culprit_bundle
 
     ep, onx, x, _ = request.getfixturevalue(model)
     bad = changed(onx, _FAULTS[model], 0.05)

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_ERROR, STATUS_NOT_COMPUTED
-from onnx_sbs_nb.summary import summarize
 from tests.models import export
 from tests.test_session import _broken_mlp
 
@@ -83,7 +83,7 @@ def _replaced(path: Path, outside: Path) -> None:
 
 
 def test_node_data_replaces_a_planted_link(broken, tmp_path):
-    from onnx_sbs_nb.model_explorer import write_node_data
+    from onnx_sbs_nb.reports.model_explorer import write_node_data
 
     ep, onx, x = broken
     records = list(run_aligned(ep, onx, x))
@@ -94,7 +94,7 @@ def test_node_data_replaces_a_planted_link(broken, tmp_path):
 
 
 def test_html_report_replaces_a_planted_link(broken, tmp_path):
-    from onnx_sbs_nb.report_html import write_report_html
+    from onnx_sbs_nb.reports.html import write_report_html
 
     ep, onx, x = broken
     records = list(run_aligned(ep, onx, x))
@@ -106,7 +106,7 @@ def test_html_report_replaces_a_planted_link(broken, tmp_path):
 
 def test_exported_notebook_replaces_a_planted_link(tmp_path):
     pytest.importorskip("nbformat")
-    from onnx_sbs_nb.notebook_export import export_notebook
+    from onnx_sbs_nb.reports.notebook import export_notebook
 
     path = tmp_path / "out" / "nb.html"
     outside = _plant(path, tmp_path)
@@ -139,7 +139,7 @@ def test_saved_model_and_its_data_replace_planted_links(small, tmp_path, monkeyp
 
 def test_replay_bundle_replaces_planted_links(broken, tmp_path):
     from onnx_sbs_nb.align.post.replay import BUNDLE_FILES
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     ep, onx, x = broken
     s = SbsSession(ep, onx, x, batch_interval=0, replay_root=tmp_path / "replays").start()
@@ -157,7 +157,7 @@ def test_replay_bundle_replaces_planted_links(broken, tmp_path):
 
 
 def test_demo_files_replace_planted_links(tmp_path):
-    from onnx_sbs_nb.demo import write_demo
+    from onnx_sbs_nb.cli.demo import write_demo
 
     folder = tmp_path / "demo"
     planted = {n: _plant(folder / n, tmp_path) for n in ("model.pt2", "model.onnx", "inputs.pt")}
@@ -169,7 +169,7 @@ def test_demo_files_replace_planted_links(tmp_path):
 def test_output_under_a_dangling_linked_folder_is_named(broken, tmp_path):
     """Not a bare '[Errno 17] File exists': the link and where it points."""
     from onnx_sbs_nb.files import writable_location
-    from onnx_sbs_nb.model_explorer import write_node_data
+    from onnx_sbs_nb.reports.model_explorer import write_node_data
 
     ep, onx, x = broken
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
@@ -437,7 +437,7 @@ def test_nonfinite_inputs_are_named_in_the_summary(small, tmp_path):
     assert "non-finite inputs: x" in text and "NaN/inf patterns" in text
     assert summary.to_dict()["nonfinite_inputs"] == ["x"]
     # the records carry it: a report rebuilt from the .jsonl says it too
-    from onnx_sbs_nb.report import read_records, write_jsonl
+    from onnx_sbs_nb.reports.report import read_records, write_jsonl
 
     write_jsonl(records, tmp_path / "r.jsonl")
     assert summarize(read_records(tmp_path / "r.jsonl")).nonfinite_inputs == ["x"]
@@ -580,7 +580,7 @@ def test_fifo_external_data_is_named_not_missing(small, tmp_path):
 
 def test_load_replay_runs_nothing_from_the_bundle(broken, tmp_path):
     from onnx_sbs_nb import load_replay
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     ep, onx, x = broken
     s = SbsSession(ep, onx, x, batch_interval=0, replay_root=tmp_path / "replays").start()
@@ -605,7 +605,7 @@ def test_load_replay_runs_nothing_from_the_bundle(broken, tmp_path):
 
 def test_load_replay_refuses_a_hostile_bundle(broken, tmp_path):
     from onnx_sbs_nb import load_replay
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     ep, onx, x = broken
     s = SbsSession(ep, onx, x, batch_interval=0, replay_root=tmp_path / "replays").start()
@@ -724,7 +724,7 @@ def test_full_disk_for_the_xlsx_names_it_and_leaves_nothing(broken, tmp_path):
     import resource
     import signal
 
-    from onnx_sbs_nb.report import write_xlsx
+    from onnx_sbs_nb.reports.report import write_xlsx
 
     ep, onx, x = broken
     records = list(run_aligned(ep, onx, x))

@@ -78,12 +78,12 @@ def _hostile_notebook(small):
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    from onnx_sbs_nb.notebook_export import WIDGET_STATE_MIME, WIDGET_VIEW_MIME
-    from onnx_sbs_nb.report_html import report_state
+    from onnx_sbs_nb.reports.html import report_state
+    from onnx_sbs_nb.reports.notebook import WIDGET_STATE_MIME, WIDGET_VIEW_MIME
 
     ep, onx, x = small
     state = report_state(list(run_aligned(ep, onx, x)))
-    state["_anywidget_id"] = "onnx_sbs_nb.widget.SbsWidget"
+    state["_anywidget_id"] = "onnx_sbs_nb.notebook.widget.SbsWidget"
     # a sender's own front end, named so the old export took it for the package's bundle
     state["_esm"] = "export function renderStatic(el){ window.SENDER_ESM_RAN = 1 }"
     state["_css"] = "</style><script>window.SENDER_CSS_RAN=1</script>"
@@ -124,8 +124,8 @@ def _hostile_notebook(small):
 
 def test_row1_row2_notebook_export_runs_none_of_the_senders_code(small):
     pytest.importorskip("nbconvert")
-    from onnx_sbs_nb.notebook_export import notebook_html
-    from onnx_sbs_nb.view_state import bundle_js
+    from onnx_sbs_nb.reports.notebook import notebook_html
+    from onnx_sbs_nb.reports.view_state import bundle_js
 
     result = notebook_html(_hostile_notebook(small))
     assert result.views == 1
@@ -155,7 +155,7 @@ def _inputs_then(exc: BaseException, at: int, n: int = 12):
 
 
 def test_row4_interrupt_keeps_the_inputs_done(small):
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     ep, onx, _ = small
     s = SbsSession(ep, onx, inputs=_inputs_then(KeyboardInterrupt(), at=5))
@@ -200,7 +200,7 @@ def test_row4_interrupt_keeps_the_inputs_done_engine_and_total(small):
 
 
 def test_row23_a_dataloader_raising_on_item_7_keeps_inputs_0_to_6(small):
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     ep, onx, _ = small
 
@@ -247,7 +247,7 @@ def deeper():
 
 
 def _verdict(ep, onx, x, **kw):
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
 
     records = list(run_aligned(ep, onx, x, **kw))
     return records, summarize(records)
@@ -350,9 +350,9 @@ def test_row7_row8_every_report_is_written_whatever_the_extras(
 ):
     """Non-finite and huge numbers shown as such; 20,000 keys and a 20 MB string cut with a
     note; HTML, xlsx and CSV written, and `onnx-sbs report` reads the JSONL back."""
-    from onnx_sbs_nb.cli import main
-    from onnx_sbs_nb.report import read_jsonl
-    from onnx_sbs_nb.user_compare import MAX_EXTRA_KEYS, MAX_EXTRA_TEXT, NOTE_KEY
+    from onnx_sbs_nb.cli.main import main
+    from onnx_sbs_nb.compare.user_compare import MAX_EXTRA_KEYS, MAX_EXTRA_TEXT, NOTE_KEY
+    from onnx_sbs_nb.reports.report import read_jsonl
 
     d = small_files
     monkeypatch.chdir(tmp_path)
@@ -530,7 +530,7 @@ def test_row14_precision_on_a_model_onnxruntime_cannot_run_is_bad_input(small, t
     import onnx
     from onnx import helper
 
-    from onnx_sbs_nb.cli import EXIT_BAD_INPUT, main
+    from onnx_sbs_nb.cli.main import EXIT_BAD_INPUT, main
 
     ep, onx, x = small
     m = onnx.ModelProto.FromString(onx.SerializeToString())
@@ -558,7 +558,7 @@ def test_row14_precision_on_a_model_onnxruntime_cannot_run_is_bad_input(small, t
 def test_row15_the_culprit_bundle_of_a_node_without_a_name(tmp_path):
     import onnx
 
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.session import SbsSession
     from tests.test_session import _broken_mlp
 
     ep, onx, x = _broken_mlp()
@@ -577,7 +577,7 @@ def test_row15_the_culprit_bundle_of_a_node_without_a_name(tmp_path):
 def test_row16_a_link_planted_at_sbs_replays_is_refused(tmp_path, capsys):
     import onnx
 
-    from onnx_sbs_nb.cli import EXIT_BAD_INPUT, main
+    from onnx_sbs_nb.cli.main import EXIT_BAD_INPUT, main
     from tests.test_session import _broken_mlp
 
     ep, onx, x = _broken_mlp()  # a culprit, so a bundle to write
@@ -613,7 +613,7 @@ class _IntsAndBools(torch.nn.Module):
 
 
 def test_row17_a_measure_that_does_not_apply_to_a_dtype_does_not_fail_it():
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
 
     torch.manual_seed(4)
     x = torch.randn(3, 8)
@@ -639,8 +639,8 @@ def test_row17_a_measure_that_does_not_apply_to_a_dtype_does_not_fail_it():
     ],
 )
 def test_row18_row19_a_verdict_that_cannot_mean_anything_is_refused(verdict, words):
+    from onnx_sbs_nb.compare.verdict_policy import VerdictPolicy
     from onnx_sbs_nb.errors import SbsInputError
-    from onnx_sbs_nb.verdict_policy import VerdictPolicy
 
     with pytest.raises(SbsInputError, match=words):
         VerdictPolicy(verdict)
@@ -726,7 +726,7 @@ def test_row20_a_schema_label_holding_plotly_markup_is_drawn_as_text(small, tmp_
     pytest.importorskip("playwright")
     from playwright.sync_api import sync_playwright
 
-    from onnx_sbs_nb.report_html import load_bundle, page_html, report_state, view_html
+    from onnx_sbs_nb.reports.html import load_bundle, page_html, report_state, view_html
 
     from .browser import CHROMIUM, launch
 
@@ -784,7 +784,7 @@ def test_row4_ctrl_c_in_the_cli_keeps_the_inputs_done(small_files, tmp_path):
     import re
     import signal
 
-    from onnx_sbs_nb.report import read_jsonl
+    from onnx_sbs_nb.reports.report import read_jsonl
 
     d = small_files
     folder = tmp_path / "inputs"
@@ -829,7 +829,7 @@ def test_row4_ctrl_c_in_the_cli_keeps_the_inputs_done(small_files, tmp_path):
 def test_passed_may_be_a_one_element_torch_bool(passed, expected):
     # the function is given torch tensors: (e - g).abs().le(1e-3).all() is its natural
     # answer, and refusing it made every pair a check_error (a new user's first try)
-    from onnx_sbs_nb.user_compare import call_compare
+    from onnx_sbs_nb.compare.user_compare import call_compare
 
     found = call_compare(lambda e, g: {"passed": passed}, "fn", torch.zeros(2), torch.zeros(2))
     assert found.passed is expected
@@ -837,7 +837,7 @@ def test_passed_may_be_a_one_element_torch_bool(passed, expected):
 
 @pytest.mark.parametrize("passed", [torch.tensor([True, False]), torch.tensor(1.0), "yes"])
 def test_passed_that_is_no_single_bool_is_the_pairs_error(passed):
-    from onnx_sbs_nb.user_compare import CompareFunctionError, call_compare
+    from onnx_sbs_nb.compare.user_compare import CompareFunctionError, call_compare
 
     with pytest.raises(CompareFunctionError, match="not a bool"):
         call_compare(lambda e, g: {"passed": passed}, "fn", torch.zeros(2), torch.zeros(2))

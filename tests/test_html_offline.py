@@ -46,7 +46,7 @@ def rename_value(onx, old: str, new: str) -> None:
 @pytest.fixture(scope="module")
 def evil_records() -> list[Record]:
     from onnx_sbs_nb.align.run import run_aligned
-    from onnx_sbs_nb.demo import build_demo
+    from onnx_sbs_nb.cli.demo import build_demo
 
     case = build_demo()
     rename_value(case.onx, "gelu", EVIL)
@@ -57,7 +57,7 @@ def evil_records() -> list[Record]:
 
 @pytest.fixture(scope="module")
 def report_file(evil_records, tmp_path_factory) -> pathlib.Path:
-    from onnx_sbs_nb.report import write_report
+    from onnx_sbs_nb.reports.report import write_report
 
     return write_report(evil_records, tmp_path_factory.mktemp("html") / f"{EVIL[:4]}r.html")
 
@@ -218,9 +218,9 @@ def test_report_is_one_file_with_nothing_external(report_file):
 
 def test_large_report_is_compressed_and_renders(browser, tmp_path):
     """20,000 rows: the state is gzipped in the file and inflated by the browser."""
-    from onnx_sbs_nb.report import write_report
-    from onnx_sbs_nb.report_html import load_bundle, script_json
-    from onnx_sbs_nb.view_state import widget_state
+    from onnx_sbs_nb.reports.html import load_bundle, script_json
+    from onnx_sbs_nb.reports.report import write_report
+    from onnx_sbs_nb.reports.view_state import widget_state
 
     ops = ["MatMul", "Add", "Mul", "Softmax", "Reshape"]
     recs = [
@@ -272,7 +272,7 @@ def llama_report(tmp_path_factory):
     import onnx
 
     from onnx_sbs_nb.align.run import run_aligned
-    from onnx_sbs_nb.report_html import (
+    from onnx_sbs_nb.reports.html import (
         fallback_html,
         load_bundle,
         page_html,
@@ -355,7 +355,7 @@ def test_report_layout_culprit_layers_and_graph(llama_report, browser, width):
 def test_report_of_a_drifting_faithful_export_passes_and_says_why(browser, tmp_path):
     """Values beyond tolerance that no node makes (rounding a cancellation amplifies):
     the report's card says PASS and why, with JavaScript and without."""
-    from onnx_sbs_nb.report import write_report
+    from onnx_sbs_nb.reports.report import write_report
 
     from .models import cancellation_run
 
@@ -378,8 +378,8 @@ def test_report_of_a_drifting_faithful_export_passes_and_says_why(browser, tmp_p
 def test_running_view_names_the_culprit_so_far(evil_records, browser, tmp_path):
     """A view of a run still going (what the live widget shows mid-run) names the culprit
     so far in its card, with the run's progress, as soon as the culprit's record is in."""
-    from onnx_sbs_nb.report_html import report_html
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
+    from onnx_sbs_nb.reports.html import report_html
 
     culprit = summarize(evil_records).culprit
     k = next(i for i, r in enumerate(evil_records) if r.step == culprit.step) + 2
@@ -408,15 +408,15 @@ def test_restored_detail_keeps_its_columns_and_says_each_field_once(browser, tmp
     node's id shows once, not in the node section and again under the rerun."""
     import json as json_
 
-    from onnx_sbs_nb.demo import build_demo
-    from onnx_sbs_nb.report_html import (
+    from onnx_sbs_nb.cli.demo import build_demo
+    from onnx_sbs_nb.notebook.session import SbsSession
+    from onnx_sbs_nb.reports.html import (
         fallback_html,
         load_bundle,
         page_html,
         report_state,
         view_html,
     )
-    from onnx_sbs_nb.session import SbsSession
 
     case = build_demo()
     s = SbsSession(case.ep, case.onx, case.args, own_error=True, batch_interval=0).start()
@@ -446,7 +446,7 @@ def test_restored_detail_keeps_its_columns_and_says_each_field_once(browser, tmp
 
 
 def jsonable_(obj):
-    from onnx_sbs_nb.view_state import jsonable
+    from onnx_sbs_nb.reports.view_state import jsonable
 
     return jsonable(obj)
 
@@ -481,8 +481,8 @@ def test_a_pass_over_little_of_the_model_says_how_much_was_compared(browser, tmp
     """A run that compared 1 of 10 ONNX nodes: the card's badge reads "PASS on 1 of 10
     ONNX nodes" and a line says what was compared and why the rest was not, with
     JavaScript and in the no-script fallback."""
-    from onnx_sbs_nb.report import write_report
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
+    from onnx_sbs_nb.reports.report import write_report
 
     records = [
         Record(step=0, status="ok", onnx_name="a", onnx_node_name="n_a", ep_name="a",
@@ -514,8 +514,8 @@ def test_a_pass_over_little_of_the_model_says_how_much_was_compared(browser, tmp
 def test_the_culprits_whole_stack_is_one_click_away_on_the_card(browser, tmp_path):
     """The card names the culprit's source line (the innermost frame of the model's code)
     and shows its whole stack on one click; the no-script fallback folds it under it."""
-    from onnx_sbs_nb.demo import build_demo
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.cli.demo import build_demo
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     case = build_demo()
     s = SbsSession(case.ep, case.onx, case.args, own_error=True, batch_interval=0).start()

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from onnx_sbs_nb import view_state
+from onnx_sbs_nb.reports import view_state
 from tests.test_session import _broken_mlp
 
 pytest.importorskip("IPython")
@@ -48,7 +48,7 @@ def test_variables_and_options(ip, model, capsys):
 def test_assignment_binds_the_widget_and_shows_it_once(ip, model, capsys):
     """``w = %sbs ...`` binds the widget as a line magic's result does; shown once, in the
     terminal as its summary line, whether the magic ends the cell or is assigned."""
-    from onnx_sbs_nb.widget import SbsWidget
+    from onnx_sbs_nb.notebook.widget import SbsWidget
 
     ep, onx, x = model
     ip.user_ns.update(my_ep=ep, my_onx=onx, my_x=x)

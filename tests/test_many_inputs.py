@@ -12,7 +12,7 @@ import torch
 
 from onnx_sbs_nb import AlignedRun, aligned_over_inputs, run_aligned, summarize
 from onnx_sbs_nb.align.many_inputs import ManyInputsRun, pair_key
-from onnx_sbs_nb.cli import main
+from onnx_sbs_nb.cli.main import main
 from onnx_sbs_nb.errors import SbsInputError
 from tests.models import export
 
@@ -297,14 +297,14 @@ def test_cli_inputs_files_and_folder(abs_files, tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 1
     assert f"on input {BAD_ABS} (input_{BAD_ABS:03d}.pt), 1 of 16 inputs failing here" in text
-    from onnx_sbs_nb.report import read_jsonl
+    from onnx_sbs_nb.reports.report import read_jsonl
 
     records = read_jsonl(out)
     assert {r.inputs_total for r in records} == {16}
     culprit = next(r for r in records if r.onnx_op_type == "Identity")
     assert (culprit.input_index, culprit.inputs_failing) == (BAD_ABS, 1)
     # the spreadsheet formats carry the same columns
-    from onnx_sbs_nb.report import read_csv, write_report
+    from onnx_sbs_nb.reports.report import read_csv, write_report
 
     write_report(records, tmp_path / "many.csv")
     back = next(r for r in read_csv(tmp_path / "many.csv") if r.onnx_op_type == "Identity")
@@ -333,7 +333,7 @@ def test_cli_inputs_files_and_folder(abs_files, tmp_path, capsys):
 
 def test_widget_over_a_loader_shows_the_worst_and_picks_one_input(abs_case):
     from onnx_sbs_nb import SbsWidget
-    from onnx_sbs_nb.view_state import decode_rows
+    from onnx_sbs_nb.reports.view_state import decode_rows
 
     ep, onx, data = abs_case
     w = SbsWidget(ep, onx, inputs=_loader([x for (x,) in data[:16]]))

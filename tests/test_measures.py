@@ -12,11 +12,12 @@ import onnx.numpy_helper as nh
 import pytest
 import torch
 
-from onnx_sbs_nb import diff, run_aligned
+from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.compare import diff
+from onnx_sbs_nb.compare.verdict_policy import VerdictPolicy, make_judge, parse_condition
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.native import NATIVE
 from onnx_sbs_nb.records import KIND_OUTPUT, STATUS_CHECK_ERROR
-from onnx_sbs_nb.verdict_policy import VerdictPolicy, make_judge, parse_condition
 from tests.models import export
 
 SUMS = ("err_cos", "err_snr", "err_l2")
@@ -156,7 +157,7 @@ def test_measures_of_large_values_compared_in_blocks(monkeypatch):
     )
     whole = diff.compare(e, g)
     monkeypatch.setattr(diff, "_BLOCK", 700)  # blocks of 7 rows, a histogram selection
-    monkeypatch.setattr("onnx_sbs_nb.measures._SMALL", 100)
+    monkeypatch.setattr("onnx_sbs_nb.compare.measures._SMALL", 100)
     blocks = diff.compare(e, g)
     _check(blocks, _reference(e, g), "blocks")
     assert (blocks.err_p50, blocks.err_p99, blocks.err_ulp) == (
@@ -258,7 +259,7 @@ def test_snr_verdict_fails_what_atol_passes_and_passes_what_atol_fails():
 
 
 def test_a_compare_function_decides_and_its_fields_reach_the_csv(tmp_path):
-    from onnx_sbs_nb.report import read_csv, write_csv
+    from onnx_sbs_nb.reports.report import read_csv, write_csv
 
     ep, onx, args = _scaled_export(1e4, 1 + 2e-4)
     calls = []

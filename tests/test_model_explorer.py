@@ -13,7 +13,8 @@ import pytest
 from onnx_sbs_nb import run_aligned
 from onnx_sbs_nb.align.pairing.optimized import optimize_model
 from onnx_sbs_nb.errors import SbsInputError
-from onnx_sbs_nb.model_explorer import (
+from onnx_sbs_nb.records import STATUS_ERROR, STATUS_FAIL, Record
+from onnx_sbs_nb.reports.model_explorer import (
     ERROR_COLOR,
     FAIL_COLOR,
     VALUE_PREFIX,
@@ -21,7 +22,6 @@ from onnx_sbs_nb.model_explorer import (
     read_node_data,
     write_node_data,
 )
-from onnx_sbs_nb.records import STATUS_ERROR, STATUS_FAIL, Record
 
 from .quant_models import exported
 

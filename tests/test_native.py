@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from onnx_sbs_nb import diff
+from onnx_sbs_nb.compare import diff
 from onnx_sbs_nb.native import NATIVE
 
 if NATIVE is None:

@@ -15,7 +15,7 @@ import pathlib
 
 import pytest
 
-from onnx_sbs_nb.cli import EXIT_PASS, main
+from onnx_sbs_nb.cli.main import EXIT_PASS, main
 
 from .browser import CHROMIUM, launch
 
@@ -167,7 +167,7 @@ def test_export_renders_widget_offline(llama_nb, browser, tmp_path, capsys):
 
 
 def test_export_without_widget_state_shows_fallback(llama_nb, browser, tmp_path):
-    from onnx_sbs_nb.notebook_export import notebook_html
+    from onnx_sbs_nb.reports.notebook import notebook_html
 
     nb = copy.deepcopy(llama_nb)
     nb.metadata.pop("widgets", None)

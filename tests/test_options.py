@@ -67,8 +67,8 @@ def test_strict_travels_from_the_flags_to_the_session_summary():
     options' dict (the .jsonl header), and applied to the session's summary."""
     import argparse
 
-    from onnx_sbs_nb.run_args import add_run_arguments, options_from_args
-    from onnx_sbs_nb.session import SbsSession
+    from onnx_sbs_nb.notebook.run_args import add_run_arguments, options_from_args
+    from onnx_sbs_nb.notebook.session import SbsSession
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)

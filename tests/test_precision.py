@@ -9,10 +9,10 @@ import onnx.helper as oh
 import pytest
 import torch
 
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.judge.judging import SbsMismatchError
 from onnx_sbs_nb.align.judge.precision import INHERITED_NOTE, inherited_precision
 from onnx_sbs_nb.align.run import AlignedRun
-from onnx_sbs_nb.summary import summarize
 
 from .corpus.zoo import export_entry
 from .corpus.zoo3 import ZOO3_BY_NAME

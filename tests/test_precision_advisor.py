@@ -20,12 +20,9 @@ pytest.importorskip("onnxconverter_common")
 
 from onnxconverter_common import float16  # noqa: E402
 
-from onnx_sbs_nb.align.precision_advisor import (  # noqa: E402
-    advise_precision,
-    convert_model,
-    save_advised_model,
-    write_advice,
-)
+from onnx_sbs_nb.align.precision_advice import save_advised_model, write_advice  # noqa: E402
+from onnx_sbs_nb.align.precision_advisor import advise_precision  # noqa: E402
+from onnx_sbs_nb.align.precision_convert import convert_model  # noqa: E402
 from onnx_sbs_nb.errors import SbsInputError  # noqa: E402
 
 from .models import export  # noqa: E402

@@ -22,8 +22,8 @@ pytest.importorskip("onnxconverter_common")
 from onnxconverter_common import float16  # noqa: E402
 
 from onnx_sbs_nb import run_aligned  # noqa: E402
+from onnx_sbs_nb.align.blame.summary import Summary, summarize  # noqa: E402
 from onnx_sbs_nb.records import STATUS_PRECISION_LOSS  # noqa: E402
-from onnx_sbs_nb.summary import Summary, summarize  # noqa: E402
 
 from .models import export  # noqa: E402
 
@@ -317,7 +317,8 @@ def test_the_advised_model_runs_and_agrees(cls):
     them in float32 between those nodes (no round trip through float16), agrees with the
     float32 model in the torch evaluator and in onnxruntime, with the overflowing nodes
     and their readers only."""
-    from onnx_sbs_nb.align.precision_advisor import advise_precision, convert_model
+    from onnx_sbs_nb.align.precision_advisor import advise_precision
+    from onnx_sbs_nb.align.precision_convert import convert_model
 
     torch.manual_seed(0)
     x = torch.randn(2, 6, 16) * 2
@@ -377,7 +378,7 @@ def test_when_nothing_helps_the_advisor_says_why_and_which_op():
     assert "(Cast)" in advice.unresolved or "(Mul)" in advice.unresolved
     assert "why it still disagrees" in advice.to_text()
     assert advice.to_dict()["unresolved"] == advice.unresolved
-    from onnx_sbs_nb.precision_report import advice_html
+    from onnx_sbs_nb.reports.precision import advice_html
 
     assert "why it still disagrees" in advice_html(advice)
 
@@ -385,7 +386,7 @@ def test_when_nothing_helps_the_advisor_says_why_and_which_op():
 def test_reports_and_many_inputs_list_the_loss_apart():
     """The HTML report carries the summary's precision-loss line; over several inputs the
     loss stays a loss (the worst input's record), never the culprit."""
-    from onnx_sbs_nb.report_html import report_html
+    from onnx_sbs_nb.reports.html import report_html
 
     ep, half, args, _ = _converted("dit")
     records, s = _run(ep, half, args, True)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from onnx import numpy_helper
 
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.engine.plan import SideGraph
 from onnx_sbs_nb.align.engine.randomness import random_values
 from onnx_sbs_nb.align.run import AlignedRun
-from onnx_sbs_nb.summary import summarize
 
 from .models import export
 

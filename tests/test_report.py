@@ -9,17 +9,9 @@ import zipfile
 
 import pytest
 
-from onnx_sbs_nb.png import read_png
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.records import RECORD_FIELDS, Record
-from onnx_sbs_nb.report import (
-    JsonlWriter,
-    ReportFormatError,
-    read_jsonl,
-    read_records,
-    records_to_frame,
-    write_report,
-)
-from onnx_sbs_nb.report_html import (
+from onnx_sbs_nb.reports.html import (
     FALLBACK_NEIGHBOURS,
     FALLBACK_ROWS,
     error_chart_img,
@@ -28,8 +20,16 @@ from onnx_sbs_nb.report_html import (
     script_js,
     script_json,
 )
-from onnx_sbs_nb.summary import summarize
-from onnx_sbs_nb.view_state import decode_rows
+from onnx_sbs_nb.reports.png import read_png
+from onnx_sbs_nb.reports.report import (
+    JsonlWriter,
+    ReportFormatError,
+    read_jsonl,
+    read_records,
+    records_to_frame,
+    write_report,
+)
+from onnx_sbs_nb.reports.view_state import decode_rows
 
 EVIL = "<img src=x onerror=alert(1)>"
 
@@ -319,7 +319,7 @@ def test_control_characters_do_not_cost_the_workbook(tmp_path):
 
 def test_cut_jsonl_reads_back_incomplete(tmp_path):
     from onnx_sbs_nb.completion import Completion
-    from onnx_sbs_nb.report import read_jsonl_file, write_jsonl
+    from onnx_sbs_nb.reports.report import read_jsonl_file, write_jsonl
 
     recs = make_records()
     whole = tmp_path / "whole.jsonl"
@@ -350,7 +350,7 @@ def test_cut_jsonl_reads_back_incomplete(tmp_path):
 @pytest.mark.parametrize("suffix", [".csv", ".xlsx", ".jsonl", ".html"])
 def test_stopped_run_reports_say_stopped(tmp_path, suffix):
     from onnx_sbs_nb.completion import Completion
-    from onnx_sbs_nb.report import read_records_file
+    from onnx_sbs_nb.reports.report import read_records_file
 
     recs = [r for r in make_records() if r.status == "ok"]  # every pair passes...
     stopped = Completion("stopped", 300, 1002, "stopped before the end")

@@ -56,7 +56,7 @@ def test_help_and_argument_errors_import_no_torch(argv):
 
 
 def test_a_command_that_runs_imports_the_engine_before_the_collector_is_tuned():
-    from onnx_sbs_nb import cli_startup as cli
+    from onnx_sbs_nb.cli import startup as cli
 
     assert cli.runs_a_command(["demo", "-o", "x"])
     assert not cli.runs_a_command(["--help"])
@@ -181,8 +181,8 @@ def test_compare_func_module_is_found_in_the_current_folder(tmp_path):
     code = (
         "import os, sys\n"
         "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]\n"
-        "from onnx_sbs_nb.cli import build_parser\n"
-        "from onnx_sbs_nb.run_args import options_from_args\n"
+        "from onnx_sbs_nb.cli.main import build_parser\n"
+        "from onnx_sbs_nb.notebook.run_args import options_from_args\n"
         "args = build_parser().parse_args(['run', 'a', 'b', 'c', "
         "'--compare-func', 'mycheck_rough:rowwise'])\n"
         "fn = options_from_args(args).compare\n"
@@ -240,7 +240,7 @@ def test_dir_lists_the_lazy_public_api():
 
 def test_the_culprit_says_error_unless_an_own_error_run_measured_it(planted):
     from onnx_sbs_nb import AlignedRun, summarize
-    from onnx_sbs_nb.report_html import _culprit_html
+    from onnx_sbs_nb.reports.html import _culprit_html
 
     ep, onx, x = planted
     plain = summarize(list(AlignedRun(ep, onx, (x,))))
@@ -259,7 +259,7 @@ def test_the_inputs_progress_bar_is_not_drawn_after_the_summary(planted, tmp_pat
     import io
 
     from onnx_sbs_nb.align.engine.options import RunOptions
-    from onnx_sbs_nb.cli import run_many_and_report
+    from onnx_sbs_nb.cli.main import run_many_and_report
 
     ep, onx, x = planted
     files = []
@@ -322,7 +322,7 @@ def test_setup_script_shows_what_it_installs(tmp_path):
 
 
 def test_sbs_magic_accepts_an_expression_for_inputs(planted):
-    from onnx_sbs_nb.magic import SbsMagicError, parse_line
+    from onnx_sbs_nb.notebook.magic import SbsMagicError, parse_line
 
     ep, onx, x = planted
     ns = {"ep": ep, "onx": onx, "x": x, "batch": {"a": x}}
@@ -424,7 +424,7 @@ class _Nested(torch.nn.Module):
 
 
 def test_diff_names_each_module_path_once_and_counts_reference_nodes(tmp_path, capsys):
-    from onnx_sbs_nb.cli import EXIT_FAIL, main
+    from onnx_sbs_nb.cli.main import EXIT_FAIL, main
 
     torch.manual_seed(0)
     x = torch.randn(2, 8)
@@ -538,7 +538,7 @@ def test_an_input_observer_is_the_many_inputs_of_a_run(observed):
 
 def test_observed_inputs_saved_for_the_command_line(observed, tmp_path, capsys):
     from onnx_sbs_nb import save_observed_inputs
-    from onnx_sbs_nb.cli import EXIT_PASS, main
+    from onnx_sbs_nb.cli.main import EXIT_PASS, main
 
     ep, onx, observer = observed
     files = save_observed_inputs(observer, tmp_path / "inputs")
@@ -601,7 +601,7 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
         "r, w = os.pipe(); os.close(r)\n"  # a reader already gone
         "os.dup2(w, 1)\n"
         "sys.stdout = open(1, 'w', buffering=1)\n"
-        "from onnx_sbs_nb import cli\n"
+        "from onnx_sbs_nb.cli import main as cli\n"
         "cli.cmd_report = lambda args: print('verdict: PASS\\n' * 10000) or 0\n"
         "sys.exit(cli.main(['report', 'x.jsonl', '-o', 'r.html']))\n"
     )
@@ -614,7 +614,7 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path):
 
 def test_two_models_count_unpaired_values_in_words_that_fit_them():
     # onnx-sbs diff printed "unpaired: 39 torch-only" for two ONNX models
-    from onnx_sbs_nb.summary import Coverage, Summary
+    from onnx_sbs_nb.align.blame.summary import Coverage, Summary
 
     s = Summary(unpaired_ep=["a", "b"], unpaired_onnx=["c"], coverage=Coverage(reference_onnx=True))
     assert "unpaired: 2 reference-only, 1 candidate-only" in s.to_text(), s.to_text()

@@ -87,8 +87,8 @@ def test_the_python_views_declare_no_status_set_or_field_label():
 
 
 def test_the_widget_and_every_saved_state_carry_the_schema():
-    from onnx_sbs_nb.view_state import STATE_TRAITS, widget_state
-    from onnx_sbs_nb.widget import SbsWidget
+    from onnx_sbs_nb.notebook.widget import SbsWidget
+    from onnx_sbs_nb.reports.view_state import STATE_TRAITS, widget_state
 
     recs = [Record(step=0, onnx_name="a", status=records_mod.STATUS_UNPAIRED_OUTPUT)]
     w = SbsWidget(records=recs)
@@ -108,8 +108,8 @@ def test_the_front_end_derives_columns_filters_and_colours_from_the_schema(tmp_p
     show in the table header, the detail, the verdict filter and the failing filter."""
     from playwright.sync_api import sync_playwright
 
-    from onnx_sbs_nb.report_html import fallback_html, load_bundle, page_html, view_html
-    from onnx_sbs_nb.view_state import widget_state
+    from onnx_sbs_nb.reports.html import fallback_html, load_bundle, page_html, view_html
+    from onnx_sbs_nb.reports.view_state import widget_state
 
     from .browser import launch
 

@@ -9,7 +9,7 @@ import torch
 from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 from onnx_sbs_nb.align.run import AlignedRun, run_aligned
 from onnx_sbs_nb.errors import SbsInputError
-from onnx_sbs_nb.session import SbsSession
+from onnx_sbs_nb.notebook.session import SbsSession
 from tests.test_session import _broken_mlp
 
 
@@ -57,7 +57,7 @@ def test_stopped_session_is_stopped_not_pass(model):
 
 def test_stopped_widget_is_stopped_not_pass(model):
     pytest.importorskip("anywidget")
-    from onnx_sbs_nb.widget import SbsWidget
+    from onnx_sbs_nb.notebook.widget import SbsWidget
 
     ep, onx, x = model
     runner = StopsTheSession()

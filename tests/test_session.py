@@ -8,8 +8,7 @@ import onnx
 import pytest
 import torch
 
-from onnx_sbs_nb.records import Record
-from onnx_sbs_nb.session import (
+from onnx_sbs_nb.notebook.session import (
     FAILED,
     FINISHED,
     IDLE,
@@ -18,6 +17,7 @@ from onnx_sbs_nb.session import (
     SbsSession,
     split_inputs,
 )
+from onnx_sbs_nb.records import Record
 from tests.models import MLP, export
 
 
@@ -221,7 +221,7 @@ def test_save_replay_of_one_node_name_in_two_models_keeps_both(tmp_path):
     saving the first again refreshes its own folder and adds none."""
     import onnx as onnx_
 
-    from onnx_sbs_nb.demo import build_demo
+    from onnx_sbs_nb.cli.demo import build_demo
 
     root = tmp_path / "replays"
     saved = []

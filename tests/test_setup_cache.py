@@ -12,9 +12,9 @@ import onnx
 import pytest
 import torch
 
-from onnx_sbs_nb import diff
 from onnx_sbs_nb.align.engine import setup_cache
 from onnx_sbs_nb.align.run import AlignedRun
+from onnx_sbs_nb.compare import diff
 
 from .models import MLP, export, mlp_export
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.engine.sides import _per_slot
 from onnx_sbs_nb.records import (
     STATUS_NOT_COMPARED,
@@ -24,7 +25,6 @@ from onnx_sbs_nb.records import (
     STATUS_UNPAIRED_ONNX,
     Record,
 )
-from onnx_sbs_nb.summary import summarize
 
 from .models import export
 

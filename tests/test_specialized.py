@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.records import STATUS_SHAPE_MISMATCH
-from onnx_sbs_nb.summary import summarize
 
 
 class PooledHead(nn.Module):

@@ -192,9 +192,9 @@ def test_consumers_of_reset_values_run_after_the_reset(wide):
 
 def test_time_nodes_is_an_option_everywhere():
     from onnx_sbs_nb.align.engine.options import RunOptions
-    from onnx_sbs_nb.cli import build_parser
+    from onnx_sbs_nb.cli.main import build_parser
     from onnx_sbs_nb.errors import SbsInputError
-    from onnx_sbs_nb.run_args import options_from_args
+    from onnx_sbs_nb.notebook.run_args import options_from_args
 
     assert RunOptions(time_nodes=True).to_dict()["time_nodes"] is True
     with pytest.raises(SbsInputError, match="time_nodes"):

@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 import torch
 
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.run import AlignedRun
 from onnx_sbs_nb.align.two_models import run_aligned_onnx
-from onnx_sbs_nb.summary import summarize
 
 from .models import export
 

@@ -19,7 +19,7 @@ import torch
 
 from onnx_sbs_nb.align.source.loading import load_exported_program, load_inputs
 from onnx_sbs_nb.align.source.untrusted_pt2 import unsafe_guard, unsafe_sym_expr
-from onnx_sbs_nb.cli import EXIT_BAD_INPUT, main
+from onnx_sbs_nb.cli.main import EXIT_BAD_INPUT, main
 from onnx_sbs_nb.errors import SbsInputError
 
 
@@ -267,8 +267,8 @@ def test_inputs_file_needing_code_is_refused(tmp_path):
 
 
 def test_trust_pickles_flag_reaches_the_options():
-    from onnx_sbs_nb.cli import build_parser
-    from onnx_sbs_nb.run_args import options_from_args
+    from onnx_sbs_nb.cli.main import build_parser
+    from onnx_sbs_nb.notebook.run_args import options_from_args
 
     argv = ["run", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "i.pt"]
     assert options_from_args(build_parser().parse_args(argv)).trust_pickles is False

@@ -9,11 +9,11 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.engine import limits
 from onnx_sbs_nb.align.engine.limits import OutputTooLargeError, check_output_size
 from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 from onnx_sbs_nb.align.run import run_aligned
-from onnx_sbs_nb.summary import summarize
 
 
 class ExpandThenAdd(torch.nn.Module):

@@ -149,7 +149,7 @@ def test_a_rule_called_alone_decides_and_first_verdict_names_it():
     from onnx_sbs_nb.align.judge.failed import ReferenceFailed
     from onnx_sbs_nb.align.judge.shapes import UnprovenPair
     from onnx_sbs_nb.align.judge.tolerance import Tolerance
-    from onnx_sbs_nb.diff import compare
+    from onnx_sbs_nb.compare.diff import compare
 
     guess = Pair("y", "add", "position", KIND_NODE)
     ctx = Ctx()

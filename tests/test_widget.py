@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from onnx_sbs_nb import view_state
+from onnx_sbs_nb.notebook.session import SbsSession
+from onnx_sbs_nb.notebook.widget import SbsWidget
 from onnx_sbs_nb.records import RECORD_FIELDS, Record, field_label
-from onnx_sbs_nb.session import SbsSession
-from onnx_sbs_nb.view_state import (
+from onnx_sbs_nb.reports import view_state
+from onnx_sbs_nb.reports.view_state import (
     STATE_TRAITS,
     bundle_js,
     culprit_of,
@@ -25,7 +26,6 @@ from onnx_sbs_nb.view_state import (
     record_row,
     widget_state,
 )
-from onnx_sbs_nb.widget import SbsWidget
 from tests.test_session import _broken_mlp
 
 # CI must build the bundle: there a missing one fails loudly instead of skipping
@@ -170,7 +170,7 @@ def test_selection_loads_details_and_actions_answer(model, tmp_path):
 def test_the_session_owns_the_action_table(model, tmp_path):
     """The session runs every action by name (the widget only passes the row): its
     answers are the ones the widget sends."""
-    from onnx_sbs_nb.session import ACTIONS
+    from onnx_sbs_nb.notebook.session import ACTIONS
 
     ep, onx, x = model
     s = SbsSession(ep, onx, x, own_error=True, replay_root=tmp_path).start()
@@ -374,7 +374,7 @@ def test_display_in_a_notebook_makes_the_view_and_its_static_summary(model, monk
     viewers that cannot run widgets, and saying how to get the interactive view)."""
     import IPython.display
 
-    from onnx_sbs_nb import widget as widget_mod
+    from onnx_sbs_nb.notebook import widget as widget_mod
 
     ep, onx, x = model
     shown, handles = [], []
@@ -510,9 +510,9 @@ def test_reports_do_not_import_the_widget():
     import subprocess
     import sys
 
-    reports = ("report_html", "notebook_export", "view_state")
+    reports = ("reports.html", "reports.notebook", "reports.view_state")
     imports = "; ".join(f"import onnx_sbs_nb.{m}" for m in reports)
-    shown = "[m for m in sys.modules if m == 'onnx_sbs_nb.widget' or m.startswith('anywidget')]"
+    shown = "[m for m in sys.modules if m == 'onnx_sbs_nb.notebook.widget' or m.startswith('anywidget')]"
     cmd = [sys.executable, "-c", f"import sys; {imports}; print({shown})"]
     assert subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
@@ -607,7 +607,7 @@ def test_one_copy_of_the_bundle_per_notebook():
     """The first live widget carries the JS bundle, the next ones a few lines that wait
     for it (three widgets made a 5.4 MB notebook); once the carrier is closed (gone from
     the page and the saved state), the next widget carries it again."""
-    from onnx_sbs_nb.view_state import SHIM_ESM
+    from onnx_sbs_nb.reports.view_state import SHIM_ESM
 
     recs = [Record(step=0, onnx_name="v", err_abs=0.0, status="ok")]
     widgets = [SbsWidget(records=recs) for _ in range(3)]
@@ -616,7 +616,7 @@ def test_one_copy_of_the_bundle_per_notebook():
     # one of them carries it, unless a widget of an earlier test still does
     assert len(carriers) + len(others) == 3 and len(carriers) <= 1
     assert len(SHIM_ESM) < 1000 < len(view_state.bundle_js())
-    from onnx_sbs_nb import widget as widget_module
+    from onnx_sbs_nb.notebook import widget as widget_module
 
     holder = widget_module._bundle_holder()
     assert holder is not None and holder._esm == view_state.bundle_js()

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from ..compare.diff import compare
 from ..convert import to_numpy
-from ..diff import compare
 from ..errors import SbsInputError
 from .pairing.optimized import (
     LEVELS,

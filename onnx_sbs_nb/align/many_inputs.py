@@ -479,4 +479,9 @@ def _worse(a: float, b: float) -> bool:
 
 __all__ = [
     "InputReadError",
-    "ManyInputsRun", "PairAggregate", "as_inputs", "input_files", "pair_key"]
+    "ManyInputsRun",
+    "PairAggregate",
+    "as_inputs",
+    "input_files",
+    "pair_key",
+]

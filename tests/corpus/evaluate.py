@@ -12,13 +12,13 @@ import onnx
 import torch
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.records import (
     KIND_OUTPUT,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
 )
-from onnx_sbs_nb.summary import summarize
 
 from .faults import Fault, ort_outputs, pick_fault
 from .naming import Named, named_correctly, what_summary_names

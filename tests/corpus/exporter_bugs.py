@@ -324,8 +324,8 @@ class BugRun:
 
 def run_on_files(folder: Path, aten_op: str | None = None) -> BugRun:
     """The engine on the saved files, with the rerun on torch inputs."""
+    from onnx_sbs_nb.align.blame.summary import summarize
     from onnx_sbs_nb.align.run import AlignedRun
-    from onnx_sbs_nb.summary import summarize
 
     from .evaluate import UNPAIRED, _bad_records
     from .naming import what_summary_names

@@ -143,7 +143,7 @@ def _export(model: torch.nn.Module, x: torch.Tensor):
 
 
 def _line(emit: Callable[[str], None], case: str, records: list, onx: onnx.ModelProto) -> None:
-    from onnx_sbs_nb.summary import summarize
+    from onnx_sbs_nb.align.blame.summary import summarize
 
     s = summarize(records, node_inputs=onx)
     c = s.culprit

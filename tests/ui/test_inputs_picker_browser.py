@@ -13,7 +13,8 @@ import os
 import pytest
 import torch
 
-from onnx_sbs_nb import SbsWidget, view_state
+from onnx_sbs_nb import SbsWidget
+from onnx_sbs_nb.reports import view_state
 from tests.models import export
 from tests.test_many_inputs import BAD_ABS, AbsThenLinear
 

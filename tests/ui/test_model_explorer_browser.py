@@ -22,7 +22,7 @@ import pytest
 
 from onnx_sbs_nb import run_aligned
 from onnx_sbs_nb.align.pairing.optimized import optimize_model
-from onnx_sbs_nb.model_explorer import FAIL_COLOR, write_node_data
+from onnx_sbs_nb.reports.model_explorer import FAIL_COLOR, write_node_data
 
 from ..quant_models import exported
 from .conftest import _free_port

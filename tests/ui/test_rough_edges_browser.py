@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from onnx_sbs_nb import view_state
+from onnx_sbs_nb.reports import view_state
 
 from .test_shared_notebook_browser import _open_untrusted, _trust, quickstart_executed  # noqa: F401
 from .test_widget_browser import _accept_kernel_dialog
@@ -116,7 +116,7 @@ def test_the_answer_card_says_error_without_an_own_error_run(page, tmp_path, art
     import torch
 
     from onnx_sbs_nb import AlignedRun, run_aligned_onnx, summarize
-    from onnx_sbs_nb.report_html import write_report_html
+    from onnx_sbs_nb.reports.html import write_report_html
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))

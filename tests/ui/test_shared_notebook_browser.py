@@ -19,8 +19,8 @@ import re
 import nbformat
 import pytest
 
-from onnx_sbs_nb import view_state
-from onnx_sbs_nb.view_state import SHIM_ESM
+from onnx_sbs_nb.reports import view_state
+from onnx_sbs_nb.reports.view_state import SHIM_ESM
 
 from ..test_notebooks import execute
 from .conftest import REPO

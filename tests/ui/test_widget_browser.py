@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from onnx_sbs_nb import view_state
 from onnx_sbs_nb.records import Record
+from onnx_sbs_nb.reports import view_state
 
 from ..browser import GEOMETRY_JS, check_layout
 from .conftest import copy_notebook
@@ -41,7 +41,7 @@ STOP_CELLS = [
 import time
 from pathlib import Path
 
-from onnx_sbs_nb.session import SbsSession
+from onnx_sbs_nb.notebook.session import SbsSession
 
 
 def held(flag, **kw):

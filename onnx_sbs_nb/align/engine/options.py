@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...compare.verdict_policy import function_name, make_judge
 from ...device import device_name
 from ...errors import SbsInputError
 from ...option_names import RESET_ALL, RUNNER_NAMES
-from ...verdict_policy import function_name, make_judge
 
 # Earlier spellings still accepted from keywords (and mapped to today's name).
 _ALIASES = {"rerun_with_torch_inputs": "own_error"}

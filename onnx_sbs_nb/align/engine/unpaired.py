@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ...compare.diff import shape_type
 from ...convert import device_of
-from ...diff import shape_type
 from ...records import (
     KIND_NODE,
     KIND_OUTPUT,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...diff import Diff
+from ...compare.diff import Diff
 from ...records import Record
 from ..pairing.names import Pair
 

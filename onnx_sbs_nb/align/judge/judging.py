@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import torch
 
-from ...diff import ARRAY_TYPES, Diff
+from ...compare.diff import ARRAY_TYPES, Diff
 from ...dtypes import dtype_name
 from ...records import (
     JUDGED_BY_NOTE,

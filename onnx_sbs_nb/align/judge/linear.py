@@ -8,8 +8,8 @@ from typing import Any
 import onnx
 import torch
 
+from ...compare.diff import compare
 from ...convert import to_torch
-from ...diff import compare
 from ...records import Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...compare.diff import compare, largest_element_error, largest_magnitude, zero_sign_mismatches
+from ...compare.elementwise import is_elementwise
 from ...convert import device_of
-from ...diff import compare, largest_element_error, largest_magnitude, zero_sign_mismatches
-from ...elementwise import is_elementwise
 from ...records import Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ...diff import Diff, compare, default_tolerance, value_dtype_name
+from ...compare.diff import Diff, compare, default_tolerance, value_dtype_name
 from ...records import Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from ...compare.diff import compare, default_tolerance, value_dtype_name
 from ...convert import to_torch
-from ...diff import compare, default_tolerance, value_dtype_name
 from ...records import STATUS_FAIL, STATUS_PRECISION_LOSS, Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

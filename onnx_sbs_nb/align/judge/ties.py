@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ...compare.diff import Diff
 from ...convert import to_numpy
-from ...diff import Diff
 from ...records import Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ...compare.diff import compare
 from ...convert import to_numpy
-from ...diff import compare
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...convert import device_of
-from ...diff import (
+from ...compare.diff import (
     ARRAY_TYPES,
     compare,
     shape_type,
 )
+from ...convert import device_of
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..pairing.names import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE, Pair

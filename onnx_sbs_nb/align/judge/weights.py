@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ...diff import largest_magnitude, smallest_normal
+from ...compare.diff import largest_magnitude, smallest_normal
 from ...records import (
     FOLDED_CONSUMER_NOTE,
     KIND_WEIGHT,

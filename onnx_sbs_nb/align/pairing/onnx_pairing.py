@@ -44,8 +44,8 @@ import numpy as np
 import onnx
 import torch
 
+from ...compare.diff import value_dtype_name
 from ...convert import to_torch
-from ...diff import value_dtype_name
 from ...dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
 from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, PAIRED_BY_METADATA
 from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata

@@ -17,8 +17,8 @@ from typing import Any
 
 import onnx
 
+from ...compare.diff import compare, shape_type
 from ...convert import to_torch
-from ...diff import compare, shape_type
 from ...errors import SbsInputError
 from ...records import Record
 from ..engine.plan import REF, schedule

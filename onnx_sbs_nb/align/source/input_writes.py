@@ -61,7 +61,6 @@ def mutation_outputs(
     graph) and their output specs, in the inputs' order, as the re-trace returns them."""
     from torch.export.graph_signature import OutputSpec, TensorArgument
 
-
     kinds = _writable_kinds()
     values, specs = [], []
     for spec in ep.graph_signature.input_specs:

@@ -26,10 +26,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from .files import write_text_atomic
+from ..files import write_text_atomic
+from .html import load_bundle, loader_html, view_html
 from .html_sanitize import clean_untrusted_html
 from .report import ReportFormatError
-from .report_html import load_bundle, loader_html, view_html
 from .view_state import STATE_TRAITS
 
 #: Output metadata key marking the static summary displayed next to an SbsWidget.

@@ -1,7 +1,7 @@
 """What every view of a run is drawn from: the widget's synced traits, as plain JSON.
 
-The live widget (:mod:`onnx_sbs_nb.widget`), the HTML report and the notebook export
-(:mod:`onnx_sbs_nb.report_html`, :mod:`onnx_sbs_nb.notebook_export`) all hand the same
+The live widget (:mod:`onnx_sbs_nb.notebook.widget`), the HTML report and the notebook export
+(:mod:`onnx_sbs_nb.reports.html`, :mod:`onnx_sbs_nb.reports.notebook`) all hand the same
 state to the same front-end bundle; this module is the one place that builds it, so the
 views never import each other.  Its keys are :data:`STATE_TRAITS`; the schema is
 documented at the top of ``js/src/index.js``.
@@ -26,10 +26,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .records import FAILING_STATUSES, RECORD_FIELDS, Record, schema_dict
-from .summary import summarize
+from ..align.blame.summary import summarize
+from ..records import FAILING_STATUSES, RECORD_FIELDS, Record, schema_dict
 
-BUNDLE_PATH = Path(__file__).with_name("static") / "widget.js"
+BUNDLE_PATH = Path(__file__).parent.parent / "static" / "widget.js"
 
 #: The synced traits, i.e. the keys of the state ``renderStatic(el, state)`` takes.
 STATE_TRAITS: tuple[str, ...] = (

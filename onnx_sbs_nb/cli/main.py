@@ -21,12 +21,13 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli_precision import add_precision_command, cmd_precision
-from .completion import Completion
-from .errors import SbsInputError
-from .files import output_lock, planted_link, writable_location
-from .records import Record
-from .report import (
+from ..completion import Completion
+from ..errors import SbsInputError
+from ..files import output_lock, planted_link, writable_location
+from ..notebook.run_args import add_run_arguments, options_from_args
+from ..records import Record
+from ..reports.html import BundleMissingError
+from ..reports.report import (
     REPORT_SUFFIXES,
     JsonlWriter,
     RecordsWriteError,
@@ -34,13 +35,12 @@ from .report import (
     read_jsonl,
     write_report,
 )
-from .report_html import BundleMissingError
-from .run_args import add_run_arguments, options_from_args
+from .precision import add_precision_command, cmd_precision
 
 if TYPE_CHECKING:
     # torch and onnx come with the engine: a subcommand imports it when it runs, so
     # --help and argument errors answer at once (tests/test_rough_edges.py)
-    from .align.engine.options import RunOptions
+    from ..align.engine.options import RunOptions
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -380,7 +380,7 @@ def run_report_summary(
     culprit_root: pathlib.Path | None = None,
 ) -> tuple[int, Any]:
     """:func:`run_and_report`, also returning the Summary."""
-    from .align.run import AlignedRun
+    from ..align.run import AlignedRun
 
     run = AlignedRun(ep, onx, inputs, options=options)
     title = f"onnx-sbs: {_name(onx)} vs {_name(ep)}"
@@ -403,7 +403,7 @@ def many_inputs(given: Sequence[str]) -> list[str] | None:
         return None
     if len(given) > 1:
         return list(given)
-    from .align.many_inputs import input_files
+    from ..align.many_inputs import input_files
 
     return [str(p) for p in input_files(given[0])]
 
@@ -423,7 +423,7 @@ def run_many_and_report(
     """One run per input file, the program prepared and paired once; the records (one
     per pair, the worst input's) stream to the reports as :func:`run_and_report`'s do.
     With ``culprit_root``, the culprit's bundle is made on the input that shows it."""
-    from .align.run import aligned_over_inputs
+    from ..align.run import aligned_over_inputs
 
     with _InputsProgress(len(inputs), enabled=progress) as bar:
         run = aligned_over_inputs(ep, onx, list(inputs), options, on_input=bar.update)
@@ -504,7 +504,7 @@ def report_run(
 def _save_culprit_bundle(run: Any, root: pathlib.Path, summary: Any, stdout: TextIO) -> None:
     """--replay-culprit: the bundle, named on the summary's culprit (so the terminal and
     every report say where it is and whether it reproduces), or why there is none."""
-    from .culprit_bundle import save_culprit_bundle
+    from ..reports.culprit_bundle import save_culprit_bundle
 
     try:
         bundle = save_culprit_bundle(run, root, summary)
@@ -529,7 +529,7 @@ def _report_run(
     source: Any,
     culprit_root: pathlib.Path | None = None,
 ) -> tuple[int, Any]:
-    from .summary import summarize
+    from ..align.blame.summary import summarize
 
     interrupted = False
     error = None
@@ -604,7 +604,7 @@ def _print_replays(extra: dict[str, Any], stdout: TextIO) -> None:
 
 
 def _printable(text: str) -> str:
-    from .summary import _printable as printable
+    from ..align.blame.summary import _printable as printable
 
     return printable(text)
 
@@ -696,7 +696,7 @@ def write_node_data_files(
 ) -> None:
     """Node data for Model Explorer, keyed by the nodes of the graph the run compared;
     an optimized graph is saved beside it (it exists nowhere else)."""
-    from .model_explorer import save_node_data
+    from ..reports.model_explorer import save_node_data
 
     deployed = getattr(run, "deployment", None) is not None
     for p in paths:
@@ -725,8 +725,8 @@ def bisect_after_run(
     Returns the OptimizerBlame, False when it could not bisect (the reason printed; the
     run's exit code stands), None when interrupted.
     """
-    from .align.bisect import bisect_optimizers
-    from .errors import SbsInputError
+    from ..align.bisect import bisect_optimizers
+    from ..errors import SbsInputError
 
     level = options.optimize or "all"
     print(f"bisecting the optimizers of level {level!r} (one whole-model session per step)")
@@ -810,7 +810,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """Two ONNX models side by side; exit codes as ``onnx-sbs run``."""
     files = (("a", args.a), ("b", args.b), ("--inputs", args.inputs))
     outputs, node_data = check_paths(files, args.output)  # before torch loads: at once
-    from .align.two_models import two_model_run
+    from ..align.two_models import two_model_run
 
     run = two_model_run(args.a, args.b, args.inputs, options_from_args(args))
     title = f"onnx-sbs diff: {_name(args.b)} vs {_name(args.a)}"
@@ -823,8 +823,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import read_records_file
-    from .summary import summarize
+    from ..align.blame.summary import summarize
+    from ..reports.report import read_records_file
 
     outputs = check_outputs(args.output)
     found = read_records_file(_path(args.records, "records"))
@@ -840,7 +840,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Exit 0 when the run names the node broken on purpose, 1 when it does not."""
-    from .align.engine.options import RunOptions
+    from ..align.engine.options import RunOptions
     from .demo import write_demo
 
     folder = pathlib.Path(args.output)
@@ -876,14 +876,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """A replay bundle read by the package (its replay.py is for bundles you wrote)."""
-    from .align.post.replay_load import load_replay
+    from ..align.post.replay_load import load_replay
 
     print(load_replay(args.bundle).to_text())
     return EXIT_PASS
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
-    from .notebook_export import export_notebook
+    from ..reports.notebook import export_notebook
 
     src = pathlib.Path(args.notebook)
     if not src.is_file():

@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .align.engine.options import RunOptions
-from .completion import Completion
-from .device import resolve_device
-from .errors import SbsInputError
-from .records import FAILING_STATUSES, Record, RunStatus
-from .session_stream import (
+from ..align.blame.summary import Summarizer, Summary, summarize
+from ..align.engine.options import RunOptions
+from ..completion import Completion
+from ..device import resolve_device
+from ..errors import SbsInputError
+from ..records import FAILING_STATUSES, Record, RunStatus
+from ..reports.view_state import culprit_of, is_finite, jsonable
+from .stream import (
     FAILED,
     FINISHED,
     IDLE,
@@ -39,8 +41,6 @@ from .session_stream import (
     Listener,
     RunConsumer,
 )
-from .summary import Summarizer, Summary, summarize
-from .view_state import culprit_of, is_finite, jsonable
 
 
 class ActionError(RuntimeError):
@@ -184,13 +184,13 @@ class SbsSession(RunConsumer):
         replay_root: str | Path | None = None,
         **run_options: Any,
     ) -> None:
-        from .align.run import AlignedRun
+        from ..align.run import AlignedRun
 
         # validated here, once: a bad option fails in the calling cell
         self.options = RunOptions.from_kwargs(options, **run_options)
         self._factory: Callable[[str | None], Any]
         if many_inputs(inputs):
-            from .align.run import aligned_over_inputs
+            from ..align.run import aligned_over_inputs
 
             # one record per pair over every input; one input's records on demand
             self._factory = lambda dev: aligned_over_inputs(
@@ -391,7 +391,7 @@ class SbsSession(RunConsumer):
     def save_html(self, path: str | Path, *, title: str = "") -> Path:
         """Write the run as one self-contained HTML file that opens offline (the report
         of ``onnx-sbs run ... -o report.html``); a run still going is saved as it is."""
-        from .report_html import write_report_html
+        from ..reports.html import write_report_html
 
         return write_report_html(
             self.records,
@@ -513,9 +513,9 @@ class SbsSession(RunConsumer):
 
     def save_culprit_bundle(self, root: str | Path | None = None) -> Any:
         """Write the culprit's replay bundle inside *root* (the session's replay folder by
-        default) and replay it: a :class:`~onnx_sbs_nb.culprit_bundle.CulpritBundle`
+        default) and replay it: a :class:`~onnx_sbs_nb.reports.culprit_bundle.CulpritBundle`
         saying whether it reproduces the error, or None without a culprit ONNX node."""
-        from .culprit_bundle import save_culprit_bundle
+        from ..reports.culprit_bundle import save_culprit_bundle
 
         self._require_idle_run("save the culprit's bundle")
         run = self.run
@@ -539,7 +539,7 @@ class SbsSession(RunConsumer):
         keys name its nodes); ``.command()`` of the result is the line that opens them.
         ``metric``: ``err_abs``, ``err_rel``, or the own error ``err_abs2`` / ``err_rel2``.
         """
-        from .model_explorer import save_node_data
+        from ..reports.model_explorer import save_node_data
 
         self._require_idle_run("save node data")
         model = getattr(self.run, "model", None)
@@ -555,7 +555,7 @@ class SbsSession(RunConsumer):
             raise ActionError(str(e)) from None
 
     def _save_replay_config(self, node: str, root: Path, bundle: Path) -> Path:
-        from .align.post.replay import ReplayConfig
+        from ..align.post.replay import ReplayConfig
 
         cfg = ReplayConfig(names=[node])
         # the bundle folder name is already sanitised by the engine: reuse it

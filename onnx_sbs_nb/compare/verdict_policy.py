@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from .convert import to_torch
+from ..convert import to_torch
+from ..errors import SbsInputError
 from .diff import value_dtype_name
-from .errors import SbsInputError
 from .user_compare import CompareFunctionError, call_compare
 
 # short names of the measures a verdict may name; the record fields are accepted as well
@@ -246,7 +246,11 @@ class Judge:
             if conds:
                 ok = all(c.holds(d) for c in conds) and not d.err_nan
                 d.passed = ok and not d.dtype_mismatch
-                failed = [f"{c.text} ({_short(c.field)} {getattr(d, c.field):.3g})" for c in conds if not c.holds(d)]
+                failed = [
+                    f"{c.text} ({_short(c.field)} {getattr(d, c.field):.3g})"
+                    for c in conds
+                    if not c.holds(d)
+                ]
                 if failed and not d.shape_mismatch and not d.dtype_mismatch:
                     # the reason in the policy's words, not in atol/rtol's
                     d.note = f"{VERDICT_NOTE} {' and '.join(failed)}"

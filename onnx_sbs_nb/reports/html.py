@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .files import write_text_atomic
+from ..align.blame.summary import Coverage, Summary, failing_text, summarize
+from ..files import write_text_atomic
+from ..records import STATUSES, Record, brief_fields, field_label
 from .png import Raster
-from .records import STATUSES, Record, brief_fields, field_label
-from .summary import Coverage, Summary, failing_text, summarize
 from .view_state import bundle_js, culprit_name, culprit_of, is_finite, jsonable, widget_state
 
 #: Rows the static fallback table shows.

@@ -98,7 +98,9 @@ def _big_int_text(v: int) -> str:
     return f"{'-' if v < 0 else ''}{text[0]}.{text[1:]}e+{digits - 1}"
 
 
-def call_compare(fn: Callable, name: str, expected: torch.Tensor, got: torch.Tensor) -> CompareResult:
+def call_compare(
+    fn: Callable, name: str, expected: torch.Tensor, got: torch.Tensor
+) -> CompareResult:
     """``fn(expected, got)`` on copies, its answer read; CompareFunctionError otherwise."""
     try:
         # copies: an in-place write by the user's code never reaches the run's values
@@ -137,7 +139,9 @@ def _read(found: Mapping, name: str) -> CompareResult:
         else:
             cut += 1
     if cut:
-        result.extra[NOTE_KEY] = f"{cut} more entries returned, not kept (the first {MAX_EXTRA_KEYS} are)"
+        result.extra[NOTE_KEY] = (
+            f"{cut} more entries returned, not kept (the first {MAX_EXTRA_KEYS} are)"
+        )
     return result
 
 

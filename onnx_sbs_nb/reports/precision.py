@@ -14,7 +14,7 @@ import math
 import pathlib
 from collections.abc import Sequence
 
-from .align.precision_advisor import OutputError, PrecisionAdvice, write_advice
+from ..align.precision_advice import OutputError, PrecisionAdvice, write_advice
 
 ADVICE_SUFFIX = ".json"
 
@@ -110,8 +110,8 @@ def write_precision_outputs(
     advice: PrecisionAdvice, paths: Sequence[str | pathlib.Path], *, title: str = ""
 ) -> list[pathlib.Path]:
     """Each path by its suffix (see the module's doc); every file whole or not at all."""
+    from ..align.blame.summary import summarize
     from .report import write_report
-    from .summary import summarize
 
     written = []
     summary = None

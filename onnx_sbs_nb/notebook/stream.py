@@ -2,7 +2,7 @@
 views in batches (at most every ``batch_interval`` seconds), in the calling thread or a
 daemon thread, and the summary made once the stream ends, whatever the reason.
 
-:class:`RunConsumer` is the part of :class:`~onnx_sbs_nb.session.SbsSession` that does
+:class:`RunConsumer` is the part of :class:`~onnx_sbs_nb.notebook.session.SbsSession` that does
 this; the session sets the attributes it reads (``run``, ``background``,
 ``batch_interval``, ``options`` and the state made by ``SbsSession._init``).
 """
@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from .records import Record
-from .summary import Summarizer, Summary, summarize
+from ..align.blame.summary import Summarizer, Summary, summarize
+from ..records import Record
 
 # Values of SbsSession.state
 IDLE = "idle"

@@ -1,19 +1,19 @@
 """SbsWidget: watch a side-by-side run live in Jupyter, click a node, act on it.
 
-The widget is a view over an :class:`~onnx_sbs_nb.session.SbsSession`; it renders with
+The widget is a view over an :class:`~onnx_sbs_nb.notebook.session.SbsSession`; it renders with
 the ES module built from ``js/`` (``onnx_sbs_nb/static/widget.js``).  The same bundle's
 ``renderStatic(el, state)`` renders HTML reports, from
-:func:`~onnx_sbs_nb.view_state.widget_state`.
+:func:`~onnx_sbs_nb.reports.view_state.widget_state`.
 
 Everything a saved notebook needs lives in the synced traits named by
-:data:`~onnx_sbs_nb.view_state.STATE_TRAITS` (serialised by :mod:`onnx_sbs_nb.view_state`;
+:data:`~onnx_sbs_nb.reports.view_state.STATE_TRAITS` (serialised by :mod:`onnx_sbs_nb.reports.view_state`;
 schema documented at the top of ``js/src/index.js``):
 
 - ``schema``: the record schema, :func:`~onnx_sbs_nb.records.schema_dict` (field labels,
   formats, column priorities; statuses with their ``failing`` flag and tone): the only
   place the front end learns them;
 - ``columns``: Record field names, the order of the columns of ``rows``;
-- ``rows``: the records as encoded columns (:func:`~onnx_sbs_nb.view_state.encode_rows`);
+- ``rows``: the records as encoded columns (:func:`~onnx_sbs_nb.reports.view_state.encode_rows`);
   streamed to the browser in appended batches by custom messages while the run goes on,
   and synced in full once when it ends (so the executed notebook holds every row);
 - ``graph``: the ONNX model's adjacency, for the neighbourhood view;
@@ -24,7 +24,7 @@ schema documented at the top of ``js/src/index.js``):
 - ``details``: ``{row, node, node_error, rerun, replay}`` for the selected row;
 - ``device``, ``cuda_available``, ``cuda_reason``: the CUDA toggle.
 
-Actions are the session's (:data:`~onnx_sbs_nb.session.ACTIONS`): the browser calls them
+Actions are the session's (:data:`~onnx_sbs_nb.notebook.session.ACTIONS`): the browser calls them
 through anywidget's request/response commands (``experimental.invoke(model, "action",
 {name, row, device})``, answered by :meth:`SbsWidget.action`), shows "working" until the
 answer comes and the answer's message after; errors are answered, never raised.  A
@@ -32,7 +32,7 @@ command runs where the kernel handles the widget's messages: on the comm subshel
 JupyterLab >= 4.4 uses with ipykernel >= 7, so cells (and Stop) are not held by it.
 
 Displayed in a notebook, the widget makes two outputs: the interactive view, and a static
-summary (:func:`~onnx_sbs_nb.report_html.fallback_html`) that the view hides once it
+summary (:func:`~onnx_sbs_nb.reports.html.fallback_html`) that the view hides once it
 renders.  Viewers that cannot run the widget (a notebook saved without its widget state,
 ``nbconvert --to html`` offline, GitHub) show the summary, and it says how to get the
 interactive view: save the widget state, ``onnx-sbs notebook``, or
@@ -54,12 +54,11 @@ import anywidget
 import traitlets as t
 from anywidget.experimental import command
 
-from .device import cuda_availability
-from .records import FAILING_STATUSES, RECORD_FIELDS, Record, field_label, schema_dict
-from .report_html import fallback_html, stack_of, summary_text
-from .session import ACTIONS, IDLE, ActionError, SbsSession
-from .summary import Summary, failing_text
-from .view_state import (
+from ..align.blame.summary import Summary, failing_text
+from ..device import cuda_availability
+from ..records import FAILING_STATUSES, RECORD_FIELDS, Record, field_label, schema_dict
+from ..reports.html import fallback_html, stack_of, summary_text
+from ..reports.view_state import (
     BUNDLE_PATH,
     SHIM_ESM,
     STATE_TRAITS,
@@ -72,6 +71,7 @@ from .view_state import (
     jsonable,
     widget_state,
 )
+from .session import ACTIONS, IDLE, ActionError, SbsSession
 
 # BUNDLE_PATH, bundle_js and widget_state are re-exported: callers of the first releases
 # imported them from here
@@ -367,7 +367,7 @@ class SbsWidget(anywidget.AnyWidget):
                 raise ActionError(f"an input index is an int, got {index!r}")
             records = self.session.input_records(index)
             shown = records
-            from .summary import summarize
+            from ..align.blame.summary import summarize
 
             summary = summarize(records, completion=self.session.completion)
         with self._lock:
@@ -505,9 +505,9 @@ class SbsWidget(anywidget.AnyWidget):
         return pd.DataFrame([dataclasses.asdict(r) for r in recs], columns=RECORD_FIELDS)
 
     def get_summary(self) -> Any:
-        """The :class:`~onnx_sbs_nb.summary.Summary` of the records so far (a stopped run
+        """The :class:`~onnx_sbs_nb.align.blame.summary.Summary` of the records so far (a stopped run
         says so: its verdict is never pass)."""
-        from .summary import summarize
+        from ..align.blame.summary import summarize
 
         return summarize(
             self.records,

@@ -7,7 +7,7 @@
 Each of EP, ONNX and INPUTS is a variable of the user's namespace, a file path or a
 Python expression of the notebook (``%sbs ep onx (x,)``; a list of inputs such as
 ``[(x,), (x + 1,)]`` is a run over many inputs).  The
-magic returns an :class:`~onnx_sbs_nb.widget.SbsWidget` and shows it once (the run
+magic returns an :class:`~onnx_sbs_nb.notebook.widget.SbsWidget` and shows it once (the run
 executes in the cell unless ``--background``): ``w = %sbs ...`` binds it, as any line
 magic's result; ``-o NAME`` also stores it as NAME, and the last one is always ``_sbs``.
 In terminal IPython the widget's summary line is printed once, after the run.
@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .errors import SbsInputError
+from ..errors import SbsInputError
 from .run_args import add_run_arguments, options_from_args
 
 LAST_WIDGET_NAME = "_sbs"

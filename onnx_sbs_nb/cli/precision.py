@@ -11,8 +11,8 @@ import pathlib
 import sys
 from typing import Any
 
-from .errors import SbsInputError
-from .files import writable_location
+from ..errors import SbsInputError
+from ..files import writable_location
 
 EXIT_AGREES = 0
 EXIT_DISAGREES = 1
@@ -63,9 +63,10 @@ def add_precision_command(sub: Any) -> None:
 
 
 def cmd_precision(args: argparse.Namespace) -> int:
-    from .align.precision_advisor import advise_precision, save_advised_model
-    from .precision_report import ADVICE_SUFFIX, write_precision_outputs
-    from .report import REPORT_SUFFIXES
+    from ..align.precision_advice import save_advised_model
+    from ..align.precision_advisor import advise_precision
+    from ..reports.precision import ADVICE_SUFFIX, write_precision_outputs
+    from ..reports.report import REPORT_SUFFIXES
 
     for flag, value in (
         ("--onnx", args.onnx),

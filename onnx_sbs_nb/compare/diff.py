@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..convert import _ML_NAMES, _ML_SUBBYTE, to_numpy, to_torch
+from ..native import NATIVE
 from . import measures as ms
-from .convert import _ML_NAMES, _ML_SUBBYTE, to_numpy, to_torch
-from .native import NATIVE
 from .tolerances import default_tolerance
 
 
@@ -262,9 +262,9 @@ def compare(
     passed: |got - expected| <= atol + rtol * |expected| everywhere and err_nan == 0.
     Integers (and booleans) are compared as integers, exactly, whatever their size.
     err_cos, err_snr, err_l2, err_p50, err_p99, err_ulp: the measures of
-    :mod:`onnx_sbs_nb.measures` (their definitions are there), from the same pass.
+    :mod:`onnx_sbs_nb.compare.measures` (their definitions are there), from the same pass.
 
-    ``judge``: a :class:`onnx_sbs_nb.verdict_policy.Judge` (the ``verdict=``,
+    ``judge``: a :class:`onnx_sbs_nb.compare.verdict_policy.Judge` (the ``verdict=``,
     ``compare=`` and ``measures=`` options): it may set ``passed`` from the measures or
     from the user's compare function, whose other fields land in ``extra``; with
     ``judge.measures`` False the measures stay None (the C module's loop skips them).

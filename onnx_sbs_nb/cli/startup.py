@@ -4,7 +4,7 @@ command at all.
 ``--help``, a usage error or a missing file is answered from the parser and the file
 system alone (a tenth of a second, ``benchmarks/bench_cli_startup.py``); a command that
 runs imports the engine first, in one go (``__main__`` freezes those modules out of the
-garbage collector's walks, ``command_gc.py``).
+garbage collector's walks, ``cli/gc.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import copy
 import io
 from collections.abc import Sequence
 
-from .cli import CliError, _path, build_parser, run_files
+from .main import CliError, _path, build_parser, run_files
 
 
 def runs_a_command(argv: Sequence[str]) -> bool:
     """Whether ``argv`` parses to a command that will run (not --help, not a usage
-    error, not a missing file); parsed quietly, as :func:`onnx_sbs_nb.cli.main`
+    error, not a missing file); parsed quietly, as :func:`onnx_sbs_nb.cli.main.main`
     parses it again and answers."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
@@ -54,7 +54,7 @@ def import_engine() -> None:
     at once so that ``__main__`` freezes them out of the garbage collector's walks."""
     import onnxruntime  # noqa: F401
 
-    from .align.engine import options  # noqa: F401  (torch and onnx come with it)
+    from ..align.engine import options  # noqa: F401  (torch and onnx come with it)
 
 
 __all__ = ["import_engine", "runs_a_command"]

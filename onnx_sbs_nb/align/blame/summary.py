@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .certainty import certainty, comment_part
-from .completion import STOPPED, STOPPED_BEFORE_END, Completion
-from .elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
-from .records import (
+from ...compare.elementwise import ELEMENT_ERROR_FLOOR, is_elementwise
+from ...compare.tolerances import default_tolerance
+from ...completion import STOPPED, STOPPED_BEFORE_END, Completion
+from ...records import (
     FAILING_STATUSES,
     FOLDED_CONSUMER_NOTE,
     JUDGED_BY_NOTE,
@@ -43,8 +43,8 @@ from .records import (
     STATUSES,
     Record,
 )
+from .certainty import certainty, comment_part
 from .shape_origin import RULE_SHAPE_ORIGIN, ShapeOrigins
-from .tolerances import default_tolerance
 
 TOP_SUSPECTS = 10
 

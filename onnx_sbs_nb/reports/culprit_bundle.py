@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import write_text_atomic
+from ..files import write_text_atomic
 
 #: A replayed error this close to the run's own error (or larger) reproduces it.
 SAME_SIZE = 0.5
@@ -55,7 +55,7 @@ class CulpritBundle:
         return f"{self.folder} ({self.nodes} ONNX node(s){on}; {head}: {self.why})"
 
     def to_text(self) -> str:
-        from .summary import _printable
+        from ..align.blame.summary import _printable
 
         head = "reproduces" if self.reproduced else "does NOT reproduce"
         on = ""
@@ -79,8 +79,8 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     names no culprit, or the culprit is no ONNX node (a weight, an input).  The bundle's
     ``culprit.json`` records the culprit and the replay's finding.
     """
-    from .align.post.replay_load import load_replay
-    from .summary import summarize
+    from ..align.blame.summary import summarize
+    from ..align.post.replay_load import load_replay
 
     run = finished_run(run)
     if summary is None:
@@ -137,8 +137,8 @@ def finished_run(given: Any) -> Any:
     """The run behind ``given``, run to its end: what ``run_aligned`` returns (its records
     not consumed yet are computed), an AlignedRun or a run over many inputs (run if it
     was never iterated); SbsInputError for records or anything else, saying what to pass."""
-    from .align.run import RecordStream
-    from .errors import SbsInputError
+    from ..align.run import RecordStream
+    from ..errors import SbsInputError
 
     if isinstance(given, RecordStream):
         for _ in given:  # the records the caller has not consumed yet

@@ -4,7 +4,7 @@ run that compared less than half of the model); and reading a record's comment b
 
 from __future__ import annotations
 
-from .records import (
+from ...records import (
     PAIRED_BY_METADATA,
     PAIRED_BY_NAME,
     PAIRED_BY_POSITION,

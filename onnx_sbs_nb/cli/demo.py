@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import onnx
 import torch
 
-from .align.source.quiet import quiet_torch_internals
-from .files import atomic_path, write_bytes_atomic
+from ..align.source.quiet import quiet_torch_internals
+from ..files import atomic_path, write_bytes_atomic
 
 #: The epsilon written into the ONNX model instead of LayerNorm's 1e-5.
 WRONG_EPSILON = 0.5

@@ -27,11 +27,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import records as _records
-from .completion import INCOMPLETE, Completion
-from .files import atomic_path, open_new_fd, write_bytes_atomic, write_text_atomic
-from .records import RECORD_FIELDS, Record
-from .user_compare import plain_value
+from .. import records as _records
+from ..compare.user_compare import plain_value
+from ..completion import INCOMPLETE, Completion
+from ..files import atomic_path, open_new_fd, write_bytes_atomic, write_text_atomic
+from ..records import RECORD_FIELDS, Record
 
 if TYPE_CHECKING:
     import pandas
@@ -458,7 +458,7 @@ def _verdict_of(summary: Any, records: list[Record], completion: Completion | No
     if verdict is None and isinstance(summary, Mapping):
         verdict = summary.get("verdict")
     if verdict is None:
-        from .summary import summarize
+        from ..align.blame.summary import summarize
 
         verdict = summarize(records, completion=completion).verdict
     return str(verdict)
@@ -589,7 +589,7 @@ def write_xlsx(
     summary's text; ``run``: how far the run got.  No cell is a formula."""
     import pandas
 
-    from .report_html import summary_text
+    from .html import summary_text
 
     path = pathlib.Path(path)
     records = list(records)
@@ -715,7 +715,7 @@ def write_report(
         return write_csv(records, path, summary)
     if suffix == ".xlsx":
         return write_xlsx(records, path, summary)
-    from .report_html import report_html
+    from .html import report_html
 
     return write_text_atomic(
         path, report_html(records, summary, title=title, model=model, preface=preface)

@@ -6,11 +6,11 @@ import argparse
 import pathlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import SbsInputError
-from .option_names import OPTIMIZE_LEVELS, RESET_ALL, RUNNER_NAMES
+from ..errors import SbsInputError
+from ..option_names import OPTIMIZE_LEVELS, RESET_ALL, RUNNER_NAMES
 
 if TYPE_CHECKING:
-    from .align.engine.options import RunOptions
+    from ..align.engine.options import RunOptions
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,7 +128,7 @@ def replay_config_from_args(args: argparse.Namespace) -> Any:
                 "--replay-threshold, --replay-config or (onnx-sbs run) --replay-culprit"
             )
         return None
-    from .align.post.replay import ReplayConfig
+    from ..align.post.replay import ReplayConfig
 
     if args.replay_config:
         path = pathlib.Path(args.replay_config)
@@ -155,8 +155,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     """RunOptions from parsed flags (SbsInputError for a bad value)."""
     # the engine's modules (torch, onnx) load here, once the flags parsed: --help and
     # argument errors answer without them
-    from .align.engine.options import RunOptions
-    from .verdict_policy import load_compare_function
+    from ..align.engine.options import RunOptions
+    from ..compare.verdict_policy import load_compare_function
 
     return RunOptions(
         runner=args.runner,

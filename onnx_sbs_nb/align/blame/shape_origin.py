@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import STATUS_ERROR, STATUS_SHAPE_MISMATCH, STATUS_UNPAIRED_EP, Record
+from ...records import STATUS_ERROR, STATUS_SHAPE_MISMATCH, STATUS_UNPAIRED_EP, Record
 
 RULE_SHAPE_ORIGIN = "shape_origin"  # the first node whose output shape no torch value has
 
