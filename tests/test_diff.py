@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from onnx_sbs_nb.compare.diff import compare, default_tolerance, shape_type
+from onnx_sbs_nb.compare.diff import compare
+from onnx_sbs_nb.compare.tolerances import default_tolerance
+from onnx_sbs_nb.compare.value_facts import shape_type
 
 
 @pytest.mark.parametrize("as_torch", [False, True])
@@ -155,10 +157,10 @@ def test_identical_bits_give_the_full_comparisons_answer(case, monkeypatch):
     """Bit-identical values are answered by a byte comparison, in slices for large ones:
     the answer is the full comparison's, and a value that differs anywhere (in any
     slice, or only in the sign of a zero) still goes through the full comparison."""
-    from onnx_sbs_nb.compare import diff
+    from onnx_sbs_nb.compare import diff, value_facts
 
-    monkeypatch.setattr(diff, "_BITS_SLICE", 64)  # 16 floats per slice: 7 slices
-    monkeypatch.setattr(diff, "_BITS_PREFIX", 16)  # and a prefix shorter than a slice
+    monkeypatch.setattr(value_facts, "_BITS_SLICE", 64)  # 16 floats per slice: 7 slices
+    monkeypatch.setattr(value_facts, "_BITS_PREFIX", 16)  # and a prefix shorter than a slice
     rng = np.random.default_rng(1)
     e = rng.standard_normal((10, 11)).astype(np.float32)
     g = e.copy()
@@ -187,31 +189,31 @@ def test_identical_bits_give_the_full_comparisons_answer(case, monkeypatch):
 
 
 def test_same_bits_reads_every_slice(monkeypatch):
-    from onnx_sbs_nb.compare import diff
+    from onnx_sbs_nb.compare import value_facts
 
-    monkeypatch.setattr(diff, "_BITS_SLICE", 64)
-    monkeypatch.setattr(diff, "_BITS_PREFIX", 16)
+    monkeypatch.setattr(value_facts, "_BITS_SLICE", 64)
+    monkeypatch.setattr(value_facts, "_BITS_PREFIX", 16)
     a = np.arange(1000, dtype=np.float64)
-    assert diff._same_bits(a, a.copy())
+    assert value_facts._same_bits(a, a.copy())
     for k in (0, 500, 999):
         b = a.copy()
         b[k] = np.nextafter(b[k], np.inf)
-        assert not diff._same_bits(a, b)
-    assert not diff._same_bits(a[::2], a[::2].copy())  # strided: left to the full path
+        assert not value_facts._same_bits(a, b)
+    assert not value_facts._same_bits(a[::2], a[::2].copy())  # strided: left to the full path
 
 
 @pytest.mark.parametrize("k", [0, 511, 512, 513, 999])
 def test_same_bits_prefix_only_rejects(k):
     """The first bytes (512 float64) reject a differing value early; equal first bytes
     never accept alone: a difference just past them, or at the end, is still found."""
-    from onnx_sbs_nb.compare import diff
+    from onnx_sbs_nb.compare import diff, value_facts
 
-    assert diff._BITS_PREFIX == 4096
+    assert value_facts._BITS_PREFIX == 4096
     a = np.arange(1000, dtype=np.float64)  # 8 000 bytes: one slice, past the prefix
     b = a.copy()
     b[k] = np.nextafter(b[k], np.inf)
-    assert diff._same_bits(a, a.copy())
-    assert not diff._same_bits(a, b)
+    assert value_facts._same_bits(a, a.copy())
+    assert not value_facts._same_bits(a, b)
     assert diff.compare(a, b).err_abs > 0
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.compare import diff
+from onnx_sbs_nb.compare import diff, value_facts
 from onnx_sbs_nb.compare.verdict_policy import VerdictPolicy, make_judge, parse_condition
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.native import NATIVE
@@ -124,7 +124,8 @@ def _check(got: diff.Diff, want: dict, name: str) -> None:
 @pytest.mark.parametrize("fallback", [False, True])
 def test_measures_agree_with_numpy_references(fallback, monkeypatch):
     if fallback:
-        monkeypatch.setattr(diff, "NATIVE", None)
+        for module in (diff, value_facts):  # both read the C module
+            monkeypatch.setattr(module, "NATIVE", None)
     for name, e, g in _cases():
         _check(diff.compare(torch.from_numpy(np.array(e)), g), _reference(e, g), name)
 
@@ -136,7 +137,8 @@ def test_the_c_module_and_the_numpy_fallback_give_the_same_measures(monkeypatch)
     big = rng.standard_normal((300, 700)).astype(np.float32)  # a histogram selection
     cases.append(("large", big, big + rng.standard_normal(big.shape).astype(np.float32) * 1e-4))
     native = {name: diff.compare(e, g) for name, e, g in cases}
-    monkeypatch.setattr(diff, "NATIVE", None)
+    for module in (diff, value_facts):  # both read the C module
+        monkeypatch.setattr(module, "NATIVE", None)
     for name, e, g in cases:
         a, b = native[name], diff.compare(e, g)
         for field in EXACT:  # selections and integer distances: bit for bit
@@ -299,7 +301,8 @@ def test_a_compare_function_that_raises_is_that_records_error():
 @pytest.mark.parametrize("fallback", [False, True])
 def test_measures_off_leave_the_other_metrics_as_they_are(fallback, monkeypatch):
     if fallback:
-        monkeypatch.setattr(diff, "NATIVE", None)
+        for module in (diff, value_facts):  # both read the C module
+            monkeypatch.setattr(module, "NATIVE", None)
     off = make_judge(None, None, measures=False)
     for name, e, g in _cases():
         a, b = diff.compare(e, g), diff.compare(e, g, judge=off)

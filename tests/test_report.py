@@ -118,6 +118,36 @@ def test_tabular_round_trip(tmp_path, suffix):
             assert b.err_abs == pytest.approx(a.err_abs)
 
 
+def test_every_report_format_is_one_entry_of_the_registry(tmp_path, monkeypatch):
+    """The formats are named objects in one ordered tuple: each writes its suffixes, those
+    that read back give the records they wrote, and a format added to the tuple is
+    chosen by its suffix with nothing else to change."""
+    from onnx_sbs_nb.reports import report
+
+    suffixes = [s for f in report.REPORT_FORMATS for s in f.suffixes]
+    assert len(suffixes) == len(set(suffixes)) and tuple(suffixes) == report.REPORT_SUFFIXES
+    recs = make_records()
+    for fmt in report.REPORT_FORMATS:
+        path = write_report(recs, tmp_path / f"r{fmt.suffixes[0]}", summarize(recs))
+        assert path.is_file() and report.report_format(path) is fmt
+        if fmt.reads:
+            assert [r.ep_name for r in read_records(path)] == [r.ep_name for r in recs]
+        else:
+            with pytest.raises(ReportFormatError, match="cannot read records"):
+                read_records(path)
+
+    class Tsv(report.ReportFormat):
+        name, suffixes = "TSV", (".tsv",)
+
+        def write(self, records, path, summary, *, title, model, preface):
+            path.write_text("\n".join(r.ep_name for r in records))
+            return path
+
+    monkeypatch.setattr(report, "REPORT_FORMATS", (*report.REPORT_FORMATS, Tsv()))
+    out = write_report(recs, tmp_path / "r.tsv")
+    assert out.read_text().splitlines()[0] == recs[0].ep_name
+
+
 def test_xlsx_sheets(tmp_path):
     import openpyxl
 

@@ -39,7 +39,8 @@ import numpy as np
 import onnx
 import torch
 
-from ..compare.diff import compare, default_tolerance
+from ..compare.diff import compare
+from ..compare.tolerances import default_tolerance
 from ..errors import SbsInputError
 from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, STATUS_PRECISION_LOSS, Record
 from .pairing.names import onnx_value_types

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ...compare.diff import shape_type
+from ...compare.value_facts import shape_type
 from ...convert import device_of
 from ...records import (
     KIND_NODE,

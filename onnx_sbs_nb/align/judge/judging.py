@@ -12,7 +12,8 @@ import numpy as np
 import onnx
 import torch
 
-from ...compare.diff import ARRAY_TYPES, Diff
+from ...compare.diff import Diff
+from ...compare.value_facts import ARRAY_TYPES
 from ...dtypes import dtype_name
 from ...records import (
     JUDGED_BY_NOTE,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...compare.diff import compare, largest_element_error, largest_magnitude, zero_sign_mismatches
+from ...compare.diff import compare
 from ...compare.elementwise import is_elementwise
+from ...compare.value_facts import largest_element_error, largest_magnitude, zero_sign_mismatches
 from ...convert import device_of
 from ...records import Record
 from ...records import join_comments as _join

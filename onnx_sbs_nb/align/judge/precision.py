@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-from ...compare.diff import Diff, compare, default_tolerance, value_dtype_name
+from ...compare.diff import Diff, compare
+from ...compare.tolerances import default_tolerance
+from ...compare.value_facts import value_dtype_name
 from ...records import Record
 from ...records import join_comments as _join
 from ..pairing.names import Pair

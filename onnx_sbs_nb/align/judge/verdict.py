@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...compare.diff import (
-    ARRAY_TYPES,
-    compare,
-    shape_type,
-)
+from ...compare.diff import compare
+from ...compare.value_facts import ARRAY_TYPES, shape_type
 from ...convert import device_of
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join

@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 import torch
 
-from ...compare.diff import value_dtype_name
+from ...compare.value_facts import value_dtype_name
 from ...convert import to_torch
 from ...dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
 from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, PAIRED_BY_METADATA
