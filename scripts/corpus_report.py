@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument(
         "--zoo", choices=("1", "2", "all"), default="all",
-        help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo2.py) or all (default)",
+        help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo_vision_and_program_features.py) or all (default)",
     )  # fmt: skip
     p.add_argument("--out", default=None, help="also write the table to this file")
     a = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """The model users ship (issue 40), engine by engine rule: pairing without the exporter's
 metadata, low-precision models, omitted optional outputs, coverage in the verdict,
 uninitialised memory, wrong shapes blamed where they are made, errors made under
-tolerance and amplified later.  The pipelines as a whole: tests/test_corpus_pipelines.py.
+tolerance and amplified later.  The pipelines as a whole: tests/corpus/test_pipelines.py.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def choose_fault(ex: Exported, kind: str, depth: str) -> tuple[Fault, onnx.Model
 
 def entry_by_name(name: str):
     """The zoo entry of that name, in the first zoo (zoo.py) or the second to the sixth
-    (zoo2.py ... zoo6.py)."""
+    (zoo_vision_and_program_features.py ... zoo_speech_video_and_recurrent.py)."""
     from .zoo import ZOO_BY_NAME
     from .zoo_decoder_variants_and_mobile_vision import ZOO5_BY_NAME
     from .zoo_decoders_encoders_vision import ZOO4_BY_NAME

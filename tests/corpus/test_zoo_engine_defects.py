@@ -1,5 +1,6 @@
-"""Small cases for the engine defects the second zoo found (tests/corpus/zoo2.py), each
-one built here so that it fails for one reason only.
+"""Small cases for the engine defects the second zoo found
+(tests/corpus/zoo_vision_and_program_features.py), each one built here so that it fails for
+one reason only.
 
 - A. The exporter's preparation reproduced in the wrong grad mode (swin).
 - B. Complex values (torch.fft) have no partner, so blame leaks into the next lowering.

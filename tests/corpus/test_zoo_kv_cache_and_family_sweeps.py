@@ -1,13 +1,14 @@
-"""The third zoo (tests/corpus/zoo3.py): a decoder with its KV cache in and out, a
-float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM; the fourth
-(tests/corpus/zoo4.py): 27 decoders, encoders, encoder-decoders and vision models the
-first three lack; and the fifth (tests/corpus/zoo5.py): 22 more (Gemma 3, GPT-J, MPT with
+"""The third zoo (tests/corpus/zoo_kv_cache_and_popular_exports.py): a decoder with its KV
+cache in and out, a float16 decoder, T5, RoBERTa, ConvNeXt, SegFormer, a bidirectional LSTM;
+the fourth (tests/corpus/zoo_decoders_encoders_vision.py): 27 decoders, encoders,
+encoder-decoders and vision models the first three lack; and the fifth
+(tests/corpus/zoo_decoder_variants_and_mobile_vision.py): 22 more (Gemma 3, GPT-J, MPT with
 ALiBi, LFM2's gated convolutions, BitNet, ModernBERT, Funnel, HuBERT, MobileNetV2,
-MobileViT, LeViT, CvT...); and the sixth (tests/corpus/zoo6.py): 25 more (Whisper,
-BlenderbotSmall, XLNet, CANINE, PatchTST, PVTv2, SigLIP, WavLM, SEW-D, SwiftFormer, DPT,
-GLPN, RWKV, TimeSformer, UMT5, RecurrentGemma...).
+MobileViT, LeViT, CvT...); and the sixth (tests/corpus/zoo_speech_video_and_recurrent.py):
+25 more (Whisper, BlenderbotSmall, XLNet, CANINE, PatchTST, PVTv2, SigLIP, WavLM, SEW-D,
+SwiftFormer, DPT, GLPN, RWKV, TimeSformer, UMT5, RecurrentGemma...).
 
-Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the
+Same checks as tests/corpus/test_zoo.py: each model is exported once per session; the
 faithful export has no failing pair, verdict "pass" and a summary that names nothing;
 three faults (a weight, an attribute, a swapped op, at rotating depths), each alone, are
 each named by the summary.  Cases that fail on today's engine are xfail(strict=True)

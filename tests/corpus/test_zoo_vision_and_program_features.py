@@ -1,9 +1,9 @@
-"""The second zoo (tests/corpus/zoo2.py): more architectures and program features nobody
-here tuned for (vision transformers, shared and tied weights, GQA with rotary, speech,
-UNet, torch.cond, FFT, int64/bool outputs, bfloat16, buffers mutated in forward, a
-200-layer chain).
+"""The second zoo (tests/corpus/zoo_vision_and_program_features.py): more architectures and
+program features nobody here tuned for (vision transformers, shared and tied weights, GQA
+with rotary, speech, UNet, torch.cond, FFT, int64/bool outputs, bfloat16, buffers mutated in
+forward, a 200-layer chain).
 
-Same checks as tests/test_corpus_zoo.py: each model is exported once per session; the
+Same checks as tests/corpus/test_zoo.py: each model is exported once per session; the
 faithful export has no failing pair, verdict "pass" and a summary that names nothing;
 three faults (a weight, an attribute, a swapped op, at rotating depths), each alone, are
 each named by the summary (the injected node, or the fx node whose lowering holds it).

@@ -1,4 +1,5 @@
-"""A third zoo: what people export most and the first two zoos (zoo.py, zoo2.py) lack.
+"""A third zoo: what people export most and the first two zoos (zoo.py,
+zoo_vision_and_program_features.py) lack.
 
 Built in code with random weights (transformers configs, never ``from_pretrained``, or
 torch.nn), exported with the real exporter by :func:`tests.corpus.zoo.export_entry`.
