@@ -20,7 +20,7 @@ from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_ERROR, STATUS_NOT_COMPUTED
 from tests.models import export
-from tests.test_session import _broken_mlp
+from tests.notebook.test_session import _broken_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
 
