@@ -43,6 +43,14 @@
  *                              the selected row (kept so a saved notebook shows it)
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
+ *   actions        object[]    the session's action table (onnx_sbs_nb/session.py ACTIONS,
+ *                              action_table()), in order: {name, label, button (the
+ *                              button's class sbs-btn-<button>), needs_node (beside the
+ *                              selected ONNX node, else in the toolbar), when ("any"|
+ *                              "running"|"ended"), needs (""|"cuda"|"culprit"), toggle
+ *                              (""|a trait it flips and sends, "device"), doc, shows};
+ *                              [] in a report (no kernel: no buttons; a static view shows
+ *                              none whatever it holds)
  *
  *   inputs         object|null (live widget only) a run over many inputs: {total, done,
  *                              failing: [input index], names: [file name|null], shown:
@@ -58,8 +66,10 @@
  * Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches while
  * running; the full `rows` trait is synced once when the run ends.
  * Actions (live only): anywidget's request/response command "action" (experimental.invoke),
- * request {name: "stop"|"rerun"|"save_replay"|"device"|"export", row, device?}, answer
- * {name, state: "done"|"error", message}; the session's table (session.py ACTIONS) runs it.
+ * request {name: one of the `actions` table's names, row: the selected row, <toggle>: the
+ * value a switch sends (device: "cpu"|"cuda")}, answer {name, state: "done"|"error",
+ * message}; the widget looks the name up in the session's table (session.py ACTIONS) and
+ * runs it (an unknown name: state "error", message "unknown action ...").
  */
 import { mount } from "./app.js";
 import { RowStore } from "./rows.js";
