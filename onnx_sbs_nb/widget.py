@@ -29,10 +29,10 @@ schema documented at the top of ``js/src/index.js``):
 Actions are the session's (:data:`~onnx_sbs_nb.session.ACTIONS`): the browser calls them
 through anywidget's request/response commands (``experimental.invoke(model, "action",
 {name, row, device})``, answered by :meth:`SbsWidget.action`, which looks the name up in
-the table), shows "working" until the
-answer comes and the answer's message after; errors are answered, never raised.  A
-command runs where the kernel handles the widget's messages: on the comm subshell that
-JupyterLab >= 4.4 uses with ipykernel >= 7, so cells (and Stop) are not held by it.
+the table), shows "working" until the answer comes and the answer's message after;
+errors are answered, never raised.  A command runs where the kernel handles the widget's
+messages: on the comm subshell that JupyterLab >= 4.4 uses with ipykernel >= 7, so cells
+(and Stop) are not held by it.
 
 Displayed in a notebook, the widget makes two outputs: the interactive view, and a static
 summary (:func:`~onnx_sbs_nb.report_html.fallback_html`) that the view hides once it
