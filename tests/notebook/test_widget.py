@@ -184,6 +184,67 @@ def test_the_session_owns_the_action_table(model, tmp_path):
     assert not s.act("explode").ok
 
 
+def test_the_front_end_gets_the_session_action_table(model):
+    """The buttons the view shows are the session's table, synced as the ``actions``
+    trait (and kept in a saved notebook's state); a report, with no kernel to ask, gets
+    none.  The front end builds its buttons from it: it names none of them itself."""
+    from onnx_sbs_nb.notebook.session import ACTIONS, action_table
+
+    ep, onx, x = model
+    w = SbsWidget(ep, onx, x)
+    table = w.actions
+    assert w.trait_metadata("actions", "sync") and "actions" in STATE_TRAITS
+    assert [a["name"] for a in table] == list(ACTIONS) and table == action_table()
+    for a in table:
+        spec = ACTIONS[a["name"]]
+        assert (a["label"], a["needs_node"], a["button"]) == (
+            spec.label,
+            spec.needs_node,
+            spec.button,
+        )
+        assert a["label"] and a["button"] and "method" not in a  # the kernel's business
+    assert {a["name"] for a in table if a["needs_node"]} == {"rerun", "save_replay"}
+    assert w.state()["actions"] == table
+    assert widget_state([Record(ep_name="a", onnx_name="a", step=0)])["actions"] == []
+    # the front end hard-codes no button: every button class comes from the table
+    src = "\n".join(p.read_text() for p in view_state.BUNDLE_PATH.parents[2].glob("js/src/*.js"))
+    assert "sbs-btn-${" in src
+    for a in table:
+        assert f"sbs-btn-{a['button']}" not in src, a
+
+
+def test_act_dispatches_every_action_of_the_table(model, tmp_path):
+    """widget.act looks each name up in the table and runs it; its result lands where the
+    entry says (``shows``); a name not in the table is an error answer naming the known
+    ones, never an exception."""
+    from onnx_sbs_nb.notebook.session import ACTIONS
+
+    ep, onx, x = model
+    w = SbsWidget(ep, onx, x, own_error=True, replay_root=tmp_path, export_dir=tmp_path)
+    w.wait()
+    row = next(i for i, r in enumerate(w.session.records) if r.passed2 is False)
+    w.selected = row
+    for name, spec in ACTIONS.items():
+        answer = invoke(w, name, row=row, device="cpu")
+        assert answer["name"] == name and answer["message"], answer
+        assert set(answer) == {"name", "state", "message"}
+        if name == "stop":  # the run has ended: stopping it is a no-op, said so
+            assert answer["state"] == "done"
+            continue
+        assert answer["state"] == "done", answer
+        if spec.shows.startswith("details."):
+            assert w.details[spec.shows.split(".", 1)[1]], name
+        elif spec.shows:
+            assert getattr(w, spec.shows) == "cpu"
+    assert list(tmp_path.glob("onnx-sbs-report-*.html"))  # export wrote where it was told
+    answer = invoke(w, "explode", row=row)
+    assert answer["state"] == "error" and answer["name"] == "explode"
+    assert answer["message"].startswith("unknown action 'explode'")
+    assert all(name in answer["message"] for name in ACTIONS)
+    answer = w.act(None)  # not even a name
+    assert answer["state"] == "error" and "unknown action None" in answer["message"]
+
+
 def test_errors_are_shown_not_raised(model):
     ep, onx, x = model
     w = SbsWidget(ep, onx, x)
