@@ -7,6 +7,8 @@ import math
 import subprocess
 import sys
 
+from onnx_sbs_nb.align.blame.context import BlameContext, failed
+from onnx_sbs_nb.align.blame.rules import RECORD_RULES
 from onnx_sbs_nb.align.blame.summary import Summarizer, Summary, summarize
 from onnx_sbs_nb.records import (
     KIND_INPUT,
@@ -95,12 +97,13 @@ def test_without_rerun_graph_inputs_rule_finds_a_second_independent_culprit():
     s = summarize(records, node_inputs=graph)
     assert s.first_own_failure.onnx_name == "b"
     assert s.first_own_failure_rule == "inputs_passed"
-    # the incremental builder can say which records qualify; check e does, d does not
-    b = Summarizer(node_inputs=graph)
+    # the blame context says which records qualify, record by record; e does, d does not
+    ctx = BlameContext(RECORD_RULES, node_inputs=graph)
     rules = {}
     for r in records:
-        rules[r.onnx_name] = b._own_failure_rule(r, r.passed is False)
-        b.add(r)
+        rule = ctx.own_rule(r, failed(r))
+        rules[r.onnx_name] = rule.name if rule is not None else None
+        ctx.add(r, failed(r), lost=False)
     assert rules == {"x": None, "b": "inputs_passed", "c": None, "d": None, "e": "inputs_passed"}
 
 
