@@ -40,7 +40,7 @@ from onnx_sbs_nb.records import (
     Record,
 )
 
-from .models import MLP, export
+from ...models import MLP, export
 
 
 def rec(name: str, step: int, err: float | None = 0.0, **kw) -> Record:
