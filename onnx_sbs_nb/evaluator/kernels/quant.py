@@ -154,15 +154,16 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     af = a.to(torch.float64) - _per_row(a_zero_point, a.dim()).to(torch.float64)
     bf = b.to(torch.float64) - b_zero_point.to(torch.float64)
     acc = torch.matmul(af, bf)
-    sa = _per_row(a_scale, a.dim()).to(torch.float64)
-    scale = sa * b_scale.to(torch.float64) / y_scale.to(torch.float64)
+    sa = _per_row(a_scale, a.dim()).to(torch.float32)
+    scale = sa * b_scale.to(torch.float32) / y_scale.to(torch.float32)
     return _requantize(acc, scale, y_zero_point)
 
 
 def _requantize(acc: torch.Tensor, scale: torch.Tensor, y_zero_point: torch.Tensor) -> torch.Tensor:
-    """An exact float64 accumulator rescaled and quantized to y_zero_point's type."""
-    # onnxruntime rounds the rescaled value computed in float32
-    v = torch.round((acc * scale).to(torch.float32).to(torch.float64))
+    """An exact accumulator rescaled and quantized to y_zero_point's type as onnxruntime's
+    MlasRequantizeOutput does: the int32 accumulator to float32, times the float32
+    multiplier (a_scale * b_scale / y_scale, computed in float32), rounded half to even."""
+    v = torch.round(acc.to(torch.float32) * scale.to(torch.float32)).to(torch.float64)
     return saturate_to(v + y_zero_point.to(torch.float64), y_zero_point.dtype)
 
 
@@ -183,8 +184,8 @@ def qlinear_conv(
     acc = conv_kernel(xf, weight_minus_zero_point(w, w_zero_point), None, **conv_attrs)
     if b is not None:
         acc = acc + b.to(torch.float64).reshape(1, -1, *([1] * (x.dim() - 2)))
-    ws = w_scale.to(torch.float64)
+    ws = w_scale.to(torch.float32)
     if ws.numel() > 1:
         ws = ws.reshape(1, -1, *([1] * (x.dim() - 2)))
-    scale = x_scale.to(torch.float64) * ws / y_scale.to(torch.float64)
+    scale = x_scale.to(torch.float32) * ws / y_scale.to(torch.float32)
     return _requantize(acc, scale, y_zero_point)
