@@ -1,0 +1,191 @@
+"""Whole quantized models through the torch evaluator against onnxruntime on CPU:
+small torch programs exported with torch.onnx.export(dynamo=True), then quantized by
+onnxruntime.quantization as users do (quantize_dynamic; quantize_static in QDQ and
+QOperator formats, per tensor and per channel, uint8 and int8 activations; 4-bit
+MatMulNBits), each run whole by TorchOnnxEvaluator and by onnxruntime (graph
+optimizations off: the graph as the quantizer wrote it)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
+from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
+
+
+class SmallCNN(torch.nn.Module):
+    """Conv, ReLU, MaxPool, a residual Add, x * sigmoid(x), a global average, Linear,
+    Softmax: QLinearConv, QLinearAdd, QLinearMul, QLinearSigmoid, QGemm, QLinearSoftmax
+    in the QOperator format."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        y = torch.nn.functional.max_pool2d(torch.relu(self.c1(x)), 2)
+        y = y + torch.relu(self.c2(y))
+        y = y * torch.sigmoid(y)
+        return torch.softmax(self.fc(y.mean(dim=(2, 3))), -1)
+
+
+class SmallEncoder(torch.nn.Module):
+    """Embedding, two Linear with a GELU, a residual and a LayerNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 32)
+        self.l1 = torch.nn.Linear(32, 64)
+        self.l2 = torch.nn.Linear(64, 32)
+        self.ln = torch.nn.LayerNorm(32)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        return self.ln(x + self.l2(torch.nn.functional.gelu(self.l1(x))))
+
+
+class _Reader(CalibrationDataReader):
+    def __init__(self, name: str, feeds: list[np.ndarray]) -> None:
+        self._it = iter([{name: f} for f in feeds])
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def _feeds(kind: str, rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    if kind == "cnn":
+        return [rng.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(n)]
+    return [rng.integers(0, 50, (2, 7)).astype(np.int64) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """name -> (path of the float ONNX model, input name)."""
+    torch.manual_seed(0)
+    out = {}
+    d = tmp_path_factory.mktemp("quantized_models")
+    for name, model, args in [
+        ("cnn", SmallCNN(), (torch.randn(2, 3, 8, 8),)),
+        ("encoder", SmallEncoder(), (torch.randint(0, 50, (2, 7)),)),
+    ]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prog = torch.onnx.export(model.eval(), args, dynamo=True, verbose=False)
+        path = d / f"{name}.onnx"
+        onnx.save(prog.model_proto, path)
+        out[name] = (path, prog.model_proto.graph.input[0].name)
+    return out
+
+
+QUANTIZATIONS = {
+    "dynamic_u8": {"dynamic": True, "weight_type": QuantType.QUInt8},
+    "dynamic_s8_per_channel": {
+        "dynamic": True,
+        "weight_type": QuantType.QInt8,
+        "per_channel": True,
+    },
+    "static_qdq": {"quant_format": QuantFormat.QDQ},
+    "static_qdq_s8s8_per_channel": {
+        "quant_format": QuantFormat.QDQ,
+        "activation_type": QuantType.QInt8,
+        "per_channel": True,
+    },
+    "static_qoperator": {"quant_format": QuantFormat.QOperator},
+    "static_qoperator_per_channel": {"quant_format": QuantFormat.QOperator, "per_channel": True},
+}
+
+
+def _quantize(src, dst, input_name: str, kind: str, options: dict) -> None:
+    logging.getLogger().setLevel(logging.WARNING)
+    options = dict(options)
+    if options.pop("dynamic", False):
+        quantize_dynamic(src, dst, **options)
+        return
+    reader = _Reader(input_name, _feeds(kind, np.random.default_rng(1), 4))
+    options.setdefault("weight_type", QuantType.QInt8)
+    quantize_static(src, dst, reader, **options)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _ours(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    ev = TorchOnnxEvaluator(model)
+    return [g.numpy() for g in ev.run(None, {k: torch.from_numpy(v) for k, v in feeds.items()})]
+
+
+QUANT_OPS = {
+    "ConvInteger",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "QGemm",
+    "QLinearAdd",
+    "QLinearConv",
+    "QLinearMatMul",
+    "QLinearMul",
+    "QLinearSigmoid",
+    "QLinearSoftmax",
+    "QuantizeLinear",
+}
+
+
+@pytest.mark.parametrize("quantization", sorted(QUANTIZATIONS))
+@pytest.mark.parametrize("kind", ["cnn", "encoder"])
+def test_quantized_model_runs_whole_as_onnxruntime_runs_it(exported, tmp_path, kind, quantization):
+    src, input_name = exported[kind]
+    dst = tmp_path / "q.onnx"
+    _quantize(src, dst, input_name, kind, QUANTIZATIONS[quantization])
+    model = onnx.load(dst)
+    assert {n.op_type for n in model.graph.node} & QUANT_OPS  # really quantized
+    for x in _feeds(kind, np.random.default_rng(2), 2):
+        feeds = {input_name: x}
+        for got, ref in zip(_ours(model, feeds), _ort(model, feeds)):
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            # a quantization step of the outputs is >= 1e-3: one code off fails
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_static_qoperator_cnn_uses_the_microsoft_qlinear_ops(exported, tmp_path):
+    """The CNN above really exercises the com.microsoft kernels in QOperator format."""
+    src, input_name = exported["cnn"]
+    dst = tmp_path / "q.onnx"
+    _quantize(src, dst, input_name, "cnn", QUANTIZATIONS["static_qoperator"])
+    ops = {(n.domain, n.op_type) for n in onnx.load(dst).graph.node}
+    for op_type in ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearSoftmax", "QGemm"):
+        assert ("com.microsoft", op_type) in ops
+
+
+@pytest.mark.parametrize("accuracy_level", [None, 4], ids=["float", "int8"])
+def test_int4_weight_only_encoder_runs_whole_as_onnxruntime_runs_it(exported, accuracy_level):
+    src, input_name = exported["encoder"]
+    logging.getLogger().setLevel(logging.WARNING)
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(src), bits=4, block_size=32, is_symmetric=False, accuracy_level=accuracy_level
+    )
+    quantizer.process()
+    model = quantizer.model.model
+    assert sum(n.op_type == "MatMulNBits" for n in model.graph.node) == 2
+    for x in _feeds("encoder", np.random.default_rng(3), 2):
+        got, exp = _ours(model, {input_name: x}), _ort(model, {input_name: x})
+        np.testing.assert_allclose(got[0], exp[0], rtol=1e-4, atol=1e-4)
