@@ -1,4 +1,4 @@
-"""com.microsoft MatMulNBits in the torch evaluator (kernels/quant_nbits.py) against
+"""com.microsoft MatMulNBits and GatherBlockQuantized in the torch evaluator (kernels/quant_nbits.py) against
 onnxruntime on CPU: models quantized by onnxruntime's own MatMulNBitsQuantizer, and
 nodes built by hand for the inputs the quantizer does not write (float zero points,
 g_idx, bias)."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,7 +16,10 @@ import torch
 from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
-from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+from onnxruntime.quantization.matmul_nbits_quantizer import (
+    DefaultWeightOnlyQuantConfig,
+    MatMulNBitsQuantizer,
+)
 
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 from onnx_sbs_nb.evaluator.kernels.quant_nbits import dequantize_nbits
@@ -161,3 +165,109 @@ def test_dequantized_weights_are_the_codes_minus_zero_point_times_scale():
     assert w.tolist() == [[(10 - 2) * 0.5, (3 - 2) * 0.5]]
     w = dequantize_nbits(b, s, None, None, K=2, N=1, bits=4, block_size=2)
     assert w.tolist() == [[(10 - 8) * 0.5, (3 - 8) * 0.5]]
+
+
+# -- GatherBlockQuantized ---------------------------------------------------------------------
+
+
+def _gather_model(inits, ids_shape, attrs, inputs=("data", "ids", "s", "z")) -> onnx.ModelProto:
+    node = h.make_node("GatherBlockQuantized", list(inputs), ["y"], domain="com.microsoft", **attrs)
+    out_type = next(i.data_type for i in inits if i.name == "s")
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("ids", TP.INT64, ids_shape)],
+        [h.make_tensor_value_info("y", out_type, None)],
+        initializer=inits,
+    )
+    opsets = [h.make_opsetid("", 21), h.make_opsetid("com.microsoft", 1)]
+    return h.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+# 12 and -13 are out of range for 10 rows: onnxruntime gives zeros there
+IDS = np.array([[0, 3, -1], [9, 12, -13]], dtype=np.int64)
+
+
+def _same_as_onnxruntime(model) -> None:
+    got, exp = _ours(model, {"ids": IDS}), _ort(model, {"ids": IDS})
+    assert got.dtype == exp.dtype and got.shape == exp.shape
+    np.testing.assert_array_equal(got, exp)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("case", ["zero_points", "no_zero_points", "float16"])
+def test_gather_block_quantized_on_packed_uint8_matches_onnxruntime(bits, case):
+    rng = np.random.default_rng(bits)
+    per_byte = 8 // bits
+    data = numpy_helper.from_array(
+        rng.integers(0, 256, (10, 64 // per_byte), dtype=np.uint8), "data"
+    )
+    s = (rng.random((10, 2)) * 0.1).astype(np.float16 if case == "float16" else np.float32)
+    inits = [data, numpy_helper.from_array(s, "s")]
+    inputs = ("data", "ids", "s")
+    if case == "zero_points":
+        z = rng.integers(0, 256, (10, -(-2 // per_byte)), dtype=np.uint8)
+        inits.append(numpy_helper.from_array(z, "z"))
+        inputs += ("z",)
+    _same_as_onnxruntime(_gather_model(inits, IDS.shape, {"bits": bits, "block_size": 32}, inputs))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4], ids=["int4", "uint4"])
+@pytest.mark.parametrize("gather_axis", [0, 1])
+def test_gather_block_quantized_on_4bit_types_matches_onnxruntime(dtype, gather_axis):
+    """int4/uint4 tables (held one code per byte by the evaluator), gathered along
+    either axis and quantized along the other."""
+    rng = np.random.default_rng(4)
+    info = ml_dtypes.iinfo(dtype)
+    shape, blocks = ((10, 48), (10, 3)) if gather_axis == 0 else ((48, 10), (3, 10))
+    inits = [
+        numpy_helper.from_array(rng.integers(info.min, info.max + 1, shape).astype(dtype), "data"),
+        numpy_helper.from_array((rng.random(blocks) * 0.1).astype(np.float32), "s"),
+        numpy_helper.from_array(rng.integers(info.min, info.max + 1, blocks).astype(dtype), "z"),
+    ]
+    attrs = {"block_size": 16, "gather_axis": gather_axis, "quantize_axis": 1 - gather_axis}
+    _same_as_onnxruntime(_gather_model(inits, IDS.shape, attrs))
+
+
+@pytest.mark.parametrize(
+    "block_size, blocks", [(16, (10, 3)), (0, (1, 1))], ids=["blocks", "tensor"]
+)
+def test_gather_block_quantized_on_float8_matches_onnxruntime(block_size, blocks):
+    rng = np.random.default_rng(8)
+    data = (rng.standard_normal((10, 48)) * 4).astype(ml_dtypes.float8_e4m3fn)
+    inits = [
+        numpy_helper.from_array(data, "data"),
+        numpy_helper.from_array((rng.random(blocks) * 0.1).astype(np.float32), "s"),
+    ]
+    model = _gather_model(inits, IDS.shape, {"block_size": block_size}, ("data", "ids", "s"))
+    _same_as_onnxruntime(model)
+
+
+def test_int4_embedding_and_matmul_from_the_quantizer_match_onnxruntime():
+    """MatMulNBitsQuantizer asked to quantize Gather too: an int4 GatherBlockQuantized
+    embedding (uint4 codes and zero points) feeding a MatMulNBits."""
+    rng = np.random.default_rng(9)
+    graph = h.make_graph(
+        [h.make_node("Gather", ["emb", "ids"], ["e"]), h.make_node("MatMul", ["e", "w"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("ids", TP.INT64, [2, 7])],
+        [h.make_tensor_value_info("y", TP.FLOAT, None)],
+        initializer=[
+            numpy_helper.from_array(rng.standard_normal((50, 64)).astype(np.float32), "emb"),
+            numpy_helper.from_array(rng.standard_normal((64, 16)).astype(np.float32), "w"),
+        ],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=32,
+        is_symmetric=False,
+        op_types_to_quantize=("MatMul", "Gather"),
+        quant_axes=(("MatMul", 0), ("Gather", 1)),
+    )
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config, block_size=32)
+    quantizer.process()
+    q = quantizer.model.model
+    assert [n.op_type for n in q.graph.node] == ["GatherBlockQuantized", "MatMulNBits"]
+    ids = rng.integers(0, 50, (2, 7)).astype(np.int64)
+    np.testing.assert_allclose(_ours(q, {"ids": ids}), _ort(q, {"ids": ids}), rtol=1e-5, atol=1e-5)

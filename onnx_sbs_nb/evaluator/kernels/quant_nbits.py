@@ -1,5 +1,6 @@
-"""onnxruntime's weight-only block quantization: ``com.microsoft`` MatMulNBits, as
-onnxruntime's ``MatMulNBitsQuantizer`` (``matmul_nbits_quantizer``) writes it.
+"""onnxruntime's weight-only block quantization: ``com.microsoft`` MatMulNBits and
+GatherBlockQuantized (int4 embeddings), as onnxruntime's ``MatMulNBitsQuantizer``
+(``matmul_nbits_quantizer``) writes them.
 
 ``Y = A @ dequant(B)^T (+ bias)`` where B, of shape [N, K], is cut along K into blocks of
 ``block_size`` values; each block has a scale and a zero point and
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from ..lowbit import decode, is_lowbit
 from ..registry import op
 
 MS = "com.microsoft"
@@ -135,3 +137,78 @@ def matmul_nbits(
     if bias is not None:
         y = y + bias.to(torch.float32)
     return y.to(a.dtype)
+
+
+def _gather_codes(data: torch.Tensor, bits: int) -> torch.Tensor:
+    """The values of GatherBlockQuantized's data as float32, in its logical shape: uint8
+    bytes hold ``8 // bits`` codes along the last axis; int4/uint4 and float8/float4 are
+    one element each."""
+    if is_lowbit(data):
+        return decode(data)
+    if data.dtype == torch.uint8 and bits < 8:
+        return unpack_codes(data, bits, data.shape[-1] * (8 // bits)).to(torch.float32)
+    return data.to(torch.float32)
+
+
+def _gather_zero_points(zero_points, data, scales, bits: int) -> torch.Tensor | None:
+    """Zero points as float32 in the scales' shape (None: none to subtract)."""
+    if zero_points is None:
+        if data.dtype == torch.uint8:  # codes stored unsigned, centred at 2**(bits - 1)
+            return torch.full((), float(1 << (bits - 1)))
+        return None
+    if zero_points.dtype == torch.uint8 and bits < 8:
+        return unpack_codes(zero_points, bits, scales.shape[-1]).to(torch.float32)
+    return decode(zero_points) if is_lowbit(zero_points) else zero_points.to(torch.float32)
+
+
+def _pick(t: torch.Tensor | None, axis: int, index: torch.Tensor, n: int):
+    """t's slices at ``index`` along ``axis`` when t runs along it (else it broadcasts)."""
+    if t is None or t.dim() == 0 or t.shape[axis] != n:
+        return t
+    return t.index_select(axis, index)
+
+
+def _along_blocks(t: torch.Tensor | None, axis: int, block: int, size: int):
+    """One parameter per block along ``axis`` -> one per element."""
+    if t is None or t.dim() == 0 or t.shape[axis] == 1:
+        return t
+    return t.repeat_interleave(block, dim=axis).narrow(axis, 0, size)
+
+
+@op("GatherBlockQuantized", domain=MS)
+def gather_block_quantized(
+    data,
+    indices,
+    scales,
+    zero_points=None,
+    *,
+    gather_axis=0,
+    quantize_axis=1,
+    block_size=128,
+    bits=4,
+):
+    """Rows of a block-quantized table (int4/uint8 embeddings), dequantized:
+    ``(code - zero_point) * scale`` in float32, then the scales' type.  An index out of
+    range gives zeros, as in onnxruntime."""
+    rank = data.dim()
+    ga, qa = gather_axis % rank, quantize_axis % rank
+    if ga == qa:
+        raise NotImplementedError("GatherBlockQuantized with gather_axis == quantize_axis")
+    q = _gather_codes(data, bits)
+    zp = _gather_zero_points(zero_points, data, scales, bits)
+    n = q.shape[ga]
+    flat = indices.to(torch.int64).reshape(-1)
+    valid = (flat >= -n) & (flat < n)
+    index = torch.where(flat < 0, flat + n, flat).clamp(0, max(n - 1, 0))
+    q = q.index_select(ga, index)
+    s = _pick(scales.to(torch.float32), ga, index, n)
+    zp = _pick(zp, ga, index, n)
+    size = q.shape[qa]
+    block = block_size or size
+    s, zp = _along_blocks(s, qa, block, size), _along_blocks(zp, qa, block, size)
+    y = (q - zp) * s if zp is not None else q * s
+    view = [1] * rank
+    view[ga] = flat.numel()
+    y = torch.where(valid.reshape(view), y, torch.zeros((), dtype=y.dtype))
+    shape = [*q.shape[:ga], *indices.shape, *q.shape[ga + 1 :]]
+    return y.reshape(shape).to(scales.dtype)
