@@ -28,9 +28,9 @@ from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 
 
 class SmallCNN(torch.nn.Module):
-    """Conv, ReLU, MaxPool, a residual Add, x * sigmoid(x), a global average, Linear,
-    Softmax: QLinearConv, QLinearAdd, QLinearMul, QLinearSigmoid, QGemm, QLinearSoftmax
-    in the QOperator format."""
+    """Conv, ReLU, MaxPool, AveragePool, a residual Add, x * sigmoid(x), a global
+    average, Linear, Softmax: QLinearConv, QLinearAveragePool, QLinearAdd, QLinearMul,
+    QLinearSigmoid, QGemm, QLinearSoftmax in the QOperator format."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,7 +40,7 @@ class SmallCNN(torch.nn.Module):
 
     def forward(self, x):
         y = torch.nn.functional.max_pool2d(torch.relu(self.c1(x)), 2)
-        y = y + torch.relu(self.c2(y))
+        y = y + torch.nn.functional.avg_pool2d(torch.relu(self.c2(y)), 3, 1, 1)
         y = y * torch.sigmoid(y)
         return torch.softmax(self.fc(y.mean(dim=(2, 3))), -1)
 
@@ -141,6 +141,7 @@ QUANT_OPS = {
     "MatMulInteger",
     "QGemm",
     "QLinearAdd",
+    "QLinearAveragePool",
     "QLinearConv",
     "QLinearMatMul",
     "QLinearMul",
@@ -172,7 +173,8 @@ def test_static_qoperator_cnn_uses_the_microsoft_qlinear_ops(exported, tmp_path)
     dst = tmp_path / "q.onnx"
     _quantize(src, dst, input_name, "cnn", QUANTIZATIONS["static_qoperator"])
     ops = {(n.domain, n.op_type) for n in onnx.load(dst).graph.node}
-    for op_type in ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearSoftmax", "QGemm"):
+    names = ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearSoftmax", "QGemm")
+    for op_type in (*names, "QLinearAveragePool"):
         assert ("com.microsoft", op_type) in ops
 
 

@@ -2,7 +2,8 @@
 QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger, DynamicQuantizeLinear (ai.onnx),
 and onnxruntime's com.microsoft QLinearAdd, QLinearMul, QLinearSigmoid,
 QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, QGemm, MatMulIntegerToFloat,
-DynamicQuantizeMatMul, QuantizeLinear / DequantizeLinear.
+DynamicQuantizeMatMul, QuantizeLinear / DequantizeLinear,
+QLinearAveragePool, QLinearGlobalAveragePool.
 
 Quantized outputs must be the same codes (the kernels follow onnxruntime's rounding
 order); float outputs agree to a few float32 ulps.  onnxruntime runs with its graph
@@ -280,3 +281,31 @@ def test_contrib_quantize_dequantize_match_onnxruntime(dtype, axis, shape):
     ]
     got, exp = _both(nodes, [_f("s", s), _z("z", z, dtype)], {"x": x}, TP.FLOAT)
     np.testing.assert_array_equal(got, exp)
+
+
+POOLS = [
+    {"kernel_shape": [3, 3]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]},
+    {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+]
+
+
+@pytest.mark.parametrize("channels_last", [0, 1], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_qlinear_average_pools_give_onnxruntime_codes(dtype, channels_last):
+    rng = np.random.default_rng(14)
+    x = _codes(rng, dtype, (2, 9, 8, 7) if channels_last else (2, 7, 9, 8))
+    for _ in range(3):
+        s = rng.random(2).astype(np.float32) * 0.1 + 0.001
+        z = _codes(rng, dtype, 2)
+        inits = [_f("sx", s[0]), _z("zx", z[0], dtype), _f("sy", s[1]), _z("zy", z[1], dtype)]
+        ins = ["x", "sx", "zx", "sy", "zy"]
+        kw = {"domain": MS, "channels_last": channels_last}
+        node = h.make_node("QLinearGlobalAveragePool", ins, ["y"], **kw)
+        got, exp = _both([node], inits, {"x": x}, _elem(dtype))
+        np.testing.assert_array_equal(got, exp)
+        for attrs in POOLS:
+            node = h.make_node("QLinearAveragePool", ins, ["y"], **kw, **attrs)
+            got, exp = _both([node], inits, {"x": x}, _elem(dtype))
+            np.testing.assert_array_equal(got, exp)
