@@ -125,9 +125,12 @@ def test_matmul_integer_and_conv_integer_give_onnxruntime_integers(adt, bdt):
     np.testing.assert_array_equal(got, exp)
 
 
-def test_dynamic_quantize_linear_gives_onnxruntime_codes_and_parameters():
+@pytest.mark.parametrize("values", ["random", "zeros", "positive"])
+def test_dynamic_quantize_linear_gives_onnxruntime_codes_and_parameters(values):
+    """Zeros only: no range, onnxruntime's scale is 1."""
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((4, 33)) * 3 + 1).astype(np.float32)
+    x = {"random": x, "zeros": np.zeros_like(x), "positive": np.abs(x) + 1}[values]
     for out in ("q", "s", "z"):
         node = h.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"])
         ident = h.make_node("Identity", [out], ["y"])

@@ -136,10 +136,11 @@ def dynamic_quantize_linear(x):
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     rmin = torch.minimum(x.min(), zero) if x.numel() else zero
     rmax = torch.maximum(x.max(), zero) if x.numel() else zero
-    scale = (rmax - rmin) / 255
-    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
-    zp = torch.round((0 - rmin) / safe).clamp(0, 255)
-    y = (torch.round(x / safe) + zp).clamp(0, 255)
+    # an input of zeros only has no range: onnxruntime gives the scale 1 (the spec's
+    # formula gives 0, the ONNX reference 1/255); its codes and zero point are 0 anyway
+    scale = torch.where(rmax == rmin, torch.ones_like(rmax), (rmax - rmin) / 255)
+    zp = torch.round((0 - rmin) / scale).clamp(0, 255)
+    y = (torch.round(x / scale) + zp).clamp(0, 255)
     return y.to(torch.uint8), scale, zp.to(torch.uint8)
 
 

@@ -81,9 +81,9 @@ def qlinear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_z
     return saturate_codes(c, a.dtype)
 
 
-def _all_codes(dtype: torch.dtype) -> torch.Tensor:
+def _all_codes(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     info = torch.iinfo(dtype)
-    return torch.arange(info.min, info.max + 1, dtype=torch.int32)
+    return torch.arange(info.min, info.max + 1, dtype=torch.int32, device=device)
 
 
 def _lookup(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -95,7 +95,7 @@ def _lookup(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 def _table(dtype, x_scale, x_zero_point, y_scale, y_zero_point, fn) -> torch.Tensor:
     """onnxruntime's QlinearBuildLookupTable: every code dequantized in float32,
     transformed, then quantized (divided by the scale, rounded, zero point added)."""
-    codes = _all_codes(dtype)
+    codes = _all_codes(dtype, x_scale.device)
     x = _scalar(x_scale) * (codes - _scalar(x_zero_point, torch.int32)).to(F32)
     y = fn(x) / _scalar(y_scale)
     info = torch.iinfo(dtype)
