@@ -178,3 +178,31 @@ def test_int4_weights_transposed_then_dequantized_match_onnxruntime(elem, dtype)
     got = to_numpy(TorchOnnxEvaluator(model).run(None, {})[0])
     np.testing.assert_array_equal(got, exp)
     np.testing.assert_array_equal(got, w.astype(np.float32).T * 0.25)
+
+
+@pytest.mark.parametrize("elem, dtype", TYPES[:3], ids=["int4", "uint4", "float4e2m1"])
+def test_a_chain_of_moves_keeps_its_values_once_the_plan_is_compiled(elem, dtype):
+    """Reshape -> Transpose -> Slice -> Concat -> Gather run 25 times: past the runs
+    after which a plan moves to inline code and TorchScript, the values stay the
+    reference's."""
+    nodes = [
+        h.make_node("Reshape", ["x", "s"], ["r"]),
+        h.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+        h.make_node("Slice", ["t", "b", "e"], ["u"]),
+        h.make_node("Concat", ["u", "u"], ["c"], axis=0),
+        h.make_node("Gather", ["c", "i"], ["y"], axis=1),
+    ]
+    inits = [_ints("s", [6, 2]), _ints("b", [0]), _ints("e", [1]), _ints("i", [5, 0, 2])]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", elem, [3, 4])],
+        [h.make_tensor_value_info("y", elem, None)],
+        initializer=inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 23)], ir_version=11)
+    x = _data(elem, dtype)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    ev = TorchOnnxEvaluator(model)
+    for _ in range(25):
+        _same(to_numpy(ev.run(None, {"x": to_torch(x)})[0]), expected)
