@@ -191,3 +191,33 @@ def test_int4_weight_only_encoder_runs_whole_as_onnxruntime_runs_it(exported, ac
     for x in _feeds("encoder", np.random.default_rng(3), 2):
         got, exp = _ours(model, {input_name: x}), _ort(model, {input_name: x})
         np.testing.assert_allclose(got[0], exp[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kind, quantization, fused",
+    [
+        ("cnn", "static_qdq", "QLinearAveragePool"),
+        ("cnn", "dynamic_u8", "DynamicQuantizeMatMul"),
+        ("encoder", "dynamic_s8_per_channel", "DynamicQuantizeMatMul"),
+    ],
+)
+def test_model_saved_by_onnxruntime_after_its_quantized_fusions_runs_as_it_does(
+    exported, tmp_path, kind, quantization, fused
+):
+    """onnxruntime's extended optimizations fuse QDQ pairs into QLinear* / QGemm and
+    quantize_dynamic's chains into DynamicQuantizeMatMul; the model it saves then runs
+    through the evaluator as through onnxruntime."""
+    src, input_name = exported[kind]
+    dst, opt = tmp_path / "q.onnx", tmp_path / "q_optimized.onnx"
+    _quantize(src, dst, input_name, kind, QUANTIZATIONS[quantization])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(opt)
+    ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+    model = onnx.load(opt)
+    assert ("com.microsoft", fused) in {(n.domain, n.op_type) for n in model.graph.node}
+    for x in _feeds(kind, np.random.default_rng(4), 2):
+        feeds = {input_name: x}
+        np.testing.assert_allclose(
+            _ours(model, feeds)[0], _ort(model, feeds)[0], rtol=1e-5, atol=1e-5
+        )

@@ -1,7 +1,7 @@
-"""com.microsoft MatMulNBits and GatherBlockQuantized in the torch evaluator (kernels/quant_nbits.py) against
-onnxruntime on CPU: models quantized by onnxruntime's own MatMulNBitsQuantizer, and
-nodes built by hand for the inputs the quantizer does not write (float zero points,
-g_idx, bias)."""
+"""com.microsoft MatMulNBits and GatherBlockQuantized in the torch evaluator
+(kernels/quant_nbits.py) against onnxruntime on CPU: models quantized by onnxruntime's
+own MatMulNBitsQuantizer, and nodes built by hand for the inputs the quantizer does not
+write (float zero points, g_idx, bias, float8 tables)."""
 
 from __future__ import annotations
 
