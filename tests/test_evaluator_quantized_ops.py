@@ -3,7 +3,7 @@ QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger, DynamicQuantizeLinear (a
 and onnxruntime's com.microsoft QLinearAdd, QLinearMul, QLinearSigmoid,
 QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, QGemm, MatMulIntegerToFloat,
 DynamicQuantizeMatMul, QuantizeLinear / DequantizeLinear,
-QLinearAveragePool, QLinearGlobalAveragePool.
+QLinearAveragePool, QLinearGlobalAveragePool, QAttention.
 
 Quantized outputs must be the same codes (the kernels follow onnxruntime's rounding
 order); float outputs agree to a few float32 ulps.  onnxruntime runs with its graph
@@ -312,3 +312,33 @@ def test_qlinear_average_pools_give_onnxruntime_codes(dtype, channels_last):
             node = h.make_node("QLinearAveragePool", ins, ["y"], **kw, **attrs)
             got, exp = _both([node], inits, {"x": x}, _elem(dtype))
             np.testing.assert_array_equal(got, exp)
+
+
+@pytest.mark.parametrize("unidirectional", [0, 1])
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask_index"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["tensor", "channel"])
+@pytest.mark.parametrize("wdt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_qattention_matches_onnxruntime(wdt, per_channel, mask, unidirectional):
+    """quantize_dynamic's QAttention: an integer Q/K/V projection, then the attention
+    in float32 (a few ulps from onnxruntime's summation order)."""
+    rng = np.random.default_rng(15)
+    batch, seq, hidden = 2, 5, 16
+    cols = 3 * hidden if per_channel else ()
+    x = _codes(rng, np.uint8, (batch, seq, hidden))
+    inits = [
+        _z("w", _codes(rng, wdt, (hidden, 3 * hidden)), wdt),
+        _f("b", rng.standard_normal(3 * hidden)),
+        _f("xs", 0.02),
+        _f("ws", rng.random(cols) * 0.01 + 0.001),
+        _z("xz", 120, np.uint8),
+        _z("wz", _zero_point(rng, wdt, cols), wdt),
+    ]
+    feeds = {"x": x}
+    if mask:
+        feeds["m"] = np.array([5, 3], dtype=np.int32)  # the valid length of each sequence
+    ins = ["x", "w", "b", "xs", "ws", "m" if mask else "", "xz", "wz"]
+    node = h.make_node(
+        "QAttention", ins, ["y"], domain=MS, num_heads=2, unidirectional=unidirectional
+    )
+    got, exp = _both([node], inits, feeds, TP.FLOAT)
+    np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
