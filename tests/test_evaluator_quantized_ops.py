@@ -342,3 +342,40 @@ def test_qattention_matches_onnxruntime(wdt, per_channel, mask, unidirectional):
     )
     got, exp = _both([node], inits, feeds, TP.FLOAT)
     np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("y_scale", [1 / 128, 4.0], ids=["saturating", "fractions"])
+def test_qlinear_matmul_to_float8_casts_the_rescaled_product(y_scale):
+    """Opset 21's float8 QLinearMatMul (onnxruntime and the ONNX reference run none):
+    against its definition, dequantize, multiply, divide by y_scale, cast saturating.
+    Power-of-two scales keep every step exact."""
+    import ml_dtypes
+
+    from onnx_sbs_nb.convert import to_numpy, to_torch
+
+    f8 = ml_dtypes.float8_e4m3fn
+    rng = np.random.default_rng(16)
+    a = (rng.standard_normal((3, 8)) * 4).astype(f8)
+    b = (rng.standard_normal((8, 5)) * 4).astype(f8)
+    zero = np.array(0, dtype=f8)
+    inits = [_f("sa", 0.5), numpy_helper.from_array(zero, "za"), numpy_helper.from_array(b, "b")]
+    inits += [_f("sb", 0.25), numpy_helper.from_array(zero, "zb"), _f("sy", y_scale)]
+    inits.append(numpy_helper.from_array(zero, "zy"))
+    node = h.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("a", TP.FLOAT8E4M3FN, a.shape)],
+        [h.make_tensor_value_info("y", TP.FLOAT8E4M3FN, None)],
+        initializer=inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    got = to_numpy(TorchOnnxEvaluator(model).run(None, {"a": to_torch(a)})[0])
+    y = (a.astype(np.float32) * 0.5) @ (b.astype(np.float32) * 0.25) / np.float32(y_scale)
+    exp = np.clip(y, -448, 448).astype(f8)
+    assert got.dtype == exp.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), exp.astype(np.float32))
+    if y_scale < 1:
+        assert np.abs(y).max() > 448  # the saturation is exercised
+    else:  # values off the integer grid, which an integer rounding would lose
+        assert (exp.astype(np.float32) % 1 != 0).sum() > 3

@@ -163,8 +163,13 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
 def _requantize(acc: torch.Tensor, scale: torch.Tensor, y_zero_point: torch.Tensor) -> torch.Tensor:
     """An exact accumulator rescaled and quantized to y_zero_point's type as onnxruntime's
     MlasRequantizeOutput does: the int32 accumulator to float32, times the float32
-    multiplier (a_scale * b_scale / y_scale, computed in float32), rounded half to even."""
-    v = torch.round(acc.to(torch.float32) * scale.to(torch.float32)).to(torch.float64)
+    multiplier (a_scale * b_scale / y_scale, computed in float32), rounded half to even.
+    A float8 output (opset 21) is the rescaled value cast with saturation: its zero
+    point is 0 and it has no integer grid to round to."""
+    v = acc.to(torch.float32) * scale.to(torch.float32)
+    if y_zero_point.dtype in _FLOAT8:
+        return saturate_to(v, y_zero_point.dtype)
+    v = torch.round(v).to(torch.float64)
     return saturate_to(v + y_zero_point.to(torch.float64), y_zero_point.dtype)
 
 
