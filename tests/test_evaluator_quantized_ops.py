@@ -3,7 +3,7 @@ QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger, DynamicQuantizeLinear (a
 and onnxruntime's com.microsoft QLinearAdd, QLinearMul, QLinearSigmoid,
 QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, QGemm, MatMulIntegerToFloat,
 DynamicQuantizeMatMul, QuantizeLinear / DequantizeLinear,
-QLinearAveragePool, QLinearGlobalAveragePool, QAttention.
+QLinearAveragePool, QLinearGlobalAveragePool, QLinearWhere, QAttention.
 
 Quantized outputs must be the same codes (the kernels follow onnxruntime's rounding
 order); float outputs agree to a few float32 ulps.  onnxruntime runs with its graph
@@ -379,3 +379,24 @@ def test_qlinear_matmul_to_float8_casts_the_rescaled_product(y_scale):
         assert np.abs(y).max() > 448  # the saturation is exercised
     else:  # values off the integer grid, which an integer rounding would lose
         assert (exp.astype(np.float32) % 1 != 0).sum() > 3
+
+
+@pytest.mark.parametrize("same", [False, True], ids=["requantized", "copied"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_qlinear_where_gives_onnxruntime_codes(dtype, same):
+    rng = np.random.default_rng(17)
+    feeds = {
+        "c": rng.random((3, 4)) > 0.5,
+        "x": _codes(rng, dtype, (3, 4)),
+        "w": _codes(rng, dtype, (4,)),
+    }
+    s = rng.random(3).astype(np.float32) * 0.1 + 0.001
+    z = _codes(rng, dtype, 3)
+    if same:  # x already on the output's scale and zero point
+        s[2], z[2] = s[0], z[0]
+    inits = [_f("xs", s[0]), _z("xz", z[0], dtype), _f("ys", s[1]), _z("yz", z[1], dtype)]
+    inits += [_f("zs", s[2]), _z("zz", z[2], dtype)]
+    ins = ["c", "x", "xs", "xz", "w", "ys", "yz", "zs", "zz"]
+    node = h.make_node("QLinearWhere", ins, ["y"], domain=MS)
+    got, exp = _both([node], inits, feeds, _elem(dtype))
+    np.testing.assert_array_equal(got, exp)

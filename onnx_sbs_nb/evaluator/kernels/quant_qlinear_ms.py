@@ -1,6 +1,6 @@
 """onnxruntime's element-wise quantized ops (``com.microsoft``), the ones
 ``quantize_static(quant_format=QOperator)`` writes: QLinearAdd, QLinearMul,
-QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearConcat.
+QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, QLinearWhere.
 
 Inputs and outputs are uint8 or int8 codes, with float32 scales and zero points of the
 codes' type (a missing zero point is 0).  Each kernel follows onnxruntime's CPU kernel
@@ -11,8 +11,9 @@ rounds:
   with fused multiply-adds (emulated in float64, where the products of two float32 are
   exact);
 - QLinearMul: ``c = ((a - za) * (b - zb)) * (sa * sb / sc) + zc``;
-- QLinearSigmoid, QLinearLeakyRelu, QLinearConcat: a table of the 256 codes, each
-  dequantized, transformed and quantized again in float32;
+- QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere: a table of the 256
+  codes, each dequantized, transformed and quantized again in float32 (Concat and Where
+  copy an input whose scale and zero point are the output's);
 - QLinearSoftmax: onnxruntime's table of exponentials shifted by the row's maximum code,
   summed in float32 and divided, with its rounding.
 
@@ -122,14 +123,9 @@ def qlinear_leaky_relu(x, x_scale, x_zero_point, y_scale, y_zero_point=None, alp
 def qlinear_concat(y_scale, y_zero_point, *inputs, axis):
     """inputs: (X, X_scale, X_zero_point) triples; a value whose scale and zero point
     are the output's is copied, the others go through a requantization table."""
-    parts = []
-    ys, yz = _scalar(y_scale), _scalar(y_zero_point, torch.int32)
-    for i in range(0, len(inputs), 3):
-        x, xs, xz = inputs[i : i + 3]
-        if bool(_scalar(xs) == ys) and bool(_scalar(xz, torch.int32) == yz):
-            parts.append(x)
-        else:
-            parts.append(_lookup(x, _table(x.dtype, xs, xz, y_scale, y_zero_point, lambda v: v)))
+    parts = [
+        _requantized(*inputs[i : i + 3], y_scale, y_zero_point) for i in range(0, len(inputs), 3)
+    ]
     return torch.cat(parts, dim=norm_axis(axis, parts[0].dim()))
 
 
@@ -167,3 +163,22 @@ def _sequential_sum(v: torch.Tensor) -> torch.Tensor:
     for j in range(v.shape[1]):
         total = total + v[:, j : j + 1]
     return total
+
+
+def _requantized(x, x_scale, x_zero_point, y_scale, y_zero_point) -> torch.Tensor:
+    """x's codes on another scale and zero point: copied when they are the same,
+    else through onnxruntime's requantization table."""
+    same_scale = bool(_scalar(x_scale) == _scalar(y_scale))
+    same_zero = bool(_scalar(x_zero_point, torch.int32) == _scalar(y_zero_point, torch.int32))
+    if same_scale and same_zero:
+        return x
+    return _lookup(x, _table(x.dtype, x_scale, x_zero_point, y_scale, y_zero_point, lambda v: v))
+
+
+@op("QLinearWhere", domain=MS)
+def qlinear_where(
+    condition, x, x_scale, x_zero_point, y, y_scale, y_zero_point, z_scale, z_zero_point
+):
+    xz = _requantized(x, x_scale, x_zero_point, z_scale, z_zero_point)
+    yz = _requantized(y, y_scale, y_zero_point, z_scale, z_zero_point)
+    return torch.where(condition, xz, yz)
