@@ -3,7 +3,8 @@ QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger, DynamicQuantizeLinear (a
 and onnxruntime's com.microsoft QLinearAdd, QLinearMul, QLinearSigmoid,
 QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, QGemm, MatMulIntegerToFloat,
 DynamicQuantizeMatMul, QuantizeLinear / DequantizeLinear,
-QLinearAveragePool, QLinearGlobalAveragePool, QLinearWhere, QAttention.
+QLinearAveragePool, QLinearGlobalAveragePool, QLinearWhere, QAttention,
+QEmbedLayerNormalization.
 
 Quantized outputs must be the same codes (the kernels follow onnxruntime's rounding
 order); float outputs agree to a few float32 ulps.  onnxruntime runs with its graph
@@ -400,3 +401,57 @@ def test_qlinear_where_gives_onnxruntime_codes(dtype, same):
     node = h.make_node("QLinearWhere", ins, ["y"], domain=MS)
     got, exp = _both([node], inits, feeds, _elem(dtype))
     np.testing.assert_array_equal(got, exp)
+
+
+def _both_outputs(nodes, inits, feeds: dict, outputs: list[tuple[str, int]]):
+    """(torch evaluator, onnxruntime) outputs of a graph with several outputs."""
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info(k, _elem(v.dtype), v.shape) for k, v in feeds.items()],
+        [h.make_tensor_value_info(n, t, None) for n, t in outputs],
+        initializer=inits,
+    )
+    opsets = [h.make_opsetid("", 17), h.make_opsetid(MS, 1)]
+    model = h.make_model(graph, opset_imports=opsets, ir_version=9)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = TorchOnnxEvaluator(model).run(None, {k: torch.from_numpy(v) for k, v in feeds.items()})
+    return [g.numpy() for g in got], sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("segments", [False, True], ids=["no_segments", "segments"])
+def test_qembed_layer_normalization_matches_onnxruntime(segments):
+    """quantize_dynamic's QEmbedLayerNormalization: uint8 tables dequantized, then the
+    embeddings' sum normalized; the mask index counts each sequence's ones."""
+    rng = np.random.default_rng(18)
+    batch, seq, hidden, vocab = 2, 6, 16, 30
+    shapes = {"we": (vocab, hidden), "pe": (seq, hidden), "se": (2, hidden)}
+    shapes.update(g=(hidden,), b=(hidden,))
+    inits = []
+    for name, shape in shapes.items():
+        inits.append(_z(name, _codes(rng, np.uint8, shape), np.uint8))
+        inits += [_f(name + "_s", rng.random() * 0.02 + 0.001), _z(name + "_z", 100, np.uint8)]
+    feeds = {
+        "ids": rng.integers(0, vocab, (batch, seq)).astype(np.int32),
+        "mask": np.array([[1] * 6, [1] * 4 + [0] * 2], dtype=np.int32),
+    }
+    if segments:
+        feeds["seg"] = rng.integers(0, 2, (batch, seq)).astype(np.int32)
+    se = "se" if segments else ""
+    ins = ["ids", "seg" if segments else "", "we", "pe", se, "g", "b", "mask"]
+    ins += [
+        "we_s",
+        "pe_s",
+        se and "se_s",
+        "g_s",
+        "b_s",
+        "we_z",
+        "pe_z",
+        se and "se_z",
+        "g_z",
+        "b_z",
+    ]
+    node = h.make_node("QEmbedLayerNormalization", ins, ["y", "mi"], domain=MS, epsilon=1e-5)
+    got, exp = _both_outputs([node], inits, feeds, [("y", TP.FLOAT), ("mi", TP.INT32)])
+    np.testing.assert_allclose(got[0], exp[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], exp[1])
