@@ -221,3 +221,63 @@ def test_model_saved_by_onnxruntime_after_its_quantized_fusions_runs_as_it_does(
         np.testing.assert_allclose(
             _ours(model, feeds)[0], _ort(model, feeds)[0], rtol=1e-5, atol=1e-5
         )
+
+
+def test_bert_fused_by_onnxruntime_then_quantized_dynamically_runs_as_onnxruntime_runs_it(
+    tmp_path,
+):
+    """The classic BERT int8 recipe: onnxruntime's transformer optimizer fuses Attention
+    and EmbedLayerNormalization, then quantize_dynamic turns them into QAttention and
+    QEmbedLayerNormalization.  The optimizer recognizes the TorchScript exporter's
+    eager-attention graph (dynamo=False), which is what this recipe starts from."""
+    transformers = pytest.importorskip("transformers")
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    cfg._attn_implementation = "eager"
+    bert = transformers.BertModel(cfg).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids, mask, types):
+            return self.bert(input_ids=ids, attention_mask=mask, token_type_ids=types)[0]
+
+    ids = torch.randint(0, 100, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 6:] = 0
+    types = torch.zeros(2, 8, dtype=torch.int64)
+    names = ["ids", "mask", "types"]
+    src, fused, dst = tmp_path / "bert.onnx", tmp_path / "fused.onnx", tmp_path / "q.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Encoder(),
+            (ids, mask, types),
+            str(src),
+            input_names=names,
+            dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},
+            dynamo=False,
+            opset_version=17,
+        )
+    logging.getLogger().setLevel(logging.WARNING)
+    optimize_model(str(src), model_type="bert", num_heads=2, hidden_size=32).save_model_to_file(
+        str(fused)
+    )
+    extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+    quantize_dynamic(fused, dst, weight_type=QuantType.QInt8, extra_options=extra)
+    model = onnx.load(dst)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"QAttention", "QEmbedLayerNormalization", "MatMulInteger"} <= ops
+    feeds = dict(zip(names, (ids.numpy(), mask.numpy(), types.numpy())))
+    np.testing.assert_allclose(_ours(model, feeds)[0], _ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
