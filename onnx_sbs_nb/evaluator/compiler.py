@@ -30,6 +30,7 @@ from .attributes import (
 from .codegen import generate, script_source
 from .inline import HELPER_SOURCE, NOT_CONSTANT, form_for
 from .kernels._helpers import as_ints
+from .lowbit import CODE_OPS, on_codes
 from .protos import attribute_value, sparse_to_dense, string_array, tensor_from_proto
 from .registry import KernelEntry, _load_kernels, get_kernel, normalize_domain
 
@@ -485,10 +486,14 @@ class Compiler:
             return self._function_call(node, self.functions[key], atts, opsets), False, None
         if entry is None:
             return None, False, None
+        fn, form = entry.fn, None
         if entry.context:
-            ctx = KernelContext(self, node, opsets, attr_env)
-            return functools.partial(entry.fn, ctx=ctx), True, None
-        return entry.fn, True, form_for(entry.domain, entry.op_type, entry.since, entry.fn)
+            fn = functools.partial(fn, ctx=KernelContext(self, node, opsets, attr_env))
+        else:
+            form = form_for(entry.domain, entry.op_type, entry.since, fn)
+        if entry.domain == "" and entry.op_type in CODE_OPS:
+            fn = on_codes(fn)  # also runs on sub-byte values (lowbit.py)
+        return fn, True, form
 
     def _attribute_rule(
         self, node, key, entry: KernelEntry | None, opsets, problems: list[str]
