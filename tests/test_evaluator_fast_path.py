@@ -81,3 +81,25 @@ def test_general_path_errors_still_reach_the_caller():
     torch.testing.assert_close(
         z, torch.sigmoid(torch.ones(1, 4) @ torch.linspace(-1, 1, 12).reshape(4, 3))
     )
+
+
+def test_benchmark_times_a_baseline_checkout_beside_this_one(capsys, monkeypatch):
+    """bench_evaluator --baseline: another checkout's evaluator (here this very one, under
+    another package name) gets its own column in the same interleaved run."""
+    import pathlib
+    import sys
+
+    import benchmarks.bench_evaluator as bench
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cls = bench._load_baseline(str(root))
+    try:
+        assert cls is not TorchOnnxEvaluator
+        assert cls.__module__ == "baseline_onnx_sbs_nb.evaluator.evaluator"
+        monkeypatch.setattr(bench, "_BASELINE", cls)
+        bench.bench_dispatch(repeat=2, n=20)
+        out = capsys.readouterr().out
+        assert "baseline checkout" in out and "onnx_sbs_nb" in out
+    finally:
+        for name in [m for m in sys.modules if m.startswith("baseline_onnx_sbs_nb")]:
+            del sys.modules[name]
