@@ -11,6 +11,7 @@ optional (``pip install onnx-diagnostic``); without it its column is skipped, sa
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 import warnings
@@ -181,18 +182,20 @@ def _report(title: str, times: dict[str, float | str], baseline: str = "onnxrunt
 def _interleaved(
     fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 3, sync: bool = False
 ) -> dict[str, float]:
-    """Median ms per call of each function, calls interleaved round-robin (in an order
-    that rotates) so that a change of machine load affects every contender alike."""
+    """Median ms per call of each function, calls interleaved (in an order shuffled each
+    round) so that a change of machine load affects every contender alike."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     order = list(fns.items())
-    for r in range(repeat):
-        # the order rotates each round: a contender timed right after another one (eager
-        # torch, which leaves the caches cold) is not always the same one
-        k = r % len(order)
-        for name, fn in order[k:] + order[:k]:
+    shuffle = random.Random(0).shuffle
+    for _ in range(repeat):
+        # a new order each round: the contender timed right after another one (eager
+        # torch leaves the caches cold) is not always the same one; rotating the order
+        # would keep who follows whom, and it measured the same code 12-20% apart
+        shuffle(order)
+        for name, fn in order:
             if sync:
                 torch.cuda.synchronize()
             t = time.perf_counter()
