@@ -194,6 +194,7 @@ _DATA_DEPENDENT = {
     "TfIdfVectorizer",
     "TreeEnsemble",
     "Loop",
+    "ImageDecoder",  # the image's size is in its bytes
 }
 
 
