@@ -91,7 +91,7 @@ def test_benchmark_times_a_baseline_checkout_beside_this_one(capsys, monkeypatch
 
     import benchmarks.bench_evaluator as bench
 
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     cls = bench._load_baseline(str(root))
     try:
         assert cls is not TorchOnnxEvaluator
