@@ -142,3 +142,24 @@ def test_every_rule_takes_its_name_and_strength_from_its_declaration():
     assert {r.name for r in RULES} == {s.name for s in FX_RULES}
     assert {SameName, StateDictName, ByPosition} <= {type(s) for s in ONNX_RULES}
     assert {s.name for s in _all_steps() if s.strength == "proven"} == proven_rules()
+
+
+def test_pair_and_pairing_are_imported_from_where_they_live():
+    """``Pair``/``Pairing`` live in pairs.py: no module reaches them through another
+    (names.py was a hub imported for them alone)."""
+    import ast
+    from pathlib import Path
+
+    import onnx_sbs_nb
+
+    root = Path(onnx_sbs_nb.__file__).parent
+    tests = Path(__file__).parent
+    bad = []
+    for path in [*root.rglob("*.py"), *tests.rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            names = {a.name for a in node.names} & {"Pair", "Pairing"}
+            if names and not (node.module or "").endswith("pairs"):
+                bad.append(f"{path.relative_to(root.parent)}: from {node.module} import {names}")
+    assert not bad, "\n".join(bad)

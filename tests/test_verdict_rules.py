@@ -15,7 +15,7 @@ from onnx_sbs_nb.align.judge.rules import (
     first_verdict,
 )
 from onnx_sbs_nb.align.judge.weights import agrees_at_its_scale, settle_weight
-from onnx_sbs_nb.align.pairing.names import Pair
+from onnx_sbs_nb.align.pairing.pairs import Pair
 from onnx_sbs_nb.align.source.specialized import Specialized
 from onnx_sbs_nb.records import (
     KIND_NODE,

@@ -21,7 +21,7 @@ from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import make_runner
 from .engine.sides import OnnxSide
-from .pairing.names import Pair, Pairing
+from .pairing.pairs import Pair, Pairing
 from .source.loading import SbsInputError, load_onnx_model
 from .source.model_check import check_model
 
@@ -58,7 +58,9 @@ def run_onnx_on_two_devices(
     ("torch", "cuda"), or ("onnxruntime", "cpu") and ("torch", "cpu").
     """
     model = load_onnx_model(onx)
-    model = check_model(model)  # a model that cannot run is refused, not run into not-computed records
+    model = check_model(
+        model
+    )  # a model that cannot run is refused, not run into not-computed records
     (r_runner, r_dev), (c_runner, c_dev) = reference, candidate
     r_dev, c_dev = device_name(r_dev), device_name(c_dev)
     g = model.graph

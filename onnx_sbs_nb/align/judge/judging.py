@@ -29,9 +29,9 @@ from ..pairing.names import (
     TRANSFORM_PERMUTE,
     TRANSFORM_RESHAPE,
     TRANSFORM_TRANSPOSE,
-    Pair,
 )
 from ..pairing.onnx_pairing import cast_value
+from ..pairing.pairs import Pair
 
 
 class SbsMismatchError(AssertionError):

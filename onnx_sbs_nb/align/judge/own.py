@@ -10,8 +10,8 @@ from ...diff import compare, largest_element_error, largest_magnitude, zero_sign
 from ...elementwise import is_elementwise
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
 from ..pairing.onnx_pairing import in_common_precision
+from ..pairing.pairs import Pair
 from .context import RuleContext
 from .judging import as_expected, comparable, fill_own_error, in_layout_of
 from .ties import TIE_NOTE, tied

@@ -21,7 +21,7 @@ import torch
 from ...diff import Diff, compare, default_tolerance, value_dtype_name
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison
 

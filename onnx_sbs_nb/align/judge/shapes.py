@@ -7,7 +7,8 @@ from typing import Any
 
 from ...records import STATUS_NOT_COMPARED, UNPAIRED, Record
 from ...records import join_comments as _join
-from ..pairing.names import PAIRED_BY_NAME, Pair
+from ..pairing.names import PAIRED_BY_NAME
+from ..pairing.pairs import Pair
 from ..pairing.rules import proven_rules
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison

@@ -31,7 +31,7 @@ import onnx
 
 from ...records import STATUS_INTERNAL, STATUS_UNPAIRED_EP, Record
 from ...records import join_comments as _join
-from .names import Pair, Pairing, onnx_value_types
+from .names import onnx_value_types
 from .onnx_pairing import TRANSFORM_CAST, _compatibility
 from .optimized import (
     NODE_FUSED,
@@ -42,6 +42,7 @@ from .optimized import (
     OptimizedNode,
     optimize_model,
 )
+from .pairs import Pair, Pairing
 
 
 @dataclass

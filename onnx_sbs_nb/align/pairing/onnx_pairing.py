@@ -52,8 +52,9 @@ from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata
 from ..source.loading import load_onnx_model
 from .basic_rules import ByPosition, SameName, StateDictName, original_name
 from .context import PairingContext, PairingStep, run_rules
-from .names import TRANSFORM_CAST, Pair, Pairing, onnx_value_types
+from .names import TRANSFORM_CAST, onnx_value_types
 from .optimized import META_REPLACED
+from .pairs import Pair, Pairing
 from .rules import rule
 
 _FLOATS = frozenset(
