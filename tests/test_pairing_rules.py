@@ -13,16 +13,13 @@ import torch
 from onnx_sbs_nb.align.pairing import names, onnx_pairing
 from onnx_sbs_nb.align.pairing.basic_rules import ByPosition, SameName, StateDictName
 from onnx_sbs_nb.align.pairing.context import PairingStep
-from onnx_sbs_nb.align.pairing.names import (
-    FX_RULES,
-    AroundPaired,
-    ByMetadata,
-    fx_pairing_context,
-    pair_values,
-)
+from onnx_sbs_nb.align.pairing.fx_rules import ByMetadata
+from onnx_sbs_nb.align.pairing.lowered_by import graph_outputs
+from onnx_sbs_nb.align.pairing.names import FX_RULES, fx_pairing_context, pair_values
 from onnx_sbs_nb.align.pairing.onnx_pairing import ONNX_RULES, pair_onnx_models
 from onnx_sbs_nb.align.pairing.optimized import optimize_model
 from onnx_sbs_nb.align.pairing.rules import RULES, proven_rules, rule
+from onnx_sbs_nb.align.pairing.structure_rules import AroundPaired
 from onnx_sbs_nb.records import (
     KIND_INPUT,
     KIND_OUTPUT,
@@ -83,7 +80,7 @@ def test_position_rule_alone_pairs_the_graph_inputs_and_outputs():
     ep, onx, _ = mlp()
     ctx = _context()
     assert ByPosition().pair(ctx) == 2
-    output = names.graph_outputs(ep.graph)[0]
+    output = graph_outputs(ep.graph)[0]
     assert {(p.onnx_name, p.fx_name, p.rule) for p in ctx.pairing.by_onnx.values()} == {
         ("x", "x", PAIRED_BY_POSITION),
         (onx.graph.output[0].name, output, PAIRED_BY_POSITION),
@@ -163,3 +160,16 @@ def test_pair_and_pairing_are_imported_from_where_they_live():
             if names and not (node.module or "").endswith("pairs"):
                 bad.append(f"{path.relative_to(root.parent)}: from {node.module} import {names}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_pairing_module_is_under_700_lines():
+    """names.py and optimized.py were hubs of several concepts: the pairing wing stays
+    in small modules, one concept each."""
+    from pathlib import Path
+
+    import onnx_sbs_nb.align.pairing as pkg
+
+    sizes = {
+        p.name: len(p.read_text().splitlines()) for p in Path(pkg.__file__).parent.glob("*.py")
+    }
+    assert max(sizes.values()) < 700, sizes

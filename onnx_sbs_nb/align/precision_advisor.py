@@ -45,8 +45,8 @@ import torch
 from ..diff import compare, default_tolerance
 from ..errors import SbsInputError
 from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, STATUS_PRECISION_LOSS, Record
-from .pairing.names import onnx_value_types
 from .pairing.onnx_pairing import cast_value
+from .pairing.values import onnx_value_types
 from .precision_casts import repair_round_trips
 from .precision_prune import prune_block_list
 from .precision_why import why_disagrees

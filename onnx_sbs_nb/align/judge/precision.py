@@ -87,7 +87,7 @@ def onnx_inherited_precision(
     (weights stored in it, float32 kept at its inputs and outputs, or around blocked ops)
     computes its float32 values from float16 ones.  ``inputs``/``outputs``: the names
     each node reads and writes, in the model's order."""
-    from ..pairing.names import onnx_value_types
+    from ..pairing.values import onnx_value_types
 
     types = onnx_value_types(model)
     floor: dict[str, str | None] = {}

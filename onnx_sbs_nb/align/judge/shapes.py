@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...records import STATUS_NOT_COMPARED, UNPAIRED, Record
+from ...records import PAIRED_BY_NAME, STATUS_NOT_COMPARED, UNPAIRED, Record
 from ...records import join_comments as _join
-from ..pairing.names import PAIRED_BY_NAME
 from ..pairing.pairs import Pair
 from ..pairing.rules import proven_rules
 from .context import STAGE_COMPARED, RuleContext

@@ -14,9 +14,9 @@ from ...diff import (
 )
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
-from ..pairing.names import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE
 from ..pairing.onnx_pairing import in_common_precision
 from ..pairing.pairs import Pair
+from ..pairing.values import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE
 from .context import (
     STAGE_COMPARED,
     STAGE_PAIR,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import onnx
+import torch
 
 from ...records import KIND_OUTPUT
 from .pairs import Pairing
@@ -81,6 +82,19 @@ class PairingStep:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.strength!r})"
+
+
+@dataclass
+class FxPairingContext(PairingContext):
+    """What the fx-to-ONNX rules read besides the shared context: the program's nodes and
+    weights, and the candidate's declared types and shapes and each node's fx node."""
+
+    fx_nodes: dict[str, torch.fx.Node]
+    weights: dict[str, str]  # placeholder -> state-dict name
+    fx_of: list[str | None]  # per ONNX node, the fx node its metadata names
+    onnx_types: dict[str, tuple[int, int | None]]
+    onnx_shapes: dict[str, tuple[int | None, ...]]
+    model: onnx.ModelProto | None = None  # the candidate (shape inference reads it)
 
 
 def run_rules(rules: Iterable[PairingStep], ctx: PairingContext) -> Pairing:

@@ -31,18 +31,11 @@ import onnx
 
 from ...records import STATUS_INTERNAL, STATUS_UNPAIRED_EP, Record
 from ...records import join_comments as _join
-from .names import onnx_value_types
-from .onnx_pairing import TRANSFORM_CAST, _compatibility
-from .optimized import (
-    NODE_FUSED,
-    NODE_INSERTED,
-    NODE_REWRITTEN,
-    NODE_UNCHANGED,
-    OptimizedModel,
-    OptimizedNode,
-    optimize_model,
-)
+from .graph_map import NODE_FUSED, NODE_INSERTED, NODE_REWRITTEN, NODE_UNCHANGED, OptimizedNode
+from .onnx_pairing import _compatibility
+from .optimized import OptimizedModel, optimize_model
 from .pairs import Pair, Pairing
+from .values import TRANSFORM_CAST, onnx_value_types
 
 
 @dataclass

@@ -52,10 +52,10 @@ from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata
 from ..source.loading import load_onnx_model
 from .basic_rules import ByPosition, SameName, StateDictName, original_name
 from .context import PairingContext, PairingStep, run_rules
-from .names import TRANSFORM_CAST, onnx_value_types
-from .optimized import META_REPLACED
+from .graph_map import META_REPLACED
 from .pairs import Pair, Pairing
 from .rules import rule
+from .values import TRANSFORM_CAST, onnx_value_types
 
 _FLOATS = frozenset(
     {
