@@ -43,12 +43,12 @@ FLOORS: list[tuple[str, ...]] = [
         "user_compare",
         "html_sanitize",
         "option_names",
-        "certainty",
     ),
     ("diff", "verdict_policy"),
     ("evaluator",),
     ("align",),
-    ("summary", "model_explorer", "shape_origin"),
+    # certainty: what a culprit's why says of its pair, read from the pairing rules
+    ("summary", "model_explorer", "shape_origin", "certainty"),
     (
         "session",
         "session_stream",

@@ -8,7 +8,7 @@ import torch
 
 from onnx_sbs_nb.align.engine.plan import CAND, REF, build_plan
 from onnx_sbs_nb.align.pairing.names import pair_values
-from onnx_sbs_nb.records import PAIRED_BY_METADATA, PAIRED_BY_NAME
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_METADATA, PAIRED_BY_NAME
 
 
 def _fx_graph():

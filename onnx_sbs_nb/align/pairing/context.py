@@ -1,8 +1,8 @@
 """What a pairing rule reads, and the shape every rule has.
 
-A rule is a small class: its declaration in :mod:`.rules` (which gives it its ``name``,
-the ``Record.paired_by`` of the pairs it makes, and its ``strength``) and
-``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered tuple of rule objects
+A rule is a small class: it derives from its rule's declaration in :mod:`.rules` (which
+gives it its ``name``, the ``Record.paired_by`` of the pairs it makes, and its
+``strength``) and has ``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered tuple of rule objects
 run on one :class:`PairingContext` (:func:`run_rules`); each pairing lists its tuple
 (``names.FX_RULES``, ``onnx_pairing.ONNX_RULES``), and adding a rule is one class and one
 entry there.  Like the exporter's capture strategies, each rule names itself in what it
@@ -24,7 +24,6 @@ import torch
 
 from ...records import KIND_OUTPUT
 from .pairs import Pairing
-from .rules import PairingRule
 
 # (candidate value, reference value, rule name, transform=None) -> whether it paired
 TryPair = Callable[..., bool]
@@ -57,19 +56,17 @@ class PairingContext:
 
 
 class PairingStep:
-    """A pairing rule as code.  ``declared``: its :class:`.rules.PairingRule`, the one
-    source of its name and strength; several steps may share one declaration (the
+    """A pairing rule as code.  Its rule (name, strength, whether it links the two sides,
+    what a culprit's why says of its pairs) is declared once, as a class of
+    :mod:`.rules` that the step derives from; several steps may share one rule (the
     structure passes all pair by structure)."""
 
-    declared: ClassVar[PairingRule]
-
-    @property
-    def name(self) -> str:
-        return self.declared.name
-
-    @property
-    def strength(self) -> Literal["proven", "guess"]:
-        return self.declared.strength
+    name: ClassVar[str]  # the value of Record.paired_by for the pairs it makes
+    strength: ClassVar[Literal["proven", "guess"]]
+    links_models: ClassVar[bool]
+    doc: ClassVar[str]
+    # the words a culprit's why adds when its pair was made by this rule (None: nothing)
+    caveat: ClassVar[str | None] = None
 
     def pair(self, ctx: Any) -> int:
         """Pairs what the rule can on ``ctx``; returns how many pairs it made."""

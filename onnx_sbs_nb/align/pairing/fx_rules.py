@@ -10,11 +10,10 @@ from typing import Any
 import onnx
 import torch
 
-from ...records import PAIRED_BY_METADATA, PAIRED_BY_POSITION, PAIRED_BY_STATE_DICT
-from .context import FxPairingContext, PairingStep
+from .context import FxPairingContext
 from .lowered_by import fx_of_paired, lowering_of_nodes
 from .pairs import Pairing
-from .rules import rule
+from .rules import MetadataRule, PositionRule, StateDictRule
 from .values import (
     TRANSFORM_PERMUTE,
     TRANSFORM_TRANSPOSE,
@@ -35,13 +34,11 @@ def _multiplies_as_stored(node: onnx.NodeProto, name: str) -> bool:
     return False
 
 
-class FoldedWeights(PairingStep):
+class FoldedWeights(StateDictRule):
     """An initializer consumed by the lowering of an fx node whose weight argument has as
     many elements pairs with that weight (through a transposition when it is one).
     ``by_pairs``: a node's fx node is also found from the pairs (:func:`fx_of_paired`),
     for a graph tool that dropped the metadata."""
-
-    declared = rule(PAIRED_BY_STATE_DICT)
 
     def __init__(self, by_pairs: bool = False):
         self.by_pairs = by_pairs
@@ -85,9 +82,9 @@ class FoldedWeights(PairingStep):
                     )
                 )
                 if transposed:
-                    try_pair(inp, w.name, PAIRED_BY_STATE_DICT, TRANSFORM_TRANSPOSE)
+                    try_pair(inp, w.name, StateDictRule.name, TRANSFORM_TRANSPOSE)
                 elif shape == dims:
-                    try_pair(inp, w.name, PAIRED_BY_STATE_DICT)
+                    try_pair(inp, w.name, StateDictRule.name)
 
 
 def _tail_fused(node, fx: torch.fx.Node | None, fused: dict, pairing: Pairing) -> bool:
@@ -106,11 +103,9 @@ def _tail_fused(node, fx: torch.fx.Node | None, fused: dict, pairing: Pairing) -
     return False
 
 
-class ByMetadata(PairingStep):
+class ByMetadata(MetadataRule):
     """An fx node not paired by name pairs with the last output of the last ONNX node
     whose metadata names it, when the declared type and shape agree."""
-
-    declared = rule(PAIRED_BY_METADATA)
 
     def run(self, ctx: FxPairingContext) -> None:
         fx_nodes, pairing = ctx.fx_nodes, ctx.pairing
@@ -142,7 +137,7 @@ class ByMetadata(PairingStep):
             if not candidates and len(node.output) == 1 and node.output[0] not in pairing.by_onnx:
                 candidates = [node.output[0]] if node.output[0] not in onnx_types else []
             if candidates:
-                ctx.try_pair(candidates[-1], fx_name, PAIRED_BY_METADATA)
+                ctx.try_pair(candidates[-1], fx_name, MetadataRule.name)
 
 
 def _unique_permutation(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -174,13 +169,11 @@ def _is_getitem(node: torch.fx.Node) -> bool:
     return found
 
 
-class GetitemOutputs(PairingStep):
+class GetitemOutputs(MetadataRule):
     """The outputs of a multi-output fx node (an LSTM, a Split): its ``getitem`` users
     pair with the values its lowering hands to other nodes, when their declared type and
     shape single one out (through a permutation of the axes when an optimizer merged the
     transposes around the lowering)."""
-
-    declared = rule(PAIRED_BY_METADATA)
 
     def run(self, ctx: FxPairingContext) -> None:
         g, fx_of, fx_nodes, pairing = ctx.graph, ctx.fx_of, ctx.fx_nodes, ctx.pairing
@@ -236,14 +229,14 @@ class GetitemOutputs(PairingStep):
                 ]
                 same = [v for v in typed if onnx_shapes[v] == fshape]
                 if len(same) == 1:
-                    try_pair(same[0], u.name, PAIRED_BY_METADATA)
+                    try_pair(same[0], u.name, MetadataRule.name)
                     continue
                 if len(same) > 1:
                     # equal parts (chunk, split into equal sizes): one Split makes them all, in
                     # the order torch returns them, so the getitem's index names its output
                     v = _split_output(nodes, producer, same, u.args[1] if len(u.args) > 1 else None)
                     if v is not None:
-                        try_pair(v, u.name, PAIRED_BY_METADATA)
+                        try_pair(v, u.name, MetadataRule.name)
                     continue
                 # Optimizers merge the transposes around RNN lowerings into their neighbours,
                 # so the value handed on may be the getitem with its axes permuted: pair it
@@ -252,7 +245,7 @@ class GetitemOutputs(PairingStep):
                 permuted = [(v, p) for v, p in permuted if p is not None]
                 if len(permuted) == 1 and not same:
                     v, perm = permuted[0]
-                    if try_pair(v, u.name, PAIRED_BY_METADATA, TRANSFORM_PERMUTE):
+                    if try_pair(v, u.name, MetadataRule.name, TRANSFORM_PERMUTE):
                         pairing.by_onnx[v].perm = perm
 
 
@@ -275,13 +268,11 @@ def _split_output(nodes, producer, candidates: list[str], index: Any) -> str | N
 _SPLITS = ("aten.split.Tensor", "aten.split_with_sizes.default", "aten.unsafe_split.Tensor")
 
 
-class SplitParts(PairingStep):
+class SplitParts(PositionRule):
     """Pairs the getitems of an fx split with the outputs of the ONNX Split of the same
     tensor (its input paired with the split's) along the same axis, part by part: the
     optimizer rewrites a split's lowering into one Split node and drops its metadata, and
     equal parts (``chunk``) cannot be told apart by shape."""
-
-    declared = rule(PAIRED_BY_POSITION)
 
     def run(self, ctx: FxPairingContext) -> None:
         g, fx_nodes, pairing = ctx.graph, ctx.fx_nodes, ctx.pairing
@@ -321,7 +312,7 @@ class SplitParts(PairingStep):
                         and v in onnx_types
                         and types_compatible(ftype, onnx_types[v])
                     ):
-                        try_pair(v, u.name, PAIRED_BY_POSITION)
+                        try_pair(v, u.name, PositionRule.name)
 
 
 def _same_split_axis(src: torch.fx.Node, node: onnx.NodeProto, shape) -> bool:

@@ -36,14 +36,7 @@ from __future__ import annotations
 import onnx
 import torch
 
-from ...records import (
-    KIND_INPUT,
-    KIND_NODE,
-    KIND_OUTPUT,
-    KIND_WEIGHT,
-    PAIRED_BY_METADATA,
-    PAIRED_BY_NAME,
-)
+from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from ..source.fx_metadata import FxMetadata
 from .basic_rules import ByPosition, OutputFixAliases, SameName, StateDictName
 from .context import FxPairingContext, PairingStep, run_rules
@@ -51,6 +44,7 @@ from .foreign import CorrespondingOps
 from .fx_rules import ByMetadata, FoldedWeights, GetitemOutputs, SplitParts
 from .lowered_by import graph_outputs
 from .pairs import Pair, Pairing
+from .rules import MetadataRule, NameRule
 from .structure_rules import AroundPaired
 from .values import (
     TRANSFORM_RESHAPE,
@@ -124,7 +118,7 @@ def fx_pairing_context(
             return False
         if (
             trusted is not None
-            and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA)
+            and rule in (NameRule.name, MetadataRule.name)
             and node.op == "call_function"
             and fx_name not in trusted
             and not ("getitem" in str(node.target) and node.args and str(node.args[0]) in trusted)

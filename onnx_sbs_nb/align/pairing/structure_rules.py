@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from ...records import PAIRED_BY_STRUCTURE
 from .context import FxPairingContext, PairingStep
 from .fx_rules import FoldedWeights
 from .pairs import Pairing
-from .rules import rule
+from .rules import StructureRule
 from .values import TRANSFORM_RESHAPE, fx_value_shape, numel
 
 # fx views whose ONNX lowering is a Reshape, and the ONNX ops a graph tool leaves for them
@@ -21,13 +20,11 @@ _FX_VIEWS = ("aten.view", "aten._unsafe_view", "aten.reshape", "aten.squeeze",
 _ONNX_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
-class ThroughViews(PairingStep):
+class ThroughViews(StructureRule):
     """A paired view (an fx ``view``/``reshape`` whose ONNX value a Reshape makes): the
     Reshape's data input is the view's input, in another shape.  Graph tools move
     reshapes around a MatMul turned Gemm, and the fx value before the view keeps no ONNX
     value of its own shape."""
-
-    declared = rule(PAIRED_BY_STRUCTURE)
 
     def run(self, ctx: FxPairingContext) -> None:
         fx_nodes, pairing, onnx_shapes = ctx.fx_nodes, ctx.pairing, ctx.onnx_shapes
@@ -45,7 +42,7 @@ class ThroughViews(PairingStep):
                 continue
             if numel(fx_value_shape(src)) != numel(onnx_shapes.get(node.input[0])):
                 continue
-            ctx.try_pair(node.input[0], src.name, PAIRED_BY_STRUCTURE, TRANSFORM_RESHAPE)
+            ctx.try_pair(node.input[0], src.name, StructureRule.name, TRANSFORM_RESHAPE)
 
 
 # fx targets lowered to one ONNX node of that op, operands in the same order (the last
@@ -65,13 +62,11 @@ _ONE_NODE_LOWERINGS = {
 _COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min"})
 
 
-class Operands(PairingStep):
+class Operands(StructureRule):
     """The operands of a paired one-node lowering (an ``aten.add`` whose value an ``Add``
     makes) are the fx node's operands: graph tools rename the values between nodes (a
     bias Add of zeros removed, a reshape folded), and the node reading them says which
     they are.  Operands pair only where the others agree (an anchor), or alone."""
-
-    declared = rule(PAIRED_BY_STRUCTURE)
 
     def run(self, ctx: FxPairingContext) -> None:
         g, fx_nodes, weights, pairing = ctx.graph, ctx.fx_nodes, ctx.weights, ctx.pairing
@@ -113,7 +108,7 @@ class Operands(PairingStep):
                 ):
                     continue  # the other operands disagree in this order
                 if len(loose) == 1:
-                    ctx.try_pair(loose[0][0], loose[0][1].name, PAIRED_BY_STRUCTURE)
+                    ctx.try_pair(loose[0][0], loose[0][1].name, StructureRule.name)
                 break
 
 
@@ -135,12 +130,11 @@ def _through_copies(node: torch.fx.Node, pairing: Pairing) -> torch.fx.Node:
     return node
 
 
-class AroundPaired(PairingStep):
+class AroundPaired(StructureRule):
     """The values around paired ones (through views, operands, folded weights), a few
     rounds, until nothing more pairs: for a graph tool that dropped the metadata or
     renamed values."""
 
-    declared = rule(PAIRED_BY_STRUCTURE)
     rounds: tuple[PairingStep, ...] = (ThroughViews(), Operands(), FoldedWeights(by_pairs=True))
 
     def run(self, ctx: FxPairingContext) -> None:

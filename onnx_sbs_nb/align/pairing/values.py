@@ -14,7 +14,7 @@ import onnx
 import torch
 
 from ...dtypes import ONNX_TO_TORCH
-from ...records import PAIRED_BY_METADATA, PAIRED_BY_NAME
+from .rules import MetadataRule, NameRule
 
 TRANSFORM_TRANSPOSE = "transpose"
 
@@ -206,7 +206,7 @@ def transform_of(
             return None
     elif transform is None:
         how = value_transform(node, onnx_type, onnx_shape)
-        if how is False and rule in (PAIRED_BY_NAME, PAIRED_BY_METADATA):
+        if how is False and rule in (NameRule.name, MetadataRule.name):
             squeeze = _squeezed(node, onnx_type, onnx_shape)
             how = TRANSFORM_RESHAPE if squeeze is not None else False
         if how is False and coarser and shapes_compatible(fx_value_shape(node), onnx_shape):
