@@ -2,15 +2,17 @@
 
 A rule is a small class: it derives from its rule's declaration in :mod:`.rules` (which
 gives it its ``name``, the ``Record.paired_by`` of the pairs it makes, and its
-``strength``) and has ``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered tuple of rule objects
-run on one :class:`PairingContext` (:func:`run_rules`); each pairing lists its tuple
-(``names.FX_RULES``, ``onnx_pairing.ONNX_RULES``), and adding a rule is one class and one
-entry there.  Like the exporter's capture strategies, each rule names itself in what it
-makes: ``try_pair`` is given the rule's name.
+``strength``) and has ``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered
+tuple of rule objects run on one context (:func:`run_rules`); each pairing lists its
+tuple (``names.FX_RULES``, ``onnx_pairing.ONNX_RULES``, ``same_model.SAME_MODEL_RULES``,
+``deployed.DEPLOYED_RULES``), and adding a rule is one class and one entry there.  Like
+the exporter's capture strategies, each rule names itself in what it makes: ``try_pair``
+is given the rule's name.
 
-Both pairings fill the same context: the *candidate* is always an ONNX model, the
-*reference* the program (fx-to-ONNX) or another ONNX model (ONNX-to-ONNX); rules that
-need more of one side read a subclass (``names.FxPairingContext``).
+The pairings of two graphs fill the same context: the *candidate* is always an ONNX
+model, the *reference* the program (fx-to-ONNX) or an ONNX model (ONNX-to-ONNX, the same
+model on two devices); rules that need more of one side read a subclass
+(:class:`FxPairingContext`).
 """
 
 from __future__ import annotations

@@ -2,22 +2,23 @@
 
 The rules are the classes of :data:`FX_RULES`, run in that order on one
 :class:`FxPairingContext` (each record's ``paired_by`` is the name of the rule that
-paired it; each rule's strength is declared in :mod:`.rules`):
+paired it; each rule's name and strength are declared once, in :mod:`.rules`; the types,
+shapes and transforms a pair is checked by, in :mod:`.values`).  In order:
 
 1. ``name`` (:class:`.SameName`): the ONNX value carries the fx node's name (the dynamo
    exporter names the value that implements an fx node after it);
-2. ``state_dict`` (:class:`.StateDictName`, :class:`FoldedWeights`): an initializer named
+2. ``state_dict`` (:class:`.StateDictName`, :class:`.fx_rules.FoldedWeights`): an initializer named
    after a parameter, buffer or constant, or one whose ``pkg.torch.onnx.original_node_name``
    says so; an initializer consumed by the ONNX node of an fx node whose weight argument
    has the same number of elements (the exporter folds ``weight.T`` of a linear into a new
    initializer) pairs with that weight, compared through the same transposition;
-3. ``metadata`` (:class:`ByMetadata`): an fx node not paired by name pairs with the last
+3. ``metadata`` (:class:`.fx_rules.ByMetadata`): an fx node not paired by name pairs with the last
    output of the ONNX nodes that carry it in ``pkg.torch.onnx.fx_node`` whose declared
    type matches;
-4. ``metadata`` again (:class:`GetitemOutputs`), for the outputs of a multi-output fx node
-   (an LSTM, a Split); ``position`` (:class:`SplitParts`) for the parts of a split whose
+4. ``metadata`` again (:class:`.fx_rules.GetitemOutputs`), for the outputs of a multi-output fx node
+   (an LSTM, a Split); ``position`` (:class:`.fx_rules.SplitParts`) for the parts of a split whose
    lowering lost its metadata;
-5. ``structure`` (:class:`AroundPaired`): the values around paired ones, for a graph tool
+5. ``structure`` (:class:`.structure_rules.AroundPaired`): the values around paired ones, for a graph tool
    that dropped the metadata or renamed values;
 6. ``position`` (:class:`.ByPosition`): graph inputs and outputs left over pair by
    position;
