@@ -16,7 +16,6 @@ from onnx_sbs_nb.align.devices import run_onnx_on_two_devices
 from onnx_sbs_nb.align.pairing import deployed, names, onnx_pairing, same_model
 from onnx_sbs_nb.align.pairing import rules as rules_module
 from onnx_sbs_nb.align.pairing.basic_rules import ByPosition, SameName, StateDictName
-from onnx_sbs_nb.align.pairing.context import PairingStep
 from onnx_sbs_nb.align.pairing.deployed import DEPLOYED_RULES
 from onnx_sbs_nb.align.pairing.fx_rules import ByMetadata
 from onnx_sbs_nb.align.pairing.lowered_by import graph_outputs
@@ -30,6 +29,7 @@ from onnx_sbs_nb.align.pairing.rules import (
     PAIRED_BY_STATE_DICT,
     RULES,
     NameRule,
+    PairingStep,
     RenamedRule,
     proven_rules,
     rule,

@@ -1,6 +1,7 @@
 """What a pairing rule reads, and the shape every rule has.
 
-A rule is a small class: it derives from its rule's declaration in :mod:`.rules` (which
+A rule is a small class (:class:`.rules.PairingStep`): it derives from its rule's
+declaration in :mod:`.rules` (which
 gives it its ``name``, the ``Record.paired_by`` of the pairs it makes, and its
 ``strength``) and has ``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered
 tuple of rule objects run on one context (:func:`run_rules`); each pairing lists its
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
 
 import onnx
 import torch
 
 from ...records import KIND_OUTPUT
 from .pairs import Pairing
+from .rules import PairingStep
 
 # (candidate value, reference value, rule name, transform=None) -> whether it paired
 TryPair = Callable[..., bool]
@@ -57,32 +58,6 @@ class PairingContext:
                 p.kind = KIND_OUTPUT
 
 
-class PairingStep:
-    """A pairing rule as code.  Its rule (name, strength, whether it links the two sides,
-    what a culprit's why says of its pairs) is declared once, as a class of
-    :mod:`.rules` that the step derives from; several steps may share one rule (the
-    structure passes all pair by structure)."""
-
-    name: ClassVar[str]  # the value of Record.paired_by for the pairs it makes
-    strength: ClassVar[Literal["proven", "guess"]]
-    links_models: ClassVar[bool]
-    doc: ClassVar[str]
-    # the words a culprit's why adds when its pair was made by this rule (None: nothing)
-    caveat: ClassVar[str | None] = None
-
-    def pair(self, ctx: Any) -> int:
-        """Pairs what the rule can on ``ctx``; returns how many pairs it made."""
-        before = len(ctx.pairing)
-        self.run(ctx)
-        return len(ctx.pairing) - before
-
-    def run(self, ctx: Any) -> None:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, {self.strength!r})"
-
-
 @dataclass
 class FxPairingContext(PairingContext):
     """What the fx-to-ONNX rules read besides the shared context: the program's nodes and
@@ -104,4 +79,4 @@ def run_rules(rules: Iterable[PairingStep], ctx: PairingContext) -> Pairing:
     return ctx.pairing
 
 
-__all__ = ["PairingContext", "PairingStep", "TryPair", "run_rules"]
+__all__ = ["FxPairingContext", "PairingContext", "TryPair", "run_rules"]

@@ -32,12 +32,11 @@ import onnx
 
 from ...records import STATUS_INTERNAL, STATUS_UNPAIRED_EP, Record
 from ...records import join_comments as _join
-from .context import PairingStep
 from .graph_map import NODE_FUSED, NODE_INSERTED, NODE_REWRITTEN, NODE_UNCHANGED, OptimizedNode
 from .onnx_pairing import _compatibility
 from .optimized import OptimizedModel, optimize_model
 from .pairs import Pair, Pairing
-from .rules import RenamedRule
+from .rules import PairingStep, RenamedRule
 from .values import TRANSFORM_CAST, onnx_value_types
 
 

@@ -35,9 +35,8 @@ import torch
 from ...dtypes import ONNX_TO_TORCH
 from ...records import KIND_WEIGHT
 from ..source.provenance import module_of_node_name, module_path
-from .context import PairingStep
 from .lowerings import COPIES, FOLDABLE, LAYOUT, ends_of, op_name
-from .rules import StructureRule
+from .rules import PairingStep, StructureRule
 
 # ONNX ops whose value is a size of their input: a static program has no twin of it
 _SIZE_OPS = frozenset({"Shape", "Size"})

@@ -40,12 +40,12 @@ import torch
 from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from ..source.fx_metadata import FxMetadata
 from .basic_rules import ByPosition, OutputFixAliases, SameName, StateDictName
-from .context import FxPairingContext, PairingStep, run_rules
+from .context import FxPairingContext, run_rules
 from .foreign import CorrespondingOps
 from .fx_rules import ByMetadata, FoldedWeights, GetitemOutputs, SplitParts
 from .lowered_by import graph_outputs
 from .pairs import Pair, Pairing
-from .rules import MetadataRule, NameRule
+from .rules import MetadataRule, NameRule, PairingStep
 from .structure_rules import AroundPaired
 from .values import (
     TRANSFORM_RESHAPE,

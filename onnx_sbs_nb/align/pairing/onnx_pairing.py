@@ -51,10 +51,10 @@ from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata
 from ..source.loading import load_onnx_model
 from .basic_rules import ByPosition, SameName, StateDictName, original_name
-from .context import PairingContext, PairingStep, run_rules
+from .context import PairingContext, run_rules
 from .graph_map import META_REPLACED
 from .pairs import Pair, Pairing
-from .rules import MetadataRule
+from .rules import MetadataRule, PairingStep
 from .values import TRANSFORM_CAST, onnx_value_types
 
 _FLOATS = frozenset(

@@ -17,14 +17,41 @@ program (a place among the inputs is not: any two models taking the same inputs 
 The classes below are the declarations; the rules as code derive from them (``class
 SameName(NameRule)``), so a rule's name is written in one place.  Code asks
 :func:`rule`, :func:`proven_rules` and :func:`linking_rules`; it never lists rules itself.
+This module imports nothing heavy (no onnx, no torch): the summary reads it too.
 """
 
 from __future__ import annotations
 
-from .context import PairingStep
+from typing import Any, ClassVar, Literal
 
 PROVEN = "proven"
 GUESS = "guess"
+
+
+class PairingStep:
+    """A pairing rule as code.  Its rule (name, strength, whether it links the two sides,
+    what a culprit's why says of its pairs) is declared once, as one of the classes below
+    that the step derives from; several steps may share one rule (the structure passes
+    all pair by structure).  What it reads: :mod:`.context`."""
+
+    name: ClassVar[str]  # the value of Record.paired_by for the pairs it makes
+    strength: ClassVar[Literal["proven", "guess"]]
+    links_models: ClassVar[bool]
+    doc: ClassVar[str]
+    # the words a culprit's why adds when its pair was made by this rule (None: nothing)
+    caveat: ClassVar[str | None] = None
+
+    def pair(self, ctx: Any) -> int:
+        """Pairs what the rule can on ``ctx``; returns how many pairs it made."""
+        before = len(ctx.pairing)
+        self.run(ctx)
+        return len(ctx.pairing) - before
+
+    def run(self, ctx: Any) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.strength!r})"
 
 
 class NameRule(PairingStep):
@@ -138,6 +165,7 @@ __all__ = [
     "PAIRED_BY_STATE_DICT",
     "PAIRED_BY_STRUCTURE",
     "PROVEN",
+    "PairingStep",
     "RULES",
     "MetadataRule",
     "NameRule",

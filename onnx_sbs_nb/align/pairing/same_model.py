@@ -12,8 +12,9 @@ import onnx
 
 from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT
 from .basic_rules import SameName
-from .context import PairingContext, PairingStep
+from .context import PairingContext
 from .pairs import Pair, Pairing
+from .rules import PairingStep
 
 # The same-model pairing: its rules, in the order they run.
 SAME_MODEL_RULES: tuple[PairingStep, ...] = (SameName(),)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from .context import FxPairingContext, PairingStep
+from .context import FxPairingContext
 from .fx_rules import FoldedWeights
 from .pairs import Pairing
-from .rules import StructureRule
+from .rules import PairingStep, StructureRule
 from .values import TRANSFORM_RESHAPE, fx_value_shape, numel
 
 # fx views whose ONNX lowering is a Reshape, and the ONNX ops a graph tool leaves for them
