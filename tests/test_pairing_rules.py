@@ -281,3 +281,22 @@ def test_every_pairing_module_is_under_700_lines():
         p.name: len(p.read_text().splitlines()) for p in Path(pkg.__file__).parent.glob("*.py")
     }
     assert max(sizes.values()) < 700, sizes
+
+
+def test_a_culprits_why_reads_what_its_pairing_rule_says():
+    """certainty (the summary's why) takes a rule's caveat from the registry: structure
+    says it is a likely pairing; the other registered rules add nothing; a name no rule
+    has is a pairing nothing proves."""
+    from onnx_sbs_nb.align.pairing.rules import StructureRule
+    from onnx_sbs_nb.certainty import certainty
+    from onnx_sbs_nb.records import Record
+
+    def why(paired_by: str) -> str:
+        return certainty(Record(step=0, paired_by=paired_by), 10, 10, False)
+
+    assert "a likely pairing, not a proven one" in why(StructureRule.name)
+    assert why(StructureRule.name) == StructureRule.caveat
+    for name in rule_names() - {StructureRule.name}:
+        assert why(name) == "", name
+    assert why(UNPAIRED) == ""
+    assert "which nothing proves" in why("a_rule_nobody_declared")
