@@ -24,7 +24,7 @@ import torch
 from onnx import TensorProto
 from onnx import helper as oh
 
-from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+from onnx_sbs_nb.evaluator.compiled import JIT_AFTER
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
 
 

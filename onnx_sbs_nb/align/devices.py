@@ -2,9 +2,9 @@
 
 "Does my model give the same numbers on CUDA as on CPU?" is the question here.  It is the
 engine's one loop (``run.py``) with an ONNX model on both sides: the reference runtime and
-device on one, the candidate on the other, every value paired with its namesake.  Each
-record holds the propagated error (``err_abs``: the candidate on its own values) and the
-node's own error (``err_abs2``: the candidate node on the reference's inputs).  The ``ep_*``
+device on one, the candidate on the other, every value paired with its namesake by the
+pairing's name rule (``pairing/same_model.py``).  Each record holds the propagated error
+(``err_abs``: the candidate on its own values) and the node's own error (``err_abs2``: the candidate node on the reference's inputs).  The ``ep_*``
 fields describe the reference run, the ``onnx_*`` fields the candidate run.
 """
 
@@ -13,34 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import onnx
-
 from ..device import device_name
-from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME, Record
+from ..records import Record
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import make_runner
 from .engine.sides import OnnxSide
-from .pairing.names import Pair, Pairing
+from .pairing.same_model import same_model_pairing
 from .source.loading import SbsInputError, load_onnx_model
 from .source.model_check import check_model
-
-
-def same_model_pairing(model: onnx.ModelProto) -> Pairing:
-    """Every graph input and node output paired with its namesake on the other side."""
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-    outputs = {o.name for o in g.output}
-    pairing = Pairing()
-    for i in g.input:
-        if i.name not in inits:
-            pairing.add(Pair(i.name, i.name, PAIRED_BY_NAME, KIND_INPUT))
-    for node in g.node:
-        for o in node.output:
-            if o:
-                kind = KIND_OUTPUT if o in outputs else KIND_NODE
-                pairing.add(Pair(o, o, PAIRED_BY_NAME, kind))
-    return pairing
 
 
 def run_onnx_on_two_devices(

@@ -14,14 +14,14 @@ import torch
 from ..convert import to_numpy, to_torch
 from ..device import resolve_device as checked_device
 from .attributes import UnknownAttributeError
-from .compiler import (
+from .compiled import (
     CompiledGraph,
-    Compiler,
     MissingKernelError,
     NodeError,
     graph_free_names,
     node_implicit_inputs,
 )
+from .compiler import Compiler
 from .lowbit import LOWBIT_DTYPES
 from .registry import normalize_domain, supported_ops
 from .specialize import ShapeSpecializer

@@ -14,7 +14,7 @@ from onnx_sbs_nb.align.bisect import (
     bisect_optimizers,
     minimal_disabling_set,
 )
-from onnx_sbs_nb.align.pairing.optimized import NODE_FUSED, NODE_REWRITTEN
+from onnx_sbs_nb.align.pairing.graph_map import NODE_FUSED, NODE_REWRITTEN
 from onnx_sbs_nb.errors import SbsInputError
 
 from ..quant_models import cpu_features, exported, u8s8_saturates

@@ -16,7 +16,7 @@ import torch
 
 from onnx_sbs_nb.convert import to_numpy as torch_to_numpy
 from onnx_sbs_nb.convert import to_torch as numpy_to_torch
-from onnx_sbs_nb.evaluator.compiler import MissingKernelError
+from onnx_sbs_nb.evaluator.compiled import MissingKernelError
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 
 PASS, WRONG, UNSUPPORTED = "pass", "wrong", "unsupported"

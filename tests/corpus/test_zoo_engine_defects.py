@@ -134,7 +134,7 @@ def test_spectral_faithful_passes(spectral):
 
 def _complex_mul_node(onx):
     """An Add of the complex product's lowering (real pairs: re*re - im*im, re*im + im*re)."""
-    from onnx_sbs_nb.align.pairing.names import fx_name_from_metadata
+    from onnx_sbs_nb.align.source.fx_metadata import fx_name_from_metadata
 
     return next(
         n for n in onx.graph.node if n.op_type == "Add" and fx_name_from_metadata(n) == "mul"

@@ -284,7 +284,7 @@ def test_inline_forms_give_the_kernels_results(cases):
 def test_torchscript_forms_give_the_kernels_results(cases):
     """A CPU plan run often moves to TorchScript: wherever TorchScript takes the inline
     code, its results are bit for bit the kernels'."""
-    from onnx_sbs_nb.evaluator.compiler import _scripted
+    from onnx_sbs_nb.evaluator.compiled import _scripted
 
     differ, scripted = [], 0
     for tc, _, feeds in _passing_deterministic(cases):

@@ -19,7 +19,7 @@ from onnx import numpy_helper as onh
 
 from onnx_sbs_nb.evaluator import supported_ops as supported_ops_pkg
 from onnx_sbs_nb.evaluator.attributes import UnknownAttributeError
-from onnx_sbs_nb.evaluator.compiler import MissingKernelError, NodeError
+from onnx_sbs_nb.evaluator.compiled import MissingKernelError, NodeError
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node, supported_ops
 
 F = TP.FLOAT
@@ -625,7 +625,7 @@ def _peak_mb_of_a_chain(tier: str) -> float:
     """Peak resident memory (MB above the start) of a run of 30 chained Adds on a 16 MB
     tensor, run by ``tier``: "kernels", "inline" or "torchscript" (Linux)."""
     from benchmarks.common import PeakRss
-    from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+    from onnx_sbs_nb.evaluator.compiled import JIT_AFTER
 
     model = _model(_add_chain(30, "y"), [_vi("x")], [_vi("y")])
     ev = TorchOnnxEvaluator(model, jit=tier == "torchscript")
@@ -962,7 +962,7 @@ def test_torchscript_plan_hands_unusual_runs_back():
     """A plan run often moves to TorchScript; a run TorchScript cannot take (a dtype only
     the kernels handle, a feed that is not a tensor) goes back down the tiers and stays
     correct; ``jit=False`` never leaves the Python code."""
-    from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+    from onnx_sbs_nb.evaluator.compiled import JIT_AFTER
 
     nodes = [oh.make_node("Add", ["x", "x"], ["t"]), oh.make_node("Mul", ["t", "x"], ["y"])]
     m = _model(nodes, [_vi("x", TP.UINT32)], [_vi("y", TP.UINT32)])

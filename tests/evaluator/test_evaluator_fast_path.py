@@ -10,7 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as onh
 
-from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+from onnx_sbs_nb.evaluator.compiled import JIT_AFTER
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 
 F = TP.FLOAT

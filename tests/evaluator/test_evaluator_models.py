@@ -10,7 +10,7 @@ import onnx
 import pytest
 import torch
 
-from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+from onnx_sbs_nb.evaluator.compiled import JIT_AFTER
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, supported_ops
 
 DEVICES = [

@@ -22,7 +22,7 @@ from ...records import (
     Record,
 )
 from ..judge.judging import proto_shape_type
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
 

@@ -14,7 +14,7 @@ from ...records import join_comments as _join
 from ..judge.folding import Folding
 from ..judge.judging import as_candidate, comparable
 from ..judge.weights import settle_weight
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
 

@@ -25,14 +25,14 @@ from ...records import (
     Record,
 )
 from ...records import join_comments as _join
-from ..pairing.names import (
+from ..pairing.onnx_pairing import cast_value
+from ..pairing.pairs import Pair
+from ..pairing.values import (
     TRANSFORM_AS_REAL,
     TRANSFORM_PERMUTE,
     TRANSFORM_RESHAPE,
     TRANSFORM_TRANSPOSE,
-    Pair,
 )
-from ..pairing.onnx_pairing import cast_value
 
 
 class SbsMismatchError(AssertionError):

@@ -11,8 +11,8 @@ from ...compare.value_facts import largest_element_error, largest_magnitude, zer
 from ...convert import device_of
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
 from ..pairing.onnx_pairing import in_common_precision
+from ..pairing.pairs import Pair
 from .context import RuleContext
 from .judging import as_expected, comparable, fill_own_error, in_layout_of
 from .ties import TIE_NOTE, tied

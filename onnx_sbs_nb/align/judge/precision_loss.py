@@ -38,7 +38,7 @@ from ...compare.value_facts import value_dtype_name
 from ...convert import to_torch
 from ...records import STATUS_FAIL, STATUS_PRECISION_LOSS, Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_AFTER, RuleContext
 from .judging import as_expected
 from .own import judge_own

@@ -18,7 +18,7 @@ from typing import Any
 from ...compare.value_facts import value_dtype_name
 from ...records import STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import (
     STAGE_AFTER,
     STAGE_COMPARED,

@@ -637,7 +637,7 @@ def test_state_written_back_is_no_missing_output():
     model returns state: those values are judged as nodes (compared where the model
     computes them, unpaired where it folded or dropped them), never as outputs the model
     fails to compute, and a faithful export passes."""
-    from onnx_sbs_nb.align.pairing.names import returned_outputs
+    from onnx_sbs_nb.align.pairing.lowered_by import returned_outputs
     from onnx_sbs_nb.align.source.program import prepare_program
 
     torch.manual_seed(0)

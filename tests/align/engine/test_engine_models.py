@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_STATE_DICT
 from onnx_sbs_nb.records import (
     KIND_INPUT,
     KIND_OUTPUT,
     KIND_WEIGHT,
-    PAIRED_BY_STATE_DICT,
     STATUS_OK,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,

@@ -7,7 +7,8 @@ import onnx.helper as oh
 import torch
 
 from onnx_sbs_nb.align.engine.plan import CAND, REF, build_plan
-from onnx_sbs_nb.align.pairing.names import PAIRED_BY_METADATA, PAIRED_BY_NAME, pair_values
+from onnx_sbs_nb.align.pairing.names import pair_values
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_METADATA, PAIRED_BY_NAME
 
 
 def _fx_graph():
@@ -137,7 +138,7 @@ def test_weights_are_never_all_copied_at_once():
 def test_declared_types_and_shapes_in_one_reading():
     from onnx import numpy_helper
 
-    from onnx_sbs_nb.align.pairing.names import onnx_value_shapes, onnx_value_types
+    from onnx_sbs_nb.align.pairing.values import onnx_value_shapes, onnx_value_types
 
     t = onnx.TensorProto
     graph = oh.make_graph(

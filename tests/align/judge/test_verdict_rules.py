@@ -15,7 +15,7 @@ from onnx_sbs_nb.align.judge.rules import (
     first_verdict,
 )
 from onnx_sbs_nb.align.judge.weights import agrees_at_its_scale, settle_weight
-from onnx_sbs_nb.align.pairing.names import Pair
+from onnx_sbs_nb.align.pairing.pairs import Pair
 from onnx_sbs_nb.align.source.specialized import Specialized
 from onnx_sbs_nb.records import (
     KIND_NODE,
@@ -107,8 +107,14 @@ def test_agreeing_by_the_absolute_tolerance_only_is_no_agreement():
 
 
 def test_pairing_strengths_are_declared_once():
-    from onnx_sbs_nb.align.pairing.rules import RULES, linking_rules, proven_rules
-    from onnx_sbs_nb.records import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_POSITION
+    from onnx_sbs_nb.align.pairing.rules import (
+        PAIRED_BY_METADATA,
+        PAIRED_BY_NAME,
+        PAIRED_BY_POSITION,
+        RULES,
+        linking_rules,
+        proven_rules,
+    )
 
     assert len({r.name for r in RULES}) == len(RULES)
     assert PAIRED_BY_NAME in proven_rules() and PAIRED_BY_METADATA not in proven_rules()

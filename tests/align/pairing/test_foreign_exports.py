@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from onnx_sbs_nb import run_aligned, summarize
-from onnx_sbs_nb.records import PAIRED_BY_STRUCTURE
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_STRUCTURE
 
 
 class Block(nn.Module):

@@ -11,17 +11,12 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-from onnx_sbs_nb.align.pairing.onnx_pairing import TRANSFORM_CAST, pair_onnx_models
+from onnx_sbs_nb.align.pairing.onnx_pairing import pair_onnx_models
 from onnx_sbs_nb.align.pairing.optimized import optimize_model
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_METADATA, PAIRED_BY_NAME, PAIRED_BY_POSITION
+from onnx_sbs_nb.align.pairing.values import TRANSFORM_CAST
 from onnx_sbs_nb.align.source.fx_metadata import fx_name_from_metadata
-from onnx_sbs_nb.records import (
-    KIND_INPUT,
-    KIND_OUTPUT,
-    KIND_WEIGHT,
-    PAIRED_BY_METADATA,
-    PAIRED_BY_NAME,
-    PAIRED_BY_POSITION,
-)
+from onnx_sbs_nb.records import KIND_INPUT, KIND_OUTPUT, KIND_WEIGHT
 
 from ...models import Attention, export
 from ...onnx_values import onnx_values

@@ -14,17 +14,15 @@ import pytest
 import torch
 
 from onnx_sbs_nb import run_aligned
-from onnx_sbs_nb.align.pairing.optimized import (
+from onnx_sbs_nb.align.pairing.graph_map import (
     META_REPLACED,
     NODE_FUSED,
     NODE_INSERTED,
     NODE_REWRITTEN,
     NODE_UNCHANGED,
-    _parse_log,
-    optimize_model,
-    ort_session,
-    process_temp_dir,
 )
+from onnx_sbs_nb.align.pairing.onnxruntime_session import _parse_log, ort_session, process_temp_dir
+from onnx_sbs_nb.align.pairing.optimized import optimize_model
 from onnx_sbs_nb.align.source.fx_metadata import FX_NODE_KEY, fx_name_from_metadata
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_UNPAIRED_EP
@@ -178,7 +176,7 @@ def test_external_data_in_and_out(tmp_path):
 
 
 def test_a_large_model_goes_to_onnxruntime_through_a_file(monkeypatch):
-    import onnx_sbs_nb.align.pairing.optimized as optimized
+    import onnx_sbs_nb.align.pairing.onnxruntime_session as optimized
 
     _, onx, _ = exported("mlp")
     before = onx.SerializeToString()
