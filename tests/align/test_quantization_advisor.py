@@ -88,13 +88,15 @@ def _ort_sqnr(float_model: onnx.ModelProto, quantized_path: str) -> float:
 
 
 @pytest.mark.parametrize(
-    ("mode", "per_channel"),
-    [("static", False), ("dynamic", True)],
-    ids=["static-qdq", "dynamic-pc"],
+    ("mode", "per_channel", "fmt"),
+    [("static", False, "QDQ"), ("static", True, "QOperator"), ("dynamic", True, "QDQ")],
+    ids=["static-qdq", "static-qoperator-pc", "dynamic-pc"],
 )
-def test_sensitive_layer_excluded(mode, per_channel, tmp_path):
+def test_sensitive_layer_excluded(mode, per_channel, fmt, tmp_path):
     _, onx = exported("sensitive")
-    advice = advise_quantization(onx, [(x,) for x in INPUTS], mode=mode, per_channel=per_channel)
+    advice = advise_quantization(
+        onx, [(x,) for x in INPUTS], mode=mode, per_channel=per_channel, quant_format=fmt
+    )
     # the one layer whose weights the dead channel ruins, named by module and fx node
     assert advice.nodes_to_exclude, advice.to_text()
     top = advice.nodes[0]
@@ -124,6 +126,7 @@ def test_sensitive_layer_excluded(mode, per_channel, tmp_path):
             def get_next(self):
                 return next(self.it, None)
 
+        kwargs["quant_format"] = getattr(q.QuantFormat, fmt)
         q.quantize_static(str(src), str(out), Reader(), **kwargs)
     else:
         q.quantize_dynamic(str(src), str(out), **kwargs)
