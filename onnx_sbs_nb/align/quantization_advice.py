@@ -17,6 +17,8 @@ from ..errors import SbsInputError
 LITTLE_DB = 1.0
 # below this gain the advice says little is gained: less than half the noise power removed
 LITTLE_GAIN_DB = 3.0
+# below this output SQNR (an error a tenth of the outputs' size) quantization costs much
+LOW_SQNR_DB = 20.0
 
 
 @dataclass
@@ -71,6 +73,24 @@ class QuantizationAdvice:
         """Excluding nodes (within the budget) buys less than 3 dB at the outputs."""
         return not self.nodes_to_exclude or self.gain < LITTLE_GAIN_DB
 
+    def why_little(self) -> str:
+        """Why excluding nodes buys little: the noise is spread, or (the outputs lose much)
+        it sits in a value several quantized nodes share."""
+        best = next((n for n in self.nodes if n.gain_db is not None), None)
+        alone = (
+            f" (the best single exclusion, {best.node}, buys {_db(best.gain_db)})" if best else ""
+        )
+        head = f"little is gained by excluding nodes (under {LITTLE_GAIN_DB:g} dB){alone}"
+        if self.after >= LOW_SQNR_DB:
+            return f"{head}: the quantization noise is spread, no node's own quantization dominates"
+        return (
+            f"{head}, yet the outputs keep only {_db(self.after)}: the error likely sits in a "
+            "value several quantized nodes share (its QuantizeLinear/DequantizeLinear pair stays "
+            "while any of them is quantized), such as an activation with outlier channels; try a "
+            "larger budget, per_channel, or that tensor in 16 bits (extra_options "
+            "TensorQuantOverrides)"
+        )
+
     def quantize_kwargs(self) -> dict[str, Any]:
         """The arguments to add to ``quantize_dynamic`` / ``quantize_static``."""
         return {
@@ -88,6 +108,7 @@ class QuantizationAdvice:
             "sqnr_after_db": self.after,
             "gain_db": self.gain,
             "little_gained": self.little_gained,
+            "why_little": self.why_little() if self.little_gained else None,
             "outputs_before_db": dict(self.outputs_before),
             "outputs_after_db": dict(self.outputs_after),
             "quantizable": self.quantizable,
@@ -111,16 +132,7 @@ class QuantizationAdvice:
             f"{self.quantizations} quantizations on {self.samples} input(s))"
         ]
         if self.little_gained:
-            best = next((n for n in self.nodes if n.gain_db is not None), None)
-            lines.append(
-                f"  little is gained by excluding nodes (under {LITTLE_GAIN_DB:g} dB): the "
-                "quantization noise is spread, no node's own quantization dominates the outputs"
-                + (
-                    f" (the best single exclusion, {best.node}, buys {_db(best.gain_db)})"
-                    if best
-                    else ""
-                )
-            )
+            lines.append(f"  {self.why_little()}")
         lines.append("  nodes by the output SQNR excluding them buys, best first:")
         for k, n in enumerate(self.nodes[:limit], 1):
             where = ", ".join(

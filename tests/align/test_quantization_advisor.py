@@ -54,6 +54,19 @@ class DeadChannelMLP(torch.nn.Module):
         return self.layers[-1](x)
 
 
+class OutlierActivation(DeadChannelMLP):
+    """Channel 5 of layer 3's output 300x larger, layer 4's weights on it 300x smaller: the
+    same function in float, but the outlier rides on values that four quantized nodes share
+    (MatMul, Add, the Relu folded into its QuantizeLinear, the next MatMul)."""
+
+    def __init__(self):
+        super().__init__(False)
+        with torch.no_grad():
+            self.layers[3].weight[5] *= 300.0
+            self.layers[3].bias[5] *= 300.0
+            self.layers[4].weight[:, 5] /= 300.0
+
+
 class AddOnly(torch.nn.Module):
     def forward(self, x):
         return torch.relu(x + 1.0) * 2.0
@@ -68,6 +81,7 @@ def exported(name: str):
         "sensitive": lambda: DeadChannelMLP(True),
         "benign": lambda: DeadChannelMLP(False),
         "add": AddOnly,
+        "outlier": OutlierActivation,
     }[name]()
     return export(model, (INPUTS[0],))
 
@@ -160,6 +174,19 @@ def test_benign_model_little_gained():
     # every node was tried (23 quantized, fewer than max_trials), none buys 3 dB alone
     assert all(n.tried for n in advice.nodes)
     assert max(n.gain_db for n in advice.nodes) < LITTLE_GAIN_DB
+
+
+def test_shared_value_says_why_little_is_gained():
+    """No single exclusion removes a QDQ pair four nodes share: the advice says so instead
+    of calling the noise spread (the outputs keep under 20 dB)."""
+    _, onx = exported("outlier")
+    advice = advise_quantization(onx, [(x,) for x in INPUTS], mode="static")
+    assert advice.little_gained and advice.after < 20.0, advice.to_text()
+    text = advice.to_text()
+    assert "several quantized nodes share" in text and "noise is spread" not in text
+    assert advice.to_dict()["why_little"] == advice.why_little()
+    benign = advise_quantization(exported("benign")[1], [(x,) for x in INPUTS[:4]], mode="dynamic")
+    assert "several quantized nodes share" not in benign.to_text()
 
 
 def test_cost_is_bounded_and_inputs_by_name():
