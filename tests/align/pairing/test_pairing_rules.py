@@ -287,7 +287,7 @@ def test_a_culprits_why_reads_what_its_pairing_rule_says():
     """certainty (the summary's why) takes a rule's caveat from the registry: structure
     says it is a likely pairing; the other registered rules add nothing; a name no rule
     has is a pairing nothing proves."""
-    from onnx_sbs_nb.certainty import certainty
+    from onnx_sbs_nb.align.blame.certainty import certainty
 
     from onnx_sbs_nb.align.pairing.rules import StructureRule
     from onnx_sbs_nb.records import Record
