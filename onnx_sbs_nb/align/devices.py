@@ -10,13 +10,13 @@ fields describe the reference run, the ``onnx_*`` fields the candidate run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
 
 from ..device import device_name
-from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME, Record
+from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME
+from .contract import MODEL_ACTIONS, RecordStream, RunContract
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import make_runner
@@ -43,6 +43,15 @@ def same_model_pairing(model: onnx.ModelProto) -> Pairing:
     return pairing
 
 
+class TwoDeviceRun(SideBySideRun, RunContract):
+    """One ONNX model on two runtimes or devices, every value paired with its namesake."""
+
+    KIND = "two_devices"
+    LABEL = "one ONNX model on two devices"
+    APPLIES = MODEL_ACTIONS
+    NOT_HERE = "it runs one ONNX model twice, with no torch program to rerun a node in"
+
+
 def run_onnx_on_two_devices(
     onx: Any,
     feeds: dict[str, Any],
@@ -51,11 +60,12 @@ def run_onnx_on_two_devices(
     candidate: tuple[Any, str] = ("torch", "cuda"),
     atol: float | None = None,
     rtol: float | None = None,
-) -> Iterator[Record]:
+) -> RecordStream:
     """Yields one Record per ONNX value, comparing the candidate run with the reference.
 
     ``reference`` / ``candidate``: (runner, device), e.g. ("torch", "cpu") and
-    ("torch", "cuda"), or ("onnxruntime", "cpu") and ("torch", "cpu").
+    ("torch", "cuda"), or ("onnxruntime", "cpu") and ("torch", "cpu").  The iterator
+    returned holds the run (a :class:`TwoDeviceRun`) as ``.run``.
     """
     model = load_onnx_model(onx)
     model = check_model(
@@ -71,7 +81,7 @@ def run_onnx_on_two_devices(
     options = RunOptions(atol=atol, rtol=rtol, own_error=True)
     ref = OnnxSide(model, make_runner(r_runner, r_dev), r_dev, feeds)
     cand = OnnxSide(model, make_runner(c_runner, c_dev), c_dev, feeds)
-    return iter(SideBySideRun(ref, cand, same_model_pairing(model), options))
+    return RecordStream(TwoDeviceRun(ref, cand, same_model_pairing(model), options))
 
 
-__all__ = ["run_onnx_on_two_devices", "same_model_pairing"]
+__all__ = ["TwoDeviceRun", "run_onnx_on_two_devices", "same_model_pairing"]

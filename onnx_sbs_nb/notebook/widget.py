@@ -142,6 +142,12 @@ class SbsWidget(anywidget.AnyWidget):
     # names, shown}; ``shown``: the input whose records the views show (None: the worst
     # over all inputs), set by the browser's input picker or :meth:`show_input`
     inputs = t.Dict(allow_none=True, default_value=None).tag(sync=True)
+    # the kind of run the session holds (live only): {name, label, answer}, and the
+    # session's actions for it (:meth:`SbsSession.action_table`): each with ``applies``
+    # and, where it does not, ``why_not`` (a disabled button's tooltip); every kind is
+    # shown, with the actions that apply to it
+    run_kind = t.Dict().tag(sync=True)
+    actions = t.List(t.Dict()).tag(sync=True)
 
     def __init__(
         self,
@@ -183,7 +189,7 @@ class SbsWidget(anywidget.AnyWidget):
                     **run_options,
                 )
         cuda_ok, cuda_why = cuda_availability()
-        self._model_proto = getattr(session.run, "model", None)
+        self._model_proto = session.run.model
         carries = _bundle_holder() is None  # the first live widget carries the bundle
         super().__init__(
             _esm=bundle_js() if carries else SHIM_ESM,
@@ -197,6 +203,8 @@ class SbsWidget(anywidget.AnyWidget):
             cuda_available=cuda_ok,
             cuda_reason=cuda_why,
             uid=uuid.uuid4().hex,
+            run_kind=session.run_kind(),
+            actions=session.action_table(),
         )
         if carries:
             global _HOLDER
@@ -313,6 +321,9 @@ class SbsWidget(anywidget.AnyWidget):
         in the detail panel.  Returns the answer the browser gets; never raises."""
         spec = ACTIONS.get(name)
         node = None
+        why = self.session.why_not(name) if spec is not None else None
+        if why is not None:  # the run's kind has no such action: say why, as its button
+            return {"name": name, "state": "error", "message": why}
         if spec is not None and spec.needs_node:
             try:
                 node = self._record(row)
