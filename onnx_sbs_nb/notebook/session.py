@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -247,9 +247,7 @@ class SbsSession(RunConsumer):
         tooltip)."""
         return [
             {
-                "name": a.name,
-                "needs_node": a.needs_node,
-                "doc": a.doc,
+                **{k: v for k, v in asdict(a).items() if k != "method"},  # the kernel's own
                 "applies": self.why_not(a.name) is None,
                 "why_not": self.why_not(a.name),
             }

@@ -235,6 +235,7 @@ class RunConsumer:
             self.run.stop()
             self._error = traceback.format_exc()
             state = FAILED
+            sent = -1  # what failed may be the listener: the rest is not sent again
             raise
         except Exception:
             self._error = traceback.format_exc()
@@ -245,7 +246,8 @@ class RunConsumer:
     def _finish(self, state: str, sent: int) -> None:
         self._elapsed = time.perf_counter() - (self._t0 or time.perf_counter())
         try:
-            self._flush(sent)
+            if sent >= 0:
+                self._flush(sent)
         finally:
             self._state = state
             try:
