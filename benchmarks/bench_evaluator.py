@@ -11,6 +11,7 @@ optional (``pip install onnx-diagnostic``); without it its column is skipped, sa
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 import warnings
@@ -23,7 +24,7 @@ import torch
 from onnx import TensorProto
 from onnx import helper as oh
 
-from onnx_sbs_nb.evaluator.compiler import JIT_AFTER
+from onnx_sbs_nb.evaluator.compiled import JIT_AFTER
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator, compile_node
 
 
@@ -88,6 +89,31 @@ def _session_options():
     return so
 
 
+# --baseline: another checkout's TorchOnnxEvaluator, timed beside this one in the same run
+_BASELINE: Any = None
+
+
+def _load_baseline(checkout: str) -> Any:
+    """The evaluator class of another checkout, imported under another package name so
+    that both versions live in this process (the package imports itself relatively)."""
+    import importlib
+    import importlib.util
+    import pathlib
+    import sys
+
+    pkg = pathlib.Path(checkout).resolve() / "onnx_sbs_nb"
+    if not (pkg / "__init__.py").exists():
+        raise SystemExit(f"--baseline: {checkout} holds no onnx_sbs_nb package")
+    name = "baseline_onnx_sbs_nb"
+    spec = importlib.util.spec_from_file_location(
+        name, pkg / "__init__.py", submodule_search_locations=[str(pkg)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.evaluator.evaluator").TorchOnnxEvaluator
+
+
 def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], Any] | str]:
     """name -> run(feeds as torch tensors), or a string saying why it is skipped."""
     import onnxruntime as ort
@@ -95,6 +121,9 @@ def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], An
     res: dict[str, Callable[[dict], Any] | str] = {}
     ours = TorchOnnxEvaluator(onx, device=device)
     res["onnx_sbs_nb"] = lambda feeds: ours.run(None, feeds)
+    if _BASELINE is not None:
+        theirs = _BASELINE(onx, device=device)
+        res["baseline checkout"] = lambda feeds: theirs.run(None, feeds)
     if device == "cpu":
         # the Python code alone: what runs before a plan moves to TorchScript
         python_code = TorchOnnxEvaluator(onx, device=device, jit=False)
@@ -153,14 +182,20 @@ def _report(title: str, times: dict[str, float | str], baseline: str = "onnxrunt
 def _interleaved(
     fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 3, sync: bool = False
 ) -> dict[str, float]:
-    """Median ms per call of each function, calls interleaved round-robin so that a
-    change of machine load affects every contender alike."""
+    """Median ms per call of each function, calls interleaved (in an order shuffled each
+    round) so that a change of machine load affects every contender alike."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns.items())
+    shuffle = random.Random(0).shuffle
     for _ in range(repeat):
-        for name, fn in fns.items():
+        # a new order each round: the contender timed right after another one (eager
+        # torch leaves the caches cold) is not always the same one; rotating the order
+        # would keep who follows whom, and it measured the same code 12-20% apart
+        shuffle(order)
+        for name, fn in order:
             if sync:
                 torch.cuda.synchronize()
             t = time.perf_counter()
@@ -266,7 +301,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=None, help="intra-op threads for torch and onnxruntime"
     )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="another checkout (folder holding onnx_sbs_nb/): its evaluator is timed beside "
+        "this one, interleaved in the same run",
+    )
     args = parser.parse_args(argv)
+    if args.baseline:
+        global _BASELINE
+        _BASELINE = _load_baseline(args.baseline)
     if args.threads:
         global _ORT_THREADS
         _ORT_THREADS = args.threads

@@ -92,8 +92,8 @@ def measure(model: str, variant: str) -> dict:
         return _measure_cache(model, variant)
     from onnx_sbs_nb import run_aligned, summarize
     from tests.corpus.zoo import ZOO_BY_NAME, export_entry
-    from tests.corpus.zoo2 import ZOO2_BY_NAME
-    from tests.corpus.zoo3 import ZOO3_BY_NAME
+    from tests.corpus.zoo_kv_cache_and_popular_exports import ZOO3_BY_NAME
+    from tests.corpus.zoo_vision_and_program_features import ZOO2_BY_NAME
 
     name, _, dims = model.partition("@")
     entry = {**ZOO_BY_NAME, **ZOO2_BY_NAME, **ZOO3_BY_NAME}[name]

@@ -20,6 +20,8 @@ _LAZY = {
     "bisect_optimizers": ("onnx_sbs_nb.align.bisect", "bisect_optimizers"),
     "RunOptions": ("onnx_sbs_nb.align.engine.options", "RunOptions"),
     "advise_precision": ("onnx_sbs_nb.align.precision_advisor", "advise_precision"),
+    "generation_parity": ("onnx_sbs_nb.align.generation", "generation_parity"),
+    "advise_quantization": ("onnx_sbs_nb.align.quantization_advisor", "advise_quantization"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
     "supported_ops": ("onnx_sbs_nb.evaluator.registry", "supported_ops"),
     "summarize": ("onnx_sbs_nb.align.blame.summary", "summarize"),

@@ -19,13 +19,8 @@ KIND_WEIGHT = "weight"  # parameter / buffer / constant vs ONNX initializer
 KIND_NODE = "node"  # an intermediate result
 KIND_OUTPUT = "output"  # a graph output
 
-# Values of Record.paired_by
-PAIRED_BY_NAME = "name"  # same value name on both sides
-PAIRED_BY_METADATA = "metadata"  # ONNX node metadata (pkg.torch.onnx.fx_node, ...)
-PAIRED_BY_POSITION = "position"  # graph inputs / outputs by position
-PAIRED_BY_STATE_DICT = "state_dict"  # weight through the state-dict name
-# the graph around the value: a reshape of a paired value, an operand of a paired node
-PAIRED_BY_STRUCTURE = "structure"
+# Values of Record.paired_by: the name of the pairing rule that paired the value, each
+# declared once in align/pairing/rules.py (RULES), or UNPAIRED
 UNPAIRED = "unpaired"
 
 # Values of Record.status

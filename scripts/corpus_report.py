@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.corpus.evaluate import choose_fault, fault_plan, run  # noqa: E402
 from tests.corpus.zoo import ZOO, export_entry  # noqa: E402
-from tests.corpus.zoo2 import ZOO2  # noqa: E402
+from tests.corpus.zoo_vision_and_program_features import ZOO2  # noqa: E402
 
 
 def _zoo(names: set[str] | None, emit, zoo=ZOO) -> None:
@@ -105,7 +105,7 @@ def _pipelines(names: set[str] | None, emit) -> None:
     from tests.corpus.evaluate import fault_plan
     from tests.corpus.naming import named_correctly
     from tests.corpus.pipelines import BROKEN, cases
-    from tests.test_corpus_pipelines import PipelineSession
+    from tests.corpus.test_pipelines import PipelineSession
 
     session = PipelineSession()
     emit("\n# deployment pipelines")
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument(
         "--zoo", choices=("1", "2", "all"), default="all",
-        help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo2.py) or all (default)",
+        help="which zoo: 1 (tests/corpus/zoo.py), 2 (zoo_vision_and_program_features.py) or all (default)",
     )  # fmt: skip
     p.add_argument("--out", default=None, help="also write the table to this file")
     a = p.parse_args(argv)

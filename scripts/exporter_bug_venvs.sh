@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates one venv per old onnxscript release that had a real exporter bug reproduced by
-# tests/test_corpus_exporter_bugs.py: .venv-onnxscript-<ver> with torch 2.13.0 (the CPU
+# tests/corpus/test_exporter_bugs.py: .venv-onnxscript-<ver> with torch 2.13.0 (the CPU
 # build, pinned: an unpinned torch pulls a multi-GB CUDA build) and onnxscript==<ver>.
 # Idempotent: a venv whose onnxscript already has the right version is left alone.
 # Usage: bash scripts/exporter_bug_venvs.sh [VERSION ...]   (default: every version below)

@@ -24,8 +24,9 @@ PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 # the modules holding CUDA tests: none of them needs the widget's packages
 timeout "${TEST_TIMEOUT:-200}" $PY -m pytest -q -rs -m cuda -p no:cacheprovider \
-    tests/test_devices.py tests/test_evaluator_core.py tests/test_evaluator_models.py \
-    tests/test_kernels_nn.py tests/test_prior_art_sbs.py tests/test_replay.py tests/test_session.py \
+    tests/align/test_devices.py tests/align/test_prior_art_sbs.py tests/align/post/test_replay.py \
+    tests/evaluator/test_evaluator_core.py tests/evaluator/test_evaluator_models.py \
+    tests/evaluator/test_kernels_nn.py tests/notebook/test_session.py \
     2>&1 | tee "$LOGS/pytest.log"
 rc=${PIPESTATUS[0]}
 timeout "${BENCH_TIMEOUT:-200}" $PY benchmarks/bench_evaluator.py --device cuda --big \

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-# the old-exporter venv of tests/test_corpus_exporter_bugs.py (real bugs of onnxscript 0.7.0)
+# the old-exporter venv of tests/corpus/test_exporter_bugs.py (real bugs of onnxscript 0.7.0)
 bash scripts/exporter_bug_venvs.sh
 # Browser tests drive Debian's Chromium (Playwright's own browser downloads do not work here).
 if ! command -v chromium >/dev/null 2>&1; then

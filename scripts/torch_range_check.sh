@@ -30,5 +30,6 @@ fi
 "$venv/bin/python" -c 'import onnxscript, torch; print("torch", torch.__version__, "onnxscript", onnxscript.__version__)'
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} ONNX_SBS_SKIP_JS_BUILD=1
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -x \
-  tests/test_engine_models.py tests/test_engine_behaviour.py tests/test_specialized.py \
-  tests/test_onnx_pairing.py tests/test_summary.py tests/test_diff.py
+  tests/align/engine/test_engine_models.py tests/align/engine/test_engine_behaviour.py \
+  tests/align/source/test_specialized.py tests/align/pairing/test_onnx_pairing.py \
+  tests/align/blame/test_summary.py tests/compare/test_diff.py

@@ -139,10 +139,14 @@ def test_gpu_check_script_runs_every_cuda_test():
 
     root = pathlib.Path(__file__).resolve().parent.parent
     script = (root / "scripts" / "gpu_check.sh").read_text()
-    listed = set(re.findall(r"tests/test_\w+\.py", script))
+    listed = set(re.findall(r"tests/(?:\w+/)*test_\w+\.py", script))
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "--co", "-q", "-m", "cuda", "-p", "no:cacheprovider"]
-        + ["tests/" + p.name for p in sorted((root / "tests").glob("test_*.py"))],
+        + [
+            str(p.relative_to(root))
+            for p in sorted((root / "tests").rglob("test_*.py"))
+            if "ui" not in p.parts
+        ],
         cwd=root,
         capture_output=True,
         text=True,

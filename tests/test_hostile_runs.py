@@ -20,7 +20,7 @@ from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.records import STATUS_ERROR, STATUS_NOT_COMPUTED
 from tests.models import export
-from tests.test_session import _broken_mlp
+from tests.notebook.test_session import _broken_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,7 +117,7 @@ def test_exported_notebook_replaces_a_planted_link(tmp_path):
 @pytest.mark.parametrize("large", [False, True])
 def test_saved_model_and_its_data_replace_planted_links(small, tmp_path, monkeypatch, large):
     """The optimized graph written beside node data (and its .data file when large)."""
-    from onnx_sbs_nb.align.pairing import optimized
+    from onnx_sbs_nb.align.pairing import onnxruntime_session as optimized
 
     if large:  # every weight to the data file, as a model above the inline limit
         monkeypatch.setattr(optimized, "_INLINE_LIMIT", 0)

@@ -559,7 +559,7 @@ def test_row15_the_culprit_bundle_of_a_node_without_a_name(tmp_path):
     import onnx
 
     from onnx_sbs_nb.notebook.session import SbsSession
-    from tests.test_session import _broken_mlp
+    from tests.notebook.test_session import _broken_mlp
 
     ep, onx, x = _broken_mlp()
     onx = onnx.ModelProto.FromString(onx.SerializeToString())
@@ -578,7 +578,7 @@ def test_row16_a_link_planted_at_sbs_replays_is_refused(tmp_path, capsys):
     import onnx
 
     from onnx_sbs_nb.cli.main import EXIT_BAD_INPUT, main
-    from tests.test_session import _broken_mlp
+    from tests.notebook.test_session import _broken_mlp
 
     ep, onx, x = _broken_mlp()  # a culprit, so a bundle to write
     d = tmp_path / "files"
@@ -647,7 +647,7 @@ def test_row18_row19_a_verdict_that_cannot_mean_anything_is_refused(verdict, wor
 
 
 def test_row18_the_culprits_reason_is_in_the_policys_words():
-    from tests.test_session import _broken_mlp
+    from tests.notebook.test_session import _broken_mlp
 
     ep, onx, x = _broken_mlp()
     _, summary = _verdict(ep, onx, x, verdict="abs<=1e-5", own_error=True)

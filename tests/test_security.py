@@ -10,7 +10,7 @@ from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 from onnx_sbs_nb.align.run import AlignedRun, run_aligned
 from onnx_sbs_nb.errors import SbsInputError
 from onnx_sbs_nb.notebook.session import SbsSession
-from tests.test_session import _broken_mlp
+from tests.notebook.test_session import _broken_mlp
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ const LOG_DOMAIN = [0.13, 1];
 const WHOLE_TICKS = { tickmode: "linear", tick0: 0, dtick: 1 };
 const AUTO_TICKS = { tickmode: "auto" };
 
-// The measures the chart can draw (record fields; onnx_sbs_nb/measures.py defines them,
+// The measures the chart can draw (record fields; onnx_sbs_nb/compare/measures.py defines them,
 // their labels come from the schema). `own`: the field of the own error, `tol`: the atol
 // line applies, `value`: what is drawn and `drawn`: its label (1 - cosine: the distance
 // from 1 on the log axis), `linear`: a linear axis (dB).

@@ -1,6 +1,6 @@
 // The ONNX graph around a node: its producers and consumers, two hops each way, drawn
 // small with their errors coloured; a click moves the selection there. The adjacency
-// comes with the state (`graph` trait, onnx_sbs_nb/view_state.py graph_state), so this
+// comes with the state (`graph` trait, onnx_sbs_nb/reports/view_state.py graph_state), so this
 // works in a saved notebook or an offline report too.
 import { decodeColumn } from "./rows.js";
 import { h, s, fmtNum } from "./util.js";

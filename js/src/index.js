@@ -5,9 +5,9 @@
  *   export function renderStatic(el, state)   no kernel, no network: HTML reports and the
  *                                    notebook-to-HTML export inline this bundle and call it
  *
- * STATE SCHEMA — the widget's synced traits (onnx_sbs_nb/view_state.py STATE_TRAITS); a
+ * STATE SCHEMA — the widget's synced traits (onnx_sbs_nb/reports/view_state.py STATE_TRAITS); a
  * static `state` is a plain object with the same keys and values
- * (`onnx_sbs_nb.view_state.widget_state(records, ...)` builds it):
+ * (`onnx_sbs_nb.reports.view_state.widget_state(records, ...)` builds it):
  *   schema         object      the record schema, declared once in onnx_sbs_nb/records.py
  *                              (schema_dict()): {fields: [{name, label, short, fmt,
  *                              priority, width}], statuses: [{name, label, failing, tone,
@@ -31,7 +31,7 @@
  *                              finished, stopped, current) + state ("idle"|"running"|
  *                              "finished"|"stopped"|"error"), error (traceback|null),
  *                              rows (count), device
- *   summary        object|null onnx_sbs_nb.summary Summary.to_dict(): verdict
+ *   summary        object|null onnx_sbs_nb.align.blame.summary Summary.to_dict(): verdict
  *                              ("pass"|"fail"|"stopped"|"incomplete"), culprit ({ep_name,
  *                              ep_user_name, ep_module, ep_source, onnx_node, onnx_op_type,
  *                              onnx_nodes, own_error, atol, rtol, why, rule, step, kind}
@@ -43,6 +43,14 @@
  *                              the selected row (kept so a saved notebook shows it)
  *   device         string      "cpu" | "cuda": where actions and a new run execute
  *   cuda_available boolean, cuda_reason string (why the CUDA toggle is disabled)
+ *   actions        object[]    the session's action table (onnx_sbs_nb/notebook/session.py ACTIONS,
+ *                              action_table()), in order: {name, label, button (the
+ *                              button's class sbs-btn-<button>), needs_node (beside the
+ *                              selected ONNX node, else in the toolbar), when ("any"|
+ *                              "running"|"ended"), needs (""|"cuda"|"culprit"), toggle
+ *                              (""|a trait it flips and sends, "device"), doc, shows};
+ *                              [] in a report (no kernel: no buttons; a static view shows
+ *                              none whatever it holds)
  *
  *   inputs         object|null (live widget only) a run over many inputs: {total, done,
  *                              failing: [input index], names: [file name|null], shown:
@@ -58,8 +66,10 @@
  * Kernel -> browser: {type: "rows", start: n, rows: {n, data}} appended batches while
  * running; the full `rows` trait is synced once when the run ends.
  * Actions (live only): anywidget's request/response command "action" (experimental.invoke),
- * request {name: "stop"|"rerun"|"save_replay"|"device"|"export", row, device?}, answer
- * {name, state: "done"|"error", message}; the session's table (session.py ACTIONS) runs it.
+ * request {name: one of the `actions` table's names, row: the selected row, <toggle>: the
+ * value a switch sends (device: "cpu"|"cuda")}, answer {name, state: "done"|"error",
+ * message}; the widget looks the name up in the session's table (session.py ACTIONS) and
+ * runs it (an unknown name: state "error", message "unknown action ...").
  */
 import { mount } from "./app.js";
 import { RowStore } from "./rows.js";
@@ -102,7 +112,7 @@ function modelSource(model, experimental) {
       }
       return feed.backed;
     },
-    /** One of the session's actions (onnx_sbs_nb/session.py ACTIONS) through anywidget's
+    /** One of the session's actions (onnx_sbs_nb/notebook/session.py ACTIONS) through anywidget's
      * request/response command "action": resolves to {name, state, message}. */
     async action(request) {
       if (!invoke) return { name: request.name, state: "error", message: "this front end cannot call the kernel (anywidget >= 0.9 is needed)" };
@@ -187,7 +197,7 @@ export function renderStatic(el, state) {
 const entry = { initialize, render };
 
 // One copy of this bundle per notebook: the first SbsWidget carries it, later ones carry a
-// few lines (onnx_sbs_nb.view_state.SHIM_ESM) that wait here for it to be loaded.
+// few lines (onnx_sbs_nb.reports.view_state.SHIM_ESM) that wait here for it to be loaded.
 const shared = (globalThis.__onnxSbsNb ||= { waiters: [] });
 shared.module = { default: entry, renderStatic };
 for (const resolve of shared.waiters.splice(0)) resolve(shared.module);

@@ -1,6 +1,6 @@
 // The records of a run, held as columns (one array per Record field), appended live.
 //
-// Rows arrive as encoded column batches (onnx_sbs_nb/view_state.py encode_rows):
+// Rows arrive as encoded column batches (onnx_sbs_nb/reports/view_state.py encode_rows):
 // {n, data: [column per field]}, each column a plain array, {c: value} (all equal) or
 // {d: distinct, k: codes}. Saved states of the first releases hold one array per row:
 // both are read.

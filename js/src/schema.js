@@ -38,7 +38,7 @@ import { fmtNum, num } from "./util.js";
  */
 
 /**
- * The state a view renders: the widget's synced traits (onnx_sbs_nb/view_state.py
+ * The state a view renders: the widget's synced traits (onnx_sbs_nb/reports/view_state.py
  * STATE_TRAITS), or the same keys in a plain object (renderStatic). Documented field by
  * field at the top of index.js.
  * @typedef {Object} WidgetState

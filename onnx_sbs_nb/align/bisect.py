@@ -24,14 +24,9 @@ from ..convert import to_numpy
 from ..errors import SbsInputError
 from ..records import Record
 from .contract import AnswerContract
-from .pairing.optimized import (
-    LEVELS,
-    NODE_UNCHANGED,
-    OptimizedModel,
-    check_providers,
-    optimize_model,
-    ort_session,
-)
+from .pairing.graph_map import NODE_UNCHANGED
+from .pairing.onnxruntime_session import LEVELS, check_providers, ort_session
+from .pairing.optimized import OptimizedModel, optimize_model
 from .source.loading import load_exported_program, load_inputs, load_onnx_model
 from .source.program import bind_inputs
 from .source.quant_ops import register_quantized_ops

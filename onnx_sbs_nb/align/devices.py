@@ -12,35 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import onnx
-
 from ..device import device_name
-from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, PAIRED_BY_NAME
 from .contract import MODEL_ACTIONS, RecordStream, RunContract
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import make_runner
 from .engine.sides import OnnxSide
-from .pairing.names import Pair, Pairing
+from .pairing.same_model import same_model_pairing
 from .source.loading import SbsInputError, load_onnx_model
 from .source.model_check import check_model
-
-
-def same_model_pairing(model: onnx.ModelProto) -> Pairing:
-    """Every graph input and node output paired with its namesake on the other side."""
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-    outputs = {o.name for o in g.output}
-    pairing = Pairing()
-    for i in g.input:
-        if i.name not in inits:
-            pairing.add(Pair(i.name, i.name, PAIRED_BY_NAME, KIND_INPUT))
-    for node in g.node:
-        for o in node.output:
-            if o:
-                kind = KIND_OUTPUT if o in outputs else KIND_NODE
-                pairing.add(Pair(o, o, PAIRED_BY_NAME, kind))
-    return pairing
 
 
 class TwoDeviceRun(SideBySideRun, RunContract):

@@ -3,7 +3,7 @@
 Each entry names a class keeping the run contract (``contract.py``: ``KIND``, its name
 here; ``LABEL``, what views call it; ``APPLIES``, the actions that apply to its runs)
 and the public function that starts it from what a user gives.  Adding a kind is one
-class and one entry of :data:`RUN_KINDS`; ``tests/test_run_contract.py`` checks that
+class and one entry of :data:`RUN_KINDS`; ``tests/align/test_run_contract.py`` checks that
 every entry's run keeps the contract.
 """
 

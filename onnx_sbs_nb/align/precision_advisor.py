@@ -39,11 +39,12 @@ import numpy as np
 import onnx
 import torch
 
-from ..compare.diff import compare, default_tolerance
+from ..compare.diff import compare
+from ..compare.tolerances import default_tolerance
 from ..errors import SbsInputError
 from ..records import KIND_NODE, KIND_OUTPUT, STATUS_ERROR, STATUS_PRECISION_LOSS, Record
-from .pairing.names import onnx_value_types
 from .pairing.onnx_pairing import cast_value
+from .pairing.values import onnx_value_types
 from .precision_advice import AdvisedNode, OutputError, PrecisionAdvice
 from .precision_convert import (
     _FLOAT_TYPES,

@@ -31,11 +31,9 @@ from .many_inputs import ManyInputsRun
 from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
 from .pairing.fusions import fused_lowering, replaced_fx_nodes
-from .pairing.names import (
-    Pairing,
-    pair_values,
-    structural_lowering,
-)
+from .pairing.lowered_by import structural_lowering
+from .pairing.names import pair_values
+from .pairing.pairs import Pairing
 from .pairing.rules import linking_rules
 from .source.fx_metadata import FxMetadata
 from .source.guards import check_input_shapes

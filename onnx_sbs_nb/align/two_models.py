@@ -27,8 +27,8 @@ from .engine.options import RunOptions
 from .engine.runners import OnnxruntimeRunner, make_runner
 from .engine.sides import OnnxSide
 from .pairing.deployed import deploy
-from .pairing.names import Pairing
 from .pairing.onnx_pairing import cast_value, pair_onnx_models
+from .pairing.pairs import Pairing
 from .pairing.rules import linking_rules
 from .source.loading import load_inputs, load_onnx_model
 from .source.model_check import check_model, check_onnxruntime_builds, check_opset

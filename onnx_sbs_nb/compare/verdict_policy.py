@@ -33,8 +33,8 @@ import torch
 
 from ..convert import to_torch
 from ..errors import SbsInputError
-from .diff import value_dtype_name
 from .user_compare import CompareFunctionError, call_compare
+from .value_facts import value_dtype_name
 
 # short names of the measures a verdict may name; the record fields are accepted as well
 ALIASES = {

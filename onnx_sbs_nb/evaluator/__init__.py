@@ -14,8 +14,8 @@ __all__ = [
 _LAZY = {
     "TorchOnnxEvaluator": "evaluator",
     "compile_node": "evaluator",
-    "MissingKernelError": "compiler",
-    "NodeError": "compiler",
+    "MissingKernelError": "compiled",
+    "NodeError": "compiled",
     "UnknownAttributeError": "attributes",
 }
 

@@ -14,6 +14,10 @@ encoding back with ONNX's rounding: half to even, saturating.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import onnx
 import torch
 
@@ -109,3 +113,89 @@ def _pack_int(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     lo, hi = INT_RANGES[dtype]
     bits = (hi - lo + 1).bit_length() - 1
     return (q.to(torch.int64) & ((1 << bits) - 1)).to(torch.uint8).view(dtype)
+
+
+# Ops that only select, move or copy elements (and fill with a given element): their
+# result on a sub-byte value is the result on its codes.  Most torch kernels have no
+# implementation for the storage-only dtypes (index_cpu, copy_kernel, fill_cpu...), so
+# the kernels of these ops run on a uint8 view of the codes (no copy) and their uint8
+# outputs are viewed back.  ONNX allows the sub-byte types in a few of them (Reshape,
+# Transpose, Pad, Squeeze...); converters and quantizers also emit Gather, Slice,
+# Concat or Expand on them, which onnxruntime runs.
+CODE_OPS = frozenset(
+    {
+        "Compress",
+        "Concat",
+        "ConstantOfShape",
+        "DepthToSpace",
+        "Expand",
+        "Flatten",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Identity",
+        "Pad",
+        "Reshape",
+        "ReverseSequence",
+        "ScatterElements",
+        "ScatterND",
+        "Shape",
+        "Size",
+        "Slice",
+        "SpaceToDepth",
+        "Split",
+        "Squeeze",
+        "TensorScatter",
+        "Tile",
+        "Transpose",
+        "Trilu",
+        "Unsqueeze",
+        "Where",
+    }
+)
+
+
+def on_codes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A kernel of a ``CODE_OPS`` op that also runs on sub-byte values.
+
+    The kernel runs as it is first: a value-preserving op often works on the shell
+    dtypes (views), and the common path then costs one try block.  When torch refuses a
+    sub-byte input, the call is redone on the codes."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kw: Any) -> Any:
+        try:
+            return fn(*args, **kw)
+        except (NotImplementedError, RuntimeError):
+            dtype = _first_lowbit(args, kw.values())
+            if dtype is None or kw.get("reduction", "none") != "none":
+                # a scatter that adds or multiplies computes on values, not codes
+                raise
+        out = fn(*[_codes(a) for a in args], **{k: _codes(v) for k, v in kw.items()})
+        return _back(out, dtype)
+
+    return call
+
+
+def _first_lowbit(*groups: Any) -> torch.dtype | None:
+    for group in groups:
+        for v in group:
+            if isinstance(v, torch.Tensor) and v.dtype in LOWBIT_DTYPES:
+                return v.dtype
+    return None
+
+
+def _codes(v: Any) -> Any:
+    if isinstance(v, torch.Tensor) and v.dtype in LOWBIT_DTYPES:
+        return v.view(torch.uint8)
+    return v
+
+
+def _back(out: Any, dtype: torch.dtype) -> Any:
+    """uint8 outputs viewed as the sub-byte dtype again: in these ops an output of the
+    data's type can only come from its codes."""
+    if isinstance(out, torch.Tensor):
+        return out.view(dtype) if out.dtype == torch.uint8 else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_back(o, dtype) for o in out)
+    return out

@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 import torch
 
-from .compiler import CompiledGraph, node_implicit_inputs
+from .compiled import CompiledGraph, node_implicit_inputs
 from .registry import normalize_domain
 
 # Deterministic ops whose output shape is a function of the input shapes, the attributes

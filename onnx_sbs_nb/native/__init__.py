@@ -3,7 +3,7 @@
 The package build (``hatch_build.py``) compiles ``_sbs_native`` next to this file when a C
 compiler and Python's headers are there; without it :data:`NATIVE` is None and
 ``diff.py`` computes the same numbers with numpy, in several passes.  The C code gives the
-numpy path's results bit for bit (``tests/test_native.py`` checks both on the same
+numpy path's results bit for bit (``tests/compare/test_native.py`` checks both on the same
 values).
 """
 

@@ -5,7 +5,7 @@
  * runs.  An extension, not a library loaded with ctypes: a call costs 0.2 us where
  * ctypes took 3 (reading each array's address through __array_interface__ was most of
  * it), and a run makes one or two calls per pair.
- * Every result must equal the numpy path's bit for bit (tests/test_native.py): the
+ * Every result must equal the numpy path's bit for bit (tests/compare/test_native.py): the
  * same IEEE operations in the same precision, so no -ffast-math and no contraction
  * of a * b + c into a fused multiply-add (-ffp-contract=off).
  * Only the stable ABI of Python 3.11 is used (the build defines Py_LIMITED_API there): one

@@ -49,12 +49,20 @@ class ActionError(RuntimeError):
 
 @dataclass(frozen=True)
 class Action:
-    """One entry of the session's action table (:data:`ACTIONS`): what a view may ask."""
+    """One entry of the session's action table (:data:`ACTIONS`): what a view may ask, and
+    what its button needs (views build their buttons from :func:`action_table`)."""
 
     name: str
     method: str  # the SbsSession method that does it
-    needs_node: bool  # acts on one record's ONNX node
+    needs_node: bool  # acts on one record's ONNX node (its button sits beside the node)
     doc: str
+    label: str  # the button's text
+    button: str  # the button's class, sbs-btn-<button> (UI tests select on it)
+    when: str = "any"  # "running": only while the run goes; "ended": not while it runs
+    needs: str = ""  # also needs: "culprit" (the run names one), "cuda" (a usable GPU)
+    toggle: str = ""  # a switch of a synced trait ("device": cpu <-> cuda), sent with it
+    # where a view shows its result: a widget trait, or "details.<key>" (the node's panel)
+    shows: str = ""
 
 
 @dataclass
@@ -76,23 +84,31 @@ class ActionResult:
         }
 
 
-#: The one table of what a view can ask of a session (the widget's buttons call it).
+#: The one table of what a view can ask of a session: the widget's buttons, in order.
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
-        Action("stop", "_act_stop", False, "end the run after the current node"),
-        Action("device", "_act_device", False, "where actions and a new run execute"),
-        Action("rerun", "_act_rerun", True, "rerun one ONNX node in the torch evaluator"),
-        Action("save_replay", "_act_save_replay", True, "write the node's replay bundle"),
-        Action(
-            "save_culprit",
-            "_act_save_culprit",
-            False,
-            "write the culprit's replay bundle (the smallest failing piece) and replay it",
-        ),
-        Action("export", "_act_export", False, "write the run as one HTML report"),
+        Action("stop", "_act_stop", False, "end the run after the current node", "Stop", "stop",
+               when="running"),
+        Action("device", "_act_device", False, "where actions and a new run execute", "CUDA",
+               "cuda", needs="cuda", toggle="device", shows="device"),
+        Action("export", "_act_export", False, "write the run as one HTML report",
+               "Export report", "export"),
+        Action("save_culprit", "_act_save_culprit", False,
+               "write the culprit's replay bundle (the smallest failing piece) and replay it",
+               "Save culprit bundle", "culprit", when="ended", needs="culprit"),
+        Action("rerun", "_act_rerun", True, "rerun one ONNX node in the torch evaluator",
+               "Rerun in torch", "rerun", when="ended", shows="details.rerun"),
+        Action("save_replay", "_act_save_replay", True, "write the node's replay bundle",
+               "Save replay", "replay", when="ended", shows="details.replay"),
     )
-}
+}  # fmt: skip
+
+
+def action_table() -> list[dict[str, Any]]:
+    """The table as a front end gets it (the widget's ``actions`` trait): the method, the
+    kernel's business, left out."""
+    return [{k: v for k, v in asdict(a).items() if k != "method"} for a in ACTIONS.values()]
 
 
 @dataclass(frozen=True)
@@ -241,18 +257,22 @@ class SbsSession(RunConsumer):
         """None when ``action`` applies to the run this session holds, else why not."""
         return self.run.why_not(action)
 
-    def action_table(self) -> list[dict[str, Any]]:
-        """The actions of :data:`ACTIONS` as a view shows them: for each, whether it
-        applies to the run this session holds and, where not, why (a disabled button's
-        tooltip)."""
+    def action_states(self) -> list[dict[str, Any]]:
+        """Every row of :func:`action_table` with whether it applies to the run this
+        session holds (``applies``) and, where not, why (``why_not``)."""
         return [
             {
-                **{k: v for k, v in asdict(a).items() if k != "method"},  # the kernel's own
-                "applies": self.why_not(a.name) is None,
-                "why_not": self.why_not(a.name),
+                **row,
+                "applies": self.why_not(row["name"]) is None,
+                "why_not": self.why_not(row["name"]),
             }
-            for a in ACTIONS.values()
+            for row in action_table()
         ]
+
+    def buttons(self) -> list[dict[str, Any]]:
+        """The rows of :func:`action_table` that apply to this run's kind: the buttons a
+        view shows (those that do not apply are hidden; :meth:`act` says why)."""
+        return [row for row in action_table() if self.why_not(row["name"]) is None]
 
     # ---------------------------------------------------------------- actions
     def act(
@@ -268,7 +288,8 @@ class SbsSession(RunConsumer):
         missing), it says so in the result's message."""
         spec = ACTIONS.get(name) if isinstance(name, str) else None
         if spec is None:
-            return ActionResult(str(name), False, f"unknown action {name!r}")
+            known = ", ".join(ACTIONS)
+            return ActionResult(str(name), False, f"unknown action {name!r} (known: {known})")
         try:
             why = self.run.why_not(name)
             if why is not None:

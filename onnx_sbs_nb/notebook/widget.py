@@ -22,14 +22,17 @@ schema documented at the top of ``js/src/index.js``):
 - ``atol``, ``rtol``: the tolerances the user gave (None: dtype-aware defaults);
 - ``selected``: selected row index (-1: none), set by the browser;
 - ``details``: ``{row, node, node_error, rerun, replay}`` for the selected row;
-- ``device``, ``cuda_available``, ``cuda_reason``: the CUDA toggle.
+- ``device``, ``cuda_available``, ``cuda_reason``: the CUDA toggle;
+- ``actions``: the session's action table (:func:`~onnx_sbs_nb.notebook.session.action_table`):
+  the buttons, their labels, which act on the selected node.
 
 Actions are the session's (:data:`~onnx_sbs_nb.notebook.session.ACTIONS`): the browser calls them
 through anywidget's request/response commands (``experimental.invoke(model, "action",
-{name, row, device})``, answered by :meth:`SbsWidget.action`), shows "working" until the
-answer comes and the answer's message after; errors are answered, never raised.  A
-command runs where the kernel handles the widget's messages: on the comm subshell that
-JupyterLab >= 4.4 uses with ipykernel >= 7, so cells (and Stop) are not held by it.
+{name, row, device})``, answered by :meth:`SbsWidget.action`, which looks the name up in
+the table), shows "working" until the answer comes and the answer's message after;
+errors are answered, never raised.  A command runs where the kernel handles the widget's
+messages: on the comm subshell that JupyterLab >= 4.4 uses with ipykernel >= 7, so cells
+(and Stop) are not held by it.
 
 Displayed in a notebook, the widget makes two outputs: the interactive view, and a static
 summary (:func:`~onnx_sbs_nb.reports.html.fallback_html`) that the view hides once it
@@ -136,18 +139,18 @@ class SbsWidget(anywidget.AnyWidget):
     device = t.Unicode("cpu").tag(sync=True)
     cuda_available = t.Bool(False).tag(sync=True)
     cuda_reason = t.Unicode("").tag(sync=True)
+    # the rows of the session's action table that apply to its run (session.buttons()):
+    # the buttons the view shows
+    actions = t.List(t.Dict()).tag(sync=True)
     # identifies the model across its views in the browser (not part of the state)
     uid = t.Unicode("").tag(sync=True)
     # a run over many inputs (live only, not part of the state): {total, done, failing,
     # names, shown}; ``shown``: the input whose records the views show (None: the worst
     # over all inputs), set by the browser's input picker or :meth:`show_input`
     inputs = t.Dict(allow_none=True, default_value=None).tag(sync=True)
-    # the kind of run the session holds (live only): {name, label, answer}, and the
-    # session's actions for it (:meth:`SbsSession.action_table`): each with ``applies``
-    # and, where it does not, ``why_not`` (a disabled button's tooltip); every kind is
-    # shown, with the actions that apply to it
+    # the kind of run the session holds (live only): {name, label, answer}; every kind
+    # is shown, with the buttons of the actions that apply to it (``actions``)
     run_kind = t.Dict().tag(sync=True)
-    actions = t.List(t.Dict()).tag(sync=True)
 
     def __init__(
         self,
@@ -204,7 +207,8 @@ class SbsWidget(anywidget.AnyWidget):
             cuda_reason=cuda_why,
             uid=uuid.uuid4().hex,
             run_kind=session.run_kind(),
-            actions=session.action_table(),
+            # the table's buttons that apply to this kind of run (the others: hidden)
+            actions=session.buttons(),
         )
         if carries:
             global _HOLDER
@@ -305,7 +309,7 @@ class SbsWidget(anywidget.AnyWidget):
     def ping(self, msg: Any, buffers: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Answers a view's "is a run behind you?" (anywidget command ``"ping"``): a view
         drawn from a saved notebook's widget state gets no answer, and then offers no
-        button that would wait for one (``js/src/app.js``)."""
+        button that would wait for one (``js/src/actions.js``)."""
         return {"live": True, "state": self.session.state}, []
 
     @command
@@ -317,27 +321,34 @@ class SbsWidget(anywidget.AnyWidget):
 
     def act(self, name: str, row: Any = -1, device: str | None = None) -> dict[str, Any]:
         """Run one of the session's actions as its button does (``row``: the selected
-        record), and show what it changed: the device toggle, the row's rerun or replay
-        in the detail panel.  Returns the answer the browser gets; never raises."""
-        spec = ACTIONS.get(name)
+        record), and show its result where its table entry says (``Action.shows``: the
+        device toggle, the row's rerun or replay in the detail panel).  Returns the
+        answer the browser gets; never raises."""
+        spec = ACTIONS.get(name) if isinstance(name, str) else None
+        if spec is None:  # session.act says so, naming the actions it knows
+            return self._answer(self.session.act(name))
         node = None
-        why = self.session.why_not(name) if spec is not None else None
+        why = self.session.why_not(name)
         if why is not None:  # the run's kind has no such action: say why, as its button
             return {"name": name, "state": "error", "message": why}
-        if spec is not None and spec.needs_node:
+        if spec.needs_node:
             try:
                 node = self._record(row)
             except ActionError as e:
                 return {"name": name, "state": "error", "message": str(e)}
         done = self.session.act(name, node, device=device, folder=self.export_dir)
-        if name == "device" and done.ok:
-            self.device = self.session.device
-        elif name == "rerun" and done.result is not None:
-            self._update_details(int(row), rerun=done.result)
-        elif name == "save_replay" and done.ok:
-            self._update_details(int(row), replay=done.result)
+        if spec.shows and done.result is not None:
+            trait, _, key = spec.shows.partition(".")
+            if key:
+                self._update_details(int(row), **{key: done.result})
+            else:
+                setattr(self, trait, done.result)
+        return self._answer(done)
+
+    @staticmethod
+    def _answer(done: Any) -> dict[str, Any]:
         answer = done.to_dict()
-        answer.pop("result")  # what the views need of it is in the details
+        answer.pop("result")  # what the views need of it is in the traits it showed
         return answer
 
     def _displayed(self) -> list[Record]:

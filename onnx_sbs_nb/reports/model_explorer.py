@@ -214,7 +214,7 @@ def save_node_data(
     written = write_node_data(records, path, model, metric=metric)
     model_file = None
     if save_model:
-        from ..align.pairing.optimized import save_model as save_onnx
+        from ..align.pairing.onnxruntime_session import save_model as save_onnx
 
         model_file = save_onnx(load_onnx_model(model), model_path_for(written))
     return NodeDataFiles(written, model_file)

@@ -46,6 +46,7 @@ STATE_TRAITS: tuple[str, ...] = (
     "device",
     "cuda_available",
     "cuda_reason",
+    "actions",
 )
 
 _bundle_cache: dict[str, Any] = {}
@@ -317,11 +318,14 @@ def widget_state(
     details: dict[str, Any] | None = None,
     device: str = "cpu",
     model: Any = None,
+    actions: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The state ``renderStatic(el, state)`` takes: the widget's traits for a finished run.
 
     ``summary`` may be a Summary, its dict, or None (then computed from the records);
-    ``model`` (the ONNX model) gives the neighbourhood view its graph.
+    ``model`` (the ONNX model) gives the neighbourhood view its graph; ``actions`` is the
+    action table of a view that has a session to ask (``session.action_table()``), none
+    for a report: no kernel answers it, so it shows no button.
     """
     records = list(records)
     if summary is None:
@@ -342,4 +346,5 @@ def widget_state(
         "device": device,
         "cuda_available": False,
         "cuda_reason": "",
+        "actions": [dict(a) for a in actions],
     }

@@ -16,7 +16,7 @@ import torch
 
 from onnx_sbs_nb.convert import to_numpy as torch_to_numpy
 from onnx_sbs_nb.convert import to_torch as numpy_to_torch
-from onnx_sbs_nb.evaluator.compiler import MissingKernelError
+from onnx_sbs_nb.evaluator.compiled import MissingKernelError
 from onnx_sbs_nb.evaluator.evaluator import TorchOnnxEvaluator
 
 PASS, WRONG, UNSUPPORTED = "pass", "wrong", "unsupported"
@@ -164,7 +164,12 @@ def run_case(tc: Any, **evaluator_options: Any) -> CaseResult:
         except TypeError as e:
             return CaseResult(tc.name, ops, UNSUPPORTED, f"TypeError: {e}"[:300])
         except Exception as e:
-            status = UNSUPPORTED if "has no torch dtype" in str(e) else WRONG
+            # a kernel that does not handle a variant (an image format) says so with
+            # NotImplementedError: unsupported, not a wrong result
+            unsupported = "has no torch dtype" in str(e) or isinstance(
+                e.__cause__, NotImplementedError
+            )
+            status = UNSUPPORTED if unsupported else WRONG
             return CaseResult(tc.name, ops, status, f"run: {type(e).__name__}: {e}"[:300])
         for i, (exp, res) in enumerate(zip(outputs, got)):
             msg = compare(exp, res, tc.rtol, tc.atol)

@@ -184,13 +184,13 @@ def choose_fault(ex: Exported, kind: str, depth: str) -> tuple[Fault, onnx.Model
 
 def entry_by_name(name: str):
     """The zoo entry of that name, in the first zoo (zoo.py) or the second to the sixth
-    (zoo2.py ... zoo6.py)."""
+    (zoo_vision_and_program_features.py ... zoo_speech_video_and_recurrent.py)."""
     from .zoo import ZOO_BY_NAME
-    from .zoo2 import ZOO2_BY_NAME
-    from .zoo3 import ZOO3_BY_NAME
-    from .zoo4 import ZOO4_BY_NAME
-    from .zoo5 import ZOO5_BY_NAME
-    from .zoo6 import ZOO6_BY_NAME
+    from .zoo_decoder_variants_and_mobile_vision import ZOO5_BY_NAME
+    from .zoo_decoders_encoders_vision import ZOO4_BY_NAME
+    from .zoo_kv_cache_and_popular_exports import ZOO3_BY_NAME
+    from .zoo_speech_video_and_recurrent import ZOO6_BY_NAME
+    from .zoo_vision_and_program_features import ZOO2_BY_NAME
 
     zoos = (ZOO_BY_NAME, ZOO2_BY_NAME, ZOO3_BY_NAME, ZOO4_BY_NAME, ZOO5_BY_NAME, ZOO6_BY_NAME)
     for zoo in zoos:

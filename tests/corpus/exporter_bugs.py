@@ -95,7 +95,7 @@ BUGS: tuple[Bug, ...] = (
         "drops out-of-bounds taps and renormalises the filter (exclude_outside=1)",
     ),  # fmt: skip
 )
-# The second corpus's bugs (tests/test_corpus_exporter_bugs2.py): a regression still in
+# The second corpus's bugs (tests/corpus/test_exporter_bugs_sdpa_gemm_linear.py): a regression still in
 # this venv's release, and two bugs of the optimizer and torch_lib fixed in 0.7.2.
 BUGS2: tuple[Bug, ...] = (
     Bug(
@@ -145,7 +145,7 @@ BUGS2: tuple[Bug, ...] = (
         "(b, s) (the following softmax then normalises over a size-1 axis: all ones)",
     ),
 )
-# Bugs in this venv's release that no release fixes (tests/test_corpus_live_bugs.py): the
+# Bugs in this venv's release that no release fixes (tests/corpus/test_live_exporter_bugs.py): the
 # control is the same model without the argument that triggers the bug.
 BUGS_LIVE: tuple[Bug, ...] = (
     Bug(

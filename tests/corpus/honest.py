@@ -1,4 +1,4 @@
-"""The models of the honest-answers corpus (tests/test_honest_answers.py), built in code with
+"""The models of the honest-answers corpus (tests/corpus/test_honest_answers.py), built in code with
 random weights, and a table of what the run says on each case (scripts/corpus_report.py
 --honest): verdict, culprit, why and coverage."""
 

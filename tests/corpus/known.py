@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # Every case the corpus has found so far passes: defects A (the exporter's preparation in
 # the wrong grad mode), B (complex values unpaired) and C (bfloat16 outputs through
-# onnxruntime) are fixed and their cases run as plain tests (tests/test_corpus2_defects.py).
+# onnxruntime) are fixed and their cases run as plain tests (tests/corpus/test_zoo_engine_defects.py).
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 

@@ -15,8 +15,8 @@ import torch
 
 from onnx_sbs_nb import SbsWidget
 from onnx_sbs_nb.reports import view_state
+from tests.align.test_many_inputs import BAD_ABS, AbsThenLinear
 from tests.models import export
-from tests.test_many_inputs import BAD_ABS, AbsThenLinear
 
 pytestmark = [
     pytest.mark.browser,

@@ -25,7 +25,7 @@ from ...records import join_comments as _join
 from ..judge.judging import SbsMismatchError
 from ..judge.undefined import undefined_values
 from ..judge.unordered import order_free_groups
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .options import RunOptions
 from .own_error import OwnErrors
 from .pair_judge import PairJudge

@@ -128,7 +128,7 @@ class RunOptions:
     def _check_deployment(self) -> None:
         if self.optimize is None and self.providers is None:
             return
-        from ..pairing.optimized import LEVELS, check_providers
+        from ..pairing.onnxruntime_session import LEVELS, check_providers
 
         if self.optimize not in LEVELS:
             if self.optimize is None:

@@ -16,7 +16,7 @@ from ...records import join_comments as _join
 from ..judge.context import RuleContext
 from ..judge.judging import as_candidate
 from ..judge.verdict import judge_own
-from ..pairing.names import Pair, Pairing
+from ..pairing.pairs import Pair, Pairing
 from .sides import OnnxSide, onnx_node_name
 from .stretches import OwnBatch
 from .weight_blame import WeightBlame

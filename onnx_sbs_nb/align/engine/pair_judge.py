@@ -14,7 +14,7 @@ from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .options import RunOptions
 from .own_error import OwnErrors
 from .precision_inputs import PrecisionInputs

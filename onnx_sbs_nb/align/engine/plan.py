@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx
 import torch
 
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 
 REF = 0
 CAND = 1

@@ -20,7 +20,7 @@ import torch
 
 from ...convert import to_torch
 from ..judge.judging import as_candidate, as_expected
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .runners import TorchRunner
 from .sides import OnnxSide
 

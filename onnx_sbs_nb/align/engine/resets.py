@@ -12,7 +12,7 @@ import onnx
 
 from ...records import STATUS_NOT_COMPARED, Record
 from ..judge.judging import as_candidate
-from ..pairing.names import Pair, Pairing
+from ..pairing.pairs import Pair, Pairing
 from .options import RESET_ALL, RunOptions
 from .sides import OnnxSide
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .options import RunOptions
 from .plan import Plan, schedule
 from .side import ReferenceSide

@@ -21,7 +21,9 @@ from typing import Any
 import onnx
 import torch
 
-from ..pairing.names import Pairing, pair_values, returned_outputs
+from ..pairing.lowered_by import returned_outputs
+from ..pairing.names import pair_values
+from ..pairing.pairs import Pairing
 from ..source.fx_metadata import FxMetadata
 from ..source.prep_check import structure_digest
 from ..source.provenance import Provenance, program_provenance

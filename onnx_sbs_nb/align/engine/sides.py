@@ -22,7 +22,7 @@ from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from ..judge.precision import inherited_precision, onnx_inherited_precision
 from ..judge.ties import tie_axes
 from ..judge.undefined import undefined_fx_values
-from ..pairing.names import lowering_of_nodes, returned_outputs
+from ..pairing.lowered_by import lowering_of_nodes, returned_outputs
 from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
 from ..source.program import ProgramInputs
 from ..source.provenance import Provenance, onnx_node_provenance

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ...compare.diff import shape_type
+from ...compare.value_facts import shape_type
 from ...convert import device_of
 from ...records import (
     KIND_NODE,
@@ -22,7 +22,7 @@ from ...records import (
     Record,
 )
 from ..judge.judging import proto_shape_type
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...compare.diff import compare, value_dtype_name
+from ...compare.diff import compare
+from ...compare.value_facts import value_dtype_name
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..judge.folding import Folding
 from ..judge.judging import as_candidate, comparable
 from ..judge.weights import settle_weight
-from ..pairing.names import Pairing
+from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
 

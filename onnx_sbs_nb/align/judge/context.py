@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ...compare.diff import Diff
 from ...records import Record
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 
 STAGE_PAIR = "pair"
 STAGE_RAW = "raw"

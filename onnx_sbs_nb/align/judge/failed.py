@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...records import STATUS_ERROR, STATUS_NOT_COMPUTED, Record
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_PAIR, RuleContext
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import onnx
 import torch
 
-from ...compare.diff import ARRAY_TYPES, Diff
+from ...compare.diff import Diff
+from ...compare.value_facts import ARRAY_TYPES
 from ...dtypes import dtype_name
 from ...records import (
     JUDGED_BY_NOTE,
@@ -24,14 +25,14 @@ from ...records import (
     Record,
 )
 from ...records import join_comments as _join
-from ..pairing.names import (
+from ..pairing.onnx_pairing import cast_value
+from ..pairing.pairs import Pair
+from ..pairing.values import (
     TRANSFORM_AS_REAL,
     TRANSFORM_PERMUTE,
     TRANSFORM_RESHAPE,
     TRANSFORM_TRANSPOSE,
-    Pair,
 )
-from ..pairing.onnx_pairing import cast_value
 
 
 class SbsMismatchError(AssertionError):

@@ -12,7 +12,7 @@ from ...compare.diff import compare
 from ...convert import to_torch
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_AFTER, RuleContext
 
 LINEAR_TARGETS = ("aten.linear", "aten.addmm", "aten.mm", "aten.matmul", "aten.bmm")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...compare.diff import compare, largest_element_error, largest_magnitude, zero_sign_mismatches
+from ...compare.diff import compare
 from ...compare.elementwise import is_elementwise
+from ...compare.value_facts import largest_element_error, largest_magnitude, zero_sign_mismatches
 from ...convert import device_of
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
 from ..pairing.onnx_pairing import in_common_precision
+from ..pairing.pairs import Pair
 from .context import RuleContext
 from .judging import as_expected, comparable, fill_own_error, in_layout_of
 from .ties import TIE_NOTE, tied

@@ -18,10 +18,12 @@ from typing import Any
 
 import torch
 
-from ...compare.diff import Diff, compare, default_tolerance, value_dtype_name
+from ...compare.diff import Diff, compare
+from ...compare.tolerances import default_tolerance
+from ...compare.value_facts import value_dtype_name
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison
 
@@ -87,7 +89,7 @@ def onnx_inherited_precision(
     (weights stored in it, float32 kept at its inputs and outputs, or around blocked ops)
     computes its float32 values from float16 ones.  ``inputs``/``outputs``: the names
     each node reads and writes, in the model's order."""
-    from ..pairing.names import onnx_value_types
+    from ..pairing.values import onnx_value_types
 
     types = onnx_value_types(model)
     floor: dict[str, str | None] = {}

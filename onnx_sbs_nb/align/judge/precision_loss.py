@@ -32,11 +32,13 @@ from typing import Any
 
 import torch
 
-from ...compare.diff import compare, default_tolerance, value_dtype_name
+from ...compare.diff import compare
+from ...compare.tolerances import default_tolerance
+from ...compare.value_facts import value_dtype_name
 from ...convert import to_torch
 from ...records import STATUS_FAIL, STATUS_PRECISION_LOSS, Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_AFTER, RuleContext
 from .judging import as_expected
 from .own import judge_own

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any
 
-from ...compare.diff import value_dtype_name
+from ...compare.value_facts import value_dtype_name
 from ...records import STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import (
     STAGE_AFTER,
     STAGE_COMPARED,

@@ -7,8 +7,8 @@ from typing import Any
 
 from ...records import STATUS_NOT_COMPARED, UNPAIRED, Record
 from ...records import join_comments as _join
-from ..pairing.names import PAIRED_BY_NAME, Pair
-from ..pairing.rules import proven_rules
+from ..pairing.pairs import Pair
+from ..pairing.rules import NameRule, proven_rules
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison
 
@@ -24,7 +24,7 @@ class WrongShapeLowering:
 
     def applies(self, pair: Pair, ctx: RuleContext) -> bool:
         d = ctx.diff
-        return d is not None and d.shape_mismatch and pair.declared and pair.rule != PAIRED_BY_NAME
+        return d is not None and d.shape_mismatch and pair.declared and pair.rule != NameRule.name
 
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
         record.comment = _join(

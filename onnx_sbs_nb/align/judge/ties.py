@@ -15,7 +15,7 @@ from ...compare.diff import Diff
 from ...convert import to_numpy
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison
 

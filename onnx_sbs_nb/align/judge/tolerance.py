@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...records import Record
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison
 

@@ -8,13 +8,8 @@ from typing import Any
 
 from ...records import Record
 from ...records import join_comments as _join
-from ..pairing.names import (
-    TRANSFORM_AS_REAL,
-    TRANSFORM_PERMUTE,
-    TRANSFORM_RESHAPE,
-    Pair,
-)
-from ..pairing.onnx_pairing import TRANSFORM_CAST
+from ..pairing.pairs import Pair
+from ..pairing.values import TRANSFORM_AS_REAL, TRANSFORM_CAST, TRANSFORM_PERMUTE, TRANSFORM_RESHAPE
 from .context import STAGE_PAIR, RuleContext
 
 

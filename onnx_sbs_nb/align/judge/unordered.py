@@ -23,7 +23,7 @@ from ...compare.diff import compare
 from ...convert import to_numpy
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
-from ..pairing.names import Pair
+from ..pairing.pairs import Pair
 from .context import STAGE_COMPARED, RuleContext
 from .ties import tied
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...compare.diff import (
-    ARRAY_TYPES,
-    compare,
-    shape_type,
-)
+from ...compare.diff import compare
+from ...compare.value_facts import ARRAY_TYPES, shape_type
 from ...convert import device_of
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
-from ..pairing.names import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE, Pair
 from ..pairing.onnx_pairing import in_common_precision
+from ..pairing.pairs import Pair
+from ..pairing.values import TRANSFORM_AS_REAL, TRANSFORM_RESHAPE
 from .context import (
     STAGE_COMPARED,
     STAGE_PAIR,

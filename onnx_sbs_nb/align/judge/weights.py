@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ...compare.diff import largest_magnitude, smallest_normal
+from ...compare.value_facts import largest_magnitude, smallest_normal
 from ...records import (
     FOLDED_CONSUMER_NOTE,
     KIND_WEIGHT,

@@ -8,10 +8,9 @@ import re
 
 import onnx
 
-from ...records import PAIRED_BY_NAME, PAIRED_BY_POSITION, PAIRED_BY_STATE_DICT
 from ..source.fx_metadata import ORIGINAL_NAME_KEY
-from .context import PairingContext, PairingStep
-from .rules import rule
+from .context import PairingContext
+from .rules import NameRule, PositionRule, StateDictRule
 
 
 def original_name(init: onnx.TensorProto) -> str:
@@ -23,22 +22,18 @@ def original_name(init: onnx.TensorProto) -> str:
     return init.name
 
 
-class SameName(PairingStep):
+class SameName(NameRule):
     """A candidate value (graph input, node output, initializer) pairs with the reference
     value of the same name, when the reference side says it is the same value."""
-
-    declared = rule(PAIRED_BY_NAME)
 
     def run(self, ctx: PairingContext) -> None:
         for name in [*ctx.inputs, *ctx.produced, *ctx.initializers]:
             if ctx.same_name(name):
-                ctx.try_pair(name, name, PAIRED_BY_NAME)
+                ctx.try_pair(name, name, NameRule.name)
 
 
-class StateDictName(PairingStep):
+class StateDictName(StateDictRule):
     """An initializer pairs with the reference weight of its original (state-dict) name."""
-
-    declared = rule(PAIRED_BY_STATE_DICT)
 
     def run(self, ctx: PairingContext) -> None:
         for name, init in ctx.initializers.items():
@@ -46,7 +41,7 @@ class StateDictName(PairingStep):
                 continue
             ref = ctx.reference_by_original.get(original_name(init))
             if ref is not None:
-                ctx.try_pair(name, ref, PAIRED_BY_STATE_DICT)
+                ctx.try_pair(name, ref, StateDictRule.name)
 
 
 # onnx_ir's OutputFixPass (run by the exporter): a graph input returned as it is gets an
@@ -56,15 +51,13 @@ ALIASED_INPUT_SUFFIX = "_orig"
 _ALIAS_OUTPUT = re.compile(r"^(?P<value>.+)_alias_\d+$")
 
 
-class OutputFixAliases(PairingStep):
+class OutputFixAliases(NameRule):
     """The Identities the exporter's output fix adds, proven by their place.  A graph
     input the program also returns unchanged (a cache's cross-attention tensors, a sliding
     window's size) is renamed ``X_orig`` and returned as ``Identity(X_orig)`` named ``X``:
     ``X_orig`` is the program's input ``X``.  A value the program returns twice (the
     length two cache layers share) is returned the second time as ``Identity(V)`` named
     ``V_alias_<i>``: that output is the program's value ``V`` again."""
-
-    declared = rule(PAIRED_BY_NAME)
 
     def run(self, ctx: PairingContext) -> None:
         reference, outputs = set(ctx.reference_inputs), set(ctx.outputs)
@@ -76,19 +69,17 @@ class OutputFixAliases(PairingStep):
                 continue
             source, out = node.input[0], node.output[0]
             if source == out + ALIASED_INPUT_SUFFIX and source in inputs and out in reference:
-                ctx.try_pair(source, out, PAIRED_BY_NAME)
+                ctx.try_pair(source, out, NameRule.name)
                 continue
             m = _ALIAS_OUTPUT.match(out)
             pair = ctx.pairing.by_onnx.get(source)
             if m and m.group("value") == source and source in outputs and pair is not None:
-                ctx.try_pair(out, pair.fx_name, PAIRED_BY_NAME)
+                ctx.try_pair(out, pair.fx_name, NameRule.name)
 
 
-class ByPosition(PairingStep):
+class ByPosition(PositionRule):
     """Graph inputs (and outputs) left over pair by position, when both sides have as
     many."""
-
-    declared = rule(PAIRED_BY_POSITION)
 
     def run(self, ctx: PairingContext) -> None:
         for cand, ref in (
@@ -99,7 +90,7 @@ class ByPosition(PairingStep):
                 continue
             for c, r in zip(cand, ref):
                 if c not in ctx.pairing.by_onnx and r not in ctx.pairing.by_fx:
-                    ctx.try_pair(c, r, PAIRED_BY_POSITION)
+                    ctx.try_pair(c, r, PositionRule.name)
 
 
 __all__ = [

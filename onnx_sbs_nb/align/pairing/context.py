@@ -1,29 +1,32 @@
 """What a pairing rule reads, and the shape every rule has.
 
-A rule is a small class: its declaration in :mod:`.rules` (which gives it its ``name``,
-the ``Record.paired_by`` of the pairs it makes, and its ``strength``) and
-``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered tuple of rule objects
-run on one :class:`PairingContext` (:func:`run_rules`); each pairing lists its tuple
-(``names.FX_RULES``, ``onnx_pairing.ONNX_RULES``), and adding a rule is one class and one
-entry there.  Like the exporter's capture strategies, each rule names itself in what it
-makes: ``try_pair`` is given the rule's name.
+A rule is a small class (:class:`.rules.PairingStep`): it derives from its rule's
+declaration in :mod:`.rules` (which
+gives it its ``name``, the ``Record.paired_by`` of the pairs it makes, and its
+``strength``) and has ``pair(ctx) -> int``, the pairs it made.  A pairing is an ordered
+tuple of rule objects run on one context (:func:`run_rules`); each pairing lists its
+tuple (``names.FX_RULES``, ``onnx_pairing.ONNX_RULES``, ``same_model.SAME_MODEL_RULES``,
+``deployed.DEPLOYED_RULES``), and adding a rule is one class and one entry there.  Like
+the exporter's capture strategies, each rule names itself in what it makes: ``try_pair``
+is given the rule's name.
 
-Both pairings fill the same context: the *candidate* is always an ONNX model, the
-*reference* the program (fx-to-ONNX) or another ONNX model (ONNX-to-ONNX); rules that
-need more of one side read a subclass (``names.FxPairingContext``).
+The pairings of two graphs fill the same context: the *candidate* is always an ONNX
+model, the *reference* the program (fx-to-ONNX) or an ONNX model (ONNX-to-ONNX, the same
+model on two devices); rules that need more of one side read a subclass
+(:class:`FxPairingContext`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
 
 import onnx
+import torch
 
 from ...records import KIND_OUTPUT
 from .pairs import Pairing
-from .rules import PairingRule
+from .rules import PairingStep
 
 # (candidate value, reference value, rule name, transform=None) -> whether it paired
 TryPair = Callable[..., bool]
@@ -55,32 +58,17 @@ class PairingContext:
                 p.kind = KIND_OUTPUT
 
 
-class PairingStep:
-    """A pairing rule as code.  ``declared``: its :class:`.rules.PairingRule`, the one
-    source of its name and strength; several steps may share one declaration (the
-    structure passes all pair by structure)."""
+@dataclass
+class FxPairingContext(PairingContext):
+    """What the fx-to-ONNX rules read besides the shared context: the program's nodes and
+    weights, and the candidate's declared types and shapes and each node's fx node."""
 
-    declared: ClassVar[PairingRule]
-
-    @property
-    def name(self) -> str:
-        return self.declared.name
-
-    @property
-    def strength(self) -> Literal["proven", "guess"]:
-        return self.declared.strength
-
-    def pair(self, ctx: Any) -> int:
-        """Pairs what the rule can on ``ctx``; returns how many pairs it made."""
-        before = len(ctx.pairing)
-        self.run(ctx)
-        return len(ctx.pairing) - before
-
-    def run(self, ctx: Any) -> None:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, {self.strength!r})"
+    fx_nodes: dict[str, torch.fx.Node]
+    weights: dict[str, str]  # placeholder -> state-dict name
+    fx_of: list[str | None]  # per ONNX node, the fx node its metadata names
+    onnx_types: dict[str, tuple[int, int | None]]
+    onnx_shapes: dict[str, tuple[int | None, ...]]
+    model: onnx.ModelProto | None = None  # the candidate (shape inference reads it)
 
 
 def run_rules(rules: Iterable[PairingStep], ctx: PairingContext) -> Pairing:
@@ -91,4 +79,4 @@ def run_rules(rules: Iterable[PairingStep], ctx: PairingContext) -> Pairing:
     return ctx.pairing
 
 
-__all__ = ["PairingContext", "PairingStep", "TryPair", "run_rules"]
+__all__ = ["FxPairingContext", "PairingContext", "TryPair", "run_rules"]

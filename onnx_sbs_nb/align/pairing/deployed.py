@@ -12,8 +12,9 @@ optimizers did, so the records say it:
   kernel, no longer a value of the graph): status ``internal`` and "internal to fused
   node X (op)", never an unpaired value;
 - an original value onnxruntime computes anew under another name and type (a float16
-  node run in float32 between Casts on CPU): paired with the new value through a cast,
-  compared in the coarser type, the comment saying so;
+  node run in float32 between Casts on CPU): paired with the new value through a cast
+  by rule ``renamed`` (:class:`ThroughRenames`), compared in the coarser type, the
+  comment saying so;
 - a value onnxruntime created (a layout Transpose, a precision Cast): the comment says
   which fused node it belongs to.
 
@@ -31,17 +32,53 @@ import onnx
 
 from ...records import STATUS_INTERNAL, STATUS_UNPAIRED_EP, Record
 from ...records import join_comments as _join
-from .names import Pair, Pairing, onnx_value_types
-from .onnx_pairing import TRANSFORM_CAST, _compatibility
-from .optimized import (
-    NODE_FUSED,
-    NODE_INSERTED,
-    NODE_REWRITTEN,
-    NODE_UNCHANGED,
-    OptimizedModel,
-    OptimizedNode,
-    optimize_model,
-)
+from .graph_map import NODE_FUSED, NODE_INSERTED, NODE_REWRITTEN, NODE_UNCHANGED, OptimizedNode
+from .onnx_pairing import _compatibility
+from .optimized import OptimizedModel, optimize_model
+from .pairs import Pair, Pairing
+from .rules import PairingStep, RenamedRule
+from .values import TRANSFORM_CAST, onnx_value_types
+
+
+@dataclass
+class DeployedPairingContext:
+    """What the rules of the deployed graph read: the pairing of the reference with the
+    optimized model (which they complete), the pairing with the model as given, and what
+    onnxruntime renamed."""
+
+    pairing: Pairing  # reference vs the optimized model
+    original: Pairing  # reference vs the model as given
+    renamed: Mapping[str, str]  # original value -> the optimized value computing it anew
+    original_types: dict[str, tuple[int, int | None]]
+    types: dict[str, tuple[int, int | None]]  # the optimized model's
+    notes: dict[str, str] = field(default_factory=dict)  # optimized value -> comment
+
+
+class ThroughRenames(RenamedRule):
+    """A value onnxruntime computes anew under another name (a float16 node run in float32
+    between Casts) pairs with the reference partner of the original value, through a cast
+    when the types differ."""
+
+    def run(self, ctx: DeployedPairingContext) -> None:
+        for old, new in ctx.renamed.items():
+            p = ctx.original.by_onnx.get(old)
+            if p is None or new in ctx.pairing.by_onnx or p.fx_name in ctx.pairing.by_fx:
+                continue
+            ok, transform = _compatibility(ctx.original_types.get(old), ctx.types.get(new))
+            if not ok:
+                continue
+            cast_to = ctx.types[new][0] if transform == TRANSFORM_CAST else None
+            ctx.pairing.add(Pair(new, p.fx_name, self.name, p.kind, transform, cast_to))
+            ctx.notes[new] = (
+                f"onnxruntime computes {old!r} as {new!r}"
+                + (f" ({_type_name(ctx.types[new][0])})" if new in ctx.types else "")
+                + f"; paired through it (its original paired by {p.rule})"
+            )
+
+
+# The deployed graph's own pairing, run after the ordinary one on the optimized model
+# (each record's paired_by is the name of the rule that paired it).
+DEPLOYED_RULES: tuple[PairingStep, ...] = (ThroughRenames(),)
 
 
 @dataclass
@@ -66,31 +103,19 @@ class Deployment:
         the model as given) and prepares the comments.
 
         Values onnxruntime renamed pair with the reference partner of their original
-        name; reference values whose partner the fusion made internal are noted.
+        name (the rules of :data:`DEPLOYED_RULES`); reference values whose partner the
+        fusion made internal are noted.
         """
-        self._pair_renamed(pairing, original)
+        om = self.optimized
+        ctx = DeployedPairingContext(
+            pairing, original, om.renamed, onnx_value_types(om.original), onnx_value_types(om.model)
+        )
+        for step in DEPLOYED_RULES:
+            step.pair(ctx)
+        for value, note in ctx.notes.items():
+            self.notes[value] = _join(self.notes.get(value), note)
         self._note_internal(pairing, original)
         self._note_nodes()
-
-    def _pair_renamed(self, pairing: Pairing, original: Pairing) -> None:
-        om = self.optimized
-        orig_types = onnx_value_types(om.original)
-        new_types = onnx_value_types(om.model)
-        for old, new in om.renamed.items():
-            p = original.by_onnx.get(old)
-            if p is None or new in pairing.by_onnx or p.fx_name in pairing.by_fx:
-                continue
-            ok, transform = _compatibility(orig_types.get(old), new_types.get(new))
-            if not ok:
-                continue
-            cast_to = new_types[new][0] if transform == TRANSFORM_CAST else None
-            pairing.add(Pair(new, p.fx_name, p.rule, p.kind, transform, cast_to))
-            self.notes[new] = _join(
-                self.notes.get(new),
-                f"onnxruntime computes {old!r} as {new!r}"
-                + (f" ({_type_name(new_types[new][0])})" if new in new_types else "")
-                + "; paired through it",
-            )
 
     def _note_internal(self, pairing: Pairing, original: Pairing) -> None:
         om = self.optimized
@@ -199,4 +224,4 @@ def _type_name(elem: int) -> str:
     return onnx.TensorProto.DataType.Name(elem).lower()
 
 
-__all__ = ["Deployment", "deploy"]
+__all__ = ["DEPLOYED_RULES", "DeployedPairingContext", "Deployment", "ThroughRenames", "deploy"]

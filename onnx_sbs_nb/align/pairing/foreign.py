@@ -33,11 +33,10 @@ import onnx.numpy_helper
 import torch
 
 from ...dtypes import ONNX_TO_TORCH
-from ...records import KIND_WEIGHT, PAIRED_BY_STRUCTURE
+from ...records import KIND_WEIGHT
 from ..source.provenance import module_of_node_name, module_path
-from .context import PairingStep
 from .lowerings import COPIES, FOLDABLE, LAYOUT, ends_of, op_name
-from .rules import rule
+from .rules import PairingStep, StructureRule
 
 # ONNX ops whose value is a size of their input: a static program has no twin of it
 _SIZE_OPS = frozenset({"Shape", "Size"})
@@ -164,10 +163,8 @@ def _fold_constants(model: onnx.ModelProto) -> None:
         g.initializer.append(onnx.numpy_helper.from_array(value, name))
 
 
-class CorrespondingOps(PairingStep):
+class CorrespondingOps(StructureRule):
     """The node-by-node walk over a model without exporter metadata (module docstring)."""
-
-    declared = rule(PAIRED_BY_STRUCTURE)
 
     def __init__(self, then: PairingStep | None = None):
         # what pairs around the walk's pairs (names.AroundPaired: a MatMul's transposed
@@ -585,7 +582,7 @@ class _Walk:
             return False
         if self.onnx_frontier(loose[0]) != self.fx_frontier(args[0]):
             return False
-        return self.ctx.try_pair(loose[0], args[0].name, PAIRED_BY_STRUCTURE)
+        return self.ctx.try_pair(loose[0], args[0].name, StructureRule.name)
 
     def run(self) -> int:
         made = self._walk()
@@ -619,7 +616,7 @@ class _Walk:
                 if fx is None:
                     continue
                 end = self._chain_end(value, fx, anchors)
-                if self.ctx.try_pair(end, fx.name, PAIRED_BY_STRUCTURE):
+                if self.ctx.try_pair(end, fx.name, StructureRule.name):
                     made += 1
                     self._paired()
         return made

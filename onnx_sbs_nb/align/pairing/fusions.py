@@ -18,7 +18,8 @@ import onnx
 import torch
 
 from ...records import KIND_INPUT
-from .names import Pairing, lowering_of_nodes
+from .lowered_by import lowering_of_nodes
+from .pairs import Pairing
 
 
 def fused_lowering(

@@ -44,17 +44,18 @@ import numpy as np
 import onnx
 import torch
 
-from ...compare.diff import value_dtype_name
+from ...compare.value_facts import value_dtype_name
 from ...convert import to_torch
 from ...dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
-from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, PAIRED_BY_METADATA
+from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata
 from ..source.loading import load_onnx_model
 from .basic_rules import ByPosition, SameName, StateDictName, original_name
-from .context import PairingContext, PairingStep, run_rules
-from .names import TRANSFORM_CAST, Pair, Pairing, onnx_value_types
-from .optimized import META_REPLACED
-from .rules import rule
+from .context import PairingContext, run_rules
+from .graph_map import META_REPLACED
+from .pairs import Pair, Pairing
+from .rules import MetadataRule, PairingStep
+from .values import TRANSFORM_CAST, onnx_value_types
 
 _FLOATS = frozenset(
     {
@@ -175,10 +176,8 @@ class OnnxPairingContext(PairingContext):
     candidate: _Side
 
 
-class SameFxNode(PairingStep):
+class SameFxNode(MetadataRule):
     """The last output of the last node lowering the same fx node in each model."""
-
-    declared = rule(PAIRED_BY_METADATA)
 
     def run(self, ctx: OnnxPairingContext) -> None:
         for fx, c_node in ctx.candidate.last_by_fx.items():
@@ -188,7 +187,7 @@ class SameFxNode(PairingStep):
             c_out = next((o for o in reversed(c_node.output) if o), None)
             r_out = next((o for o in reversed(r_node.output) if o), None)
             if c_out and r_out:
-                ctx.try_pair(c_out, r_out, PAIRED_BY_METADATA)
+                ctx.try_pair(c_out, r_out, MetadataRule.name)
 
 
 # The ONNX-to-ONNX pairing: its rules, in the order they run.

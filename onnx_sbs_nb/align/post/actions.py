@@ -17,7 +17,8 @@ from typing import Any
 
 import onnx
 
-from ...compare.diff import compare, shape_type
+from ...compare.diff import compare
+from ...compare.value_facts import shape_type
 from ...convert import to_torch
 from ...errors import SbsInputError
 from ...records import Record

@@ -136,10 +136,11 @@ def dynamic_quantize_linear(x):
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     rmin = torch.minimum(x.min(), zero) if x.numel() else zero
     rmax = torch.maximum(x.max(), zero) if x.numel() else zero
-    scale = (rmax - rmin) / 255
-    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
-    zp = torch.round((0 - rmin) / safe).clamp(0, 255)
-    y = (torch.round(x / safe) + zp).clamp(0, 255)
+    # an input of zeros only has no range: onnxruntime gives the scale 1 (the spec's
+    # formula gives 0, the ONNX reference 1/255); its codes and zero point are 0 anyway
+    scale = torch.where(rmax == rmin, torch.ones_like(rmax), (rmax - rmin) / 255)
+    zp = torch.round((0 - rmin) / scale).clamp(0, 255)
+    y = (torch.round(x / scale) + zp).clamp(0, 255)
     return y.to(torch.uint8), scale, zp.to(torch.uint8)
 
 
@@ -154,15 +155,21 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     af = a.to(torch.float64) - _per_row(a_zero_point, a.dim()).to(torch.float64)
     bf = b.to(torch.float64) - b_zero_point.to(torch.float64)
     acc = torch.matmul(af, bf)
-    sa = _per_row(a_scale, a.dim()).to(torch.float64)
-    scale = sa * b_scale.to(torch.float64) / y_scale.to(torch.float64)
+    sa = _per_row(a_scale, a.dim()).to(torch.float32)
+    scale = sa * b_scale.to(torch.float32) / y_scale.to(torch.float32)
     return _requantize(acc, scale, y_zero_point)
 
 
 def _requantize(acc: torch.Tensor, scale: torch.Tensor, y_zero_point: torch.Tensor) -> torch.Tensor:
-    """An exact float64 accumulator rescaled and quantized to y_zero_point's type."""
-    # onnxruntime rounds the rescaled value computed in float32
-    v = torch.round((acc * scale).to(torch.float32).to(torch.float64))
+    """An exact accumulator rescaled and quantized to y_zero_point's type as onnxruntime's
+    MlasRequantizeOutput does: the int32 accumulator to float32, times the float32
+    multiplier (a_scale * b_scale / y_scale, computed in float32), rounded half to even.
+    A float8 output (opset 21) is the rescaled value cast with saturation: its zero
+    point is 0 and it has no integer grid to round to."""
+    v = acc.to(torch.float32) * scale.to(torch.float32)
+    if y_zero_point.dtype in _FLOAT8:
+        return saturate_to(v, y_zero_point.dtype)
+    v = torch.round(v).to(torch.float64)
     return saturate_to(v + y_zero_point.to(torch.float64), y_zero_point.dtype)
 
 
@@ -183,8 +190,8 @@ def qlinear_conv(
     acc = conv_kernel(xf, weight_minus_zero_point(w, w_zero_point), None, **conv_attrs)
     if b is not None:
         acc = acc + b.to(torch.float64).reshape(1, -1, *([1] * (x.dim() - 2)))
-    ws = w_scale.to(torch.float64)
+    ws = w_scale.to(torch.float32)
     if ws.numel() > 1:
         ws = ws.reshape(1, -1, *([1] * (x.dim() - 2)))
-    scale = x_scale.to(torch.float64) * ws / y_scale.to(torch.float64)
+    scale = x_scale.to(torch.float32) * ws / y_scale.to(torch.float32)
     return _requantize(acc, scale, y_zero_point)

@@ -1,0 +1,117 @@
+"""The words every view shares for a record or a count (the terminal, the widget, the
+reports): how a number prints, how a record is named, what drift means.  Plain functions
+over records and numbers, so the culprit's why (``why.py``) and the summary
+(``summary.py``) say things the same way."""
+
+from __future__ import annotations
+
+import math
+
+from ...records import Record
+
+
+def fmt(value: float | None) -> str:
+    """A number in three significant digits ("-" when there is none)."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}"
+
+
+def percent(ratio: float | None) -> str:
+    if ratio is None:
+        return "?"
+    return f"{ratio * 100:.2g}%" if ratio >= 1e-3 else f"{ratio:.2g}"
+
+
+def json_float(value: float | None) -> float | str | None:
+    """A float JSON can hold: NaN and infinities as their str."""
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def float_or_none(value: float | str | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def printable(text: str) -> str:
+    """Model-supplied names with control characters escaped, safe to print in a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def label(rec: Record) -> str:
+    """A record's value as the counts name it: its ONNX value, else its fx node."""
+    return rec.onnx_name or rec.ep_name or f"step {rec.step}"
+
+
+def dtype_of(rec: Record) -> str:
+    """The element type of the record's ONNX value ("float16" of "float16[2x3]")."""
+    return (rec.onnx_shape_type or "").split("[", 1)[0]
+
+
+def fused_list(fuses: str, most: int = 8) -> str:
+    """A fused node's fx nodes, the first ``most`` of them."""
+    names = [n.strip() for n in fuses.split(",") if n.strip()]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def on_input_text(rec: Record) -> str:
+    """Where a record of a run over many inputs comes from ("on input 7 (b.pt), 1 of
+    32 inputs failing here"); "" for a run over one input."""
+    if rec.input_index is None:
+        return ""
+    name = f" ({rec.input_name})" if rec.input_name else ""
+    text = f"on input {rec.input_index}{name}"
+    if rec.inputs_total is not None and rec.inputs_failing is not None:
+        text += f", {rec.inputs_failing} of {rec.inputs_total} inputs failing here"
+    return text
+
+
+def suspect_name(rec: Record) -> str:
+    """A suspect as the widget names it: the user's fx node name (not the prepared
+    program's ``getitem_9``), the module it lives in, and its ONNX value when named
+    otherwise."""
+    name = rec.ep_user_name or rec.ep_name or rec.onnx_name or f"step {rec.step}"
+    where = f" in {rec.ep_module}" if rec.ep_module else ""
+    value = f" (value {rec.onnx_name})" if rec.onnx_name and rec.onnx_name != name else ""
+    return f"{name}{where}{value}"
+
+
+def failing_text(failed: int, drifted: int) -> str:
+    """How many values fail, and how many of them only inherit their error (drifted): the
+    one wording of the terminal, the widget and the reports, so a red count never reads as
+    that many culprits."""
+    if not drifted:
+        return f"{failed} failing"
+    return f"{failed} failing, of which {drifted} only inherit their error"
+
+
+def drift_text(drifted: int, verdict: str) -> str:
+    """What drifted values mean for the verdict, in a sentence."""
+    values = "1 value is" if drifted == 1 else f"{drifted} values are"
+    why = (
+        f"{values} beyond tolerance while each node, rerun on the torch values of its "
+        "inputs, agrees with torch: the difference is carried from upstream"
+    )
+    if verdict == "pass":
+        return f"{why} (rounding the graph amplifies), and the outputs agree"
+    return why
+
+
+__all__ = [
+    "drift_text",
+    "dtype_of",
+    "failing_text",
+    "float_or_none",
+    "fmt",
+    "fused_list",
+    "json_float",
+    "label",
+    "on_input_text",
+    "percent",
+    "printable",
+    "suspect_name",
+]

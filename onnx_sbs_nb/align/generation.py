@@ -1,0 +1,447 @@
+"""Generation parity: a decoder exported with its cache, decoded greedily by torch and by
+onnxruntime side by side, each side feeding its own cache back.
+
+A decoder can pass every single-step check and still generate other text after twenty
+tokens: an error too small to change one step's logits grows in the cache it writes.  This
+run decodes ``steps`` greedy steps on both sides and names the first step where the tokens
+differ or the last position's logits leave tolerance, with the margin between torch's two
+best logits there (a small margin turns a small error into another token).  At that step
+the ONNX model runs once more on torch's own inputs and cache: an error that stays is the
+step's own, one that goes away was carried in by the cache.  :meth:`GenerationParity.
+step_run` then compares that step node by node (:func:`~onnx_sbs_nb.align.run.run_aligned`
+on torch's inputs), which names the node.
+
+The inputs are the first step's keyword inputs as the program was exported with them
+(``input_ids``, ``attention_mask``, the cache object as ``past_key_values``...).  Each next
+step feeds the token chosen (``input_ids``, or ``decoder_input_ids`` for an encoder-decoder),
+one more position (``attention_mask``, ``position_ids``, ``cache_position``) and the cache
+the step returned; ``next_inputs=`` replaces that rule for other signatures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from ..compare.diff import compare
+from ..convert import to_numpy
+from ..errors import SbsInputError
+from .source.loading import load_exported_program, load_onnx_model
+
+_tree = torch.utils._pytree
+
+# keyword inputs that advance by one position per step (the decoder's own, for an
+# encoder-decoder, whose encoder inputs stay)
+_IDS = ("decoder_input_ids", "input_ids")
+_MASKS = ("decoder_attention_mask", "attention_mask")
+NextInputs = Callable[[dict[str, Any], torch.Tensor, Any], dict[str, Any]]
+
+
+@dataclass
+class GenerationStep:
+    """One decoding step: the tokens each side chose and how far apart their logits are.
+
+    ``err_abs`` / ``err_rel`` / ``passed``: the last position's logits of the ONNX model
+    (fed its own tokens and cache) against torch's, within the dtype's tolerance; None
+    once the tokens have differed (the two sides then decode different texts).
+    ``margin``: torch's best logit minus its second best (smallest over the batch)."""
+
+    step: int
+    torch_tokens: list[int]
+    onnx_tokens: list[int]
+    err_abs: float | None = None
+    err_rel: float | None = None
+    passed: bool | None = None
+    margin: float | None = None
+    #: the cache the step wrote (each output after the logits) against torch's: the
+    #: largest error, whether every one is within tolerance, the ONNX output that errs most
+    cache_err_abs: float | None = None
+    cache_passed: bool | None = None
+    cache_worst: str | None = None
+    torch_seconds: float = 0.0
+    onnx_seconds: float = 0.0
+
+    @property
+    def tokens_agree(self) -> bool:
+        return self.torch_tokens == self.onnx_tokens
+
+    @property
+    def parted_by(self) -> str | None:
+        """Why the decodes part here: "tokens", "logits", "cache", or None."""
+        if not self.tokens_agree:
+            return "tokens"
+        if self.passed is False:
+            return "logits"
+        if self.cache_passed is False:
+            return "cache"
+        return None
+
+
+@dataclass
+class GenerationParity:
+    """The two decodes side by side and where they part (:func:`generation_parity`)."""
+
+    steps: list[GenerationStep]
+    #: the first step whose tokens differ or whose logits leave tolerance (None: none)
+    diverged_at: int | None
+    #: "tokens" (another token chosen), "logits" (the same token, logits beyond tolerance)
+    #: or "cache" (the same token, close logits, but the cache written differs)
+    diverged_by: str | None
+    #: the ONNX model at that step on torch's inputs and cache: its logits' max abs error
+    #: and whether it is within tolerance (False: the step makes the error; True: the
+    #: cache carried it in)
+    own_err_abs: float | None = None
+    own_passed: bool | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    _ep: Any = field(default=None, repr=False)
+    _onx: Any = field(default=None, repr=False)
+    _step_inputs: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.diverged_at is None else "fail"
+
+    @property
+    def torch_tokens(self) -> list[list[int]]:
+        """Each step's tokens (one per batch row) as torch chose them."""
+        return [s.torch_tokens for s in self.steps]
+
+    @property
+    def onnx_tokens(self) -> list[list[int]]:
+        return [s.onnx_tokens for s in self.steps]
+
+    def step_inputs(self) -> dict[str, Any] | None:
+        """Torch's keyword inputs at the divergence step (its tokens and cache)."""
+        return self._step_inputs
+
+    def step_run(self, **options: Any) -> Any:
+        """That step compared node by node: ``run_aligned`` on torch's inputs and cache
+        (options as ``run_aligned``'s: ``own_error=True`` names the node that makes it)."""
+        if self._step_inputs is None:
+            raise SbsInputError("the two decodes never parted: there is no step to compare")
+        from .run import run_aligned
+
+        return run_aligned(self._ep, self._onx, (), dict(self._step_inputs), **options)
+
+    def why(self) -> str:
+        if self.diverged_at is None:
+            return f"the two decodes agree on all {len(self.steps)} steps"
+        s = self.steps[self.diverged_at]
+        if self.diverged_by == "tokens" and s.err_abs is None:
+            head = f"step {s.step}: torch chose {s.torch_tokens}, the ONNX model {s.onnx_tokens}"
+        elif self.diverged_by == "tokens":
+            head = (
+                f"step {s.step}: torch chose {s.torch_tokens}, the ONNX model {s.onnx_tokens} "
+                f"(logits off by {s.err_abs:.3g}, torch's margin between its two best "
+                f"{s.margin:.3g})"
+            )
+        elif self.diverged_by == "logits":
+            head = (
+                f"step {s.step}: the logits leave tolerance (max abs error {s.err_abs:.3g}, "
+                f"atol {self.atol:.3g}, rtol {self.rtol:.3g}) while both chose {s.torch_tokens}"
+            )
+        else:
+            head = (
+                f"step {s.step}: both chose {s.torch_tokens} with logits within tolerance, but "
+                f"the cache written differs (ONNX output {s.cache_worst!r} off by "
+                f"{s.cache_err_abs:.3g}): later steps read it"
+            )
+        if self.own_passed is None:
+            return head
+        if self.own_passed:
+            own = (
+                f"; on torch's cache the same step is within tolerance (error "
+                f"{self.own_err_abs:.3g}): the error came in with the cache written by "
+                "earlier steps"
+            )
+        else:
+            own = (
+                f"; on torch's own inputs and cache the step still errs by "
+                f"{self.own_err_abs:.3g}: the step itself makes it (step_run() compares it "
+                "node by node)"
+            )
+        return head + own
+
+    def to_text(self) -> str:
+        n = len(self.steps)
+        lines = [f"generation parity: {self.verdict.upper()} over {n} steps", f"  {self.why()}"]
+        torch_stream = " ".join(str(t[0]) for t in self.torch_tokens)
+        onnx_stream = " ".join(str(t[0]) for t in self.onnx_tokens)
+        lines += [f"  torch: {torch_stream}", f"  onnx:  {onnx_stream}"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "diverged_at": self.diverged_at,
+            "diverged_by": self.diverged_by,
+            "own_err_abs": self.own_err_abs,
+            "own_passed": self.own_passed,
+            "why": self.why(),
+            "steps": [
+                {k: getattr(s, k) for k in GenerationStep.__dataclass_fields__} for s in self.steps
+            ],
+        }
+
+
+def _logits_and_cache(out: Any) -> tuple[torch.Tensor, Any]:
+    """The logits (the first tensor returned, or ``logits``) and the cache (the first
+    value that is not a tensor, or ``past_key_values``) of one step's outputs."""
+    if isinstance(out, Mapping):
+        logits, cache = out.get("logits"), out.get("past_key_values")
+    elif isinstance(out, tuple | list):
+        tensors = [o for o in out if isinstance(o, torch.Tensor)]
+        others = [o for o in out if not isinstance(o, torch.Tensor)]
+        logits, cache = (tensors[0] if tensors else None), (others[0] if others else None)
+    else:
+        logits, cache = out, None
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 2:
+        raise SbsInputError(
+            "generation parity needs the program to return the logits first (a tensor "
+            "[batch, seq, vocab]) and the cache after them, as (logits, cache) or a "
+            f"ModelOutput; it returned {type(out).__name__}"
+        )
+    return logits, cache
+
+
+def _cache_key(kwargs: dict[str, Any]) -> str | None:
+    """The keyword input holding the cache: the one whose value is no tensor."""
+    keys = [k for k, v in kwargs.items() if v is not None and not isinstance(v, torch.Tensor)]
+    return keys[0] if keys else None
+
+
+def next_step_inputs(kwargs: dict[str, Any], tokens: torch.Tensor, cache: Any) -> dict[str, Any]:
+    """The default rule: the tokens chosen as the ids, one more position in the mask,
+    ``position_ids`` and ``cache_position``, the cache the step returned."""
+    nxt = dict(kwargs)
+    ids = next((k for k in _IDS if k in kwargs), None)
+    if ids is None:
+        raise SbsInputError(
+            "generation parity feeds the chosen token as input_ids (or decoder_input_ids); "
+            f"the program takes {sorted(kwargs)}: pass next_inputs=fn(kwargs, tokens, cache)"
+        )
+    nxt[ids] = tokens.to(kwargs[ids].dtype).reshape(-1, 1)
+    mask = next(
+        (k for k in _MASKS if k in kwargs and (k != "attention_mask" or ids == "input_ids")), None
+    )
+    if mask is not None and isinstance(kwargs[mask], torch.Tensor) and kwargs[mask].dim() == 2:
+        m = kwargs[mask]
+        nxt[mask] = torch.cat([m, torch.ones(m.shape[0], 1, dtype=m.dtype)], dim=1)
+    if isinstance(kwargs.get("position_ids"), torch.Tensor):
+        nxt["position_ids"] = kwargs["position_ids"][..., -1:] + 1
+    if isinstance(kwargs.get("cache_position"), torch.Tensor):
+        nxt["cache_position"] = kwargs["cache_position"][-1:] + 1
+    key = _cache_key(kwargs)
+    if key is not None and cache is not None:
+        nxt[key] = cache
+    return nxt
+
+
+class _OnnxDecoder:
+    """The ONNX model as one onnxruntime session, fed the flattened keyword inputs."""
+
+    def __init__(self, model: onnx.ModelProto, out_spec: Any) -> None:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
+        inits = {i.name for i in model.graph.initializer}
+        self.inputs = [i.name for i in model.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in model.graph.output]
+        self.out_spec = out_spec
+
+    def __call__(self, kwargs: dict[str, Any]) -> Any:
+        flat = [v for v in _tree.tree_leaves(kwargs) if isinstance(v, torch.Tensor)]
+        if len(flat) != len(self.inputs):
+            raise SbsInputError(
+                f"the ONNX model takes {len(self.inputs)} inputs, the step's inputs flatten "
+                f"to {len(flat)} tensors: is it the export of this program and cache?"
+            )
+        feeds = {n: to_numpy(v.detach()) for n, v in zip(self.inputs, flat)}
+        try:
+            outs = self.session.run(None, feeds)
+        except Exception as e:  # noqa: BLE001  (onnxruntime raises its own types)
+            shapes = {n: tuple(v.shape) for n, v in feeds.items()}
+            raise SbsInputError(
+                f"onnxruntime cannot run the ONNX model on the next step's inputs {shapes} "
+                f"({str(e).splitlines()[0][:200]}): a model exported with fixed sizes cannot "
+                "grow its cache: export with dynamic batch, sequence and past dimensions"
+            ) from None
+        return _tree.tree_unflatten([torch.from_numpy(np.asarray(o)) for o in outs], self.out_spec)
+
+
+def _judge_cache(
+    step: GenerationStep,
+    t_cache: Any,
+    o_cache: Any,
+    decoder: _OnnxDecoder,
+    atol: float | None,
+    rtol: float | None,
+) -> None:
+    """The cache each side wrote, leaf by leaf (they flatten alike: one program)."""
+    t_leaves = [v for v in _tree.tree_leaves(t_cache) if isinstance(v, torch.Tensor)]
+    o_leaves = [v for v in _tree.tree_leaves(o_cache) if isinstance(v, torch.Tensor)]
+    if not t_leaves or len(t_leaves) != len(o_leaves):
+        return
+    names = decoder.output_names[-len(t_leaves) :]
+    worst, passed = (None, -1.0), True
+    for name, a, b in zip(names, t_leaves, o_leaves):
+        d = compare(a.detach(), b, atol=atol, rtol=rtol)
+        passed = passed and bool(d.passed)
+        err = d.err_abs if d.err_abs is not None else float("inf")
+        if err > worst[1]:
+            worst = (name, err)
+    step.cache_passed, step.cache_worst, step.cache_err_abs = passed, worst[0], worst[1]
+
+
+def _run_program(module: Any, kwargs: dict[str, Any], step: int) -> Any:
+    try:
+        with torch.no_grad():
+            return module(**kwargs)
+    except Exception as e:
+        if step == 0:
+            raise
+        shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        raise SbsInputError(
+            f"the program cannot run step {step}'s inputs {shapes} "
+            f"({str(e).splitlines()[0][:200]}): a program exported with fixed sizes cannot "
+            "grow its cache: export with dynamic batch, sequence and past dimensions"
+        ) from None
+
+
+def _greedy(logits: torch.Tensor) -> tuple[torch.Tensor, float]:
+    last = logits[:, -1, :].double()
+    top = torch.topk(last, 2, dim=-1).values if last.shape[-1] > 1 else last
+    margin = float((top[:, 0] - top[:, 1]).min()) if top.shape[-1] > 1 else float("inf")
+    return last.argmax(dim=-1), margin
+
+
+def iter_generation(
+    ep: Any,
+    onx: Any,
+    kwargs: dict[str, Any],
+    *,
+    steps: int = 32,
+    next_inputs: NextInputs | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    state: dict[str, Any] | None = None,
+) -> Iterator[GenerationStep]:
+    """The two decodes, one :class:`GenerationStep` at a time (see :func:`generation_parity`).
+    ``state`` receives torch's inputs at the first step that parts, under ``"inputs"``."""
+    program = load_exported_program(ep)
+    model = load_onnx_model(onx)
+    if not isinstance(kwargs, Mapping) or not kwargs:
+        raise SbsInputError(
+            "generation parity takes the first step's keyword inputs as a dict "
+            "(input_ids=..., attention_mask=..., past_key_values=cache)"
+        )
+    if steps < 1:
+        raise SbsInputError(f"steps must be at least 1, not {steps}")
+    rule = next_inputs or next_step_inputs
+    module = program.module()
+    t_kwargs = o_kwargs = dict(kwargs)
+    decoder: _OnnxDecoder | None = None
+    apart = False
+    for k in range(steps):
+        t0 = time.perf_counter()
+        t_out = _run_program(module, t_kwargs, k)
+        t1 = time.perf_counter()
+        if decoder is None:
+            decoder = _OnnxDecoder(model, _tree.tree_flatten(t_out)[1])
+        o_out = decoder(o_kwargs)
+        t2 = time.perf_counter()
+        t_logits, t_cache = _logits_and_cache(t_out)
+        o_logits, o_cache = _logits_and_cache(o_out)
+        t_tok, margin = _greedy(t_logits)
+        o_tok, _ = _greedy(o_logits)
+        step = GenerationStep(k, t_tok.tolist(), o_tok.tolist(), margin=margin)
+        step.torch_seconds, step.onnx_seconds = t1 - t0, t2 - t1
+        if not apart:
+            d = compare(t_logits[:, -1, :].detach(), o_logits[:, -1, :], atol=atol, rtol=rtol)
+            step.err_abs, step.err_rel, step.passed = d.err_abs, d.err_rel, bool(d.passed)
+            _judge_cache(step, t_cache, o_cache, decoder, atol, rtol)
+            if state is not None:
+                state.setdefault("tolerance", (d.atol, d.rtol))
+                if step.parted_by is not None:
+                    state.setdefault("inputs", t_kwargs)
+            apart = not step.tokens_agree
+        yield step
+        if k + 1 < steps:
+            t_kwargs = rule(t_kwargs, t_tok, t_cache)
+            o_kwargs = rule(o_kwargs, o_tok, o_cache)
+
+
+def generation_parity(
+    ep: Any,
+    onx: Any,
+    kwargs: dict[str, Any],
+    *,
+    steps: int = 32,
+    next_inputs: NextInputs | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> GenerationParity:
+    """Decodes ``steps`` greedy steps with the program and with the ONNX model, each feeding
+    its own cache back, and says where they part.
+
+    ``kwargs``: the first step's keyword inputs (the cache object included, as exported).
+    ``next_inputs(kwargs, tokens, cache) -> kwargs``: the next step's inputs (default:
+    :func:`next_step_inputs`).  ``atol``/``rtol``: the logits' tolerance (default: their
+    dtype's).  ``progress(done, total)`` is called after each step."""
+    state: dict[str, Any] = {}
+    done: list[GenerationStep] = []
+    for step in iter_generation(
+        ep, onx, kwargs, steps=steps, next_inputs=next_inputs, atol=atol, rtol=rtol, state=state
+    ):
+        done.append(step)
+        if progress is not None:
+            progress(len(done), steps)
+    first = next((s for s in done if s.parted_by is not None), None)
+    atol_used, rtol_used = state.get("tolerance", (None, None))
+    parity = GenerationParity(
+        steps=done,
+        diverged_at=None if first is None else first.step,
+        diverged_by=None if first is None else first.parted_by,
+        atol=atol_used,
+        rtol=rtol_used,
+        _ep=load_exported_program(ep),
+        _onx=load_onnx_model(onx),
+        _step_inputs=state.get("inputs"),
+    )
+    if first is not None and first.err_abs is not None:
+        _own_error(parity, atol, rtol)
+    return parity
+
+
+def _own_error(parity: GenerationParity, atol: float | None, rtol: float | None) -> None:
+    """The divergence step's ONNX outputs (logits and cache) on torch's own inputs."""
+    inputs = parity._step_inputs
+    module = parity._ep.module()
+    with torch.no_grad():
+        t_out = module(**inputs)
+    decoder = _OnnxDecoder(parity._onx, _tree.tree_flatten(t_out)[1])
+    t_logits, t_cache = _logits_and_cache(t_out)
+    o_logits, o_cache = _logits_and_cache(decoder(inputs))
+    d = compare(t_logits[:, -1, :], o_logits[:, -1, :], atol=atol, rtol=rtol)
+    own = GenerationStep(-1, [], [])
+    _judge_cache(own, t_cache, o_cache, decoder, atol, rtol)
+    parity.own_err_abs = max(d.err_abs or 0.0, own.cache_err_abs or 0.0)
+    parity.own_passed = bool(d.passed) and own.cache_passed is not False
+
+
+__all__ = ["GenerationParity", "GenerationStep", "generation_parity", "next_step_inputs"]

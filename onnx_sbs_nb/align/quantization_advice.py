@@ -1,0 +1,184 @@
+"""What the quantization advisor returns: the quantizable nodes ranked by the output SQNR
+their quantization costs, the exclusion list in onnxruntime's format, and the output SQNR
+before and after, as text, JSON or the re-quantized model."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import onnx
+
+from ..errors import SbsInputError
+
+# a node whose exclusion buys less at the outputs is not advised
+LITTLE_DB = 1.0
+# below this gain the advice says little is gained: less than half the noise power removed
+LITTLE_GAIN_DB = 3.0
+# below this output SQNR (an error a tenth of the outputs' size) quantization costs much
+LOW_SQNR_DB = 20.0
+
+
+@dataclass
+class QuantNode:
+    """One node the quantizer touches, and what excluding it buys at the outputs."""
+
+    node: str  # its name in the float model (what ``nodes_to_exclude`` takes)
+    op_type: str
+    # output SQNR (dB) of the model quantized with this node alone excluded, minus the
+    # fully quantized model's (None: not tried, see ``tried``)
+    gain_db: float | None
+    sqnr_excluded: float | None  # output SQNR (dB) with this node alone excluded
+    # SQNR (dB) of its output value in the fully quantized model against the float model's
+    # (what onnxruntime's qdq_loss_debug calls xmodel_err; None: the quantizer removed it)
+    value_sqnr: float | None
+    # its own SQNR: the noise it adds to what its inputs carry (noise powers subtracted),
+    # the cheap measure that picks the nodes to try when there are too many
+    own_sqnr: float | None
+    tried: bool  # whether the model was quantized with it excluded
+    fx_node: str | None = None  # the fx node it lowers (exporter metadata)
+    module: str | None = None  # its module path, e.g. "layers.3"
+
+
+@dataclass
+class QuantizationAdvice:
+    """What :func:`advise_quantization` found."""
+
+    mode: str  # "dynamic" or "static"
+    settings: dict[str, Any]  # the quantizer's arguments (format, per_channel, types...)
+    quantizable: int  # nodes the quantizer touches
+    nodes: list[QuantNode]  # the candidates, ranked by gain (best first), untried last
+    nodes_to_exclude: list[str]  # the advice, in the order chosen
+    op_types_to_quantize: list[str]  # the op types quantized (onnxruntime's argument)
+    before: float  # output SQNR (dB) of the model quantized as asked
+    after: float  # output SQNR (dB) quantized again with nodes_to_exclude
+    outputs_before: dict[str, float]  # per graph output
+    outputs_after: dict[str, float]
+    budget: int  # the most nodes the advice may exclude
+    target_db: float | None  # the output SQNR that stops the search (None: the budget)
+    samples: int  # inputs the SQNR is measured on (and calibrated on, for static)
+    quantizations: int  # how many times the model was quantized
+    elapsed: float = 0.0
+    model: onnx.ModelProto | None = field(default=None, repr=False)  # quantized with the advice
+    steps: list[dict[str, Any]] = field(default_factory=list)  # the greedy steps taken
+
+    @property
+    def gain(self) -> float:
+        return self.after - self.before
+
+    @property
+    def little_gained(self) -> bool:
+        """Excluding nodes (within the budget) buys less than 3 dB at the outputs."""
+        return not self.nodes_to_exclude or self.gain < LITTLE_GAIN_DB
+
+    def why_little(self) -> str:
+        """Why excluding nodes buys little: the noise is spread, or (the outputs lose much)
+        it sits in a value several quantized nodes share."""
+        best = next((n for n in self.nodes if n.gain_db is not None), None)
+        alone = (
+            f" (the best single exclusion, {best.node}, buys {_db(best.gain_db)})" if best else ""
+        )
+        head = f"little is gained by excluding nodes (under {LITTLE_GAIN_DB:g} dB){alone}"
+        if self.after >= LOW_SQNR_DB:
+            return f"{head}: the quantization noise is spread, no node's own quantization dominates"
+        return (
+            f"{head}, yet the outputs keep only {_db(self.after)}: the error likely sits in a "
+            "value several quantized nodes share (its QuantizeLinear/DequantizeLinear pair stays "
+            "while any of them is quantized), such as an activation with outlier channels; try a "
+            "larger budget, per_channel, or that tensor in 16 bits (extra_options "
+            "TensorQuantOverrides)"
+        )
+
+    def quantize_kwargs(self) -> dict[str, Any]:
+        """The arguments to add to ``quantize_dynamic`` / ``quantize_static``."""
+        return {
+            "nodes_to_exclude": list(self.nodes_to_exclude),
+            "op_types_to_quantize": list(self.op_types_to_quantize),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "mode": self.mode,
+            "settings": dict(self.settings),
+            "nodes_to_exclude": list(self.nodes_to_exclude),
+            "op_types_to_quantize": list(self.op_types_to_quantize),
+            "sqnr_before_db": self.before,
+            "sqnr_after_db": self.after,
+            "gain_db": self.gain,
+            "little_gained": self.little_gained,
+            "why_little": self.why_little() if self.little_gained else None,
+            "outputs_before_db": dict(self.outputs_before),
+            "outputs_after_db": dict(self.outputs_after),
+            "quantizable": self.quantizable,
+            "budget": self.budget,
+            "target_db": self.target_db,
+            "samples": self.samples,
+            "quantizations": self.quantizations,
+            "nodes": [asdict(n) for n in self.nodes],
+            "steps": list(self.steps),
+            "elapsed": self.elapsed,
+        }
+        return _json_safe(d)
+
+    def to_text(self, limit: int = 15) -> str:
+        how = ", ".join(f"{k}={v}" for k, v in self.settings.items() if v not in (None, False))
+        lines = [
+            f"quantization advice ({self.mode}{', ' + how if how else ''}): output SQNR "
+            f"{_db(self.before)} quantized as asked, {_db(self.after)} with "
+            f"{len(self.nodes_to_exclude)} node(s) excluded (gain {_db(self.gain)}; "
+            f"{self.quantizable} nodes quantized, budget {self.budget}, "
+            f"{self.quantizations} quantizations on {self.samples} input(s))"
+        ]
+        if self.little_gained:
+            lines.append(f"  {self.why_little()}")
+        lines.append("  nodes by the output SQNR excluding them buys, best first:")
+        for k, n in enumerate(self.nodes[:limit], 1):
+            where = ", ".join(
+                x for x in (n.fx_node and f"fx {n.fx_node}", n.module and f"in {n.module}") if x
+            )
+            gain = f"gain {_db(n.gain_db)}" if n.tried else "not tried"
+            lines.append(
+                f"  {k:>3}. {n.node} ({n.op_type}){' ' + where if where else ''}: {gain}, "
+                f"its value's SQNR {_db(n.value_sqnr)}, own {_db(n.own_sqnr)}"
+            )
+        if len(self.nodes) > limit:
+            lines.append(f"       ... and {len(self.nodes) - limit} more")
+        if self.nodes_to_exclude:
+            lines.append(f"  nodes_to_exclude = {self.nodes_to_exclude!r}")
+        return "\n".join(lines)
+
+
+def _db(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return "exact" if math.isinf(x) and x > 0 else f"{x:.1f} dB"
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def write_quantization_advice(advice: QuantizationAdvice, path: Any) -> None:
+    """The advice as JSON (``nodes_to_exclude``, the ranked nodes, the SQNRs), written whole
+    or not at all; a link at ``path`` is replaced, not followed."""
+    from ..files import write_text_atomic
+
+    write_text_atomic(path, json.dumps(advice.to_dict(), indent=2) + "\n")
+
+
+def save_quantized_model(advice: QuantizationAdvice, path: Any) -> None:
+    """The model quantized with the advised exclusion list, written whole or not at all."""
+    from ..files import atomic_path, make_parent
+
+    if advice.model is None:
+        raise SbsInputError("the advice holds no model to save")
+    with atomic_path(make_parent(path)) as tmp:
+        onnx.save(advice.model, str(tmp))

@@ -1,0 +1,273 @@
+"""The C comparisons (onnx_sbs_nb/native) against the numpy path they replace: the same
+numbers, bit for bit, on ordinary values and on every edge the numpy path handles."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from onnx_sbs_nb.compare import diff
+from onnx_sbs_nb.native import NATIVE
+
+if NATIVE is None:
+    if os.environ.get("CI"):
+        pytest.fail(
+            "the C module was not built (pip install -e . builds it with a C compiler)",
+            pytrace=False,
+        )
+    pytest.skip("the C module was not built", allow_module_level=True)
+
+FIELDS = ("err_abs", "err_rel", "err_nan", "err_h01", "err_h001", "passed")
+# exact selections and integer distances: the same on both paths, bit for bit
+EXACT_MEASURES = ("err_p50", "err_p99", "err_ulp")
+# from sums accumulated in another order: the same to a few units of double rounding
+SUM_MEASURES = ("err_cos", "err_snr", "err_l2")
+
+
+def _numpy_diff(e, g, atol, rtol):
+    r = diff.Diff()
+    diff._compare_numpy_floats(e, g, atol, rtol, r)
+    return r
+
+
+def _native_diff(e, g, atol, rtol):
+    r = diff.Diff()
+    diff._fill_native(r, NATIVE.compare(e, g, atol, rtol), atol, e, g)
+    return r
+
+
+def _same(a, b) -> bool:
+    return (a == b) or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+
+
+def _cases(dtype):
+    rng = np.random.default_rng(0)
+    f = np.dtype(dtype).type
+    for n in (1, 7, 8, 9, 31, 1000, 16384 + 3):
+        e = rng.standard_normal(n).astype(dtype)
+        yield f"rounding-{n}", e, (e + rng.standard_normal(n).astype(dtype) * f(1e-6))
+        yield f"equal-{n}", e, e.copy()
+        yield f"far-{n}", e, e + f(0.05) * rng.standard_normal(n).astype(dtype)
+        yield f"large-{n}", e * f(1e4), (e * f(1e4) + f(0.5))
+    e = rng.standard_normal(64).astype(dtype)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], dtype=dtype)
+    for k, a in enumerate(specials):
+        for j, b in enumerate(specials):
+            x, y = e.copy(), e.copy()
+            x[5], y[5] = a, b
+            x[40], y[40] = x[40] + f(0.2), y[40]
+            yield f"special-{k}-{j}", x, y
+    big = np.finfo(dtype).max
+    yield "overflow", np.array([big, 1.0] * 9, dtype=dtype), np.array([-big, 1.0] * 9, dtype=dtype)
+    # differences exactly at the thresholds of h01 / h001 and of the tolerance
+    x = np.zeros(24, dtype=dtype)
+    y = x.copy()
+    y[:4] = (0.1, 0.01, 1e-4, 2e-4)
+    yield "thresholds", x, y
+    yield "thresholds-neg", -y, x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("atol,rtol", [(1e-4, 1e-4), (0.0, 0.0), (1e-7, 1e-7), (0.5, 0.0)])
+def test_native_comparison_equals_the_numpy_one(dtype, atol, rtol):
+    for name, e, g in _cases(dtype):
+        want = _numpy_diff(e, g, atol, rtol)
+        got = _native_diff(e, g, atol, rtol)
+        for field in FIELDS + EXACT_MEASURES:
+            assert _same(getattr(got, field), getattr(want, field)), (
+                name,
+                field,
+                getattr(got, field),
+                getattr(want, field),
+            )
+        for field in SUM_MEASURES:
+            a, b = getattr(got, field), getattr(want, field)
+            assert _same(a, b) or a == pytest.approx(b, rel=1e-12, abs=1e-12), (name, field, a, b)
+
+
+def test_compare_takes_the_native_path_for_contiguous_floats(monkeypatch):
+    calls = []
+    real = NATIVE.compare
+    monkeypatch.setattr(NATIVE, "compare", lambda *a: calls.append(1) or real(*a))
+    e = torch.randn(32, 64)
+    d = diff.compare(e, (e + 1e-3).numpy())
+    assert calls and not d.passed and d.err_abs == pytest.approx(1e-3, rel=1e-3)
+    # a dtype the library does not take: numpy, the same verdict
+    calls.clear()
+    h = diff.compare(e.half(), (e + 1e-3).half().numpy())
+    assert not calls and h.err_abs is not None
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (33, 65), (256, 96)])
+def test_transposed_bytes(itemsize, shape):
+    dtype = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}[itemsize]
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal(shape) * 100).astype(dtype)
+    b = np.ascontiguousarray(a.T)
+    assert NATIVE.equal_transposed(a, b) is True
+    for i, j in {(0, 0), (shape[0] - 1, shape[1] - 1), (shape[0] // 2, shape[1] // 3)}:
+        c = b.copy()
+        c[j, i] = c[j, i] + 1 if dtype is np.uint8 else -(c[j, i] + 1)
+        assert NATIVE.equal_transposed(a, c) is False, (i, j)
+    z = np.zeros((2, 2), dtype=np.complex128)  # 16-byte items: not handled
+    assert NATIVE.equal_transposed(z, z.copy()) is None
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (16, 16), (24, 40), (40, 24), (33, 17), (80, 72)])
+def test_transposed_float32_blocks_catch_a_change_at_every_position(shape):
+    """4-byte items are compared in 8 x 8 blocks transposed in registers, tiles of 16 x
+    16, strips of 8 and scalar edges: a change at any one position must be seen."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = np.ascontiguousarray(a.T)
+    assert NATIVE.equal_transposed(a, b) is True
+    assert NATIVE.equal_transposed(b, a) is True
+    for j, i in np.ndindex(*b.shape):
+        c = b.copy()
+        c[j, i] = np.nextafter(c[j, i], np.float32(np.inf))
+        assert NATIVE.equal_transposed(a, c) is False, (i, j)
+
+
+def test_a_transposed_weight_is_compared_natively_and_still_fails_when_it_differs():
+    w = torch.randn(96, 40)  # a linear weight (out, in)
+    twin = np.ascontiguousarray(w.numpy().T)  # the ONNX initializer (in, out)
+    ok = diff.compare(w.t(), twin, constant=True)
+    assert ok.passed and ok.err_abs == 0.0
+    twin[3, 7] += 0.5
+    bad = diff.compare(w.t(), twin, constant=True)
+    assert not bad.passed and bad.err_abs == pytest.approx(0.5, rel=1e-3)
+    # -0.0 against 0.0: other bytes, the same value
+    z = torch.zeros(64, 64)
+    zt = np.ascontiguousarray(-z.numpy().T)
+    assert diff.compare(z.t(), zt).passed
+
+
+def test_the_module_refuses_arrays_it_cannot_compare():
+    """Arguments the C code cannot read are errors, never a read past an array's end."""
+    a = np.zeros(8, dtype=np.float32)
+    with pytest.raises(ValueError, match="differ in size"):
+        NATIVE.compare(a, np.zeros(9, dtype=np.float32), 1e-4, 1e-4)
+    with pytest.raises(ValueError, match="differ in size"):
+        NATIVE.same_bytes(a, np.zeros(8, dtype=np.float64))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        NATIVE.compare(a.view(np.int32), a.view(np.int32), 1e-4, 1e-4)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        NATIVE.compare(a, a.view(np.int32), 1e-4, 1e-4)  # one float32, one int32
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        NATIVE.compare(np.zeros((4, 4), np.float32).T, np.zeros((4, 4), np.float32), 0.0, 0.0)
+    with pytest.raises(ValueError, match="2-D"):
+        NATIVE.equal_transposed(a, a)
+
+
+def test_same_bytes():
+    a = np.arange(10000, dtype=np.float32)
+    b = a.copy()
+    assert NATIVE.same_bytes(a, b)
+    b[-1] += 1
+    assert not NATIVE.same_bytes(a, b)
+
+
+def _hatch_build():
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo))
+    try:
+        import hatch_build
+    finally:
+        sys.path.remove(str(repo))
+    return repo, hatch_build
+
+
+def test_the_build_makes_a_module_this_interpreter_loads(tmp_path, monkeypatch, capsys):
+    """hatch_build.build_native compiles the extension for the running interpreter, which
+    native.load takes; without Python's headers it builds nothing and says why (the
+    package then compares with numpy)."""
+    import shutil
+
+    from onnx_sbs_nb import native
+
+    repo, hatch_build = _hatch_build()
+    src = tmp_path / hatch_build.NATIVE_SOURCE
+    src.parent.mkdir(parents=True)
+    shutil.copy(repo / hatch_build.NATIVE_SOURCE, src)
+    (src.parent / "_sbs_native.so").write_bytes(b"a ctypes library of an earlier version")
+    built = hatch_build.build_native(tmp_path)
+    assert built == tmp_path / hatch_build.native_library() and built.is_file()
+    assert not (src.parent / "_sbs_native.so").exists()  # never loaded again
+    module = native.load(built)
+    assert module is not None and module.module.VERSION == native.VERSION
+    e = np.linspace(-1, 1, 50, dtype=np.float32)
+    assert module.compare(e, e + np.float32(1e-3), 1e-4, 1e-4) == NATIVE.compare(
+        e, e + np.float32(1e-3), 1e-4, 1e-4
+    )
+    assert hatch_build.build_native(tmp_path) == built  # fresh: not built again
+    built.unlink()
+    no_headers = tmp_path / "include"
+    no_headers.mkdir()
+    real = hatch_build.sysconfig.get_paths
+    monkeypatch.setattr(
+        hatch_build.sysconfig, "get_paths", lambda *a: {**real(*a), "include": str(no_headers)}
+    )
+    assert hatch_build.build_native(tmp_path) is None
+    assert "no Python.h" in capsys.readouterr().err
+
+
+def _other_cpythons() -> list[str]:
+    """CPython interpreters of a later minor version than this one, where installed
+    (pyenv's shims left out: they fail for versions not selected)."""
+    import glob
+    import shutil
+    import sys
+
+    found = []
+    for minor in range(sys.version_info[1] + 1, 20):
+        pyenv = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}*/bin/python")))
+        exe = pyenv[0] if pyenv else shutil.which(f"python3.{minor}")
+        if exe and "shims" not in exe:
+            found.append(exe)
+    return found
+
+
+def test_the_module_is_built_for_the_stable_abi_and_loads_in_a_later_python(tmp_path):
+    """One wheel per platform: on 3.11+ the module keeps to the stable ABI (abi3; the
+    build defines Py_LIMITED_API, so anything else fails to compile), the wheel is tagged
+    cp311-abi3-<platform>, and a later CPython loads the very same file."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo, hatch_build = _hatch_build()
+    if sys.version_info < (3, 11) or sys.platform == "win32":
+        pytest.skip("the stable-ABI module is built from Python 3.11 on, not on Windows")
+    src = tmp_path / hatch_build.NATIVE_SOURCE
+    src.parent.mkdir(parents=True)
+    shutil.copy(repo / hatch_build.NATIVE_SOURCE, src)
+    stale = src.parent / "_sbs_native.cpython-311-x86_64-linux-gnu.so"
+    stale.write_bytes(b"a module built for one interpreter only")
+    built = hatch_build.build_native(tmp_path)
+    assert built is not None and built.name == "_sbs_native.abi3.so"
+    assert not stale.exists()  # import would have preferred it
+    assert hatch_build.wheel_tag().startswith("cp311-abi3-")
+    others = _other_cpythons()
+    if not others:
+        pytest.skip("no later CPython installed to load the abi3 module with")
+    code = (
+        "import array, importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('_sbs_native', {str(built)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "e = array.array('f', [0.0, 0.5, 1.0]); g = array.array('f', [0.0, 0.5, 1.25])\n"
+        "print(m.VERSION, m.compare(e, g, 1e-4, 1e-4))\n"
+    )
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert here.returncode == 0, here.stderr
+    for exe in others:
+        out = subprocess.run([exe, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, (exe, out.stderr)
+        assert out.stdout == here.stdout, (exe, out.stdout, here.stdout)
