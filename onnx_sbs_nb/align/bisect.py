@@ -22,6 +22,8 @@ import torch
 from ..compare.diff import compare
 from ..convert import to_numpy
 from ..errors import SbsInputError
+from ..records import Record
+from .contract import AnswerContract
 from .pairing.graph_map import NODE_UNCHANGED
 from .pairing.onnxruntime_session import LEVELS, check_providers, ort_session
 from .pairing.optimized import OptimizedModel, optimize_model
@@ -52,8 +54,11 @@ class BisectStep:
 
 
 @dataclass
-class OptimizerBlame:
-    """The answer of :func:`bisect_optimizers`."""
+class OptimizerBlame(AnswerContract):
+    """The answer of :func:`bisect_optimizers` (a run kind that answers at once)."""
+
+    KIND = "bisect"
+    LABEL = "the onnxruntime optimizer bisection"
 
     verdict: str  # FOUND, AGREES, EXPORT_DISAGREES, NOT_AN_OPTIMIZER, UNKNOWN_OPTIMIZERS
     message: str  # one sentence saying what was found
@@ -72,9 +77,12 @@ class OptimizerBlame:
     unoptimized_err_abs: float | None = None
     optimized_err_abs: float | None = None
     fixed_err_abs: float | None = None  # with .optimizers disabled
+    # the records of the run that located the node (``locate=True``), none otherwise
+    records: list[Record] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("records")
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = str(v)
@@ -312,6 +320,7 @@ def _locate(blame, program, optimized: OptimizedModel, args, kwargs, atol, rtol)
 
     first = None
     for rec in run_aligned(program, optimized.model, args, kwargs, atol=atol, rtol=rtol):
+        blame.records.append(rec)  # the answer's records: up to the first diverging one
         if rec.failed and rec.onnx_name is not None and rec.onnx_id_node is not None:
             first = rec
             break

@@ -2,19 +2,18 @@
 
 "Does my model give the same numbers on CUDA as on CPU?" is the question here.  It is the
 engine's one loop (``run.py``) with an ONNX model on both sides: the reference runtime and
-device on one, the candidate on the other, every value paired with its namesake by the
-pairing's name rule (``pairing/same_model.py``).  Each record holds the propagated error
-(``err_abs``: the candidate on its own values) and the node's own error (``err_abs2``: the candidate node on the reference's inputs).  The ``ep_*``
+device on one, the candidate on the other, every value paired with its namesake.  Each
+record holds the propagated error (``err_abs``: the candidate on its own values) and the
+node's own error (``err_abs2``: the candidate node on the reference's inputs).  The ``ep_*``
 fields describe the reference run, the ``onnx_*`` fields the candidate run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from ..device import device_name
-from ..records import Record
+from .contract import MODEL_ACTIONS, RecordStream, RunContract
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import make_runner
@@ -22,6 +21,15 @@ from .engine.sides import OnnxSide
 from .pairing.same_model import same_model_pairing
 from .source.loading import SbsInputError, load_onnx_model
 from .source.model_check import check_model
+
+
+class TwoDeviceRun(SideBySideRun, RunContract):
+    """One ONNX model on two runtimes or devices, every value paired with its namesake."""
+
+    KIND = "two_devices"
+    LABEL = "one ONNX model on two devices"
+    APPLIES = MODEL_ACTIONS
+    NOT_HERE = "it runs one ONNX model twice, with no torch program to rerun a node in"
 
 
 def run_onnx_on_two_devices(
@@ -32,11 +40,12 @@ def run_onnx_on_two_devices(
     candidate: tuple[Any, str] = ("torch", "cuda"),
     atol: float | None = None,
     rtol: float | None = None,
-) -> Iterator[Record]:
+) -> RecordStream:
     """Yields one Record per ONNX value, comparing the candidate run with the reference.
 
     ``reference`` / ``candidate``: (runner, device), e.g. ("torch", "cpu") and
-    ("torch", "cuda"), or ("onnxruntime", "cpu") and ("torch", "cpu").
+    ("torch", "cuda"), or ("onnxruntime", "cpu") and ("torch", "cpu").  The iterator
+    returned holds the run (a :class:`TwoDeviceRun`) as ``.run``.
     """
     model = load_onnx_model(onx)
     model = check_model(
@@ -52,7 +61,7 @@ def run_onnx_on_two_devices(
     options = RunOptions(atol=atol, rtol=rtol, own_error=True)
     ref = OnnxSide(model, make_runner(r_runner, r_dev), r_dev, feeds)
     cand = OnnxSide(model, make_runner(c_runner, c_dev), c_dev, feeds)
-    return iter(SideBySideRun(ref, cand, same_model_pairing(model), options))
+    return RecordStream(TwoDeviceRun(ref, cand, same_model_pairing(model), options))
 
 
-__all__ = ["run_onnx_on_two_devices", "same_model_pairing"]
+__all__ = ["TwoDeviceRun", "run_onnx_on_two_devices", "same_model_pairing"]

@@ -41,6 +41,7 @@ from ..records import (
     Record,
     RunStatus,
 )
+from .contract import PROGRAM_ACTIONS, RunContract
 from .judge.judging import SbsMismatchError
 
 # a run over one input: (args, kwargs) -> an iterable run with .status, .stop(), .records
@@ -232,7 +233,7 @@ def _name(item: Any) -> str | None:
     return Path(item).name if isinstance(item, str | os.PathLike) else None
 
 
-class ManyInputsRun:
+class ManyInputsRun(RunContract):
     """A side-by-side run over many inputs: iterate it for one record per pair.
 
     ``make_run(args, kwargs)`` makes the run over one input (an
@@ -245,6 +246,10 @@ class ManyInputsRun:
     ``keep_records=True``; :meth:`input_records` gives one input's records again (by
     running it again when they were not kept).
     """
+
+    KIND = "many_inputs"
+    LABEL = "a torch program against its ONNX export over many inputs"
+    APPLIES = PROGRAM_ACTIONS
 
     def __init__(
         self,
@@ -454,6 +459,23 @@ class ManyInputsRun:
             if i == index:
                 return self._run_for(item, index)
         raise SbsInputError(f"input {index} does not exist: the inputs hold {index} or fewer")
+
+    def node_actions(self, record: Record | None = None) -> Any:
+        """The actions of a run over the input where ``record`` is worst (made for it)."""
+        index = record.input_index if record is not None else None
+        return self.input_run(index if isinstance(index, int) else 0).actions
+
+    def inputs_info(self) -> dict[str, Any] | None:
+        return {
+            "total": self.status.extra.get("inputs_total"),
+            "done": self.status.extra.get("inputs_done", 0),
+            "failing": list(self.failing_inputs),
+            "names": list(self.input_names),
+        }
+
+    def listen_inputs(self, fn: Callable[[int, RunStatus], None]) -> None:
+        if self.on_input is None:  # a user's own callback stays
+            self.on_input = fn
 
     def input_records(self, index: int) -> list[Record]:
         """The records of input ``index`` alone, as a run over that input gives them."""

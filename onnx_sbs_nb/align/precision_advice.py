@@ -13,6 +13,7 @@ import onnx
 
 from ..errors import SbsInputError
 from ..records import Record
+from .contract import AnswerContract
 
 
 @dataclass
@@ -75,9 +76,16 @@ class OutputError:
 
 
 @dataclass
-class PrecisionAdvice:
+class PrecisionAdvice(AnswerContract):
     """What :func:`advise_precision` found: the ranked nodes, the block list, the outputs'
-    error before and after, and the advised model."""
+    error before and after, and the advised model.  A run kind that answers at once:
+    its records are those of the last conversion it measured."""
+
+    KIND = "precision"
+    LABEL = "the precision advice"
+
+    def answer(self) -> str | None:
+        return self.to_text().splitlines()[0]
 
     dtype: str
     atol: float

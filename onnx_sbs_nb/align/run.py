@@ -8,7 +8,6 @@ replay bundles, node details) live in ``post/actions.py``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -16,6 +15,7 @@ import torch
 
 from ..device import device_name
 from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
+from .contract import PROGRAM_ACTIONS, RecordStream, RunContract
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import OnnxruntimeRunner, make_runner
@@ -58,13 +58,17 @@ from .source.program import (
 from .source.specialized import specialized_values
 
 
-class AlignedRun(SideBySideRun):
+class AlignedRun(SideBySideRun, RunContract):
     """A torch program against the ONNX model exported from it; iterate it for records.
 
     Construction validates everything that can be checked without running (paths,
     options, inputs against the program and the model, pairing) and raises SbsInputError
     early.  ``actions`` holds the post-run actions (``post/actions.py``).
     """
+
+    KIND = "aligned"
+    LABEL = "a torch program against its ONNX export"
+    APPLIES = PROGRAM_ACTIONS
 
     def __init__(
         self,
@@ -193,6 +197,9 @@ class AlignedRun(SideBySideRun):
             options=self.options,
             records=self.records,
         )
+
+    def node_actions(self, record: Record | None = None) -> Any:
+        return self.actions
 
     def _emit(self, rec: Record) -> Record:
         if self._nonfinite and rec.kind == KIND_INPUT and rec.onnx_name in self._nonfinite:
@@ -392,30 +399,6 @@ def run_aligned(
             raise SbsInputError("give one input as args/kwargs or many as inputs=, not both")
         return RecordStream(aligned_over_inputs(ep, onx, inputs, **options))
     return RecordStream(AlignedRun(ep, onx, args, kwargs, **options))
-
-
-class RecordStream(Iterator[Record]):
-    """What :func:`run_aligned` returns: its records as they come, and the run that makes
-    them (``.run``), so that what takes a run (``save_culprit_bundle``) takes this too."""
-
-    def __init__(self, run: AlignedRun | ManyInputsRun) -> None:
-        self.run = run
-        self._records = iter(run)
-
-    def __next__(self) -> Record:
-        return next(self._records)
-
-    @property
-    def records(self) -> list[Record]:
-        """The records yielded so far."""
-        return self.run.records
-
-    @property
-    def status(self) -> RunStatus:
-        return self.run.status
-
-    def stop(self) -> None:
-        self.run.stop()
 
 
 def aligned_over_inputs(

@@ -11,7 +11,6 @@ where they differ (a float16 model fed float32 inputs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -21,7 +20,8 @@ from ..convert import to_torch
 from ..device import device_name
 from ..dtypes import ONNX_TO_TORCH
 from ..errors import SbsInputError
-from ..records import Record, RunStatus
+from ..records import RunStatus
+from .contract import MODEL_ACTIONS, RecordStream, RunContract
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import OnnxruntimeRunner, make_runner
@@ -92,6 +92,16 @@ def candidate_feeds(
     return out
 
 
+class TwoModelRun(SideBySideRun, RunContract):
+    """Two ONNX models of one program, side by side: ``a`` the reference, ``b`` the
+    candidate.  No torch program: nothing to rerun a node in or to replay against."""
+
+    KIND = "two_models"
+    LABEL = "two ONNX models of one program"
+    APPLIES = MODEL_ACTIONS
+    NOT_HERE = "it compares two ONNX models, with no torch program to rerun a node in"
+
+
 def two_model_run(
     onx_a: Any,
     onx_b: Any,
@@ -100,7 +110,7 @@ def two_model_run(
     *,
     status: RunStatus | None = None,
     **option_kwargs: Any,
-) -> SideBySideRun:
+) -> TwoModelRun:
     """The run of :func:`run_aligned_onnx`, to iterate (``status``, ``stop()``)."""
     options = RunOptions.from_kwargs(options, **option_kwargs)
     if options.replay is not None:
@@ -149,7 +159,7 @@ def two_model_run(
     reference = OnnxSide(a, make_runner(options.runner, device), device, feeds_a)
     feeds_b = candidate_feeds(a, b, pairing, feeds_a)
     candidate = OnnxSide(b, make_runner(options.runner, device), device, feeds_b)
-    run = SideBySideRun(reference, candidate, pairing, options, status)
+    run = TwoModelRun(reference, candidate, pairing, options, status)
     run.deployment = deployment
     if deployment is not None:
         run.status.extra["deployed"] = deployment.summary()
@@ -158,15 +168,16 @@ def two_model_run(
 
 def run_aligned_onnx(
     onx_a: Any, onx_b: Any, feeds: Any, options: RunOptions | None = None, **option_kwargs: Any
-) -> Iterator[Record]:
+) -> RecordStream:
     """Runs two ONNX models of one program side by side; yields one Record per pair.
 
     ``a`` is the reference (``ep_*`` fields), ``b`` the candidate (``onnx_*`` fields);
     ``feeds``: ``a``'s inputs (dict, tuple, tensor or ``.pt`` path), cast for ``b``.
     Options are those of :func:`~onnx_sbs_nb.run_aligned` (``optimize=`` runs ``b`` as
     onnxruntime optimizes it), except ``replay``.  Validation happens at this call.
+    The iterator returned holds the run as ``.run``.
     """
-    return iter(two_model_run(onx_a, onx_b, feeds, options, **option_kwargs))
+    return RecordStream(two_model_run(onx_a, onx_b, feeds, options, **option_kwargs))
 
 
-__all__ = ["candidate_feeds", "model_feeds", "run_aligned_onnx", "two_model_run"]
+__all__ = ["TwoModelRun", "candidate_feeds", "model_feeds", "run_aligned_onnx", "two_model_run"]

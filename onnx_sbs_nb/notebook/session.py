@@ -1,6 +1,7 @@
 """SbsSession: the one stateful controller of a side-by-side run.
 
-It owns one :class:`~onnx_sbs_nb.align.run.AlignedRun`, consumes it (in the caller's thread
+It owns one run of any kind (``align/kinds.py``; an AlignedRun when built from ep, onx
+and inputs), consumes it through the one consumer (``stream.py``; in the caller's thread
 or in a background thread), keeps every record, and owns the one table of post-run
 actions (:data:`ACTIONS`, run by name with :meth:`SbsSession.act`).  Views (the widget,
 the magic) never compute: they subscribe with :meth:`SbsSession.add_listener` and call the
@@ -18,20 +19,19 @@ Listeners receive ``(event, payload)`` from whichever thread runs the stream:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..align.blame.summary import Summarizer, Summary, summarize
+from ..align.blame.summary import Summary
+from ..align.contract import NODE_DATA, NODE_DETAIL, RERUN, SAVE_CULPRIT, SAVE_REPLAY
 from ..align.engine.options import RunOptions
-from ..completion import Completion
 from ..device import resolve_device
 from ..errors import SbsInputError
-from ..records import FAILING_STATUSES, Record, RunStatus
-from ..reports.view_state import culprit_of, is_finite, jsonable
+from ..records import Record
+from ..reports.view_state import culprit_of, jsonable
 from .stream import (
     FAILED,
     FINISHED,
@@ -174,10 +174,6 @@ def split_inputs(inputs: Any) -> tuple[Any, Any]:
     )
 
 
-def _status_dict(status: RunStatus | None) -> dict[str, Any]:
-    return status.to_dict() if status is not None else RunStatus().to_dict()
-
-
 class SbsSession(RunConsumer):
     """Owns one side-by-side run and the actions on it.
 
@@ -218,7 +214,7 @@ class SbsSession(RunConsumer):
                 ep, onx, args, kwargs, self.options.replace(device=dev)
             )
         self._init(self._factory(self.options.device), background, batch_interval, replay_root)
-        self.device = str(getattr(self.run, "device", None) or self.options.device or "cpu")
+        self.device = str(self.run.device or self.options.device or "cpu")
 
     @classmethod
     def from_run(
@@ -229,128 +225,56 @@ class SbsSession(RunConsumer):
         batch_interval: float = 0.25,
         replay_root: str | Path | None = None,
     ) -> SbsSession:
-        """A session over an existing run: an AlignedRun, or any iterable of Records
-        (the actions then say they are not available)."""
+        """A session over an existing run: any run kind (``align/kinds.py``), or any
+        iterable of Records (the actions that do not apply say why)."""
         self = cls.__new__(cls)
         self._factory = None
-        # set before the run starts: a background run reads them when it ends
-        self.options = getattr(run, "options", None) or RunOptions()
         self._init(run, background, batch_interval, replay_root)
-        self.device = getattr(run, "device", None) or "cpu"
+        # set before the run starts: a background run reads them when it ends
+        self.options = self.run.options
+        self.device = self.run.device or "cpu"
         return self
 
     def _init(self, run: Any, background: bool, batch_interval: float, replay_root: Any) -> None:
-        if batch_interval < 0:
-            raise ValueError(f"batch_interval must be >= 0, got {batch_interval}")
-        self.run = run
-        if hasattr(run, "on_input") and run.on_input is None:
-            # a run over many inputs yields its records at the end: its views learn of
-            # its progress after each input
-            run.on_input = lambda _index, _status: self._notify("status", {"status": self.status})
-        self.background = bool(background)
-        self.batch_interval = float(batch_interval)
+        RunConsumer.__init__(self, run, background=background, batch_interval=batch_interval)
         self.replay_root = Path(replay_root) if replay_root is not None else Path("sbs_replays")
-        self._lock = threading.RLock()
-        self._records: list[Record] = []
-        self._listeners: list[Listener] = []
-        self._thread: threading.Thread | None = None
-        self._done = threading.Event()
-        self._state = IDLE
-        self._error: str | None = None
-        # the Summary once the run ended ({'error': traceback} if summarizing failed)
-        self._summary: Summary | dict[str, Any] | None = None
-        # fed batch by batch (O(1) a record): the culprit so far while the run goes
-        self._so_far = Summarizer()
-        self._so_far_n = 0
-        self._stop_requested = False
-        self._t0: float | None = None
-        self._elapsed = 0.0
 
     # ------------------------------------------------------------------ state
     @property
-    def state(self) -> str:
-        return self._state
-
-    @property
-    def running(self) -> bool:
-        return self._state == RUNNING
-
-    @property
-    def finished(self) -> bool:
-        """True once the stream ended, whatever the reason."""
-        return self._state in (FINISHED, STOPPED, FAILED)
-
-    @property
-    def error(self) -> str | None:
-        """The traceback of an exception that ended the run, if any."""
-        return self._error
-
-    @property
-    def records(self) -> list[Record]:
-        """A snapshot of the records so far (safe to read while the run goes on)."""
-        with self._lock:
-            return list(self._records)
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    @property
     def status(self) -> dict[str, Any]:
-        """The run's progress (RunStatus fields) plus ``state``, ``error``, ``rows``."""
-        run_status = getattr(self.run, "status", None)
-        d = _status_dict(run_status)
-        with self._lock:
-            n = len(self._records)
-            if run_status is None:
-                # a plain iterable has no RunStatus: derive what can be derived
-                d["records"] = n
-                d["failures"] = sum(1 for r in self._records if r.status in FAILING_STATUSES)
-                finite = [r for r in self._records if is_finite(r.err_abs)]
-                if finite:
-                    worst = max(finite, key=lambda r: r.err_abs)
-                    d["max_err_abs"] = worst.err_abs
-                    d["max_err_name"] = worst.onnx_name or worst.ep_name
-        if self._t0 is not None:  # wall clock of the whole run, as the user lived it
-            d["elapsed"] = (time.perf_counter() - self._t0) if self.running else self._elapsed
-        d["state"] = self._state
-        d["error"] = self._error
-        d["rows"] = n
+        """The run's progress (RunStatus fields) plus ``state``, ``error``, ``rows`` and
+        the ``device`` actions run on."""
+        d = RunConsumer.status.fget(self)  # type: ignore[attr-defined]
         d["device"] = self.device
-        if self.finished:
-            d["finished"] = True
-            d["stopped"] = d.get("stopped") or self._state == STOPPED
         return d
 
-    @property
-    def completion(self) -> Completion:
-        """How far the run got: finished, stopped (Stop, an interrupt) or incomplete
-        (not started, still going, ended by an error)."""
-        status = getattr(self.run, "status", None)
-        if self._state == IDLE:
-            return Completion.of_run(status, ended=False)
-        error = self._error.strip().splitlines()[-1] if self._error else None
-        return Completion.of_run(
-            status,
-            ended=self.finished,
-            stopped=self._state == STOPPED,
-            error=error if self._state == FAILED else None,
-        )
+    def run_kind(self) -> dict[str, Any]:
+        """The kind of run this session holds (``align/kinds.py``), in a view's words;
+        ``answer``: the one-sentence answer of a kind that answers (bisection, advice)."""
+        return {"name": self.run.KIND, "label": self.run.LABEL, "answer": self.run.answer()}
 
-    @property
-    def summary(self) -> Summary | dict[str, Any]:
-        """The :class:`Summary` (final once the run ended, of the records so far before;
-        it reads as its dict too); its verdict is "stopped" or "incomplete" unless the run
-        went to its end.  A bug in summarizing leaves ``{"error": traceback}``."""
-        if self._summary is not None:
-            return self._summary
-        return summarize(self.records, completion=self.completion, strict=self.options.strict)
+    def why_not(self, action: str) -> str | None:
+        """None when ``action`` applies to the run this session holds, else why not."""
+        return self.run.why_not(action)
+
+    def action_states(self) -> list[dict[str, Any]]:
+        """Every row of :func:`action_table` with whether it applies to the run this
+        session holds (``applies``) and, where not, why (``why_not``)."""
+        return [
+            {
+                **row,
+                "applies": self.why_not(row["name"]) is None,
+                "why_not": self.why_not(row["name"]),
+            }
+            for row in action_table()
+        ]
+
+    def buttons(self) -> list[dict[str, Any]]:
+        """The rows of :func:`action_table` that apply to this run's kind: the buttons a
+        view shows (those that do not apply are hidden; :meth:`act` says why)."""
+        return [row for row in action_table() if self.why_not(row["name"]) is None]
 
     # ---------------------------------------------------------------- actions
-    def stop(self) -> None:
-        """End the run after the current node; every record is kept.  Thread-safe."""
-        self._stop_requested = True
-        self._stop_run()
-
     def act(
         self,
         name: str,
@@ -367,6 +291,9 @@ class SbsSession(RunConsumer):
             known = ", ".join(ACTIONS)
             return ActionResult(str(name), False, f"unknown action {name!r} (known: {known})")
         try:
+            why = self.run.why_not(name)
+            if why is not None:
+                raise ActionError(why)
             if spec.needs_node and node is None:
                 raise ActionError("select a row first")
             return getattr(self, spec.method)(node=node, device=device, folder=folder)
@@ -415,7 +342,7 @@ class SbsSession(RunConsumer):
             Path(path),
             summary=self.summary if self.finished else None,
             status=self.status,
-            model=getattr(self.run, "model", None),
+            model=self.run.model,
             title=title,
             details=self.culprit_detail() if self.finished else None,
         )
@@ -423,26 +350,17 @@ class SbsSession(RunConsumer):
     @property
     def inputs(self) -> dict[str, Any] | None:
         """Over many inputs: ``{"total", "done", "failing", "names"}`` (None over one)."""
-        if not callable(getattr(self.run, "input_records", None)):
-            return None
-        extra = getattr(self.run, "status", RunStatus()).extra
-        return {
-            "total": extra.get("inputs_total"),
-            "done": extra.get("inputs_done", 0),
-            "failing": list(getattr(self.run, "failing_inputs", [])),
-            "names": list(getattr(self.run, "input_names", [])),
-        }
+        return self.run.inputs_info()
 
     def input_records(self, index: int) -> list[Record]:
         """Over many inputs, the records of input ``index`` alone (run again unless the
         run kept them); an ActionError says why not (one input, a run still going, an
         iterator read once)."""
-        fn = getattr(self.run, "input_records", None)
-        if not callable(fn):
+        if self.run.inputs_info() is None:
             raise ActionError("this run is over one input")
         self._require_idle_run("show one input")
         try:
-            return fn(index)
+            return self.run.input_records(index)
         except SbsInputError as e:
             raise ActionError(str(e)) from None
 
@@ -462,25 +380,17 @@ class SbsSession(RunConsumer):
         except Exception:  # a session over records alone: the card shows the source line
             return None
 
-    def _action(self, action: str, *args: Any, **kwargs: Any) -> Any:
-        """Calls one of the run's actions; its input errors become ActionErrors.  Over
-        many inputs, the actions are those of a run over the input of the node's record
-        (the input where it is worst), made for it."""
-        actions = getattr(self.run, "actions", None)
-        if actions is None and callable(getattr(self.run, "input_run", None)):
-            node = args[0] if args else None
-            index = getattr(node, "input_index", None)
-            try:
-                actions = self.run.input_run(index if isinstance(index, int) else 0).actions
-            except SbsInputError as e:
-                raise ActionError(str(e)) from None
-        fn = getattr(actions, action, None)
-        if not callable(fn):
-            raise ActionError(
-                f"{action} needs an AlignedRun; this session wraps a {type(self.run).__name__}"
-            )
+    def _action(self, name: str, action: str, *args: Any, **kwargs: Any) -> Any:
+        """Calls ``action`` of the run's node actions (``post/actions.RunActions``), for
+        the session's action ``name``: an ActionError says why it does not apply to this
+        run; its input errors become ActionErrors.  Over many inputs, the actions are
+        those of a run over the input of the node's record (where it is worst)."""
+        why = self.run.why_not(name)
+        if why is not None:
+            raise ActionError(why)
+        node = args[0] if args and isinstance(args[0], Record) else None
         try:
-            return fn(*args, **kwargs)
+            return getattr(self.run.node_actions(node), action)(*args, **kwargs)
         except SbsInputError as e:
             raise ActionError(str(e)) from None
 
@@ -505,7 +415,7 @@ class SbsSession(RunConsumer):
 
     def node_detail(self, node: int | str | Record) -> dict[str, Any]:
         """ONNX op, attributes, inputs with their pairing, fx target and stack trace."""
-        return self._action("node_detail", self._node(node))
+        return self._action(NODE_DETAIL, "node_detail", self._node(node))
 
     def rerun_in_torch(self, node: int | str | Record, device: str | None = None) -> dict[str, Any]:
         """Rerun one ONNX node in the torch evaluator, fed as its own-error run is (torch
@@ -514,17 +424,17 @@ class SbsSession(RunConsumer):
         self._require_idle_run("rerun")
         dev = device or self.device
         self._check_device(dev)
-        return self._action("rerun_in_torch", node, device=dev)
+        return self._action(RERUN, "rerun_in_torch", node, device=dev)
 
     def save_replay(self, node: int | str | Record, root: str | Path | None = None) -> SavedReplay:
         """Write the node's replay bundle inside *root*, plus the ReplayConfig JSON that
         selects the same node (reusable with ``run_aligned(replay=...)`` and the CLI)."""
         node = self._node(node)
         self._require_idle_run("save replay")
-        k, proto = self._action("find_node", node)
+        k, proto = self._action(SAVE_REPLAY, "find_node", node)
         root = Path(root) if root is not None else self.replay_root
         root.mkdir(parents=True, exist_ok=True)
-        bundle = Path(self._action("save_replay", k, root))
+        bundle = Path(self._action(SAVE_REPLAY, "save_replay", k, root))
         config = self._save_replay_config(proto.name or proto.output[0], root, bundle)
         return SavedReplay(bundle=bundle, config=config)
 
@@ -535,13 +445,9 @@ class SbsSession(RunConsumer):
         from ..reports.culprit_bundle import save_culprit_bundle
 
         self._require_idle_run("save the culprit's bundle")
-        run = self.run
-        replayable = callable(getattr(getattr(run, "actions", None), "save_replay", None))
-        if not replayable and not callable(getattr(run, "input_run", None)):
-            raise ActionError(
-                f"save the culprit's bundle needs an AlignedRun; this session wraps a "
-                f"{type(self.run).__name__}"
-            )
+        why = self.run.why_not(SAVE_CULPRIT)
+        if why is not None:
+            raise ActionError(why)
         summary = self.summary  # summarized again unless the run ended: once here
         summary = summary if isinstance(summary, Summary) else None
         try:
@@ -559,13 +465,11 @@ class SbsSession(RunConsumer):
         from ..reports.model_explorer import save_node_data
 
         self._require_idle_run("save node data")
-        model = getattr(self.run, "model", None)
-        if model is None:
-            raise ActionError(
-                f"save node data needs the run's ONNX model; this session wraps a "
-                f"{type(self.run).__name__}"
-            )
-        deployed = getattr(self.run, "deployment", None) is not None
+        why = self.run.why_not(NODE_DATA)
+        if why is not None:
+            raise ActionError(why)
+        model = self.run.model
+        deployed = self.run.deployment is not None
         try:
             return save_node_data(self.records, path, model, save_model=deployed, metric=metric)
         except SbsInputError as e:
@@ -645,3 +549,21 @@ def _rerun_message(result: dict[str, Any], rec: Record | None) -> str:
 
 def _fmt(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+__all__ = [
+    "ACTIONS",
+    "FAILED",
+    "FINISHED",
+    "IDLE",
+    "RUNNING",
+    "STOPPED",
+    "Action",
+    "ActionError",
+    "ActionResult",
+    "Listener",
+    "SavedReplay",
+    "SbsSession",
+    "many_inputs",
+    "split_inputs",
+]

@@ -74,7 +74,7 @@ from ..reports.view_state import (
     jsonable,
     widget_state,
 )
-from .session import ACTIONS, IDLE, ActionError, SbsSession, action_table
+from .session import ACTIONS, IDLE, ActionError, SbsSession
 
 # BUNDLE_PATH, bundle_js and widget_state are re-exported: callers of the first releases
 # imported them from here
@@ -139,7 +139,8 @@ class SbsWidget(anywidget.AnyWidget):
     device = t.Unicode("cpu").tag(sync=True)
     cuda_available = t.Bool(False).tag(sync=True)
     cuda_reason = t.Unicode("").tag(sync=True)
-    # the session's action table (session.action_table()): the buttons the view shows
+    # the rows of the session's action table that apply to its run (session.buttons()):
+    # the buttons the view shows
     actions = t.List(t.Dict()).tag(sync=True)
     # identifies the model across its views in the browser (not part of the state)
     uid = t.Unicode("").tag(sync=True)
@@ -147,6 +148,9 @@ class SbsWidget(anywidget.AnyWidget):
     # names, shown}; ``shown``: the input whose records the views show (None: the worst
     # over all inputs), set by the browser's input picker or :meth:`show_input`
     inputs = t.Dict(allow_none=True, default_value=None).tag(sync=True)
+    # the kind of run the session holds (live only): {name, label, answer}; every kind
+    # is shown, with the buttons of the actions that apply to it (``actions``)
+    run_kind = t.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -188,7 +192,7 @@ class SbsWidget(anywidget.AnyWidget):
                     **run_options,
                 )
         cuda_ok, cuda_why = cuda_availability()
-        self._model_proto = getattr(session.run, "model", None)
+        self._model_proto = session.run.model
         carries = _bundle_holder() is None  # the first live widget carries the bundle
         super().__init__(
             _esm=bundle_js() if carries else SHIM_ESM,
@@ -201,8 +205,10 @@ class SbsWidget(anywidget.AnyWidget):
             device=session.device,
             cuda_available=cuda_ok,
             cuda_reason=cuda_why,
-            actions=action_table(),
             uid=uuid.uuid4().hex,
+            run_kind=session.run_kind(),
+            # the table's buttons that apply to this kind of run (the others: hidden)
+            actions=session.buttons(),
         )
         if carries:
             global _HOLDER
@@ -322,6 +328,9 @@ class SbsWidget(anywidget.AnyWidget):
         if spec is None:  # session.act says so, naming the actions it knows
             return self._answer(self.session.act(name))
         node = None
+        why = self.session.why_not(name)
+        if why is not None:  # the run's kind has no such action: say why, as its button
+            return {"name": name, "state": "error", "message": why}
         if spec.needs_node:
             try:
                 node = self._record(row)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,18 +80,16 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     names no culprit, or the culprit is no ONNX node (a weight, an input).  The bundle's
     ``culprit.json`` records the culprit and the replay's finding.
     """
-    from ..align.blame.summary import summarize
     from ..align.post.replay_load import load_replay
 
     run = finished_run(run)
     if summary is None:
-        model = getattr(run, "model", None)
-        summary = summarize(run.records, node_inputs=model if hasattr(model, "graph") else None)
+        summary = run.summarize()
     culprit = summary.culprit
     if culprit is None:
         return None
-    index = getattr(culprit, "input_index", None)
-    if index is not None and callable(getattr(run, "input_run", None)):
+    index = culprit.input_index
+    if index is not None and run.inputs_info() is not None:
         # a run over many inputs: the input that shows the failure, run alone, feeds it
         one = run.input_run(index)
         list(one)
@@ -102,7 +101,7 @@ def save_culprit_bundle(run: Any, root: str | Path, summary: Any = None) -> Culp
     record = next((r for r in run.records if r.step == culprit.step), None)
     if record is None or record.onnx_id_node is None or record.onnx_id_node < 0:
         return None
-    actions = run.actions
+    actions = run.node_actions(record)
     # by its record (its position), as Save replay does: names are optional in ONNX, and the
     # summary's name of an unnamed node ("Identity_0") is made up for the reader
     k, proto = actions.find_node(record)
@@ -137,19 +136,22 @@ def finished_run(given: Any) -> Any:
     """The run behind ``given``, run to its end: what ``run_aligned`` returns (its records
     not consumed yet are computed), an AlignedRun or a run over many inputs (run if it
     was never iterated); SbsInputError for records or anything else, saying what to pass."""
-    from ..align.run import RecordStream
+    from ..align.contract import SAVE_CULPRIT, RecordStream, RunContract
     from ..errors import SbsInputError
 
     if isinstance(given, RecordStream):
         for _ in given:  # the records the caller has not consumed yet
             pass
-        return given.run
-    if not hasattr(given, "actions") and not callable(getattr(given, "input_run", None)):
+        given = given.run
+    if not isinstance(given, RunContract):
         what = type(given).__name__
-        if isinstance(given, list | tuple) or hasattr(given, "__next__"):
+        if isinstance(given, Iterable):
             what = f"records (a {what})"
         raise SbsInputError(f"save_culprit_bundle got {what}, not a run: {_PASS_THE_RUN}")
-    if not getattr(given, "started", True):
+    why = given.why_not(SAVE_CULPRIT)
+    if why is not None:
+        raise SbsInputError(f"save_culprit_bundle: {why}")
+    if not given.started:
         list(given)  # never iterated: nothing to bundle yet, so it runs now
     elif not given.status.finished:
         raise SbsInputError(

@@ -500,6 +500,7 @@ def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path
     """Ctrl-C during the run, then again while the reports are written: they are whole."""
     import signal
 
+    import onnx_sbs_nb.cli.common as common
     import onnx_sbs_nb.cli.main as cli
     from onnx_sbs_nb.align.engine.runners import OnnxruntimeRunner
 
@@ -517,7 +518,7 @@ def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path
 
             return run
 
-    write = cli.write_report
+    write = common.write_report  # what every report is written with
     calls = []
 
     def write_interrupted(records, path, *args, **kwargs):
@@ -528,7 +529,7 @@ def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path
 
     outputs = [tmp_path / "r.xlsx", tmp_path / "r.csv"]
     try:
-        cli.write_report = write_interrupted
+        common.write_report = write_interrupted
         code = cli.run_and_report(
             demo_dir / "model.pt2",
             demo_dir / "model.onnx",
@@ -538,7 +539,7 @@ def test_second_interrupt_while_reports_are_written(demo_run, demo_dir, tmp_path
             progress=False,
         )
     finally:
-        cli.write_report = write
+        common.write_report = write
     assert code == EXIT_INTERRUPTED and len(calls) == 2
     assert "finishing the reports" in capsys.readouterr().err
     assert read_xlsx_file(outputs[0]).completion.state == "stopped"

@@ -200,7 +200,7 @@ def test_engine_error_is_kept_not_raised():
     assert s.state == FAILED
     assert "boom in the engine" in s.error
     assert len(s.records) == 1
-    with pytest.raises(ActionError, match="needs an AlignedRun"):
+    with pytest.raises(ActionError, match="rerun does not apply to records"):
         s.rerun_in_torch("a")
 
 
