@@ -283,7 +283,14 @@ def _trace_expansions(
 def _traced(
     unique: dict[Any, torch.fx.Node], ops: ExporterOps, functional: bool = False
 ) -> dict[Any, _Expansion]:
-    result = _trace_calls(unique, ops, functional)
+    # a call whose result does not depend on its symbolic sizes is traced on sizes of its
+    # own (cheap), the rest with symbolic sizes (each size op a sympy question)
+    generic = set() if functional else {k for k, n in unique.items() if _size_free_call(n)}
+    result = _trace_calls(unique, ops, functional, generic)
+    rest = {k: unique[k] for k in unique.keys() - result.keys() if k in generic}
+    if rest:
+        # its expansion read a size after all: traced again, symbolically
+        result.update(_trace_calls(rest, ops, functional))
     for key in unique.keys() - result.keys():
         # it read a size the tracer knew from another call: traced alone, it reads its
         # sizes from its own inputs (at a trace's cost)
@@ -305,20 +312,28 @@ class _CrossRead(Unsupported):
 
 
 def _trace_calls(
-    unique: dict[Any, torch.fx.Node], ops: ExporterOps, functional: bool = False
+    unique: dict[Any, torch.fx.Node],
+    ops: ExporterOps,
+    functional: bool = False,
+    generic: set[Any] = frozenset(),
 ) -> dict[Any, _Expansion]:
     """The expansions of ``unique``'s calls (signature -> call), traced in one make_fx
     (inside :func:`_trace_expansions`' contexts), less those that read a value of another
-    call; ``functional``: through functionalization, as the re-trace does."""
+    call; ``functional``: through functionalization, as the re-trace does; ``generic``:
+    the calls traced on concrete sizes (:func:`_size_free_call`), less those whose
+    expansion then reads a size (:func:`_size_free_expansion`)."""
     from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
     keys = list(unique)
     inputs: list[torch.fx.Node] = []
     spans: list[tuple[int, int]] = []
+    values: list[Any] = []
     for key in keys:
         start = len(inputs)
         torch.fx.node.map_arg((unique[key].args, unique[key].kwargs), inputs.append)
         spans.append((start, len(inputs)))
+        make = _concrete if key in generic else _fresh
+        values += [make(a.meta["val"]) for a in inputs[start:]]
     made: list[tuple[list[torch.fx.Node], Any]] = []  # per call: the nodes it made, its result
 
     def fn(*flat: Any) -> list[Any]:
@@ -342,7 +357,7 @@ def _trace_calls(
         tracing_mode="real",
         pre_dispatch=False,
         record_module_stack=True,
-    )(*[_fresh(a.meta["val"]) for a in inputs])
+    )(*values)
     traced = list(gm.graph.nodes)
     kept = set(traced)  # the tracer drops the size reads nothing used
     placeholders = [n for n in traced if n.op == "placeholder"]
@@ -374,8 +389,73 @@ def _trace_calls(
             ]
         except _CrossRead:
             continue  # left out: the caller traces it alone
-        result[key] = _Expansion(templ, torch.utils._pytree.tree_unflatten(refs, spec))
+        expansion = _Expansion(templ, torch.utils._pytree.tree_unflatten(refs, spec))
+        if key in generic:
+            expansion = _size_free_expansion(expansion, unique[key])
+            if expansion is None:
+                continue  # left out: the caller traces it with symbolic sizes
+        result[key] = expansion
     return result
+
+
+def _size_free_call(node: torch.fx.Node) -> bool:
+    """A call that may be traced on concrete sizes: it reads only tensors, some with
+    symbolic sizes, each of which (by its example's size) is at least 2, as size-oblivious
+    tracing takes every symbolic size to be; and it makes one tensor."""
+    if not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    symbolic = False
+    for a in node.all_input_nodes:
+        val = a.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return False
+        for d in (*val.shape, *val.stride()):
+            if isinstance(d, torch.SymInt):
+                hint = d.node.hint
+                if hint is None or (hint < 2 and d in val.shape):
+                    return False
+                symbolic = True
+    return symbolic
+
+
+_SIZE_FREE = (bool, type(None), str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _size_free_expansion(expansion: _Expansion, node: torch.fx.Node) -> _Expansion | None:
+    """An expansion traced on concrete sizes, with the call's symbolic result as its
+    value; None where it may depend on the sizes: more than one node, a mutation, or a
+    number that is not one of the call's own arguments (a size the trace baked in)."""
+    if not expansion.nodes:
+        return expansion if isinstance(expansion.output, _Ref) else None
+    if len(expansion.nodes) != 1 or expansion.output != _Ref("node", 0):
+        return None
+    target, args, kwargs, meta = expansion.nodes[0]
+    if _is_op(target) and target._schema.is_mutable:
+        return None
+    own = [
+        a
+        for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+        if not isinstance(a, torch.fx.Node)
+    ]
+    for leaf in torch.utils._pytree.tree_leaves((args, kwargs)):
+        if isinstance(leaf, _Ref) or isinstance(leaf, _SIZE_FREE):
+            continue
+        if not (
+            isinstance(leaf, int | float) and any(leaf == o and type(leaf) is type(o) for o in own)
+        ):
+            return None
+    val, traced = node.meta["val"], meta.get("val")
+    if not isinstance(traced, torch.Tensor) or (traced.dtype, traced.dim()) != (
+        val.dtype,
+        val.dim(),
+    ):
+        return None
+    meta = {**meta, "val": val}
+    if "tensor_meta" in node.meta:
+        meta["tensor_meta"] = node.meta["tensor_meta"]
+    else:
+        meta.pop("tensor_meta", None)
+    return _Expansion([(target, args, kwargs, meta)], expansion.output)
 
 
 def _functionalized(fn: Any) -> Any:
@@ -407,6 +487,21 @@ def _fresh(val: Any) -> Any:
         stride = [_fresh_size(d) for d in val.stride()]
         return torch.empty_strided(shape, stride, dtype=val.dtype, device=val.device)
     return _fresh_size(val)
+
+
+def _concrete(val: torch.Tensor) -> torch.Tensor:
+    """A fake tensor like ``val`` with its example's sizes and strides, no symbols."""
+    hint = _hint
+    return torch.empty_strided(
+        [hint(d) for d in val.shape],
+        [hint(d) for d in val.stride()],
+        dtype=val.dtype,
+        device=val.device,
+    )
+
+
+def _hint(d: Any) -> int:
+    return d.node.hint if isinstance(d, torch.SymInt) else d
 
 
 def _fresh_size(val: Any) -> Any:
