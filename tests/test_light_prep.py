@@ -1,6 +1,7 @@
-"""The exporter's preparation reproduced without a re-trace (align/source/light_prep.py), the
-check that decides whether it is used (align/source/prep_check.py), and the op decisions and
-disk cache it reads (align/source/exporter_ops.py, align/source/disk_cache.py).
+"""The exporter's preparation reproduced without a re-trace (align/source/prepare/: the
+walk in reproduce.py, its decomposed calls traced in expansions.py), the check that decides
+whether it is used (prepare/check.py), and the op decisions and disk cache it reads
+(prepare/exporter_ops.py, align/source/disk_cache.py).
 
 The reproduction is compared node for node with torch's private preparation function in
 the installed torch: names, targets, arguments, recorded dtypes/shapes/strides, graph
@@ -22,16 +23,15 @@ from torch import nn
 
 from onnx_sbs_nb.align.pairing.names import pair_values
 from onnx_sbs_nb.align.run import AlignedRun
-from onnx_sbs_nb.align.source import disk_cache, exporter_ops
+from onnx_sbs_nb.align.source import disk_cache
 from onnx_sbs_nb.align.source.fx_metadata import FxMetadata, fx_name_from_metadata, fx_node_text
-from onnx_sbs_nb.align.source.light_prep import Unsupported, prepare_light
-from onnx_sbs_nb.align.source.prep_check import NodePrinter, disagreement
-from onnx_sbs_nb.align.source.program import (
-    PREPARED_BY_EXPORTER,
-    PREPARED_REPRODUCED,
-    _exporter_prepare,
-    prepare_program,
-)
+from onnx_sbs_nb.align.source.prepare import exporter_ops
+from onnx_sbs_nb.align.source.prepare.check import NodePrinter, disagreement
+from onnx_sbs_nb.align.source.prepare.exporter import _exporter_prepare
+from onnx_sbs_nb.align.source.prepare.prepared import PREPARED_BY_EXPORTER, PREPARED_REPRODUCED
+from onnx_sbs_nb.align.source.prepare.program import prepare_program
+from onnx_sbs_nb.align.source.prepare.reproduce import prepare_light
+from onnx_sbs_nb.align.source.prepare.unsupported import Unsupported
 from onnx_sbs_nb.align.source.provenance import program_provenance
 
 from .models import (
@@ -539,10 +539,10 @@ def _expansions(monkeypatch, ep, fresh_sizes=True, concrete=True):
     """The expansions ``prepare_light`` traces for ``ep`` and the make_fx traces it took;
     ``fresh_sizes=False`` gives every input the program's own size objects;
     ``concrete=False`` traces every call with symbolic sizes."""
-    from onnx_sbs_nb.align.source import light_prep
+    from onnx_sbs_nb.align.source.prepare import expansions, reproduce
 
     traces, found = [], {}
-    trace_calls, trace_expansions = light_prep._trace_calls, light_prep._trace_expansions
+    trace_calls, trace_expansions = expansions._trace_calls, reproduce.trace_expansions
 
     def counted(unique, ops, functional=False, generic=frozenset()):
         traces.append(len(unique))
@@ -552,12 +552,12 @@ def _expansions(monkeypatch, ep, fresh_sizes=True, concrete=True):
         found.update(trace_expansions(*a))
         return found
 
-    monkeypatch.setattr(light_prep, "_trace_calls", counted)
-    monkeypatch.setattr(light_prep, "_trace_expansions", kept)
+    monkeypatch.setattr(expansions, "_trace_calls", counted)
+    monkeypatch.setattr(reproduce, "trace_expansions", kept)
     if not fresh_sizes:
-        monkeypatch.setattr(light_prep, "_fresh_size", lambda v: v)
+        monkeypatch.setattr(expansions, "_fresh_size", lambda v: v)
     if not concrete:
-        monkeypatch.setattr(light_prep, "_size_free_call", lambda n: False)
+        monkeypatch.setattr(expansions, "_size_free_call", lambda n: False)
     prepare_light(ep, exporter_ops.exporter_ops())
     return found, traces
 
@@ -597,13 +597,13 @@ def test_size_free_calls_are_traced_on_concrete_sizes(monkeypatch):
     ``&``) is traced on its example's sizes, the rest symbolically: the same expansions,
     shapes included, as tracing all of them with symbolic sizes; one whose concrete trace
     bakes in a size (``flatten``) is traced again symbolically."""
-    from onnx_sbs_nb.align.source import light_prep
+    from onnx_sbs_nb.align.source.prepare import expansions
 
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     args = (torch.randn(3, 4, 5), torch.rand(3, 4, 5) > 0.5)
     ep = _export(SizeFreeAndSized(), args, ({0: batch, 1: seq}, {0: batch, 1: seq}))
     generic, rejected = [], []
-    size_free, size_free_expansion = light_prep._size_free_call, light_prep._size_free_expansion
+    size_free, size_free_expansion = expansions._size_free_call, expansions._size_free_expansion
 
     def rejects(expansion, node):
         kept = size_free_expansion(expansion, node)
@@ -612,9 +612,9 @@ def test_size_free_calls_are_traced_on_concrete_sizes(monkeypatch):
         return kept
 
     monkeypatch.setattr(
-        light_prep, "_size_free_call", lambda n: size_free(n) and not generic.append(n.name)
+        expansions, "_size_free_call", lambda n: size_free(n) and not generic.append(n.name)
     )
-    monkeypatch.setattr(light_prep, "_size_free_expansion", rejects)
+    monkeypatch.setattr(expansions, "_size_free_expansion", rejects)
     mixed, _ = _expansions(monkeypatch, ep)
     assert any(n.startswith("to") for n in generic) and any("and" in n for n in generic)
     assert [n for n in rejected if "flatten" not in n] == [] and rejected, (generic, rejected)

@@ -31,7 +31,7 @@ from .pairing.optimized import (
     ort_session,
 )
 from .source.loading import load_exported_program, load_inputs, load_onnx_model
-from .source.program import bind_inputs
+from .source.program_inputs import bind_inputs
 from .source.quant_ops import register_quantized_ops
 
 # Values of OptimizerBlame.verdict
