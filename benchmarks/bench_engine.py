@@ -208,7 +208,7 @@ class _ModelAndProgram:
 
 def with_retraced_program(ep: Any, onx: Any) -> Any:
     from onnx_sbs_nb.align.source.loading import load_exported_program, load_onnx_model
-    from onnx_sbs_nb.align.source.program import prepare_program
+    from onnx_sbs_nb.align.source.prepare.program import prepare_program
 
     prepared = prepare_program(load_exported_program(ep))  # no model: the re-trace
     return _ModelAndProgram(load_onnx_model(onx), prepared.program)

@@ -217,3 +217,61 @@ def test_the_run_kinds_come_from_the_package_root():
         "assert all(hasattr(s, n) for n in s.__all__)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# The preparation of the program (align/source/prepare/), in the order its steps run: a
+# step imports only the steps before it, and program.py, the last, runs them.
+PREPARE_WALK = (
+    "unsupported",
+    "exporter_ops",
+    "graphs",
+    "input_writes",
+    "aliasing",
+    "written_views",
+    "supported",
+    "expansions",
+    "promotions",
+    "passes",
+    "reproduce",
+    "check",
+    "model_names",
+    "prepared",
+    "exporter",
+    "program",
+)
+_PREPARE = "align.source.prepare"
+
+
+def _back_edges(graph: dict[str, set[str]], walk: tuple[str, ...]) -> list[str]:
+    """Imports between the walk's modules that go to a step at or after the importer's."""
+    step = {f"{_PREPARE}.{m}": k for k, m in enumerate(walk)}
+    return sorted(
+        f"{m} (step {step[m]}) imports {t} (step {step[t]})"
+        for m, targets in graph.items()
+        if m in step
+        for t in targets
+        if t in step and step[t] >= step[m]
+    )
+
+
+def test_the_preparation_is_walked_in_one_direction():
+    """Every module of source/prepare/ is a step of PREPARE_WALK, imports only the steps
+    before it (function-level and type-hint imports included), and is under 700 lines."""
+    from pathlib import Path
+
+    import onnx_sbs_nb
+
+    folder = Path(onnx_sbs_nb.__file__).parent / "align" / "source" / "prepare"
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert modules == set(PREPARE_WALK), f"not in PREPARE_WALK: {modules ^ set(PREPARE_WALK)}"
+    graph = _imports(type_checking=True)
+    assert not graph[_PREPARE], "the package's __init__ imports no step: each loads on use"
+    bad = _back_edges(graph, PREPARE_WALK)
+    assert not bad, "\n".join(bad)
+    # the check sees a back edge (graphs importing reproduce)
+    planted = {**graph, f"{_PREPARE}.graphs": {f"{_PREPARE}.reproduce"}}
+    assert _back_edges(planted, PREPARE_WALK) == [
+        f"{_PREPARE}.graphs (step 2) imports {_PREPARE}.reproduce (step 10)"
+    ]
+    long = [p.name for p in folder.glob("*.py") if len(p.read_text().splitlines()) >= 700]
+    assert not long, f"over 700 lines: {long}"

@@ -28,7 +28,7 @@ from .pairing.graph_map import NODE_UNCHANGED
 from .pairing.onnxruntime_session import LEVELS, check_providers, ort_session
 from .pairing.optimized import OptimizedModel, optimize_model
 from .source.loading import load_exported_program, load_inputs, load_onnx_model
-from .source.program import bind_inputs
+from .source.program_inputs import bind_inputs
 from .source.quant_ops import register_quantized_ops
 
 # Values of OptimizerBlame.verdict

@@ -46,15 +46,15 @@ from .source.loading import (
     onnx_folder,
 )
 from .source.model_check import check_model, check_opset, start_onnxruntime_check
-from .source.prep_check import structure_digest
-from .source.program import (
+from .source.prepare.check import structure_digest
+from .source.prepare.prepared import (
     PREPARED_BY_EXPORTER,
     PREPARED_FROM_ONNX_PROGRAM,
     PREPARED_REPRODUCED,
     PreparedProgram,
-    bind_inputs,
-    prepare_program,
 )
+from .source.prepare.program import prepare_program
+from .source.program_inputs import bind_inputs
 from .source.specialized import specialized_values
 
 
@@ -243,7 +243,7 @@ def _trusted_fx_nodes(
     describes exactly; None when every name can be trusted."""
     if prepared.source in (PREPARED_FROM_ONNX_PROGRAM, PREPARED_REPRODUCED):
         return None, None  # the exporter's own program, or checked against this model
-    from .source.prep_check import agreeing_nodes, disagreement
+    from .source.prepare.check import agreeing_nodes, disagreement
 
     why = disagreement(prepared.program, model, metadata)
     if why is None:

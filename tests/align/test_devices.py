@@ -130,7 +130,7 @@ def test_a_program_traced_on_the_cpu_makes_its_values_on_the_run_device():
     the arguments a node gets, and a compiled run sent to the meta device."""
     from onnx_sbs_nb.align.engine.fx_runs import _function
     from onnx_sbs_nb.align.engine.sides import FxSide, traced_device_map
-    from onnx_sbs_nb.align.source.program import bind_inputs
+    from onnx_sbs_nb.align.source.program_inputs import bind_inputs
 
     x = torch.randn(2, 5)
     ep = torch.export.export(_Positions(), (x,))

@@ -445,7 +445,8 @@ def test_a_pytree_cache_kwargs_and_automatic_dims_are_compared_and_named():
     inputs, a nested keyword argument, ``Dim.AUTO`` and ``Dim.DYNAMIC``.  The program is
     prepared without the exporter's re-trace, the faithful export passes comparing every
     torch node it can, and a fault is named at its node."""
-    from onnx_sbs_nb.align.source.program import PREPARED_REPRODUCED, prepare_program
+    from onnx_sbs_nb.align.source.prepare.prepared import PREPARED_REPRODUCED
+    from onnx_sbs_nb.align.source.prepare.program import prepare_program
 
     torch.manual_seed(0)
     x = torch.randn(2, 3, 8)

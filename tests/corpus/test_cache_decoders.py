@@ -125,7 +125,7 @@ def test_a_static_cache_decoder_is_prepared_by_the_reproduction(dims):
     does, the model vouches for it, and the run (which says which preparation it used)
     compares every output, the written cache included, as it does on the re-trace."""
     from onnx_sbs_nb.align.run import AlignedRun
-    from onnx_sbs_nb.align.source.program import PREPARED_REPRODUCED
+    from onnx_sbs_nb.align.source.prepare.prepared import PREPARED_REPRODUCED
 
     ex = _exported("static_cache", dims)
     run = AlignedRun(ex.ep, ex.onx, (), ex.kwargs())

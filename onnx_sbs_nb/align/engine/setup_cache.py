@@ -25,7 +25,7 @@ from ..pairing.lowered_by import returned_outputs
 from ..pairing.names import pair_values
 from ..pairing.pairs import Pairing
 from ..source.fx_metadata import FxMetadata
-from ..source.prep_check import structure_digest
+from ..source.prepare.check import structure_digest
 from ..source.provenance import Provenance, program_provenance
 from .runners import ModelContext
 from .sides import FxTables, OnnxTables
@@ -66,7 +66,7 @@ def cached_pairing(
 ) -> Pairing:
     """:func:`.names.pair_values`, computed once per program and model structure; each
     caller gets its own tables (the pairs themselves are not changed after pairing).
-    ``digest``: the model's :func:`.prep_check.structure_digest`, when already known;
+    ``digest``: the model's :func:`.prepare.check.structure_digest`, when already known;
     ``metadata``: its :class:`.names.FxMetadata`, when the caller reads it too."""
     key: Any = (
         digest or structure_digest(model),
@@ -129,7 +129,7 @@ def cached_onnx_tables(
     metadata: FxMetadata | None = None,
 ) -> OnnxTables:
     """:meth:`.sides.OnnxTables.of` for ``model``, computed once per program and model
-    structure (``digest``: its :func:`.prep_check.structure_digest`, ``metadata``: its
+    structure (``digest``: its :func:`.prepare.check.structure_digest`, ``metadata``: its
     :class:`.names.FxMetadata` when the caller reads it too); the opsets and local
     functions the session keys read are part of the key."""
     functions = hashlib.blake2b(digest_size=16)

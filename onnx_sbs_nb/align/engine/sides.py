@@ -24,7 +24,7 @@ from ..judge.ties import tie_axes
 from ..judge.undefined import undefined_fx_values
 from ..pairing.lowered_by import lowering_of_nodes, returned_outputs
 from ..source.fx_metadata import FxMetadata, fx_name_from_metadata
-from ..source.program import ProgramInputs
+from ..source.program_inputs import ProgramInputs
 from ..source.provenance import Provenance, onnx_node_provenance
 from .fx_limits import check_fx_output_size, fx_size_rule
 from .fx_runs import compile_runs

@@ -638,7 +638,7 @@ def test_state_written_back_is_no_missing_output():
     computes them, unpaired where it folded or dropped them), never as outputs the model
     fails to compute, and a faithful export passes."""
     from onnx_sbs_nb.align.pairing.lowered_by import returned_outputs
-    from onnx_sbs_nb.align.source.program import prepare_program
+    from onnx_sbs_nb.align.source.prepare.program import prepare_program
 
     torch.manual_seed(0)
     x = torch.randn(2, 4)

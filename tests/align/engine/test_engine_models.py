@@ -153,7 +153,8 @@ def test_other_runners_agree(runner):
 
 def test_exporter_preparation_is_reproduced():
     """The private preparation step exists in the installed torch and is what we run."""
-    from onnx_sbs_nb.align.source.program import PREPARED_BY_EXPORTER, prepare_program
+    from onnx_sbs_nb.align.source.prepare.prepared import PREPARED_BY_EXPORTER
+    from onnx_sbs_nb.align.source.prepare.program import prepare_program
 
     x = torch.randn(3, 4)
     ep, _ = export(CloneMemoryFormat(), (x,))

@@ -288,7 +288,6 @@ def test_a_culprits_why_reads_what_its_pairing_rule_says():
     says it is a likely pairing; the other registered rules add nothing; a name no rule
     has is a pairing nothing proves."""
     from onnx_sbs_nb.align.blame.certainty import certainty
-
     from onnx_sbs_nb.align.pairing.rules import StructureRule
     from onnx_sbs_nb.records import Record
 

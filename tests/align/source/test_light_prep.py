@@ -1,6 +1,7 @@
-"""The exporter's preparation reproduced without a re-trace (align/source/light_prep.py), the
-check that decides whether it is used (align/source/prep_check.py), and the op decisions and
-disk cache it reads (align/source/exporter_ops.py, align/source/disk_cache.py).
+"""The exporter's preparation reproduced without a re-trace (align/source/prepare/: the
+walk in reproduce.py, its decomposed calls traced in expansions.py), the check that decides
+whether it is used (prepare/check.py), and the op decisions and disk cache it reads
+(prepare/exporter_ops.py, align/source/disk_cache.py).
 
 The reproduction is compared node for node with torch's private preparation function in
 the installed torch: names, targets, arguments, recorded dtypes/shapes/strides, graph
@@ -22,16 +23,15 @@ from torch import nn
 
 from onnx_sbs_nb.align.pairing.names import pair_values
 from onnx_sbs_nb.align.run import AlignedRun
-from onnx_sbs_nb.align.source import disk_cache, exporter_ops
+from onnx_sbs_nb.align.source import disk_cache
 from onnx_sbs_nb.align.source.fx_metadata import FxMetadata, fx_name_from_metadata, fx_node_text
-from onnx_sbs_nb.align.source.light_prep import Unsupported, prepare_light
-from onnx_sbs_nb.align.source.prep_check import NodePrinter, disagreement
-from onnx_sbs_nb.align.source.program import (
-    PREPARED_BY_EXPORTER,
-    PREPARED_REPRODUCED,
-    _exporter_prepare,
-    prepare_program,
-)
+from onnx_sbs_nb.align.source.prepare import exporter_ops
+from onnx_sbs_nb.align.source.prepare.check import NodePrinter, disagreement
+from onnx_sbs_nb.align.source.prepare.exporter import _exporter_prepare
+from onnx_sbs_nb.align.source.prepare.prepared import PREPARED_BY_EXPORTER, PREPARED_REPRODUCED
+from onnx_sbs_nb.align.source.prepare.program import prepare_program
+from onnx_sbs_nb.align.source.prepare.reproduce import prepare_light
+from onnx_sbs_nb.align.source.prepare.unsupported import Unsupported
 from onnx_sbs_nb.align.source.provenance import program_provenance
 
 from ...models import (
@@ -535,26 +535,29 @@ def test_views_of_written_values_are_made_where_they_are_read(exporter_prepare):
             torch.testing.assert_close(ours, eager)
 
 
-def _expansions(monkeypatch, ep, fresh_sizes=True):
+def _expansions(monkeypatch, ep, fresh_sizes=True, concrete=True):
     """The expansions ``prepare_light`` traces for ``ep`` and the make_fx traces it took;
-    ``fresh_sizes=False`` gives every input the program's own size objects."""
-    from onnx_sbs_nb.align.source import light_prep
+    ``fresh_sizes=False`` gives every input the program's own size objects;
+    ``concrete=False`` traces every call with symbolic sizes."""
+    from onnx_sbs_nb.align.source.prepare import expansions, reproduce
 
     traces, found = [], {}
-    trace_calls, trace_expansions = light_prep._trace_calls, light_prep._trace_expansions
+    trace_calls, trace_expansions = expansions._trace_calls, reproduce.trace_expansions
 
-    def counted(unique, ops, functional=False):
+    def counted(unique, ops, functional=False, generic=frozenset()):
         traces.append(len(unique))
-        return trace_calls(unique, ops, functional)
+        return trace_calls(unique, ops, functional, generic)
 
     def kept(*a):
         found.update(trace_expansions(*a))
         return found
 
-    monkeypatch.setattr(light_prep, "_trace_calls", counted)
-    monkeypatch.setattr(light_prep, "_trace_expansions", kept)
+    monkeypatch.setattr(expansions, "_trace_calls", counted)
+    monkeypatch.setattr(reproduce, "trace_expansions", kept)
     if not fresh_sizes:
-        monkeypatch.setattr(light_prep, "_fresh_size", lambda v: v)
+        monkeypatch.setattr(expansions, "_fresh_size", lambda v: v)
+    if not concrete:
+        monkeypatch.setattr(expansions, "_size_free_call", lambda n: False)
     prepare_light(ep, exporter_ops.exporter_ops())
     return found, traces
 
@@ -581,12 +584,53 @@ def test_symbolic_calls_are_traced_together(monkeypatch):
     assert _plain(one_by_one) == _plain(together)
 
 
+class SizeFreeAndSized(torch.nn.Module):
+    """``to`` and ``&`` make one node whatever the sizes; ``flatten`` views with a size the
+    input's symbolic sizes compute."""
+
+    def forward(self, x, m):
+        return x.to(torch.float64), (m & (x > 0)).flatten(1), x.reshape(x.shape[0], -1)
+
+
+def test_size_free_calls_are_traced_on_concrete_sizes(monkeypatch):
+    """A call of a symbolic program whose expansion is one node reading no size (``to``,
+    ``&``) is traced on its example's sizes, the rest symbolically: the same expansions,
+    shapes included, as tracing all of them with symbolic sizes; one whose concrete trace
+    bakes in a size (``flatten``) is traced again symbolically."""
+    from onnx_sbs_nb.align.source.prepare import expansions
+
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    args = (torch.randn(3, 4, 5), torch.rand(3, 4, 5) > 0.5)
+    ep = _export(SizeFreeAndSized(), args, ({0: batch, 1: seq}, {0: batch, 1: seq}))
+    generic, rejected = [], []
+    size_free, size_free_expansion = expansions._size_free_call, expansions._size_free_expansion
+
+    def rejects(expansion, node):
+        kept = size_free_expansion(expansion, node)
+        if kept is None:
+            rejected.append(node.name)
+        return kept
+
+    monkeypatch.setattr(
+        expansions, "_size_free_call", lambda n: size_free(n) and not generic.append(n.name)
+    )
+    monkeypatch.setattr(expansions, "_size_free_expansion", rejects)
+    mixed, _ = _expansions(monkeypatch, ep)
+    assert any(n.startswith("to") for n in generic) and any("and" in n for n in generic)
+    assert [n for n in rejected if "flatten" not in n] == [] and rejected, (generic, rejected)
+    monkeypatch.undo()
+    symbolic, _ = _expansions(monkeypatch, ep, concrete=False)
+    assert _plain(mixed) == _plain(symbolic)
+    flatten = next(e for k, e in mixed.items() if "flatten" in k[0])
+    assert len(flatten.nodes) > 1  # the size it views with is computed from the input's
+
+
 def _plain(expansions):
     """Expansions without their fake values (which compare as tensors), but with their
     shapes."""
     return {
         key: (
-            [(t, a, k, str(m["val"].shape)) for t, a, k, m in e.nodes],
+            [(t, a, k, str(getattr(m["val"], "shape", m["val"]))) for t, a, k, m in e.nodes],
             e.output,
         )
         for key, e in expansions.items()

@@ -18,8 +18,8 @@ from typing import Any
 import onnx
 import torch
 
-from ...dtypes import ONNX_TO_TORCH
-from .fx_metadata import FxMetadata
+from ....dtypes import ONNX_TO_TORCH
+from ..fx_metadata import FxMetadata
 
 _USERS = re.compile(r"\[num_users=\d+\] ")
 

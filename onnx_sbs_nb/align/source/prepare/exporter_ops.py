@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .disk_cache import read_json, versions, write_json
+from ..disk_cache import read_json, versions, write_json
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _FORMAT = 2
@@ -153,7 +153,7 @@ def compute_exporter_ops() -> ExporterOps:
     )
     from torch.onnx._internal.exporter import _decomp, _registration
 
-    from .quiet import quiet_torch_internals
+    from ..quiet import quiet_torch_internals
 
     with quiet_torch_internals():
         registry = _registration.ONNXRegistry.from_torchlib()

@@ -6,7 +6,7 @@ more than the user wrote it: where the program makes it, the re-trace records th
 of views from the base up to it and drops it again (names taken, nodes dead: an
 ``unsqueeze``, then ``unsqueeze_1``, ``expand`` for the ``expand`` of it), and where it
 is read, the chain once more, kept (``unsqueeze_2``, ``expand_1``: a static KV cache's
-``repeat_kv`` of the written cache).  :mod:`.light_prep` makes the kept chain where it
+``repeat_kv`` of the written cache).  :mod:`.reproduce` makes the kept chain where it
 is read, as for any replayed view, and takes the dropped chain's names where the view
 stands (``chains``), so the reproduction is named as the re-trace names it.
 

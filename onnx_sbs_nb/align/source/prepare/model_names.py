@@ -2,12 +2,12 @@
 
 Where sizes are symbolic, the exporter's re-trace numbers nodes after calls it records
 and drops again (every ``s0 * s1`` the shape arithmetic computes takes a ``mul``), so the
-same graph comes out as ``add_43`` there and ``add`` in :mod:`.light_prep`.  The model
+same graph comes out as ``add_43`` there and ``add`` in :mod:`.reproduce`.  The model
 says what each name it uses stands for: ``pkg.torch.onnx.fx_node`` is the node as
 ``format_node`` prints it, arguments by name.  Walking the reproduced graph in order,
 with each node's arguments already renamed, a node whose printed call is one the model
 describes takes that description's name.  The result is only used when
-:func:`.prep_check.disagreement` then finds nothing, so a wrong guess costs a re-trace,
+:func:`.check.disagreement` then finds nothing, so a wrong guess costs a re-trace,
 never a wrong pairing.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .fx_metadata import FxMetadata
-from .light_prep import copy_graph_module, with_graph
-from .prep_check import NodePrinter
+from ..fx_metadata import FxMetadata
+from .check import NodePrinter
+from .graphs import copy_graph_module, with_graph
 
 _HEAD = re.compile(r"^%[^ ]+ : (\[num_users=\d+\] )?")
 _NAME = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)")

@@ -6,7 +6,7 @@ in-place call on the placeholder.  The re-trace functionalizes it: the call beco
 functional op (``index_copy``, then its decomposition), later reads read that result, and
 the value each written input ends with is returned first among the outputs, in the
 inputs' order, as a ``BUFFER_MUTATION`` (target: the buffer) or ``USER_INPUT_MUTATION``
-(target: the input's name) output.  :mod:`.light_prep` walks the writes as it walks those
+(target: the input's name) output.  :mod:`.reproduce` walks the writes as it walks those
 on values the program made; this module says which inputs it may write, and builds the
 outputs and their specs.
 """
