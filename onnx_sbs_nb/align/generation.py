@@ -32,6 +32,8 @@ import torch
 from ..compare.diff import compare
 from ..convert import to_numpy
 from ..errors import SbsInputError
+from ..records import Record
+from .contract import AnswerContract
 from .source.loading import load_exported_program, load_onnx_model
 
 _tree = torch.utils._pytree
@@ -84,8 +86,16 @@ class GenerationStep:
 
 
 @dataclass
-class GenerationParity:
-    """The two decodes side by side and where they part (:func:`generation_parity`)."""
+class GenerationParity(AnswerContract):
+    """The two decodes side by side and where they part (:func:`generation_parity`).  A run
+    kind that answers at once: its records are the step where the decodes part, compared
+    node by node on torch's inputs (none when they never part)."""
+
+    KIND = "generation"
+    LABEL = "generation parity"
+
+    def answer(self) -> str | None:
+        return self.why()
 
     steps: list[GenerationStep]
     #: the first step whose tokens differ or whose logits leave tolerance (None: none)
@@ -100,6 +110,7 @@ class GenerationParity:
     own_passed: bool | None = None
     atol: float | None = None
     rtol: float | None = None
+    records: list[Record] = field(default_factory=list, repr=False)
     _ep: Any = field(default=None, repr=False)
     _onx: Any = field(default=None, repr=False)
     _step_inputs: dict[str, Any] | None = field(default=None, repr=False)
@@ -395,6 +406,7 @@ def generation_parity(
     atol: float | None = None,
     rtol: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    compare_step: bool = True,
 ) -> GenerationParity:
     """Decodes ``steps`` greedy steps with the program and with the ONNX model, each feeding
     its own cache back, and says where they part.
@@ -402,7 +414,9 @@ def generation_parity(
     ``kwargs``: the first step's keyword inputs (the cache object included, as exported).
     ``next_inputs(kwargs, tokens, cache) -> kwargs``: the next step's inputs (default:
     :func:`next_step_inputs`).  ``atol``/``rtol``: the logits' tolerance (default: their
-    dtype's).  ``progress(done, total)`` is called after each step."""
+    dtype's).  ``progress(done, total)`` is called after each step.  ``compare_step``: the
+    step where the decodes part is compared node by node with own errors (its records are
+    the run's; ``step_run()`` does it later when False)."""
     state: dict[str, Any] = {}
     done: list[GenerationStep] = []
     for step in iter_generation(
@@ -425,6 +439,8 @@ def generation_parity(
     )
     if first is not None and first.err_abs is not None:
         _own_error(parity, atol, rtol)
+        if compare_step:
+            parity.records = list(parity.step_run(own_error=True))
     return parity
 
 

@@ -16,9 +16,12 @@ from typing import Any
 from .bisect import OptimizerBlame, bisect_optimizers
 from .contract import RecordsRun, Run
 from .devices import TwoDeviceRun, run_onnx_on_two_devices
+from .generation import GenerationParity, generation_parity
 from .many_inputs import ManyInputsRun
 from .precision_advice import PrecisionAdvice
 from .precision_advisor import advise_precision
+from .quantization_advice import QuantizationAdvice
+from .quantization_advisor import advise_quantization
 from .run import AlignedRun, aligned_over_inputs
 from .two_models import TwoModelRun, two_model_run
 
@@ -51,6 +54,8 @@ RUN_KINDS: tuple[RunKind, ...] = (
     RunKind(TwoDeviceRun, run_onnx_on_two_devices),
     RunKind(OptimizerBlame, bisect_optimizers),  # onnx-sbs run --bisect
     RunKind(PrecisionAdvice, advise_precision),  # onnx-sbs precision
+    RunKind(QuantizationAdvice, advise_quantization),  # onnx-sbs quantize-advice
+    RunKind(GenerationParity, generation_parity),  # onnx-sbs generate
     RunKind(RecordsRun, RecordsRun),  # records alone: SbsSession.from_run([...])
 )
 

@@ -12,6 +12,8 @@ from typing import Any
 import onnx
 
 from ..errors import SbsInputError
+from ..records import Record
+from .contract import AnswerContract
 
 # a node whose exclusion buys less at the outputs is not advised
 LITTLE_DB = 1.0
@@ -43,8 +45,15 @@ class QuantNode:
 
 
 @dataclass
-class QuantizationAdvice:
-    """What :func:`advise_quantization` found."""
+class QuantizationAdvice(AnswerContract):
+    """What :func:`advise_quantization` found.  A run kind that answers at once (it
+    compares whole models' outputs, so it holds no node records)."""
+
+    KIND = "quantization"
+    LABEL = "the quantization advice"
+
+    def answer(self) -> str | None:
+        return self.to_text().splitlines()[0]
 
     mode: str  # "dynamic" or "static"
     settings: dict[str, Any]  # the quantizer's arguments (format, per_channel, types...)
@@ -63,6 +72,7 @@ class QuantizationAdvice:
     elapsed: float = 0.0
     model: onnx.ModelProto | None = field(default=None, repr=False)  # quantized with the advice
     steps: list[dict[str, Any]] = field(default_factory=list)  # the greedy steps taken
+    records: list[Record] = field(default_factory=list, repr=False)
 
     @property
     def gain(self) -> float:

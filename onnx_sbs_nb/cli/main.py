@@ -39,7 +39,9 @@ from .common import (
 )
 from .consume import report_run, write_node_data_files
 from .diff import add_diff_command, cmd_diff
+from .generate import add_generate_command, cmd_generate
 from .precision import add_precision_command, cmd_precision
+from .quantize import add_quantize_command, cmd_quantize
 from .report import (
     DEMO_REPORTS,
     add_report_commands,
@@ -76,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_command(sub)
     add_diff_command(sub)
     add_precision_command(sub)
+    add_quantize_command(sub)
+    add_generate_command(sub)
     add_report_commands(sub)  # report, demo, replay, notebook
     return p
 
@@ -95,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "demo": cmd_demo,
             "notebook": cmd_notebook,
             "precision": cmd_precision,
+            "quantize-advice": cmd_quantize,
+            "generate": cmd_generate,
             "replay": cmd_replay,
         }
         return commands[args.command](args)

@@ -4,8 +4,11 @@ the actions that apply, and views never ask which kind they hold."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 
 import onnx_sbs_nb
@@ -30,6 +33,31 @@ def mlp():
     return mlp_export()
 
 
+@functools.cache
+def _decoder():
+    """A tiny Llama with a DynamicCache, exported with dynamic dims (generation parity)."""
+    from ..corpus.cache_decoders import export_case
+
+    case = export_case("dynamic_cache", "dynamic")
+    return case, case.inputs(*case.case.sizes)
+
+
+def _scaled_cache(onx):
+    """The decoder with its last cache output scaled: the decodes part at the first step,
+    so the generation kind has that step's records."""
+    from onnx import helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(onx)
+    out = m.graph.output[-1].name
+    for node in m.graph.node:
+        node.output[:] = [out + "_raw" if o == out else o for o in node.output]
+        node.input[:] = [out + "_raw" if i == out else i for i in node.input]
+    m.graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "scale"))
+    m.graph.node.append(helper.make_node("Mul", [out + "_raw", "scale"], [out]))
+    return m
+
+
 def _start(name: str, ep, onx, x) -> Run:
     """A run of each kind from the arguments its users give."""
     start = run_kind(name).start
@@ -46,6 +74,11 @@ def _start(name: str, ep, onx, x) -> Run:
         return start(ep, onx, x)
     if name == "precision":
         return start(ep, onx, x)
+    if name == "quantization":
+        return start(onx, [x, (x[0] * 2,)], mode="dynamic")
+    if name == "generation":
+        case, kwargs = _decoder()
+        return start(case.ep, _scaled_cache(case.onx), kwargs, steps=2)
     if name == "records":
         return start([Record(ep_name="a", onnx_name="a", err_abs=0.0)])
     raise AssertionError(f"no test arguments for the run kind {name!r}: add them here")
@@ -61,7 +94,9 @@ def test_every_kind_keeps_the_contract(kind, mlp):
     assert set(run.APPLIES) <= set(ALL_ACTIONS)
     records = list(run)
     assert all(isinstance(r, Record) for r in records)
-    assert records or kind == "bisect"  # an optimizer bisection that agrees runs no node
+    # an optimizer bisection that agrees runs no node; the quantization advice compares
+    # whole models' outputs
+    assert records or kind in ("bisect", "quantization")
     assert isinstance(run.status, RunStatus)
     assert len(run.records) == len(records)
     run.stop()  # after the end: nothing to do, never raises

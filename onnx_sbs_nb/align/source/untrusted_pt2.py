@@ -381,12 +381,14 @@ class _ToDebug(logging.Filter):
     """torch's records, re-logged here at debug level (the caller's message says enough)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            # a filter's exception reaches the caller (logging guards handlers only): torch
+            # 2.13 logs its weights-only fallback with one argument for two %s
+            message = f"{record.msg} {record.args!r}"
         log.debug(
-            "torch (%s, %s): %s",
-            record.name,
-            record.levelname,
-            record.getMessage(),
-            exc_info=record.exc_info,
+            "torch (%s, %s): %s", record.name, record.levelname, message, exc_info=record.exc_info
         )
         return False
 

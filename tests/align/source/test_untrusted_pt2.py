@@ -328,3 +328,16 @@ def test_type_hints_are_asked_once_per_schema_class(tmp_path, monkeypatch):
     assert ours.graph_signature == theirs.graph_signature
     x = torch.randn(2, 3)
     torch.testing.assert_close(ours.module()(x), theirs.module()(x))
+
+
+def test_a_torch_log_line_with_bad_arguments_does_not_fail_the_load():
+    """torch 2.13 logs its weights-only fallback with one argument for two %s: the filter
+    that re-logs torch's lines at debug level must not raise (a filter's exception reaches
+    the code that logged, and the trusted load of a .pt2 with a cache object failed)."""
+    import logging
+
+    from onnx_sbs_nb.align.source.untrusted_pt2 import _TORCH_LOGGERS, torch_logs_to_debug
+
+    with torch_logs_to_debug():
+        for name in _TORCH_LOGGERS:
+            logging.getLogger(name).warning("loaded %s after initial failure: %s", tuple)

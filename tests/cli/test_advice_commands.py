@@ -1,0 +1,114 @@
+"""``onnx-sbs generate`` and ``onnx-sbs quantize-advice`` from files, in fresh processes, as a
+user runs them: exit codes, what they print and write, bad input answered in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from ..corpus.cache_decoders import export_case
+from ..models import MLP, export
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "onnx_sbs_nb", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def decoder_files(tmp_path_factory):
+    pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("decoder")
+    case = export_case("dynamic_cache", "dynamic")
+    torch.export.save(case.ep, folder / "model.pt2")
+    onnx.save(case.onx, folder / "model.onnx")
+    torch.save(case.inputs(*case.case.sizes), folder / "inputs.pt")
+    return folder, case
+
+
+def test_generate_agrees_on_a_faithful_export(decoder_files):
+    folder, _ = decoder_files
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "model.onnx", "--inputs", "inputs.pt",
+        "--steps", "4", "--trust-pickles", "-o", "parity.json", "--no-progress", cwd=folder,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "generation parity: PASS over 4 steps" in p.stdout
+    saved = json.loads((folder / "parity.json").read_text())
+    assert saved["verdict"] == "pass" and len(saved["steps"]) == 4
+
+
+def test_generate_names_the_step_and_writes_its_node_report(decoder_files):
+    folder, case = decoder_files
+    broken = onnx.ModelProto()
+    broken.CopyFrom(case.onx)
+    for init in broken.graph.initializer:
+        if init.name.endswith("rotary_emb.inv_freq"):
+            array = onnx.numpy_helper.to_array(init) * 1.001
+            init.CopyFrom(onnx.numpy_helper.from_array(array, init.name))
+    onnx.save(broken, folder / "broken.onnx")
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "broken.onnx", "--inputs", "inputs.pt",
+        "--steps", "3", "--trust-pickles", "--step-report", "step.csv", "--no-progress",
+        cwd=folder,
+    )  # fmt: skip
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "FAIL" in p.stdout and "step 0" in p.stdout
+    assert (folder / "step.csv").is_file()
+
+
+def test_generate_refuses_bad_input_in_one_line(decoder_files):
+    folder, _ = decoder_files
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "nope.onnx", "--inputs", "inputs.pt", cwd=folder
+    )
+    assert p.returncode == 2 and "nope.onnx" in p.stderr and "Traceback" not in p.stderr
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "model.onnx", "--inputs", "inputs.pt",
+        "-o", "parity.txt", cwd=folder,
+    )  # fmt: skip
+    assert p.returncode == 2 and "FILE.json" in p.stderr
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "model.onnx", "--inputs", "inputs.pt", cwd=folder
+    )
+    assert p.returncode == 2 and "--trust-pickles" in p.stderr, p.stderr[-2000:]
+
+
+def test_quantize_advice_writes_the_advice_and_the_model(tmp_path):
+    torch.manual_seed(0)
+    model = MLP()
+    x = torch.randn(4, 8)
+    ep, onx = export(model, (x,))
+    onnx.save(onx, tmp_path / "model.onnx")
+    names = []
+    for i in range(4):
+        torch.save((torch.randn(4, 8),), tmp_path / f"in{i}.pt")
+        names.append(f"in{i}.pt")
+    p = _cli(
+        "quantize-advice", "--onnx", "model.onnx", "--inputs", *names, "--mode", "dynamic",
+        "-o", "advice.json", "--save-model", "advised.onnx", cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    advice = json.loads((tmp_path / "advice.json").read_text())
+    assert "nodes_to_exclude" in advice and advice["mode"] == "dynamic"
+    onnx.checker.check_model(onnx.load(tmp_path / "advised.onnx"))
+    p = _cli(
+        "quantize-advice", "--onnx", "model.onnx", "--inputs", "in0.pt", "--mode", "x", cwd=tmp_path
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr
