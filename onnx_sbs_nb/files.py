@@ -11,13 +11,15 @@ external data) are written in a fresh folder beside them and moved in one by one
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .errors import SbsInputError
 
@@ -191,3 +193,30 @@ __all__ = [
     "write_bytes_atomic",
     "write_text_atomic",
 ]
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as JSON can hold it: NaN and infinities as ``"nan"``, ``"inf"``,
+    ``"-inf"``, through dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    """``data`` as indented JSON (non-finite floats as strings), written whole or not at
+    all; a link at ``path`` is replaced, not followed."""
+    return write_text_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
+
+
+def save_onnx_atomic(model: Any, path: str | os.PathLike[str]) -> Path:
+    """An ONNX model saved whole or not at all (its parent folder made)."""
+    import onnx
+
+    with atomic_path(make_parent(path)) as tmp:
+        onnx.save(model, str(tmp))
+    return Path(path)

@@ -364,6 +364,8 @@ def iter_generation(
         raise SbsInputError(f"steps must be at least 1, not {steps}")
     rule = next_inputs or next_step_inputs
     module = program.module()
+    if state is not None:  # the parting step's rerun reuses them
+        state.update(program=program, model=model, module=module)
     t_kwargs = o_kwargs = dict(kwargs)
     decoder: _OnnxDecoder | None = None
     apart = False
@@ -373,6 +375,8 @@ def iter_generation(
         t1 = time.perf_counter()
         if decoder is None:
             decoder = _OnnxDecoder(model, _tree.tree_flatten(t_out)[1])
+            if state is not None:
+                state["decoder"] = decoder
         o_out = decoder(o_kwargs)
         t2 = time.perf_counter()
         t_logits, t_cache = _logits_and_cache(t_out)
@@ -433,24 +437,26 @@ def generation_parity(
         diverged_by=None if first is None else first.parted_by,
         atol=atol_used,
         rtol=rtol_used,
-        _ep=load_exported_program(ep),
-        _onx=load_onnx_model(onx),
+        _ep=state["program"],
+        _onx=state["model"],
         _step_inputs=state.get("inputs"),
     )
     if first is not None and first.err_abs is not None:
-        _own_error(parity, atol, rtol)
+        _own_error(parity, state, atol, rtol)
         if compare_step:
             parity.records = list(parity.step_run(own_error=True))
     return parity
 
 
-def _own_error(parity: GenerationParity, atol: float | None, rtol: float | None) -> None:
-    """The divergence step's ONNX outputs (logits and cache) on torch's own inputs."""
+def _own_error(
+    parity: GenerationParity, state: dict[str, Any], atol: float | None, rtol: float | None
+) -> None:
+    """The divergence step's ONNX outputs (logits and cache) on torch's own inputs, with the
+    program and the onnxruntime session the decodes used."""
     inputs = parity._step_inputs
-    module = parity._ep.module()
     with torch.no_grad():
-        t_out = module(**inputs)
-    decoder = _OnnxDecoder(parity._onx, _tree.tree_flatten(t_out)[1])
+        t_out = state["module"](**inputs)
+    decoder = state["decoder"]
     t_logits, t_cache = _logits_and_cache(t_out)
     o_logits, o_cache = _logits_and_cache(decoder(inputs))
     d = compare(t_logits[:, -1, :], o_logits[:, -1, :], atol=atol, rtol=rtol)

@@ -3,15 +3,14 @@ outputs before and after, and the advice as JSON or as the converted model."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import onnx
 
 from ..errors import SbsInputError
+from ..files import json_safe, save_onnx_atomic, write_json_atomic
 from ..records import Record
 from .contract import AnswerContract
 
@@ -144,7 +143,7 @@ class PrecisionAdvice(AnswerContract):
             "elapsed": self.elapsed,
             "unresolved": self.unresolved,
         }
-        return _json_safe(d)
+        return json_safe(d)
 
     def to_text(self, limit: int = 20) -> str:
         lines = [
@@ -194,31 +193,14 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 
 
-def _json_safe(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_json_safe(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
-
-
 def write_advice(advice: PrecisionAdvice, path: Any) -> None:
     """The advice as JSON (``node_block_list``, ``op_block_list``, the ranked nodes...),
     written whole or not at all; a link at ``path`` is replaced, not followed."""
-    from ..files import write_text_atomic
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(advice.to_dict(), indent=2) + "\n")
+    write_json_atomic(path, advice.to_dict())
 
 
 def save_advised_model(advice: PrecisionAdvice, path: Any) -> None:
     """The model converted with the advised block list, written whole or not at all."""
-    from ..files import atomic_path
-
     if advice.model is None:
         raise SbsInputError("the advice holds no model to save")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        onnx.save(advice.model, str(tmp))
+    save_onnx_atomic(advice.model, path)

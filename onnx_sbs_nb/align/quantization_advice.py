@@ -4,7 +4,6 @@ before and after, as text, JSON or the re-quantized model."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import onnx
 
 from ..errors import SbsInputError
+from ..files import json_safe, save_onnx_atomic, write_json_atomic
 from ..records import Record
 from .contract import AnswerContract
 
@@ -130,7 +130,7 @@ class QuantizationAdvice(AnswerContract):
             "steps": list(self.steps),
             "elapsed": self.elapsed,
         }
-        return _json_safe(d)
+        return json_safe(d)
 
     def to_text(self, limit: int = 15) -> str:
         how = ", ".join(f"{k}={v}" for k, v in self.settings.items() if v not in (None, False))
@@ -166,29 +166,14 @@ def _db(x: float | None) -> str:
     return "exact" if math.isinf(x) and x > 0 else f"{x:.1f} dB"
 
 
-def _json_safe(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_json_safe(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
-
-
 def write_quantization_advice(advice: QuantizationAdvice, path: Any) -> None:
     """The advice as JSON (``nodes_to_exclude``, the ranked nodes, the SQNRs), written whole
     or not at all; a link at ``path`` is replaced, not followed."""
-    from ..files import write_text_atomic
-
-    write_text_atomic(path, json.dumps(advice.to_dict(), indent=2) + "\n")
+    write_json_atomic(path, advice.to_dict())
 
 
 def save_quantized_model(advice: QuantizationAdvice, path: Any) -> None:
     """The model quantized with the advised exclusion list, written whole or not at all."""
-    from ..files import atomic_path, make_parent
-
     if advice.model is None:
         raise SbsInputError("the advice holds no model to save")
-    with atomic_path(make_parent(path)) as tmp:
-        onnx.save(advice.model, str(tmp))
+    save_onnx_atomic(advice.model, path)

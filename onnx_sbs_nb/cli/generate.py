@@ -8,13 +8,12 @@ Exit codes: 0 the two decodes agree on every step, 1 they part (the step, why, a
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 from typing import Any
 
 from ..errors import SbsInputError
-from ..files import writable_location, write_text_atomic
+from ..files import writable_location, write_json_atomic
 
 EXIT_AGREE = 0
 EXIT_PART = 1
@@ -106,7 +105,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             bar.close()
     print(parity.to_text())
     if args.output:
-        write_text_atomic(args.output, json.dumps(parity.to_dict(), indent=2) + "\n")
+        write_json_atomic(args.output, parity.to_dict())
         print(f"wrote {args.output}")
     if args.step_report and parity.diverged_at is not None:
         from ..align.blame.summary import summarize

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...completion import STOPPED, STOPPED_BEFORE_END, Completion
+from ...files import json_safe
 from ...records import (
     KIND_INPUT,
     KIND_NODE,
@@ -150,7 +151,7 @@ class Summary:
         def rec(r: Record | None) -> dict[str, Any] | None:
             return None if r is None else r.to_dict()
 
-        totals = _json_safe(self.totals)
+        totals = json_safe(self.totals)
         if self.completion is not None:
             totals["nodes_done"] = self.completion.nodes_done
             totals["nodes_total"] = self.completion.nodes_total
@@ -569,16 +570,6 @@ def _gt(a: float, b: float) -> bool:
     if math.isnan(b):
         return False
     return math.isnan(a) or a > b
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return json_float(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def _copy_totals(totals: dict[str, Any]) -> dict[str, Any]:
