@@ -45,6 +45,7 @@ from .foreign import CorrespondingOps
 from .fx_rules import ByMetadata, FoldedWeights, GetitemOutputs, SplitParts
 from .lowered_by import graph_outputs
 from .pairs import Pair, Pairing
+from .quantized import ThroughQuantization
 from .rules import MetadataRule, NameRule, PairingStep
 from .structure_rules import AroundPaired
 from .values import (
@@ -69,6 +70,7 @@ FX_RULES: tuple[PairingStep, ...] = (
     AroundPaired(),
     ByPosition(),
     CorrespondingOps(then=AroundPaired()),  # a model without metadata: node by node
+    ThroughQuantization(),  # a quantized model: its values in the float domain
 )
 
 
