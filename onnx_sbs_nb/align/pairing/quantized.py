@@ -80,7 +80,7 @@ class ThroughQuantization(DequantizedRule):
                 ctx.pairing.add(pair)  # the dequantized value does not fit: keep the pair
 
     def _weights(self, ctx: FxPairingContext, consumers: dict) -> None:
-        for name, inits in ctx.initializers.items():
+        for name in ctx.initializers:
             users = consumers.get(name, [])
             if not any(u.op_type in QUANT_OPS for u in users):
                 continue
