@@ -1,0 +1,214 @@
+"""Quantized ONNX models against the float torch program (issue 51, item 1): onnxruntime's
+real ``quantize_dynamic`` and ``quantize_static`` (QDQ, per-channel) of an MLP and a small
+CNN built here with random weights.  A faithful quantization is quantization noise, no
+fault; a planted fault (a DequantizeLinear scale x2, a zero point +10, an Add swapped for
+Sub) is named, by its node or the lowering its rerun starts from.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import pytest
+import torch
+
+from onnx_sbs_nb.align.blame.summary import summarize
+from onnx_sbs_nb.align.run import run_aligned
+from onnx_sbs_nb.records import (
+    KIND_INPUT,
+    STATUS_FAIL,
+    STATUS_OK,
+    STATUS_QUANTIZATION_NOISE,
+)
+
+from ...models import export
+
+q = pytest.importorskip("onnxruntime.quantization")
+
+_COMPARED = (STATUS_OK, STATUS_FAIL, STATUS_QUANTIZATION_NOISE)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 64)
+        self.fc3 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.c1(x))
+        x = torch.relu(self.c2(x)) + x
+        return self.fc(x.flatten(1))
+
+
+SHAPES = {"mlp": (8, 32), "cnn": (2, 3, 8, 8)}
+
+
+def _inputs(name: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(SHAPES[name], generator=g) for _ in range(8)]
+
+
+@functools.cache
+def _float(name: str):
+    model = {"mlp": MLP, "cnn": CNN}[name]().eval()
+    return export(model, (_inputs(name)[0],))
+
+
+@functools.cache
+def _quantized(name: str, mode: str, tmp: str) -> onnx.ModelProto:
+    """onnxruntime's own quantization of the float export (QDQ, per-channel when static)."""
+    _, onx = _float(name)
+    src, out = f"{tmp}/{name}.onnx", f"{tmp}/{name}_{mode}.onnx"
+    onnx.save(onx, src)
+    feed = [{onx.graph.input[0].name: x.numpy()} for x in _inputs(name)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "dynamic":
+            q.quantize_dynamic(src, out)
+        else:
+
+            class Reader(q.CalibrationDataReader):
+                def __init__(self):
+                    self.it = iter(feed)
+
+                def get_next(self):
+                    return next(self.it, None)
+
+            q.quantize_static(src, out, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True)
+    return onnx.load(out)
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("quantized"))
+
+
+def _run(name: str, onx: onnx.ModelProto):
+    ep, _ = _float(name)
+    recs = list(run_aligned(ep, onx, (_inputs(name)[0],), own_error=True))
+    return recs, summarize(recs)
+
+
+def _compared(recs) -> set[str]:
+    return {r.ep_name for r in recs if r.status in _COMPARED and r.kind != KIND_INPUT}
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_faithful_quantization_is_noise(name, mode, tmp):
+    onx = _quantized(name, mode, tmp)
+    recs, s = _run(name, onx)
+    text = s.to_text()
+    assert s.verdict == "pass" and s.culprit is None, text
+    assert "quantization noise" in text
+    noisy = [r for r in recs if r.status == STATUS_QUANTIZATION_NOISE]
+    assert noisy and all(r.err_snr is not None and r.err_snr > 20 for r in noisy)
+    # every compared value carries its SQNR
+    assert all(r.err_snr is not None for r in recs if r.status in _COMPARED)
+    # the quantization nodes are in compared pairs (the float domain of QDQ, dynamic's Mul
+    # after MatMulInteger inside the rerun lowering of a compared value)
+    if mode == "static":
+        assert any(r.onnx_op_type == "DequantizeLinear" for r in noisy), text
+    # a large share of the float export's pairs compared
+    float_recs, _ = _run(name, _float(name)[1])
+    share = len(_compared(recs) & _compared(float_recs)) / len(_compared(float_recs))
+    print(f"{name} {mode}: {share:.0%} of the float export's pairs compared")
+    assert share >= (0.7 if mode == "dynamic" else 0.8), sorted(_compared(float_recs))
+
+
+def _new_init(onx: onnx.ModelProto, name: str, value: np.ndarray) -> str:
+    onx.graph.initializer.append(onnx.numpy_helper.from_array(value, name))
+    return name
+
+
+def _init(onx: onnx.ModelProto, name: str) -> np.ndarray:
+    return next(onnx.numpy_helper.to_array(i) for i in onx.graph.initializer if i.name == name)
+
+
+def _dq_of(onx: onnx.ModelProto, startswith: str) -> onnx.NodeProto:
+    return next(
+        n
+        for n in onx.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0].startswith(startswith)
+    )
+
+
+def _plant_scale_x2(onx: onnx.ModelProto) -> str:
+    """The scale of the second layer's weight DequantizeLinear, doubled."""
+    dq = _dq_of(onx, "fc2.weight" if "fc2" in str(onx.graph.node) else "c2.weight")
+    dq.input[1] = _new_init(onx, "planted_scale", _init(onx, dq.input[1]) * 2)
+    return dq.name
+
+
+def _plant_zero_point(onx: onnx.ModelProto) -> str:
+    """The zero point of the first activation DequantizeLinear (not the QuantizeLinear's
+    it shares), +10."""
+    dq = _dq_of(onx, "relu_QuantizeLinear")
+    zp = _init(onx, dq.input[2])
+    dq.input[2] = _new_init(onx, "planted_zp", (zp.astype(np.int32) + 10).astype(zp.dtype))
+    return dq.name
+
+
+def _plant_sub(onx: onnx.ModelProto) -> str:
+    """The first float Add (a bias, or the residual) computes Sub."""
+    node = next(n for n in onx.graph.node if n.op_type == "Add")
+    node.op_type = "Sub"
+    return node.name
+
+
+def _upstream(onx: onnx.ModelProto, value: str, stop: set[str]) -> set[str]:
+    """The nodes computing ``value`` from values in ``stop`` (the paired values its rerun
+    starts from) or initializers: the lowering the rerun covers."""
+    producer = {o: n for n in onx.graph.node for o in n.output}
+    found, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        n = producer.get(v)
+        if n is None or n.name in found:
+            continue
+        found.add(n.name)
+        todo.extend(i for i in n.input if i and i not in stop)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "mode", "plant"),
+    [
+        ("mlp", "static", _plant_scale_x2),
+        ("cnn", "static", _plant_scale_x2),
+        ("mlp", "static", _plant_zero_point),
+        ("cnn", "static", _plant_zero_point),
+        ("cnn", "static", _plant_sub),
+        ("mlp", "dynamic", _plant_sub),
+    ],
+    ids=["mlp-scale", "cnn-scale", "mlp-zp", "cnn-zp", "cnn-sub", "mlp-dynamic-sub"],
+)
+def test_planted_fault_named(name, mode, plant, tmp):
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized(name, mode, tmp))
+    planted = plant(onx)
+    recs, s = _run(name, onx)
+    text = s.to_text()
+    assert s.verdict == "fail" and s.culprit is not None, text
+    c = s.culprit
+    paired = {r.onnx_name for r in recs if r.status in _COMPARED and r.onnx_name != c.onnx_name}
+    lowering = _upstream(onx, c.onnx_name, paired) | set(c.onnx_nodes)
+    assert planted in lowering, (planted, sorted(lowering), text)
+    assert c.status == STATUS_FAIL and c.err_snr is not None and c.err_snr < 20, text
