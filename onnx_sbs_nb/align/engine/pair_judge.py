@@ -12,7 +12,7 @@ from ...records import Record
 from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
-from ..judge.quantization_noise import quantization_bits
+from ..judge.quantization_noise import noise_bits
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
 from ..pairing.pairs import Pairing
@@ -49,7 +49,7 @@ class PairJudge:
             policy=policy,
             own_policy=policy.own if policy else None,
             unproven=unproven,
-            quant_bits=quantization_bits(candidate.model.graph),
+            quant_bits=noise_bits(candidate.model.graph, reference),
         )
         self.verdicts = Verdicts(self.ctx)
         # a failing node's inputs exact and rounded (judge/precision_loss.py)

@@ -66,6 +66,25 @@ def quantization_bits(graph: onnx.GraphProto) -> int | None:
     return min(found) if found else None
 
 
+def noise_bits(candidate: onnx.GraphProto, reference: Any) -> int | None:
+    """The bit width the noise rule judges with: the candidate's (:func:`quantization_bits`)
+    when the reference computes in float, None when the reference quantizes too (a torch
+    program with quantize/dequantize ops, a quantized ONNX model): both sides then round on
+    the same grid, and a step between them is a difference, not noise."""
+    bits = quantization_bits(candidate)
+    if bits is None:
+        return None
+    model = getattr(reference, "model", None)
+    if isinstance(model, onnx.ModelProto) and quantization_bits(model.graph) is not None:
+        return None
+    gm = getattr(reference, "graph_module", None)
+    if gm is not None and any(
+        n.op == "call_function" and "quantize" in str(n.target) for n in gm.graph.nodes
+    ):
+        return None
+    return bits
+
+
 def noise_floor(bits: int) -> float:
     """The SQNR (dB) under which a value's error is more than ``bits``-bit quantization
     noise (module docstring)."""
@@ -105,4 +124,10 @@ class QuantizationNoise:
         return True
 
 
-__all__ = ["QUANTIZATION_NOISE_NOTE", "QuantizationNoise", "noise_floor", "quantization_bits"]
+__all__ = [
+    "QUANTIZATION_NOISE_NOTE",
+    "QuantizationNoise",
+    "noise_bits",
+    "noise_floor",
+    "quantization_bits",
+]

@@ -18,7 +18,7 @@ import onnx
 
 from .context import FxPairingContext
 from .pairs import Pair, Pairing
-from .rules import DequantizedRule
+from .rules import DequantizedRule, NameRule
 
 #: the ops of a quantized model whose inputs are quantized values, scales or zero points
 QUANT_OPS = frozenset(
@@ -85,8 +85,8 @@ class ThroughQuantization(DequantizedRule):
             if not any(u.op_type in QUANT_OPS for u in users):
                 continue
             pair = ctx.pairing.by_onnx.get(name)
-            if pair is None:
-                continue
+            if pair is None or pair.fx_name not in ctx.weights or pair.rule == NameRule.name:
+                continue  # the program's own quantized constant, named after it: its twin
             _unpair(ctx.pairing, pair)
             dqs = [u for u in users if u.op_type == "DequantizeLinear" and u.input[0] == name]
             if len(dqs) == 1 and dqs[0].output[0] not in ctx.pairing.by_onnx:
