@@ -17,6 +17,14 @@ import pytest
 import torch
 
 from onnx_sbs_nb.align.blame.summary import summarize
+from onnx_sbs_nb.align.judge.quantization_noise import (
+    QuantizationNoise,
+    noise_bits,
+    noise_floor,
+    quantization_bits,
+)
+from onnx_sbs_nb.align.pairing.quantized import QUANT_OPS
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_DEQUANTIZED
 from onnx_sbs_nb.align.run import run_aligned
 from onnx_sbs_nb.records import (
     KIND_INPUT,
@@ -212,3 +220,63 @@ def test_planted_fault_named(name, mode, plant, tmp):
     lowering = _upstream(onx, c.onnx_name, paired) | set(c.onnx_nodes)
     assert planted in lowering, (planted, sorted(lowering), text)
     assert c.status == STATUS_FAIL and c.err_snr is not None and c.err_snr < 20, text
+
+
+def test_pairs_through_the_quantization_nodes(tmp):
+    """QDQ: a value the model only quantizes pairs with its DequantizeLinear output (a
+    Relu folded into the QuantizeLinear's range has no other twin), a parameter with its
+    quantized weight's DequantizeLinear; no pair holds a quantized weight, scale or zero
+    point (a size alone once paired a per-channel scale with a bias)."""
+    onx = _quantized("cnn", "static", tmp)
+    recs, _ = _run("cnn", onx)
+    by_fx = {r.ep_name: r for r in recs if r.status in _COMPARED}
+    assert by_fx["relu"].onnx_name == "relu_DequantizeLinear_Output"
+    assert by_fx["relu"].paired_by == PAIRED_BY_DEQUANTIZED
+    assert by_fx["p_c1_weight"].onnx_name == "c1.weight_DequantizeLinear_Output"
+    assert by_fx["p_c1_bias"].onnx_op_type == "DequantizeLinear"
+    quant_inits = {
+        i
+        for n in onx.graph.node
+        if n.op_type in QUANT_OPS
+        for i in n.input
+        if i in {t.name for t in onx.graph.initializer}
+    }
+    assert not quant_inits & {r.onnx_name for r in recs if r.status in _COMPARED}
+    # dynamic: the MatMulInteger chain's float output is the linear's value
+    dyn, _ = _run("mlp", _quantized("mlp", "dynamic", tmp))
+    assert {r.ep_name for r in dyn if r.status == STATUS_QUANTIZATION_NOISE} >= {"linear"}
+
+
+def test_bits_and_the_floor(tmp):
+    assert quantization_bits(_quantized("mlp", "dynamic", tmp).graph) == 8
+    assert quantization_bits(_quantized("cnn", "static", tmp).graph) == 8
+    assert quantization_bits(_float("mlp")[1].graph) is None
+    assert noise_floor(8) == pytest.approx(20.16)
+    # a float reference: the candidate's bits; a reference that quantizes too: no noise
+    quantized = _quantized("cnn", "static", tmp)
+    assert noise_bits(quantized.graph, object()) == 8
+    both = type("OnnxReference", (), {"model": quantized})()
+    assert noise_bits(quantized.graph, both) is None
+
+
+def test_the_rule_against_the_floor():
+    """The rule alone: a failing value above the floor is noise, its own rerun below it
+    keeps it a failure, and a value below the floor stays one."""
+    from onnx_sbs_nb.align.judge.context import RuleContext
+    from onnx_sbs_nb.records import Record
+
+    rule, ctx = QuantizationNoise(), RuleContext(quant_bits=8)
+
+    def judged(snr: float, passed2: bool | None, own_snr: float | None) -> str:
+        rec = Record(step=0, status=STATUS_FAIL, err_snr=snr, passed2=passed2)
+        ctx.own_snr = own_snr
+        rule.judge(rec, None, None, ctx)
+        return rec.status
+
+    assert judged(35.0, None, None) == STATUS_QUANTIZATION_NOISE
+    assert judged(35.0, True, None) == STATUS_QUANTIZATION_NOISE  # inherits noise
+    assert judged(35.0, False, 30.0) == STATUS_QUANTIZATION_NOISE
+    assert judged(35.0, False, 6.0) == STATUS_FAIL  # its own error is beyond the noise
+    assert judged(12.0, True, None) == STATUS_FAIL
+    assert judged(float("nan"), None, None) == STATUS_FAIL
+    assert not rule.applies(None, RuleContext())  # a float model: never noise
