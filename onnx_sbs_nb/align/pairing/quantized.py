@@ -68,6 +68,7 @@ class ThroughQuantization(DequantizedRule):
                     consumers.setdefault(i, []).append(node)
         fixed = set(ctx.outputs) | set(ctx.inputs)  # the graph's own inputs and outputs
         self._weights(ctx, consumers)
+        producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
         for name in list(ctx.pairing.by_onnx):
             pair = ctx.pairing.by_onnx[name]
             if name in ctx.initializers or name in fixed:
@@ -78,6 +79,13 @@ class ThroughQuantization(DequantizedRule):
             _unpair(ctx.pairing, pair)
             if not ctx.try_pair(dq, pair.fx_name, self.name, pair.transform):
                 ctx.pairing.add(pair)  # the dequantized value does not fit: keep the pair
+                continue
+            # the value before its QuantizeLinear is its producer's fx node's, where the
+            # quantizer folded the next op into the range (a Gemm's output renamed ``relu``
+            # is torch's ``linear``): it pairs with that fx node when nothing else did
+            fx = ctx.fx_of[producer[name]] if name in producer else None
+            if fx and fx != pair.fx_name and fx not in ctx.pairing.by_fx:
+                ctx.try_pair(name, fx, self.name)
 
     def _weights(self, ctx: FxPairingContext, consumers: dict) -> None:
         for name in ctx.initializers:

@@ -134,11 +134,13 @@ def test_faithful_quantization_is_noise(name, mode, tmp):
     # after MatMulInteger inside the rerun lowering of a compared value)
     if mode == "static":
         assert any(r.onnx_op_type == "DequantizeLinear" for r in noisy), text
-    # a large share of the float export's pairs compared
+    # a large share of the float export's pairs compared: all of them in QDQ (a Gemm whose
+    # output the quantizer renamed after the Relu it folded is torch's linear); dynamic
+    # quantization keeps no float twin of a MatMulInteger's weight (3 of 12 in the MLP)
     float_recs, _ = _run(name, _float(name)[1])
     share = len(_compared(recs) & _compared(float_recs)) / len(_compared(float_recs))
     print(f"{name} {mode}: {share:.0%} of the float export's pairs compared")
-    assert share >= (0.7 if mode == "dynamic" else 0.8), sorted(_compared(float_recs))
+    assert share >= (0.7 if mode == "dynamic" else 0.95), sorted(_compared(float_recs))
 
 
 def _new_init(onx: onnx.ModelProto, name: str, value: np.ndarray) -> str:
@@ -232,6 +234,7 @@ def test_pairs_through_the_quantization_nodes(tmp):
     by_fx = {r.ep_name: r for r in recs if r.status in _COMPARED}
     assert by_fx["relu"].onnx_name == "relu_DequantizeLinear_Output"
     assert by_fx["relu"].paired_by == PAIRED_BY_DEQUANTIZED
+    assert by_fx["conv2d"].onnx_op_type == "Conv"  # its output, renamed relu, before the Q
     assert by_fx["p_c1_weight"].onnx_name == "c1.weight_DequantizeLinear_Output"
     assert by_fx["p_c1_bias"].onnx_op_type == "DequantizeLinear"
     quant_inits = {
