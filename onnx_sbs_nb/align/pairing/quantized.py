@@ -69,9 +69,15 @@ class ThroughQuantization(DequantizedRule):
         fixed = set(ctx.outputs) | set(ctx.inputs)  # the graph's own inputs and outputs
         self._weights(ctx, consumers)
         producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
+        types = _elem_types(ctx)
         for name in list(ctx.pairing.by_onnx):
             pair = ctx.pairing.by_onnx[name]
             if name in ctx.initializers or name in fixed:
+                continue
+            if _quantized_twin(ctx, types.get(name), pair.fx_name):
+                # an integer value of QLinear ops (QOperator): the quantized form of a
+                # float torch value, not that value; no dequantized twin is computed
+                _unpair(ctx.pairing, pair)
                 continue
             dq = _dequantized(name, consumers)
             if dq is None or dq in ctx.pairing.by_onnx:
@@ -109,6 +115,81 @@ class ThroughQuantization(DequantizedRule):
                 if u.op_type == "DequantizeLinear" and u.output[0] not in ctx.pairing.by_onnx:
                     ctx.try_pair(u.output[0], fx_name, self.name)
                     break
+
+
+_QUANTIZED_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT4,
+        onnx.TensorProto.UINT4,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.UINT16,
+    }
+)
+
+
+# ops whose output is quantized when they quantize, or when their first input is
+_QUANTIZING = frozenset(
+    {
+        "QuantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+    }
+)
+_KEEPS_TYPE = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "MaxPool",
+        "Identity",
+        "Slice",
+        "Gather",
+        "Concat",
+        "Split",
+        "Expand",
+    }
+)
+
+
+def _elem_types(ctx: FxPairingContext) -> dict[str, int]:
+    """Each value's element type: the declared one, else quantized integer where a
+    quantizing node (a contrib QLinear op shape inference cannot read) or a node that
+    keeps its first input's type over a quantized value writes it."""
+    types = {k: v[0] for k, v in ctx.onnx_types.items()}
+    types.update({k: v.data_type for k, v in ctx.initializers.items()})
+    for node in ctx.graph.node:
+        quantized = node.op_type in _QUANTIZING or (
+            node.op_type in _KEEPS_TYPE
+            and node.input
+            and types.get(node.input[0]) in _QUANTIZED_TYPES
+        )
+        if quantized and node.output and node.output[0]:
+            types.setdefault(node.output[0], onnx.TensorProto.UINT8)
+    return types
+
+
+def _quantized_twin(ctx: FxPairingContext, elem_type: int | None, fx_name: str) -> bool:
+    """Whether an ONNX value of ``elem_type`` is a quantized integer paired with the float
+    fx value ``fx_name``."""
+    node = ctx.fx_nodes.get(fx_name)
+    val = node.meta.get("val") if node is not None else None
+    return (
+        elem_type in _QUANTIZED_TYPES
+        and getattr(val, "dtype", None) is not None
+        and val.dtype.is_floating_point
+    )
 
 
 def _dequantized(name: str, consumers: dict[str, list[onnx.NodeProto]]) -> str | None:
