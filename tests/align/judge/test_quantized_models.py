@@ -296,3 +296,17 @@ def test_qoperator_integer_values_are_no_twins(tmp):
     assert not [r for r in recs if r.failed], s.to_text()
     out = next(r for r in recs if r.kind == "output")
     assert out.status == STATUS_QUANTIZATION_NOISE and out.err_snr > 20
+
+
+def test_many_inputs_keep_the_noise_apart(tmp):
+    """Over several inputs, a faithful quantization still fails nothing and names no
+    culprit; each pair keeps its status and SQNR."""
+    from onnx_sbs_nb import aligned_over_inputs
+
+    ep, _ = _float("mlp")
+    onx = _quantized("mlp", "static", tmp)
+    recs = list(aligned_over_inputs(ep, onx, [(x,) for x in _inputs("mlp")[:3]], own_error=True))
+    s = summarize(recs)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    noisy = [r for r in recs if r.status == STATUS_QUANTIZATION_NOISE]
+    assert noisy and all(r.inputs_failing == 0 for r in noisy), [r.ep_name for r in noisy]
