@@ -76,6 +76,8 @@ class RuleContext:
     own_snr: float | None = None  # the SNR (dB) of its rerun on torch inputs
     # a quantized model: the bit width of its narrowest quantized values (None: not one)
     quant_bits: int | None = None
+    # ... and the values whose own rerun goes through a quantization node
+    quantized: Container[str] = frozenset()
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:

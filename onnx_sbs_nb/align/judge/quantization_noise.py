@@ -20,6 +20,7 @@ them.  The floor cannot tell a fault smaller than the noise around it from that 
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 import onnx
@@ -85,6 +86,20 @@ def noise_bits(candidate: onnx.GraphProto, reference: Any) -> int | None:
     return bits
 
 
+def quantized_lowerings(graph: onnx.GraphProto, paired: Container[str]) -> frozenset[str]:
+    """The paired values whose own rerun (from the torch values of the paired values it
+    reads) goes through a quantization node: only their own error can be quantization
+    noise; a float node rerun on torch's values alone (a Relu after a dequantized value)
+    quantizes nothing, and any error of its own is its fault."""
+    through: set[str] = set()
+    for node in graph.node:  # in topological order
+        if node.op_type in QUANT_OPS or any(
+            i in through and i not in paired for i in node.input if i
+        ):
+            through.update(o for o in node.output if o)
+    return frozenset(v for v in through if v in paired)
+
+
 def noise_floor(bits: int) -> float:
     """The SQNR (dB) under which a value's error is more than ``bits``-bit quantization
     noise (module docstring)."""
@@ -113,6 +128,8 @@ class QuantizationNoise:
         if record.passed2 is False:
             if ctx.own_snr is None or not ctx.own_snr >= floor:
                 return False  # its own error is beyond the noise: the node's fault
+            if ctx.name not in ctx.quantized:
+                return False  # its rerun quantizes nothing: its own error is its fault
             own = f", {ctx.own_snr:.1f} dB run on the torch values of its inputs"
         record.status = STATUS_QUANTIZATION_NOISE
         record.comment = _join(
@@ -130,4 +147,5 @@ __all__ = [
     "noise_bits",
     "noise_floor",
     "quantization_bits",
+    "quantized_lowerings",
 ]
