@@ -9,7 +9,8 @@ over the error's): rounding a value to ``b`` bits over its range gives about
 largest values), and a few quantized ops in a row lose a few dB more.  A value whose SQNR
 stays above :func:`noise_floor` (``6.02·b − 28``: 20 dB for int8), and whose own rerun on
 the torch values of its inputs (the node's quantization of those values as the model
-quantizes them, with its own scales and zero points) does too, is *quantization noise*:
+quantizes them, with its own scales and zero points; a rerun that quantizes nothing, a
+float node's, proves an error of its own) does too, is *quantization noise*:
 status ``quantization_noise``, failing nothing.
 
 A wrong scale (x2) makes the value's error as large as the value (about 0 dB); a zero

@@ -24,7 +24,10 @@ shapes and transforms a pair is checked by, in :mod:`.values`).  In order:
    position;
 7. ``structure`` (:class:`.foreign.CorrespondingOps`), for a model without any exporter
    metadata (the TorchScript exporter's, another converter's): node by node, each value
-   with the fx value of the same frontier, dtype and shape whose lowering its op ends.
+   with the fx value of the same frontier, dtype and shape whose lowering its op ends;
+8. ``dequantized`` (:class:`.quantized.ThroughQuantization`), for a quantized model: the
+   pairs moved into the float domain (a quantized value onto its DequantizeLinear, a
+   parameter onto its quantized weight's), quantization initializers unpaired.
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then
