@@ -47,6 +47,10 @@ STATUS_INTERNAL = "internal"
 # the op's sensitivity (cos of a large argument in float16): precision loss, no fault of
 # the export (align/judge/precision_loss.py)
 STATUS_PRECISION_LOSS = "precision_loss"
+# beyond tolerance, but within what the model's own quantization (int8, its scales and zero
+# points) explains: its SQNR, and its own rerun's, above what the bit width allows for
+# (align/judge/quantization_noise.py)
+STATUS_QUANTIZATION_NOISE = "quantization_noise"
 # the user's compare function failed on the pair (raised, returned no dict): the values were
 # measured but not judged, and nothing is said of the model
 STATUS_CHECK_ERROR = "check_error"
@@ -163,6 +167,14 @@ STATUSES: dict[str, StatusSpec] = {
         judged_elsewhere=True,
         doc="Beyond tolerance only by its inputs' rounding to the node's dtype, which the "
         "op amplifies (cos of a large argument in float16): computed exactly, it agrees.",
+    ),
+    STATUS_QUANTIZATION_NOISE: StatusSpec(
+        "quantization noise",
+        tone="warn",
+        compared=True,
+        judged_elsewhere=True,
+        doc="A quantized model's value beyond tolerance only by quantization noise: its "
+        "SQNR, and its own rerun's on the torch values, above what the bit width allows for.",
     ),
 }
 

@@ -36,6 +36,7 @@ from ..records import (
     FAILING_STATUSES,
     STATUS_ERROR,
     STATUS_PRECISION_LOSS,
+    STATUS_QUANTIZATION_NOISE,
     STATUS_WEIGHT_DIFFERS,
     STATUSES,
     Record,
@@ -62,7 +63,10 @@ def pair_key(rec: Record) -> tuple[Any, ...]:
 def fails(rec: Record) -> bool:
     """The pair fails on this input: its first comparison failed (a value that only
     inherits an error from upstream, drifted, counts too: the input shows the error), or
-    its own error did (the count its culprit's why gives is this one)."""
+    its own error did (the count its culprit's why gives is this one).  Quantization noise
+    fails nothing: its own rerun is beyond tolerance by the model's quantization alone."""
+    if rec.status == STATUS_QUANTIZATION_NOISE:
+        return False
     if rec.status in FAILING_STATUSES or rec.passed2 is False:
         return True
     return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
@@ -71,7 +75,7 @@ def fails(rec: Record) -> bool:
 def _severity(rec: Record) -> tuple[int, float]:
     """How bad one input's record of a pair is: its own failure first (the node makes
     the error on that input), then a failure, then the size of the error (NaN worst)."""
-    if rec.status == STATUS_PRECISION_LOSS:  # its dtype's rounding: below any fault
+    if rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE):  # below any fault
         level, value = 1, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
     elif rec.passed2 is False or rec.status == STATUS_ERROR:
         level, value = 2, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs

@@ -18,6 +18,7 @@ from ...records import (
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_PRECISION_LOSS,
+    STATUS_QUANTIZATION_NOISE,
     STATUS_SHAPE_MISMATCH,
     STATUS_UNPAIRED_OUTPUT,
     Record,
@@ -60,6 +61,16 @@ class PrecisionLossNoFault(_RecordRule):
 
     def qualifies(self, rec: Record, failed: bool, ctx: BlameContext) -> bool | None:
         return False if rec.status == STATUS_PRECISION_LOSS else None
+
+
+class QuantizationNoiseNoFault(_RecordRule):
+    """A quantized model's value off by no more than its quantization explains (status
+    ``quantization_noise``, ``judge/quantization_noise.py``): never a candidate."""
+
+    name = "quantization_noise"
+
+    def qualifies(self, rec: Record, failed: bool, ctx: BlameContext) -> bool | None:
+        return False if rec.status == STATUS_QUANTIZATION_NOISE else None
 
 
 class NodeFailed(_RecordRule):
@@ -221,6 +232,7 @@ class FirstOwnFailure:
 CULPRIT_RULES: tuple[CulpritRule, ...] = (
     # does this record make its own error? (each record, as the run streams)
     PrecisionLossNoFault(),
+    QuantizationNoiseNoFault(),
     NodeFailed(),
     UnpairedOutput(),
     OwnRerun(),

@@ -29,6 +29,7 @@ from ...records import (
     STATUS_NOT_COMPUTED,
     STATUS_OK,
     STATUS_PRECISION_LOSS,
+    STATUS_QUANTIZATION_NOISE,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
@@ -280,6 +281,8 @@ class Summary:
             lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
+        if t.get("quantization_noise"):
+            lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
         if self.nonfinite_inputs:
             names = ", ".join(printable(n) for n in self.nonfinite_inputs)
             lines.append(
@@ -359,7 +362,8 @@ class Summarizer:
         s = self._s
         self._count += 1
         is_failed = failed(rec)
-        lost = rec.status == STATUS_PRECISION_LOSS
+        # no fault of the export: precision loss, quantization noise
+        lost = rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE)
         self._count_totals(rec, is_failed, lost)
         self._coverage.add(rec)
         self._blame.add(rec, is_failed, lost)
@@ -387,7 +391,7 @@ class Summarizer:
             t["inputs"] = max(t.get("inputs", 0), rec.inputs_total)
         t["by_status"][rec.status] = t["by_status"].get(rec.status, 0) + 1
         t["by_kind"][rec.kind] = t["by_kind"].get(rec.kind, 0) + 1
-        if rec.status in (STATUS_OK, STATUS_FAIL, STATUS_PRECISION_LOSS):
+        if rec.status in (STATUS_OK, STATUS_FAIL, STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE):
             t["compared"] += 1
         if rec.passed is True:
             t["passed"] += 1
@@ -412,7 +416,9 @@ class Summarizer:
                 s.check_error = rec.error
         if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
             s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
-        if lost:
+        if rec.status == STATUS_QUANTIZATION_NOISE:
+            _count_quantization_noise(t, rec)
+        elif lost:
             t["precision_loss"] = t.get("precision_loss", 0) + 1
             if len(s.precision_losses) < QUIET_KEPT:
                 s.precision_losses.append(rec)
@@ -517,6 +523,26 @@ def summarize(
     summary.completion = completion
     summary.strict = strict
     return summary
+
+
+def _count_quantization_noise(t: dict[str, Any], rec: Record) -> None:
+    """Counts a value within quantization noise, keeping the lowest SQNR and where."""
+    t["quantization_noise"] = t.get("quantization_noise", 0) + 1
+    snr = rec.err_snr
+    if snr is not None and ("quantization_min_snr" not in t or snr < t["quantization_min_snr"]):
+        t["quantization_min_snr"], t["quantization_min_at"] = snr, label(rec)
+
+
+def quantization_noise_text(t: dict[str, Any]) -> str:
+    """The values of a quantized model off by quantization noise only, in a sentence."""
+    n = t["quantization_noise"]
+    values = "1 value is" if n == 1 else f"{n} values are"
+    lowest = t.get("quantization_min_snr")
+    at = f" (lowest SQNR {lowest:.1f} dB, at {t.get('quantization_min_at')})" if lowest else ""
+    return (
+        f"{values} beyond tolerance only by the model's quantization{at}: each SQNR, and its "
+        "own rerun's on torch's inputs, is above what the bit width allows for; no fault"
+    )
 
 
 def precision_loss_text(summary: Summary, most: int = 4) -> str:

@@ -12,6 +12,7 @@ from ...records import Record
 from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
+from ..judge.quantization_noise import noise_bits, quantized_lowerings
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
 from ..pairing.pairs import Pairing
@@ -48,7 +49,10 @@ class PairJudge:
             policy=policy,
             own_policy=policy.own if policy else None,
             unproven=unproven,
+            quant_bits=noise_bits(candidate.model.graph, reference),
         )
+        if self.ctx.quant_bits is not None:
+            self.ctx.quantized = quantized_lowerings(candidate.model.graph, pairing.by_onnx)
         self.verdicts = Verdicts(self.ctx)
         # a failing node's inputs exact and rounded (judge/precision_loss.py)
         self.precision = PrecisionInputs(candidate, pairing, unproven)

@@ -73,6 +73,11 @@ class RuleContext:
     unordered: Any = None  # an unordered.SetOrder: its order is free (compared as sets)
     own_unordered: Any = None  # ... with the own-error run's key
     has_own: bool = False  # the node was rerun on torch inputs
+    own_snr: float | None = None  # the SNR (dB) of its rerun on torch inputs
+    # a quantized model: the bit width of its narrowest quantized values (None: not one)
+    quant_bits: int | None = None
+    # ... and the values whose own rerun goes through a quantization node
+    quantized: Container[str] = frozenset()
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:
@@ -83,6 +88,7 @@ class RuleContext:
         self.tie = self.own_tie = None
         self.unordered = self.own_unordered = None
         self.has_own = False
+        self.own_snr = None
         self.diff = None
 
 

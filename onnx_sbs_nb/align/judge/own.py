@@ -38,6 +38,7 @@ def judge_own(record: Record, pair: Pair, want: Any, own_value: Any, ctx: RuleCo
         if TIE_NOTE not in (record.comment or ""):
             record.comment = _join(record.comment, TIE_NOTE)
     fill_own_error(record, d2, device_of(own_value))
+    ctx.own_snr = d2.err_snr
     if d2.passed and d2.err_abs:
         scale = largest_magnitude(e2)
         if scale:

@@ -34,6 +34,7 @@ from .failed import NodeFailed, ReferenceFailed, UpstreamFailure
 from .linear import LinearCheck
 from .precision import InheritedPrecision
 from .precision_loss import PrecisionLoss
+from .quantization_noise import QuantizationNoise
 from .shapes import UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
@@ -153,6 +154,7 @@ RULES: tuple[Rule, ...] = (
     Tolerance(),
     LinearCheck(),
     PrecisionLoss(),
+    QuantizationNoise(),
 )
 
 

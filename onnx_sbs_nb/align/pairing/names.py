@@ -24,7 +24,10 @@ shapes and transforms a pair is checked by, in :mod:`.values`).  In order:
    position;
 7. ``structure`` (:class:`.foreign.CorrespondingOps`), for a model without any exporter
    metadata (the TorchScript exporter's, another converter's): node by node, each value
-   with the fx value of the same frontier, dtype and shape whose lowering its op ends.
+   with the fx value of the same frontier, dtype and shape whose lowering its op ends;
+8. ``dequantized`` (:class:`.quantized.ThroughQuantization`), for a quantized model: the
+   pairs moved into the float domain (a quantized value onto its DequantizeLinear, a
+   parameter onto its quantized weight's), quantization initializers unpaired.
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then
@@ -45,6 +48,7 @@ from .foreign import CorrespondingOps
 from .fx_rules import ByMetadata, FoldedWeights, GetitemOutputs, SplitParts
 from .lowered_by import graph_outputs
 from .pairs import Pair, Pairing
+from .quantized import ThroughQuantization
 from .rules import MetadataRule, NameRule, PairingStep
 from .structure_rules import AroundPaired
 from .values import (
@@ -69,6 +73,7 @@ FX_RULES: tuple[PairingStep, ...] = (
     AroundPaired(),
     ByPosition(),
     CorrespondingOps(then=AroundPaired()),  # a model without metadata: node by node
+    ThroughQuantization(),  # a quantized model: its values in the float domain
 )
 
 

@@ -107,6 +107,17 @@ class RenamedRule(PairingStep):
     doc = "a value onnxruntime computes anew under another name, through its original"
 
 
+class DequantizedRule(PairingStep):
+    """A quantized model: the value the model computes on is the DequantizeLinear output
+    of a value it quantizes, and a parameter's twin is its quantized weight dequantized
+    (``quantized.py``).  A guess: the quantizer's names and graph shape say so."""
+
+    name = "dequantized"
+    strength = GUESS
+    links_models = False
+    doc = "a quantized value through its DequantizeLinear (the float domain)"
+
+
 # The registry, in the order the pairings first try the rules.  Each pairing's tuple of
 # rule objects (names.FX_RULES, onnx_pairing.ONNX_RULES, same_model.SAME_MODEL_RULES,
 # deployed.DEPLOYED_RULES) says what runs in which order.
@@ -117,6 +128,7 @@ RULES: tuple[type[PairingStep], ...] = (
     StructureRule,
     PositionRule,
     RenamedRule,
+    DequantizedRule,
 )
 _BY_NAME = {r.name: r for r in RULES}
 
@@ -127,6 +139,7 @@ PAIRED_BY_METADATA = MetadataRule.name
 PAIRED_BY_STRUCTURE = StructureRule.name
 PAIRED_BY_POSITION = PositionRule.name
 PAIRED_BY_RENAMED = RenamedRule.name
+PAIRED_BY_DEQUANTIZED = DequantizedRule.name
 
 
 def rule(name: str) -> type[PairingStep]:
@@ -158,6 +171,8 @@ def caveat(paired_by: str | None) -> str | None:
 
 __all__ = [
     "GUESS",
+    "DequantizedRule",
+    "PAIRED_BY_DEQUANTIZED",
     "PAIRED_BY_METADATA",
     "PAIRED_BY_NAME",
     "PAIRED_BY_POSITION",

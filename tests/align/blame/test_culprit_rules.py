@@ -82,6 +82,7 @@ def test_the_registry_is_ordered_named_and_split_by_stage():
     names = [r.name for r in CULPRIT_RULES]
     assert names == [
         "precision_loss",
+        "quantization_noise",
         "error",
         "unpaired_output",
         "rerun",

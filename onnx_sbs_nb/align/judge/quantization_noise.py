@@ -1,0 +1,152 @@
+"""Quantization noise: a quantized model's value off by what its quantization explains.
+
+A model quantized to int8 (onnxruntime's ``quantize_static`` / ``quantize_dynamic``)
+computes every quantized value to within a few of its quantization steps, so every value
+after the first quantization fails a float tolerance: that is what quantizing means, not
+the model's fault.  The measure is the SQNR (``err_snr``, 10·log10 of the signal's energy
+over the error's): rounding a value to ``b`` bits over its range gives about
+``6.02·b + 1.76`` dB on a uniform signal, less on a peaked one (the range is set by the
+largest values), and a few quantized ops in a row lose a few dB more.  A value whose SQNR
+stays above :func:`noise_floor` (``6.02·b − 28``: 20 dB for int8), and whose own rerun on
+the torch values of its inputs (the node's quantization of those values as the model
+quantizes them, with its own scales and zero points; a rerun that quantizes nothing, a
+float node's, proves an error of its own) does too, is *quantization noise*:
+status ``quantization_noise``, failing nothing.
+
+A wrong scale (x2) makes the value's error as large as the value (about 0 dB); a zero
+point off by 10 shifts it by ten steps, a swapped op (Sub for Add) by a whole operand:
+their own reruns fall far below the floor, they stay failures and the culprit rules name
+them.  The floor cannot tell a fault smaller than the noise around it from that noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import Any
+
+import onnx
+
+from ...records import STATUS_FAIL, STATUS_QUANTIZATION_NOISE, Record
+from ...records import join_comments as _join
+from ..pairing.pairs import Pair
+from ..pairing.quantized import QUANT_OPS
+from .context import STAGE_AFTER, RuleContext
+
+QUANTIZATION_NOISE_NOTE = (
+    "quantization noise: SQNR {snr} dB{own}, above the {floor:.0f} dB that {bits}-bit "
+    "quantization allows for (6.02·bits − 28): the model's own scales and zero points "
+    "explain the error, no fault of the export"
+)
+
+_BITS = {
+    onnx.TensorProto.INT8: 8,
+    onnx.TensorProto.UINT8: 8,
+    onnx.TensorProto.INT16: 16,
+    onnx.TensorProto.UINT16: 16,
+    onnx.TensorProto.INT4: 4,
+    onnx.TensorProto.UINT4: 4,
+    onnx.TensorProto.FLOAT8E4M3FN: 8,
+    onnx.TensorProto.FLOAT8E5M2: 8,
+}
+
+
+def quantization_bits(graph: onnx.GraphProto) -> int | None:
+    """The bit width of the narrowest quantized values of ``graph`` (its quantized
+    initializers and zero points; ``DynamicQuantizeLinear`` makes uint8, ``MatMulNBits``
+    its ``bits``), None when it quantizes nothing."""
+    inits = {i.name: i.data_type for i in graph.initializer}
+    found: list[int] = []
+    for node in graph.node:
+        if node.op_type not in QUANT_OPS:
+            continue
+        if node.op_type == "DynamicQuantizeLinear":
+            found.append(8)
+        if node.op_type == "MatMulNBits":
+            bits = [a.i for a in node.attribute if a.name == "bits"]
+            found.append(bits[0] if bits else 4)
+        found.extend(_BITS[inits[i]] for i in node.input if inits.get(i) in _BITS)
+    return min(found) if found else None
+
+
+def noise_bits(candidate: onnx.GraphProto, reference: Any) -> int | None:
+    """The bit width the noise rule judges with: the candidate's (:func:`quantization_bits`)
+    when the reference computes in float, None when the reference quantizes too (a torch
+    program with quantize/dequantize ops, a quantized ONNX model): both sides then round on
+    the same grid, and a step between them is a difference, not noise."""
+    bits = quantization_bits(candidate)
+    if bits is None:
+        return None
+    model = getattr(reference, "model", None)
+    if isinstance(model, onnx.ModelProto) and quantization_bits(model.graph) is not None:
+        return None
+    gm = getattr(reference, "graph_module", None)
+    if gm is not None and any(
+        n.op == "call_function" and "quantize" in str(n.target) for n in gm.graph.nodes
+    ):
+        return None
+    return bits
+
+
+def quantized_lowerings(graph: onnx.GraphProto, paired: Container[str]) -> frozenset[str]:
+    """The paired values whose own rerun (from the torch values of the paired values it
+    reads) goes through a quantization node: only their own error can be quantization
+    noise; a float node rerun on torch's values alone (a Relu after a dequantized value)
+    quantizes nothing, and any error of its own is its fault."""
+    through: set[str] = set()
+    for node in graph.node:  # in topological order
+        if node.op_type in QUANT_OPS or any(
+            i in through and i not in paired for i in node.input if i
+        ):
+            through.update(o for o in node.output if o)
+    return frozenset(v for v in through if v in paired)
+
+
+def noise_floor(bits: int) -> float:
+    """The SQNR (dB) under which a value's error is more than ``bits``-bit quantization
+    noise (module docstring)."""
+    return 6.02 * bits - 28.0
+
+
+class QuantizationNoise:
+    """A failing value of a quantized model whose SQNR, and its own rerun's, stay above
+    the noise floor of the model's bit width gets status ``quantization_noise``."""
+
+    name = "quantization_noise"
+    stage = STAGE_AFTER
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.quant_bits is not None
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        if record.status != STATUS_FAIL or record.err_snr is None:
+            return False
+        bits = ctx.quant_bits or 8
+        floor = noise_floor(bits)
+        if not record.err_snr >= floor:  # NaN: no verdict of noise
+            return False
+        own = ""
+        if record.passed2 is False:
+            if ctx.own_snr is None or not ctx.own_snr >= floor:
+                return False  # its own error is beyond the noise: the node's fault
+            if ctx.name not in ctx.quantized:
+                return False  # its rerun quantizes nothing: its own error is its fault
+            own = f", {ctx.own_snr:.1f} dB run on the torch values of its inputs"
+        record.status = STATUS_QUANTIZATION_NOISE
+        record.comment = _join(
+            record.comment,
+            QUANTIZATION_NOISE_NOTE.format(
+                snr=f"{record.err_snr:.1f}", own=own, floor=floor, bits=bits
+            ),
+        )
+        return True
+
+
+__all__ = [
+    "QUANTIZATION_NOISE_NOTE",
+    "QuantizationNoise",
+    "noise_bits",
+    "noise_floor",
+    "quantization_bits",
+    "quantized_lowerings",
+]

@@ -1,0 +1,204 @@
+"""Pairing through the quantization nodes of a quantized model (onnxruntime's
+``quantize_static`` QDQ, ``quantize_dynamic``): the values are compared in the float domain,
+dequantized with the model's own scales and zero points.
+
+- a value that the model only quantizes (its one consumer a ``QuantizeLinear`` read by a
+  ``DequantizeLinear``) is compared as the ``DequantizeLinear`` gives it: that is the
+  value the model computes on (a Relu folded into the QuantizeLinear's range, for one);
+- an initializer that feeds a quantization node (a quantized weight, a scale, a zero
+  point) is no torch parameter: a pair a name or a size made with it is undone, and the
+  parameter pairs with the ``DequantizeLinear`` output of its quantized weight, where the
+  model has one (QDQ); weights of ``MatMulInteger`` / ``ConvInteger`` have none, and
+  their error shows in the float output of the node's chain (the ``Mul`` by the scales).
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from .context import FxPairingContext
+from .pairs import Pair, Pairing
+from .rules import DequantizedRule, NameRule
+
+#: the ops of a quantized model whose inputs are quantized values, scales or zero points
+QUANT_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearMatMul",
+        "QLinearConv",
+        "QLinearAdd",
+        "QLinearMul",
+        "QGemm",
+        "MatMulNBits",
+        "DynamicQuantizeMatMul",
+    }
+)
+
+
+def is_quantized(graph: onnx.GraphProto) -> bool:
+    """Whether the graph quantizes anything."""
+    return any(n.op_type in QUANT_OPS for n in graph.node)
+
+
+def _unpair(pairing: Pairing, pair: Pair) -> None:
+    del pairing.by_onnx[pair.onnx_name]
+    rest = tuple(p for p in pairing.by_fx.get(pair.fx_name, ()) if p is not pair)
+    if rest:
+        pairing.by_fx[pair.fx_name] = rest
+    else:
+        pairing.by_fx.pop(pair.fx_name, None)
+
+
+class ThroughQuantization(DequantizedRule):
+    """Runs last: moves the pairs of quantized values onto their dequantized twins and
+    undoes the pairs of quantization initializers (module docstring)."""
+
+    def run(self, ctx: FxPairingContext) -> None:
+        g = ctx.graph
+        if not is_quantized(g):
+            return
+        consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in g.node:
+            for i in node.input:
+                if i:
+                    consumers.setdefault(i, []).append(node)
+        fixed = set(ctx.outputs) | set(ctx.inputs)  # the graph's own inputs and outputs
+        self._weights(ctx, consumers)
+        producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
+        types = _elem_types(ctx)
+        for name in list(ctx.pairing.by_onnx):
+            pair = ctx.pairing.by_onnx[name]
+            if name in ctx.initializers or name in fixed:
+                continue
+            if _quantized_twin(ctx, types.get(name), pair.fx_name):
+                # an integer value of QLinear ops (QOperator): the quantized form of a
+                # float torch value, not that value; no dequantized twin is computed
+                _unpair(ctx.pairing, pair)
+                continue
+            dq = _dequantized(name, consumers)
+            if dq is None or dq in ctx.pairing.by_onnx:
+                continue
+            _unpair(ctx.pairing, pair)
+            if not ctx.try_pair(dq, pair.fx_name, self.name, pair.transform):
+                ctx.pairing.add(pair)  # the dequantized value does not fit: keep the pair
+                continue
+            # the value before its QuantizeLinear is its producer's fx node's, where the
+            # quantizer folded the next op into the range (a Gemm's output renamed ``relu``
+            # is torch's ``linear``): it pairs with that fx node when nothing else did
+            fx = ctx.fx_of[producer[name]] if name in producer else None
+            if fx and fx != pair.fx_name and fx not in ctx.pairing.by_fx:
+                ctx.try_pair(name, fx, self.name)
+
+    def _weights(self, ctx: FxPairingContext, consumers: dict) -> None:
+        for name in ctx.initializers:
+            users = consumers.get(name, [])
+            if not any(u.op_type in QUANT_OPS for u in users):
+                continue
+            pair = ctx.pairing.by_onnx.get(name)
+            if pair is None or pair.fx_name not in ctx.weights or pair.rule == NameRule.name:
+                continue  # the program's own quantized constant, named after it: its twin
+            _unpair(ctx.pairing, pair)
+            dqs = [u for u in users if u.op_type == "DequantizeLinear" and u.input[0] == name]
+            if len(dqs) == 1 and dqs[0].output[0] not in ctx.pairing.by_onnx:
+                ctx.try_pair(dqs[0].output[0], pair.fx_name, self.name, pair.transform)
+        # a parameter no rule paired (its float initializer is gone): the DequantizeLinear
+        # of the initializer the quantizer named after it (``<name>_quantized``)
+        paired_fx = set(ctx.pairing.by_fx)
+        for fx_name, sd in ctx.weights.items():
+            if fx_name in paired_fx:
+                continue
+            for u in consumers.get(f"{sd}_quantized", []):
+                if u.op_type == "DequantizeLinear" and u.output[0] not in ctx.pairing.by_onnx:
+                    ctx.try_pair(u.output[0], fx_name, self.name)
+                    break
+
+
+_QUANTIZED_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT4,
+        onnx.TensorProto.UINT4,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.UINT16,
+    }
+)
+
+
+# ops whose output is quantized when they quantize, or when their first input is
+_QUANTIZING = frozenset(
+    {
+        "QuantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+    }
+)
+_KEEPS_TYPE = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "MaxPool",
+        "Identity",
+        "Slice",
+        "Gather",
+        "Concat",
+        "Split",
+        "Expand",
+    }
+)
+
+
+def _elem_types(ctx: FxPairingContext) -> dict[str, int]:
+    """Each value's element type: the declared one, else quantized integer where a
+    quantizing node (a contrib QLinear op shape inference cannot read) or a node that
+    keeps its first input's type over a quantized value writes it."""
+    types = {k: v[0] for k, v in ctx.onnx_types.items()}
+    types.update({k: v.data_type for k, v in ctx.initializers.items()})
+    for node in ctx.graph.node:
+        quantized = node.op_type in _QUANTIZING or (
+            node.op_type in _KEEPS_TYPE
+            and node.input
+            and types.get(node.input[0]) in _QUANTIZED_TYPES
+        )
+        if quantized and node.output and node.output[0]:
+            types.setdefault(node.output[0], onnx.TensorProto.UINT8)
+    return types
+
+
+def _quantized_twin(ctx: FxPairingContext, elem_type: int | None, fx_name: str) -> bool:
+    """Whether an ONNX value of ``elem_type`` is a quantized integer paired with the float
+    fx value ``fx_name``."""
+    node = ctx.fx_nodes.get(fx_name)
+    val = node.meta.get("val") if node is not None else None
+    return (
+        elem_type in _QUANTIZED_TYPES
+        and getattr(val, "dtype", None) is not None
+        and val.dtype.is_floating_point
+    )
+
+
+def _dequantized(name: str, consumers: dict[str, list[onnx.NodeProto]]) -> str | None:
+    """The DequantizeLinear output that ``name`` only reaches through one QuantizeLinear."""
+    users = consumers.get(name, [])
+    if len(users) != 1 or users[0].op_type != "QuantizeLinear" or users[0].input[0] != name:
+        return None
+    dqs = [u for u in consumers.get(users[0].output[0], []) if u.op_type == "DequantizeLinear"]
+    return dqs[0].output[0] if dqs else None
+
+
+__all__ = ["QUANT_OPS", "ThroughQuantization", "is_quantized"]

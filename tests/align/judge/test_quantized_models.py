@@ -1,0 +1,330 @@
+"""Quantized ONNX models against the float torch program (issue 51, item 1): onnxruntime's
+real ``quantize_dynamic`` and ``quantize_static`` (QDQ, per-channel) of an MLP and a small
+CNN built here with random weights.  A faithful quantization is quantization noise, no
+fault; a planted fault (a DequantizeLinear scale x2, a zero point +10, an Add swapped for
+Sub) is named, by its node or the lowering its rerun starts from.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import onnx
+import onnx.helper
+import onnx.numpy_helper
+import pytest
+import torch
+
+from onnx_sbs_nb.align.blame.summary import summarize
+from onnx_sbs_nb.align.judge.quantization_noise import (
+    QuantizationNoise,
+    noise_bits,
+    noise_floor,
+    quantization_bits,
+)
+from onnx_sbs_nb.align.pairing.quantized import QUANT_OPS
+from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_DEQUANTIZED
+from onnx_sbs_nb.align.run import run_aligned
+from onnx_sbs_nb.records import (
+    KIND_INPUT,
+    STATUS_FAIL,
+    STATUS_OK,
+    STATUS_QUANTIZATION_NOISE,
+)
+
+from ...models import export
+
+q = pytest.importorskip("onnxruntime.quantization")
+
+_COMPARED = (STATUS_OK, STATUS_FAIL, STATUS_QUANTIZATION_NOISE)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 64)
+        self.fc3 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.c1(x))
+        x = torch.relu(self.c2(x)) + x
+        return self.fc(x.flatten(1))
+
+
+SHAPES = {"mlp": (8, 32), "cnn": (2, 3, 8, 8)}
+
+
+def _inputs(name: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(SHAPES[name], generator=g) for _ in range(8)]
+
+
+@functools.cache
+def _float(name: str):
+    model = {"mlp": MLP, "cnn": CNN}[name]().eval()
+    return export(model, (_inputs(name)[0],))
+
+
+@functools.cache
+def _quantized(name: str, mode: str, tmp: str, fmt: str = "QDQ") -> onnx.ModelProto:
+    """onnxruntime's own quantization of the float export (QDQ, per-channel when static)."""
+    _, onx = _float(name)
+    src, out = f"{tmp}/{name}.onnx", f"{tmp}/{name}_{mode}_{fmt}.onnx"
+    onnx.save(onx, src)
+    feed = [{onx.graph.input[0].name: x.numpy()} for x in _inputs(name)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "dynamic":
+            q.quantize_dynamic(src, out)
+        else:
+
+            class Reader(q.CalibrationDataReader):
+                def __init__(self):
+                    self.it = iter(feed)
+
+                def get_next(self):
+                    return next(self.it, None)
+
+            q.quantize_static(
+                src, out, Reader(), quant_format=getattr(q.QuantFormat, fmt), per_channel=True
+            )
+    return onnx.load(out)
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("quantized"))
+
+
+def _run(name: str, onx: onnx.ModelProto):
+    ep, _ = _float(name)
+    recs = list(run_aligned(ep, onx, (_inputs(name)[0],), own_error=True))
+    return recs, summarize(recs)
+
+
+def _compared(recs) -> set[str]:
+    return {r.ep_name for r in recs if r.status in _COMPARED and r.kind != KIND_INPUT}
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_faithful_quantization_is_noise(name, mode, tmp):
+    onx = _quantized(name, mode, tmp)
+    recs, s = _run(name, onx)
+    text = s.to_text()
+    assert s.verdict == "pass" and s.culprit is None, text
+    assert "quantization noise" in text
+    noisy = [r for r in recs if r.status == STATUS_QUANTIZATION_NOISE]
+    assert noisy and all(r.err_snr is not None and r.err_snr > 20 for r in noisy)
+    # every compared value carries its SQNR
+    assert all(r.err_snr is not None for r in recs if r.status in _COMPARED)
+    # the quantization nodes are in compared pairs (the float domain of QDQ, dynamic's Mul
+    # after MatMulInteger inside the rerun lowering of a compared value)
+    if mode == "static":
+        assert any(r.onnx_op_type == "DequantizeLinear" for r in noisy), text
+    # a large share of the float export's pairs compared: all of them in QDQ (a Gemm whose
+    # output the quantizer renamed after the Relu it folded is torch's linear); dynamic
+    # quantization keeps no float twin of a MatMulInteger's weight (3 of 12 in the MLP)
+    float_recs, _ = _run(name, _float(name)[1])
+    share = len(_compared(recs) & _compared(float_recs)) / len(_compared(float_recs))
+    print(f"{name} {mode}: {share:.0%} of the float export's pairs compared")
+    assert share >= (0.7 if mode == "dynamic" else 0.95), sorted(_compared(float_recs))
+
+
+def _new_init(onx: onnx.ModelProto, name: str, value: np.ndarray) -> str:
+    onx.graph.initializer.append(onnx.numpy_helper.from_array(value, name))
+    return name
+
+
+def _init(onx: onnx.ModelProto, name: str) -> np.ndarray:
+    return next(onnx.numpy_helper.to_array(i) for i in onx.graph.initializer if i.name == name)
+
+
+def _dq_of(onx: onnx.ModelProto, startswith: str) -> onnx.NodeProto:
+    return next(
+        n
+        for n in onx.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0].startswith(startswith)
+    )
+
+
+def _plant_scale_x2(onx: onnx.ModelProto) -> str:
+    """The scale of the second layer's weight DequantizeLinear, doubled."""
+    dq = _dq_of(onx, "fc2.weight" if "fc2" in str(onx.graph.node) else "c2.weight")
+    dq.input[1] = _new_init(onx, "planted_scale", _init(onx, dq.input[1]) * 2)
+    return dq.name
+
+
+def _plant_zero_point(onx: onnx.ModelProto) -> str:
+    """The zero point of the first activation DequantizeLinear (not the QuantizeLinear's
+    it shares), +10."""
+    dq = _dq_of(onx, "relu_QuantizeLinear")
+    zp = _init(onx, dq.input[2])
+    dq.input[2] = _new_init(onx, "planted_zp", (zp.astype(np.int32) + 10).astype(zp.dtype))
+    return dq.name
+
+
+def _plant_sub(onx: onnx.ModelProto) -> str:
+    """The first float Add (a bias, or the residual) computes Sub."""
+    node = next(n for n in onx.graph.node if n.op_type == "Add")
+    node.op_type = "Sub"
+    return node.name
+
+
+def _plant_leaky_relu(onx: onnx.ModelProto) -> str:
+    """The first Relu (a float node between quantized ones) leaks 2% of its negatives: a
+    small error, above the noise floor in SQNR, but made where nothing is quantized."""
+    node = next(n for n in onx.graph.node if n.op_type == "Relu")
+    node.op_type = "LeakyRelu"
+    node.attribute.append(onnx.helper.make_attribute("alpha", 0.02))
+    return node.name
+
+
+def _upstream(onx: onnx.ModelProto, value: str, stop: set[str]) -> set[str]:
+    """The nodes computing ``value`` from values in ``stop`` (the paired values its rerun
+    starts from) or initializers: the lowering the rerun covers."""
+    producer = {o: n for n in onx.graph.node for o in n.output}
+    found, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        n = producer.get(v)
+        if n is None or n.name in found:
+            continue
+        found.add(n.name)
+        todo.extend(i for i in n.input if i and i not in stop)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "mode", "plant"),
+    [
+        ("mlp", "static", _plant_scale_x2),
+        ("cnn", "static", _plant_scale_x2),
+        ("mlp", "static", _plant_zero_point),
+        ("cnn", "static", _plant_zero_point),
+        ("cnn", "static", _plant_sub),
+        ("mlp", "dynamic", _plant_sub),
+        ("mlp", "dynamic", _plant_leaky_relu),
+    ],
+    ids=["mlp-scale", "cnn-scale", "mlp-zp", "cnn-zp", "cnn-sub", "mlp-dynamic-sub", "mlp-leaky"],
+)
+def test_planted_fault_named(name, mode, plant, tmp):
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized(name, mode, tmp))
+    planted = plant(onx)
+    recs, s = _run(name, onx)
+    text = s.to_text()
+    assert s.verdict == "fail" and s.culprit is not None, text
+    c = s.culprit
+    paired = {r.onnx_name for r in recs if r.status in _COMPARED and r.onnx_name != c.onnx_name}
+    lowering = _upstream(onx, c.onnx_name, paired) | set(c.onnx_nodes)
+    assert planted in lowering, (planted, sorted(lowering), text)
+    assert c.status == STATUS_FAIL and c.err_snr is not None, text
+    if plant is not _plant_leaky_relu:
+        assert c.err_snr < 20, text  # far below the noise floor
+
+
+def test_pairs_through_the_quantization_nodes(tmp):
+    """QDQ: a value the model only quantizes pairs with its DequantizeLinear output (a
+    Relu folded into the QuantizeLinear's range has no other twin), a parameter with its
+    quantized weight's DequantizeLinear; no pair holds a quantized weight, scale or zero
+    point (a size alone once paired a per-channel scale with a bias)."""
+    onx = _quantized("cnn", "static", tmp)
+    recs, _ = _run("cnn", onx)
+    by_fx = {r.ep_name: r for r in recs if r.status in _COMPARED}
+    assert by_fx["relu"].onnx_name == "relu_DequantizeLinear_Output"
+    assert by_fx["relu"].paired_by == PAIRED_BY_DEQUANTIZED
+    assert by_fx["conv2d"].onnx_op_type == "Conv"  # its output, renamed relu, before the Q
+    assert by_fx["p_c1_weight"].onnx_name == "c1.weight_DequantizeLinear_Output"
+    assert by_fx["p_c1_bias"].onnx_op_type == "DequantizeLinear"
+    quant_inits = {
+        i
+        for n in onx.graph.node
+        if n.op_type in QUANT_OPS
+        for i in n.input
+        if i in {t.name for t in onx.graph.initializer}
+    }
+    assert not quant_inits & {r.onnx_name for r in recs if r.status in _COMPARED}
+    # dynamic: the MatMulInteger chain's float output is the linear's value
+    dyn, _ = _run("mlp", _quantized("mlp", "dynamic", tmp))
+    assert {r.ep_name for r in dyn if r.status == STATUS_QUANTIZATION_NOISE} >= {"linear"}
+
+
+def test_bits_and_the_floor(tmp):
+    assert quantization_bits(_quantized("mlp", "dynamic", tmp).graph) == 8
+    assert quantization_bits(_quantized("cnn", "static", tmp).graph) == 8
+    assert quantization_bits(_float("mlp")[1].graph) is None
+    assert noise_floor(8) == pytest.approx(20.16)
+    # a float reference: the candidate's bits; a reference that quantizes too: no noise
+    quantized = _quantized("cnn", "static", tmp)
+    assert noise_bits(quantized.graph, object()) == 8
+    both = type("OnnxReference", (), {"model": quantized})()
+    assert noise_bits(quantized.graph, both) is None
+
+
+def test_the_rule_against_the_floor():
+    """The rule alone: a failing value above the floor is noise, its own rerun below it
+    keeps it a failure, and a value below the floor stays one."""
+    from onnx_sbs_nb.align.judge.context import RuleContext
+    from onnx_sbs_nb.records import Record
+
+    rule, ctx = QuantizationNoise(), RuleContext(quant_bits=8, quantized={"v"})
+    ctx.name = "v"
+
+    def judged(snr: float, passed2: bool | None, own_snr: float | None) -> str:
+        rec = Record(step=0, status=STATUS_FAIL, err_snr=snr, passed2=passed2)
+        ctx.own_snr = own_snr
+        rule.judge(rec, None, None, ctx)
+        return rec.status
+
+    assert judged(35.0, None, None) == STATUS_QUANTIZATION_NOISE
+    assert judged(35.0, True, None) == STATUS_QUANTIZATION_NOISE  # inherits noise
+    assert judged(35.0, False, 30.0) == STATUS_QUANTIZATION_NOISE
+    assert judged(35.0, False, 6.0) == STATUS_FAIL  # its own error is beyond the noise
+    assert judged(12.0, True, None) == STATUS_FAIL
+    ctx.name = "a_float_node"  # its rerun quantizes nothing: an own error is its own
+    assert judged(35.0, False, 30.0) == STATUS_FAIL
+    assert judged(35.0, True, None) == STATUS_QUANTIZATION_NOISE
+    ctx.name = "v"
+    assert judged(float("nan"), None, None) == STATUS_FAIL
+    assert not rule.applies(None, RuleContext())  # a float model: never noise
+
+
+def test_qoperator_integer_values_are_no_twins(tmp):
+    """QOperator (QLinearConv, an int8 Reshape between them): an integer value is the
+    quantized form of a float torch value, not that value: no pair, no dtype mismatch
+    named as a fault; what is compared (the dequantized output) is noise."""
+    recs, s = _run("cnn", _quantized("cnn", "static", tmp, "QOperator"))
+    assert s.verdict != "fail" and s.culprit is None, s.to_text()
+    assert not [r for r in recs if r.failed], s.to_text()
+    out = next(r for r in recs if r.kind == "output")
+    assert out.status == STATUS_QUANTIZATION_NOISE and out.err_snr > 20
+
+
+def test_many_inputs_keep_the_noise_apart(tmp):
+    """Over several inputs, a faithful quantization still fails nothing and names no
+    culprit; each pair keeps its status and SQNR."""
+    from onnx_sbs_nb import aligned_over_inputs
+
+    ep, _ = _float("mlp")
+    onx = _quantized("mlp", "static", tmp)
+    recs = list(aligned_over_inputs(ep, onx, [(x,) for x in _inputs("mlp")[:3]], own_error=True))
+    s = summarize(recs)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    noisy = [r for r in recs if r.status == STATUS_QUANTIZATION_NOISE]
+    assert noisy and all(r.inputs_failing == 0 for r in noisy), [r.ep_name for r in noisy]
