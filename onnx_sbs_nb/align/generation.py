@@ -353,15 +353,15 @@ def iter_generation(
 ) -> Iterator[GenerationStep]:
     """The two decodes, one :class:`GenerationStep` at a time (see :func:`generation_parity`).
     ``state`` receives torch's inputs at the first step that parts, under ``"inputs"``."""
-    program = load_exported_program(ep)
-    model = load_onnx_model(onx)
     if not isinstance(kwargs, Mapping) or not kwargs:
         raise SbsInputError(
             "generation parity takes the first step's keyword inputs as a dict "
-            "(input_ids=..., attention_mask=..., past_key_values=cache)"
+            "(input_ids=..., attention_mask=..., and the cache object under its keyword)"
         )
     if steps < 1:
         raise SbsInputError(f"steps must be at least 1, not {steps}")
+    program = load_exported_program(ep)
+    model = load_onnx_model(onx)
     rule = next_inputs or next_step_inputs
     module = program.module()
     if state is not None:  # the parting step's rerun reuses them
