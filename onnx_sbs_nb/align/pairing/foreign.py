@@ -19,9 +19,10 @@ with the fx value that is, by structure, the same computation:
   end of the chain the exporter folded (conv -> batch norm -> its getitem).
 
 Among several such fx values the one in the same module (read from the node's name,
-``/blocks/blocks.0/Add`` is in ``blocks.0``) wins, then the first in the program (the
-two sides traced the same code in the same order: a chunk's parts).  Every pair is a
-guess (rule ``structure``): shapes that differ at run time drop it.
+``/blocks/blocks.0/Add`` is in ``blocks.0``, ``/MatMul_1`` in the root) wins, then the
+first in the program (the two sides traced the same code in the same order: a chunk's
+parts); one in a module apart from the node's is none.  Every pair is a guess (rule
+``structure``): shapes that differ at run time drop it.
 """
 
 from __future__ import annotations
@@ -180,6 +181,21 @@ class CorrespondingOps(StructureRule):
             return
         if _Walk(ctx, types).run() and self.then is not None:
             self.then.pair(ctx)
+
+
+def _onnx_scope(name: str) -> str | None:
+    """The module a TorchScript node name says (``""``: the root, for ``/MatMul_1``);
+    None for a name that says none (``MatMul_12``)."""
+    if not name.startswith("/"):
+        return None
+    return module_of_node_name(name) or ""
+
+
+def _fx_scope(node: torch.fx.Node) -> str | None:
+    """The module an fx node was traced in (``""``: the root), None when unknown."""
+    if not node.meta.get("nn_module_stack"):
+        return None
+    return module_path(node.meta) or ""
 
 
 def _fx_shape(node: torch.fx.Node) -> tuple[torch.dtype, tuple[int, ...]] | None:
@@ -373,13 +389,17 @@ class _Walk:
         return any(a.op == "call_function" and not self.fx_value_frontier(a) for a in nodes)
 
     def _module_score(self, onnx_module: str | None, node: torch.fx.Node) -> int:
-        fx_module = module_path(node.meta)
-        if not onnx_module or not fx_module:
+        """2: the same module, 1: one holds the other, 0: unknown, -1: two modules
+        apart (``/o/MatMul`` is not ``p``'s).  The root ("") is a module too: a node in
+        no submodule (``/MatMul_1``) is the root's, as an fx node whose module stack
+        holds only the root is."""
+        fx_module = _fx_scope(node)
+        if onnx_module is None or fx_module is None:
             return 0
         if onnx_module == fx_module:
             return 2
         a, b = sorted((onnx_module, fx_module), key=len)
-        return 1 if b.startswith(a + ".") else 0
+        return 1 if not a or b.startswith(a + ".") else -1
 
     def _canon(self, frontier: Frontier) -> Frontier:
         """A frontier with each paired view or transpose replaced by the value it moves:
@@ -411,7 +431,7 @@ class _Walk:
             if not reach:
                 return None
         onnx_weights, made = self._weights_read(node)
-        module = module_of_node_name(node.name)
+        module = _onnx_scope(node.name)
         best, best_key = None, None
         for name in reach or ():
             fx = self.ctx.fx_nodes[name]
@@ -433,6 +453,8 @@ class _Walk:
                     continue  # that fold is another node's value
                 score = max(score, self._module_score(module, folded))
                 fx = folded
+            if score < 0:
+                continue  # the node's name puts it in another module
             key = (confirmed, score, -self.order[fx.name])
             if best_key is None or key > best_key:
                 best, best_key = fx, key
@@ -470,7 +492,7 @@ class _Walk:
         twins = {p.fx_name for p in pairs}
         if self._recombines(value, set(computed)):
             return None
-        module = module_of_node_name(node.name)
+        module = _onnx_scope(node.name)
         found: list[tuple[int, torch.fx.Node]] = []
         for t in twins:
             src = self.ctx.fx_nodes.get(t)
@@ -486,11 +508,23 @@ class _Walk:
                     continue
                 if not self._weights_agree(node, u):
                     continue
-                found.append((self._module_score(module, u), u))
+                if self._goes_on(value, u):
+                    return None  # a piece of u's lowering, whose end is further on
+                if self._module_score(module, u) >= 0:
+                    found.append((self._module_score(module, u), u))
         found.sort(key=lambda f: -f[0])
         if not found or (len(found) > 1 and found[1][0] == found[0][0]):
             return None
         return found[0][1]
+
+    def _goes_on(self, value: str, fx: torch.fx.Node) -> bool:
+        """Whether a node reading ``value`` reads a weight of ``fx``'s: then ``fx``'s
+        lowering goes on there (a linear's MatMul, then the Add, edited or not, of its
+        bias), and ``value`` is not yet its value."""
+        weights = {a.name for a in fx.all_input_nodes if a.name in self.weights}
+        return any(
+            self._weights_read(self.nodes[k])[0] & weights for k in self.consumers.get(value, ())
+        )
 
     def _recombines(self, value: str, inputs: set[str]) -> bool:
         layer, seen = [value], {value}
@@ -525,11 +559,22 @@ class _Walk:
         """The last value of the run of ``fx``'s end ops that starts at ``value``, each
         reading only ``value``'s frontier besides (a gelu's two Muls)."""
         ends = ends_of(fx)
+        start = self.producer.get(value)
+        scope = (
+            self._module_score(_onnx_scope(self.nodes[start].name), fx) if start is not None else 0
+        )
         while True:
             found = []
             for k in self.consumers.get(value, ()):
                 m = self.nodes[k]
                 if m.op_type not in ends:
+                    continue
+                # one fx node's lowering stays in its module and reads its weights: a
+                # MatMul in another module (/o/MatMul after the root's /MatMul_1) or
+                # reading a weight the fx node does not is the next fx node's lowering
+                if self._module_score(_onnx_scope(m.name), fx) < scope:
+                    continue
+                if not self._weights_agree(m, fx):
                     continue
                 outs = [o for o in m.output if o and self._matches(o, fx)]
                 if len(outs) != 1 or outs[0] in self.pairing.by_onnx:
