@@ -16,6 +16,7 @@ import torch
 from ..device import device_name
 from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
 from .contract import PROGRAM_ACTIONS, RecordStream, RunContract
+from .engine.decomposed_values import DecomposedValues
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import OnnxruntimeRunner, make_runner
@@ -55,7 +56,7 @@ from .source.prepare.prepared import (
 )
 from .source.prepare.program import prepare_program
 from .source.program_inputs import bind_inputs
-from .source.specialized import specialized_values
+from .source.specialized import fixed_on_example
 
 
 class AlignedRun(SideBySideRun, RunContract):
@@ -167,9 +168,15 @@ class AlignedRun(SideBySideRun, RunContract):
                 candidate.feeds[name] = as_candidate(pair, reference.leaf_value(pair.fx_name))
         self._nonfinite = nonfinite_inputs(candidate.feeds)
         super().__init__(reference, candidate, pairing, options, status)
-        self.specialized = specialized_values(
+        found, checks = fixed_on_example(
             program, self.ep, provenance, bound.values, bound.user_inputs
         )
+        # the run's own copy: the value checks add to it (the shape findings are kept)
+        self.specialized = dict(found)
+        if checks:
+            self.decomposed = DecomposedValues(
+                checks, self.specialized, reference.leaf_value, self.atol, self.rtol
+            )
         self.deployment = deployment
         if deployment is not None:
             self.status.extra["deployed"] = deployment.summary()

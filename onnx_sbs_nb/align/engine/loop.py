@@ -125,6 +125,9 @@ class SideBySideRun:
         # prepared values whose decomposition fixed a size on the example inputs
         # (``specialized.py``): set by a run that knows the user's program
         self.specialized: dict[str, Any] = {}
+        # decomposed user nodes whose value is checked against the user's op as the
+        # reference side runs (``decomposed_values.py``), None: none
+        self.decomposed: Any = None
         self._step_counter = 0
         # differing weights wait for their consumers' verdict (weight_blame.py)
         self._blame = WeightBlame(
@@ -231,6 +234,8 @@ class SideBySideRun:
         outputs = ref.graph.outputs[idx]
         if ahead:
             status.done_ep_nodes += 1
+            if self.decomposed is not None:
+                self.decomposed.observe(outputs, v.ref)
             return self._reference_only_records(idx, outputs, None)
         t = time.perf_counter()
         try:
@@ -252,6 +257,8 @@ class SideBySideRun:
         status.done_ep_nodes += 1
         for o in outputs:
             v.ref_times[o] = elapsed
+        if self.decomposed is not None:
+            self.decomposed.observe(outputs, v.ref)
         return self._reference_only_records(idx, outputs, elapsed)
 
     def _reference_only_records(
