@@ -23,6 +23,8 @@ from .text import fmt, on_input_text
 
 # the verdict rule of a value a decomposition fixed on the example inputs (judge/rules.py)
 FIXED_ON_EXAMPLE_INPUTS = "fixed_on_example_inputs"
+# ... and of an output found to differ from the user's program's (engine/user_outputs.py)
+USER_PROGRAM_OUTPUTS = "user_program_outputs"
 
 _POLICY = re.compile(r"beyond the verdict ([^;]*)")
 
@@ -46,7 +48,8 @@ def mismatch_text(rec: Record) -> str | None:
     """The sentence of a record whose shapes or element types differ, or whose values
     differ from the user's own op's where a decomposition fixed a size on the example
     inputs (the judge's ``fixed_on_example_inputs``), None otherwise."""
-    if rec.decided_by == FIXED_ON_EXAMPLE_INPUTS and rec.status == STATUS_FAIL:
+    fixed = (FIXED_ON_EXAMPLE_INPUTS, USER_PROGRAM_OUTPUTS)
+    if rec.decided_by in fixed and rec.status == STATUS_FAIL:
         text = (
             f"it differs by {fmt(rec.err_abs)} ({beyond(rec)}) from the value the user's "
             f"program computes"

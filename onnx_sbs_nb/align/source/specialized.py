@@ -122,6 +122,21 @@ def fixed_on_example(
     return found, checks
 
 
+def decomposed_at_other_sizes(
+    program: torch.export.ExportedProgram,
+    user_program: torch.export.ExportedProgram,
+    values: dict[str, Any],
+    user_inputs: list[str],
+) -> bool:
+    """Whether the run's sizes differ from the example's and the prepared program
+    decomposed some user node: then its outputs are checked against the user's program's
+    (``engine/user_outputs.py``)."""
+    if program is user_program or not _differs_from_example(program, values, user_inputs):
+        return False
+    names = {n.name for n in program.graph.nodes}
+    return any(n.op == "call_function" and n.name not in names for n in user_program.graph.nodes)
+
+
 def _input_sizes(
     program: torch.export.ExportedProgram, values: dict[str, Any], user_inputs: list[str]
 ) -> tuple | None:
@@ -279,8 +294,8 @@ def _user_op(
     """The user's node as an op to rerun on prepared values; None when one of its inputs
     has no prepared value, or when none has a dynamic size (a decomposition reads a size
     only off a value that has one: a node reading only static sizes is not checked)."""
-    if not isinstance(node.target, torch._ops.OpOverload):
-        return None
+    if not isinstance(node.target, torch._ops.OpOverload) or node.target._schema.is_mutable:
+        return None  # an op writing into its inputs would change the run's values
     dynamic = False
     sources: set[str] = set()
 
@@ -305,4 +320,11 @@ def _user_op(
     return UserOp(node.name, node.target, tuple(args), dict(kwargs), frozenset(sources))
 
 
-__all__ = ["Source", "Specialized", "UserOp", "fixed_on_example", "specialized_values"]
+__all__ = [
+    "Source",
+    "Specialized",
+    "UserOp",
+    "decomposed_at_other_sizes",
+    "fixed_on_example",
+    "specialized_values",
+]

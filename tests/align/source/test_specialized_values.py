@@ -147,3 +147,29 @@ def test_a_faithful_dynamic_program_checks_no_value():
     s = summarize(list(run))
     assert s.verdict == "pass", s.to_text()
     assert run.decomposed is None and not run.specialized
+
+
+def test_outputs_differing_from_the_users_program_never_pass(pool2d):
+    """The last safety net: with no per-node check to catch it (as for a decomposition
+    whose op cannot be rerun), the outputs are compared with the user's own program."""
+    ep, onx = pool2d
+    torch.manual_seed(1)
+    x = torch.randn(1, 2, 7, 9)
+    wrong = _onnx_vs_eager(ep, onx, x)
+    run = AlignedRun(ep, onx, (x,))
+    assert run.decomposed is not None and run.user_outputs is not None
+    run.decomposed.checks = {}  # the per-node check finds nothing
+    records = list(run)
+    s = summarize(records)
+    assert s.verdict == "fail", s.to_text()
+    (rec,) = [r for r in records if r.failed]
+    assert rec.decided_by == "user_program_outputs" and rec.kind == "output"
+    assert rec.err_abs == pytest.approx(wrong, rel=1e-4)
+    assert "differs from the user's own program" in s.culprit.why
+
+
+def test_the_safety_net_costs_nothing_at_the_examples_sizes(pool2d):
+    ep, onx = pool2d
+    run = AlignedRun(ep, onx, (torch.randn(1, 2, 6, 8),))
+    assert run.user_outputs is None and run.decomposed is None
+    assert summarize(list(run)).verdict == "pass"
