@@ -16,6 +16,7 @@ import torch
 from ..device import device_name
 from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
 from .contract import PROGRAM_ACTIONS, RecordStream, RunContract
+from .engine.decomposed_values import DecomposedValues
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import OnnxruntimeRunner, make_runner
@@ -26,6 +27,7 @@ from .engine.setup_cache import (
     cached_provenance,
 )
 from .engine.sides import FxSide, OnnxSide
+from .engine.user_outputs import UserOutputs
 from .judge.judging import SbsMismatchError, as_candidate
 from .many_inputs import ManyInputsRun
 from .pairing.bounded import bounded_lowerings
@@ -55,7 +57,7 @@ from .source.prepare.prepared import (
 )
 from .source.prepare.program import prepare_program
 from .source.program_inputs import bind_inputs
-from .source.specialized import specialized_values
+from .source.specialized import decomposed_at_other_sizes, fixed_on_example
 
 
 class AlignedRun(SideBySideRun, RunContract):
@@ -167,9 +169,7 @@ class AlignedRun(SideBySideRun, RunContract):
                 candidate.feeds[name] = as_candidate(pair, reference.leaf_value(pair.fx_name))
         self._nonfinite = nonfinite_inputs(candidate.feeds)
         super().__init__(reference, candidate, pairing, options, status)
-        self.specialized = specialized_values(
-            program, self.ep, provenance, bound.values, bound.user_inputs
-        )
+        self._watch_decompositions(program, provenance, bound, reference)
         self.deployment = deployment
         if deployment is not None:
             self.status.extra["deployed"] = deployment.summary()
@@ -181,6 +181,37 @@ class AlignedRun(SideBySideRun, RunContract):
         self.status.extra["program_source"] = self.prepared.source
         if self.prepared.detail:
             self.status.extra["program_detail"] = self.prepared.detail
+
+    def _watch_decompositions(
+        self, program: Any, provenance: dict[str, Any], bound: Any, reference: FxSide
+    ) -> None:
+        """Where the exporter's decompositions may have fixed a size on the example inputs
+        (``source/specialized.py``): the shapes found wrong, the decomposed user nodes whose
+        values are checked against the user's op, and on a run at other sizes than the
+        example's, the outputs against the user's program (``engine/user_outputs.py``)."""
+        found, checks = fixed_on_example(
+            program, self.ep, provenance, bound.values, bound.user_inputs
+        )
+        # the run's own copy: the value checks add to it (the shape findings are kept)
+        self.specialized = dict(found)
+        if checks:
+            self.decomposed = DecomposedValues(
+                checks, self.specialized, reference.leaf_value, self.atol, self.rtol
+            )
+        self.user_outputs = None
+        # (not for a program mutating its buffers: running it would change them)
+        if not self.ep.graph_signature.buffers_to_mutate and decomposed_at_other_sizes(
+            program, self.ep, bound.values, bound.user_inputs
+        ):
+            self.user_outputs = UserOutputs(
+                self.ep,
+                self.args,
+                self.kwargs,
+                list(program.graph_signature.user_outputs),
+                self.atol,
+                self.rtol,
+            )
+        self.ref_observers = tuple(w for w in (self.decomposed, self.user_outputs) if w is not None)
 
     @property
     def actions(self) -> Any:
@@ -205,6 +236,14 @@ class AlignedRun(SideBySideRun, RunContract):
         if self._nonfinite and rec.kind == KIND_INPUT and rec.onnx_name in self._nonfinite:
             rec.comment = join_comments(rec.comment, self._nonfinite[rec.onnx_name])
         return super()._emit(rec)
+
+    def _closing_records(self) -> tuple[Record, ...]:
+        """With every pair passed on a run at other sizes than the example's, the outputs
+        against the user's own program's (``engine/user_outputs.py``)."""
+        if self.user_outputs is None or self.status.failures:
+            return ()
+        rec = self.user_outputs.check()
+        return () if rec is None else (rec,)
 
     def _after_run(self) -> None:
         if self.options.replay is not None:

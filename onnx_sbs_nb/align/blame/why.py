@@ -12,6 +12,7 @@ from ...records import (
     FOLDED_CONSUMER_NOTE,
     JUDGED_BY_NOTE,
     STATUS_DTYPE_MISMATCH,
+    STATUS_FAIL,
     STATUS_SHAPE_MISMATCH,
     Record,
 )
@@ -19,6 +20,11 @@ from .certainty import certainty, comment_part
 from .coverage import Coverage
 from .culprit import Culprit
 from .text import fmt, on_input_text
+
+# the verdict rule of a value a decomposition fixed on the example inputs (judge/rules.py)
+FIXED_ON_EXAMPLE_INPUTS = "fixed_on_example_inputs"
+# ... and of an output found to differ from the user's program's (engine/user_outputs.py)
+USER_PROGRAM_OUTPUTS = "user_program_outputs"
 
 _POLICY = re.compile(r"beyond the verdict ([^;]*)")
 
@@ -39,7 +45,16 @@ def beyond(rec: Record) -> str:
 
 
 def mismatch_text(rec: Record) -> str | None:
-    """The sentence of a record whose shapes or element types differ, None otherwise."""
+    """The sentence of a record whose shapes or element types differ, or whose values
+    differ from the user's own op's where a decomposition fixed a size on the example
+    inputs (the judge's ``fixed_on_example_inputs``), None otherwise."""
+    fixed = (FIXED_ON_EXAMPLE_INPUTS, USER_PROGRAM_OUTPUTS)
+    if rec.decided_by in fixed and rec.status == STATUS_FAIL:
+        text = (
+            f"it differs by {fmt(rec.err_abs)} ({beyond(rec)}) from the value the user's "
+            f"program computes"
+        )
+        return f"{text} ({rec.comment})" if rec.comment else text
     if rec.status not in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
         return None
     what = "shapes" if rec.status == STATUS_SHAPE_MISMATCH else "types"

@@ -125,6 +125,12 @@ class SideBySideRun:
         # prepared values whose decomposition fixed a size on the example inputs
         # (``specialized.py``): set by a run that knows the user's program
         self.specialized: dict[str, Any] = {}
+        # decomposed user nodes whose value is checked against the user's op as the
+        # reference side runs (``decomposed_values.py``), None: none
+        self.decomposed: Any = None
+        # what watches the reference values as they are computed (``observe(outputs,
+        # env)``): the checks above, the user program's outputs (``user_outputs.py``)
+        self.ref_observers: tuple[Any, ...] = ()
         self._step_counter = 0
         # differing weights wait for their consumers' verdict (weight_blame.py)
         self._blame = WeightBlame(
@@ -179,6 +185,11 @@ class SideBySideRun:
     def _after_run(self) -> None:
         """What a finished (not stopped) run does next (AlignedRun writes replays)."""
 
+    def _closing_records(self) -> tuple[Record, ...]:
+        """Records a finished run adds once every pair was judged (AlignedRun: its
+        outputs against the user's program, ``user_outputs.py``)."""
+        return ()
+
     # ------------------------------------------------------------ the loop
     def _records(self) -> Iterator[Record]:
         t0 = time.perf_counter()
@@ -217,6 +228,8 @@ class SideBySideRun:
                 wrec.comment = _join(wrec.comment, "no node consuming it could be compared")
                 yield self._checked(wrec)
             if not stop.is_set():
+                for rec in self._closing_records():
+                    yield self._checked(rec)
                 run_ahead.finish()  # every node was seen: the next run may use its memo
         finally:
             status.elapsed = time.perf_counter() - t0
@@ -231,6 +244,8 @@ class SideBySideRun:
         outputs = ref.graph.outputs[idx]
         if ahead:
             status.done_ep_nodes += 1
+            for watch in self.ref_observers:
+                watch.observe(outputs, v.ref)
             return self._reference_only_records(idx, outputs, None)
         t = time.perf_counter()
         try:
@@ -252,6 +267,8 @@ class SideBySideRun:
         status.done_ep_nodes += 1
         for o in outputs:
             v.ref_times[o] = elapsed
+        for watch in self.ref_observers:
+            watch.observe(outputs, v.ref)
         return self._reference_only_records(idx, outputs, elapsed)
 
     def _reference_only_records(

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any
 
+from ...compare.diff import compare
 from ...compare.value_facts import value_dtype_name
-from ...records import STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
+from ...records import STATUS_FAIL, STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .context import (
@@ -31,6 +32,7 @@ from .context import (
     first_verdict,
 )
 from .failed import NodeFailed, ReferenceFailed, UpstreamFailure
+from .judging import comparable, fill_first_comparison
 from .linear import LinearCheck
 from .precision import InheritedPrecision
 from .precision_loss import PrecisionLoss
@@ -57,8 +59,10 @@ def same_kind(expected: Any, got: Any) -> bool:
 
 
 class FixedOnExampleInputs:
-    """Both sides agree, on a shape the user's program does not make: a decomposition
-    fixed a size on the example inputs (``source/specialized.py``)."""
+    """Both sides agree, on a shape the user's program does not make, or on values the
+    user's op does not compute at these sizes: a decomposition fixed a size on the example
+    inputs (``source/specialized.py``, ``engine/decomposed_values.py``).  For values, the
+    candidate is compared with the user's op's value, the one expected."""
 
     name = "fixed_on_example_inputs"
     stage = STAGE_RAW
@@ -69,6 +73,17 @@ class FixedOnExampleInputs:
 
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
         fixed = ctx.specialized[ctx.fx_name]
+        if fixed.value is not None:
+            want, have = comparable(fixed.value, got)
+            if want is None:
+                return False
+            fill_first_comparison(
+                record, compare(want, have, ctx.atol, ctx.rtol, ctx.inherited, False, ctx.policy)
+            )
+            if record.status != STATUS_FAIL:
+                return False  # the ONNX model computes the user's values: judged as usual
+            record.comment = _join(record.comment, fixed.note())
+            return True
         record.status = STATUS_SHAPE_MISMATCH
         record.ep_shape_type = fixed.user_shape_type
         record.comment = _join(record.comment, fixed.note())
