@@ -31,10 +31,23 @@ def add_quantize_command(sub: Any) -> None:
         "(a tuple in input order or a dict by input name)",
     )
     p.add_argument("--ep", help="the exported program (.pt2): names the inputs")
-    p.add_argument("--mode", choices=("static", "dynamic"), default="static")
-    p.add_argument("--format", choices=("QDQ", "QOperator"), default="QDQ", dest="quant_format")
+    p.add_argument(
+        "--mode",
+        choices=("static", "dynamic"),
+        default="static",
+        help="onnxruntime's quantize_static (calibrated on the inputs) or quantize_dynamic",
+    )
+    p.add_argument(
+        "--format",
+        choices=("QDQ", "QOperator"),
+        default="QDQ",
+        dest="quant_format",
+        help="the quantized model's format (static only; default QDQ)",
+    )
     p.add_argument("--per-channel", action="store_true", help="per-channel weight scales")
-    p.add_argument("--weight-type", choices=("int8", "uint8"), default="int8")
+    p.add_argument(
+        "--weight-type", choices=("int8", "uint8"), default="int8", help="the weights' type"
+    )
     p.add_argument(
         "--budget",
         type=float,

@@ -132,7 +132,7 @@ class TorchOnnxEvaluator:
     From the second run with inputs of given shapes, dtypes and devices, the values
     computed from those shapes alone (``specialize.py``) are constants of a plan made for
     them (a model exported with dynamic shapes then runs like a static one). On CPU, once
-    a plan has run ``compiler.JIT_AFTER`` (20) times, its generated code is compiled with
+    a plan has run ``compiled.JIT_AFTER`` (20) times, its generated code is compiled with
     TorchScript when every node has an inline form: the same aten calls without a Python
     frame per node (about a third less time on small models), after a one-time cost of
     tens of milliseconds. ``jit=False`` keeps the Python code.

@@ -310,9 +310,9 @@ def test_repeated_runs_through_every_tier(cases, monkeypatch):
     """Each passing case run four times through ``run``, TorchScript allowed from the
     first run: generic plan, capture and shape specialisation, specialised plan, then
     TorchScript where the plan allows it. Every run must match the expected outputs."""
-    from onnx_sbs_nb.evaluator import compiler
+    from onnx_sbs_nb.evaluator import compiled
 
-    monkeypatch.setattr(compiler, "JIT_AFTER", 1)
+    monkeypatch.setattr(compiled, "JIT_AFTER", 1)
     failing, specialised, scripted = [], 0, 0
     for tc, _, _ in _passing_deterministic(cases):
         ev = TorchOnnxEvaluator(tc.model)
