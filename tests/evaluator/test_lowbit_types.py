@@ -243,4 +243,29 @@ def test_an_int4_weight_only_model_is_computed_node_by_node(runner):
         (r.onnx_name, r.status, r.error) for r in records if r.status in ("error", "not_computed")
     ]
     assert not broken
-    assert sum(r.status in ("ok", "fail") for r in records if r.ep_name == r.onnx_name) >= 3
+    # compared: within tolerance, beyond it, or within what 4-bit weights allow for
+    compared = ("ok", "fail", "quantization_noise")
+    assert sum(r.status in compared for r in records if r.ep_name == r.onnx_name) >= 3
+    floor = 12.0  # quantization_noise.MIN_FLOOR_DB: 6.02·4 − 28 would be below zero
+    assert all(r.err_snr >= floor for r in records if r.status == "quantization_noise")
+
+
+def test_a_wrong_int4_scale_is_no_quantization_noise():
+    """At 4 bits, 6.02·b − 28 is below zero: the floor keeps 12 dB, so a weight whose
+    block scales are doubled (about 0 dB) is named, not taken for noise."""
+    import torch
+
+    from onnx_sbs_nb.align.blame.summary import summarize
+    from onnx_sbs_nb.align.run import run_aligned
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    x = torch.randn(2, 16)
+    ep = torch.export.export(model.eval(), (x,))
+    onx = _int4_weight_only(torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto)
+    for init in onx.graph.initializer:
+        if init.name == "2.weight_s":
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 2, init.name))
+    summary = summarize(list(run_aligned(ep, onx, (x,))))
+    assert summary.verdict == "fail"
+    assert "2" in (summary.culprit.ep_module or summary.culprit.ep_name or "")
