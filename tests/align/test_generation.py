@@ -9,17 +9,15 @@ right, later steps read the wrong cache), and a rotary frequency off by 0.1%.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import helper, numpy_helper
 
 from onnx_sbs_nb import generation_parity, summarize
 from onnx_sbs_nb.align.generation import next_step_inputs
 from onnx_sbs_nb.errors import SbsInputError
 
-from ..corpus.cache_decoders import export_case
+from ..corpus.cache_decoders import export_case, rotary_frequency_off, scaled_cache_output
 
 pytest.importorskip("transformers")
 
@@ -28,20 +26,6 @@ pytest.importorskip("transformers")
 def decoder():
     case = export_case("dynamic_cache", "dynamic")
     return case, case.inputs(*case.case.sizes)
-
-
-def _scaled_cache_output(onx: onnx.ModelProto, output: str, scale: float) -> onnx.ModelProto:
-    """The model with the graph output ``output`` (a cache tensor) scaled on its way out
-    only: the step itself reads the right values."""
-    m = onnx.ModelProto()
-    m.CopyFrom(onx)
-    raw = output + "_raw"
-    for node in m.graph.node:
-        node.input[:] = [raw if x == output else x for x in node.input]
-        node.output[:] = [raw if x == output else x for x in node.output]
-    m.graph.initializer.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
-    m.graph.node.append(helper.make_node("Mul", [raw, "scale"], [output], name="planted_mul"))
-    return m
 
 
 def _cache_output(onx: onnx.ModelProto) -> str:
@@ -64,7 +48,7 @@ def test_a_faithful_export_decodes_the_same_text(decoder):
 def test_a_wrong_cache_is_named_at_the_step_that_writes_it(decoder):
     case, kwargs = decoder
     out = _cache_output(case.onx)
-    parity = generation_parity(case.ep, _scaled_cache_output(case.onx, out, 1.01), kwargs, steps=4)
+    parity = generation_parity(case.ep, scaled_cache_output(case.onx, 1.01), kwargs, steps=4)
     first = parity.steps[0]
     # the step's own logits are right: only the cache it writes is wrong
     assert first.passed and first.tokens_agree and first.cache_passed is False
@@ -81,7 +65,7 @@ def test_an_error_the_cache_carries_in_is_told_from_the_steps_own(decoder):
     """Each step writes its cache 0.002% too large: no step errs alone, but the ONNX side
     feeds its own cache back and the error grows until it leaves tolerance."""
     case, kwargs = decoder
-    onx = _scaled_cache_output(case.onx, _cache_output(case.onx), 1 + 2e-5)
+    onx = scaled_cache_output(case.onx, 1 + 2e-5)
     parity = generation_parity(case.ep, onx, kwargs, steps=24)
     assert parity.diverged_at is not None and parity.diverged_at > 0
     assert all(s.parted_by is None for s in parity.steps[: parity.diverged_at])
@@ -91,12 +75,7 @@ def test_an_error_the_cache_carries_in_is_told_from_the_steps_own(decoder):
 
 def test_a_wrong_rotary_frequency_is_named_in_the_steps_run(decoder):
     case, kwargs = decoder
-    onx = onnx.ModelProto()
-    onx.CopyFrom(case.onx)
-    for init in onx.graph.initializer:
-        if init.name.endswith("rotary_emb.inv_freq"):
-            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.001, init.name))
-    parity = generation_parity(case.ep, onx, kwargs, steps=3)
+    parity = generation_parity(case.ep, rotary_frequency_off(case.onx, 1.001), kwargs, steps=3)
     assert parity.diverged_by == "logits" and parity.own_passed is False
     culprit = summarize(parity.step_run(own_error=True)).culprit
     assert "rotary_emb" in (culprit.ep_module or "") + (culprit.onnx_node_name or "")

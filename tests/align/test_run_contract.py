@@ -7,8 +7,6 @@ import ast
 import functools
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 
 import onnx_sbs_nb
@@ -42,22 +40,6 @@ def _decoder():
     return case, case.inputs(*case.case.sizes)
 
 
-def _scaled_cache(onx):
-    """The decoder with its last cache output scaled: the decodes part at the first step,
-    so the generation kind has that step's records."""
-    from onnx import helper, numpy_helper
-
-    m = onnx.ModelProto()
-    m.CopyFrom(onx)
-    out = m.graph.output[-1].name
-    for node in m.graph.node:
-        node.output[:] = [out + "_raw" if o == out else o for o in node.output]
-        node.input[:] = [out + "_raw" if i == out else i for i in node.input]
-    m.graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "scale"))
-    m.graph.node.append(helper.make_node("Mul", [out + "_raw", "scale"], [out]))
-    return m
-
-
 def _start(name: str, ep, onx, x) -> Run:
     """A run of each kind from the arguments its users give."""
     start = run_kind(name).start
@@ -77,8 +59,10 @@ def _start(name: str, ep, onx, x) -> Run:
     if name == "quantization":
         return start(onx, [x, (x[0] * 2,)], mode="dynamic")
     if name == "generation":
+        from ..corpus.cache_decoders import scaled_cache_output
+
         case, kwargs = _decoder()
-        return start(case.ep, _scaled_cache(case.onx), kwargs, steps=2)
+        return start(case.ep, scaled_cache_output(case.onx, 1.01), kwargs, steps=2)
     if name == "records":
         return start([Record(ep_name="a", onnx_name="a", err_abs=0.0)])
     raise AssertionError(f"no test arguments for the run kind {name!r}: add them here")

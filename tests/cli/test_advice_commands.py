@@ -13,7 +13,7 @@ import onnx
 import pytest
 import torch
 
-from ..corpus.cache_decoders import export_case
+from ..corpus.cache_decoders import export_case, rotary_frequency_off
 from ..models import MLP, export
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,13 +56,7 @@ def test_generate_agrees_on_a_faithful_export(decoder_files):
 
 def test_generate_names_the_step_and_writes_its_node_report(decoder_files):
     folder, case = decoder_files
-    broken = onnx.ModelProto()
-    broken.CopyFrom(case.onx)
-    for init in broken.graph.initializer:
-        if init.name.endswith("rotary_emb.inv_freq"):
-            array = onnx.numpy_helper.to_array(init) * 1.001
-            init.CopyFrom(onnx.numpy_helper.from_array(array, init.name))
-    onnx.save(broken, folder / "broken.onnx")
+    onnx.save(rotary_frequency_off(case.onx, 1.001), folder / "broken.onnx")
     p = _cli(
         "generate", "--ep", "model.pt2", "--onnx", "broken.onnx", "--inputs", "inputs.pt",
         "--steps", "3", "--trust-pickles", "--step-report", "step.csv", "--no-progress",

@@ -303,3 +303,36 @@ def feeds(onx: onnx.ModelProto, kwargs: dict[str, Any]) -> dict[str, np.ndarray]
     names = [i.name for i in onx.graph.input if i.name not in inits]
     flat = [a for a in torch.utils._pytree.tree_leaves(kwargs) if isinstance(a, torch.Tensor)]
     return {n: a.detach().numpy() for n, a in zip(names, flat)}
+
+
+# ---- faults planted in an exported decoder (generation parity) ----------------------------
+
+
+def scaled_cache_output(onx: onnx.ModelProto, scale: float) -> onnx.ModelProto:
+    """The model with its last graph output (the last layer's cache values) scaled on its
+    way out only, by a Mul named ``planted_mul``: the step itself reads the right values,
+    later steps read the wrong cache."""
+    from onnx import helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(onx)
+    output = m.graph.output[-1].name
+    raw = output + "_raw"
+    for node in m.graph.node:
+        node.input[:] = [raw if x == output else x for x in node.input]
+        node.output[:] = [raw if x == output else x for x in node.output]
+    m.graph.initializer.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
+    m.graph.node.append(helper.make_node("Mul", [raw, "scale"], [output], name="planted_mul"))
+    return m
+
+
+def rotary_frequency_off(onx: onnx.ModelProto, factor: float) -> onnx.ModelProto:
+    """The model with its rotary embedding's frequencies multiplied by ``factor``."""
+    from onnx import numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(onx)
+    for init in m.graph.initializer:
+        if init.name.endswith("rotary_emb.inv_freq"):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * factor, init.name))
+    return m
