@@ -314,6 +314,13 @@ class Record:
         return self.kind == KIND_NODE and self.status == STATUS_FAIL and self.passed2 is True
 
     @property
+    def inherits(self) -> bool:
+        """A failing value (a node's or a graph output's) whose producer, rerun on the torch
+        values of its inputs, agrees with torch: its error comes from upstream.  Unlike
+        :attr:`drifted` it counts graph outputs, which still fail a verdict."""
+        return self.kind in (KIND_NODE, KIND_OUTPUT) and self.failed and self.passed2 is True
+
+    @property
     def own_error(self) -> float | None:
         """The node's own error when it was rerun on torch inputs, else None."""
         return self.err_abs2

@@ -217,7 +217,7 @@ export function coverageText(c) {
 
 // "N failing, of which M only inherit their error": the wording of summary.failing_text,
 // so a red count never reads as that many culprits (the same in the terminal and reports)
-export function failingText(failed, drifted) {
-  if (!drifted) return `${failed} failing`;
-  return `${failed} failing, of which ${drifted} only inherit their error`;
+export function failingText(failed, inherited) {
+  if (!inherited) return `${failed} failing`;
+  return `${failed} failing, of which ${inherited} only inherit their error`;
 }

@@ -567,10 +567,11 @@ class SbsWidget(anywidget.AnyWidget):
         worst = s.get("max_err_abs") or 0.0
         where = f" at {s['max_err_name']!r}" if s.get("max_err_name") else ""
         summary = self._summary_now()
-        drifted = (summary.get("totals") or {}).get("drifted", 0) if summary is not None else 0
+        totals = (summary.get("totals") or {}) if summary is not None else {}
+        inherited = totals.get("inherited", totals.get("drifted", 0))
         head = (
             f"SbsWidget({s['state']}: {s['rows']} records, "
-            f"{failing_text(s.get('failures', 0), drifted)}, worst err_abs {worst:.3g}{where}"
+            f"{failing_text(s.get('failures', 0), inherited)}, worst err_abs {worst:.3g}{where}"
         )
         culprit = culprit_of(summary)
         if culprit is not None:

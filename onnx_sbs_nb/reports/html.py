@@ -160,12 +160,12 @@ def _counts_line(
 ) -> str:
     d = _summary_dict(summary)
     failed = sum(1 for r in records if r.failed)
-    drifted = sum(1 for r in records if r.drifted)
+    inherited = sum(1 for r in records if r.inherits)
     # a weight that differs by design (folded) is no error: not the worst
     worst = max(
         (r.err_abs for r in records if is_finite(r.err_abs) and not _by_design(r)), default=None
     )
-    s = f"{len(records)} records, {failing_text(failed, drifted)}"
+    s = f"{len(records)} records, {failing_text(failed, inherited)}"
     if worst is not None:
         s += f", worst err_abs {worst:.3g}"
     state = (status or {}).get("state")

@@ -147,7 +147,12 @@ class Culprit:
         """How a terminal names it: the user's node, then where it lives."""
         name = self.ep_user_name or self.ep_name or self.onnx_name or f"step {self.step}"
         where = f" in {self.ep_module}" if self.ep_module else ""
-        if self.onnx_node:
+        if self.onnx_node and len(self.onnx_nodes) > 1:
+            # the rerun proves the lowering as a whole makes the error, not which of its
+            # nodes: naming the last one (it writes the value) would claim more than that
+            value = f"value {self.onnx_name} [{self.onnx_op_type}]"
+            onnx = f" (ONNX {value}, made by its lowering: {_node_list(self.onnx_nodes)})"
+        elif self.onnx_node:
             value = f", value {self.onnx_name}" if self.onnx_name else ""
             fused = f", fusing {fused_list(self.fuses)}" if self.fuses else ""
             onnx = f" (ONNX node {self.onnx_node} [{self.onnx_op_type}]{fused}{value})"
@@ -156,6 +161,13 @@ class Culprit:
         else:
             onnx = f" [{self.onnx_op_type or self.kind}]" if self.onnx_op_type or self.kind else ""
         return f"{name}{where}{onnx}"
+
+
+def _node_list(nodes: list[str], shown: int = 4) -> str:
+    """``n ONNX nodes a, b, …, z``: the first few and the last, which writes the value."""
+    if len(nodes) <= shown:
+        return f"{len(nodes)} ONNX nodes {', '.join(nodes)}"
+    return f"{len(nodes)} ONNX nodes {', '.join(nodes[: shown - 1])}, …, {nodes[-1]}"
 
 
 _RECORD_FIELDS = frozenset(RECORD_FIELDS)

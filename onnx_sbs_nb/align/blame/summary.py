@@ -239,7 +239,7 @@ class Summary:
         t = self.totals
         counts = (
             f"{t.get('records', 0)} records, {t.get('compared', 0)} compared, "
-            f"{failing_text(t.get('failed', 0), t.get('drifted', 0))}, {len(self.errors)} errors"
+            f"{failing_text(t.get('failed', 0), t.get('inherited', 0))}, {len(self.errors)} errors"
         )
         if t.get("not_computed", 0):
             counts += f", {t['not_computed']} not computed"
@@ -348,6 +348,7 @@ class Summarizer:
             "passed": 0,
             "failed": 0,
             "drifted": 0,
+            "inherited": 0,
             "reran": 0,
             "own_failed": 0,
             "errors": 0,
@@ -397,6 +398,8 @@ class Summarizer:
             t["passed"] += 1
         if is_failed:
             t["failed"] += 1
+            if rec.inherits:
+                t["inherited"] += 1
             if rec.drifted:
                 t["drifted"] += 1
             elif rec.kind == KIND_NODE:

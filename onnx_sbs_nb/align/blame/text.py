@@ -80,13 +80,13 @@ def suspect_name(rec: Record) -> str:
     return f"{name}{where}{value}"
 
 
-def failing_text(failed: int, drifted: int) -> str:
-    """How many values fail, and how many of them only inherit their error (drifted): the
-    one wording of the terminal, the widget and the reports, so a red count never reads as
-    that many culprits."""
-    if not drifted:
+def failing_text(failed: int, inherited: int) -> str:
+    """How many values fail, and how many of them only inherit their error
+    (:attr:`Record.inherits`, graph outputs included): the one wording of the terminal, the
+    widget and the reports, so a red count never reads as that many culprits."""
+    if not inherited:
         return f"{failed} failing"
-    return f"{failed} failing, of which {drifted} only inherit their error"
+    return f"{failed} failing, of which {inherited} only inherit their error"
 
 
 def drift_text(drifted: int, verdict: str) -> str:

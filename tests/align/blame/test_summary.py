@@ -276,3 +276,68 @@ def test_to_text_escapes_control_characters_in_model_names():
     assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
     assert "x\\x1b[2J\\x00y" in text
     assert s.to_dict()["first_own_failure"]["onnx_name"] == evil  # data keeps the raw name
+
+
+# ---- what the counts and the culprit's name claim ---------------------------------------
+
+
+def _planted_bias_run():
+    """fc1's bias +0.5 in the ONNX file: fc1 makes the error, relu, the scaling, fc2 and
+    the graph output (the +1 after fc2) only carry it."""
+    import torch
+    from onnx import numpy_helper
+
+    from onnx_sbs_nb.align.run import run_aligned
+
+    from ...models import export
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)) * 2.0) + 1.0
+
+    x = torch.randn(2, 8)
+    ep, onx = export(Two().eval(), (x,))
+    bias = next(i for i in onx.graph.initializer if i.name == "a.bias")
+    bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + 0.5, bias.name))
+    return list(run_aligned(ep, onx, (x,), own_error=True))
+
+
+def test_a_failing_graph_output_that_only_carries_the_error_counts_as_inheriting():
+    records = _planted_bias_run()
+    out = [r for r in records if r.kind == KIND_OUTPUT and r.failed]
+    assert out and all(r.passed2 is True for r in out)
+    s = summarize(records)
+    inherit = sum(1 for r in records if r.failed and r.passed2 is True)
+    assert s.totals["inherited"] == inherit == s.totals["drifted"] + len(out)
+    assert f"of which {inherit} only inherit their error" in str(s)
+    # the output still fails the verdict: an error that reaches the outputs is no drift
+    assert s.verdict == "fail"
+
+
+def test_a_culprit_in_a_lowering_of_several_nodes_names_the_lowering_not_its_last_node():
+    import torch
+
+    from onnx_sbs_nb.align.run import run_aligned
+
+    from ...models import export
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v) * 2
+
+    torch.manual_seed(0)
+    args = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
+    ep, onx = export(Sdpa(), args)
+    softmax = next(n for n in onx.graph.node if n.op_type == "Softmax")
+    next(a for a in softmax.attribute if a.name == "axis").i = -2  # the fault: not the last node
+    c = summarize(list(run_aligned(ep, onx, args, own_error=True))).culprit
+    assert c is not None and c.ep_name == "scaled_dot_product_attention"
+    assert softmax.name in c.onnx_nodes and c.onnx_nodes[-1] != softmax.name
+    label = c.label()
+    assert "made by its lowering" in label and f"{len(c.onnx_nodes)} ONNX nodes" in label
+    assert f"ONNX node {c.onnx_node}" not in label
