@@ -3,7 +3,7 @@
 //
 // The parts, each in its own module: the status line (status.js), the toolbar with the
 // session's actions and the input picker (actions.js, inputs.js), the answer card
-// (answer.js), the chart (chart.js), the layer tree (layers.js), the filter bar and the
+// (answer.js), a run's two sides step by step (streams.js), the chart (chart.js), the layer tree (layers.js), the filter bar and the
 // table (filter.js, table.js), the detail panel (detail.js). mount() only makes them,
 // places them and routes the model's changes to them.
 //
@@ -18,10 +18,11 @@ import { DetailPanel } from "./detail.js";
 import { FilterBar, ViewFilter } from "./filter.js";
 import { Graph } from "./graph.js";
 import { LayerTree } from "./layers.js";
-import { AnswerCard } from "./answer.js";
+import { AnswerCard, culpritOf } from "./answer.js";
 import { ActionBar } from "./actions.js";
 import { InputsPicker } from "./inputs.js";
 import { StatusLine } from "./status.js";
+import { StreamsView } from "./streams.js";
 import { watchTheme } from "./theme.js";
 
 export { DETACHED } from "./actions.js";
@@ -74,6 +75,13 @@ export function mount(el, src) {
   const layers = new LayerTree(store, filter, select);
   const detail = new DetailPanel(store, graph, select, actions.nodeActions);
   const status = new StatusLine(src, store, { card, layers, select, selected: () => selected });
+  // the parting step's records are the run's: showing them selects its culprit in the table
+  const streams = new StreamsView(src, () => {
+    const i = card.row(culpritOf(src.get("summary")));
+    select(i >= 0 ? i : store.length ? 0 : -1, "streams");
+    table.el.scrollIntoView({ block: "nearest" });
+    return store.count;
+  });
   const renderDetail = () => {
     detail.render(selected, src.get("details"), live && actions.backed !== false);
     card.setDetails(src.get("details"));
@@ -87,10 +95,10 @@ export function mount(el, src) {
   const side = h("div", { class: "sbs-side" }, detail.el);
   const left = h("div", { class: "sbs-left" }, chart.picker, chart.el, layers.el, bar.el, table.el);
   const main = h("div", { class: "sbs-main" }, left, side);
-  const root = h("div", { class: `sbs-root${live ? " sbs-live" : " sbs-static"}` }, h("style", { text: css }), status.el, actions.el, card.el, main);
+  const root = h("div", { class: `sbs-root${live ? " sbs-live" : " sbs-static"}` }, h("style", { text: css }), status.el, actions.el, card.el, streams.el, main);
   el.appendChild(root);
 
-  const parts = { store, filter, bar, table, chart, layers, detail, side, status, actions, picker, renderDetail };
+  const parts = { store, filter, bar, table, chart, layers, detail, side, status, actions, picker, streams, renderDetail };
   const offs = [...followWidth(root, parts), ...followModel(src, parts, select, () => selected)];
   if (!live) table.maxHeight = Math.max(360, Math.min(900, (window.innerHeight || 800) - 120));
 
@@ -102,6 +110,7 @@ export function mount(el, src) {
   layers.update(true);
   chart.update(true);
   status.render();
+  streams.render();
   actions.renderAction();
   picker.render();
   if (selected >= 0) select(selected, "model");
@@ -152,7 +161,7 @@ function followWidth(root, { chart, table, detail, side, renderDetail }) {
 
 /** The model's changes, each to the parts that show it; returns the unsubscribers. */
 function followModel(src, parts, select, selected) {
-  const { filter, bar, table, chart, layers, status, actions, picker, renderDetail } = parts;
+  const { filter, bar, table, chart, layers, status, actions, picker, streams, renderDetail } = parts;
   const render = () => actions.render();
   return [
     src.onRows((kind, from) => {
@@ -172,6 +181,7 @@ function followModel(src, parts, select, selected) {
     src.on("status", () => (status.render(), actions.renderAction(), picker.render())),
     src.on("inputs", () => picker.render()),
     src.on("summary", () => status.render()),
+    src.on("timeline", () => streams.render()),
     src.on("details", renderDetail),
     src.on("device", render),
     src.on("cuda_available", render),

@@ -51,6 +51,15 @@
  *                              (""|a trait it flips and sends, "device"), doc, shows};
  *                              [] in a report (no kernel: no buttons; a static view shows
  *                              none whatever it holds)
+ *   timeline       object|null a run's two sides step by step (Run.timeline(), onnx_sbs_nb/
+ *                              align/generation_timeline.py; null for the kinds with none):
+ *                              {unit, sides: [{name, tokens: [row][step] ids, text: [row]
+ *                              [step] decoded strings|null}], steps: [{step, agree,
+ *                              parted_by, err_abs, err_rel, passed, margin, cache_err_abs,
+ *                              cache_passed, cache_worst}], parted_at, parted_by, margin,
+ *                              err_abs, own_err_abs, own_passed, atol, rtol, why,
+ *                              records_step (the step the records compare node by node, or
+ *                              null), records, decode_error}; drawn by streams.js
  *
  *   inputs         object|null (live widget only) a run over many inputs: {total, done,
  *                              failing: [input index], names: [file name|null], shown:

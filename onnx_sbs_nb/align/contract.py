@@ -87,6 +87,8 @@ class Run(Protocol):
 
     def answer(self) -> str | None: ...
 
+    def timeline(self, decode: Callable[[int], str] | None = None) -> dict[str, Any] | None: ...
+
 
 class RunContract:
     """The defaults of :class:`Run`: a kind declares ``KIND``, ``LABEL``, ``APPLIES``
@@ -152,6 +154,12 @@ class RunContract:
 
     def answer(self) -> str | None:
         """The one-sentence answer of a kind that answers (bisection, advice)."""
+        return None
+
+    def timeline(self, decode: Callable[[int], str] | None = None) -> dict[str, Any] | None:
+        """Two sides' sequences step by step, where they part and why (the generation
+        parity's token streams, ``align/generation_timeline.py``), as plain data a view
+        draws; None for a kind that has none.  ``decode``: a token id's text."""
         return None
 
 
@@ -284,6 +292,9 @@ class RecordStream(Iterator[Record]):
 
     def answer(self) -> str | None:
         return self.run.answer()
+
+    def timeline(self, decode: Callable[[int], str] | None = None) -> dict[str, Any] | None:
+        return self.run.timeline(decode)
 
 
 def as_run(given: Any) -> Run:

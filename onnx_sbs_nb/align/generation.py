@@ -204,6 +204,15 @@ class GenerationParity(AnswerContract):
             ],
         }
 
+    def timeline(self, decode: Callable[[int], str] | None = None) -> dict[str, Any]:
+        """The two token streams as a view draws them, the parting step marked with its
+        margin and errors, and which step the run's records compare node by node
+        (:func:`~onnx_sbs_nb.align.generation_timeline.generation_timeline`; ``decode``:
+        a token id's text, ``tokenizer.decode``)."""
+        from .generation_timeline import generation_timeline
+
+        return generation_timeline(self, decode)
+
 
 def _logits_and_cache(out: Any) -> tuple[torch.Tensor, Any]:
     """The logits (the first tensor returned, or ``logits``) and the cache (the first

@@ -238,6 +238,9 @@ class SbsSession(RunConsumer):
     def _init(self, run: Any, background: bool, batch_interval: float, replay_root: Any) -> None:
         RunConsumer.__init__(self, run, background=background, batch_interval=batch_interval)
         self.replay_root = Path(replay_root) if replay_root is not None else Path("sbs_replays")
+        # a token id's text for a run that has a timeline (``tokenizer.decode``): views show
+        # decoded tokens instead of ids (SbsWidget(decode=...) sets it)
+        self.decode: Callable[[int], str] | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -252,6 +255,12 @@ class SbsSession(RunConsumer):
         """The kind of run this session holds (``align/kinds.py``), in a view's words;
         ``answer``: the one-sentence answer of a kind that answers (bisection, advice)."""
         return {"name": self.run.KIND, "label": self.run.LABEL, "answer": self.run.answer()}
+
+    def timeline(self) -> dict[str, Any] | None:
+        """The run's two sides step by step as a view draws them (the generation parity's
+        token streams, decoded with :attr:`decode`), JSON-safe; None for a kind with none."""
+        timeline = self.run.timeline(self.decode)
+        return None if timeline is None else jsonable(timeline)
 
     def why_not(self, action: str) -> str | None:
         """None when ``action`` applies to the run this session holds, else why not."""
@@ -345,6 +354,7 @@ class SbsSession(RunConsumer):
             model=self.run.model,
             title=title,
             details=self.culprit_detail() if self.finished else None,
+            timeline=self.timeline() if self.finished else None,
         )
 
     @property

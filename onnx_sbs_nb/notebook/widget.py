@@ -23,6 +23,8 @@ schema documented at the top of ``js/src/index.js``):
 - ``selected``: selected row index (-1: none), set by the browser;
 - ``details``: ``{row, node, node_error, rerun, replay}`` for the selected row;
 - ``device``, ``cuda_available``, ``cuda_reason``: the CUDA toggle;
+- ``timeline``: the run's two sides step by step, or None (``Run.timeline()``: a
+  generation parity's token streams, ``js/src/streams.js`` draws them);
 - ``actions``: the session's action table (:func:`~onnx_sbs_nb.notebook.session.action_table`):
   the buttons, their labels, which act on the selected node.
 
@@ -120,8 +122,10 @@ class SbsWidget(anywidget.AnyWidget):
     the run (bad inputs fail here); displaying the widget runs it in the cell while
     rows stream to the browser (``background=True`` starts it at once in a thread, so
     every button works during the run).  ``SbsWidget(session=...)`` views an existing
-    session, ``SbsWidget(records=[...])`` a list of records.  ``export_dir`` is where the
-    *Export report* button writes (default: the current folder).
+    session, ``SbsWidget(records=[...])`` a list of records or a run of any kind
+    (``SbsWidget(records=generation_parity(...), decode=tokenizer.decode)`` shows the two
+    token streams, decoded).  ``export_dir`` is where the *Export report* button writes
+    (default: the current folder).
     """
 
     # the record schema (records.FIELDS, STATUSES): every view's labels, columns, colours
@@ -151,6 +155,9 @@ class SbsWidget(anywidget.AnyWidget):
     # the kind of run the session holds (live only): {name, label, answer}; every kind
     # is shown, with the buttons of the actions that apply to it (``actions``)
     run_kind = t.Dict().tag(sync=True)
+    # the run's two sides step by step (``Run.timeline()``: a generation parity's token
+    # streams, the parting step, its margin, the step the records compare), else None
+    timeline = t.Dict(allow_none=True, default_value=None).tag(sync=True)
 
     def __init__(
         self,
@@ -165,6 +172,7 @@ class SbsWidget(anywidget.AnyWidget):
         batch_interval: float = 0.25,
         replay_root: str | Path | None = None,
         export_dir: str | Path | None = None,
+        decode: Any = None,
         **run_options: Any,
     ) -> None:
         if session is None:
@@ -191,6 +199,8 @@ class SbsWidget(anywidget.AnyWidget):
                     replay_root=replay_root,
                     **run_options,
                 )
+        if decode is not None:
+            session.decode = decode
         cuda_ok, cuda_why = cuda_availability()
         self._model_proto = session.run.model
         carries = _bundle_holder() is None  # the first live widget carries the bundle
@@ -207,6 +217,7 @@ class SbsWidget(anywidget.AnyWidget):
             cuda_reason=cuda_why,
             uid=uuid.uuid4().hex,
             run_kind=session.run_kind(),
+            timeline=session.timeline(),
             # the table's buttons that apply to this kind of run (the others: hidden)
             actions=session.buttons(),
         )
@@ -269,6 +280,7 @@ class SbsWidget(anywidget.AnyWidget):
                 summary = self.session.summary
                 self.summary = summary if isinstance(summary, Summary) else None
                 self.status = jsonable(self.session.status)
+                self.timeline = self.session.timeline()
         for handle in self._handles:
             try:
                 data, metadata = self._fallback_output()

@@ -514,12 +514,14 @@ def report_state(
     status: dict[str, Any] | None = None,
     model: Any = None,
     details: dict[str, Any] | None = None,
+    timeline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The widget state (same keys as SbsWidget's synced traits) of a run: finished
-    unless ``status`` says otherwise; ``model`` (the ONNX model) adds its graph."""
+    unless ``status`` says otherwise; ``model`` (the ONNX model) adds its graph;
+    ``timeline`` (``Run.timeline()``) the two token streams of a generation parity."""
     if summary is None:
         summary = summarize(records)
-    state = widget_state(records, summary=summary, status=status, model=model)
+    state = widget_state(records, summary=summary, status=status, model=model, timeline=timeline)
     if details and isinstance(details.get("row"), int):
         # the culprit's node detail (its whole stack): selected, as the live view does
         state.update(selected=details["row"], details=jsonable(details))
@@ -545,6 +547,7 @@ def report_html(
     model: Any = None,
     details: dict[str, Any] | None = None,
     preface: str = "",
+    timeline: dict[str, Any] | None = None,
 ) -> str:
     """One HTML file that opens offline: the culprit, linked table and chart, layers,
     filters, and (given the ONNX ``model``) the graph around each node.
@@ -562,7 +565,9 @@ def report_html(
     bundle = bundle if bundle is not None else load_bundle()
     title = title or "onnx-sbs report"
     body = f"<h2>{html.escape(title)}</h2>\n{preface}" + view_html(
-        report_state(records, summary, status=status, model=model, details=details),
+        report_state(
+            records, summary, status=status, model=model, details=details, timeline=timeline
+        ),
         "onnx-sbs-state-0",
         fallback_html(
             records, None if running else summary, status=status, stack=stack_of(details)
@@ -580,9 +585,18 @@ def write_report_html(
     model: Any = None,
     title: str = "",
     details: dict[str, Any] | None = None,
+    timeline: dict[str, Any] | None = None,
 ) -> Path:
     """:func:`report_html` written to ``path`` (its folder is created); returns the path."""
     path = Path(path)
-    text = report_html(records, summary, title=title, status=status, model=model, details=details)
+    text = report_html(
+        records,
+        summary,
+        title=title,
+        status=status,
+        model=model,
+        details=details,
+        timeline=timeline,
+    )
     write_text_atomic(path, text)
     return path

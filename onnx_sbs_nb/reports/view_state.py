@@ -47,6 +47,7 @@ STATE_TRAITS: tuple[str, ...] = (
     "cuda_available",
     "cuda_reason",
     "actions",
+    "timeline",
 )
 
 _bundle_cache: dict[str, Any] = {}
@@ -319,13 +320,15 @@ def widget_state(
     device: str = "cpu",
     model: Any = None,
     actions: Sequence[dict[str, Any]] = (),
+    timeline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The state ``renderStatic(el, state)`` takes: the widget's traits for a finished run.
 
     ``summary`` may be a Summary, its dict, or None (then computed from the records);
     ``model`` (the ONNX model) gives the neighbourhood view its graph; ``actions`` is the
     action table of a view that has a session to ask (``session.action_table()``), none
-    for a report: no kernel answers it, so it shows no button.
+    for a report: no kernel answers it, so it shows no button.  ``timeline``: the run's
+    two sides step by step (``Run.timeline()``), None for a kind that has none.
     """
     records = list(records)
     if summary is None:
@@ -347,4 +350,5 @@ def widget_state(
         "cuda_available": False,
         "cuda_reason": "",
         "actions": [dict(a) for a in actions],
+        "timeline": jsonable(timeline),
     }

@@ -685,3 +685,47 @@ def test_one_copy_of_the_bundle_per_notebook():
     again = SbsWidget(records=recs)
     assert again._esm == view_state.bundle_js() and widget_module._bundle_holder() is again
     assert SbsWidget(records=recs)._esm == SHIM_ESM
+
+
+def _report_state(text: str) -> dict:
+    """The widget state an HTML report carries (gzipped when large)."""
+    import base64
+    import gzip
+    import json
+    import re
+
+    m = re.search(
+        r'<script type="application/json" id="onnx-sbs-state-0"([^>]*)>(.*?)</script>', text, re.S
+    )
+    data = json.loads(m.group(2))
+    if "gzip" in m.group(1):
+        data = json.loads(gzip.decompress(base64.b64decode(data)))
+    return data
+
+
+def test_a_generation_run_syncs_its_token_streams_and_the_parting_steps_records(tmp_path):
+    """Issue 51, item 4: the widget over a generation parity run syncs the two token
+    streams (decoded by the user's callable) as ``timeline``; its rows are the parting
+    step compared node by node (``records_step``), and the saved report carries both."""
+    pytest.importorskip("transformers")
+    from onnx_sbs_nb import generation_parity
+
+    from ..corpus.cache_decoders import export_case, scaled_cache_output
+
+    case = export_case("dynamic_cache", "dynamic")
+    parity = generation_parity(case.ep, scaled_cache_output(case.onx, 1.5), case.kwargs(), steps=5)
+    w = SbsWidget(records=parity, decode=lambda t: f"tok{t}")
+    w.wait()
+    tl = w.timeline
+    assert w.trait_metadata("timeline", "sync") and "timeline" in STATE_TRAITS
+    assert tl["parted_at"] == parity.diverged_at == 0 and tl["parted_by"] == "cache"
+    assert tl["margin"] == parity.steps[0].margin
+    assert tl["sides"][0]["text"][0][0] == f"tok{parity.steps[0].torch_tokens[0]}"
+    # the step's node-by-node records are the rows the table shows
+    assert tl["records_step"] == 0 and tl["records"] == w.rows["n"] == len(parity.records) > 0
+    assert w.state()["timeline"] == tl
+    saved = _report_state(w.save_html(tmp_path / "gen.html").read_text(encoding="utf-8"))
+    assert saved["timeline"] == tl and saved["rows"]["n"] == tl["records"]
+    # a kind with no timeline syncs none
+    plain = SbsWidget(records=[Record(ep_name="a", onnx_name="a", err_abs=0.0)])
+    assert plain.timeline is None and widget_state([])["timeline"] is None
