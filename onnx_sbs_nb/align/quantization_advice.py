@@ -95,6 +95,24 @@ class QuantizationAdvice(AnswerContract):
     other: dict[str, Any] = field(default_factory=dict)
     # advised nodes a default session quantizes again (WeightBiasQuantization)
     requantized: list[str] = field(default_factory=list)
+    # the advice without the nodes excluded only to keep a Conv/Gemm float in a default
+    # session, deployed with that session's WeightBiasQuantization off instead:
+    # {"nodes_to_exclude", "disabled_optimizers", "sqnr_db"} ({}: none)
+    alternative: dict[str, Any] = field(default_factory=dict)
+
+    def alternative_text(self) -> str | None:
+        """The alternative, when it keeps LITTLE_DB more than the advice does deployed."""
+        alt = self.alternative
+        deployed = self.after if self.execution == "deployed" else self.other.get("after")
+        if not alt or deployed is None or alt["sqnr_db"] < deployed + LITTLE_DB:
+            return None
+        return (
+            f"or nodes_to_exclude = {alt['nodes_to_exclude']!r}, deployed with "
+            f"InferenceSession(..., disabled_optimizers={alt['disabled_optimizers']!r}) (the "
+            "optimizer that quantizes them again; the other fusions stay): "
+            f"{_db(alt['sqnr_db'])} in that session"
+        )
+
     model: onnx.ModelProto | None = field(default=None, repr=False)  # quantized with the advice
     steps: list[dict[str, Any]] = field(default_factory=list)  # the greedy steps taken
     records: list[Record] = field(default_factory=list, repr=False)
@@ -123,7 +141,9 @@ class QuantizationAdvice(AnswerContract):
                 return (
                     f"{head}: it needs {len(best.group)} nodes excluded (a default session "
                     "quantizes the node again unless its input's producer stays in float too), "
-                    f"over the budget of {self.budget}: pass budget={len(best.group)}"
+                    f"over the budget of {self.budget}: pass budget={len(best.group)}, or "
+                    f"exclude {best.node} alone and deploy with InferenceSession(..., "
+                    "disabled_optimizers=['WeightBiasQuantization']) (not measured here)"
                 )
         if self.after >= LOW_SQNR_DB:
             return f"{head}: the quantization noise is spread, no node's own quantization dominates"
@@ -188,6 +208,7 @@ class QuantizationAdvice(AnswerContract):
             "other_execution": dict(self.other) or None,
             "disagreement": self.disagreement(),
             "requantized_in_session": list(self.requantized),
+            "alternative": dict(self.alternative) or None,
         }
         return json_safe(d)
 
@@ -240,6 +261,9 @@ class QuantizationAdvice(AnswerContract):
         )
         if self.nodes_to_exclude:
             lines.append(f"  nodes_to_exclude = {self.nodes_to_exclude!r}")
+            alt = self.alternative_text()
+            if alt:
+                lines.append(f"  {alt}")
         return "\n".join(lines)
 
 

@@ -46,7 +46,7 @@ import torch
 from ..errors import SbsInputError
 from .precision_advisor import _feeds, _module_path
 from .quantization_advice import EXECUTIONS, LITTLE_DB, QuantizationAdvice, QuantNode
-from .quantization_exclusion import helpers, requantized_in_session
+from .quantization_exclusion import WEIGHT_BIAS_QUANTIZATION, helpers, requantized_in_session
 from .source.fx_metadata import fx_name_from_metadata
 from .source.loading import load_onnx_model
 
@@ -160,9 +160,16 @@ class _Quantizer:
         self.dir.cleanup()
 
 
-def _run(model: onnx.ModelProto, samples: list[dict], names: list[str], optimized: bool) -> list:
+def _run(
+    model: onnx.ModelProto,
+    samples: list[dict],
+    names: list[str],
+    optimized: bool,
+    disabled: tuple[str, ...] = (),
+) -> list:
     """Per input, the values ``names`` of ``model`` as float64 arrays; ``optimized``: in a
-    default CPU session (all graph optimizations, as deployed), else as written."""
+    default CPU session (all graph optimizations, as deployed, less the optimizers named in
+    ``disabled``), else as written."""
     import onnxruntime as ort
 
     m = onnx.ModelProto()
@@ -176,7 +183,10 @@ def _run(model: onnx.ModelProto, samples: list[dict], names: list[str], optimize
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        extra = {"disabled_optimizers": list(disabled)} if disabled else {}
+        sess = ort.InferenceSession(
+            m.SerializeToString(), so, providers=["CPUExecutionProvider"], **extra
+        )
     except Exception as e:
         text = " ".join(str(e).split()).split("[ONNXRuntimeError] :", 1)[-1].strip()
         raise SbsInputError(
@@ -218,9 +228,11 @@ class _Measure:
         self.samples, self.execution = samples, execution
         self.ref = _run(model, samples, self.outputs, False)
 
-    def outputs_sqnr(self, q: onnx.ModelProto, execution: str | None = None) -> dict[str, float]:
+    def outputs_sqnr(
+        self, q: onnx.ModelProto, execution: str | None = None, disabled: tuple[str, ...] = ()
+    ) -> dict[str, float]:
         optimized = (execution or self.execution) == "deployed"
-        got = _run(q, self.samples, self.outputs, optimized)
+        got = _run(q, self.samples, self.outputs, optimized, disabled)
         return {
             name: sqnr([r[k] for r in self.ref], [g[k] for g in got])
             for k, name in enumerate(self.outputs)
@@ -380,6 +392,28 @@ def _try(n: QuantNode, model: onnx.ModelProto, quantize: _Quantizer, measure: _M
     n.tried = True
 
 
+def _alternative(
+    ranked: list[QuantNode], chosen: list[str], requantized: list[str], advised: onnx.ModelProto,
+    quantize: _Quantizer, measure: _Measure,
+) -> dict[str, Any]:  # fmt: skip
+    """The advised nodes without the helpers a default session needs, deployed with that
+    session's WeightBiasQuantization off (it alone quantizes them again; the other fusions
+    stay): often better, as a helper moves a QDQ pair onto a value it may not suit."""
+    if measure.execution == "deployed":
+        helped = {h for n in ranked if n.node in chosen for h in n.with_nodes}
+        primaries = [x for x in chosen if x not in helped]
+        if len(primaries) == len(chosen):
+            return {}
+        model = quantize(primaries)
+    elif requantized:
+        primaries, model = list(chosen), advised
+    else:
+        return {}
+    disabled = (WEIGHT_BIAS_QUANTIZATION,)
+    got = min(measure.outputs_sqnr(model, "deployed", disabled).values())
+    return {"nodes_to_exclude": primaries, "disabled_optimizers": list(disabled), "sqnr_db": got}
+
+
 def _greedy(
     ranked: list[QuantNode], quantize: _Quantizer, measure: _Measure, before: float,
     budget: int, target: float | None, progress: Progress | None,
@@ -516,6 +550,10 @@ def advise_quantization(
                 "before": min(measure.outputs_sqnr(full, name).values()),
                 "after": min(measure.outputs_sqnr(advised, name).values()),
             }
+        requantized = [x for x in chosen if requantized_in_session(advised, x) is not None]
+        alternative = (
+            _alternative(ranked, chosen, requantized, advised, quantize, measure) if chosen else {}
+        )
         ops = sorted({n.op_type for n in touched})
         return QuantizationAdvice(
             mode=mode,
@@ -537,7 +575,8 @@ def advise_quantization(
             steps=steps,
             execution=execution,
             other=other,
-            requantized=[x for x in chosen if requantized_in_session(advised, x) is not None],
+            requantized=requantized,
+            alternative=alternative,
         )
     finally:
         quantize.close()

@@ -24,6 +24,8 @@ import onnx
 # the ops onnxruntime's WeightBiasQuantization quantizes again (seen in onnxruntime 1.32;
 # an older onnxruntime without it keeps them float, and the deployed measure shows it)
 REQUANTIZED = ("Conv", "ConvTranspose", "Gemm")
+# the optimizer's name, for InferenceSession(..., disabled_optimizers=[...])
+WEIGHT_BIAS_QUANTIZATION = "WeightBiasQuantization"
 # how far upstream helpers are looked for: a node fed by a chain of this many quantized
 # producers stays quantized in a session whatever the advice
 MAX_HELPERS = 3

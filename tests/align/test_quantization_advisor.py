@@ -121,7 +121,11 @@ def exported(name: str):
 
 
 def _ort_sqnr(
-    float_model: onnx.ModelProto, quantized_path: str, deployed: bool = True, inputs=INPUTS
+    float_model: onnx.ModelProto,
+    quantized_path: str,
+    deployed: bool = True,
+    inputs=INPUTS,
+    disabled: tuple[str, ...] = (),
 ) -> float:
     """The output SQNR measured here, independently of the advisor's own runs: the quantized
     model in a default session (as deployed), or with optimizations off."""
@@ -131,7 +135,8 @@ def _ort_sqnr(
         float_model.SerializeToString(), off, providers=["CPUExecutionProvider"]
     )
     so = ort.SessionOptions() if deployed else off
-    got = ort.InferenceSession(quantized_path, so, providers=["CPUExecutionProvider"])
+    extra = {"disabled_optimizers": list(disabled)} if disabled else {}
+    got = ort.InferenceSession(quantized_path, so, providers=["CPUExecutionProvider"], **extra)
     name = ref.get_inputs()[0].name
     r = [ref.run(None, {name: x.numpy()})[0] for x in inputs]
     g = [got.run(None, {name: x.numpy()})[0] for x in inputs]
@@ -169,6 +174,13 @@ def test_sensitive_layer_excluded(mode, per_channel, fmt, name, tmp_path):
     )
     assert advice.nodes_to_exclude == top.group
     assert top.with_nodes == (["node_relu_2"] if gemm else []), advice.to_text()
+    # the Gemm alone, in a session without the optimizer that quantizes it again, keeps more
+    # (the Relu excluded moves a QDQ pair onto the pre-Relu value, -100 on the dead channel)
+    if gemm:
+        assert advice.alternative["nodes_to_exclude"] == [top.node]
+        assert advice.alternative["sqnr_db"] >= advice.after, advice.to_text()
+    else:
+        assert advice.alternative == {}
     assert advice.gain >= 10.0, advice.to_text()
     assert len(advice.nodes_to_exclude) <= max(1, advice.quantizable // 10)
     assert not advice.little_gained
@@ -339,10 +351,10 @@ def test_advised_gain_holds_in_a_default_session(per_channel, tmp_path):
         assert small.nodes_to_exclude == [] and "pass budget=2" in small.to_text()
 
 
-def test_as_written_says_where_the_executions_disagree():
+def test_as_written_says_where_the_executions_disagree(tmp_path):
     """Measured as written, fc2 alone buys 5 dB; the advice says a default session gains
     nothing from it, and why."""
-    _, advice = _fc2_advice(execution="as-written")
+    onx, advice = _fc2_advice(execution="as-written")
     text = advice.to_text()
     assert advice.nodes_to_exclude == ["node_linear_1"] and advice.gain >= 4.0, text
     assert "graph optimizations off" in text
@@ -351,6 +363,17 @@ def test_as_written_says_where_the_executions_disagree():
     assert advice.other["execution"] == "deployed"
     assert advice.other["after"] - advice.other["before"] < 1.0
     assert advice.to_dict()["disagreement"] == advice.disagreement()
+    # deployed with that one optimizer off, the exclusion holds: measured here too
+    alt = advice.alternative
+    assert alt["nodes_to_exclude"] == ["node_linear_1"], text
+    assert alt["disabled_optimizers"] == ["WeightBiasQuantization"]
+    assert "disabled_optimizers=['WeightBiasQuantization']" in text
+    assert alt["sqnr_db"] == pytest.approx(advice.after, abs=1.0)
+    path = str(tmp_path / "advised.onnx")
+    save_quantized_model(advice, path)
+    mine = _ort_sqnr(onx, path, inputs=FC_INPUTS, disabled=("WeightBiasQuantization",))
+    assert mine == pytest.approx(alt["sqnr_db"], abs=0.01)
+    assert _ort_sqnr(onx, path, inputs=FC_INPUTS) < advice.after - 3.0  # a default session
     # the Gemm rows carry their value's SQNR (the folded Relu's value, the output's pair)
     assert all(n.value_sqnr is not None for n in advice.nodes if n.op_type == "Gemm"), text
     with pytest.raises(SbsInputError, match="execution must be"):
