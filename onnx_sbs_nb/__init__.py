@@ -22,6 +22,11 @@ _LAZY = {
     "advise_precision": ("onnx_sbs_nb.align.precision_advisor", "advise_precision"),
     "generation_parity": ("onnx_sbs_nb.align.generation", "generation_parity"),
     "advise_quantization": ("onnx_sbs_nb.align.quantization_advisor", "advise_quantization"),
+    "write_quantization_advice": (
+        "onnx_sbs_nb.align.quantization_advice",
+        "write_quantization_advice",
+    ),
+    "save_quantized_model": ("onnx_sbs_nb.align.quantization_advice", "save_quantized_model"),
     "TorchOnnxEvaluator": ("onnx_sbs_nb.evaluator.evaluator", "TorchOnnxEvaluator"),
     "supported_ops": ("onnx_sbs_nb.evaluator.registry", "supported_ops"),
     "summarize": ("onnx_sbs_nb.align.blame.summary", "summarize"),

@@ -21,6 +21,15 @@ LITTLE_DB = 1.0
 LITTLE_GAIN_DB = 3.0
 # below this output SQNR (an error a tenth of the outputs' size) quantization costs much
 LOW_SQNR_DB = 20.0
+# where the quantized models run: how a quantized model is deployed (the default session,
+# whose optimizers fuse the QDQ pairs into integer kernels and may quantize an excluded node
+# again) or the QDQ graph computed as written, in float (the same on every CPU)
+EXECUTIONS = {
+    "deployed": "a default onnxruntime CPU session (graph optimizations on, as deployed: QDQ "
+    "fused into integer kernels, on this CPU)",
+    "as-written": "onnxruntime with graph optimizations off (the QDQ graph computed as "
+    "written, in float; not how a default session runs it)",
+}
 
 
 @dataclass
@@ -42,6 +51,17 @@ class QuantNode:
     tried: bool  # whether the model was quantized with it excluded
     fx_node: str | None = None  # the fx node it lowers (exporter metadata)
     module: str | None = None  # its module path, e.g. "layers.3"
+    # the nodes excluded with it so that a default session keeps it in float (a Gemm/Conv
+    # fed by a DequantizeLinear is quantized again by onnxruntime's WeightBiasQuantization:
+    # its input's producer goes too); measured and advised together
+    with_nodes: list[str] = field(default_factory=list)
+    # a default session quantizes it again whatever else is excluded (fed by a graph
+    # input's QDQ pair): excluding it buys nothing deployed
+    requantized: bool = False
+
+    @property
+    def group(self) -> list[str]:
+        return [self.node, *self.with_nodes]
 
 
 @dataclass
@@ -70,6 +90,29 @@ class QuantizationAdvice(AnswerContract):
     samples: int  # inputs the SQNR is measured on (and calibrated on, for static)
     quantizations: int  # how many times the model was quantized
     elapsed: float = 0.0
+    execution: str = "deployed"  # where the SQNRs were measured (a key of EXECUTIONS)
+    # the same two models measured in the other execution: {"execution", "before", "after"}
+    other: dict[str, Any] = field(default_factory=dict)
+    # advised nodes a default session quantizes again (WeightBiasQuantization)
+    requantized: list[str] = field(default_factory=list)
+    # the advice without the nodes excluded only to keep a Conv/Gemm float in a default
+    # session, deployed with that session's WeightBiasQuantization off instead:
+    # {"nodes_to_exclude", "disabled_optimizers", "sqnr_db"} ({}: none)
+    alternative: dict[str, Any] = field(default_factory=dict)
+
+    def alternative_text(self) -> str | None:
+        """The alternative, when it keeps LITTLE_DB more than the advice does deployed."""
+        alt = self.alternative
+        deployed = self.after if self.execution == "deployed" else self.other.get("after")
+        if not alt or deployed is None or alt["sqnr_db"] < deployed + LITTLE_DB:
+            return None
+        return (
+            f"or nodes_to_exclude = {alt['nodes_to_exclude']!r}, deployed with "
+            f"InferenceSession(..., disabled_optimizers={alt['disabled_optimizers']!r}) (the "
+            "optimizer that quantizes them again; the other fusions stay): "
+            f"{_db(alt['sqnr_db'])} in that session"
+        )
+
     model: onnx.ModelProto | None = field(default=None, repr=False)  # quantized with the advice
     steps: list[dict[str, Any]] = field(default_factory=list)  # the greedy steps taken
     records: list[Record] = field(default_factory=list, repr=False)
@@ -84,13 +127,24 @@ class QuantizationAdvice(AnswerContract):
         return not self.nodes_to_exclude or self.gain < LITTLE_GAIN_DB
 
     def why_little(self) -> str:
-        """Why excluding nodes buys little: the noise is spread, or (the outputs lose much)
-        it sits in a value several quantized nodes share."""
+        """Why excluding nodes buys little: the noise is spread, the best exclusion needs more
+        nodes than the budget, a session quantizes the node again, or (the outputs lose
+        much) it sits in a value several quantized nodes share."""
         best = next((n for n in self.nodes if n.gain_db is not None), None)
-        alone = (
-            f" (the best single exclusion, {best.node}, buys {_db(best.gain_db)})" if best else ""
-        )
+        alone = ""
+        if best is not None:
+            what = best.node + (f" with {', '.join(best.with_nodes)}" if best.with_nodes else "")
+            alone = f" (the best single exclusion, {what}, buys {_db(best.gain_db)})"
         head = f"little is gained by excluding nodes (under {LITTLE_GAIN_DB:g} dB){alone}"
+        if best is not None and (best.gain_db or 0.0) >= LITTLE_GAIN_DB:
+            if len(best.group) > self.budget and best.node not in self.nodes_to_exclude:
+                return (
+                    f"{head}: it needs {len(best.group)} nodes excluded (a default session "
+                    "quantizes the node again unless its input's producer stays in float too), "
+                    f"over the budget of {self.budget}: pass budget={len(best.group)}, or "
+                    f"exclude {best.node} alone and deploy with InferenceSession(..., "
+                    "disabled_optimizers=['WeightBiasQuantization']) (not measured here)"
+                )
         if self.after >= LOW_SQNR_DB:
             return f"{head}: the quantization noise is spread, no node's own quantization dominates"
         return (
@@ -99,6 +153,27 @@ class QuantizationAdvice(AnswerContract):
             "while any of them is quantized), such as an activation with outlier channels; try a "
             "larger budget, per_channel, or that tensor in 16 bits (extra_options "
             "TensorQuantOverrides)"
+        )
+
+    def disagreement(self) -> str | None:
+        """What the other execution makes of the advised exclusions, when it gains otherwise."""
+        o = self.other
+        if not o or not self.nodes_to_exclude:
+            return None
+        gain = o["after"] - o["before"]
+        if abs(gain - self.gain) < LITTLE_DB:
+            return None
+        where = "in a default session" if o["execution"] == "deployed" else "run as written"
+        why = (
+            f" (a default session quantizes {', '.join(self.requantized)} again: onnxruntime's "
+            "WeightBiasQuantization optimizer quantizes the weights of a Conv/Gemm fed by a "
+            "DequantizeLinear, per tensor)"
+            if self.requantized
+            else ""
+        )
+        return (
+            f"the executions disagree: {where} the same exclusion gains {_db(gain)} "
+            f"({_db(o['before'])} -> {_db(o['after'])}){why}"
         )
 
     def quantize_kwargs(self) -> dict[str, Any]:
@@ -129,6 +204,11 @@ class QuantizationAdvice(AnswerContract):
             "nodes": [asdict(n) for n in self.nodes],
             "steps": list(self.steps),
             "elapsed": self.elapsed,
+            "execution": self.execution,
+            "other_execution": dict(self.other) or None,
+            "disagreement": self.disagreement(),
+            "requantized_in_session": list(self.requantized),
+            "alternative": dict(self.alternative) or None,
         }
         return json_safe(d)
 
@@ -139,24 +219,51 @@ class QuantizationAdvice(AnswerContract):
             f"{_db(self.before)} quantized as asked, {_db(self.after)} with "
             f"{len(self.nodes_to_exclude)} node(s) excluded (gain {_db(self.gain)}; "
             f"{self.quantizable} nodes quantized, budget {self.budget}, "
-            f"{self.quantizations} quantizations on {self.samples} input(s))"
+            f"{self.quantizations} quantizations on {self.samples} input(s))",
+            f"  output SQNRs measured in {EXECUTIONS.get(self.execution, self.execution)}",
         ]
+        other = self.disagreement()
+        if other:
+            lines.append(f"  {other}")
+        elif self.requantized:
+            lines.append(
+                f"  a default session quantizes {', '.join(self.requantized)} again "
+                "(onnxruntime's WeightBiasQuantization: a Conv/Gemm fed by a DequantizeLinear)"
+            )
         if self.little_gained:
             lines.append(f"  {self.why_little()}")
         lines.append("  nodes by the output SQNR excluding them buys, best first:")
+        missing = False
         for k, n in enumerate(self.nodes[:limit], 1):
             where = ", ".join(
                 x for x in (n.fx_node and f"fx {n.fx_node}", n.module and f"in {n.module}") if x
             )
             gain = f"gain {_db(n.gain_db)}" if n.tried else "not tried"
+            if n.with_nodes:
+                gain += f" (with {', '.join(n.with_nodes)} excluded too)"
+            if n.requantized:
+                gain += " (a default session quantizes it again: fed by an input's QDQ pair)"
+            missing = missing or n.value_sqnr is None
             lines.append(
                 f"  {k:>3}. {n.node} ({n.op_type}){' ' + where if where else ''}: {gain}, "
                 f"its value's SQNR {_db(n.value_sqnr)}, own {_db(n.own_sqnr)}"
             )
         if len(self.nodes) > limit:
             lines.append(f"       ... and {len(self.nodes) - limit} more")
+        lines.append(
+            "  (values' SQNR: the graph as written, where each value exists"
+            + (
+                "; n/a: the quantized graph holds no float value of that node's output, an "
+                "integer op replaced it)"
+                if missing
+                else ")"
+            )
+        )
         if self.nodes_to_exclude:
             lines.append(f"  nodes_to_exclude = {self.nodes_to_exclude!r}")
+            alt = self.alternative_text()
+            if alt:
+                lines.append(f"  {alt}")
         return "\n".join(lines)
 
 

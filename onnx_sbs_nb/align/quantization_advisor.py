@@ -12,9 +12,16 @@ cheaper, but it does not say what the outputs gain: a large error in a value the
 ignores costs nothing, and a QDQ pair shared by two nodes stays while either is quantized.
 It only picks the nodes to try when there are more than ``max_trials``.
 
+The quantized models run as deployed by default (a default onnxruntime CPU session, graph
+optimizations on), or as written (``execution="as-written"``, optimizations off); the
+advised model is measured in both and the advice says where they disagree.  Deployed, a
+Conv/Gemm left in float but fed by a DequantizeLinear is quantized again by the session
+(quantization_exclusion): it is tried with the producer of its input excluded too.
+
 Cost: static calibration runs once (onnxruntime's calibration cache, from 1.32; before,
 each quantization calibrates again); then 1 + min(N, max_trials) + at most 2 x budget
-quantizations of the model and as many runs over the inputs, for N quantized nodes.  The
+quantizations of the model and as many runs over the inputs, for N quantized nodes (plus
+up to 3 per Conv/Gemm tried, deployed, for the producers excluded with it).  The
 greedy step adds the best-ranked node left, keeps it if the outputs gain at least 1 dB,
 and stops at the target SQNR, at the budget (10% of the quantized nodes by default), or
 when the next node alone buys less than 1 dB.
@@ -38,7 +45,8 @@ import torch
 
 from ..errors import SbsInputError
 from .precision_advisor import _feeds, _module_path
-from .quantization_advice import LITTLE_DB, QuantizationAdvice, QuantNode
+from .quantization_advice import EXECUTIONS, LITTLE_DB, QuantizationAdvice, QuantNode
+from .quantization_exclusion import WEIGHT_BIAS_QUANTIZATION, helpers, requantized_in_session
 from .source.fx_metadata import fx_name_from_metadata
 from .source.loading import load_onnx_model
 
@@ -152,8 +160,16 @@ class _Quantizer:
         self.dir.cleanup()
 
 
-def _run(model: onnx.ModelProto, samples: list[dict], names: list[str], optimized: bool) -> list:
-    """Per input, the values ``names`` of ``model`` as float64 arrays."""
+def _run(
+    model: onnx.ModelProto,
+    samples: list[dict],
+    names: list[str],
+    optimized: bool,
+    disabled: tuple[str, ...] = (),
+) -> list:
+    """Per input, the values ``names`` of ``model`` as float64 arrays; ``optimized``: in a
+    default CPU session (all graph optimizations, as deployed, less the optimizers named in
+    ``disabled``), else as written."""
     import onnxruntime as ort
 
     m = onnx.ModelProto()
@@ -167,7 +183,10 @@ def _run(model: onnx.ModelProto, samples: list[dict], names: list[str], optimize
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        extra = {"disabled_optimizers": list(disabled)} if disabled else {}
+        sess = ort.InferenceSession(
+            m.SerializeToString(), so, providers=["CPUExecutionProvider"], **extra
+        )
     except Exception as e:
         text = " ".join(str(e).split()).split("[ONNXRuntimeError] :", 1)[-1].strip()
         raise SbsInputError(
@@ -199,18 +218,21 @@ def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
 class _Measure:
     """The float model's outputs on the inputs, and a quantized model's SQNR against them."""
 
-    def __init__(self, model: onnx.ModelProto, samples: list[dict], optimized: bool):
+    def __init__(self, model: onnx.ModelProto, samples: list[dict], execution: str):
         floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
         self.outputs = [
             o.name for o in model.graph.output if o.type.tensor_type.elem_type in floats
         ]
         if not self.outputs:
             raise SbsInputError("the model has no float output: there is nothing to measure")
-        self.samples, self.optimized = samples, optimized
+        self.samples, self.execution = samples, execution
         self.ref = _run(model, samples, self.outputs, False)
 
-    def outputs_sqnr(self, q: onnx.ModelProto) -> dict[str, float]:
-        got = _run(q, self.samples, self.outputs, self.optimized)
+    def outputs_sqnr(
+        self, q: onnx.ModelProto, execution: str | None = None, disabled: tuple[str, ...] = ()
+    ) -> dict[str, float]:
+        optimized = (execution or self.execution) == "deployed"
+        got = _run(q, self.samples, self.outputs, optimized, disabled)
         return {
             name: sqnr([r[k] for r in self.ref], [g[k] for g in got])
             for k, name in enumerate(self.outputs)
@@ -247,14 +269,34 @@ def _value_sqnr(
     values it does not remove)."""
     produced = {o for n in q.graph.node for o in n.output if o}
     inits = {i.name for i in model.graph.initializer}
+    values = {o for n in model.graph.node for o in n.output if o} | {
+        i.name for i in model.graph.input
+    }
     # a value as its consumers see it: after its QuantizeLinear/DequantizeLinear pair (a
     # Relu folded into the pair's range leaves its name on the Add before it)
     twin = {}
+
+    def read(v: str) -> str | None:
+        dq = f"{v}_DequantizeLinear_Output"
+        return dq if dq in produced else v if v in produced else None
+
     for n in nodes:
         for v in [*n.input, *n.output]:
-            dq = f"{v}_DequantizeLinear_Output"
-            if v and v not in inits and (dq in produced or v in produced):
-                twin[v] = dq if dq in produced else v
+            if v and v not in inits and read(v):
+                twin[v] = read(v)
+    # a node whose output the quantizer renamed: its twin writes the value of the Relu folded
+    # into its pair (that Relu's name), or feeds the QuantizeLinear of a graph output
+    by_name = {n.name: n for n in q.graph.node if n.name}
+    alias: dict[str, str] = {}
+    for n in nodes:
+        t = by_name.get(n.name)
+        if t is None or any(o in twin for o in n.output):
+            continue
+        for o in t.output:
+            v = o.removesuffix("_QuantizeLinear_Input")
+            if v in values and read(v):
+                twin[v] = read(v)
+                alias[n.name] = v
     names = sorted(twin)
     if not names:
         return {}
@@ -263,7 +305,9 @@ def _value_sqnr(
     db = {name: sqnr([r[k] for r in ref], [g[k] for g in got]) for k, name in enumerate(names)}
     out: dict[str, tuple[float | None, float | None]] = {}
     for n in nodes:
-        outs = [db[o] for o in n.output if o in db]
+        outs = [db[o] for o in n.output if o in db] or (
+            [db[alias[n.name]]] if alias.get(n.name) in db else []
+        )
         if not outs:
             out[n.name] = (None, None)
             continue
@@ -337,6 +381,39 @@ def _pre_rank(n: QuantNode) -> tuple[bool, float]:
     return (own is None, math.inf if own is None else own)
 
 
+def _try(n: QuantNode, model: onnx.ModelProto, quantize: _Quantizer, measure: _Measure) -> None:
+    """Quantizes with ``n`` excluded and measures the outputs.  Deployed, a node a default
+    session would quantize again takes its helpers along (quantization_exclusion)."""
+    q = quantize([n.node])
+    if measure.execution == "deployed":
+        n.with_nodes, q, kept = helpers(model, n.node, quantize, [], q)
+        n.requantized = not kept
+    n.sqnr_excluded = measure(q)
+    n.tried = True
+
+
+def _alternative(
+    ranked: list[QuantNode], chosen: list[str], requantized: list[str], advised: onnx.ModelProto,
+    quantize: _Quantizer, measure: _Measure,
+) -> dict[str, Any]:  # fmt: skip
+    """The advised nodes without the helpers a default session needs, deployed with that
+    session's WeightBiasQuantization off (it alone quantizes them again; the other fusions
+    stay): often better, as a helper moves a QDQ pair onto a value it may not suit."""
+    if measure.execution == "deployed":
+        helped = {h for n in ranked if n.node in chosen for h in n.with_nodes}
+        primaries = [x for x in chosen if x not in helped]
+        if len(primaries) == len(chosen):
+            return {}
+        model = quantize(primaries)
+    elif requantized:
+        primaries, model = list(chosen), advised
+    else:
+        return {}
+    disabled = (WEIGHT_BIAS_QUANTIZATION,)
+    got = min(measure.outputs_sqnr(model, "deployed", disabled).values())
+    return {"nodes_to_exclude": primaries, "disabled_optimizers": list(disabled), "sqnr_db": got}
+
+
 def _greedy(
     ranked: list[QuantNode], quantize: _Quantizer, measure: _Measure, before: float,
     budget: int, target: float | None, progress: Progress | None,
@@ -353,15 +430,18 @@ def _greedy(
             break
         if n.gain_db is None or n.gain_db < LITTLE_DB:
             break  # ranked by gain: nothing left buys enough alone
+        new = [x for x in n.group if x not in chosen]
+        if not new or len(chosen) + len(new) > budget:
+            continue  # already in, or with its helpers over the budget
         tries += 1
-        trial = quantize([*chosen, n.node])
+        trial = quantize([*chosen, *new])
         got = measure(trial)
         kept = got - current >= LITTLE_DB
         steps.append({"node": n.node, "sqnr_db": got, "kept": kept})
         if progress is not None:
             progress("greedy", tries / (2 * budget))
         if kept:
-            chosen.append(n.node)
+            chosen.extend(new)
             current, model = got, trial
     return chosen, current, model, steps
 
@@ -383,8 +463,9 @@ def advise_quantization(
     target_db: float | None = None,
     target_gain_db: float | None = None,
     max_trials: int = 32,
-    optimized: bool = False,
+    execution: str = "deployed",
     progress: Progress | None = None,
+    optimized: bool | None = None,
 ) -> QuantizationAdvice:
     """Which nodes of the float model ``onx`` to leave out of int8 quantization.
 
@@ -396,8 +477,14 @@ def advise_quantization(
     ``budget``: the most nodes to exclude (a fraction of the quantized nodes, or a count);
     the search stops once the output SQNR reaches ``target_db`` or gains ``target_gain_db``
     (default: neither, the budget).  ``max_trials``: the most single exclusions tried.
-    ``optimized``: run the quantized models with onnxruntime's graph optimizations (its
-    integer kernels, which differ by CPU) instead of the QDQ graph as written.
+    ``execution``: where the quantized models run: ``"deployed"`` (default), a default
+    onnxruntime CPU session, graph optimizations on, as a quantized model is deployed (QDQ
+    pairs fused into integer kernels, which differ by CPU; its optimizers quantize again a
+    Conv/Gemm left in float but fed by a DequantizeLinear, so such a node is excluded with its
+    input's producer); ``"as-written"``: optimizations off, the QDQ graph computed as written
+    in float (what onnxruntime's ``qdq_loss_debug`` measures).  The advised models are
+    measured in the other execution too; the advice says where the two disagree.
+    ``optimized``: the former name, True for "deployed", False for "as-written".
     """
     start = time.monotonic()
     kw, shown = _settings(
@@ -406,9 +493,13 @@ def advise_quantization(
     )  # fmt: skip
     if max_trials < 1:
         raise SbsInputError("max_trials must be at least 1")
+    if optimized is not None:
+        execution = "deployed" if optimized else "as-written"
+    if execution not in EXECUTIONS:
+        raise SbsInputError(f"execution must be 'deployed' or 'as-written', not {execution!r}")
     model = load_onnx_model(onx)
     samples = _samples(inputs, ep, model)
-    measure = _Measure(model, samples, optimized)
+    measure = _Measure(model, samples, execution)
     quantize = _Quantizer(model, samples, mode, kw)
     try:
         if progress is not None:
@@ -433,9 +524,8 @@ def advise_quantization(
         nodes = [_quant_node(n, values) for n in touched if n.op_type not in _MOVES]
         to_try = sorted(nodes, key=_pre_rank)[:max_trials]
         for k, n in enumerate(to_try):
-            n.sqnr_excluded = measure(quantize([n.node]))
+            _try(n, model, quantize, measure)
             n.gain_db = n.sqnr_excluded - before
-            n.tried = True
             if progress is not None:
                 progress("rank", (k + 1) / len(to_try))
         ranked = sorted(
@@ -452,6 +542,18 @@ def advise_quantization(
         )
         advised = advised if advised is not None else full
         outputs_after = measure.outputs_sqnr(advised) if chosen else dict(outputs_before)
+        other = {}
+        if chosen:  # the other execution's word on the same two models
+            name = "as-written" if execution == "deployed" else "deployed"
+            other = {
+                "execution": name,
+                "before": min(measure.outputs_sqnr(full, name).values()),
+                "after": min(measure.outputs_sqnr(advised, name).values()),
+            }
+        requantized = [x for x in chosen if requantized_in_session(advised, x) is not None]
+        alternative = (
+            _alternative(ranked, chosen, requantized, advised, quantize, measure) if chosen else {}
+        )
         ops = sorted({n.op_type for n in touched})
         return QuantizationAdvice(
             mode=mode,
@@ -471,6 +573,10 @@ def advise_quantization(
             elapsed=time.monotonic() - start,
             model=advised,
             steps=steps,
+            execution=execution,
+            other=other,
+            requantized=requantized,
+            alternative=alternative,
         )
     finally:
         quantize.close()

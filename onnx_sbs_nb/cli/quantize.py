@@ -56,6 +56,15 @@ def add_quantize_command(sub: Any) -> None:
         "a count (default 0.1)",
     )
     p.add_argument("--target-db", type=float, help="stop once the output SQNR reaches this")
+    p.add_argument(
+        "--execution",
+        choices=("deployed", "as-written"),
+        default="deployed",
+        help="where the quantized models are measured: 'deployed' (default), a default "
+        "onnxruntime CPU session with graph optimizations on, as the model is deployed; "
+        "'as-written', optimizations off, the QDQ graph computed in float (the advice says "
+        "where the two disagree)",
+    )
     p.add_argument("-o", "--output", metavar="FILE.json", help="the advice as JSON")
     p.add_argument("--save-model", metavar="FILE.onnx", help="the model quantized with it")
     p.add_argument("--trust-pickles", action="store_true", help="the input files are yours")
@@ -101,6 +110,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             weight_type=args.weight_type,
             budget=budget,
             target_db=args.target_db,
+            execution=args.execution,
             progress=progress,
         )
     print(advice.to_text())

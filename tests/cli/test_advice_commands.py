@@ -102,6 +102,14 @@ def test_quantize_advice_writes_the_advice_and_the_model(tmp_path):
     advice = json.loads((tmp_path / "advice.json").read_text())
     assert "nodes_to_exclude" in advice and advice["mode"] == "dynamic"
     onnx.checker.check_model(onnx.load(tmp_path / "advised.onnx"))
+    # measured as deployed by default, and the text says so; --execution as-written switches
+    assert advice["execution"] == "deployed" and "default onnxruntime CPU session" in p.stdout
+    p = _cli(
+        "quantize-advice", "--onnx", "model.onnx", "--inputs", *names, "--mode", "dynamic",
+        "--execution", "as-written", "-o", "written.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0 and "graph optimizations off" in p.stdout, p.stderr[-2000:]
+    assert json.loads((tmp_path / "written.json").read_text())["execution"] == "as-written"
     p = _cli(
         "quantize-advice", "--onnx", "model.onnx", "--inputs", "in0.pt", "--mode", "x", cwd=tmp_path
     )
