@@ -66,7 +66,7 @@ class CNN(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
-SHAPES = {"mlp": (8, 32), "cnn": (2, 3, 8, 8)}
+SHAPES = {"mlp": (8, 32), "cnn": (2, 3, 8, 8), "mlp3d": (2, 4, 32)}
 
 
 def _inputs(name: str) -> list[torch.Tensor]:
@@ -76,7 +76,7 @@ def _inputs(name: str) -> list[torch.Tensor]:
 
 @functools.cache
 def _float(name: str):
-    model = {"mlp": MLP, "cnn": CNN}[name]().eval()
+    model = {"mlp": MLP, "cnn": CNN, "mlp3d": MLP}[name]().eval()
     return export(model, (_inputs(name)[0],))
 
 
