@@ -21,7 +21,8 @@ seen in the node's float output, mixed with the activation's rounding.  The view
 
 Each view is a node of the candidate (it runs, is judged, and named when it fails: a
 doubled scale fails at the weight's view) that no other node reads; its node carries the
-metadata :data:`FLOAT_VIEW` (what it views) and its output is named ``<value>_float_view``.
+metadata :data:`FLOAT_VIEW` (what it views), is named ``<node>/<kind>_float_view`` after
+the node whose value it views, and its output ``<value>_float_view``.
 :class:`.quantized.ThroughQuantization` pairs the views.
 """
 
@@ -55,7 +56,9 @@ def with_float_views(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` itself when it has nothing to view, else a copy with the views added
     (module docstring); the user's model is never changed."""
     g = model.graph
-    if not any(n.op_type in (*_INTEGER_PRODUCTS, "DynamicQuantizeLinear", "MatMulNBits") for n in g.node):
+    if not any(
+        n.op_type in (*_INTEGER_PRODUCTS, "DynamicQuantizeLinear", "MatMulNBits") for n in g.node
+    ):
         return model
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     inits = {i.name: i for i in g.initializer}
@@ -115,17 +118,20 @@ def _fresh(name: str, taken: set[str]) -> str:
     return out
 
 
-def _view_node(op: str, inputs: list[str], output: str, kind: str, **attrs) -> onnx.NodeProto:
+def _view_node(
+    op: str, inputs: list[str], output: str, kind: str, of: onnx.NodeProto, **attrs
+) -> onnx.NodeProto:
+    """A view node, named after the node whose value it views (a culprit names it)."""
     domain = attrs.pop("domain", "")
-    node = oh.make_node(op, inputs, [output], name=output, domain=domain, **attrs)
+    what = f"{op}_for_float_view" if kind == VIEW_HELPER else f"{kind}_float_view"
+    name = f"{of.name or output}/{what}"
+    node = oh.make_node(op, inputs, [output], name=name, domain=domain, **attrs)
     p = node.metadata_props.add()
     p.key, p.value = FLOAT_VIEW, kind
     return node
 
 
-def _weight_scale(
-    node: onnx.NodeProto, inits: dict, consumers: dict, producer: dict
-) -> str | None:
+def _weight_scale(node: onnx.NodeProto, inits: dict, consumers: dict, producer: dict) -> str | None:
     """The scale of an integer product's weight: the initializer among the two scales
     whose product multiplies the node's output cast to float
     (``Mul(Cast(node), Mul(a_scale, w_scale))``, as ``quantize_dynamic`` writes it)."""
@@ -171,7 +177,7 @@ def _integer_weight_view(
         attrs["axis"] = axis
     out = _fresh(view_name(w.name), taken)
     inputs = [w.name, scale] + ([zp] if zp else [])
-    view = _view_node("DequantizeLinear", inputs, out, VIEW_WEIGHT, **attrs)
+    view = _view_node("DequantizeLinear", inputs, out, VIEW_WEIGHT, node, **attrs)
     return view, oh.make_tensor_value_info(out, inits[scale].data_type, dims)
 
 
@@ -188,7 +194,7 @@ def _activation_view(
             dims = vi.type.tensor_type.shape.dim
             shape = [d.dim_value if d.HasField("dim_value") else None for d in dims]
     out = _fresh(view_name(node.output[0]), taken)
-    view = _view_node("DequantizeLinear", list(node.output[:3]), out, VIEW_ACTIVATION)
+    view = _view_node("DequantizeLinear", list(node.output[:3]), out, VIEW_ACTIVATION, node)
     return view, oh.make_tensor_value_info(out, onnx.TensorProto.FLOAT, shape)
 
 
@@ -210,14 +216,15 @@ def _nbits_weight_view(
     # the identity is made at run time: an initializer of K*K floats would bloat the model
     zero = oh.make_tensor("value", elem, [1], [0])
     nodes = [
-        _view_node("ConstantOfShape", [shape_name], zeros, VIEW_HELPER, value=zero),
-        _view_node("EyeLike", [zeros], eye, VIEW_HELPER),
+        _view_node("ConstantOfShape", [shape_name], zeros, VIEW_HELPER, node, value=zero),
+        _view_node("EyeLike", [zeros], eye, VIEW_HELPER, node),
         # inputs after the group indices (a bias) are left out: the weight alone
         _view_node(
             "MatMulNBits",
             [eye, *node.input[1:5]],
             out,
             VIEW_WEIGHT,
+            node,
             domain="com.microsoft",
             **{a.name: oh.get_attribute_value(a) for a in node.attribute},
         ),
@@ -225,4 +232,11 @@ def _nbits_weight_view(
     return nodes, oh.make_tensor_value_info(out, elem, [k, n]), shape
 
 
-__all__ = ["FLOAT_VIEW", "VIEW_ACTIVATION", "VIEW_WEIGHT", "view_kind", "view_name", "with_float_views"]
+__all__ = [
+    "FLOAT_VIEW",
+    "VIEW_ACTIVATION",
+    "VIEW_WEIGHT",
+    "view_kind",
+    "view_name",
+    "with_float_views",
+]

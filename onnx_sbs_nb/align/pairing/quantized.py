@@ -118,9 +118,7 @@ class ThroughQuantization(DequantizedRule):
                     ctx.try_pair(out, pair.fx_name, self.name, pair.transform)
             elif kind == VIEW_WEIGHT:
                 weight = node.input[1] if node.op_type == "MatMulNBits" else node.input[0]
-                product = next(
-                    (u for u in consumers.get(weight, []) if view_kind(u) is None), None
-                )
+                product = next((u for u in consumers.get(weight, []) if view_kind(u) is None), None)
                 if product is not None:
                     fx = _product_fx(ctx, product, index, consumers)
                     if fx is not None:
