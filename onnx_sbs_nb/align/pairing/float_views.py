@@ -28,13 +28,16 @@ the node whose value it views, and its output ``<value>_float_view``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import onnx
 import onnx.helper as oh
 
-#: metadata key on a view node: ``weight``, ``activation`` or ``helper``
+#: metadata key on a view node: ``weight``, ``activation``, ``output`` or ``helper``
 FLOAT_VIEW = "onnx_sbs_nb.float_view"
 VIEW_WEIGHT = "weight"
 VIEW_ACTIVATION = "activation"
+VIEW_OUTPUT = "output"  # a QOperator node's integer output (qoperator_views.py)
 VIEW_HELPER = "helper"  # a node a view reads (the identity of a MatMulNBits view)
 _SUFFIX = "_float_view"
 _INTEGER_PRODUCTS = ("MatMulInteger", "ConvInteger")
@@ -45,71 +48,95 @@ def view_name(value: str) -> str:
 
 
 def view_kind(node: onnx.NodeProto) -> str | None:
-    """``weight``, ``activation``, ``helper`` or None (not a view)."""
+    """``weight``, ``activation``, ``output``, ``helper`` or None (not a view)."""
     for p in node.metadata_props:
         if p.key == FLOAT_VIEW:
             return p.value
     return None
 
 
+@dataclass
+class Views:
+    """The model read once, and the views made for it: nodes to add before or after a
+    node (by its index), their value infos and the initializers they read."""
+
+    graph: onnx.GraphProto
+    opset: int
+    inits: dict[str, onnx.TensorProto]
+    consumers: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
+    producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    before: dict[int, list[onnx.NodeProto]] = field(default_factory=dict)
+    after: dict[int, list[onnx.NodeProto]] = field(default_factory=dict)
+    infos: list[onnx.ValueInfoProto] = field(default_factory=list)
+    extra_inits: list[onnx.TensorProto] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> Views:
+        g = model.graph
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        views = cls(g, opset, {i.name: i for i in g.initializer})
+        for node in g.node:
+            for i in node.input:
+                if i:
+                    views.consumers.setdefault(i, []).append(node)
+            for o in node.output:
+                if o:
+                    views.producer[o] = node
+        views.taken = set(views.producer) | set(views.inits)
+        return views
+
+    def add(self, k: int, nodes: list, info: onnx.ValueInfoProto, after: bool = False) -> None:
+        (self.after if after else self.before).setdefault(k, []).extend(nodes)
+        self.infos.append(info)
+
+    def model(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """A copy of ``model`` with the views; ``model`` itself when there are none."""
+        if not self.before and not self.after:
+            return model
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        nodes = []
+        for k, node in enumerate(self.graph.node):
+            nodes.extend(self.before.get(k, ()))
+            nodes.append(node)
+            nodes.extend(self.after.get(k, ()))
+        del out.graph.node[:]
+        out.graph.node.extend(nodes)
+        out.graph.value_info.extend(self.infos)
+        out.graph.initializer.extend(self.extra_inits)
+        return out
+
+
 def with_float_views(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` itself when it has nothing to view, else a copy with the views added
-    (module docstring); the user's model is never changed."""
-    g = model.graph
-    if not any(
-        n.op_type in (*_INTEGER_PRODUCTS, "DynamicQuantizeLinear", "MatMulNBits") for n in g.node
-    ):
+    (module docstring; QOperator's in ``qoperator_views.py``); the user's model is never
+    changed."""
+    from .qoperator_views import QOPERATOR_OPS, add_qoperator_views
+
+    ops = {n.op_type for n in model.graph.node}
+    if not ops & {*_INTEGER_PRODUCTS, "DynamicQuantizeLinear", "MatMulNBits", *QOPERATOR_OPS}:
         return model
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    inits = {i.name: i for i in g.initializer}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    producer: dict[str, onnx.NodeProto] = {}
-    for node in g.node:
-        for i in node.input:
-            if i:
-                consumers.setdefault(i, []).append(node)
-        for o in node.output:
-            if o:
-                producer[o] = node
-    taken = {o for n in g.node for o in n.output} | set(inits)
-    before: dict[int, list[onnx.NodeProto]] = {}  # node index -> views to add before it
-    after: dict[int, list[onnx.NodeProto]] = {}
-    infos: list[onnx.ValueInfoProto] = []
-    extra_inits: list[onnx.TensorProto] = []
-    for k, node in enumerate(g.node):
+    views = Views.of(model)
+    for k, node in enumerate(model.graph.node):
         if node.op_type in _INTEGER_PRODUCTS:
-            made = _integer_weight_view(node, inits, consumers, producer, opset, taken)
+            made = _integer_weight_view(node, views)
             if made:
-                before.setdefault(k, []).append(made[0])
-                infos.append(made[1])
+                views.add(k, [made[0]], made[1])
         elif node.op_type == "DynamicQuantizeLinear":
-            made = _activation_view(node, g, taken)
+            made = _activation_view(node, views.graph, views.taken)
             if made:
-                after.setdefault(k, []).append(made[0])
-                infos.append(made[1])
+                views.add(k, [made[0]], made[1], after=True)
         elif node.op_type == "MatMulNBits" and node.domain == "com.microsoft":
-            nbits = _nbits_weight_view(node, inits, taken)
+            nbits = _nbits_weight_view(node, views.inits, views.taken)
             if nbits:
-                before.setdefault(k, []).extend(nbits[0])
-                infos.append(nbits[1])
-                extra_inits.append(nbits[2])
-    if not before and not after:
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    nodes = []
-    for k, node in enumerate(g.node):
-        nodes.extend(before.get(k, ()))
-        nodes.append(node)
-        nodes.extend(after.get(k, ()))
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.value_info.extend(infos)
-    out.graph.initializer.extend(extra_inits)
-    return out
+                views.add(k, nbits[0], nbits[1])
+                views.extra_inits.append(nbits[2])
+    add_qoperator_views(views)
+    return views.model(model)
 
 
-def _fresh(name: str, taken: set[str]) -> str:
+def fresh(name: str, taken: set[str]) -> str:
     out, k = name, 0
     while out in taken:
         k += 1
@@ -118,12 +145,19 @@ def _fresh(name: str, taken: set[str]) -> str:
     return out
 
 
-def _view_node(
-    op: str, inputs: list[str], output: str, kind: str, of: onnx.NodeProto, **attrs
+def view_node(
+    op: str,
+    inputs: list[str],
+    output: str,
+    kind: str,
+    of: onnx.NodeProto,
+    label: str | None = None,
+    **attrs,
 ) -> onnx.NodeProto:
-    """A view node, named after the node whose value it views (a culprit names it)."""
+    """A view node, named after the node whose value it views (a culprit names it):
+    ``<node>/<label or kind>_float_view``, a helper ``<node>/<op>_for_float_view``."""
     domain = attrs.pop("domain", "")
-    what = f"{op}_for_float_view" if kind == VIEW_HELPER else f"{kind}_float_view"
+    what = f"{op}_for_float_view" if kind == VIEW_HELPER else f"{label or kind}_float_view"
     name = f"{of.name or output}/{what}"
     node = oh.make_node(op, inputs, [output], name=name, domain=domain, **attrs)
     p = node.metadata_props.add()
@@ -154,30 +188,55 @@ def _weight_scale(node: onnx.NodeProto, inits: dict, consumers: dict, producer: 
 
 
 def _integer_weight_view(
-    node: onnx.NodeProto, inits: dict, consumers: dict, producer: dict, opset: int, taken: set
+    node: onnx.NodeProto, views: Views
 ) -> tuple[onnx.NodeProto, onnx.ValueInfoProto] | None:
-    if len(node.input) < 2 or node.input[1] not in inits:
+    if len(node.input) < 2 or node.input[1] not in views.inits:
         return None
-    w = inits[node.input[1]]
-    scale = _weight_scale(node, inits, consumers, producer)
+    scale = _weight_scale(node, views.inits, views.consumers, views.producer)
     if scale is None:
         return None
-    zp = node.input[3] if len(node.input) > 3 and node.input[3] else ""
+    zp = node.input[3] if len(node.input) > 3 else ""
+    # per channel: the output axis, a MatMul's N (last), a Conv's M (first)
+    axis = -1 if node.op_type == "MatMulInteger" else 0
+    return dequantized_weight(node, node.input[1], scale, zp, axis, views)
+
+
+def dequantized_weight(
+    node: onnx.NodeProto,
+    weight: str,
+    scale: str,
+    zp: str,
+    axis: int,
+    views: Views,
+    label: str | None = None,
+) -> tuple[onnx.NodeProto, onnx.ValueInfoProto] | None:
+    """``DequantizeLinear(weight, scale, zp)`` of ``node``'s weight initializer, per tensor
+    or per channel along ``axis`` (negative: from the end), as a weight view."""
+    inits = views.inits
+    if weight not in inits or scale not in inits or zp and zp not in inits:
+        return None
     s_dims = list(inits[scale].dims)
-    zp_dims = list(inits[zp].dims) if zp in inits else s_dims
-    if zp and zp not in inits or zp_dims != s_dims or len(s_dims) > 1:
+    zp_dims = list(inits[zp].dims) if zp else s_dims
+    if zp_dims != s_dims or len(s_dims) > 1:
         return None  # DequantizeLinear wants a scale and zero point of one shape
-    dims = list(w.dims)
+    dims = list(inits[weight].dims)
     attrs = {}
     if s_dims and s_dims[0] != 1:
-        # per channel: the output axis (a MatMul's N, a Conv's M); an axis needs opset 13
-        axis = len(dims) - 1 if node.op_type == "MatMulInteger" else 0
-        if opset < 13 or not dims or dims[axis] != s_dims[0]:
+        # per channel; an axis needs opset 13
+        axis = axis % len(dims) if dims else 0
+        if views.opset < 13 or not dims or dims[axis] != s_dims[0]:
             return None
         attrs["axis"] = axis
-    out = _fresh(view_name(w.name), taken)
-    inputs = [w.name, scale] + ([zp] if zp else [])
-    view = _view_node("DequantizeLinear", inputs, out, VIEW_WEIGHT, node, **attrs)
+    out = fresh(view_name(weight), views.taken)
+    view = view_node(
+        "DequantizeLinear",
+        [weight, scale] + ([zp] if zp else []),
+        out,
+        VIEW_WEIGHT,
+        node,
+        label,
+        **attrs,
+    )
     return view, oh.make_tensor_value_info(out, inits[scale].data_type, dims)
 
 
@@ -193,8 +252,8 @@ def _activation_view(
         if vi.name == node.input[0] and vi.type.tensor_type.HasField("shape"):
             dims = vi.type.tensor_type.shape.dim
             shape = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-    out = _fresh(view_name(node.output[0]), taken)
-    view = _view_node("DequantizeLinear", list(node.output[:3]), out, VIEW_ACTIVATION, node)
+    out = fresh(view_name(node.output[0]), taken)
+    view = view_node("DequantizeLinear", list(node.output[:3]), out, VIEW_ACTIVATION, node)
     return view, oh.make_tensor_value_info(out, onnx.TensorProto.FLOAT, shape)
 
 
@@ -210,16 +269,16 @@ def _nbits_weight_view(
         return None
     elem = scales.data_type  # MatMulNBits' T1: the activation's, the output's type
     w = node.input[1]
-    shape_name = _fresh(f"{w}_identity_shape", taken)
-    zeros, eye, out = (_fresh(f"{w}_{s}", taken) for s in ("zeros", "identity", "float_view"))
+    shape_name = fresh(f"{w}_identity_shape", taken)
+    zeros, eye, out = (fresh(f"{w}_{s}", taken) for s in ("zeros", "identity", "float_view"))
     shape = oh.make_tensor(shape_name, onnx.TensorProto.INT64, [2], [k, k])
     # the identity is made at run time: an initializer of K*K floats would bloat the model
     zero = oh.make_tensor("value", elem, [1], [0])
     nodes = [
-        _view_node("ConstantOfShape", [shape_name], zeros, VIEW_HELPER, node, value=zero),
-        _view_node("EyeLike", [zeros], eye, VIEW_HELPER, node),
+        view_node("ConstantOfShape", [shape_name], zeros, VIEW_HELPER, node, value=zero),
+        view_node("EyeLike", [zeros], eye, VIEW_HELPER, node),
         # inputs after the group indices (a bias) are left out: the weight alone
-        _view_node(
+        view_node(
             "MatMulNBits",
             [eye, *node.input[1:5]],
             out,
@@ -235,7 +294,13 @@ def _nbits_weight_view(
 __all__ = [
     "FLOAT_VIEW",
     "VIEW_ACTIVATION",
+    "VIEW_HELPER",
+    "VIEW_OUTPUT",
     "VIEW_WEIGHT",
+    "Views",
+    "dequantized_weight",
+    "fresh",
+    "view_node",
     "view_kind",
     "view_name",
     "with_float_views",

@@ -22,7 +22,7 @@ import onnx
 import torch
 
 from .context import FxPairingContext
-from .float_views import VIEW_ACTIVATION, VIEW_WEIGHT, view_kind
+from .float_views import VIEW_ACTIVATION, VIEW_OUTPUT, VIEW_WEIGHT, view_kind, view_name
 from .pairs import Pair, Pairing
 from .rules import DequantizedRule, NameRule
 from .values import TRANSFORM_TRANSPOSE
@@ -105,24 +105,31 @@ class ThroughQuantization(DequantizedRule):
         """Pairs the float views (``float_views.py``; module docstring)."""
         producer = {o: n for n in ctx.graph.node for o in n.output if o}
         index = {id(n): k for k, n in enumerate(ctx.graph.node)}
-        for node in ctx.graph.node:
-            kind = view_kind(node)
-            out = node.output[0] if node.output else ""
-            if not out or out in ctx.pairing.by_onnx:
-                continue
-            if kind == VIEW_ACTIVATION:
-                dql = producer.get(node.input[0])
-                pair = ctx.pairing.by_onnx.get(dql.input[0]) if dql is not None else None
-                fx = ctx.fx_nodes.get(pair.fx_name) if pair is not None else None
-                if fx is not None and fx.op == "call_function":  # not a program input
-                    ctx.try_pair(out, pair.fx_name, self.name, pair.transform)
-            elif kind == VIEW_WEIGHT:
-                weight = node.input[1] if node.op_type == "MatMulNBits" else node.input[0]
-                product = next((u for u in consumers.get(weight, []) if view_kind(u) is None), None)
-                if product is not None:
-                    fx = _product_fx(ctx, product, index, consumers)
+        # the values first: a QLinear product's weight pairs with its output's fx node
+        for kinds in ((VIEW_ACTIVATION, VIEW_OUTPUT), (VIEW_WEIGHT,)):
+            for node in ctx.graph.node:
+                kind = view_kind(node)
+                out = node.output[0] if node.output else ""
+                if kind not in kinds or not out or out in ctx.pairing.by_onnx:
+                    continue
+                if kind == VIEW_ACTIVATION:
+                    quantizer = producer.get(node.input[0])
+                    pair = ctx.pairing.by_onnx.get(quantizer.input[0]) if quantizer else None
+                    fx = ctx.fx_nodes.get(pair.fx_name) if pair is not None else None
+                    if fx is not None and fx.op == "call_function":  # not a program input
+                        ctx.try_pair(out, pair.fx_name, self.name, pair.transform)
+                elif kind == VIEW_OUTPUT:
+                    fx = _output_fx(ctx, node.input[0], producer.get(node.input[0]), index)
                     if fx is not None:
-                        _pair_weight(ctx, out, product, fx, self.name)
+                        ctx.try_pair(out, fx.name, self.name)
+                else:
+                    weight = node.input[1] if node.op_type == "MatMulNBits" else node.input[0]
+                    users = consumers.get(weight, [])
+                    product = next((u for u in users if view_kind(u) is None), None)
+                    if product is not None:
+                        fx = _product_fx(ctx, product, index, consumers)
+                        if fx is not None:
+                            _pair_weight(ctx, out, product, fx, self.name)
 
     def _weights(self, ctx: FxPairingContext, consumers: dict) -> None:
         for name in ctx.initializers:
@@ -148,21 +155,54 @@ class ThroughQuantization(DequantizedRule):
                     break
 
 
+# the activations a quantizer folds into the output range of the op before them
+_FOLDED = ("relu", "hardtanh", "clamp")
+
+
+def _folded(fx: torch.fx.Node) -> bool:
+    return fx.op == "call_function" and any(a in str(fx.target) for a in _FOLDED)
+
+
+def _output_fx(
+    ctx: FxPairingContext, value: str, producer: onnx.NodeProto | None, index: dict
+) -> torch.fx.Node | None:
+    """The fx value a QOperator node's integer output stands for: the one its name
+    (``<fx name>_quantized``) or its node's metadata says, or the activation after it that
+    the quantizer folded into the output's range (no ONNX node of its own computes it)."""
+    base = value[: -len("_quantized")] if value.endswith("_quantized") else None
+    fx = ctx.fx_nodes.get(base) if base else None
+    if fx is None and producer is not None and id(producer) in index:
+        fx = ctx.fx_nodes.get(ctx.fx_of[index[id(producer)]] or "")
+    if fx is None or fx.op != "call_function":
+        return None
+    users = list(fx.users)
+    if len(users) == 1 and _folded(users[0]) and users[0].name not in ctx.pairing.by_fx:
+        return users[0]
+    return fx
+
+
 def _product_fx(
     ctx: FxPairingContext, product: onnx.NodeProto, index: dict, consumers: dict
 ) -> torch.fx.Node | None:
-    """The fx node an integer product computes: its metadata's, else the fx node of the
-    first paired value down its chain of single consumers (``Cast``, ``Mul`` by the
-    scales, ``Add`` of the bias)."""
+    """The fx node an integer product computes: its metadata's, its output's float view's
+    (before the activation folded into it), else the fx node of the first paired value
+    down its chain of single consumers (``Cast``, ``Mul`` by the scales, ``Add`` of the
+    bias)."""
     name = ctx.fx_of[index[id(product)]] if id(product) in index else None
     if name in ctx.fx_nodes:
         return ctx.fx_nodes[name]
     value = product.output[0]
+    view = ctx.pairing.by_onnx.get(view_name(value))
+    if view is not None:
+        fx = ctx.fx_nodes.get(view.fx_name)
+        if fx is not None and _folded(fx) and isinstance(fx.args[0], torch.fx.Node):
+            return fx.args[0]
+        return fx
     for _ in range(4):
         pair = ctx.pairing.by_onnx.get(value)
         if pair is not None:
             return ctx.fx_nodes.get(pair.fx_name)
-        users = consumers.get(value, [])
+        users = [u for u in consumers.get(value, []) if view_kind(u) is None]
         if len(users) != 1 or not users[0].output:
             return None
         value = users[0].output[0]
@@ -190,7 +230,7 @@ def _pair_weight(
     if len(cands) != 1:
         return
     w, w_shape = cands[0]
-    matmul = product.op_type in ("MatMulInteger", "MatMulNBits")
+    matmul = product.op_type in ("MatMulInteger", "MatMulNBits", "QLinearMatMul")
     transposed = (
         len(shape) == 2
         and w_shape == tuple(shape[::-1])

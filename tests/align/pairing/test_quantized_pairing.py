@@ -186,3 +186,41 @@ def test_int4_doubled_scale_is_named_at_its_node():
     assert c.ep_name == "p_fc2_weight" and c.status == STATUS_FAIL, text
     assert c.err_snr < MIN_FLOOR_DB, text
     assert node.name in text
+
+
+@pytest.mark.parametrize("name", ["cnn", "mlp"])
+def test_qoperator_internals_are_compared(name, tmp):
+    """QOperator: each QLinear node's integer output, dequantized with its own output
+    scale and zero point, pairs with the torch activation (the Relu the quantizer folded
+    into the output range, for a Conv or Gemm before one), each integer weight and int32
+    bias with the torch parameter; a faithful model is noise throughout.  Of the float
+    export's pairs only the values before a folded Relu stay uncompared (the model never
+    computes them): 8% compared without the views (the output alone)."""
+    recs, s = _run(name, _quantized(name, "static", tmp, "QOperator"))
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    by = {r.ep_name: r for r in recs if r.status in _COMPARED}
+    assert by["relu"].onnx_op_type == "DequantizeLinear"
+    assert by["relu"].onnx_name.endswith("_quantized_float_view")
+    assert by["relu"].status == STATUS_QUANTIZATION_NOISE and by["relu"].err_snr > 30
+    _weights(recs, name)
+    biases = [r for k, r in by.items() if k.endswith("_bias")]
+    assert len(biases) == 3 and all(r.err_snr > 60 for r in biases), biases
+    float_recs, _ = _run(name, _float(name)[1])
+    share = len(_compared(recs) & _compared(float_recs)) / len(_compared(float_recs))
+    print(f"{name} QOperator: {share:.0%} of the float export's pairs compared")
+    assert share >= 0.8, sorted(_compared(float_recs) - _compared(recs))
+
+
+def test_qoperator_doubled_weight_scale_is_named(tmp):
+    """A QLinearConv's weight scales x2: that node's weight view is the culprit."""
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized("cnn", "static", tmp, "QOperator"))
+    node = [n for n in onx.graph.node if n.op_type == "QLinearConv"][1]
+    scales = next(i for i in onx.graph.initializer if i.name == node.input[4])
+    doubled = onnx.numpy_helper.to_array(scales) * 2
+    scales.CopyFrom(onnx.numpy_helper.from_array(doubled, scales.name))
+    recs, s = _run("cnn", onx)
+    text = s.to_text()
+    assert s.verdict == "fail" and s.culprit is not None, text
+    assert s.culprit.onnx_nodes == [f"{node.name}/weight_float_view"], text
+    assert s.culprit.ep_name == "p_c2_weight" and s.culprit.err_snr < 12, text
