@@ -17,7 +17,11 @@ seen in the node's float output, mixed with the activation's rounding.  The view
   the three, the activation as the next node computes on it;
 - a ``MatMulNBits`` weight: the same ``MatMulNBits`` (same packed weight, scales, zero
   points, group indices and attributes) applied to the identity ``[K, K]``: onnxruntime's
-  own dequantization, the weight as ``[K, N]``.
+  own dequantization, the weight as ``[K, N]``; not for a weight whose product with the
+  identity costs more than :data:`NBITS_VIEW_MAX_MACS` (a large model's: its error shows
+  in the node's output only).
+
+QOperator models (``QLinearConv`` ...) get their views in ``qoperator_views.py``.
 
 Each view is a node of the candidate (it runs, is judged, and named when it fails: a
 doubled scale fails at the weight's view) that no other node reads; its node carries the
@@ -41,6 +45,9 @@ VIEW_OUTPUT = "output"  # a QOperator node's integer output (qoperator_views.py)
 VIEW_HELPER = "helper"  # a node a view reads (the identity of a MatMulNBits view)
 _SUFFIX = "_float_view"
 _INTEGER_PRODUCTS = ("MatMulInteger", "ConvInteger")
+#: the most multiply-adds (K·K·N) a MatMulNBits weight view may cost, and K·K the most
+#: elements its run-time identity has (4096 x 4096 x 128: a second or so on a CPU)
+NBITS_VIEW_MAX_MACS = 1 << 31
 
 
 def view_name(value: str) -> str:
@@ -264,6 +271,8 @@ def _nbits_weight_view(
     if len(node.input) < 3 or node.input[1] not in inits or "K" not in attrs or "N" not in attrs:
         return None
     k, n = attrs["K"].i, attrs["N"].i
+    if k * k * n > NBITS_VIEW_MAX_MACS:
+        return None
     scales = inits.get(node.input[2])
     if scales is None:
         return None
@@ -293,6 +302,7 @@ def _nbits_weight_view(
 
 __all__ = [
     "FLOAT_VIEW",
+    "NBITS_VIEW_MAX_MACS",
     "VIEW_ACTIVATION",
     "VIEW_HELPER",
     "VIEW_OUTPUT",

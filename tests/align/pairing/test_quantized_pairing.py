@@ -224,3 +224,84 @@ def test_qoperator_doubled_weight_scale_is_named(tmp):
     assert s.verdict == "fail" and s.culprit is not None, text
     assert s.culprit.onnx_nodes == [f"{node.name}/weight_float_view"], text
     assert s.culprit.ep_name == "p_c2_weight" and s.culprit.err_snr < 12, text
+
+
+@pytest.mark.slow
+def test_int4_tiny_llama_pairs_every_projection_and_names_a_doubled_scale():
+    """The corpus' tiny Llama (one layer) quantized int4 weight-only: every projection's
+    weight and the LM head pair through their MatMulNBits views at about 22 dB, the model
+    passes as quantization noise; a doubled scale of the down projection is named there."""
+    pytest.importorskip("transformers")
+    import torch
+    import transformers
+
+    from ...corpus.zoo_kv_cache_and_popular_exports import _llama_config, _Logits
+    from ...models import export
+
+    torch.manual_seed(0)
+    llama = transformers.LlamaForCausalLM(_llama_config(1, use_cache=False))
+    model = _Logits(llama, "input_ids").eval()
+    args = (torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(0)),)
+    ep, onx = export(model, args)
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
+    quantizer = nbits.MatMulNBitsQuantizer(onx, block_size=32, is_symmetric=False)
+    quantizer.process()
+    quantized = quantizer.model.model
+    from onnx_sbs_nb.align.blame.summary import summarize
+    from onnx_sbs_nb.align.run import run_aligned
+
+    recs = list(run_aligned(ep, quantized, args, own_error=True))
+    s = summarize(recs)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    views = [r for r in recs if r.onnx_op_type == "MatMulNBits" and r.ep_name]
+    views = [r for r in views if r.onnx_name.endswith("_float_view")]
+    assert len(views) == 8, [r.ep_name for r in views]  # q k v o gate up down, lm_head
+    assert all(r.status == STATUS_QUANTIZATION_NOISE and 18 < r.err_snr < 30 for r in views)
+    down = next(r for r in views if "down_proj" in r.ep_name)
+    weight = down.onnx_name.removesuffix("_float_view")
+    node = next(
+        n for n in quantized.graph.node if n.op_type == "MatMulNBits" and n.input[1] == weight
+    )
+    scales = next(i for i in quantized.graph.initializer if i.name == node.input[2])
+    scales.CopyFrom(
+        onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scales) * 2, scales.name)
+    )
+    s = summarize(list(run_aligned(ep, quantized, args, own_error=True)))
+    assert s.verdict == "fail" and s.culprit is not None, s.to_text()
+    assert s.culprit.onnx_nodes == [f"{node.name}/weight_float_view"], s.to_text()
+    assert s.culprit.ep_name == down.ep_name, s.to_text()
+
+
+def test_a_large_matmul_nbits_weight_gets_no_view():
+    """A weight whose product with the identity costs more than NBITS_VIEW_MAX_MACS gets
+    no view (its error shows in the node's output); a small one does."""
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+
+    from onnx_sbs_nb.align.pairing.float_views import NBITS_VIEW_MAX_MACS
+
+    def model(k: int, n: int) -> onnx.ModelProto:
+        blocks = k // 32
+        inits = [
+            onnx.numpy_helper.from_array(np.zeros((n, blocks, 16), np.uint8), "b"),
+            onnx.numpy_helper.from_array(np.ones((n * blocks,), np.float32), "s"),
+        ]
+        node = h.make_node(
+            "MatMulNBits", ["x", "b", "s"], ["y"], "mm", domain="com.microsoft",
+            K=k, N=n, bits=4, block_size=32,
+        )  # fmt: skip
+        graph = h.make_graph(
+            [node],
+            "g",
+            [h.make_tensor_value_info("x", TP.FLOAT, [1, k])],
+            [h.make_tensor_value_info("y", TP.FLOAT, [1, n])],
+            initializer=inits,
+        )
+        opsets = [h.make_opsetid("", 20), h.make_opsetid("com.microsoft", 1)]
+        return h.make_model(graph, opset_imports=opsets)
+
+    assert 4096 * 4096 * 256 > NBITS_VIEW_MAX_MACS
+    big = model(4096, 256)
+    assert with_float_views(big) is big
+    small = with_float_views(model(64, 8))
+    assert [view_kind(n) for n in small.graph.node] == ["helper", "helper", "weight", None]
