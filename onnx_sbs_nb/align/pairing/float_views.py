@@ -43,6 +43,10 @@ VIEW_WEIGHT = "weight"
 VIEW_ACTIVATION = "activation"
 VIEW_OUTPUT = "output"  # a QOperator node's integer output (qoperator_views.py)
 VIEW_HELPER = "helper"  # a node a view reads (the identity of a MatMulNBits view)
+#: metadata on a weight view the product multiplies by as it is (``x @ view``: a MatMul's
+#: ``[K, N]``), so a linear's square weight pairs through its transposition even after
+#: onnxruntime's optimizer rewrote the product (MatMulIntegerToFloat)
+AS_STORED = "onnx_sbs_nb.float_view_multiplied_as_stored"
 _SUFFIX = "_float_view"
 _INTEGER_PRODUCTS = ("MatMulInteger", "ConvInteger")
 #: the most multiply-adds (K·K·N) a MatMulNBits weight view may cost, and K·K the most
@@ -52,6 +56,11 @@ NBITS_VIEW_MAX_MACS = 1 << 31
 
 def view_name(value: str) -> str:
     return f"{value}{_SUFFIX}"
+
+
+def multiplied_as_stored(node: onnx.NodeProto) -> bool:
+    """Whether a weight view is multiplied by as it is (:data:`AS_STORED`)."""
+    return any(p.key == AS_STORED for p in node.metadata_props)
 
 
 def view_kind(node: onnx.NodeProto) -> str | None:
@@ -159,6 +168,7 @@ def view_node(
     kind: str,
     of: onnx.NodeProto,
     label: str | None = None,
+    as_stored: bool = False,
     **attrs,
 ) -> onnx.NodeProto:
     """A view node, named after the node whose value it views (a culprit names it):
@@ -169,6 +179,9 @@ def view_node(
     node = oh.make_node(op, inputs, [output], name=name, domain=domain, **attrs)
     p = node.metadata_props.add()
     p.key, p.value = FLOAT_VIEW, kind
+    if as_stored:
+        p = node.metadata_props.add()
+        p.key, p.value = AS_STORED, "1"
     return node
 
 
@@ -204,8 +217,9 @@ def _integer_weight_view(
         return None
     zp = node.input[3] if len(node.input) > 3 else ""
     # per channel: the output axis, a MatMul's N (last), a Conv's M (first)
-    axis = -1 if node.op_type == "MatMulInteger" else 0
-    return dequantized_weight(node, node.input[1], scale, zp, axis, views)
+    matmul = node.op_type == "MatMulInteger"
+    axis = -1 if matmul else 0
+    return dequantized_weight(node, node.input[1], scale, zp, axis, views, as_stored=matmul)
 
 
 def dequantized_weight(
@@ -216,6 +230,7 @@ def dequantized_weight(
     axis: int,
     views: Views,
     label: str | None = None,
+    as_stored: bool = False,
 ) -> tuple[onnx.NodeProto, onnx.ValueInfoProto] | None:
     """``DequantizeLinear(weight, scale, zp)`` of ``node``'s weight initializer, per tensor
     or per channel along ``axis`` (negative: from the end), as a weight view."""
@@ -242,6 +257,7 @@ def dequantized_weight(
         VIEW_WEIGHT,
         node,
         label,
+        as_stored,
         **attrs,
     )
     return view, oh.make_tensor_value_info(out, inits[scale].data_type, dims)
@@ -293,6 +309,7 @@ def _nbits_weight_view(
             out,
             VIEW_WEIGHT,
             node,
+            as_stored=True,
             domain="com.microsoft",
             **{a.name: oh.get_attribute_value(a) for a in node.attribute},
         ),
@@ -301,6 +318,7 @@ def _nbits_weight_view(
 
 
 __all__ = [
+    "AS_STORED",
     "FLOAT_VIEW",
     "NBITS_VIEW_MAX_MACS",
     "VIEW_ACTIVATION",
@@ -310,6 +328,7 @@ __all__ = [
     "Views",
     "dequantized_weight",
     "fresh",
+    "multiplied_as_stored",
     "view_node",
     "view_kind",
     "view_name",

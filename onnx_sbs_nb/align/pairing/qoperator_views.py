@@ -143,7 +143,10 @@ def _weight_views(k: int, node: onnx.NodeProto, views: Views) -> None:
         axis = 0 if trans and trans[0] else 1
     else:
         axis = -1  # MatMul's [K, N]
-    made = dequantized_weight(node, node.input[w], node.input[ws], node.input[wz], axis, views)
+    as_stored = node.op_type != "QLinearConv" and axis != 0
+    made = dequantized_weight(
+        node, node.input[w], node.input[ws], node.input[wz], axis, views, as_stored=as_stored
+    )
     if made:
         views.add(k, [made[0]], made[1])
     bias = _input(node, b) if b is not None else ""

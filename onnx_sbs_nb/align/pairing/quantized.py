@@ -22,7 +22,14 @@ import onnx
 import torch
 
 from .context import FxPairingContext
-from .float_views import VIEW_ACTIVATION, VIEW_OUTPUT, VIEW_WEIGHT, view_kind, view_name
+from .float_views import (
+    VIEW_ACTIVATION,
+    VIEW_OUTPUT,
+    VIEW_WEIGHT,
+    multiplied_as_stored,
+    view_kind,
+    view_name,
+)
 from .pairs import Pair, Pairing
 from .rules import DequantizedRule, NameRule
 from .values import TRANSFORM_TRANSPOSE
@@ -129,7 +136,7 @@ class ThroughQuantization(DequantizedRule):
                     if product is not None:
                         fx = _product_fx(ctx, product, index, consumers)
                         if fx is not None:
-                            _pair_weight(ctx, out, product, fx, self.name)
+                            _pair_weight(ctx, out, multiplied_as_stored(node), fx, self.name)
 
     def _weights(self, ctx: FxPairingContext, consumers: dict) -> None:
         for name in ctx.initializers:
@@ -210,7 +217,7 @@ def _product_fx(
 
 
 def _pair_weight(
-    ctx: FxPairingContext, view: str, product: onnx.NodeProto, fx: torch.fx.Node, rule: str
+    ctx: FxPairingContext, view: str, as_stored: bool, fx: torch.fx.Node, rule: str
 ) -> None:
     """Pairs a weight's float view with the one unpaired weight of ``fx`` of as many
     elements; a MatMul's ``[K, N]`` view of a linear's ``[N, K]`` weight through its
@@ -230,11 +237,11 @@ def _pair_weight(
     if len(cands) != 1:
         return
     w, w_shape = cands[0]
-    matmul = product.op_type in ("MatMulInteger", "MatMulNBits", "QLinearMatMul")
+    # a square weight: transposed where the product multiplies by the view as it is
     transposed = (
         len(shape) == 2
         and w_shape == tuple(shape[::-1])
-        and (w_shape != tuple(shape) or (matmul and "linear" in str(fx.target)))
+        and (w_shape != tuple(shape) or (as_stored and "linear" in str(fx.target)))
     )
     ctx.try_pair(view, w, rule, TRANSFORM_TRANSPOSE if transposed else None)
 

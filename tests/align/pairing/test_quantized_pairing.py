@@ -305,3 +305,19 @@ def test_a_large_matmul_nbits_weight_gets_no_view():
     assert with_float_views(big) is big
     small = with_float_views(model(64, 8))
     assert [view_kind(n) for n in small.graph.node] == ["helper", "helper", "weight", None]
+
+
+def test_views_survive_onnxruntime_optimizations(tmp):
+    """With ``optimize="all"`` onnxruntime rewrites the products (MatMulIntegerToFloat,
+    DynamicQuantizeMatMul); the views stay, and the square fc2 weight still pairs through
+    the transposition its view records (not the rewritten product's op type)."""
+    from onnx_sbs_nb.align.blame.summary import summarize
+    from onnx_sbs_nb.align.run import run_aligned
+
+    ep, _ = _float("mlp")
+    onx = _quantized("mlp", "dynamic", tmp)
+    recs = list(run_aligned(ep, onx, (_inputs("mlp")[0],), own_error=True, optimize="all"))
+    s = summarize(recs)
+    assert s.verdict == "pass" and s.culprit is None, s.to_text()
+    fc2 = next(r for r in recs if r.ep_name == "p_fc2_weight")
+    assert fc2.onnx_name.endswith("_float_view") and fc2.status == STATUS_QUANTIZATION_NOISE
