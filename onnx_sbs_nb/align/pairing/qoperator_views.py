@@ -13,7 +13,8 @@ ops that only move values: a ``Reshape``, a ``MaxPool``), every one does:
   (kind ``activation``, as a ``DynamicQuantizeLinear``'s);
 - each integer weight of a ``QLinearConv`` / ``QLinearMatMul`` / ``QGemm``, per tensor or
   per channel, and its int32 bias, dequantized with the product of the input's and the
-  weight's scales (kind ``weight``).
+  weight's scales, and the constant operand of a ``QLinearAdd`` / ``QLinearMul`` (a
+  MatMul's bias) with its own (kind ``weight``).
 
 The view nodes themselves: ``float_views.py``.
 """
@@ -53,6 +54,9 @@ _WEIGHTS = {
     "QLinearConv": (3, 4, 5, 1, 8),
     "QLinearMatMul": (3, 4, 5, 1, None),
     "QGemm": (3, 4, 5, 1, 6),
+    # a constant operand (a MatMul's bias added by a QLinearAdd), either one
+    "QLinearAdd": (3, 4, 5, 1, None),
+    "QLinearMul": (3, 4, 5, 1, None),
 }
 # ops that move an integer value without changing it: its scale and zero point stay
 _MOVES = frozenset(
@@ -134,6 +138,8 @@ def _view(
 def _weight_views(k: int, node: onnx.NodeProto, views: Views) -> None:
     """The weight and the bias of a QLinear product, dequantized (module docstring)."""
     w, ws, wz, xs, b = _WEIGHTS[node.op_type]
+    if node.op_type in ("QLinearAdd", "QLinearMul") and node.input[0] in views.inits:
+        w, ws, wz = 0, 1, 2
     if len(node.input) <= wz or node.input[w] not in views.inits:
         return
     if node.op_type == "QLinearConv":

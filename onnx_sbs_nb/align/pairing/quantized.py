@@ -191,24 +191,22 @@ def _output_fx(
 def _product_fx(
     ctx: FxPairingContext, product: onnx.NodeProto, index: dict, consumers: dict
 ) -> torch.fx.Node | None:
-    """The fx node an integer product computes: its metadata's, its output's float view's
-    (before the activation folded into it), else the fx node of the first paired value
-    down its chain of single consumers (``Cast``, ``Mul`` by the scales, ``Add`` of the
-    bias)."""
+    """The fx node an integer product computes: its metadata's, else the fx node of the
+    first value paired (itself or its float view) down its chain of single consumers
+    (``Cast``, ``Mul`` by the scales, ``Add`` of the bias, a ``QLinearAdd``), before the
+    activation folded into its range."""
     name = ctx.fx_of[index[id(product)]] if id(product) in index else None
     if name in ctx.fx_nodes:
         return ctx.fx_nodes[name]
     value = product.output[0]
-    view = ctx.pairing.by_onnx.get(view_name(value))
-    if view is not None:
-        fx = ctx.fx_nodes.get(view.fx_name)
-        if fx is not None and _folded(fx) and isinstance(fx.args[0], torch.fx.Node):
-            return fx.args[0]
-        return fx
     for _ in range(4):
-        pair = ctx.pairing.by_onnx.get(value)
+        # the value's pair, or its float view's (a QOperator integer output)
+        pair = ctx.pairing.by_onnx.get(value) or ctx.pairing.by_onnx.get(view_name(value))
         if pair is not None:
-            return ctx.fx_nodes.get(pair.fx_name)
+            fx = ctx.fx_nodes.get(pair.fx_name)
+            if fx is not None and _folded(fx) and isinstance(fx.args[0], torch.fx.Node):
+                return fx.args[0]  # the activation folded into the product's range
+            return fx
         users = [u for u in consumers.get(value, []) if view_kind(u) is None]
         if len(users) != 1 or not users[0].output:
             return None

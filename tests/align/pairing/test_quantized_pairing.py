@@ -188,14 +188,15 @@ def test_int4_doubled_scale_is_named_at_its_node():
     assert node.name in text
 
 
-@pytest.mark.parametrize("name", ["cnn", "mlp"])
+@pytest.mark.parametrize("name", ["cnn", "mlp", "mlp3d"])
 def test_qoperator_internals_are_compared(name, tmp):
     """QOperator: each QLinear node's integer output, dequantized with its own output
     scale and zero point, pairs with the torch activation (the Relu the quantizer folded
     into the output range, for a Conv or Gemm before one), each integer weight and int32
     bias with the torch parameter; a faithful model is noise throughout.  Of the float
     export's pairs only the values before a folded Relu stay uncompared (the model never
-    computes them): 8% compared without the views (the output alone)."""
+    computes them): 8% compared without the views (the output alone).  ``mlp3d``: a
+    QLinearMatMul, whose bias a QLinearAdd adds as an int8 operand of its own."""
     recs, s = _run(name, _quantized(name, "static", tmp, "QOperator"))
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
     by = {r.ep_name: r for r in recs if r.status in _COMPARED}
@@ -204,7 +205,7 @@ def test_qoperator_internals_are_compared(name, tmp):
     assert by["relu"].status == STATUS_QUANTIZATION_NOISE and by["relu"].err_snr > 30
     _weights(recs, name)
     biases = [r for k, r in by.items() if k.endswith("_bias")]
-    assert len(biases) == 3 and all(r.err_snr > 60 for r in biases), biases
+    assert len(biases) == 3 and all(r.err_snr > 40 for r in biases), biases
     float_recs, _ = _run(name, _float(name)[1])
     share = len(_compared(recs) & _compared(float_recs)) / len(_compared(float_recs))
     print(f"{name} QOperator: {share:.0%} of the float export's pairs compared")
