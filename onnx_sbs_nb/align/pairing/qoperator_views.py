@@ -24,7 +24,7 @@ from __future__ import annotations
 import onnx
 import onnx.helper as oh
 
-from .float_views import (
+from .float_view_nodes import (
     VIEW_ACTIVATION,
     VIEW_HELPER,
     VIEW_OUTPUT,

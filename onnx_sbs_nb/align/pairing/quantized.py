@@ -22,7 +22,7 @@ import onnx
 import torch
 
 from .context import FxPairingContext
-from .float_views import (
+from .float_view_nodes import (
     VIEW_ACTIVATION,
     VIEW_OUTPUT,
     VIEW_WEIGHT,

@@ -19,12 +19,8 @@ import onnx.numpy_helper
 import pytest
 
 from onnx_sbs_nb.align.judge.quantization_noise import MIN_FLOOR_DB, noise_floor
-from onnx_sbs_nb.align.pairing.float_views import (
-    FLOAT_VIEW,
-    view_kind,
-    view_name,
-    with_float_views,
-)
+from onnx_sbs_nb.align.pairing.float_view_nodes import FLOAT_VIEW, view_kind, view_name
+from onnx_sbs_nb.align.pairing.float_views import with_float_views
 from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_DEQUANTIZED
 from onnx_sbs_nb.align.pairing.values import TRANSFORM_TRANSPOSE
 from onnx_sbs_nb.records import STATUS_FAIL, STATUS_QUANTIZATION_NOISE
@@ -64,9 +60,9 @@ def _int4(symmetric: bool) -> onnx.ModelProto:
     """The MLP on ``(batch, seq, features)`` inputs (the exporter lowers its linears to
     MatMul, which the quantizer knows) quantized to int4 weight-only, blocks of 32."""
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    quantizer = nbits.MatMulNBitsQuantizer(
-        _float("mlp3d")[1], block_size=32, is_symmetric=symmetric
-    )
+    model = onnx.ModelProto()
+    model.CopyFrom(_float("mlp3d")[1])  # the quantizer rewrites the model it is given
+    quantizer = nbits.MatMulNBitsQuantizer(model, block_size=32, is_symmetric=symmetric)
     quantizer.process()
     model = quantizer.model.model
     assert [n.op_type for n in model.graph.node].count("MatMulNBits") == 3
@@ -245,7 +241,9 @@ def test_int4_tiny_llama_pairs_every_projection_and_names_a_doubled_scale():
     args = (torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(0)),)
     ep, onx = export(model, args)
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    quantizer = nbits.MatMulNBitsQuantizer(onx, block_size=32, is_symmetric=False)
+    model_copy = onnx.ModelProto()
+    model_copy.CopyFrom(onx)  # the quantizer rewrites the model it is given
+    quantizer = nbits.MatMulNBitsQuantizer(model_copy, block_size=32, is_symmetric=False)
     quantizer.process()
     quantized = quantizer.model.model
     from onnx_sbs_nb.align.blame.summary import summarize
