@@ -32,6 +32,7 @@ from .judge.judging import SbsMismatchError, as_candidate
 from .many_inputs import ManyInputsRun
 from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
+from .pairing.float_views import with_float_views
 from .pairing.fusions import fused_lowering, replaced_fx_nodes
 from .pairing.lowered_by import structural_lowering
 from .pairing.names import pair_values
@@ -92,6 +93,9 @@ class AlignedRun(SideBySideRun, RunContract):
         folder = onnx_folder(onx)
         # a model that cannot run is refused, not run into not-computed records
         model = exported = check_model(model)
+        # a quantized model's integer weights and activations, dequantized by added nodes
+        # so they pair with their float torch twins (pairing/float_views.py)
+        model = exported = with_float_views(model)
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model

@@ -27,7 +27,9 @@ shapes and transforms a pair is checked by, in :mod:`.values`).  In order:
    with the fx value of the same frontier, dtype and shape whose lowering its op ends;
 8. ``dequantized`` (:class:`.quantized.ThroughQuantization`), for a quantized model: the
    pairs moved into the float domain (a quantized value onto its DequantizeLinear, a
-   parameter onto its quantized weight's), quantization initializers unpaired.
+   parameter onto its quantized weight's), quantization initializers unpaired, and the
+   float views of integer values the model keeps no float form of paired
+   (``float_views.py``, ``qoperator_views.py``).
 
 A pair is only made between values whose declared element type, rank and known
 dimensions agree; a pair made from metadata or position that the actual shapes then

@@ -8,17 +8,31 @@ dequantized with the model's own scales and zero points.
 - an initializer that feeds a quantization node (a quantized weight, a scale, a zero
   point) is no torch parameter: a pair a name or a size made with it is undone, and the
   parameter pairs with the ``DequantizeLinear`` output of its quantized weight, where the
-  model has one (QDQ); weights of ``MatMulInteger`` / ``ConvInteger`` have none, and
-  their error shows in the float output of the node's chain (the ``Mul`` by the scales).
+  model has one (QDQ); weights of ``MatMulInteger`` / ``ConvInteger`` / ``MatMulNBits``
+  have none: the float view added for them (``float_views.py``) pairs with the weight of
+  the fx node the product's float output is, through a transposition where the product
+  multiplies by ``weight.T`` (a linear);
+- a ``DynamicQuantizeLinear``'s float view pairs with the fx value its input pairs with: a
+  second pair of that value, the quantized form the next node computes on.
 """
 
 from __future__ import annotations
 
 import onnx
+import torch
 
 from .context import FxPairingContext
+from .float_view_nodes import (
+    VIEW_ACTIVATION,
+    VIEW_OUTPUT,
+    VIEW_WEIGHT,
+    multiplied_as_stored,
+    view_kind,
+    view_name,
+)
 from .pairs import Pair, Pairing
 from .rules import DequantizedRule, NameRule
+from .values import TRANSFORM_TRANSPOSE
 
 #: the ops of a quantized model whose inputs are quantized values, scales or zero points
 QUANT_OPS = frozenset(
@@ -92,6 +106,37 @@ class ThroughQuantization(DequantizedRule):
             fx = ctx.fx_of[producer[name]] if name in producer else None
             if fx and fx != pair.fx_name and fx not in ctx.pairing.by_fx:
                 ctx.try_pair(name, fx, self.name)
+        self._views(ctx, consumers)
+
+    def _views(self, ctx: FxPairingContext, consumers: dict) -> None:
+        """Pairs the float views (``float_views.py``; module docstring)."""
+        producer = {o: n for n in ctx.graph.node for o in n.output if o}
+        index = {id(n): k for k, n in enumerate(ctx.graph.node)}
+        # the values first: a QLinear product's weight pairs with its output's fx node
+        for kinds in ((VIEW_ACTIVATION, VIEW_OUTPUT), (VIEW_WEIGHT,)):
+            for node in ctx.graph.node:
+                kind = view_kind(node)
+                out = node.output[0] if node.output else ""
+                if kind not in kinds or not out or out in ctx.pairing.by_onnx:
+                    continue
+                if kind == VIEW_ACTIVATION:
+                    quantizer = producer.get(node.input[0])
+                    pair = ctx.pairing.by_onnx.get(quantizer.input[0]) if quantizer else None
+                    fx = ctx.fx_nodes.get(pair.fx_name) if pair is not None else None
+                    if fx is not None and fx.op == "call_function":  # not a program input
+                        ctx.try_pair(out, pair.fx_name, self.name, pair.transform)
+                elif kind == VIEW_OUTPUT:
+                    fx = _output_fx(ctx, node.input[0], producer.get(node.input[0]), index)
+                    if fx is not None:
+                        ctx.try_pair(out, fx.name, self.name)
+                else:
+                    weight = node.input[1] if node.op_type == "MatMulNBits" else node.input[0]
+                    users = consumers.get(weight, [])
+                    product = next((u for u in users if view_kind(u) is None), None)
+                    if product is not None:
+                        fx = _product_fx(ctx, product, index, consumers)
+                        if fx is not None:
+                            _pair_weight(ctx, out, multiplied_as_stored(node), fx, self.name)
 
     def _weights(self, ctx: FxPairingContext, consumers: dict) -> None:
         for name in ctx.initializers:
@@ -115,6 +160,88 @@ class ThroughQuantization(DequantizedRule):
                 if u.op_type == "DequantizeLinear" and u.output[0] not in ctx.pairing.by_onnx:
                     ctx.try_pair(u.output[0], fx_name, self.name)
                     break
+
+
+# the activations a quantizer folds into the output range of the op before them
+_FOLDED = ("relu", "hardtanh", "clamp")
+
+
+def _folded(fx: torch.fx.Node) -> bool:
+    return fx.op == "call_function" and any(a in str(fx.target) for a in _FOLDED)
+
+
+def _output_fx(
+    ctx: FxPairingContext, value: str, producer: onnx.NodeProto | None, index: dict
+) -> torch.fx.Node | None:
+    """The fx value a QOperator node's integer output stands for: the one its name
+    (``<fx name>_quantized``) or its node's metadata says, or the activation after it that
+    the quantizer folded into the output's range (no ONNX node of its own computes it)."""
+    base = value[: -len("_quantized")] if value.endswith("_quantized") else None
+    fx = ctx.fx_nodes.get(base) if base else None
+    if fx is None and producer is not None and id(producer) in index:
+        fx = ctx.fx_nodes.get(ctx.fx_of[index[id(producer)]] or "")
+    if fx is None or fx.op != "call_function":
+        return None
+    users = list(fx.users)
+    if len(users) == 1 and _folded(users[0]) and users[0].name not in ctx.pairing.by_fx:
+        return users[0]
+    return fx
+
+
+def _product_fx(
+    ctx: FxPairingContext, product: onnx.NodeProto, index: dict, consumers: dict
+) -> torch.fx.Node | None:
+    """The fx node an integer product computes: its metadata's, else the fx node of the
+    first value paired (itself or its float view) down its chain of single consumers
+    (``Cast``, ``Mul`` by the scales, ``Add`` of the bias, a ``QLinearAdd``), before the
+    activation folded into its range."""
+    name = ctx.fx_of[index[id(product)]] if id(product) in index else None
+    if name in ctx.fx_nodes:
+        return ctx.fx_nodes[name]
+    value = product.output[0]
+    for _ in range(4):
+        # the value's pair, or its float view's (a QOperator integer output)
+        pair = ctx.pairing.by_onnx.get(value) or ctx.pairing.by_onnx.get(view_name(value))
+        if pair is not None:
+            fx = ctx.fx_nodes.get(pair.fx_name)
+            if fx is not None and _folded(fx) and isinstance(fx.args[0], torch.fx.Node):
+                return fx.args[0]  # the activation folded into the product's range
+            return fx
+        users = [u for u in consumers.get(value, []) if view_kind(u) is None]
+        if len(users) != 1 or not users[0].output:
+            return None
+        value = users[0].output[0]
+    return None
+
+
+def _pair_weight(
+    ctx: FxPairingContext, view: str, as_stored: bool, fx: torch.fx.Node, rule: str
+) -> None:
+    """Pairs a weight's float view with the one unpaired weight of ``fx`` of as many
+    elements; a MatMul's ``[K, N]`` view of a linear's ``[N, K]`` weight through its
+    transposition."""
+    shape = ctx.onnx_shapes.get(view)
+    if shape is None or None in shape:
+        return
+    numel = 1
+    for d in shape:
+        numel *= d
+    cands = []
+    for w in fx.all_input_nodes:
+        val = w.meta.get("val")
+        if w.name in ctx.weights and w.name not in ctx.pairing.by_fx:
+            if isinstance(val, torch.Tensor) and val.numel() == numel:
+                cands.append((w.name, tuple(val.shape)))
+    if len(cands) != 1:
+        return
+    w, w_shape = cands[0]
+    # a square weight: transposed where the product multiplies by the view as it is
+    transposed = (
+        len(shape) == 2
+        and w_shape == tuple(shape[::-1])
+        and (w_shape != tuple(shape) or (as_stored and "linear" in str(fx.target)))
+    )
+    ctx.try_pair(view, w, rule, TRANSFORM_TRANSPOSE if transposed else None)
 
 
 _QUANTIZED_TYPES = frozenset(

@@ -66,7 +66,7 @@ class CNN(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
-SHAPES = {"mlp": (8, 32), "cnn": (2, 3, 8, 8)}
+SHAPES = {"mlp": (8, 32), "cnn": (2, 3, 8, 8), "mlp3d": (2, 4, 32)}
 
 
 def _inputs(name: str) -> list[torch.Tensor]:
@@ -76,7 +76,7 @@ def _inputs(name: str) -> list[torch.Tensor]:
 
 @functools.cache
 def _float(name: str):
-    model = {"mlp": MLP, "cnn": CNN}[name]().eval()
+    model = {"mlp": MLP, "cnn": CNN, "mlp3d": MLP}[name]().eval()
     return export(model, (_inputs(name)[0],))
 
 
@@ -139,11 +139,12 @@ def test_faithful_quantization_is_noise(name, mode, tmp):
         assert any(r.onnx_op_type == "DequantizeLinear" for r in noisy), text
     # a large share of the float export's pairs compared: all of them in QDQ (a Gemm whose
     # output the quantizer renamed after the Relu it folded is torch's linear); dynamic
-    # quantization keeps no float twin of a MatMulInteger's weight (3 of 12 in the MLP)
+    # quantization keeps no float twin of a MatMulInteger's weight: its float view does
+    # (pairing/float_views.py; 73% of the MLP's pairs, 77% of the CNN's without it)
     float_recs, _ = _run(name, _float(name)[1])
     share = len(_compared(recs) & _compared(float_recs)) / len(_compared(float_recs))
     print(f"{name} {mode}: {share:.0%} of the float export's pairs compared")
-    assert share >= (0.7 if mode == "dynamic" else 0.95), sorted(_compared(float_recs))
+    assert share >= (0.8 if mode == "dynamic" else 0.95), sorted(_compared(float_recs))
 
 
 def _new_init(onx: onnx.ModelProto, name: str, value: np.ndarray) -> str:
@@ -168,6 +169,17 @@ def _plant_scale_x2(onx: onnx.ModelProto) -> str:
     dq = _dq_of(onx, "fc2.weight" if "fc2" in str(onx.graph.node) else "c2.weight")
     dq.input[1] = _new_init(onx, "planted_scale", _init(onx, dq.input[1]) * 2)
     return dq.name
+
+
+def _plant_dynamic_scale_x2(onx: onnx.ModelProto) -> str:
+    """The scale of the second integer product's weight (``quantize_dynamic``: it only
+    meets the product, through the Mul of the two scales), doubled; the product's name."""
+    product = [n for n in onx.graph.node if n.op_type in ("MatMulInteger", "ConvInteger")][1]
+    scale = product.input[1].replace("_quantized", "_scale")
+    planted = _new_init(onx, "planted_scale", _init(onx, scale) * 2)
+    for node in onx.graph.node:
+        node.input[:] = [planted if i == scale else i for i in node.input]
+    return product.name
 
 
 def _plant_zero_point(onx: onnx.ModelProto) -> str:
@@ -220,8 +232,20 @@ def _upstream(onx: onnx.ModelProto, value: str, stop: set[str]) -> set[str]:
         ("cnn", "static", _plant_sub),
         ("mlp", "dynamic", _plant_sub),
         ("mlp", "dynamic", _plant_leaky_relu),
+        ("mlp", "dynamic", _plant_dynamic_scale_x2),
+        ("cnn", "dynamic", _plant_dynamic_scale_x2),
     ],
-    ids=["mlp-scale", "cnn-scale", "mlp-zp", "cnn-zp", "cnn-sub", "mlp-dynamic-sub", "mlp-leaky"],
+    ids=[
+        "mlp-scale",
+        "cnn-scale",
+        "mlp-zp",
+        "cnn-zp",
+        "cnn-sub",
+        "mlp-dynamic-sub",
+        "mlp-leaky",
+        "mlp-dynamic-scale",
+        "cnn-dynamic-scale",
+    ],
 )
 def test_planted_fault_named(name, mode, plant, tmp):
     onx = onnx.ModelProto()
@@ -233,7 +257,12 @@ def test_planted_fault_named(name, mode, plant, tmp):
     c = s.culprit
     paired = {r.onnx_name for r in recs if r.status in _COMPARED and r.onnx_name != c.onnx_name}
     lowering = _upstream(onx, c.onnx_name, paired) | set(c.onnx_nodes)
-    assert planted in lowering, (planted, sorted(lowering), text)
+    # or the float view of the planted node's weight (pairing/float_views.py)
+    assert planted in lowering or f"{planted}/weight_float_view" in lowering, (
+        planted,
+        sorted(lowering),
+        text,
+    )
     assert c.status == STATUS_FAIL and c.err_snr is not None, text
     if plant is not _plant_leaky_relu:
         assert c.err_snr < 20, text  # far below the noise floor
