@@ -7,15 +7,18 @@ the model's fault.  The measure is the SQNR (``err_snr``, 10·log10 of the signa
 over the error's): rounding a value to ``b`` bits over its range gives about
 ``6.02·b + 1.76`` dB on a uniform signal, less on a peaked one (the range is set by the
 largest values), and a few quantized ops in a row lose a few dB more.  A value whose SQNR
-stays above :func:`noise_floor` (``6.02·b − 28``: 20 dB for int8, 12 dB at least), and whose own rerun on
-the torch values of its inputs (the node's quantization of those values as the model
-quantizes them, with its own scales and zero points; a rerun that quantizes nothing, a
-float node's, proves an error of its own) does too, is *quantization noise*:
-status ``quantization_noise``, failing nothing.
+stays above :func:`noise_floor` (``6.02·b − 28``: 20 dB for int8, 12 dB at least), and whose
+own rerun on the torch values of its inputs (the node's quantization of those values as
+the model quantizes them, with its own scales and zero points; a rerun that quantizes
+nothing, a float node's, proves an error of its own) stays above :func:`own_noise_floor`
+(``6.02·b − 20``: one node's quantization, none accumulated), is *quantization noise*:
+status ``quantization_noise``, failing nothing.  A value under the first floor whose own
+error is noise and whose rerun's sources (:func:`rerun_sources`) failed nothing amplifies
+their noise (cos of a quantized timestep): noise too, said amplified.
 
 A wrong scale (x2) makes the value's error as large as the value (about 0 dB); a zero
 point off by 10 shifts it by ten steps, a swapped op (Sub for Add) by a whole operand:
-their own reruns fall far below the floor, they stay failures and the culprit rules name
+their own reruns fall below the own floor, they stay failures and the culprit rules name
 them.  The floor cannot tell a fault smaller than the noise around it from that noise.
 """
 
