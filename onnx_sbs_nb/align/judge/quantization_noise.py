@@ -42,8 +42,10 @@ QUANTIZATION_NOISE_NOTE = (
     "explain the error, no fault of the export"
 )
 
+#: how the comment of a value whose noise is amplified (under the value's floor) begins
+AMPLIFIED = "quantization noise, amplified"
 AMPLIFIED_NOISE_NOTE = (
-    "quantization noise, amplified: SQNR {snr} dB, under the {floor:.0f} dB that "
+    AMPLIFIED + ": SQNR {snr} dB, under the {floor:.0f} dB that "
     "{bits}-bit quantization allows for, but the node's own error is quantization noise"
     "{own} and the values it is computed from are quantization noise too: it amplifies "
     "their noise (a loss of accuracy of the quantized model), no fault of the export"
@@ -204,6 +206,7 @@ def _inherits_noise(ctx: RuleContext) -> bool:
 
 
 __all__ = [
+    "AMPLIFIED",
     "AMPLIFIED_NOISE_NOTE",
     "QUANTIZATION_NOISE_NOTE",
     "QuantizationNoise",
