@@ -18,10 +18,10 @@ import onnx
 import pytest
 
 from onnx_sbs_nb.align.blame.summary import summarize
-from onnx_sbs_nb.align.judge.quantization_noise import AMPLIFIED
 from onnx_sbs_nb.align.run import run_aligned
 from onnx_sbs_nb.records import (
     KIND_INPUT,
+    QUANTIZATION_AMPLIFIED,
     STATUS_FAIL,
     STATUS_OK,
     STATUS_QUANTIZATION_NOISE,
@@ -102,7 +102,7 @@ def test_faithful_quantization_names_nothing(arch, mode, record_property):
     ]
     # noise amplified under the floor (the diffusion block's timestep embedding: t
     # quantized to steps of 4, cos of it at 3 dB) is said so in the summary
-    amplified = [r for r in noisy if AMPLIFIED in (r.comment or "")]
+    amplified = [r for r in noisy if QUANTIZATION_AMPLIFIED in (r.comment or "")]
     assert bool(amplified) == ("amplifying the quantization noise" in text), text
     lowest = min(r.err_snr for r in compared)
     record_property("lowest_sqnr_db", round(lowest, 1))

@@ -23,6 +23,7 @@ from ...records import (
     KIND_INPUT,
     KIND_NODE,
     NONFINITE_INPUT_NOTE,
+    QUANTIZATION_AMPLIFIED,
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -35,7 +36,6 @@ from ...records import (
     STATUS_WEIGHT_DIFFERS,
     Record,
 )
-from ..judge.quantization_noise import AMPLIFIED
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
 from .coverage import Coverage, CoverageCount
 from .culprit import Culprit
@@ -529,7 +529,7 @@ def summarize(
 def _count_quantization_noise(t: dict[str, Any], rec: Record) -> None:
     """Counts a value within quantization noise, keeping the lowest SQNR and where."""
     t["quantization_noise"] = t.get("quantization_noise", 0) + 1
-    if AMPLIFIED in (rec.comment or ""):
+    if QUANTIZATION_AMPLIFIED in (rec.comment or ""):
         t["quantization_amplified"] = t.get("quantization_amplified", 0) + 1
     snr = rec.err_snr
     if snr is not None and ("quantization_min_snr" not in t or snr < t["quantization_min_snr"]):

@@ -30,7 +30,7 @@ from typing import Any
 
 import onnx
 
-from ...records import STATUS_FAIL, STATUS_QUANTIZATION_NOISE, Record
+from ...records import QUANTIZATION_AMPLIFIED, STATUS_FAIL, STATUS_QUANTIZATION_NOISE, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from ..pairing.quantized import QUANT_OPS
@@ -42,10 +42,8 @@ QUANTIZATION_NOISE_NOTE = (
     "explain the error, no fault of the export"
 )
 
-#: how the comment of a value whose noise is amplified (under the value's floor) begins
-AMPLIFIED = "quantization noise, amplified"
 AMPLIFIED_NOISE_NOTE = (
-    AMPLIFIED + ": SQNR {snr} dB, under the {floor:.0f} dB that "
+    QUANTIZATION_AMPLIFIED + ": SQNR {snr} dB, under the {floor:.0f} dB that "
     "{bits}-bit quantization allows for, but the node's own error is quantization noise"
     "{own} and the values it is computed from are quantization noise too: it amplifies "
     "their noise (a loss of accuracy of the quantized model), no fault of the export"
@@ -206,7 +204,6 @@ def _inherits_noise(ctx: RuleContext) -> bool:
 
 
 __all__ = [
-    "AMPLIFIED",
     "AMPLIFIED_NOISE_NOTE",
     "QUANTIZATION_NOISE_NOTE",
     "QuantizationNoise",
