@@ -8,7 +8,7 @@ from collections.abc import Container
 from functools import partial
 from typing import Any
 
-from ...records import STATUS_FAIL, Record
+from ...records import Record
 from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
@@ -92,7 +92,7 @@ class PairJudge:
     ) -> Record:
         """The record of pair ``name``, its verdict from the rules (``judge/rules.py``)."""
         rec = self._record(name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors)
-        if rec.status == STATUS_FAIL:
+        if rec.failed:  # a failure of any kind (a value, a shape, the node's run)
             self.ctx.failing.add(name)
         return rec
 
