@@ -51,6 +51,9 @@ STATUS_PRECISION_LOSS = "precision_loss"
 # points) explains: its SQNR, and its own rerun's, above what the bit width allows for
 # (align/judge/quantization_noise.py)
 STATUS_QUANTIZATION_NOISE = "quantization_noise"
+# how the comment of such a value begins when its SQNR is under the floor, its own rerun's
+# above: it amplifies the quantization noise of the values it is computed from
+QUANTIZATION_AMPLIFIED = "quantization noise, amplified"
 # the user's compare function failed on the pair (raised, returned no dict): the values were
 # measured but not judged, and nothing is said of the model
 STATUS_CHECK_ERROR = "check_error"

@@ -23,6 +23,7 @@ from ...records import (
     KIND_INPUT,
     KIND_NODE,
     NONFINITE_INPUT_NOTE,
+    QUANTIZATION_AMPLIFIED,
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -531,6 +532,8 @@ def summarize(
 def _count_quantization_noise(t: dict[str, Any], rec: Record) -> None:
     """Counts a value within quantization noise, keeping the lowest SQNR and where."""
     t["quantization_noise"] = t.get("quantization_noise", 0) + 1
+    if QUANTIZATION_AMPLIFIED in (rec.comment or ""):
+        t["quantization_amplified"] = t.get("quantization_amplified", 0) + 1
     snr = rec.err_snr
     if snr is not None and ("quantization_min_snr" not in t or snr < t["quantization_min_snr"]):
         t["quantization_min_snr"], t["quantization_min_at"] = snr, label(rec)
@@ -542,9 +545,17 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
     values = "1 value is" if n == 1 else f"{n} values are"
     lowest = t.get("quantization_min_snr")
     at = f" (lowest SQNR {lowest:.1f} dB, at {t.get('quantization_min_at')})" if lowest else ""
+    amplified = t.get("quantization_amplified", 0)
+    if not amplified:
+        return (
+            f"{values} beyond tolerance only by the model's quantization{at}: each SQNR, and "
+            "its own rerun's on torch's inputs, is above what the bit width allows for; no fault"
+        )
     return (
-        f"{values} beyond tolerance only by the model's quantization{at}: each SQNR, and its "
-        "own rerun's on torch's inputs, is above what the bit width allows for; no fault"
+        f"{values} beyond tolerance only by the model's quantization{at}: each own rerun's "
+        f"SQNR on torch's inputs is above what the bit width allows for; {amplified} of them "
+        "fall under it in their total SQNR, amplifying the quantization noise of the values "
+        "they are computed from (a loss of accuracy of the quantized model); no fault"
     )
 
 

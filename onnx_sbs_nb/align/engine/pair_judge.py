@@ -12,7 +12,7 @@ from ...records import Record
 from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
-from ..judge.quantization_noise import noise_bits, quantized_lowerings
+from ..judge.quantization_noise import noise_bits, quantized_lowerings, rerun_sources
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
 from ..pairing.pairs import Pairing
@@ -53,6 +53,7 @@ class PairJudge:
         )
         if self.ctx.quant_bits is not None:
             self.ctx.quantized = quantized_lowerings(candidate.model.graph, pairing.by_onnx)
+            self.ctx.rerun_sources = rerun_sources(candidate.model.graph, pairing.by_onnx)
         self.verdicts = Verdicts(self.ctx)
         # a failing node's inputs exact and rounded (judge/precision_loss.py)
         self.precision = PrecisionInputs(candidate, pairing, unproven)
@@ -81,6 +82,7 @@ class PairJudge:
         input, and the values whose size a decomposition fixed (``specialized.py``)."""
         ctx = self.ctx
         ctx.missing, ctx.specialized = missing, specialized
+        ctx.failing = set()  # the values failed in this run (quantization_noise.py)
         # the node computing a value and its inputs, for rules that look at them (a
         # partial of the candidate's method, not the run's: no reference cycle)
         ctx.node_inputs = partial(self.candidate.node_and_inputs, env=cand_env)
@@ -89,6 +91,14 @@ class PairJudge:
         self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
     ) -> Record:
         """The record of pair ``name``, its verdict from the rules (``judge/rules.py``)."""
+        rec = self._record(name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors)
+        if rec.failed:  # a failure of any kind (a value, a shape, the node's run)
+            self.ctx.failing.add(name)
+        return rec
+
+    def _record(
+        self, name, ref_env, cand_env, own, times, cand_times, ref_errors, cand_errors
+    ) -> Record:
         cand, ref, ctx, verdicts = self.candidate, self.reference, self.ctx, self.verdicts
         pair = self.pairing.by_onnx[name]
         fx_name = pair.fx_name

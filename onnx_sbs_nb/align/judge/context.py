@@ -78,6 +78,10 @@ class RuleContext:
     quant_bits: int | None = None
     # ... and the values whose own rerun goes through a quantization node
     quantized: Container[str] = frozenset()
+    # ... the paired values each paired value's own rerun starts from, and the values
+    # that failed so far in this run (the noise a value inherits is no fault's)
+    rerun_sources: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    failing: set[str] = field(default_factory=set)
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:

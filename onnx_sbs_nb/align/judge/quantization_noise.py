@@ -7,26 +7,30 @@ the model's fault.  The measure is the SQNR (``err_snr``, 10·log10 of the signa
 over the error's): rounding a value to ``b`` bits over its range gives about
 ``6.02·b + 1.76`` dB on a uniform signal, less on a peaked one (the range is set by the
 largest values), and a few quantized ops in a row lose a few dB more.  A value whose SQNR
-stays above :func:`noise_floor` (``6.02·b − 28``: 20 dB for int8, 12 dB at least), and whose own rerun on
-the torch values of its inputs (the node's quantization of those values as the model
-quantizes them, with its own scales and zero points; a rerun that quantizes nothing, a
-float node's, proves an error of its own) does too, is *quantization noise*:
-status ``quantization_noise``, failing nothing.
+stays above :func:`noise_floor` (``6.02·b − 28``: 20 dB for int8, 12 dB at least), and whose
+own rerun on the torch values of its inputs (the node's quantization of those values as
+the model quantizes them, with its own scales and zero points; a rerun that quantizes
+nothing, a float node's, proves an error of its own) stays above :func:`own_noise_floor`
+(``6.02·b − 20``: one node's quantization, none accumulated), is *quantization noise*:
+status ``quantization_noise``, failing nothing.  A value under the first floor whose own
+error is noise and whose rerun's sources (:func:`rerun_sources`) failed nothing amplifies
+their noise (cos of a quantized timestep): noise too, said amplified.
 
 A wrong scale (x2) makes the value's error as large as the value (about 0 dB); a zero
 point off by 10 shifts it by ten steps, a swapped op (Sub for Add) by a whole operand:
-their own reruns fall far below the floor, they stay failures and the culprit rules name
+their own reruns fall below the own floor, they stay failures and the culprit rules name
 them.  The floor cannot tell a fault smaller than the noise around it from that noise.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container
 from typing import Any
 
 import onnx
 
-from ...records import STATUS_FAIL, STATUS_QUANTIZATION_NOISE, Record
+from ...records import QUANTIZATION_AMPLIFIED, STATUS_FAIL, STATUS_QUANTIZATION_NOISE, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from ..pairing.quantized import QUANT_OPS
@@ -36,6 +40,13 @@ QUANTIZATION_NOISE_NOTE = (
     "quantization noise: SQNR {snr} dB{own}, above the {floor:.0f} dB that {bits}-bit "
     "quantization allows for (6.02·bits − 28, 12 at least): the model's own scales and zero points "
     "explain the error, no fault of the export"
+)
+
+AMPLIFIED_NOISE_NOTE = (
+    QUANTIZATION_AMPLIFIED + ": SQNR {snr} dB, under the {floor:.0f} dB that "
+    "{bits}-bit quantization allows for, but the node's own error is quantization noise"
+    "{own} and the values it is computed from are quantization noise too: it amplifies "
+    "their noise (a loss of accuracy of the quantized model), no fault of the export"
 )
 
 _BITS = {
@@ -112,6 +123,38 @@ def noise_floor(bits: int) -> float:
     return max(6.02 * bits - 28.0, MIN_FLOOR_DB)
 
 
+def own_noise_floor(bits: int) -> float:
+    """The SQNR (dB) under which a node's *own* error (its rerun on the torch values of
+    its inputs) is more than ``bits``-bit quantization noise: ``6.02·b − 20``, never below
+    :data:`MIN_FLOOR_DB`.  A rerun rounds one node's inputs and output to the grid once,
+    ``6.02·b + 1.76`` dB on a uniform signal and up to ~20 dB less on a peaked one; the
+    8 dB the value's floor leaves on top are for the many quantized ops a value goes
+    through, none of which an own rerun holds.  Faithful int8 reruns measure 33-55 dB
+    (tests/corpus/test_quantized_corpus.py), a zero point 10 steps off on a narrow
+    value 25 dB: under this floor, over the value's."""
+    return max(6.02 * bits - 20.0, MIN_FLOOR_DB)
+
+
+def rerun_sources(graph: onnx.GraphProto, paired: Container[str]) -> dict[str, frozenset[str]]:
+    """For each paired value, the paired values its own rerun starts from (their torch
+    values): the nearest paired values up each input, through unpaired ones."""
+    empty: frozenset[str] = frozenset()
+    up: dict[str, frozenset[str]] = {}
+    found: dict[str, frozenset[str]] = {}
+    for node in graph.node:  # in topological order
+        srcs: set[str] = set()
+        for i in node.input:
+            if i:
+                srcs.update((i,) if i in paired else up.get(i, empty))
+        frozen = frozenset(srcs)
+        for o in node.output:
+            if o:
+                up[o] = frozen
+                if o in paired:
+                    found[o] = frozen
+    return found
+
+
 class QuantizationNoise:
     """A failing value of a quantized model whose SQNR, and its own rerun's, stay above
     the noise floor of the model's bit width gets status ``quantization_noise``."""
@@ -126,32 +169,48 @@ class QuantizationNoise:
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
         if record.status != STATUS_FAIL or record.err_snr is None:
             return False
+        if math.isnan(record.err_snr):  # no verdict of noise
+            return False
         bits = ctx.quant_bits or 8
         floor = noise_floor(bits)
-        if not record.err_snr >= floor:  # NaN: no verdict of noise
-            return False
         own = ""
         if record.passed2 is False:
-            if ctx.own_snr is None or not ctx.own_snr >= floor:
+            if ctx.own_snr is None or not ctx.own_snr >= own_noise_floor(bits):
                 return False  # its own error is beyond the noise: the node's fault
             if ctx.name not in ctx.quantized:
                 return False  # its rerun quantizes nothing: its own error is its fault
             own = f", {ctx.own_snr:.1f} dB run on the torch values of its inputs"
+        note = QUANTIZATION_NOISE_NOTE
+        if not record.err_snr >= floor:
+            # below the floor: noise only when the node adds no more than noise (its own
+            # rerun) to values that are noise themselves, which it amplifies (cos of a
+            # quantized timestep, a division by a small quantized value)
+            if record.passed2 is None or not _inherits_noise(ctx):
+                return False
+            note = AMPLIFIED_NOISE_NOTE
         record.status = STATUS_QUANTIZATION_NOISE
         record.comment = _join(
             record.comment,
-            QUANTIZATION_NOISE_NOTE.format(
-                snr=f"{record.err_snr:.1f}", own=own, floor=floor, bits=bits
-            ),
+            note.format(snr=f"{record.err_snr:.1f}", own=own, floor=floor, bits=bits),
         )
         return True
 
 
+def _inherits_noise(ctx: RuleContext) -> bool:
+    """Whether the paired values the value's rerun starts from are known and none of
+    them failed: the error it inherits is their quantization noise, no fault's."""
+    sources = ctx.rerun_sources.get(ctx.name)
+    return sources is not None and not any(s in ctx.failing for s in sources)
+
+
 __all__ = [
+    "AMPLIFIED_NOISE_NOTE",
     "QUANTIZATION_NOISE_NOTE",
     "QuantizationNoise",
     "noise_bits",
     "noise_floor",
+    "own_noise_floor",
     "quantization_bits",
     "quantized_lowerings",
+    "rerun_sources",
 ]

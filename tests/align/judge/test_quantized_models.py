@@ -22,7 +22,9 @@ from onnx_sbs_nb.align.judge.quantization_noise import (
     QuantizationNoise,
     noise_bits,
     noise_floor,
+    own_noise_floor,
     quantization_bits,
+    rerun_sources,
 )
 from onnx_sbs_nb.align.pairing.quantized import QUANT_OPS
 from onnx_sbs_nb.align.pairing.rules import PAIRED_BY_DEQUANTIZED
@@ -332,6 +334,56 @@ def test_the_rule_against_the_floor():
     ctx.name = "v"
     assert judged(float("nan"), None, None) == STATUS_FAIL
     assert not rule.applies(None, RuleContext())  # a float model: never noise
+    # an own error over the value's floor but under the own rerun's (6.02·b − 20: one
+    # quantization, no accumulation): a zero point 10 steps off on a narrow value
+    assert own_noise_floor(8) == pytest.approx(28.16)
+    assert judged(30.0, False, 25.0) == STATUS_FAIL
+
+
+def test_amplified_noise_of_noisy_sources():
+    """Under the floor, a value whose own error is noise and whose rerun's sources are
+    noise amplifies their noise (cos of a quantized timestep): noise, said so; with a
+    failing source, or its sources unknown, it stays a failure."""
+    from onnx_sbs_nb.align.judge.context import RuleContext
+    from onnx_sbs_nb.records import Record
+
+    rule = QuantizationNoise()
+    ctx = RuleContext(quant_bits=8, quantized={"v"}, rerun_sources={"v": frozenset({"t"})})
+    ctx.name = "v"
+
+    def judged(passed2: bool | None, own_snr: float | None) -> Record:
+        rec = Record(step=0, status=STATUS_FAIL, err_snr=3.5, passed2=passed2)
+        ctx.own_snr = own_snr
+        rule.judge(rec, None, None, ctx)
+        return rec
+
+    rec = judged(False, 45.0)
+    assert rec.status == STATUS_QUANTIZATION_NOISE and "amplified" in rec.comment
+    assert judged(True, None).status == STATUS_QUANTIZATION_NOISE
+    assert judged(None, None).status == STATUS_FAIL  # no rerun: nothing to tell by
+    assert judged(False, 20.0).status == STATUS_FAIL  # its own error is a fault's
+    ctx.failing = {"t"}
+    assert judged(False, 45.0).status == STATUS_FAIL  # it inherits a fault
+    ctx.failing, ctx.name = set(), "w"
+    assert judged(True, None).status == STATUS_FAIL  # sources unknown
+
+
+def test_rerun_sources_walk_through_unpaired_values():
+    import onnx.helper as oh
+
+    graph = oh.make_graph(
+        [
+            oh.make_node("Relu", ["x"], ["a"]),
+            oh.make_node("Neg", ["a"], ["b"]),
+            oh.make_node("Add", ["b", "w"], ["c"]),
+            oh.make_node("Mul", ["c", "x"], ["d"]),
+        ],
+        "g",
+        [],
+        [],
+    )
+    found = rerun_sources(graph, {"x", "c", "d"})
+    assert found == {"c": frozenset({"x"}), "d": frozenset({"c", "x"})}
 
 
 def test_qoperator_integer_values_are_no_twins(tmp):
