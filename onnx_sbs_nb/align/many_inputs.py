@@ -51,6 +51,36 @@ RunFactory = Callable[[Any, Any], Any]
 _JUDGED_ELSEWHERE = frozenset(k for k, v in STATUSES.items() if v.judged_elsewhere)
 
 
+@dataclasses.dataclass
+class ModelReuse:
+    """What every input's run reads of the model alone, kept by the first input's run
+    for the others: the model checked and put in run order, its structure digest and its
+    exporter metadata (``run.AlignedRun``).  Checking a 4-layer Llama again costs a
+    fifth of a later input's run, and nothing in it depends on the input.
+
+    ``checks`` counts the times the model was read and checked: 1 over a run of any
+    length (a test holds it there; a run that reads the model per input again is slower
+    by that much per input and says nothing)."""
+
+    facts: Any = None  # (checked model, structure digest, FxMetadata)
+    checks: int = 0
+
+    def keep(self, facts: Any) -> None:
+        self.facts = facts
+        self.checks += 1
+
+
+def sessions_built(run: Any) -> int:
+    """The onnxruntime sessions (one node's or a stretch's) a run's runner built: a run
+    over many inputs builds them for its first inputs only (the runners share them)."""
+    runner = getattr(getattr(run, "candidate", None), "runner", None)
+    if runner is None:
+        return 0
+    return int(getattr(runner, "sessions_built", 0)) + int(
+        getattr(runner, "stretch_sessions_built", 0)
+    )
+
+
 class InputReadError(RuntimeError):
     """Reading the next input (a DataLoader, a generator) raised: names its index."""
 
@@ -262,8 +292,11 @@ class ManyInputsRun(RunContract):
         *,
         keep_records: bool = False,
         on_input: Callable[[int, RunStatus], None] | None = None,
+        reuse: ModelReuse | None = None,
     ) -> None:
         self._make_run = make_run
+        # what make_run keeps of the model between inputs, when it keeps something
+        self.reuse = reuse
         # called after each input with its index and this run's status: a view's progress
         self.on_input = on_input
         self.inputs = as_inputs(inputs)
@@ -272,6 +305,8 @@ class ManyInputsRun(RunContract):
         self.records_by_input: list[list[Record]] = []
         self.failing_inputs: list[int] = []
         self.input_names: list[str | None] = []
+        # onnxruntime sessions each input's run built: none after the first inputs
+        self.sessions_by_input: list[int] = []
         self.status = RunStatus()
         try:
             self.status.extra["inputs_total"] = len(self.inputs)  # type: ignore[arg-type]
@@ -357,6 +392,7 @@ class ManyInputsRun(RunContract):
         while item_run is not None:
             self._current = item_run
             self._fold(item_run, index, pairs)
+            self.sessions_by_input.append(sessions_built(item_run))
             self._current = None
             status.extra["inputs_done"] = index + 1
             del item_run
@@ -506,8 +542,10 @@ def _worse(a: float, b: float) -> bool:
 __all__ = [
     "InputReadError",
     "ManyInputsRun",
+    "ModelReuse",
     "PairAggregate",
     "as_inputs",
     "input_files",
     "pair_key",
+    "sessions_built",
 ]
