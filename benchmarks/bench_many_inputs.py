@@ -1,14 +1,13 @@
 """Runs over many inputs (issue 50): what each input after the first costs, in CPU time,
 against the first input and against the bare work of one input.
 
-Each measurement runs in a fresh interpreter (``run_child``) with one torch thread; the
-child loads an exported model from files (not timed), then:
+Each measurement runs in a fresh interpreter (``run_child``) with one torch thread,
+which:
 
-1. exports the model in the child, as a notebook does before it compares (torch and
-   onnxruntime are warm, the exporter's program is fresh), unless ``--cold``: then it
-   loads the files the parent exported into a fresh process, whose first input also pays
-   the engine's imports and the libraries' first-use costs (2x dearer, the ratio 2x
-   better: the figure the issue found too kind);
+1. exports the model (a 4-layer tiny Llama from a transformers config, a CNN), as a
+   notebook does before it compares, unless ``--cold``: then it loads the files the
+   parent exported, and the first input also pays the engine's imports and the
+   libraries' first-use costs (a dearer first input: a kinder ratio);
 2. times the *bare work* per input: one eager run of the program (``ep.module()(*x)``)
    and one onnxruntime run of the whole model (1 intra-op thread), over the same inputs,
    after one untimed warm-up of each (so the first input below pays no process-wide
@@ -21,10 +20,13 @@ child loads an exported model from files (not timed), then:
 counted.  Goals (issue 50): per extra input <= 0.10x the first, <= 2x the bare work.
 Each model is measured on a quiet machine and with two busy background processes
 (``python -c 'while 1: pass'``) started by this script, as a shared machine has them.
-Peak memory: the resident peak of the child during the run above its size before it.
+``--memory``: the resident peak of one more child during the run above its size before
+it, in a separate child: resetting the kernel's high-water mark around the timed run
+doubled the first input's CPU time, which is how this benchmark once reported later
+inputs at 0.04x the first.
 
     .venv/bin/python benchmarks/bench_many_inputs.py [--repeats 2] [--inputs 16]
-        [--models llama4,cnn] [--no-load]
+        [--models llama4,cnn] [--no-load] [--memory] [--cold]
 """
 
 from __future__ import annotations
@@ -142,9 +144,14 @@ def export_in_process(model: str) -> tuple:
         return tiny_llama(s.hidden, s.layers, s.seq, s.intermediate)
 
 
-def measure(folder: Path, n: int, threads: int, warm: bool = True, model: str = "") -> dict:
+def measure(
+    folder: Path, n: int, threads: int, warm: bool = True, model: str = "", memory: bool = False
+) -> dict:
     """Runs ``n`` inputs over the model in ``folder``: CPU and wall time of the first input
-    and of the run, and the bare work per input timed in the same process."""
+    and of the run, and the bare work per input timed in the same process.  ``memory``:
+    the peak resident memory of the run too, in a run whose times are not to be read:
+    resetting the kernel's high-water mark makes the first input's page faults dearer
+    (its CPU time 2x on a Llama: the later / first ratio looked 2x better than it is)."""
     import torch
 
     if threads > 0:
@@ -162,7 +169,8 @@ def measure(folder: Path, n: int, threads: int, warm: bool = True, model: str = 
     bare = bare_work(ep, onx, inputs)
     marks: list[tuple[float, float]] = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    with PeakRss() as peak:
+    peak = PeakRss() if memory else contextlib.nullcontext()
+    with peak:
         run = aligned_over_inputs(
             ep,
             onx,
@@ -185,9 +193,9 @@ def measure(folder: Path, n: int, threads: int, warm: bool = True, model: str = 
         "bare": bare,
         "records": len(records),
         "failing_inputs": len(run.failing_inputs),
-        "peak_increase": peak.increase,
-        "peak": peak.peak,
-        "method": peak.method,
+        "peak_increase": peak.increase if memory else None,
+        "peak": peak.peak if memory else None,
+        "method": peak.method if memory else None,
     }
 
 
@@ -218,6 +226,9 @@ def main() -> None:
     p.add_argument("--inputs", type=int, default=16, help="inputs per run")
     p.add_argument("--models", default=",".join(MODELS), help="comma list of: llama4, cnn")
     p.add_argument("--no-load", action="store_true", help="skip the loaded measurement")
+    p.add_argument(
+        "--memory", action="store_true", help="peak memory of the run, in one more process"
+    )
     p.add_argument("--workdir", default=None, help="keep the exported models here")
     p.add_argument(
         "--torch-threads", type=int, default=1, help="torch threads in the children (0: torch's)"
@@ -226,42 +237,40 @@ def main() -> None:
         "--cold", action="store_true", help="load the files in a fresh process: imports counted"
     )
     p.add_argument(
-        "--child", nargs=5, metavar=("FOLDER", "N", "T", "W", "M"), help=argparse.SUPPRESS
+        "--child", nargs=6, metavar=("FOLDER", "N", "T", "W", "M", "MEM"), help=argparse.SUPPRESS
     )
     a = p.parse_args()
     if a.child:
         c = a.child
-        emit_result(measure(Path(c[0]), int(c[1]), int(c[2]), warm=c[3] == "1", model=c[4]))
+        emit_result(
+            measure(
+                Path(c[0]), int(c[1]), int(c[2]), warm=c[3] == "1", model=c[4], memory=c[5] == "1"
+            )
+        )
         return
     models = [m for m in a.models.split(",") if m]
     loads = [0] if a.no_load else [0, 2]
     rows = []
+
+    def child(folder: Path, model: str, memory: bool) -> dict:
+        argv = [str(folder), str(a.inputs), str(a.torch_threads), str(int(not a.cold)), model]
+        return run_child(Path(__file__), ["--child", *argv, str(int(memory))])
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(a.workdir or tmp)
         for model in models:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 folder = export_cnn(root) if model == "cnn" else export_llama(LLAMA4, root).folder
+            peak = child(folder, model, memory=True)["peak_increase"] if a.memory else None
             for load in loads:
                 with busy(load):
                     avg = _loadavg()
-                    results = [
-                        run_child(
-                            Path(__file__),
-                            [
-                                "--child",
-                                str(folder),
-                                str(a.inputs),
-                                str(a.torch_threads),
-                                "0" if a.cold else "1",
-                                model,
-                            ],
-                        )
-                        for _ in range(max(1, a.repeats))
-                    ]
+                    results = [child(folder, model, False) for _ in range(max(1, a.repeats))]
                 first = median_of(results, "cpu_first")
                 rest = median_of(results, "cpu_rest_mean")
                 bare = median_of(results, "bare")
+                wall = ratio(median_of(results, "rest_mean"), median_of(results, "first"))
                 rows.append(
                     [
                         model,
@@ -272,10 +281,8 @@ def main() -> None:
                         fmt_s(bare),
                         fmt_ratio(ratio(rest, first)),
                         fmt_ratio(ratio(rest, bare)),
-                        fmt_ratio(
-                            ratio(median_of(results, "rest_mean"), median_of(results, "first"))
-                        ),
-                        f"{median_of(results, 'peak_increase') / MB:.1f} MB",
+                        fmt_ratio(wall),
+                        "-" if peak is None else f"{peak / MB:.1f} MB",
                     ]
                 )
     print_table(

@@ -102,14 +102,15 @@ def fails(rec: Record) -> bool:
     return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
 
 
-def _severity(rec: Record) -> tuple[int, float]:
+def _severity(rec: Record, failed: bool | None = None) -> tuple[int, float]:
     """How bad one input's record of a pair is: its own failure first (the node makes
-    the error on that input), then a failure, then the size of the error (NaN worst)."""
+    the error on that input), then a failure, then the size of the error (NaN worst).
+    ``failed``: :func:`fails` of the record, when the caller knows it."""
     if rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE):  # below any fault
         level, value = 1, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
     elif rec.passed2 is False or rec.status == STATUS_ERROR:
         level, value = 2, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
-    elif fails(rec):
+    elif fails(rec) if failed is None else failed:
         level, value = 1, rec.err_abs
     else:
         level, value = 0, rec.err_abs
@@ -135,16 +136,19 @@ class PairAggregate:
     # made under tolerance is found among them), rather than its largest rounding
     on_failing_input: tuple[Record, int] | None = None
 
-    def add(self, rec: Record, index: int) -> None:
+    def add(self, rec: Record, index: int) -> bool:
+        """Folds one input's record in; returns whether it fails (:func:`fails`)."""
         self.seen += 1
-        if fails(rec):
+        failed = fails(rec)
+        if failed:
             self.failing += 1
         if rec.err_abs is not None:
             self.err_sum += rec.err_abs  # a NaN makes the mean NaN: it is no number
             self.err_count += 1
-        severity = _severity(rec)
+        severity = _severity(rec, failed)
         if severity > self.severity:  # ties keep the earlier input
             self.worst, self.worst_input, self.severity = rec, index, severity
+        return failed
 
     def shown(self) -> tuple[Record, int]:
         """The record the views show for this pair, and its input."""
@@ -438,23 +442,23 @@ class ManyInputsRun(RunContract):
         seen: list[tuple[PairAggregate, Record]] = []  # until an input fails
         failing = False
         name = self.input_names[index]
+        # read once: a Llama's input yields some 400 records, each folded here
+        stop, inner, first_failing = self._stop, run.status, not self.failing_inputs
         try:
             for rec in run:
-                if self._stop.is_set():
+                if stop.is_set():
                     run.stop()
                 rec.input_index, rec.input_name = index, name
-                key = pair_key(rec)
+                key = (rec.kind, rec.ep_name, rec.onnx_name, rec.onnx_id_output)  # pair_key
                 agg = pairs.get(key)
                 if agg is None:
                     agg = pairs[key] = PairAggregate(rec, index, _severity(rec), (index, rec.step))
-                agg.add(rec, index)
-                if not failing and fails(rec) and not rec.drifted:
+                if agg.add(rec, index) and not failing and not rec.drifted:
                     failing = True
-                if not self.failing_inputs:
+                if first_failing:
                     seen.append((agg, rec))
                 if self.keep_records:
                     kept.append(rec)
-                inner = run.status
                 status.total_onnx_nodes = inner.total_onnx_nodes
                 status.done_onnx_nodes = inner.done_onnx_nodes
                 status.current = inner.current
