@@ -223,9 +223,11 @@ def test_bench_budget_splits_a_run(tiny_files, capsys):
 def test_bench_many_inputs_measures(tiny_files):
     from benchmarks import bench_many_inputs
 
-    result = bench_many_inputs.measure(tiny_files.folder, 3, threads=0)
+    result = bench_many_inputs.measure(tiny_files.folder, 3, threads=0, memory=True)
     assert result["n"] == 3 and result["records"] > 0
     assert 0 < result["first"] <= result["total"] and result["rest_mean"] > 0
+    assert 0 < result["cpu_first"] <= result["cpu_total"] and result["cpu_rest_mean"] > 0
+    assert result["bare"] > 0
     assert result["peak"] > 0 and result["method"] in ("VmHWM", "psutil-sampling")
 
 

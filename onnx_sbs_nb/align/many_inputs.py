@@ -51,6 +51,36 @@ RunFactory = Callable[[Any, Any], Any]
 _JUDGED_ELSEWHERE = frozenset(k for k, v in STATUSES.items() if v.judged_elsewhere)
 
 
+@dataclasses.dataclass
+class ModelReuse:
+    """What every input's run reads of the model alone, kept by the first input's run
+    for the others: the model checked and put in run order, its structure digest and its
+    exporter metadata (``run.AlignedRun``).  Checking a 4-layer Llama again costs a
+    fifth of a later input's run, and nothing in it depends on the input.
+
+    ``checks`` counts the times the model was read and checked: 1 over a run of any
+    length (a test holds it there; a run that reads the model per input again is slower
+    by that much per input and says nothing)."""
+
+    facts: Any = None  # (checked model, structure digest, FxMetadata)
+    checks: int = 0
+
+    def keep(self, facts: Any) -> None:
+        self.facts = facts
+        self.checks += 1
+
+
+def sessions_built(run: Any) -> int:
+    """The onnxruntime sessions (one node's or a stretch's) a run's runner built: a run
+    over many inputs builds them for its first inputs only (the runners share them)."""
+    runner = getattr(getattr(run, "candidate", None), "runner", None)
+    if runner is None:
+        return 0
+    return int(getattr(runner, "sessions_built", 0)) + int(
+        getattr(runner, "stretch_sessions_built", 0)
+    )
+
+
 class InputReadError(RuntimeError):
     """Reading the next input (a DataLoader, a generator) raised: names its index."""
 
@@ -72,14 +102,15 @@ def fails(rec: Record) -> bool:
     return rec.passed is False and rec.status not in _JUDGED_ELSEWHERE
 
 
-def _severity(rec: Record) -> tuple[int, float]:
+def _severity(rec: Record, failed: bool | None = None) -> tuple[int, float]:
     """How bad one input's record of a pair is: its own failure first (the node makes
-    the error on that input), then a failure, then the size of the error (NaN worst)."""
+    the error on that input), then a failure, then the size of the error (NaN worst).
+    ``failed``: :func:`fails` of the record, when the caller knows it."""
     if rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE):  # below any fault
         level, value = 1, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
     elif rec.passed2 is False or rec.status == STATUS_ERROR:
         level, value = 2, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
-    elif fails(rec):
+    elif fails(rec) if failed is None else failed:
         level, value = 1, rec.err_abs
     else:
         level, value = 0, rec.err_abs
@@ -105,16 +136,19 @@ class PairAggregate:
     # made under tolerance is found among them), rather than its largest rounding
     on_failing_input: tuple[Record, int] | None = None
 
-    def add(self, rec: Record, index: int) -> None:
+    def add(self, rec: Record, index: int) -> bool:
+        """Folds one input's record in; returns whether it fails (:func:`fails`)."""
         self.seen += 1
-        if fails(rec):
+        failed = fails(rec)
+        if failed:
             self.failing += 1
         if rec.err_abs is not None:
             self.err_sum += rec.err_abs  # a NaN makes the mean NaN: it is no number
             self.err_count += 1
-        severity = _severity(rec)
+        severity = _severity(rec, failed)
         if severity > self.severity:  # ties keep the earlier input
             self.worst, self.worst_input, self.severity = rec, index, severity
+        return failed
 
     def shown(self) -> tuple[Record, int]:
         """The record the views show for this pair, and its input."""
@@ -262,8 +296,11 @@ class ManyInputsRun(RunContract):
         *,
         keep_records: bool = False,
         on_input: Callable[[int, RunStatus], None] | None = None,
+        reuse: ModelReuse | None = None,
     ) -> None:
         self._make_run = make_run
+        # what make_run keeps of the model between inputs, when it keeps something
+        self.reuse = reuse
         # called after each input with its index and this run's status: a view's progress
         self.on_input = on_input
         self.inputs = as_inputs(inputs)
@@ -272,6 +309,8 @@ class ManyInputsRun(RunContract):
         self.records_by_input: list[list[Record]] = []
         self.failing_inputs: list[int] = []
         self.input_names: list[str | None] = []
+        # onnxruntime sessions each input's run built: none after the first inputs
+        self.sessions_by_input: list[int] = []
         self.status = RunStatus()
         try:
             self.status.extra["inputs_total"] = len(self.inputs)  # type: ignore[arg-type]
@@ -357,6 +396,7 @@ class ManyInputsRun(RunContract):
         while item_run is not None:
             self._current = item_run
             self._fold(item_run, index, pairs)
+            self.sessions_by_input.append(sessions_built(item_run))
             self._current = None
             status.extra["inputs_done"] = index + 1
             del item_run
@@ -402,23 +442,23 @@ class ManyInputsRun(RunContract):
         seen: list[tuple[PairAggregate, Record]] = []  # until an input fails
         failing = False
         name = self.input_names[index]
+        # read once: a Llama's input yields some 400 records, each folded here
+        stop, inner, first_failing = self._stop, run.status, not self.failing_inputs
         try:
             for rec in run:
-                if self._stop.is_set():
+                if stop.is_set():
                     run.stop()
                 rec.input_index, rec.input_name = index, name
-                key = pair_key(rec)
+                key = (rec.kind, rec.ep_name, rec.onnx_name, rec.onnx_id_output)  # pair_key
                 agg = pairs.get(key)
                 if agg is None:
                     agg = pairs[key] = PairAggregate(rec, index, _severity(rec), (index, rec.step))
-                agg.add(rec, index)
-                if not failing and fails(rec) and not rec.drifted:
+                if agg.add(rec, index) and not failing and not rec.drifted:
                     failing = True
-                if not self.failing_inputs:
+                if first_failing:
                     seen.append((agg, rec))
                 if self.keep_records:
                     kept.append(rec)
-                inner = run.status
                 status.total_onnx_nodes = inner.total_onnx_nodes
                 status.done_onnx_nodes = inner.done_onnx_nodes
                 status.current = inner.current
@@ -506,8 +546,10 @@ def _worse(a: float, b: float) -> bool:
 __all__ = [
     "InputReadError",
     "ManyInputsRun",
+    "ModelReuse",
     "PairAggregate",
     "as_inputs",
     "input_files",
     "pair_key",
+    "sessions_built",
 ]

@@ -29,7 +29,7 @@ from .engine.setup_cache import (
 from .engine.sides import FxSide, OnnxSide
 from .engine.user_outputs import UserOutputs
 from .judge.judging import SbsMismatchError, as_candidate
-from .many_inputs import ManyInputsRun
+from .many_inputs import ManyInputsRun, ModelReuse
 from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
 from .pairing.float_views import with_float_views
@@ -82,20 +82,30 @@ class AlignedRun(SideBySideRun, RunContract):
         options: RunOptions | None = None,
         *,
         status: RunStatus | None = None,
+        reuse: ModelReuse | None = None,
         **option_kwargs: Any,
     ):
+        """``reuse``: what a run over many inputs keeps of the model between its runs
+        (:class:`~onnx_sbs_nb.align.many_inputs.ModelReuse`)."""
         options = RunOptions.from_kwargs(options, **option_kwargs)
         prepared_from_onnx = getattr(onx, "exported_program", None)
         self.ep = load_exported_program(ep, trust_pickles=options.trust_pickles)
-        # a file's large weights stay in its data file until read (the optimized graph
-        # onnxruntime makes needs them all)
-        model = exported = load_onnx_model(onx, defer_weights=options.optimize is None)
         folder = onnx_folder(onx)
-        # a model that cannot run is refused, not run into not-computed records
-        model = exported = check_model(model)
-        # a quantized model's integer weights and activations, dequantized by added nodes
-        # so they pair with their float torch twins (pairing/float_views.py)
-        model = exported = with_float_views(model)
+        facts = reuse.facts if reuse is not None else None
+        if facts is None:
+            # a file's large weights stay in its data file until read (the optimized graph
+            # onnxruntime makes needs them all)
+            model = load_onnx_model(onx, defer_weights=options.optimize is None)
+            # a model that cannot run is refused, not run into not-computed records
+            model = check_model(model)
+            # a quantized model's integer weights and activations, dequantized by added
+            # nodes so they pair with their float torch twins (pairing/float_views.py)
+            model = with_float_views(model)
+            # one digest: preparation check and pairing; the metadata read once, where
+            # a step needs it
+            facts = (model, structure_digest(model), FxMetadata(model))
+        model = exported = facts[0]
+        digest, metadata = facts[1], facts[2]
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs
         if deployment is not None:
             model = deployment.model
@@ -111,14 +121,12 @@ class AlignedRun(SideBySideRun, RunContract):
             device = next((d for d in sorted(devices) if d.startswith("cuda")), None)
         device = device_name(device)
         runner = make_runner(options.runner, device)
-        digest = structure_digest(exported)  # one digest: preparation check and pairing
         # an optimize= run built its session already; other runners judge nodes themselves
         ort_check = None
-        if isinstance(runner, OnnxruntimeRunner):
+        if isinstance(runner, OnnxruntimeRunner) and (reuse is None or reuse.facts is None):
             check_opset(exported)
             if deployment is None:
                 ort_check = start_onnxruntime_check(exported, digest)
-        metadata = FxMetadata(exported)  # read once, where a step needs it
         if isinstance(prepared_from_onnx, torch.export.ExportedProgram):
             self.prepared = PreparedProgram(prepared_from_onnx, PREPARED_FROM_ONNX_PROGRAM)
         else:
@@ -164,6 +172,8 @@ class AlignedRun(SideBySideRun, RunContract):
             _name_fusions(candidate, model, metadata, pairing, program, provenance)
         if ort_check is not None:
             ort_check.result()
+        if reuse is not None and reuse.facts is None:
+            reuse.keep(facts)  # the model passed every check: the next inputs' runs skip them
         options = _reset_names_in_program_words(options, pairing, provenance)
         # the ONNX graph inputs are the torch inputs they pair with
         for name in candidate.graph_inputs:
@@ -470,11 +480,13 @@ def aligned_over_inputs(
     program = load_exported_program(ep, trust_pickles=options.trust_pickles)
     # a file is read once (as AlignedRun reads it), not once per input
     model = LoadedOnnx.of(onx, defer_weights=options.optimize is None)
+    reuse = ModelReuse()  # the model is checked and read by the first input's run only
     return ManyInputsRun(
-        lambda args, kwargs: AlignedRun(program, model, args, kwargs, options),
+        lambda args, kwargs: AlignedRun(program, model, args, kwargs, options, reuse=reuse),
         inputs,
         keep_records=keep_records,
         on_input=on_input,
+        reuse=reuse,
     )
 
 

@@ -399,3 +399,23 @@ def test_onnx_file_with_external_data_is_read_once(abs_case, tmp_path):
     ]
     assert from_file == in_memory
     assert run.failing_inputs == [BAD_ABS - 10]
+
+
+def test_later_inputs_reuse_what_depends_on_the_model_only(abs_case):
+    """Inputs after the first pay their execution only (issue 50): the model is checked
+    and read once, and no onnxruntime session is built after the second input (the
+    first run builds the nodes' sessions, unless an earlier run of the process did, the
+    second its stretches').  Counted, not timed."""
+    ep, onx, data = abs_case
+    run = aligned_over_inputs(ep, onx, data[:6])
+    records = list(run)
+    assert run.reuse is not None and run.reuse.checks == 1
+    assert len(run.sessions_by_input) == 6
+    assert run.sessions_by_input[2:] == [0, 0, 0, 0], run.sessions_by_input
+    # the same records as runs that check the model afresh for each input
+    alone = [list(AlignedRun(ep, onx, x)) for x in data[:6]]
+    by_key = {pair_key(r): r for r in records}
+    for key, agg in by_key.items():
+        errors = [e for recs in alone for r in recs if pair_key(r) == key if (e := r.err_abs)]
+        if errors:
+            assert agg.err_abs == max(errors)
