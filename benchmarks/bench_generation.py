@@ -1,24 +1,27 @@
 """Generation parity against the two decodes it is made of (issue 51, item 4).
 
-A tiny Llama with a ``DynamicCache`` (tests/corpus/cache_decoders.py), exported with
-dynamic dims, decoded ``--steps`` greedy steps three ways, interleaved ``--repeats`` times:
+Three tiny decoders with a ``DynamicCache`` (tests/corpus/cache_decoders.py: Llama, Phi-3,
+GPT-2), each exported with dynamic dims, decoded ``--steps`` greedy steps three ways,
+interleaved ``--repeats`` times:
 
 - ``torch``: the program alone (``ep.module()``), feeding its cache back;
 - ``onnx``: the ONNX model alone in one onnxruntime session, feeding its cache back;
 - ``parity``: :func:`onnx_sbs_nb.generation_parity` (both decodes, the comparisons of the
   logits and of the cache written at every step).
 
-It prints the median of each and ``parity / (torch + onnx)``: what the parity run costs
-over the two decodes alone (goal: at most 2x).  The same runs again with ``--load`` busy
-processes beside them (default 2: this machine's cores), so the ratio is shown on a quiet
-and on a loaded machine.
+It prints, for each decoder, the median of each and ``parity / (torch + onnx)``: what the
+parity run costs over the two decodes alone (goal: at most 2x).  The same runs again with
+``--load`` busy processes beside them (default 2: this machine's cores), so the ratio is
+shown on a quiet and on a loaded machine.
 
     python benchmarks/bench_generation.py [--steps 32] [--repeats 5] [--load 2]
+        [--decoders dynamic_cache,phi3_cache,gpt2_cache]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import statistics
 import sys
@@ -30,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from onnx_sbs_nb.align.generation import _logits_and_cache, generation_parity, next_step_inputs
-from tests.corpus.cache_decoders import export_case
+from tests.corpus.cache_decoders import GENERATION_DECODERS, export_case
 
 
 def _torch_decode(ep, kwargs, steps):
@@ -80,34 +83,48 @@ def measure(case, kwargs, steps: int, repeats: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _loaded(load: int, fn):
+    """``fn()`` with ``load`` busy processes beside it."""
+    stop = multiprocessing.Event()
+    burners = [multiprocessing.Process(target=_burn, args=(stop,)) for _ in range(load)]
+    for p in burners:
+        p.start()
+    try:
+        return fn()
+    finally:
+        stop.set()
+        for p in burners:
+            p.join()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--load", type=int, default=2, help="busy processes for the loaded run")
+    ap.add_argument("--decoders", default=",".join(GENERATION_DECODERS))
     args = ap.parse_args()
-    case = export_case("dynamic_cache", "dynamic")
-    kwargs = case.inputs(*case.case.sizes)
-    generation_parity(case.ep, case.onx, kwargs, steps=2)  # warm-up
-    rows = [("quiet", measure(case, kwargs, args.steps, args.repeats))]
-    if args.load:
-        stop = multiprocessing.Event()
-        burners = [multiprocessing.Process(target=_burn, args=(stop,)) for _ in range(args.load)]
-        for p in burners:
-            p.start()
-        try:
-            rows.append((f"{args.load} busy", measure(case, kwargs, args.steps, args.repeats)))
-        finally:
-            stop.set()
-            for p in burners:
-                p.join()
+    rows = []
+    for name in args.decoders.split(","):
+        case = export_case(name, "dynamic")
+        kwargs = case.kwargs()
+        generation_parity(case.ep, case.onx, kwargs, steps=2)  # warm-up
+        rows.append((name, "quiet", measure(case, kwargs, args.steps, args.repeats)))
+        if args.load:
+            run = functools.partial(measure, case, kwargs, args.steps, args.repeats)
+            t = _loaded(args.load, run)
+            rows.append((name, f"{args.load} busy", t))
     print(f"generation parity, {args.steps} steps, median of {args.repeats}")
     print(
-        f"{'machine':<10} {'torch s':>8} {'onnx s':>8} {'parity s':>9} {'parity/(torch+onnx)':>20}"
+        f"{'decoder':<14} {'machine':<8} {'torch s':>8} {'onnx s':>8} {'parity s':>9} "
+        f"{'parity/(torch+onnx)':>20}"
     )
-    for label, t in rows:
+    for name, label, t in rows:
         r = t["parity"] / (t["torch"] + t["onnx"])
-        print(f"{label:<10} {t['torch']:8.3f} {t['onnx']:8.3f} {t['parity']:9.3f} {r:20.2f}x")
+        print(
+            f"{name:<14} {label:<8} {t['torch']:8.3f} {t['onnx']:8.3f} {t['parity']:9.3f} "
+            f"{r:20.2f}x"
+        )
 
 
 if __name__ == "__main__":

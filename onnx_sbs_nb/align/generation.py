@@ -327,6 +327,17 @@ def _judge_cache(
     step.cache_passed, step.cache_worst, step.cache_err_abs = passed, worst[0], worst[1]
 
 
+def _out_spec(program: Any, t_out: Any, model: onnx.ModelProto) -> Any:
+    """How the ONNX model's flat outputs make the step's outputs: the program's own output
+    spec, which ``ep.module()`` unflattens its outputs with.  Flattening what the module
+    returned may give fewer leaves: a sliding-window cache layer holds its running length
+    as a graph output that flattening the rebuilt cache keeps as context."""
+    spec = getattr(getattr(program, "call_spec", None), "out_spec", None)
+    if spec is not None and spec.num_leaves == len(model.graph.output):
+        return spec
+    return _tree.tree_flatten(t_out)[1]
+
+
 def _run_program(module: Any, kwargs: dict[str, Any], step: int) -> Any:
     try:
         with torch.no_grad():
@@ -335,6 +346,14 @@ def _run_program(module: Any, kwargs: dict[str, Any], step: int) -> Any:
         if step == 0:
             raise
         shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        if "tree spec" in str(e):  # torch.export's input check, before any shape
+            raise SbsInputError(
+                f"the program cannot take back the cache it returned at step {step - 1}: "
+                "the cache no longer flattens as the exported one (its structure or a value "
+                "kept in it as a Python number changed, as a sliding-window layer's running "
+                "length does); generation parity needs a cache whose structure stays, or "
+                "next_inputs=fn(kwargs, tokens, cache) that rebuilds it as exported"
+            ) from None
         raise SbsInputError(
             f"the program cannot run step {step}'s inputs {shapes} "
             f"({str(e).splitlines()[0][:200]}): a program exported with fixed sizes cannot "
@@ -383,7 +402,7 @@ def iter_generation(
         t_out = _run_program(module, t_kwargs, k)
         t1 = time.perf_counter()
         if decoder is None:
-            decoder = _OnnxDecoder(model, _tree.tree_flatten(t_out)[1])
+            decoder = _OnnxDecoder(model, _out_spec(program, t_out, model))
             if state is not None:
                 state["decoder"] = decoder
         o_out = decoder(o_kwargs)

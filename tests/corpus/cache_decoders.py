@@ -103,7 +103,9 @@ def _register(model: torch.nn.Module) -> None:
 
 def _filled(cache: Any, config: Any, batch: int, past: int, seed: int = 1) -> Any:
     g = torch.Generator().manual_seed(seed)
-    heads, dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    # GPT-2 has no key/value heads of its own and no head_dim: every head is a kv head
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     for i in range(config.num_hidden_layers):
         k = torch.randn(batch, heads, past, dim, generator=g)
         cache.update(k, torch.randn(batch, heads, past, dim, generator=g), i)
@@ -167,6 +169,30 @@ def _hybrid_cache():
         layer_types=["sliding_attention", "full_attention"],
     )  # fmt: skip
     return _causal(Qwen2ForCausalLM, config)
+
+
+def _phi3_cache():
+    """Phi-3: one fused qkv projection and one fused gate/up projection, sliced apart."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    config = Phi3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    return _causal(Phi3ForCausalLM, config)
+
+
+def _gpt2_cache():
+    """GPT-2: no rotary embedding (learned absolute positions), full multi-head attention,
+    Conv1D projections, the head tied to the embedding."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=256,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return _causal(GPT2LMHeadModel, config)
 
 
 _STATIC_LEN = 16
@@ -256,6 +282,8 @@ CACHE_CASES = [
     CacheCase("sliding_cache", "Mistral, sliding-window DynamicCache", _sliding_cache, _kv_shapes),
     CacheCase("hybrid_cache", "Qwen2, sliding and full layers", _hybrid_cache, _kv_shapes),
     CacheCase("static_cache", "Llama, StaticCache", _static_cache, _static_shapes),
+    CacheCase("phi3_cache", "Phi-3, DynamicCache", _phi3_cache, _kv_shapes),
+    CacheCase("gpt2_cache", "GPT-2, DynamicCache", _gpt2_cache, _kv_shapes),
     CacheCase(
         "encoder_decoder_cache",
         "BART, EncoderDecoderCache",
@@ -264,6 +292,9 @@ CACHE_CASES = [
     ),
 ]
 CACHE_CASES_BY_NAME = {c.name: c for c in CACHE_CASES}
+#: the decoders generation parity is measured on (issue 51, item 4): three architectures
+#: that export with a DynamicCache and dynamic dims
+GENERATION_DECODERS = ("dynamic_cache", "phi3_cache", "gpt2_cache")
 
 
 @dataclass
@@ -306,17 +337,36 @@ def feeds(onx: onnx.ModelProto, kwargs: dict[str, Any]) -> dict[str, np.ndarray]
 
 
 # ---- faults planted in an exported decoder (generation parity) ----------------------------
+# Each works on any decoder exported with a DynamicCache: the graph returns the logits first,
+# then each layer's keys and values in layer order (the cache's pytree order), so layer
+# ``i`` writes outputs ``1 + 2 i`` (keys) and ``2 + 2 i`` (values), whatever the model.
 
 
-def scaled_cache_output(onx: onnx.ModelProto, scale: float) -> onnx.ModelProto:
-    """The model with its last graph output (the last layer's cache values) scaled on its
-    way out only, by a Mul named ``planted_mul``: the step itself reads the right values,
-    later steps read the wrong cache."""
-    from onnx import helper, numpy_helper
-
+def _copy(onx: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(onx)
-    output = m.graph.output[-1].name
+    return m
+
+
+def cache_output(onx: onnx.ModelProto, layer: int, which: str = "values") -> str:
+    """The graph output holding one layer's keys or values."""
+    n_cache = len(onx.graph.output) - 1
+    if which not in ("keys", "values") or not -n_cache // 2 <= layer < n_cache // 2:
+        raise ValueError(f"no {which} of layer {layer}: the graph writes {n_cache // 2} layers")
+    index = (layer % (n_cache // 2)) * 2 + (which == "values")
+    return onx.graph.output[1 + index].name
+
+
+def scaled_cache_output(
+    onx: onnx.ModelProto, scale: float, layer: int = -1, which: str = "values"
+) -> onnx.ModelProto:
+    """The model with one layer's cache output (default: the last layer's values) scaled on
+    its way out only, by a Mul named ``planted_mul``: the step itself reads the right
+    values, later steps read the wrong cache."""
+    from onnx import helper, numpy_helper
+
+    m = _copy(onx)
+    output = cache_output(m, layer, which)
     raw = output + "_raw"
     for node in m.graph.node:
         node.input[:] = [raw if x == output else x for x in node.input]
@@ -326,13 +376,64 @@ def scaled_cache_output(onx: onnx.ModelProto, scale: float) -> onnx.ModelProto:
     return m
 
 
+def late_key_fault(
+    onx: onnx.ModelProto, layer: int = 0, onset: int = 16, slope: float = 0.5
+) -> onnx.ModelProto:
+    """The model with one layer's attention reading its keys at positions past ``onset``
+    scaled by ``1 + slope * (position - onset)``, by a Mul named ``planted_keys``; the
+    cache it writes stays right.  Nothing differs while the cache is at most ``onset + 1``
+    long: the fault shows at the first step whose cache holds position ``onset + 1``,
+    grows a step at a time, and each step makes it anew (a position-dependent bug, as a
+    rotary or a sliding-window fault is)."""
+    from onnx import helper, numpy_helper
+
+    m = _copy(onx)
+    keys = cache_output(m, layer, "keys")
+    read = keys + "_planted"
+    for node in m.graph.node:
+        node.input[:] = [read if x == keys else x for x in node.input]
+    p = "planted_"
+    consts = {
+        p + "zero": np.array(0, np.int64),
+        p + "one": np.array(1, np.int64),
+        p + "onset": np.array(onset, np.float32),
+        p + "slope": np.array(slope, np.float32),
+        p + "fone": np.array(1, np.float32),
+        p + "last_axis": np.array([-1], np.int64),
+    }
+    m.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+    make = helper.make_node
+    planted = [
+        make("Shape", [keys], [p + "len1"], name=p + "len", start=-2, end=-1),
+        make("Squeeze", [p + "len1"], [p + "n"], name=p + "n"),
+        make("Range", [p + "zero", p + "n", p + "one"], [p + "pos_i"], name=p + "pos"),
+        make("Cast", [p + "pos_i"], [p + "pos"], name=p + "cast", to=onnx.TensorProto.FLOAT),
+        make("Sub", [p + "pos", p + "onset"], [p + "past_onset"], name=p + "sub"),
+        make("Relu", [p + "past_onset"], [p + "over"], name=p + "relu"),
+        make("Mul", [p + "over", p + "slope"], [p + "off"], name=p + "off"),
+        make("Add", [p + "off", p + "fone"], [p + "ramp1"], name=p + "ramp1"),
+        make("Unsqueeze", [p + "ramp1", p + "last_axis"], [p + "ramp"], name=p + "ramp"),
+        make("Mul", [keys, p + "ramp"], [read], name="planted_keys"),
+    ]
+    # right after the node writing the keys: the graph stays in topological order
+    at = 1 + next(i for i, n in enumerate(m.graph.node) if keys in n.output)
+    nodes = list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes[:at] + planted + nodes[at:])
+    return m
+
+
 def rotary_frequency_off(onx: onnx.ModelProto, factor: float) -> onnx.ModelProto:
-    """The model with its rotary embedding's frequencies multiplied by ``factor``."""
+    """The model with its rotary embedding's frequencies multiplied by ``factor`` (a
+    decoder with a rotary embedding: Llama, Phi-3, not GPT-2)."""
     from onnx import numpy_helper
 
-    m = onnx.ModelProto()
-    m.CopyFrom(onx)
+    m = _copy(onx)
+    found = False
     for init in m.graph.initializer:
         if init.name.endswith("rotary_emb.inv_freq"):
             init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * factor, init.name))
+            found = True
+    if not found:
+        raise ValueError("the model has no rotary_emb.inv_freq initializer")
     return m
