@@ -235,6 +235,68 @@ def test_dir_lists_the_lazy_public_api():
     assert "MISSING [] TORCH False" in out.stdout, out.stderr[-2000:]
 
 
+def _readme_block(tag: str) -> str:
+    """The README's python block under ``<!-- readme-test: tag -->``, dedented."""
+    import re
+    import textwrap
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(rf"<!-- readme-test: {tag} -->\s*```python\n(.*?)```", text, re.S)
+    assert m, f"README has no block tagged {tag}"
+    return textwrap.dedent(m.group(1))
+
+
+def test_the_readmes_quantized_models_block_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The README's quantization block, run as printed: the quantized model passes as
+    quantization noise and the advice prints as text (not a dataclass's repr)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    from .models import MLP
+
+    torch.manual_seed(0)
+    model = MLP().eval()
+    calibration = [torch.randn(8, 8) for _ in range(8)]
+    x = calibration[0]
+    ep = torch.export.export(model, (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = torch.onnx.export(ep, (x,), dynamo=True, verbose=False)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            name = onx.model_proto.graph.input[0].name
+            self.feeds = iter({name: c.numpy()} for c in calibration)
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    monkeypatch.chdir(tmp_path)
+    namespace = {"ep": ep, "onx": onx, "x": x, "calibration": calibration, "reader": Reader()}
+    exec(compile(_readme_block("quantized"), "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "verdict: PASS" in out and "quantization noise:" in out, out
+    assert "quantization advice" in out and "QuantizationAdvice(" not in out, out
+
+
+def test_the_readmes_generation_block_runs_as_written(capsys):
+    pytest.importorskip("transformers")
+    from onnx_sbs_nb import SbsWidget
+
+    from .corpus.cache_decoders import export_case
+
+    case = export_case("dynamic_cache", "dynamic")
+    namespace = {"ep": case.ep, "onx": case.onx, "kwargs": case.kwargs()}
+    block = _readme_block("generation").replace("steps=32", "steps=4")  # the same, shorter
+    exec(compile(block, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert out.startswith("generation parity: PASS over 4 steps"), out
+    # the notebook line under the block
+    w = SbsWidget(records=namespace["parity"], decode=lambda t: f"<{t}>")
+    sides = {side["name"]: side for side in w.timeline["sides"]}
+    assert sides and all(side["text"] for side in sides.values()), w.timeline
+    assert w.timeline["parted_at"] is None
+
+
 # ---- "own error" only where an own-error rerun measured it -----------------------------
 
 

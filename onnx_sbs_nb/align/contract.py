@@ -192,6 +192,14 @@ class AnswerContract(RunContract):
     def answer(self) -> str | None:
         return self.message
 
+    def to_text(self) -> str:
+        """What a terminal prints: the answer (a kind with more to say overrides it)."""
+        return self.answer() or ""
+
+    def __str__(self) -> str:
+        # print(advice) reads as the command line's text, not as the dataclass's repr
+        return self.to_text()
+
 
 def status_of(records: list[Record]) -> RunStatus:
     """A RunStatus derived from records alone (a run that keeps none of its own)."""
