@@ -21,6 +21,7 @@ from onnx_sbs_nb.align.blame.summary import summarize
 from onnx_sbs_nb.align.run import run_aligned
 from onnx_sbs_nb.records import (
     KIND_INPUT,
+    KIND_OUTPUT,
     QUANTIZATION_AMPLIFIED,
     STATUS_FAIL,
     STATUS_OK,
@@ -147,3 +148,19 @@ def test_planted_fault_is_named(arch, mode, fault):
     # MatMulInteger's or MatMulNBits' weight) is named after it: ``<node>/weight_float_view``
     named = {n.split("/")[0] for n in lowering}
     assert planted in named, (planted, sorted(lowering), text)
+
+
+@pytest.mark.parametrize(("arch", "mode"), [_case(a, m) for a, m in CASES])
+def test_an_output_the_quantization_leaves_under_its_floor_is_said_lossy(arch, mode):
+    """No fault, but no plain pass either where an output falls under the bit width's
+    floor: the summary says what the quantization costs the outputs."""
+    recs, s, _ = _run(arch, mode)
+    lossy = [
+        r for r in recs if r.kind == KIND_OUTPUT and QUANTIZATION_AMPLIFIED in (r.comment or "")
+    ]
+    text = s.to_text()
+    assert ("accuracy: the quantization costs the outputs accuracy" in text) == bool(lossy), text
+    for r in lossy:
+        assert f"{r.err_snr:.1f} dB" in text
+    if (arch, mode) == ("diffusion", "static"):  # its timestep embedding: under 20 dB
+        assert lossy, text

@@ -22,6 +22,7 @@ from ...files import json_safe
 from ...records import (
     KIND_INPUT,
     KIND_NODE,
+    KIND_OUTPUT,
     NONFINITE_INPUT_NOTE,
     QUANTIZATION_AMPLIFIED,
     STATUS_CHECK_ERROR,
@@ -284,6 +285,8 @@ class Summary:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):
             lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
+        if t.get("quantization_lossy_outputs"):
+            lines.append(f"accuracy: {printable(lossy_outputs_text(t))}")
         if self.nonfinite_inputs:
             names = ", ".join(printable(n) for n in self.nonfinite_inputs)
             lines.append(
@@ -534,6 +537,11 @@ def _count_quantization_noise(t: dict[str, Any], rec: Record) -> None:
     t["quantization_noise"] = t.get("quantization_noise", 0) + 1
     if QUANTIZATION_AMPLIFIED in (rec.comment or ""):
         t["quantization_amplified"] = t.get("quantization_amplified", 0) + 1
+        if rec.kind == KIND_OUTPUT and rec.err_snr is not None:
+            # an output under the floor: the model is faithful but loses accuracy, which a
+            # plain "no fault" would hide
+            lossy = t.setdefault("quantization_lossy_outputs", {})
+            lossy[label(rec)] = rec.err_snr
     snr = rec.err_snr
     if snr is not None and ("quantization_min_snr" not in t or snr < t["quantization_min_snr"]):
         t["quantization_min_snr"], t["quantization_min_at"] = snr, label(rec)
@@ -556,6 +564,16 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
         f"SQNR on torch's inputs is above what the bit width allows for; {amplified} of them "
         "fall under it in their total SQNR, amplifying the quantization noise of the values "
         "they are computed from (a loss of accuracy of the quantized model); no fault"
+    )
+
+
+def lossy_outputs_text(t: dict[str, Any]) -> str:
+    """The graph outputs a faithful quantization leaves under its bit width's floor."""
+    outs = ", ".join(f"{k} at {v:.1f} dB" for k, v in t["quantization_lossy_outputs"].items())
+    return (
+        f"the quantization costs the outputs accuracy ({outs}, under what the bit width "
+        "allows for): faithful to the float program node by node, but lossy on these inputs; "
+        "advise_quantization ranks the nodes to keep in float"
     )
 
 
