@@ -162,13 +162,14 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
 /* Order statistics of |e - g| (in the arrays' precision; 0 where both sides hold the same
  * non-finite value, +inf where they disagree), exactly, without sorting: the keys are
  * the bits of |e - g| (non-negative floats order as their bits do).  A histogram of the
- * keys' top HBITS bits finds the bin of each rank, one more pass gathers the keys of
- * those bins (all of them in that one pass) and a selection in each gives the rank.
+ * keys' top HBITS bits finds the bin of each rank, one more pass over the keys (kept
+ * from the first) gathers those of these bins and a selection in each gives the rank.
  * Zero keys (equal values, most of a well exported node's) are counted, not gathered:
  * zero is the smallest key, so a rank below their count is 0 without a selection.
  * HBITS is 12 for float32 (the exponent and 3 bits of mantissa: a 32 KiB histogram
  * that stays in the cache; 16 bits made a 512 KiB one, zeroed and walked per call).
  * Small arrays (3072 keys or fewer) skip the histogram: all keys are gathered and selected. */
+#define SBS_KEPT ((int64_t)1 << 22) /* keys kept between the two passes, at most */
 #define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                               \
     static inline UT NAME##_key(T a, T b) {                                                \
         T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                        \
@@ -229,16 +230,28 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         /* two histograms, even and odd positions: runs of keys in one bin (zeros) would \
          * otherwise wait on each other's increment */                                     \
         int64_t *hist = calloc((size_t)2 << HBITS, sizeof(int64_t));                       \
-        if (hist == NULL) return -1;                                                       \
+        /* the keys, kept for the second pass up to SBS_KEPT of them (a large weight's   \
+         * are computed again rather than doubling its memory) */                          \
+        UT *keys = n <= SBS_KEPT ? malloc((size_t)n * sizeof(UT)) : NULL;                  \
+        if (hist == NULL || (keys == NULL && n <= SBS_KEPT)) {                             \
+            free(hist);                                                                    \
+            free(keys);                                                                    \
+            return -1;                                                                     \
+        }                                                                                  \
         int64_t *odd = hist + ((size_t)1 << HBITS), zeros = 0, i = 0;                      \
         for (; i + 1 < n; i += 2) {                                                        \
             UT k0 = NAME##_key(e[i], g[i]), k1 = NAME##_key(e[i + 1], g[i + 1]);           \
+            if (keys != NULL) {                                                            \
+                keys[i] = k0;                                                              \
+                keys[i + 1] = k1;                                                          \
+            }                                                                              \
             hist[k0 >> shift]++;                                                           \
             odd[k1 >> shift]++;                                                            \
             zeros += (k0 == 0) + (k1 == 0);                                                \
         }                                                                                  \
         for (; i < n; i++) {                                                               \
             UT k = NAME##_key(e[i], g[i]);                                                 \
+            if (keys != NULL) keys[i] = k;                                                 \
             hist[k >> shift]++;                                                            \
             zeros += k == 0;                                                               \
         }                                                                                  \
@@ -269,7 +282,7 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         if (rc == 0 && nb) {                                                               \
             for (int s = 0; s < nb; s++) slot[slot_bin[s]] = (unsigned char)(s + 1);        \
             for (int64_t j = 0; j < n; j++) {                                              \
-                UT k = NAME##_key(e[j], g[j]);                                             \
+                UT k = keys != NULL ? keys[j] : NAME##_key(e[j], g[j]);                    \
                 int s = slot[k >> shift];                                                  \
                 if (s != 0 && k != 0) x[s - 1][fill[s - 1]++] = k;                         \
             }                                                                              \
@@ -291,6 +304,7 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         }                                                                                  \
         for (int s = 0; s < nb; s++) free(x[s]);                                           \
         free(slot);                                                                        \
+        free(keys);                                                                        \
         free(hist);                                                                        \
         return rc;                                                                         \
     }

@@ -290,6 +290,15 @@ def _sorted_keys(e: np.ndarray, g: np.ndarray) -> np.ndarray:
 def test_ranks_are_the_order_statistics_of_the_differences(dtype, n, zeros):
     """Every path of ``ranks`` (the small selection, the histogram, the zero keys counted
     instead of gathered, ranks in one bin and in several) against a sort."""
+    _check_ranks(dtype, n, zeros)
+
+
+def test_ranks_of_more_keys_than_the_module_keeps():
+    """Beyond 2**22 keys the second pass computes them again instead of reading them."""
+    _check_ranks(np.float32, (1 << 22) + 5, 0.6)
+
+
+def _check_ranks(dtype, n, zeros):
     rng = np.random.default_rng(n + int(zeros * 10))
     e = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n)).astype(dtype)
     g = (e + rng.standard_normal(n) * 1e-6 * np.abs(e)).astype(dtype)
