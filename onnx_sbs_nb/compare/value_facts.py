@@ -238,7 +238,6 @@ def _numpy_float_pair(expected, got) -> tuple[np.ndarray, np.ndarray] | None:
     return (e, g) if e.dtype in _NUMPY_FLOATS else None
 
 
-
 def largest_element_error(expected, got) -> float | None:
     """max |got - expected| / |expected| over the elements where ``expected`` is a finite
     normal number (None where none is, or for anything but two float values of one
