@@ -10,6 +10,7 @@ measured runs are counted (``callgrind_control -i on`` around them).  torch runs
 thread, so every count is one thread's work.
 
 ``warm``: the same ExportedProgram again (what a notebook rerun costs);
+``own``: the same, with ``own_error=True`` (each node rerun on the torch values of its inputs);
 ``cold``: a program loaded from the files and never run (what a first run costs, its
 preparation included; files loaded before counting).
 
@@ -31,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("warm", "cold")
+MODES = ("warm", "cold", "own")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -51,8 +52,9 @@ def child(mode: str, folder: Path, runs: int, flag: Path) -> None:
         return ep, onnx.load(str(folder / "model.onnx")), args
 
     ep, onx, args = load()
-    list(AlignedRun(ep, onx, args))
-    list(AlignedRun(ep, onx, args))
+    options = {"own_error": True} if mode == "own" else {}
+    list(AlignedRun(ep, onx, args, **options))
+    list(AlignedRun(ep, onx, args, **options))
     fresh = [load() for _ in range(runs)] if mode == "cold" else []
     _touch(flag, "ready")
     _wait(flag, "go")
@@ -60,7 +62,7 @@ def child(mode: str, folder: Path, runs: int, flag: Path) -> None:
         if mode == "cold":
             list(AlignedRun(*fresh[k]))
         else:
-            list(AlignedRun(ep, onx, args))
+            list(AlignedRun(ep, onx, args, **options))
     _touch(flag, "done")
     _wait(flag, "end")
 
@@ -141,7 +143,7 @@ def _count(line: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", default="large,chain500", help="large, chain500, ...")
-    p.add_argument("--modes", default="warm,cold", help="warm, cold or both")
+    p.add_argument("--modes", default="warm,cold", help="from warm, cold, own (comma-separated)")
     p.add_argument("--runs", type=int, default=1, help="counted runs per child")
     p.add_argument("--baseline", help="another checkout of the package, counted the same way")
     p.add_argument("--workdir", help="folder for the exported models (default: a temp folder)")

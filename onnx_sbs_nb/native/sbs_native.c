@@ -162,9 +162,14 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
 /* Order statistics of |e - g| (in the arrays' precision; 0 where both sides hold the same
  * non-finite value, +inf where they disagree), exactly, without sorting: the keys are
  * the bits of |e - g| (non-negative floats order as their bits do).  A histogram of the
- * keys' top 16 bits finds the bin of each rank, one more pass gathers the keys of those
- * bins (few, unless the errors are all alike) and a selection in each gives the rank.
- * Small arrays skip the histogram: all keys are gathered and selected. */
+ * keys' top HBITS bits finds the bin of each rank, one more pass over the keys (kept
+ * from the first) gathers those of these bins and a selection in each gives the rank.
+ * Zero keys (equal values, most of a well exported node's) are counted, not gathered:
+ * zero is the smallest key, so a rank below their count is 0 without a selection.
+ * HBITS is 12 for float32 (the exponent and 3 bits of mantissa: a 32 KiB histogram
+ * that stays in the cache; 16 bits made a 512 KiB one, zeroed and walked per call).
+ * Small arrays (3072 keys or fewer) skip the histogram: all keys are gathered and selected. */
+#define SBS_KEPT ((int64_t)1 << 22) /* keys kept between the two passes, at most */
 #define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                               \
     static inline UT NAME##_key(T a, T b) {                                                \
         T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                        \
@@ -201,65 +206,110 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         }                                                                                  \
         return x[k];                                                                       \
     }                                                                                      \
+    static void NAME##_put(double *out, UT k) {                                            \
+        T v;                                                                               \
+        memcpy(&v, &k, sizeof v);                                                          \
+        *out = (double)v;                                                                  \
+    }                                                                                      \
     /* out[r] = the ranks[r]-th smallest key, as a T; -1 when out of memory */             \
     static int NAME(const T *e, const T *g, int64_t n, const int64_t *ranks, int nr,       \
                     double *out) {                                                         \
-        const int shift = (int)(sizeof(UT) * 8 - HBITS);                                      \
-        if (n <= 4096) {                                                                   \
+        const int shift = (int)(sizeof(UT) * 8 - HBITS);                                   \
+        if (n <= 3072) { /* below this the histogram costs more than a selection */     \
             UT *x = malloc((size_t)n * sizeof(UT));                                        \
             if (x == NULL) return -1;                                                      \
             for (int64_t i = 0; i < n; i++) x[i] = NAME##_key(e[i], g[i]);                 \
             int64_t base = 0; /* after a selection of rank b, x[b..n) holds the rest */     \
             for (int r = 0; r < nr; r++) {                                                 \
-                UT k = NAME##_select(x + base, n - base, ranks[r] - base);                 \
+                NAME##_put(out + r, NAME##_select(x + base, n - base, ranks[r] - base));   \
                 base = ranks[r];                                                           \
-                T v;                                                                       \
-                memcpy(&v, &k, sizeof v);                                                  \
-                out[r] = (double)v;                                                        \
             }                                                                              \
             free(x);                                                                       \
             return 0;                                                                      \
         }                                                                                  \
-        int64_t *hist = calloc((size_t)1 << HBITS, sizeof(int64_t));                          \
-        if (hist == NULL) return -1;                                                       \
-        for (int64_t i = 0; i < n; i++) hist[NAME##_key(e[i], g[i]) >> shift]++;           \
-        int64_t bin[8], before[8];                                                         \
+        /* two histograms, even and odd positions: runs of keys in one bin (zeros) would \
+         * otherwise wait on each other's increment */                                     \
+        int64_t *hist = calloc((size_t)2 << HBITS, sizeof(int64_t));                       \
+        /* the keys, kept for the second pass up to SBS_KEPT of them (a large weight's   \
+         * are computed again rather than doubling its memory) */                          \
+        UT *keys = n <= SBS_KEPT ? malloc((size_t)n * sizeof(UT)) : NULL;                  \
+        if (hist == NULL || (keys == NULL && n <= SBS_KEPT)) {                             \
+            free(hist);                                                                    \
+            free(keys);                                                                    \
+            return -1;                                                                     \
+        }                                                                                  \
+        int64_t *odd = hist + ((size_t)1 << HBITS), zeros = 0, i = 0;                      \
+        for (; i + 1 < n; i += 2) {                                                        \
+            UT k0 = NAME##_key(e[i], g[i]), k1 = NAME##_key(e[i + 1], g[i + 1]);           \
+            if (keys != NULL) {                                                            \
+                keys[i] = k0;                                                              \
+                keys[i + 1] = k1;                                                          \
+            }                                                                              \
+            hist[k0 >> shift]++;                                                           \
+            odd[k1 >> shift]++;                                                            \
+            zeros += (k0 == 0) + (k1 == 0);                                                \
+        }                                                                                  \
+        for (; i < n; i++) {                                                               \
+            UT k = NAME##_key(e[i], g[i]);                                                 \
+            if (keys != NULL) keys[i] = k;                                                 \
+            hist[k >> shift]++;                                                            \
+            zeros += k == 0;                                                               \
+        }                                                                                  \
+        for (int64_t b = 0; b < ((int64_t)1 << HBITS); b++) hist[b] += odd[b];             \
+        /* per rank: its bin, the keys below that bin, its slot (-1: a zero key) */        \
+        int64_t bin[8], before[8], slot_bin[8];                                            \
+        int slot_of[8], nb = 0;                                                            \
         for (int r = 0; r < nr; r++) {                                                     \
             int64_t c = 0, b = 0;                                                          \
             while (c + hist[b] <= ranks[r]) c += hist[b++];                                \
             bin[r] = b;                                                                    \
             before[r] = c;                                                                 \
+            slot_of[r] = -1;                                                               \
+            if (b == 0 && ranks[r] < zeros) continue; /* zero is the smallest key */       \
+            if (nb == 0 || slot_bin[nb - 1] != b) slot_bin[nb++] = b; /* ranks ascend */   \
+            slot_of[r] = nb - 1;                                                           \
         }                                                                                  \
+        /* one buffer per bin left, filled in one pass; bin 0's zero keys not stored */    \
+        UT *x[8] = {NULL};                                                                 \
+        int64_t fill[8] = {0};                                                             \
+        unsigned char *slot = NULL;                                                        \
         int rc = 0;                                                                        \
-        UT *x = NULL;                                                                      \
-        for (int r = 0; r < nr; r++) {                                                     \
-            int64_t size = hist[bin[r]];                                                   \
-            if (r == 0 || bin[r] != bin[r - 1]) { /* ranks ascend: one gather per bin */   \
-                free(x);                                                                   \
-                x = malloc((size_t)size * sizeof(UT));                                     \
-                if (x == NULL) {                                                           \
-                    rc = -1;                                                               \
-                    break;                                                                 \
-                }                                                                          \
-                int64_t c = 0;                                                             \
-                for (int64_t i = 0; i < n && c < size; i++) {                              \
-                    UT k = NAME##_key(e[i], g[i]);                                         \
-                    if ((int64_t)(k >> shift) == bin[r]) x[c++] = k;                       \
-                }                                                                          \
-            }                                                                              \
-            int64_t at = ranks[r] - before[r], from = 0;                                   \
-            if (r > 0 && bin[r] == bin[r - 1]) from = ranks[r - 1] - before[r];            \
-            UT k = NAME##_select(x + from, size - from, at - from);                        \
-            T v;                                                                           \
-            memcpy(&v, &k, sizeof v);                                                      \
-            out[r] = (double)v;                                                            \
+        for (int s = 0; s < nb && rc == 0; s++) {                                          \
+            x[s] = malloc((size_t)hist[slot_bin[s]] * sizeof(UT));                         \
+            if (x[s] == NULL) rc = -1;                                                     \
         }                                                                                  \
-        free(x);                                                                           \
+        if (rc == 0 && nb && (slot = calloc((size_t)1 << HBITS, 1)) == NULL) rc = -1;      \
+        if (rc == 0 && nb) {                                                               \
+            for (int s = 0; s < nb; s++) slot[slot_bin[s]] = (unsigned char)(s + 1);        \
+            for (int64_t j = 0; j < n; j++) {                                              \
+                UT k = keys != NULL ? keys[j] : NAME##_key(e[j], g[j]);                    \
+                int s = slot[k >> shift];                                                  \
+                if (s != 0 && k != 0) x[s - 1][fill[s - 1]++] = k;                         \
+            }                                                                              \
+        }                                                                                  \
+        if (rc == 0) {                                                                     \
+            int64_t from[8] = {0}; /* per slot: the ranks below it already selected */     \
+            for (int r = 0; r < nr; r++) {                                                 \
+                int s = slot_of[r];                                                        \
+                if (s < 0) {                                                               \
+                    NAME##_put(out + r, 0);                                                \
+                    continue;                                                              \
+                }                                                                          \
+                /* its place among the bin's stored keys (bin 0's zeros not stored) */    \
+                int64_t at = ranks[r] - before[r] - (bin[r] == 0 ? zeros : 0);             \
+                UT k = NAME##_select(x[s] + from[s], fill[s] - from[s], at - from[s]);     \
+                from[s] = at;                                                              \
+                NAME##_put(out + r, k);                                                    \
+            }                                                                              \
+        }                                                                                  \
+        for (int s = 0; s < nb; s++) free(x[s]);                                           \
+        free(slot);                                                                        \
+        free(keys);                                                                        \
         free(hist);                                                                        \
         return rc;                                                                         \
     }
 
-SBS_KEYS(sbs_ranks_f32, float, uint32_t, FLT_MAX, 0x7f800000u, 16)
+SBS_KEYS(sbs_ranks_f32, float, uint32_t, FLT_MAX, 0x7f800000u, 12)
 SBS_KEYS(sbs_ranks_f64, double, uint64_t, DBL_MAX, 0x7ff0000000000000ull, 16)
 
 /* Whether b (cols x rows, C order) is a (rows x cols, C order) transposed, byte for

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from onnx_sbs_nb.compare import diff
+from onnx_sbs_nb.compare import diff, measures
 from onnx_sbs_nb.native import NATIVE
 
 if NATIVE is None:
@@ -271,3 +271,45 @@ def test_the_module_is_built_for_the_stable_abi_and_loads_in_a_later_python(tmp_
         out = subprocess.run([exe, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, (exe, out.stderr)
         assert out.stdout == here.stdout, (exe, out.stdout, here.stdout)
+
+
+def _sorted_keys(e: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """|e - g| as the C module keys it, sorted: 0 where both sides hold the same
+    non-finite value, inf where they disagree."""
+    with np.errstate(all="ignore"):
+        d = np.abs(e - g)
+    finite = np.isfinite(e) & np.isfinite(g)
+    same = (e == g) | (np.isnan(e) & np.isnan(g))
+    d = np.where(finite, d, np.where(same, 0, np.inf)).astype(e.dtype)
+    return np.sort(d, kind="stable")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 3072, 3073, 5000, 70_000])
+@pytest.mark.parametrize("zeros", [0.0, 0.3, 0.6, 1.0])
+def test_ranks_are_the_order_statistics_of_the_differences(dtype, n, zeros):
+    """Every path of ``ranks`` (the small selection, the histogram, the zero keys counted
+    instead of gathered, ranks in one bin and in several) against a sort."""
+    _check_ranks(dtype, n, zeros)
+
+
+def test_ranks_of_more_keys_than_the_module_keeps():
+    """Beyond 2**22 keys the second pass computes them again instead of reading them."""
+    _check_ranks(np.float32, (1 << 22) + 5, 0.6)
+
+
+def _check_ranks(dtype, n, zeros):
+    rng = np.random.default_rng(n + int(zeros * 10))
+    e = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n)).astype(dtype)
+    g = (e + rng.standard_normal(n) * 1e-6 * np.abs(e)).astype(dtype)
+    same = rng.random(n) < zeros
+    g[same] = e[same]
+    if n > 10:  # a NaN on both sides (0), an inf on one (inf), -0.0 against 0.0 (0)
+        e[:3], g[:3] = (np.nan, np.inf, -0.0), (np.nan, 1.0, 0.0)
+    keys = _sorted_keys(e, g)
+    for picks in ([0], [n - 1], sorted({0, n // 2, n // 2, (99 * (n - 1)) // 100, n - 1})):
+        wanted = tuple(picks)
+        got = NATIVE.ranks(e, g, wanted)
+        assert list(got) == [float(keys[r]) for r in wanted], (wanted, got)
+    ranks, _ = measures.ranks(n)
+    assert list(NATIVE.ranks(e, g, ranks)) == [float(keys[r]) for r in ranks]
