@@ -83,8 +83,9 @@ class Grid:
         k = index[self.axis]
         if self.block:
             other = [i for a, i in enumerate(index) if a != self.axis]
-            of = f" of {self.label} {other[0]}" if len(other) == 1 else ""
-            return f" (block {k // self.block} of {self.block}{of}, along axis {self.axis})"
+            of = f"{self.label} {other[0]}, " if len(other) == 1 else ""
+            b = k // self.block
+            return f" ({of}block {b} of {self.block} elements along axis {self.axis})"
         return f" ({self.label} {k} along axis {self.axis})"
 
 
