@@ -114,9 +114,11 @@ def _spread(a: np.ndarray, shape: tuple[int, ...], axis: int | None, block: int)
     return np.broadcast_to(a.reshape(dims), shape)
 
 
-def _grid(step_s: np.ndarray, z: np.ndarray, qmin: int, qmax: int, **kw: Any) -> Grid:
-    s = step_s.astype(np.float64)
-    ends = ((qmin - z) * s, (qmax - z) * s)
+def _grid(step_s: np.ndarray, z: Any, qmin: int, qmax: int, **kw: Any) -> Grid:
+    # float32 (not 64): a large model's weights are judged one after another, each grid
+    # as large as its weight; the bound holds to float32's rounding (``_weight_fault``)
+    s = step_s.astype(np.float32)
+    ends = ((np.float32(qmin) - z) * s, (np.float32(qmax) - z) * s)
     return Grid(np.abs(s), np.minimum(*ends), np.maximum(*ends), **kw)
 
 
@@ -135,7 +137,7 @@ def dequantize_grid(node: Any, inputs: list[Any], shape: tuple[int, ...]) -> Gri
         block = _attr(node, "block_size", 0)
     try:
         s = _spread(scale, shape, axis, block)
-        z = _spread(zp.astype(np.float64), shape, axis, block) if zp is not None else 0.0
+        z = _spread(zp.astype(np.float32), shape, axis, block) if zp is not None else 0.0
     except (ValueError, IndexError):
         return None
     return _grid(s, z, qmin, qmax, axis=axis, block=block)
@@ -158,7 +160,7 @@ def nbits_grid(node: Any, inputs: list[Any], shape: tuple[int, ...]) -> Grid | N
     scales = scales.reshape(n, blocks)
     zp = _array(inputs[3]) if len(inputs) > 3 and node.input[3] else None
     if zp is None:
-        z = np.full((n, blocks), 2 ** (bits - 1), np.float64)
+        z = np.full((n, blocks), 2 ** (bits - 1), np.float32)
     elif zp.dtype == np.uint8:
         per_byte = 8 // bits
         row = -(-blocks // per_byte)
@@ -170,7 +172,7 @@ def nbits_grid(node: Any, inputs: list[Any], shape: tuple[int, ...]) -> Grid | N
     else:
         return None  # float zero points: not a grid of integers
     s = np.repeat(scales, block, axis=1)[:, :k].T  # [K, N]
-    z = np.repeat(z.astype(np.float64), block, axis=1)[:, :k].T
+    z = np.repeat(z.astype(np.float32), block, axis=1)[:, :k].T
     return _grid(s, z, 0, 2**bits - 1, axis=0, block=block, label="column")
 
 
@@ -227,17 +229,29 @@ class QuantizationStep:
         if grid is None:
             return False
         if _is_weight(ctx):
-            return _weight_fault(record, e.astype(np.float64), g, grid)
+            return _weight_fault(record, e.astype(np.float32), g, grid, _eps(have))
         _own_rounding(record, grid)
         return False
 
 
-def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid) -> bool:
+def _eps(value: Any) -> float:
+    """The relative rounding of ``value``'s float type (float32's at least: the judge
+    computes in it); a bfloat16 or float16 weight is rounded by its type's."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        own = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    else:
+        own = (
+            np.finfo(dtype).eps if dtype is not None and np.issubdtype(dtype, np.floating) else 0.0
+        )
+    return max(float(own), float(np.finfo(np.float32).eps))
+
+
+def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid, eps: float) -> bool:
     """Fails ``record`` (and returns True) when an element of weight ``g`` is further from
-    ``e`` than half its step, what clipping takes and float rounding allow."""
-    err = np.abs(g.astype(np.float64) - e)
+    ``e`` than half its step, what clipping takes and float rounding (``eps``) allow."""
+    err = np.abs(g.astype(np.float32) - e)
     clipped = np.maximum(0.0, np.maximum(grid.low - e, e - grid.high))
-    eps = np.finfo(g.dtype).eps if np.issubdtype(g.dtype, np.floating) else 0.0
     allowed = 0.5 * grid.step * (1 + STEP_SLACK) + clipped + eps * (np.abs(e) + np.abs(g))
     bad = err > allowed
     if not bad.any():

@@ -326,3 +326,40 @@ def test_float_views_are_no_nodes_of_the_model(tmp):
     assert float_view_of(helper.name) == ("node_linear_quant", "Mul_for")
     assert float_view_of("node_linear_quant") is None
     assert float_view_of("/model/layers.0/MatMul") is None
+
+
+def test_grids_read_blocks_packed_zero_points_and_clipping():
+    """The grids alone: a blocked DequantizeLinear (opset 21), MatMulNBits' zero points
+    packed two to a byte (low nibble first), and a value beyond the integer range allowed
+    what clipping takes."""
+    from onnx_sbs_nb.align.judge.quantization_step import (
+        _weight_fault,
+        dequantize_grid,
+        nbits_grid,
+    )
+    from onnx_sbs_nb.records import Record
+
+    node = onnx.helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2)
+    x = np.zeros((2, 5), np.int8)
+    s = np.array([[1, 2, 4], [8, 16, 32]], np.float32)
+    g = dequantize_grid(node, [x, s], (2, 5))
+    assert g.step.tolist() == [[1, 1, 2, 2, 4], [8, 8, 16, 16, 32]]
+    assert g.where((1, 3)) == " (channel 1, block 1 of 2 elements along axis 1)"
+    nb = onnx.helper.make_node(
+        "MatMulNBits", ["eye", "b", "s", "z"], ["w_float_view"], K=64, N=2, bits=4, block_size=32
+    )
+    scales = np.array([[1, 2], [3, 4]], np.float32)
+    zp = np.array([0x21, 0x43], np.uint8)  # column 0: zero points 1, 2; column 1: 3, 4
+    g = nbits_grid(nb, [None, None, scales, zp], (64, 2))
+    assert g.step[0].tolist() == [1, 3] and g.step[40].tolist() == [2, 4]
+    assert g.low[0].tolist() == [-1, -9] and g.high[40].tolist() == [(15 - 2) * 2, (15 - 4) * 4]
+    per_tensor = onnx.helper.make_node("DequantizeLinear", ["x", "s"], ["y"])
+    g = dequantize_grid(per_tensor, [np.zeros(2, np.int8), np.float32(1.0)], (2,))
+
+    def fault(e, got) -> bool:
+        e, got = np.array(e, np.float32), np.array(got, np.float32)
+        return _weight_fault(Record(step=0, status=STATUS_FAIL), e, got, g, 1e-7)
+
+    assert not fault([200.0, 0.2], [127.0, 0.0])  # clipped at 127, rounded to 0
+    assert fault([10.0, 0.2], [13.0, 0.0])  # three steps off
+    assert fault([0.0, 0.7], [0.0, 0.0])  # more than half a step
