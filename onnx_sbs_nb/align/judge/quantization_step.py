@@ -52,11 +52,11 @@ _INT_RANGES = {
 }
 
 STEP_FAULT_NOTE = QUANTIZATION_STEP_FAULT + (
-    ": {bad} of {size} elements are further from the torch "
-    "value than half their own quantization step (round to nearest keeps every element "
-    "within it), up to {steps:.1f} steps at element {index}{where}: a wrong scale, zero "
-    "point or packing, not quantization noise (or weights quantized by other than round "
-    "to nearest)"
+    ": {bad} of {size} elements are further from the torch value than half their own "
+    "quantization step (round to nearest keeps every element within it), up to "
+    "{steps:.1f} steps at element {index} of the model's value{where}: a wrong scale, "
+    "zero point or packing, not quantization noise (or weights quantized by other than "
+    "round to nearest)"
 )
 STEP_ROUNDING_NOTE = (
     "its own error {own} is within half its output's quantization step {step}: the "
