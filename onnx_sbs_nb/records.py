@@ -66,6 +66,10 @@ FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
 # the comment of a record failed by the user's verdict policy or compare function, not by
 # atol/rtol: the culprit's why names what failed it
 JUDGED_BY_NOTE = "failed by "
+# how the comment of a quantized weight begins whose elements are further from the torch
+# weight than half their quantization step (align/judge/quantization_step.py): the
+# culprit's why cites it
+QUANTIZATION_STEP_FAULT = "beyond its quantization step"
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,14 @@ class CoverageCount:
         if rec.kind not in (KIND_NODE, KIND_OUTPUT):
             return
         compared = rec.status in _COMPARED
-        if rec.onnx_node_name:
+        viewed = float_view_of(rec.onnx_node_name) if rec.onnx_node_name else None
+        if viewed is not None:
+            # a node the tool added (pairing/float_views.py), no node of the model: a
+            # compared view of a node's output or activation compares that node
+            node, what = viewed
+            if compared and what in _VIEWED_VALUES:
+                self._onnx_nodes.setdefault(node, [rec.onnx_fx_node, False, None])[1] = True
+        elif rec.onnx_node_name:
             entry = self._onnx_nodes.get(rec.onnx_node_name)
             if entry is None:
                 entry = self._onnx_nodes[rec.onnx_node_name] = [rec.onnx_fx_node, False, None]
@@ -150,6 +157,23 @@ class CoverageCount:
         return cov
 
 
+# the float views (``pairing/float_view_nodes.view_node``) are named
+# ``<node>/<what>_float_view``, their helpers ``<node>/<op>_for_float_view``
+_VIEW_SUFFIX = "_float_view"
+# views of a node's own value (its integer output, the activation it quantizes), not of
+# a weight or a bias it reads
+_VIEWED_VALUES = frozenset({"output", "activation"})
+
+
+def float_view_of(node_name: str) -> tuple[str, str] | None:
+    """For a float view node or its helper, (the node it views, what it views: ``weight``,
+    ``bias``, ``output``, ``activation``, or ``<op>_for``), None for a node of the model."""
+    node, sep, what = node_name.rpartition("/")
+    if not sep or not node or not what.endswith(_VIEW_SUFFIX):
+        return None
+    return node, what[: -len(_VIEW_SUFFIX)]
+
+
 def _uncompared_reason(rec: Record) -> str:
     if rec.status == STATUS_UNPAIRED_ONNX:
         return "no torch twin"
@@ -162,4 +186,4 @@ def _uncompared_reason(rec: Record) -> str:
     return "not compared (random, empty or not a tensor)"
 
 
-__all__ = ["LEAF_KINDS", "LOW_COVERAGE", "Coverage", "CoverageCount"]
+__all__ = ["LEAF_KINDS", "LOW_COVERAGE", "Coverage", "CoverageCount", "float_view_of"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ...records import (
     KIND_NODE,
     KIND_WEIGHT,
+    QUANTIZATION_STEP_FAULT,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
     STATUS_PRECISION_LOSS,
@@ -24,6 +25,7 @@ from ...records import (
     Record,
 )
 from .amplified import Amplified
+from .certainty import comment_part
 from .context import (
     STAGE_RECORD,
     STAGE_RUN,
@@ -128,7 +130,10 @@ class OwnRerun(_RecordRule):
                 f"lowering of {fused_list(rec.own_inputs_from)}, so the error may also be "
                 "there: it is made there or here, not upstream"
             )
-        return text + ": it makes the error, it does not inherit it"
+        text += ": it makes the error, it does not inherit it"
+        # a quantized weight off its grid: which channel or block, by how many steps
+        step = comment_part(rec, QUANTIZATION_STEP_FAULT)
+        return f"{text} ({step})" if step else text
 
 
 class Leaf(_RecordRule):

@@ -37,6 +37,7 @@ from .linear import LinearCheck
 from .precision import InheritedPrecision
 from .precision_loss import PrecisionLoss
 from .quantization_noise import QuantizationNoise
+from .quantization_step import QuantizationStep
 from .shapes import UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
@@ -169,6 +170,7 @@ RULES: tuple[Rule, ...] = (
     Tolerance(),
     LinearCheck(),
     PrecisionLoss(),
+    QuantizationStep(),  # before the noise: a weight beyond its step is no noise
     QuantizationNoise(),
 )
 

@@ -1,0 +1,300 @@
+"""Quantization step: a quantized value judged element by element against its own grid.
+
+Rounding to nearest with scale ``s`` (per tensor, per axis or per block; zero point
+``z``) puts every element within ``s/2`` of the float value it quantizes, plus float
+rounding, plus how far the value lies beyond the range the grid holds (``(qmin − z)·s``
+to ``(qmax − z)·s``: what clipping takes).  The SQNR of a whole tensor hides a fault on a
+part of it (one channel of N costs ~10·log10(N) dB); this bound does not:
+
+- a quantized **weight** (a ``DequantizeLinear`` of an initializer, a float view of an
+  integer or ``MatMulNBits`` weight, ``pairing/float_views.py``): its error is its own,
+  and any element further from the torch weight than half its step is a fault (a
+  channel's scale x2, a zero point off, flipped nibbles), whatever the SQNR: the record
+  fails, decided here, before :class:`~.quantization_noise.QuantizationNoise` can call it
+  noise.  Weights quantized by other means than round to nearest (GPTQ moves them by
+  more) are such a fault too: the why says so;
+- a quantized **activation** whose own rerun (the node on torch's inputs, quantized as
+  the model does) stays within half its own output step: that own error is the rounding
+  the quantization must make, not the node's: its own error passes (``passed2``), as
+  ``ties.py`` passes a TopK tie, and the node is no culprit that "makes the error".
+
+The grid is read off the node computing the value (``ctx.node_inputs``): a
+``DequantizeLinear``'s scale, zero point, axis and block size; a ``MatMulNBits`` weight
+view's scales, zero points, bits and block size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...records import QUANTIZATION_STEP_FAULT, STATUS_FAIL, Record
+from ...records import join_comments as _join
+from ..pairing.pairs import Pair
+from .context import STAGE_AFTER, RuleContext
+from .judging import as_expected, comparable, in_layout_of
+
+#: how far past half a step an element may be (the scale itself is rounded to float)
+STEP_SLACK = 1e-3
+
+# by dtype name: int4/uint4 are ml_dtypes' (what onnx gives an int4 initializer as)
+_INT_RANGES = {
+    "int4": (-8, 7),
+    "uint4": (0, 15),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),
+}
+
+STEP_FAULT_NOTE = QUANTIZATION_STEP_FAULT + (
+    ": {bad} of {size} elements are further from the torch value than half their own "
+    "quantization step (round to nearest keeps every element within it), up to "
+    "{steps:.1f} steps at element {index} of the model's value{where}: a wrong scale, "
+    "zero point or packing, not quantization noise (or weights quantized by other than "
+    "round to nearest)"
+)
+STEP_ROUNDING_NOTE = (
+    "its own error {own} is within half its output's quantization step {step}: the "
+    "rounding its quantization makes, not an error of its own"
+)
+
+
+@dataclass
+class Grid:
+    """The quantization grid of a value, per element (broadcast to the value's shape)."""
+
+    step: np.ndarray  # |scale|
+    low: np.ndarray  # the least and greatest values it holds
+    high: np.ndarray
+    axis: int | None = None  # the axis the scales vary along (None: one scale)
+    block: int = 0  # ... by blocks of this many elements (0: one per index)
+    # a MatMulNBits view [K, N]: blocks along K, one scale per column n
+    label: str = "channel"
+
+    def where(self, index: tuple[int, ...]) -> str:
+        """Which channel or block of scales element ``index`` belongs to."""
+        if self.axis is None:
+            return ""
+        k = index[self.axis]
+        if self.block:
+            other = [i for a, i in enumerate(index) if a != self.axis]
+            of = f"{self.label} {other[0]}, " if len(other) == 1 else ""
+            b = k // self.block
+            return f" ({of}block {b} of {self.block} elements along axis {self.axis})"
+        return f" ({self.label} {k} along axis {self.axis})"
+
+
+def _array(value: Any) -> np.ndarray | None:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return value.numpy() if value.dtype != torch.bfloat16 else value.float().numpy()
+    return np.asarray(value)
+
+
+def _attr(node: Any, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+def _spread(a: np.ndarray, shape: tuple[int, ...], axis: int | None, block: int) -> np.ndarray:
+    """Per-tensor, per-axis or blocked parameters ``a`` broadcast to ``shape``."""
+    if a.size == 1:
+        return np.broadcast_to(a.reshape(()), shape)
+    assert axis is not None
+    if block:
+        return np.repeat(a, block, axis=axis).take(range(shape[axis]), axis=axis)
+    dims = [1] * len(shape)
+    dims[axis] = a.size
+    return np.broadcast_to(a.reshape(dims), shape)
+
+
+def _grid(step_s: np.ndarray, z: Any, qmin: int, qmax: int, **kw: Any) -> Grid:
+    # float32 (not 64): a large model's weights are judged one after another, each grid
+    # as large as its weight; the bound holds to float32's rounding (``_weight_fault``)
+    s = step_s.astype(np.float32)
+    ends = ((np.float32(qmin) - z) * s, (np.float32(qmax) - z) * s)
+    return Grid(np.abs(s), np.minimum(*ends), np.maximum(*ends), **kw)
+
+
+def dequantize_grid(node: Any, inputs: list[Any], shape: tuple[int, ...]) -> Grid | None:
+    """The grid of a ``DequantizeLinear``'s output of ``shape``, None when it cannot be
+    read (a float8 input, parameters of a shape it does not know)."""
+    x, scale = _array(inputs[0]), _array(inputs[1])
+    zp = _array(inputs[2]) if len(inputs) > 2 else None
+    if x is None or scale is None or x.dtype.name not in _INT_RANGES or x.shape != shape:
+        return None
+    qmin, qmax = _INT_RANGES[x.dtype.name]
+    axis: int | None = None
+    block = 0
+    if scale.size > 1:
+        axis = _attr(node, "axis", 1) % max(len(shape), 1)
+        block = _attr(node, "block_size", 0)
+    try:
+        s = _spread(scale, shape, axis, block)
+        z = _spread(zp.astype(np.float32), shape, axis, block) if zp is not None else 0.0
+    except (ValueError, IndexError):
+        return None
+    return _grid(s, z, qmin, qmax, axis=axis, block=block)
+
+
+def nbits_grid(node: Any, inputs: list[Any], shape: tuple[int, ...]) -> Grid | None:
+    """The grid of a ``MatMulNBits`` weight view (``[K, N]``, ``float_views.py``): block
+    ``b`` of column ``n`` has scale ``scales[n, b]``, its zero point packed ``bits`` to a
+    byte (``2**(bits-1)`` without one); None for group indices or float zero points."""
+    k, n = _attr(node, "K", 0), _attr(node, "N", 0)
+    bits, block = _attr(node, "bits", 4), _attr(node, "block_size", 0)
+    if shape != (k, n) or not block or len(inputs) < 3 or 8 % bits:
+        return None
+    if len(inputs) > 4 and inputs[4] is not None and node.input[4]:
+        return None  # act-order group indices: blocks are not contiguous
+    blocks = -(-k // block)
+    scales = _array(inputs[2])
+    if scales is None or scales.size != n * blocks:
+        return None
+    scales = scales.reshape(n, blocks)
+    zp = _array(inputs[3]) if len(inputs) > 3 and node.input[3] else None
+    if zp is None:
+        z = np.full((n, blocks), 2 ** (bits - 1), np.float32)
+    elif zp.dtype == np.uint8:
+        per_byte = 8 // bits
+        row = -(-blocks // per_byte)
+        if zp.size != n * row:
+            return None
+        packed = zp.reshape(n, row, 1)
+        shifts = np.arange(per_byte, dtype=np.uint8) * bits
+        z = ((packed >> shifts) & ((1 << bits) - 1)).reshape(n, row * per_byte)[:, :blocks]
+    else:
+        return None  # float zero points: not a grid of integers
+    s = np.repeat(scales, block, axis=1)[:, :k].T  # [K, N]
+    z = np.repeat(z.astype(np.float32), block, axis=1)[:, :k].T
+    return _grid(s, z, 0, 2**bits - 1, axis=0, block=block, label="column")
+
+
+def grid_of(ctx: RuleContext, shape: tuple[int, ...]) -> Grid | None:
+    """The grid of the value being judged (``ctx.name``), from the node computing it."""
+    if ctx.node_inputs is None:
+        return None
+    found = ctx.node_inputs(ctx.name)
+    if found is None or found[1] is None:
+        return None
+    node, inputs = found
+    if node.op_type == "DequantizeLinear" and len(inputs) >= 2:
+        return dequantize_grid(node, inputs, shape)
+    if node.op_type == "MatMulNBits" and node.output[0].endswith("_float_view"):
+        return nbits_grid(node, inputs, shape)
+    return None
+
+
+def _is_weight(ctx: RuleContext) -> bool:
+    """Whether the value dequantizes a constant (its error is its own): no node computes
+    the node's quantized input (an initializer)."""
+    found = ctx.node_inputs(ctx.name) if ctx.node_inputs is not None else None
+    if found is None:
+        return False
+    node = found[0]
+    if node.op_type == "MatMulNBits":
+        return True  # a weight view (grid_of checked)
+    return ctx.node_inputs(node.input[0]) is None
+
+
+class QuantizationStep:
+    """A failing quantized weight with an element beyond half its step fails, decided
+    here; an activation whose own error is within half its output's step passes its own
+    error (module docstring)."""
+
+    name = "quantization_step"
+    stage = STAGE_AFTER
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.quant_bits is not None
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        if record.status != STATUS_FAIL or ctx.pair is None:
+            return False
+        want, have = comparable(as_expected(ctx.pair, expected), got)
+        want = in_layout_of(ctx.pair, want, have)
+        if want is None:
+            return False
+        e, g = _array(want), _array(have)
+        if e is None or g is None or e.shape != g.shape:
+            return False
+        grid = grid_of(ctx, tuple(g.shape))
+        if grid is None:
+            return False
+        if _is_weight(ctx):
+            return _weight_fault(record, e.astype(np.float32), g, grid, _eps(have))
+        _own_rounding(record, grid)
+        return False
+
+
+def _eps(value: Any) -> float:
+    """The relative rounding of ``value``'s float type (float32's at least: the judge
+    computes in it); a bfloat16 or float16 weight is rounded by its type's."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        own = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    else:
+        own = (
+            np.finfo(dtype).eps if dtype is not None and np.issubdtype(dtype, np.floating) else 0.0
+        )
+    return max(float(own), float(np.finfo(np.float32).eps))
+
+
+def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid, eps: float) -> bool:
+    """Fails ``record`` (and returns True) when an element of weight ``g`` is further from
+    ``e`` than half its step, what clipping takes and float rounding (``eps``) allow."""
+    err = np.abs(g.astype(np.float32) - e)
+    clipped = np.maximum(0.0, np.maximum(grid.low - e, e - grid.high))
+    allowed = 0.5 * grid.step * (1 + STEP_SLACK) + clipped + eps * (np.abs(e) + np.abs(g))
+    bad = err > allowed
+    if not bad.any():
+        return False
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.where(grid.step > 0, (err - clipped) / grid.step, np.inf)
+    worst = np.unravel_index(int(np.argmax(np.where(bad, steps, -1.0))), g.shape)
+    index = tuple(int(i) for i in worst)
+    record.status = STATUS_FAIL
+    record.comment = _join(
+        record.comment,
+        STEP_FAULT_NOTE.format(
+            bad=int(bad.sum()),
+            size=g.size,
+            steps=float(steps[worst]),
+            index=list(index),
+            where=grid.where(index),
+        ),
+    )
+    return True
+
+
+def _own_rounding(record: Record, grid: Grid) -> None:
+    """An own error (largest, ``err_abs2``) within half the smallest step of the value's
+    grid passes: it is the rounding of the node's output."""
+    own = record.err_abs2
+    if record.passed2 is not False or own is None or not grid.step.size:
+        return
+    step = float(np.min(grid.step))
+    if not own <= 0.5 * step * (1 + STEP_SLACK):
+        return
+    record.passed2 = True
+    record.comment = _join(
+        record.comment, STEP_ROUNDING_NOTE.format(own=f"{own:.3g}", step=f"{step:.3g}")
+    )
+
+
+__all__ = [
+    "STEP_FAULT_NOTE",
+    "STEP_ROUNDING_NOTE",
+    "Grid",
+    "QuantizationStep",
+    "dequantize_grid",
+    "grid_of",
+    "nbits_grid",
+]
