@@ -12,7 +12,10 @@ under tolerance and amplified later is found, rather than its largest rounding.
 
 What a second run of the same program and model needs is kept between runs
 (``engine/setup_cache.py``: prepared program, pairing, tables, plan; ``engine/runners.py``:
-compiled sessions), so inputs after the first cost their execution only.  A run holds
+compiled sessions), so inputs after the first cost their execution only.  An input after
+the first where every pair passes costs less still: the screen (``screen.py``) finds
+that from one run of each side and folds its errors; the inputs where a pair fails run
+through the engine, and the aggregates are the engine's either way.  A run holds
 one input's values at a time: memory stays that of one input's run plus one record per
 pair (and, with ``keep_records=True``, every input's records).
 """
@@ -401,7 +404,7 @@ class ManyInputsRun(RunContract):
         screen: Any = None
         while item_run is not None:
             self._current = item_run
-            found = screen.measure(item_run) if screen is not None else None
+            found = screen.screened(item_run) if screen is not None else None
             first: list[Record] | None = [] if index == 0 and self._screens() else None
             if found is not None:
                 self._fold_screened(screen, found, index, pairs)

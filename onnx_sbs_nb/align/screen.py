@@ -208,6 +208,14 @@ class Screen:
             return None
         return screen
 
+    def screened(self, run: Any) -> Screened | None:
+        """:meth:`measure`, None where the screen cannot run this input (the engine
+        runs it and says why)."""
+        try:
+            return self.measure(run)
+        except Exception:
+            return None
+
     def measure(self, run: Any) -> Screened | None:
         """Each compared pair's error on ``run``'s input (an AlignedRun made, not
         iterated), or None when some pair does not pass or the input differs in shape

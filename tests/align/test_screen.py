@@ -161,3 +161,14 @@ def test_screen_switched_off_per_run(faithful, monkeypatch):
     run.screen = False
     list(run)
     assert run.full_runs == [True] * N
+
+
+def test_an_input_holding_nan_goes_to_the_engine(faithful, monkeypatch):
+    """Both sides agree on NaN, yet the engine notes the input's non-finite values on its
+    record: the screen leaves that input to the engine."""
+    ep, onx, data = faithful
+    data = [(x.clone(),) for (x,) in data]
+    data[4][0][0, 0] = float("nan")
+    screened, engine = _both(ep, onx, data, monkeypatch)
+    _check_same(screened, engine)
+    assert screened[1].full_runs == [i in (0, 4) for i in range(N)]
