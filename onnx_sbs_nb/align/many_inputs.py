@@ -12,7 +12,10 @@ under tolerance and amplified later is found, rather than its largest rounding.
 
 What a second run of the same program and model needs is kept between runs
 (``engine/setup_cache.py``: prepared program, pairing, tables, plan; ``engine/runners.py``:
-compiled sessions), so inputs after the first cost their execution only.  A run holds
+compiled sessions), so inputs after the first cost their execution only.  An input after
+the first where every pair passes costs less still: the screen (``screen.py``) finds
+that from one run of each side and folds its errors; the inputs where a pair fails run
+through the engine, and the aggregates are the engine's either way.  A run holds
 one input's values at a time: memory stays that of one input's run plus one record per
 pair (and, with ``keep_records=True``, every input's records).
 """
@@ -297,8 +300,11 @@ class ManyInputsRun(RunContract):
         keep_records: bool = False,
         on_input: Callable[[int, RunStatus], None] | None = None,
         reuse: ModelReuse | None = None,
+        screen: bool | None = None,
     ) -> None:
         self._make_run = make_run
+        # screen the inputs after the first (``screen.py``); None: the module's switch
+        self.screen = screen
         # what make_run keeps of the model between inputs, when it keeps something
         self.reuse = reuse
         # called after each input with its index and this run's status: a view's progress
@@ -311,6 +317,8 @@ class ManyInputsRun(RunContract):
         self.input_names: list[str | None] = []
         # onnxruntime sessions each input's run built: none after the first inputs
         self.sessions_by_input: list[int] = []
+        # per input: whether the per-node engine ran it (False: the screen passed it)
+        self.full_runs: list[bool] = []
         self.status = RunStatus()
         try:
             self.status.extra["inputs_total"] = len(self.inputs)  # type: ignore[arg-type]
@@ -393,9 +401,25 @@ class ManyInputsRun(RunContract):
         status = self.status
         index = 0
         item_run, self._first = self._first, None
+        screen: Any = None
         while item_run is not None:
             self._current = item_run
-            self._fold(item_run, index, pairs)
+            found = screen.screened(item_run) if screen is not None else None
+            first: list[Record] | None = [] if index == 0 and self._screens() else None
+            if found is not None:
+                self._fold_screened(screen, found, index, pairs)
+            else:
+                self._fold(item_run, index, pairs, first)
+            self.full_runs.append(found is None)
+            if (
+                first
+                and not status.stopped
+                and not self._stop.is_set()
+                and not any(fails(r) for r in first)
+            ):
+                from .screen import Screen
+
+                screen = Screen.of_first(item_run, first)
             self.sessions_by_input.append(sessions_built(item_run))
             self._current = None
             status.extra["inputs_done"] = index + 1
@@ -436,7 +460,24 @@ class ManyInputsRun(RunContract):
                 status.max_err_name = rec.onnx_name or rec.ep_name
             yield rec
 
-    def _fold(self, run: Any, index: int, pairs: dict[tuple[Any, ...], PairAggregate]) -> None:
+    def _screens(self) -> bool:
+        """Whether this run may screen its inputs after the first (``screen.py``)."""
+        if self.keep_records:  # every input's own records are asked for: the engine's
+            return False
+        if self.screen is not None:
+            return self.screen
+        from . import screen
+
+        return screen.ENABLED
+
+    def _fold(
+        self,
+        run: Any,
+        index: int,
+        pairs: dict[tuple[Any, ...], PairAggregate],
+        first: list[Record] | None = None,
+    ) -> None:
+        """Folds the records of one input's run; ``first`` gets them when given."""
         status = self.status
         kept: list[Record] = []
         seen: list[tuple[PairAggregate, Record]] = []  # until an input fails
@@ -459,6 +500,8 @@ class ManyInputsRun(RunContract):
                     seen.append((agg, rec))
                 if self.keep_records:
                     kept.append(rec)
+                if first is not None:
+                    first.append(rec)
                 status.total_onnx_nodes = inner.total_onnx_nodes
                 status.done_onnx_nodes = inner.done_onnx_nodes
                 status.current = inner.current
@@ -475,6 +518,30 @@ class ManyInputsRun(RunContract):
             self.failing_inputs.append(index)
         if self.keep_records:
             self.records_by_input.append(kept)
+
+    def _fold_screened(
+        self, screen: Any, found: Any, index: int, pairs: dict[tuple[Any, ...], PairAggregate]
+    ) -> None:
+        """Folds an input the screen passed (``screen.py``): every pair passes there, so
+        each aggregate takes its error, and a record only where it is the worst so far
+        (what :meth:`PairAggregate.add` does with the engine's record, without making
+        the ~400 records nobody would see)."""
+        name = self.input_names[index]
+        errors = found.errors
+        if screen.aggregates is None:
+            screen.aggregates = [pairs[pair_key(t)] for t in screen.templates]
+        for i, (t, agg) in enumerate(zip(screen.templates, screen.aggregates, strict=True)):
+            err = errors[i] if i in errors else t.err_abs
+            agg.seen += 1
+            if err is not None:
+                agg.err_sum += err  # a NaN makes the mean NaN, as in add()
+                agg.err_count += 1
+            severity = (0, -1.0 if err is None else math.inf if math.isnan(err) else float(err))
+            if severity > agg.severity:  # ties keep the earlier input
+                rec = screen.record(i, found) if i in errors else dataclasses.replace(t)
+                rec.input_index, rec.input_name = index, name
+                agg.worst, agg.worst_input, agg.severity = rec, index, severity
+        self.status.done_onnx_nodes = self.status.total_onnx_nodes
 
     # -- one input, on demand ------------------------------------------------------
     def input_run(self, index: int) -> Any:

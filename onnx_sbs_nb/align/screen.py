@@ -1,0 +1,325 @@
+"""A screening pass for the inputs after the first of a run over many inputs.
+
+The per-node engine costs some 40 ms per input on a 4-layer Llama, most of it in the
+Python loop over ~400 records, while the bare work (one eager run of the program, one
+whole-model onnxruntime run) costs 6 ms.  On an input where every pair passes, each
+record differs from the first input's only by its first comparison's numbers.  The
+screen gets those numbers in three passes: one run of the program keeping every paired
+fx value (a torch.fx Interpreter), one onnxruntime run of the whole model with every
+paired ONNX value as an output (one session, built once, its optimizations off so that
+its kernels are those of the engine's per-node runs), and one ``compare`` per pair at the
+tolerance the first input's run used.  Each record is then the first input's record with
+that comparison filled in, as the engine's verdict fills it (``fill_first_comparison``).
+
+An input is screened only when it cannot change anything the full run would say
+differently: every compared pair passes (a failing pair needs the engine: its own-error
+rerun, its verdict rules, resets).  A run is screened only where the screen reproduces
+the engine: the first input is screened too, and its records must equal the engine's
+field by field (all but the timings); anything else (a failing or special record on
+the first input, own-error reruns, resets, user verdicts, deployed or optimized graphs,
+external data, other devices, the decomposition value checks) leaves the run to the
+engine for every input.  The screened records carry no timings (``ep_time_run``,
+``onnx_time_run`` are None): no node was timed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from ..compare.diff import _native_atol
+from ..compare.value_facts import _NATIVE_DIRECT, _NO_NUMPY
+from ..native import NATIVE
+from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, STATUS_OK, Record
+from .judge.judging import as_expected, comparable, fill_first_comparison, in_layout_of
+
+# a module-level switch: tests run the same inputs with and without the screen
+ENABLED = True
+
+# statuses whose records do not depend on the input's values (nothing compared) or are
+# compared and pass
+_UNPAIRED = frozenset({"unpaired_ep", "unpaired_onnx"})
+_COMPARED_KINDS = frozenset({KIND_NODE, KIND_OUTPUT, KIND_INPUT})
+# fields that differ between two runs of the same input
+_NOT_COMPARED = ("step", "input_index", "input_name", "ep_time_run", "onnx_time_run")
+
+
+def _options_allow(options: Any) -> bool:
+    """The options whose runs the screen reproduces: the defaults that matter."""
+    return (
+        options is not None
+        and options.runner == "onnxruntime"
+        and not options.exc
+        and not options.own_error
+        and not options.reset_names
+        and options.reset is None
+        and options.replay is None
+        and options.device in (None, "cpu")
+        and options.optimize is None
+        and options.providers is None
+        and not options.time_nodes
+        and options.verdict is None
+        and options.compare is None
+        and options.measures
+        and getattr(options, "judge", None) is None
+    )
+
+
+def _run_allows(run: Any) -> bool:
+    """The run's parts the screen reproduces: a plain program against its own export."""
+    ep = getattr(run, "ep", None)
+    candidate = getattr(run, "candidate", None)
+    if ep is None or candidate is None or getattr(run, "program", None) is None:
+        return False
+    if ep.graph_signature.buffers_to_mutate:
+        return False
+    if getattr(run, "deployment", None) is not None:
+        return False
+    if getattr(run, "decomposed", None) is not None or getattr(run, "user_outputs", None):
+        return False
+    if getattr(run, "specialized", None):
+        return False
+    if getattr(candidate, "device", "cpu") != "cpu":
+        return False
+    model = candidate.model
+    return not any(onnx.external_data_helper.uses_external_data(t) for t in model.graph.initializer)
+
+
+def _template_allows(records: list[Record]) -> bool:
+    """The first input's records: every pair passed or was not compared."""
+    for rec in records:
+        if rec.reset or rec.passed2 is not None or rec.err_abs2 is not None:
+            return False
+        if rec.status in _UNPAIRED:
+            continue
+        if rec.status != STATUS_OK or rec.passed is not True:
+            return False
+        if rec.kind in _COMPARED_KINDS and rec.decided_by != "tolerance":
+            return False  # a value judged by another rule (shape only, as a set...)
+        if rec.extra:
+            return False
+    return True
+
+
+def _with_outputs(gm: torch.fx.GraphModule, wanted: list[str]) -> torch.fx.GraphModule:
+    """The program's graph module returning the values of the ``wanted`` nodes: one
+    generated forward, no interpreter's dispatch per node."""
+    graph = torch.fx.Graph()
+    val_map: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.graph_copy(gm.graph, val_map)
+    by_name = {n.name: val_map[n] for n in gm.graph.nodes if n in val_map}
+    graph.output(tuple(by_name[n] for n in wanted))
+    return torch.fx.GraphModule(gm, graph)
+
+
+class _NoMeasures:
+    """A judge asking ``compare`` for no measures: the screen needs the error and the
+    verdict of every pair, the measures only of a record it keeps."""
+
+    measures = False
+
+    def apply(self, result: Any, expected: Any, got: Any) -> None:
+        """Leaves the atol/rtol verdict as it is."""
+
+
+_NO_MEASURES = _NoMeasures()
+
+
+@dataclasses.dataclass
+class Screened:
+    """One input's screen: each compared pair's error (by the first input's record
+    position) and what makes its record when one is needed."""
+
+    errors: dict[int, float | None]
+    values: dict[int, tuple[Any, Any]]
+
+
+class Screen:
+    """What screens the inputs of one run (built once, from the first input's run)."""
+
+    def __init__(self, run: Any, records: list[Record]) -> None:
+        import onnxruntime as ort
+
+        self.templates = list(records)
+        self.pairing = run.pairing
+        self.program = run.program
+        self.compared = [
+            i for i, r in enumerate(records) if r.status == STATUS_OK and r.kind in _COMPARED_KINDS
+        ]
+        self.fx_wanted = sorted(
+            {self.pairing.by_onnx[records[i].onnx_name].fx_name for i in self.compared}
+        )
+        self.module = _with_outputs(self.program.graph_module, self.fx_wanted)
+        self.placeholders = [n.name for n in self.program.graph.nodes if n.op == "placeholder"]
+        graph_inputs = set(run.candidate.graph_inputs)
+        self.onnx_wanted = sorted({records[i].onnx_name for i in self.compared} - graph_inputs)
+        model = onnx.ModelProto()
+        model.CopyFrom(run.candidate.model)
+        model.graph.ClearField("output")
+        model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in self.onnx_wanted)
+        so = ort.SessionOptions()
+        # the engine runs each node alone: no fusion may change a value here
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.shapes = _input_shapes(run)
+        # per compared pair: its position, pair, whether its values are compared as
+        # they are (no transform, no cast: the C module's direct comparison may take
+        # them), its tolerance
+        self._plan = []
+        for i in self.compared:
+            t = records[i]
+            pair = self.pairing.by_onnx[t.onnx_name]
+            plain = pair.transform is None and pair.cast_to is None and t.kind != KIND_WEIGHT
+            self._plan.append((i, pair, plain, t.atol, t.rtol))
+        # the aggregate of each record's pair, set by the run that folds with it
+        self.aggregates: list[Any] | None = None
+
+    @classmethod
+    def of_first(cls, run: Any, records: list[Record]) -> Screen | None:
+        """The screen of a run, when it may screen; checked on the first input itself:
+        its screened records must be the engine's, else None (the engine runs all)."""
+        if not (
+            _options_allow(getattr(run, "options", None))
+            and _run_allows(run)
+            and _template_allows(records)
+        ):
+            return None
+        try:
+            screen = cls(run, records)
+            found = screen.measure(run)
+            if found is None:
+                return None
+            for i, theirs in enumerate(records):
+                mine = screen.record(i, found) if i in found.errors else theirs
+                if _fields(mine) != _fields(theirs):
+                    return None
+                # the error folded for a screened input is measured without the
+                # measures (the C module's direct pass where it may): the engine's too
+                if i in found.errors and _fields_of(found.errors[i]) != _fields_of(theirs.err_abs):
+                    return None
+        except Exception:  # anything the screen cannot run: the engine runs every input
+            return None
+        return screen
+
+    def screened(self, run: Any) -> Screened | None:
+        """:meth:`measure`, None where the screen cannot run this input (the engine
+        runs it and says why)."""
+        try:
+            return self.measure(run)
+        except Exception:
+            return None
+
+    def measure(self, run: Any) -> Screened | None:
+        """Each compared pair's error on ``run``'s input (an AlignedRun made, not
+        iterated), or None when some pair does not pass or the input differs in shape
+        from the first: the engine then runs that input."""
+        if _input_shapes(run) != self.shapes or getattr(run, "_nonfinite", None):
+            return None  # another shape; an input holding NaN: its record has a note
+        values = run.bound.values
+        with torch.no_grad():
+            kept = self.module(*[values[n] for n in self.placeholders])
+        fx = dict(zip(self.fx_wanted, kept, strict=True))
+        feeds = {n: _numpy(run.candidate.feeds[n]) for n in self.input_names}
+        outs = dict(zip(self.onnx_wanted, self.session.run(self.onnx_wanted, feeds), strict=True))
+        from ..compare.diff import compare
+
+        errors: dict[int, float | None] = {}
+        pairs: dict[int, tuple[Any, Any]] = {}
+        for i, pair, plain, atol, rtol in self._plan:
+            t = self.templates[i]
+            got = outs[t.onnx_name] if t.onnx_name in outs else feeds[t.onnx_name]
+            want = fx[pair.fx_name]
+            if plain:
+                err = _native_error(want, got, atol, rtol)
+                if err is not None:
+                    if err is False:
+                        return None
+                    errors[i], pairs[i] = err, (want, got)
+                    continue
+            expected, got = comparable(as_expected(pair, want), got)
+            if expected is None:
+                return None
+            expected = in_layout_of(pair, expected, got)
+            d = compare(expected, got, atol, rtol, judge=_NO_MEASURES)
+            if d.passed is not True or d.shape_mismatch or d.dtype_mismatch:
+                return None
+            errors[i], pairs[i] = d.err_abs, (expected, got)
+        return Screened(errors, pairs)
+
+    def record(self, i: int, found: Screened) -> Record:
+        """The record of the pair at position ``i`` on the screened input, as the
+        engine makes it (its first comparison with the measures); no timings."""
+        from ..compare.diff import compare
+
+        t = self.templates[i]
+        rec = copy.copy(t)
+        rec.ep_time_run = rec.onnx_time_run = None
+        rec.extra = {}
+        expected, got = found.values[i]
+        fill_first_comparison(rec, compare(expected, got, t.atol, t.rtol))
+        return rec
+
+
+def _native_error(want: Any, got: Any, atol: Any, rtol: Any) -> float | bool | None:
+    """The error of a pair as ``compare`` finds it where it asks the C module directly
+    (same dtype, both in order, under its size limit), False when that comparison
+    fails, None where ``compare`` would take another path (the caller then calls it)."""
+    if NATIVE is None or type(want) is not torch.Tensor or type(got) is not np.ndarray:
+        return None
+    if want.requires_grad or not want.is_cpu or want.is_conj() or want.is_neg():
+        return None
+    if atol is None or rtol is None or want.dtype in _NO_NUMPY:
+        return None
+    e = want.numpy()
+    if e.shape != got.shape or e.dtype != got.dtype or not NATIVE.compares(e.dtype):
+        return None
+    if not (e.flags.c_contiguous and got.flags.c_contiguous) or not 0 < e.size < _NATIVE_DIRECT:
+        return None
+    if not _native_atol(e, atol):
+        return None
+    err_abs, _rel, nan, _h01, _h001, fails = NATIVE.compare(e, got, atol, rtol, False)[:6]
+    if nan:
+        return False
+    if err_abs == 0.0 or err_abs <= atol or fails == 0:
+        return err_abs
+    return False
+
+
+def _numpy(v: Any) -> Any:
+    return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+
+
+def _input_shapes(run: Any) -> tuple[Any, ...]:
+    leaves = torch.utils._pytree.tree_leaves((run.args, run.kwargs))
+    return tuple(
+        (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t) for t in leaves
+    )
+
+
+def _fields_of(v: Any) -> Any:
+    return "nan" if isinstance(v, float) and math.isnan(v) else v
+
+
+def _fields(rec: Record) -> tuple[Any, ...]:
+    """The record's fields but those that differ between two runs of one input, NaN
+    equal to NaN."""
+    return tuple(
+        "nan" if isinstance(v, float) and math.isnan(v) else v
+        for f in dataclasses.fields(rec)
+        if f.name not in _NOT_COMPARED
+        for v in (getattr(rec, f.name),)
+    )
+
+
+__all__ = ["ENABLED", "Screen", "Screened"]
