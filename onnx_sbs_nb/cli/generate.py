@@ -99,7 +99,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
             atol=args.atol,
             rtol=args.rtol,
             progress=(lambda done, total: bar.update(1)) if bar is not None else None,
-            compare_step=args.step_report is not None,
         )
     finally:
         if bar is not None:
