@@ -132,7 +132,13 @@ def _save_hint(ep: Any) -> str:
         keys = list(spec.context)
         cache = [k for k, child in zip(keys, spec.children()) if not child.is_leaf()]
     except (AttributeError, IndexError, TypeError):
-        keys, cache = ["input_ids", "attention_mask", "past_key_values"], ["past_key_values"]
+        keys, cache = [], []
+    if not keys:  # a program of positional inputs (or no spec): the usual names
+        return (
+            "torch.save({'input_ids': ..., 'attention_mask': ..., 'cache': cache}, FILE), the "
+            "cache under the keyword the decoder takes; this program takes no keyword input: "
+            "export the decoder with its keyword inputs"
+        )
     items = ", ".join(f"{k!r}: {'cache' if k in cache else '...'}" for k in keys)
     return f"torch.save({{{items}}}, FILE)"
 

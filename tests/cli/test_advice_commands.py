@@ -177,3 +177,17 @@ def test_quantize_advice_writes_the_advice_and_the_model(tmp_path):
         "quantize-advice", "--onnx", "model.onnx", "--inputs", "in0.pt", "--mode", "x", cwd=tmp_path
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_generate_on_a_program_of_positional_inputs_says_to_export_keywords(tmp_path):
+    """Trial finding 13, part 2: a program that takes no keyword input gets no empty
+    ``torch.save({})`` hint: it is told to export the decoder with its keyword inputs."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep, onx = export(MLP(), (x,))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    onnx.save(onx, tmp_path / "m.onnx")
+    torch.save((x,), tmp_path / "in.pt")
+    p = _cli("generate", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "takes no keyword input" in p.stderr and "torch.save({}" not in p.stderr
