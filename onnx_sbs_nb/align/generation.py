@@ -25,15 +25,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import onnx
 import torch
 
-from ..compare.diff import compare
-from ..convert import to_numpy
 from ..errors import SbsInputError
 from ..records import Record
 from .contract import AnswerContract
+from .generation_judge import OnnxDecoder, StepJudge
 from .source.loading import load_exported_program, load_onnx_model
 
 _tree = torch.utils._pytree
@@ -66,6 +64,10 @@ class GenerationStep:
     cache_err_abs: float | None = None
     cache_passed: bool | None = None
     cache_worst: str | None = None
+    #: a quantized model's SQNR (dB) of the logits and the lowest of the cache written
+    #: (the cache's is measured on a float model too)
+    snr: float | None = None
+    cache_snr: float | None = None
     torch_seconds: float = 0.0
     onnx_seconds: float = 0.0
 
@@ -110,7 +112,19 @@ class GenerationParity(AnswerContract):
     own_passed: bool | None = None
     atol: float | None = None
     rtol: float | None = None
+    #: a quantized model: its bit width and the SQNR floor (dB) each step is judged by
+    bits: int | None = None
+    noise_floor: float | None = None
+    #: the step's SQNR on torch's inputs and cache (a quantized model)
+    own_snr: float | None = None
+    #: the verdict of that step compared node by node (None: not compared)
+    step_run_verdict: str | None = None
+    #: where that run names no node: the record of the differing cache output with the
+    #: largest own error (the node that writes it, under tolerance each step)
+    grows_in: Record | None = field(default=None, repr=False)
     records: list[Record] = field(default_factory=list, repr=False)
+    #: how the answer points to the node-by-node run (the CLI names its flag)
+    step_hint: str = field(default="step_run() compares it node by node", repr=False)
     _ep: Any = field(default=None, repr=False)
     _onx: Any = field(default=None, repr=False)
     _step_inputs: dict[str, Any] | None = field(default=None, repr=False)
@@ -141,44 +155,22 @@ class GenerationParity(AnswerContract):
 
         return run_aligned(self._ep, self._onx, (), dict(self._step_inputs), **options)
 
+    def attach_step_run(self, records: list[Record]) -> None:
+        """The parting step compared node by node: its records, their verdict, and where
+        they name no culprit, the node writing the cache output that differs."""
+        from .blame.summary import summarize
+        from .generation_why import cache_writer
+
+        self.records = records
+        summary = summarize(records)
+        self.step_run_verdict = summary.verdict
+        if summary.culprit is None:
+            self.grows_in = cache_writer(self, records)
+
     def why(self) -> str:
-        if self.diverged_at is None:
-            return f"the two decodes agree on all {len(self.steps)} steps"
-        s = self.steps[self.diverged_at]
-        if self.diverged_by == "tokens" and s.err_abs is None:
-            head = f"step {s.step}: torch chose {s.torch_tokens}, the ONNX model {s.onnx_tokens}"
-        elif self.diverged_by == "tokens":
-            head = (
-                f"step {s.step}: torch chose {s.torch_tokens}, the ONNX model {s.onnx_tokens} "
-                f"(logits off by {s.err_abs:.3g}, torch's margin between its two best "
-                f"{s.margin:.3g})"
-            )
-        elif self.diverged_by == "logits":
-            head = (
-                f"step {s.step}: the logits leave tolerance (max abs error {s.err_abs:.3g}, "
-                f"atol {self.atol:.3g}, rtol {self.rtol:.3g}) while both chose {s.torch_tokens}"
-            )
-        else:
-            head = (
-                f"step {s.step}: both chose {s.torch_tokens} with logits within tolerance, but "
-                f"the cache written differs (ONNX output {s.cache_worst!r} off by "
-                f"{s.cache_err_abs:.3g}): later steps read it"
-            )
-        if self.own_passed is None:
-            return head
-        if self.own_passed:
-            own = (
-                f"; on torch's cache the same step is within tolerance (error "
-                f"{self.own_err_abs:.3g}): the error came in with the cache written by "
-                "earlier steps"
-            )
-        else:
-            own = (
-                f"; on torch's own inputs and cache the step still errs by "
-                f"{self.own_err_abs:.3g}: the step itself makes it (step_run() compares it "
-                "node by node)"
-            )
-        return head + own
+        from .generation_why import explain
+
+        return explain(self)
 
     def to_text(self) -> str:
         n = len(self.steps)
@@ -198,6 +190,10 @@ class GenerationParity(AnswerContract):
             "diverged_by": self.diverged_by,
             "own_err_abs": self.own_err_abs,
             "own_passed": self.own_passed,
+            "bits": self.bits,
+            "noise_floor": self.noise_floor,
+            "own_snr": self.own_snr,
+            "step_run_verdict": self.step_run_verdict,
             "why": self.why(),
             "steps": [
                 {k: getattr(s, k) for k in GenerationStep.__dataclass_fields__} for s in self.steps
@@ -218,7 +214,11 @@ def _logits_and_cache(out: Any) -> tuple[torch.Tensor, Any]:
     """The logits (the first tensor returned, or ``logits``) and the cache (the first
     value that is not a tensor, or ``past_key_values``) of one step's outputs."""
     if isinstance(out, Mapping):
-        logits, cache = out.get("logits"), out.get("past_key_values")
+        # transformers 5 names the cache ``cache`` and warns on the old key: read the
+        # key the output holds (its own list of keys, which warns on nothing)
+        keys = list(out.keys())
+        cache_key = next((k for k in ("cache", "past_key_values") if k in keys), None)
+        logits, cache = out.get("logits"), (out[cache_key] if cache_key else None)
     elif isinstance(out, tuple | list):
         tensors = [o for o in out if isinstance(o, torch.Tensor)]
         others = [o for o in out if not isinstance(o, torch.Tensor)]
@@ -265,66 +265,6 @@ def next_step_inputs(kwargs: dict[str, Any], tokens: torch.Tensor, cache: Any) -
     if key is not None and cache is not None:
         nxt[key] = cache
     return nxt
-
-
-class _OnnxDecoder:
-    """The ONNX model as one onnxruntime session, fed the flattened keyword inputs."""
-
-    def __init__(self, model: onnx.ModelProto, out_spec: Any) -> None:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
-        )
-        inits = {i.name for i in model.graph.initializer}
-        self.inputs = [i.name for i in model.graph.input if i.name not in inits]
-        self.output_names = [o.name for o in model.graph.output]
-        self.out_spec = out_spec
-
-    def __call__(self, kwargs: dict[str, Any]) -> Any:
-        flat = [v for v in _tree.tree_leaves(kwargs) if isinstance(v, torch.Tensor)]
-        if len(flat) != len(self.inputs):
-            raise SbsInputError(
-                f"the ONNX model takes {len(self.inputs)} inputs, the step's inputs flatten "
-                f"to {len(flat)} tensors: is it the export of this program and cache?"
-            )
-        feeds = {n: to_numpy(v.detach()) for n, v in zip(self.inputs, flat)}
-        try:
-            outs = self.session.run(None, feeds)
-        except Exception as e:  # noqa: BLE001  (onnxruntime raises its own types)
-            shapes = {n: tuple(v.shape) for n, v in feeds.items()}
-            raise SbsInputError(
-                f"onnxruntime cannot run the ONNX model on the next step's inputs {shapes} "
-                f"({str(e).splitlines()[0][:200]}): a model exported with fixed sizes cannot "
-                "grow its cache: export with dynamic batch, sequence and past dimensions"
-            ) from None
-        return _tree.tree_unflatten([torch.from_numpy(np.asarray(o)) for o in outs], self.out_spec)
-
-
-def _judge_cache(
-    step: GenerationStep,
-    t_cache: Any,
-    o_cache: Any,
-    decoder: _OnnxDecoder,
-    atol: float | None,
-    rtol: float | None,
-) -> None:
-    """The cache each side wrote, leaf by leaf (they flatten alike: one program)."""
-    t_leaves = [v for v in _tree.tree_leaves(t_cache) if isinstance(v, torch.Tensor)]
-    o_leaves = [v for v in _tree.tree_leaves(o_cache) if isinstance(v, torch.Tensor)]
-    if not t_leaves or len(t_leaves) != len(o_leaves):
-        return
-    names = decoder.output_names[-len(t_leaves) :]
-    worst, passed = (None, -1.0), True
-    for name, a, b in zip(names, t_leaves, o_leaves):
-        d = compare(a.detach(), b, atol=atol, rtol=rtol)
-        passed = passed and bool(d.passed)
-        err = d.err_abs if d.err_abs is not None else float("inf")
-        if err > worst[1]:
-            worst = (name, err)
-    step.cache_passed, step.cache_worst, step.cache_err_abs = passed, worst[0], worst[1]
 
 
 def _out_spec(program: Any, t_out: Any, model: onnx.ModelProto) -> Any:
@@ -395,14 +335,17 @@ def iter_generation(
     if state is not None:  # the parting step's rerun reuses them
         state.update(program=program, model=model, module=module)
     t_kwargs = o_kwargs = dict(kwargs)
-    decoder: _OnnxDecoder | None = None
+    decoder: OnnxDecoder | None = None
+    judge = StepJudge.for_model(model, atol, rtol)
+    if state is not None:
+        state["judge"] = judge
     apart = False
     for k in range(steps):
         t0 = time.perf_counter()
         t_out = _run_program(module, t_kwargs, k)
         t1 = time.perf_counter()
         if decoder is None:
-            decoder = _OnnxDecoder(model, _out_spec(program, t_out, model))
+            decoder = OnnxDecoder(model, _out_spec(program, t_out, model))
             if state is not None:
                 state["decoder"] = decoder
         o_out = decoder(o_kwargs)
@@ -414,9 +357,10 @@ def iter_generation(
         step = GenerationStep(k, t_tok.tolist(), o_tok.tolist(), margin=margin)
         step.torch_seconds, step.onnx_seconds = t1 - t0, t2 - t1
         if not apart:
-            d = compare(t_logits[:, -1, :].detach(), o_logits[:, -1, :], atol=atol, rtol=rtol)
+            d = judge.judge(t_logits[:, -1, :], o_logits[:, -1, :])
             step.err_abs, step.err_rel, step.passed = d.err_abs, d.err_rel, bool(d.passed)
-            _judge_cache(step, t_cache, o_cache, decoder, atol, rtol)
+            step.snr = d.err_snr if judge.bits is not None else None
+            judge.cache(step, t_cache, o_cache, decoder.output_names)
             if state is not None:
                 state.setdefault("tolerance", (d.atol, d.rtol))
                 if step.parted_by is not None:
@@ -469,10 +413,12 @@ def generation_parity(
         _onx=state["model"],
         _step_inputs=state.get("inputs"),
     )
+    judge: StepJudge = state["judge"]
+    parity.bits, parity.noise_floor = judge.bits, judge.floor
     if first is not None and first.err_abs is not None:
         _own_error(parity, state, atol, rtol)
         if compare_step:
-            parity.records = list(parity.step_run(own_error=True))
+            parity.attach_step_run(list(parity.step_run(own_error=True)))
     return parity
 
 
@@ -487,11 +433,14 @@ def _own_error(
     decoder = state["decoder"]
     t_logits, t_cache = _logits_and_cache(t_out)
     o_logits, o_cache = _logits_and_cache(decoder(inputs))
-    d = compare(t_logits[:, -1, :], o_logits[:, -1, :], atol=atol, rtol=rtol)
+    judge: StepJudge = state["judge"]
+    d = judge.judge(t_logits[:, -1, :], o_logits[:, -1, :])
     own = GenerationStep(-1, [], [])
-    _judge_cache(own, t_cache, o_cache, decoder, atol, rtol)
+    judge.cache(own, t_cache, o_cache, decoder.output_names)
     parity.own_err_abs = max(d.err_abs or 0.0, own.cache_err_abs or 0.0)
     parity.own_passed = bool(d.passed) and own.cache_passed is not False
+    snrs = [x for x in (d.err_snr, own.cache_snr) if x is not None]
+    parity.own_snr = min(snrs) if snrs else None
 
 
 __all__ = ["GenerationParity", "GenerationStep", "generation_parity", "next_step_inputs"]

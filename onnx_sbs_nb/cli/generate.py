@@ -30,7 +30,7 @@ def add_generate_command(sub: Any) -> None:
         "--inputs",
         required=True,
         help="the first step's keyword inputs saved with torch.save as a dict (input_ids, "
-        "attention_mask, the cache object as past_key_values...)",
+        "attention_mask, the cache object under the keyword the program takes...)",
     )
     p.add_argument("--steps", type=int, default=32, help="greedy steps to decode (default 32)")
     p.add_argument("--atol", type=float, help="the logits' tolerance (default: their dtype's)")
@@ -87,7 +87,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if positional or not kwargs:
         raise SbsInputError(
             f"--inputs {args.inputs!r}: save the first step's keyword inputs as a dict "
-            "(torch.save({'input_ids': ..., 'attention_mask': ..., 'past_key_values': cache}))"
+            f"({_save_hint(ep)})"
         )
     bar = _bar(args.steps) if not args.no_progress else None
     try:
@@ -103,20 +103,44 @@ def cmd_generate(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    parity.step_hint = "--step-report FILE compares it node by node"
     print(parity.to_text())
     if args.output:
         write_json_atomic(args.output, parity.to_dict())
         print(f"wrote {args.output}")
-    if args.step_report and parity.diverged_at is not None:
+    if args.step_report and parity.diverged_at is None:
+        # said on stderr: a script asking for the file learns why there is none
+        print(f"no step report: the decodes agree on all {args.steps} steps", file=sys.stderr)
+    elif args.step_report:
         from ..align.blame.summary import summarize
         from ..reports.report import write_report
 
-        records = list(parity.step_run(own_error=True))
+        records = parity.records or list(parity.step_run(own_error=True))
         summary = summarize(records)
         print(f"step {parity.diverged_at}, node by node: {summary.to_text().splitlines()[0]}")
         title = f"generation step {parity.diverged_at}"
         print(f"wrote {write_report(records, args.step_report, summary, title=title)}")
     return EXIT_AGREE if parity.diverged_at is None else EXIT_PART
+
+
+def _save_hint(ep: Any) -> str:
+    """``torch.save({...})`` with the keywords the program takes, the cache object under
+    its own (``cache`` in transformers 5, ``past_key_values`` before): the keyword inputs
+    of its input spec, the cache the one that is no tensor."""
+    try:
+        spec = ep.call_spec.in_spec.children()[1]
+        keys = list(spec.context)
+        cache = [k for k, child in zip(keys, spec.children()) if not child.is_leaf()]
+    except (AttributeError, IndexError, TypeError):
+        keys, cache = [], []
+    if not keys:  # a program of positional inputs (or no spec): the usual names
+        return (
+            "torch.save({'input_ids': ..., 'attention_mask': ..., 'cache': cache}, FILE), the "
+            "cache under the keyword the decoder takes; this program takes no keyword input: "
+            "export the decoder with its keyword inputs"
+        )
+    items = ", ".join(f"{k!r}: {'cache' if k in cache else '...'}" for k in keys)
+    return f"torch.save({{{items}}}, FILE)"
 
 
 def _register_transformers_caches() -> None:

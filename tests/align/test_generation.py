@@ -29,6 +29,7 @@ from ..corpus.cache_decoders import (
     cache_output,
     export_case,
     late_key_fault,
+    mistyped_node,
     rotary_frequency_off,
     scaled_cache_output,
 )
@@ -136,6 +137,34 @@ def test_an_error_the_cache_carries_in_is_told_from_the_steps_own(name):
     assert all(s.parted_by is None for s in parity.steps[: parity.diverged_at])
     assert parity.own_passed is True
     assert "came in with the cache" in parity.why()
+
+
+def test_an_error_the_cache_accumulates_is_named_at_the_node_writing_it(decoder):
+    """Trial finding 06: the step's run on torch's cache passes (each step's own error is
+    under tolerance), so it names no culprit; the answer names the fx node that writes the
+    cache output that differs, with its module, source line and own error per step."""
+    case, kwargs = decoder
+    out = cache_output(case.onx, -1, "values")
+    parity = generation_parity(case.ep, scaled_cache_output(case.onx, 1 + 2e-5), kwargs, steps=24)
+    assert parity.diverged_by == "cache" and parity.own_passed is True, parity.why()
+    assert summarize(parity.records).culprit is None
+    writer = parity.grows_in
+    assert writer is not None and writer.onnx_name == out
+    assert writer.ep_module == _module_writing(case.onx, out)
+    assert 0 < writer.own_error < writer.atol
+    why = parity.why()
+    assert f"the error grows in cache output {out!r}, written by {writer.ep_name}" in why
+    assert writer.ep_module in why and "the cache accumulates it" in why
+
+
+def test_a_model_onnxruntime_refuses_is_named_not_raised_raw(decoder):
+    """Trial finding 09: onnxruntime's own exception becomes the package's one-line
+    refusal, naming the node it names."""
+    case, kwargs = decoder
+    bad, node = mistyped_node(case.onx)
+    with pytest.raises(SbsInputError, match="onnxruntime cannot build a session") as e:
+        generation_parity(case.ep, bad, kwargs, steps=2)
+    assert f"at node {node!r}" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_wrong_rotary_frequency_is_named_in_the_steps_run(decoder):

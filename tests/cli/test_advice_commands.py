@@ -13,7 +13,12 @@ import onnx
 import pytest
 import torch
 
-from ..corpus.cache_decoders import export_case, rotary_frequency_off
+from ..corpus.cache_decoders import (
+    export_case,
+    export_model_output_case,
+    mistyped_node,
+    rotary_frequency_off,
+)
 from ..models import MLP, export
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +70,64 @@ def test_generate_names_the_step_and_writes_its_node_report(decoder_files):
     assert p.returncode == 1, p.stderr[-2000:]
     assert "FAIL" in p.stdout and "step 0" in p.stdout
     assert (folder / "step.csv").is_file()
+    # the CLI names its flag, not the Python method (trial finding 10)
+    assert "step_run()" not in p.stdout and "--step-report" in p.stdout
+
+
+def test_generate_refuses_a_model_onnxruntime_cannot_build_in_one_line(decoder_files):
+    """Trial finding 09: exit 2 and one line naming the node, no onnxruntime traceback."""
+    folder, case = decoder_files
+    bad, node = mistyped_node(case.onx)
+    onnx.save(bad, folder / "mistyped.onnx")
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "mistyped.onnx", "--inputs", "inputs.pt",
+        "--steps", "2", "--trust-pickles", "--no-progress", cwd=folder,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith(("W1", "["))]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "onnxruntime cannot build a session" in lines[0] and repr(node) in lines[0]
+
+
+@pytest.fixture(scope="module")
+def model_output_files(tmp_path_factory):
+    """The transformers model itself exported with ``cache=`` (transformers 5)."""
+    pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("model_output")
+    case = export_model_output_case()
+    torch.export.save(case.ep, folder / "model.pt2")
+    onnx.save(case.onx, folder / "model.onnx")
+    torch.save(case.kwargs(), folder / "inputs.pt")
+    torch.save(tuple(case.kwargs().values()), folder / "tuple.pt")
+    return folder
+
+
+def test_generate_says_why_a_passing_run_writes_no_step_report(model_output_files):
+    """Trial finding 10: the report asked for is not written on a pass, and stderr says why;
+    the cache is read from the program's output under its own key (no transformers
+    deprecation warning for ``past_key_values``)."""
+    folder = model_output_files
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "model.onnx", "--inputs", "inputs.pt",
+        "--steps", "3", "--trust-pickles", "--step-report", "step.html", "--no-progress",
+        cwd=folder,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "no step report: the decodes agree on all 3 steps" in p.stderr
+    assert not (folder / "step.html").exists()
+    assert "deprecated" not in p.stderr, p.stderr[-2000:]
+
+
+def test_generate_hints_the_cache_keyword_the_program_takes(model_output_files):
+    """Trial finding 13, part 2: inputs saved as a tuple: the fix names the program's own
+    keywords (``cache`` here), not ``past_key_values``."""
+    p = _cli(
+        "generate", "--ep", "model.pt2", "--onnx", "model.onnx", "--inputs", "tuple.pt",
+        "--trust-pickles", cwd=model_output_files,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "'cache': cache" in p.stderr and "past_key_values" not in p.stderr, p.stderr
+    assert "'input_ids': ..., 'attention_mask': ..." in p.stderr
 
 
 def test_generate_refuses_bad_input_in_one_line(decoder_files):
@@ -114,3 +177,17 @@ def test_quantize_advice_writes_the_advice_and_the_model(tmp_path):
         "quantize-advice", "--onnx", "model.onnx", "--inputs", "in0.pt", "--mode", "x", cwd=tmp_path
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_generate_on_a_program_of_positional_inputs_says_to_export_keywords(tmp_path):
+    """Trial finding 13, part 2: a program that takes no keyword input gets no empty
+    ``torch.save({})`` hint: it is told to export the decoder with its keyword inputs."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep, onx = export(MLP(), (x,))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    onnx.save(onx, tmp_path / "m.onnx")
+    torch.save((x,), tmp_path / "in.pt")
+    p = _cli("generate", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "takes no keyword input" in p.stderr and "torch.save({}" not in p.stderr

@@ -437,3 +437,44 @@ def rotary_frequency_off(onx: onnx.ModelProto, factor: float) -> onnx.ModelProto
     if not found:
         raise ValueError("the model has no rotary_emb.inv_freq initializer")
     return m
+
+
+def export_model_output_case(name: str = "dynamic_cache") -> ExportedCase:
+    """The transformers model itself exported, as a user exports it: the cache under the
+    keyword transformers 5 names it (``cache``), a ``ModelOutput`` returned (its cache under
+    ``cache``, the old key a deprecated alias)."""
+    case = CACHE_CASES_BY_NAME[name]
+    wrapper, old_inputs = case.build()
+
+    def inputs(batch: int, seq: int, past: int) -> dict[str, Any]:
+        kw = old_inputs(batch, seq, past)
+        kw["cache"] = kw.pop("past_key_values")
+        return kw
+
+    kwargs = inputs(*case.sizes)
+    shapes = case.shapes(Dim.DYNAMIC, {"past_key_values": kwargs["cache"]})
+    shapes["cache"] = shapes.pop("past_key_values")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad():
+            ep = torch.export.export(wrapper.model, (), kwargs, dynamic_shapes=shapes, strict=False)
+            onx = torch.onnx.export(ep, (), kwargs=inputs(*case.sizes), dynamo=True, verbose=False)
+    return ExportedCase(case, ep, onx.model_proto, inputs, "dynamic")
+
+
+def mistyped_node(onx: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The model with its first float Mul fed a float16 input (a Cast named
+    ``planted_cast`` before it), as a float16 converter that leaves a float32 node does:
+    onnxruntime refuses to build a session.  Returns the model and the Mul's name."""
+    from onnx import helper
+
+    m = _copy(onx)
+    mul = next(n for n in m.graph.node if n.op_type == "Mul" and n.name)
+    cast_out = mul.input[0] + "_planted_f16"
+    cast = helper.make_node(
+        "Cast", [mul.input[0]], [cast_out], name="planted_cast", to=onnx.TensorProto.FLOAT16
+    )
+    mul.input[0] = cast_out
+    index = list(m.graph.node).index(mul)
+    m.graph.node.insert(index, cast)
+    return m, mul.name
