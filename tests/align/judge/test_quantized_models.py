@@ -409,3 +409,23 @@ def test_many_inputs_keep_the_noise_apart(tmp):
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
     noisy = [r for r in recs if r.status == STATUS_QUANTIZATION_NOISE]
     assert noisy and all(r.inputs_failing == 0 for r in noisy), [r.ep_name for r in noisy]
+
+
+def test_dynamic_quantizer_nodes_join_their_linear(tmp):
+    """Trial finding 12: the nodes quantize_dynamic adds for fc2 (DynamicQuantizeLinear of
+    its input, MatMulInteger, the Cast, the scale Muls) only feed fc2's linear: they are in
+    its lowering, and a fault in its bias Add is not said to be maybe in "the lowering of
+    relu" (the previous layer's activation, where nothing differs)."""
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized("mlp", "dynamic", tmp))
+    add = [n for n in onx.graph.node if n.op_type == "Add"][1]  # fc2's bias
+    add.op_type = "Sub"
+    recs, s = _run("mlp", onx)
+    text = s.to_text()
+    c = s.culprit
+    assert s.verdict == "fail" and c is not None and c.onnx_name == add.output[0], text
+    ops = {n.name: n.op_type for n in onx.graph.node}
+    held = {ops.get(n) for n in c.onnx_nodes}
+    assert {"DynamicQuantizeLinear", "MatMulInteger", "Cast", "Mul", "Sub"} <= held, text
+    assert "lowering of relu" not in text and "it makes the error" in text, text
+
