@@ -16,6 +16,7 @@ from ...records import (
     STATUS_SHAPE_MISMATCH,
     Record,
 )
+from ..judge.saturation import CLIPS_MARKER
 from .certainty import certainty, comment_part
 from .coverage import Coverage
 from .culprit import Culprit
@@ -79,6 +80,9 @@ def with_evidence(culprit: Culprit, coverage: Coverage | None) -> Culprit:
         culprit.why += certainty(
             culprit.record, coverage.onnx_covered, coverage.onnx_nodes, coverage.low
         )
+    clips = comment_part(culprit.record, CLIPS_MARKER)
+    if clips and clips not in culprit.why:  # saturation (judge/saturation.py): what to do
+        culprit.why += f"; {clips}"
     where = on_input_text(culprit.explains or culprit.record)
     if where:
         culprit.why = f"{where}: {culprit.why}"

@@ -37,6 +37,7 @@ from .linear import LinearCheck
 from .precision import InheritedPrecision
 from .precision_loss import PrecisionLoss
 from .quantization_noise import QuantizationNoise
+from .saturation import Saturation
 from .shapes import UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
@@ -170,6 +171,7 @@ RULES: tuple[Rule, ...] = (
     LinearCheck(),
     PrecisionLoss(),
     QuantizationNoise(),
+    Saturation(),
 )
 
 

@@ -429,3 +429,27 @@ def test_dynamic_quantizer_nodes_join_their_linear(tmp):
     assert {"DynamicQuantizeLinear", "MatMulInteger", "Cast", "Mul", "Sub"} <= held, text
     assert "lowering of relu" not in text and "it makes the error" in text, text
 
+
+def test_saturation_is_named_at_the_clipping_pair(tmp):
+    """Trial finding 11: a faithful QDQ model run on inputs 4x beyond its calibration: the
+    input's QuantizeLinear clips a third of x.  The input's DequantizeLinear output is
+    paired with x, so the QDQ pair is the culprit (not fc1's exact float Gemm), and the why
+    says which node clips how much to which range."""
+    onx = _quantized("mlp", "static", tmp)
+    ep, _ = _float("mlp")
+    x = _inputs("mlp")[1] * 4
+    recs = list(run_aligned(ep, onx, (x,), own_error=True))
+    s = summarize(recs)
+    text = s.to_text()
+    x_name = onx.graph.input[0].name
+    q = next(n for n in onx.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == x_name)
+    dq = next(n for n in onx.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0])
+    rec = next(r for r in recs if r.onnx_name == dq.output[0])
+    assert rec.ep_name == x_name and rec.status == STATUS_FAIL, text
+    c = s.culprit
+    assert c is not None and c.onnx_name == dq.output[0], text
+    assert f"{q.name} clips " in c.why and f"% of {x_name}'s elements to its calibrated range [" in c.why
+    assert "recalibrate on inputs like these" in c.why, text
+    # the calibrated inputs clip nothing: the model passes there, with no word of clipping
+    s = summarize(run_aligned(ep, onx, (_inputs("mlp")[1],), own_error=True))
+    assert s.verdict != "fail" and "clips" not in s.to_text(), s.to_text()
