@@ -453,3 +453,24 @@ def test_saturation_is_named_at_the_clipping_pair(tmp):
     # the calibrated inputs clip nothing: the model passes there, with no word of clipping
     s = summarize(run_aligned(ep, onx, (_inputs("mlp")[1],), own_error=True))
     assert s.verdict != "fail" and "clips" not in s.to_text(), s.to_text()
+
+
+def test_rerun_through_an_unpaired_input_qdq_says_so(tmp):
+    """Trial finding 11 (c): where a graph input's DequantizeLinear output has no torch twin
+    (a debug tap makes x read twice, so it is not paired), fc1's Gemm is rerun through the
+    input's QDQ pair, and its why must not claim a clean rerun on torch's inputs."""
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized("mlp", "static", tmp))
+    x = onx.graph.input[0]
+    onx.graph.node.append(onnx.helper.make_node("Identity", [x.name], ["x_seen"], name="tap"))
+    tap = onnx.ValueInfoProto()
+    tap.CopyFrom(x)
+    tap.name = "x_seen"
+    onx.graph.output.append(tap)
+    ep, _ = _float("mlp")
+    s = summarize(run_aligned(ep, onx, (_inputs("mlp")[1] * 4,), own_error=True))
+    text = s.to_text()
+    c = s.culprit
+    assert c is not None and c.record.onnx_op_type == "Gemm", text
+    assert "recomputed through the lowering of x_DequantizeLinear" in c.why, text
+    assert "it makes the error, it does not inherit it" not in c.why, text
