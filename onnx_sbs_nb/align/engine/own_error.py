@@ -88,8 +88,11 @@ def own_error_inputs(
                 taint.add(onnx_node_name(cand.nodes[producer], producer))
             elif source is not None and source != group:
                 taint.add(source)
-            elif source is None and group is not None and producer is not None and _computed(
-                cand, producer
+            elif (
+                source is None
+                and group is not None
+                and producer is not None
+                and _computed(cand, producer)
             ):
                 # a node no fx node lowers (a graph input's QuantizeLinear/DequantizeLinear
                 # left unpaired) that computes on values: the error may be made there

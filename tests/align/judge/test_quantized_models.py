@@ -443,12 +443,17 @@ def test_saturation_is_named_at_the_clipping_pair(tmp):
     text = s.to_text()
     x_name = onx.graph.input[0].name
     q = next(n for n in onx.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == x_name)
-    dq = next(n for n in onx.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0])
+    dq = next(
+        n for n in onx.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0]
+    )
     rec = next(r for r in recs if r.onnx_name == dq.output[0])
     assert rec.ep_name == x_name and rec.status == STATUS_FAIL, text
     c = s.culprit
     assert c is not None and c.onnx_name == dq.output[0], text
-    assert f"{q.name} clips " in c.why and f"% of {x_name}'s elements to its calibrated range [" in c.why
+    assert (
+        f"{q.name} clips " in c.why
+        and f"% of {x_name}'s elements to its calibrated range [" in c.why
+    )
     assert "recalibrate on inputs like these" in c.why, text
     # the calibrated inputs clip nothing: the model passes there, with no word of clipping
     s = summarize(run_aligned(ep, onx, (_inputs("mlp")[1],), own_error=True))
