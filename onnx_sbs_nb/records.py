@@ -66,6 +66,9 @@ FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
 # the comment of a record failed by the user's verdict policy or compare function, not by
 # atol/rtol: the culprit's why names what failed it
 JUDGED_BY_NOTE = "failed by "
+# the comment of a QDQ value whose QuantizeLinear clips its torch twin (judge/saturation.py):
+# the culprit's why repeats it
+CLIPS_NOTE = " to its calibrated range "
 
 
 @dataclass(frozen=True)

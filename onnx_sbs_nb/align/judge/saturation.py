@@ -17,13 +17,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...records import STATUS_FAIL, Record
+from ...records import CLIPS_NOTE, STATUS_FAIL, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .context import STAGE_AFTER, RuleContext
 
-# what the note starts with, so the culprit's why can find it in the record's comment
-CLIPS_MARKER = " to its calibrated range "
+CLIPS_MARKER = CLIPS_NOTE  # the culprit's why finds the note in the record's comment by it
 
 # the integer range of each zero point type (onnx.TensorProto data types)
 _LIMITS = {
