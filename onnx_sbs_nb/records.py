@@ -70,6 +70,9 @@ JUDGED_BY_NOTE = "failed by "
 # weight than half their quantization step (align/judge/quantization_step.py): the
 # culprit's why cites it
 QUANTIZATION_STEP_FAULT = "beyond its quantization step"
+# the comment of a QDQ value whose QuantizeLinear clips its torch twin (judge/saturation.py):
+# the culprit's why repeats it
+CLIPS_NOTE = " to its calibrated range "
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ import onnx
 import torch
 
 from ..errors import SbsInputError
+from .pairing.quantized import QUANT_OPS
 from .precision_advisor import _feeds, _module_path
 from .quantization_advice import EXECUTIONS, LITTLE_DB, QuantizationAdvice, QuantNode
 from .quantization_exclusion import WEIGHT_BIAS_QUANTIZATION, helpers, requantized_in_session
@@ -61,6 +62,19 @@ _MOVES = {
 }  # fmt: skip
 _QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 Progress = Callable[[str, float], None]
+
+
+def _refuse_quantized(onx: Any, model: onnx.ModelProto) -> None:
+    """An already-quantized model is no reference: quantizing it again fails deep in
+    onnxruntime (two nodes with the same name) or measures nothing; say so first."""
+    found = sorted({n.op_type for n in model.graph.node if n.op_type in QUANT_OPS})
+    if not found:
+        return
+    what = Path(onx).name if isinstance(onx, (str, Path)) else "the model"
+    raise SbsInputError(
+        f"{what} is already quantized (it has {'/'.join(found)} nodes): pass the float "
+        "model, the one it was quantized from"
+    )
 
 
 def _samples(inputs: Any, ep: Any, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
@@ -498,6 +512,7 @@ def advise_quantization(
     if execution not in EXECUTIONS:
         raise SbsInputError(f"execution must be 'deployed' or 'as-written', not {execution!r}")
     model = load_onnx_model(onx)
+    _refuse_quantized(onx, model)
     samples = _samples(inputs, ep, model)
     measure = _Measure(model, samples, execution)
     quantize = _Quantizer(model, samples, mode, kw)

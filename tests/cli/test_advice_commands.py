@@ -191,3 +191,30 @@ def test_generate_on_a_program_of_positional_inputs_says_to_export_keywords(tmp_
     p = _cli("generate", "--ep", "m.pt2", "--onnx", "m.onnx", "--inputs", "in.pt", cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert "takes no keyword input" in p.stderr and "torch.save({}" not in p.stderr
+
+
+def test_quantize_advice_refuses_an_already_quantized_model(tmp_path):
+    """The trial's mistake (findings 13): the QDQ model given instead of the float one; the
+    advisor quantized it again and onnxruntime failed on duplicate node names."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    torch.manual_seed(0)
+    _, onx = export(MLP(), (torch.randn(4, 8),))
+    onnx.save(onx, tmp_path / "model.onnx")
+    name = onx.graph.input[0].name
+    feeds = iter([{name: torch.randn(4, 8).numpy()} for _ in range(4)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(feeds, None)
+
+    quantize_static(
+        str(tmp_path / "model.onnx"), str(tmp_path / "q.onnx"), Reader(),
+        quant_format=QuantFormat.QDQ,
+    )  # fmt: skip
+    torch.save((torch.randn(4, 8),), tmp_path / "in0.pt")
+    p = _cli("quantize-advice", "--onnx", "q.onnx", "--inputs", "in0.pt", cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "q.onnx is already quantized" in p.stderr
+    assert "QuantizeLinear" in p.stderr and "pass the float model" in p.stderr
+    assert "same node name" not in p.stderr

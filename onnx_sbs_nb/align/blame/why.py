@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from ...records import (
+    CLIPS_NOTE,
     FOLDED_CONSUMER_NOTE,
     JUDGED_BY_NOTE,
     STATUS_DTYPE_MISMATCH,
@@ -79,6 +80,9 @@ def with_evidence(culprit: Culprit, coverage: Coverage | None) -> Culprit:
         culprit.why += certainty(
             culprit.record, coverage.onnx_covered, coverage.onnx_nodes, coverage.low
         )
+    clips = comment_part(culprit.record, CLIPS_NOTE)
+    if clips and clips not in culprit.why:  # saturation (judge/saturation.py): what to do
+        culprit.why += f"; {clips}"
     where = on_input_text(culprit.explains or culprit.record)
     if where:
         culprit.why = f"{where}: {culprit.why}"

@@ -88,11 +88,26 @@ def own_error_inputs(
                 taint.add(onnx_node_name(cand.nodes[producer], producer))
             elif source is not None and source != group:
                 taint.add(source)
+            elif (
+                source is None
+                and group is not None
+                and producer is not None
+                and _computed(cand, producer)
+            ):
+                # a node no fx node lowers (a graph input's QuantizeLinear/DequantizeLinear
+                # left unpaired) that computes on values: the error may be made there
+                taint.add(onnx_node_name(cand.nodes[producer], producer))
         elif name in cand_env and name in cand.feeds:
             values.append(cand_env[name])
         else:
             return None
     return values, frozenset(taint)
+
+
+def _computed(cand: Any, idx: int) -> bool:
+    """Whether node ``idx`` reads a computed value (not only initializers: a weight's
+    DequantizeLinear makes no error its reader could be blamed for)."""
+    return any(i and i not in cand.initializers for i in cand.graph.inputs[idx])
 
 
 class OwnErrors:

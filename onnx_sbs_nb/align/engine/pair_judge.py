@@ -13,6 +13,7 @@ from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
 from ..judge.quantization_noise import noise_bits, quantized_lowerings, rerun_sources
+from ..judge.saturation import ranges_of
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
 from ..pairing.pairs import Pairing
@@ -54,6 +55,7 @@ class PairJudge:
         if self.ctx.quant_bits is not None:
             self.ctx.quantized = quantized_lowerings(candidate.model.graph, pairing.by_onnx)
             self.ctx.rerun_sources = rerun_sources(candidate.model.graph, pairing.by_onnx)
+            self.ctx.clip_ranges = ranges_of(candidate.model.graph)
         self.verdicts = Verdicts(self.ctx)
         # a failing node's inputs exact and rounded (judge/precision_loss.py)
         self.precision = PrecisionInputs(candidate, pairing, unproven)

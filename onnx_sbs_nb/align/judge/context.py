@@ -82,6 +82,8 @@ class RuleContext:
     # that failed so far in this run (the noise a value inherits is no fault's)
     rerun_sources: Mapping[str, frozenset[str]] = field(default_factory=dict)
     failing: set[str] = field(default_factory=set)
+    # a QDQ pair's DequantizeLinear output: the range its QuantizeLinear clips to
+    clip_ranges: Mapping[str, Any] = field(default_factory=dict)
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:

@@ -38,6 +38,7 @@ from .precision import InheritedPrecision
 from .precision_loss import PrecisionLoss
 from .quantization_noise import QuantizationNoise
 from .quantization_step import QuantizationStep
+from .saturation import Saturation
 from .shapes import UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
@@ -172,6 +173,7 @@ RULES: tuple[Rule, ...] = (
     PrecisionLoss(),
     QuantizationStep(),  # before the noise: a weight beyond its step is no noise
     QuantizationNoise(),
+    Saturation(),
 )
 
 

@@ -12,6 +12,7 @@ import torch
 
 from ...records import KIND_INPUT
 from ..source.fx_metadata import fx_name_from_metadata
+from .float_view_nodes import view_kind
 from .foreign import sizes_to_first_reader
 from .pairs import Pairing
 
@@ -28,6 +29,7 @@ def lowering_of_nodes(
     if fx_names is None:
         fx_names = [fx_name_from_metadata(n) for n in nodes]
     groups: list[str | None] = []
+    added: set[int] = set()  # nodes a quantizer added around one product (below)
     for k, node in enumerate(nodes):
         group = fx_names[k]
         if group is None:
@@ -36,8 +38,40 @@ def lowering_of_nodes(
                 if p is not None and p < k and groups[p] is not None:
                     group = groups[p]
                     break
+            if node.op_type in _QUANTIZER_PRODUCTS or any(
+                producer.get(i) in added for i in node.input if i
+            ):
+                added.add(k)
         groups.append(group)
+    _join_readers(nodes, groups, added)
     return groups
+
+
+# The nodes onnxruntime's quantize_dynamic (and the integer products) add for one linear or
+# conv: DynamicQuantizeLinear of its input, MatMulInteger/ConvInteger, the Cast and the
+# scale Muls.  They carry no exporter metadata and only feed that product's lowering, so
+# they belong to it, not to the producer of the quantized input (the previous layer's
+# activation).  QuantizeLinear/DequantizeLinear pairs are not among them: a QDQ pair
+# quantizes its producer's value, whoever reads it.
+_QUANTIZER_PRODUCTS = frozenset(
+    {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul"}
+)
+
+
+def _join_readers(nodes: list[onnx.NodeProto], groups: list[str | None], added: set[int]) -> None:
+    """Each quantizer-added node whose outputs are all read by one fx node's lowering
+    joins it; backwards, so a chain (MatMulInteger, Cast, scale Mul) joins its last reader."""
+    readers: dict[str, list[int]] = {}
+    for k, node in enumerate(nodes):
+        if view_kind(node) is not None:
+            continue  # a float view added to compare a value reads it, it does not use it
+        for i in node.input:
+            if i:
+                readers.setdefault(i, []).append(k)
+    for k in sorted(added, reverse=True):
+        owners = {groups[r] for o in nodes[k].output if o for r in readers.get(o, ())}
+        if len(owners) == 1 and None not in owners:
+            groups[k] = owners.pop()
 
 
 def fx_of_paired(g, fx_of: list[str | None], pairing: Pairing) -> list[str | None]:

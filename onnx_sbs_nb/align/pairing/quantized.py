@@ -86,7 +86,15 @@ class ThroughQuantization(DequantizedRule):
         types = _elem_types(ctx)
         for name in list(ctx.pairing.by_onnx):
             pair = ctx.pairing.by_onnx[name]
-            if name in ctx.initializers or name in fixed:
+            if name in ctx.initializers:
+                continue
+            if name in fixed:
+                # a graph input (or output) keeps its pair; the value the model computes
+                # on, its QuantizeLinear/DequantizeLinear's, is a second pair of the same
+                # torch value: a QDQ that clips the input is judged there, not in its reader
+                dq = _dequantized(name, consumers) if name in ctx.inputs else None
+                if dq is not None and dq not in ctx.pairing.by_onnx:
+                    ctx.try_pair(dq, pair.fx_name, self.name, pair.transform)
                 continue
             if _quantized_twin(ctx, types.get(name), pair.fx_name):
                 # an integer value of QLinear ops (QOperator): the quantized form of a

@@ -409,3 +409,73 @@ def test_many_inputs_keep_the_noise_apart(tmp):
     assert s.verdict == "pass" and s.culprit is None, s.to_text()
     noisy = [r for r in recs if r.status == STATUS_QUANTIZATION_NOISE]
     assert noisy and all(r.inputs_failing == 0 for r in noisy), [r.ep_name for r in noisy]
+
+
+def test_dynamic_quantizer_nodes_join_their_linear(tmp):
+    """Trial finding 12: the nodes quantize_dynamic adds for fc2 (DynamicQuantizeLinear of
+    its input, MatMulInteger, the Cast, the scale Muls) only feed fc2's linear: they are in
+    its lowering, and a fault in its bias Add is not said to be maybe in "the lowering of
+    relu" (the previous layer's activation, where nothing differs)."""
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized("mlp", "dynamic", tmp))
+    add = [n for n in onx.graph.node if n.op_type == "Add"][1]  # fc2's bias
+    add.op_type = "Sub"
+    recs, s = _run("mlp", onx)
+    text = s.to_text()
+    c = s.culprit
+    assert s.verdict == "fail" and c is not None and c.onnx_name == add.output[0], text
+    ops = {n.name: n.op_type for n in onx.graph.node}
+    held = {ops.get(n) for n in c.onnx_nodes}
+    assert {"DynamicQuantizeLinear", "MatMulInteger", "Cast", "Mul", "Sub"} <= held, text
+    assert "lowering of relu" not in text and "it makes the error" in text, text
+
+
+def test_saturation_is_named_at_the_clipping_pair(tmp):
+    """Trial finding 11: a faithful QDQ model run on inputs 4x beyond its calibration: the
+    input's QuantizeLinear clips a third of x.  The input's DequantizeLinear output is
+    paired with x, so the QDQ pair is the culprit (not fc1's exact float Gemm), and the why
+    says which node clips how much to which range."""
+    onx = _quantized("mlp", "static", tmp)
+    ep, _ = _float("mlp")
+    x = _inputs("mlp")[1] * 4
+    recs = list(run_aligned(ep, onx, (x,), own_error=True))
+    s = summarize(recs)
+    text = s.to_text()
+    x_name = onx.graph.input[0].name
+    q = next(n for n in onx.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == x_name)
+    dq = next(
+        n for n in onx.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0]
+    )
+    rec = next(r for r in recs if r.onnx_name == dq.output[0])
+    assert rec.ep_name == x_name and rec.status == STATUS_FAIL, text
+    c = s.culprit
+    assert c is not None and c.onnx_name == dq.output[0], text
+    assert (
+        f"{q.name} clips " in c.why
+        and f"% of {x_name}'s elements to its calibrated range [" in c.why
+    )
+    assert "recalibrate on inputs like these" in c.why, text
+    # the calibrated inputs clip nothing: the model passes there, with no word of clipping
+    s = summarize(run_aligned(ep, onx, (_inputs("mlp")[1],), own_error=True))
+    assert s.verdict != "fail" and "clips" not in s.to_text(), s.to_text()
+
+
+def test_rerun_through_an_unpaired_input_qdq_says_so(tmp):
+    """Trial finding 11 (c): where a graph input's DequantizeLinear output has no torch twin
+    (a debug tap makes x read twice, so it is not paired), fc1's Gemm is rerun through the
+    input's QDQ pair, and its why must not claim a clean rerun on torch's inputs."""
+    onx = onnx.ModelProto()
+    onx.CopyFrom(_quantized("mlp", "static", tmp))
+    x = onx.graph.input[0]
+    onx.graph.node.append(onnx.helper.make_node("Identity", [x.name], ["x_seen"], name="tap"))
+    tap = onnx.ValueInfoProto()
+    tap.CopyFrom(x)
+    tap.name = "x_seen"
+    onx.graph.output.append(tap)
+    ep, _ = _float("mlp")
+    s = summarize(run_aligned(ep, onx, (_inputs("mlp")[1] * 4,), own_error=True))
+    text = s.to_text()
+    c = s.culprit
+    assert c is not None and c.record.onnx_op_type == "Gemm", text
+    assert "recomputed through the lowering of x_DequantizeLinear" in c.why, text
+    assert "it makes the error, it does not inherit it" not in c.why, text
