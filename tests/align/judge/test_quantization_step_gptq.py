@@ -154,3 +154,20 @@ def test_hand_gptq_is_no_fault_and_a_block_off_still_is():
     z2[3] = 2
     fault, why = _judge(w, shifted, step, z2)
     assert fault and "(channel 3 along axis 0), whose values are off" in why, why
+
+
+def test_units_are_the_elements_sharing_one_scale():
+    """Tier 2's units: a blocked grid's blocks within each index of the other axis, a
+    per-axis grid's channels, a MatMulNBits view's blocks of each column."""
+    from onnx_sbs_nb.align.judge.quantization_step import _units
+
+    z = np.zeros((2, 5), np.float32)
+    assert _units(Grid(z, z, z, axis=1, block=2), (2, 5)).tolist() == [
+        [0, 0, 1, 1, 2],
+        [3, 3, 4, 4, 5],
+    ]
+    assert _units(Grid(z, z, z, axis=0), (2, 5)).tolist() == [[0] * 5, [1] * 5]
+    assert not _units(Grid(z, z, z), (2, 5)).any()
+    v = np.zeros((64, 3), np.float32)
+    u = _units(Grid(v, v, v, axis=0, block=32, label="column"), (64, 3))
+    assert u[0].tolist() == u[31].tolist() == [0, 2, 4] and u[32].tolist() == [1, 3, 5]
