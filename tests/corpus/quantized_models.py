@@ -340,7 +340,23 @@ def planted(arch: str, mode: str, fault: str) -> tuple[onnx.ModelProto, str]:
     return onx, PLANTS[fault](onx)
 
 
+def upstream_nodes(onx: onnx.ModelProto, value: str, stop: set[str]) -> set[str]:
+    """The nodes computing ``value`` from values in ``stop`` (the paired values its rerun
+    starts from) or initializers: the lowering the rerun covers."""
+    producer = {o: n for n in onx.graph.node for o in n.output}
+    found, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        n = producer.get(v)
+        if n is None or n.name in found:
+            continue
+        found.add(n.name)
+        todo.extend(i for i in n.input if i and i not in stop)
+    return found
+
+
 __all__ = [
+    "upstream_nodes",
     "ARCHS",
     "MODES",
     "PLANTS",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 
-import onnx
 import pytest
 
 from onnx_sbs_nb.align.blame.summary import summarize
@@ -116,21 +115,6 @@ FAULTS = [
 ]
 
 
-def _upstream(onx: onnx.ModelProto, value: str, stop: set[str]) -> set[str]:
-    """The nodes computing ``value`` from values in ``stop`` (the paired values its rerun
-    starts from) or initializers: the lowering the rerun covers."""
-    producer = {o: n for n in onx.graph.node for o in n.output}
-    found, todo = set(), [value]
-    while todo:
-        v = todo.pop()
-        n = producer.get(v)
-        if n is None or n.name in found:
-            continue
-        found.add(n.name)
-        todo.extend(i for i in n.input if i and i not in stop)
-    return found
-
-
 @pytest.mark.parametrize(
     ("arch", "mode", "fault"),
     [pytest.param(*f, id="-".join(f), marks=_marks(f[0])) for f in FAULTS],
@@ -143,7 +127,7 @@ def test_planted_fault_is_named(arch, mode, fault):
     assert c.status == STATUS_FAIL and c.err_snr is not None, text
     onx, _ = qm.planted(arch, mode, fault)
     paired = {r.onnx_name for r in recs if r.status in _COMPARED and r.onnx_name != c.onnx_name}
-    lowering = _upstream(onx, c.onnx_name, paired) | set(c.onnx_nodes)
+    lowering = qm.upstream_nodes(onx, c.onnx_name, paired) | set(c.onnx_nodes)
     # a float view of a quantized node's weight (the pairing's dequantized twin of a
     # MatMulInteger's or MatMulNBits' weight) is named after it: ``<node>/weight_float_view``
     named = {n.split("/")[0] for n in lowering}

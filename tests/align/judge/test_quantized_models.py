@@ -36,6 +36,7 @@ from onnx_sbs_nb.records import (
     STATUS_QUANTIZATION_NOISE,
 )
 
+from ...corpus.quantized_models import upstream_nodes
 from ...models import export
 
 q = pytest.importorskip("onnxruntime.quantization")
@@ -209,21 +210,6 @@ def _plant_leaky_relu(onx: onnx.ModelProto) -> str:
     return node.name
 
 
-def _upstream(onx: onnx.ModelProto, value: str, stop: set[str]) -> set[str]:
-    """The nodes computing ``value`` from values in ``stop`` (the paired values its rerun
-    starts from) or initializers: the lowering the rerun covers."""
-    producer = {o: n for n in onx.graph.node for o in n.output}
-    found, todo = set(), [value]
-    while todo:
-        v = todo.pop()
-        n = producer.get(v)
-        if n is None or n.name in found:
-            continue
-        found.add(n.name)
-        todo.extend(i for i in n.input if i and i not in stop)
-    return found
-
-
 @pytest.mark.parametrize(
     ("name", "mode", "plant"),
     [
@@ -258,7 +244,7 @@ def test_planted_fault_named(name, mode, plant, tmp):
     assert s.verdict == "fail" and s.culprit is not None, text
     c = s.culprit
     paired = {r.onnx_name for r in recs if r.status in _COMPARED and r.onnx_name != c.onnx_name}
-    lowering = _upstream(onx, c.onnx_name, paired) | set(c.onnx_nodes)
+    lowering = upstream_nodes(onx, c.onnx_name, paired) | set(c.onnx_nodes)
     # or the float view of the planted node's weight (pairing/float_views.py)
     assert planted in lowering or f"{planted}/weight_float_view" in lowering, (
         planted,
