@@ -73,6 +73,11 @@ QUANTIZATION_STEP_FAULT = "beyond its quantization step"
 # the comment of a QDQ value whose QuantizeLinear clips its torch twin (judge/saturation.py):
 # the culprit's why repeats it
 CLIPS_NOTE = " to its calibrated range "
+# ... and, when that clipping accounts for the node's own error (judge/saturation.py)
+CLIPS_EXPLAIN_NOTE = (
+    "the clipping accounts for its own error: the quantization's calibration range is "
+    "narrower than these inputs' values (a loss of accuracy, not a fault of the export)"
+)
 
 
 @dataclass(frozen=True)

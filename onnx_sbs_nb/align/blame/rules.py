@@ -13,6 +13,7 @@ Adding a rule is one class and one entry of :data:`CULPRIT_RULES`.
 from __future__ import annotations
 
 from ...records import (
+    CLIPS_EXPLAIN_NOTE,
     KIND_NODE,
     KIND_WEIGHT,
     QUANTIZATION_STEP_FAULT,
@@ -129,6 +130,14 @@ class OwnRerun(_RecordRule):
                 f"; some of its inputs have no torch twin and were recomputed through the "
                 f"lowering of {fused_list(rec.own_inputs_from)}, so the error may also be "
                 "there: it is made there or here, not upstream"
+            )
+        if CLIPS_EXPLAIN_NOTE in (rec.comment or ""):
+            # a faithful quantization calibrated narrower than the inputs: the error is
+            # made here, by the clipping (judge/saturation.py), which the why names next
+            return text + (
+                ": its quantization clips, the calibrated range narrower than these "
+                "inputs' values (a loss of accuracy of the quantized model, not a fault "
+                "of the export)"
             )
         text += ": it makes the error, it does not inherit it"
         # a quantized weight off its grid: which channel or block, by how many steps

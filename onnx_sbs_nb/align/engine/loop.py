@@ -23,6 +23,7 @@ import onnx
 from ...records import STATUS_WEIGHT_DIFFERS, Record, RunStatus
 from ...records import join_comments as _join
 from ..judge.judging import SbsMismatchError
+from ..judge.saturation import held_sources
 from ..judge.undefined import undefined_values
 from ..judge.unordered import order_free_groups
 from ..pairing.pairs import Pairing
@@ -60,15 +61,16 @@ class RunValues:
 def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: bool) -> Plan:
     """The run's plan; kept with the candidate's tables when those and the pairing are
     kept for a second run of the same program and model (``setup_cache.py``)."""
+    hold = held_sources(candidate.model.graph, pairing.by_onnx) if needs_inputs else None
     if pairing.cache_key is None:
-        return schedule(reference.graph, candidate.graph, pairing, needs_inputs)
+        return schedule(reference.graph, candidate.graph, pairing, needs_inputs, hold=hold)
     key = (pairing.cache_key, needs_inputs)
     plans = candidate.tables.plans
     plan = plans.get(key)
     if plan is None or plan[0] is not reference.graph:
         plan = plans[key] = (
             reference.graph,
-            schedule(reference.graph, candidate.graph, pairing, needs_inputs),
+            schedule(reference.graph, candidate.graph, pairing, needs_inputs, hold=hold),
         )
     return plan[1]
 

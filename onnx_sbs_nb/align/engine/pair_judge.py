@@ -13,7 +13,7 @@ from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
 from ..judge.quantization_noise import noise_bits, quantized_lowerings, rerun_sources
-from ..judge.saturation import ranges_of
+from ..judge.saturation import interior_ranges, ranges_of
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
 from ..pairing.pairs import Pairing
@@ -56,6 +56,9 @@ class PairJudge:
             self.ctx.quantized = quantized_lowerings(candidate.model.graph, pairing.by_onnx)
             self.ctx.rerun_sources = rerun_sources(candidate.model.graph, pairing.by_onnx)
             self.ctx.clip_ranges = ranges_of(candidate.model.graph)
+            self.ctx.interior_clips = interior_ranges(
+                candidate.model.graph, self.ctx.clip_ranges, pairing.by_onnx
+            )
         self.verdicts = Verdicts(self.ctx)
         # a failing node's inputs exact and rounded (judge/precision_loss.py)
         self.precision = PrecisionInputs(candidate, pairing, unproven)
@@ -135,6 +138,7 @@ class PairJudge:
             self.own.judge(rec, pair, name, want, own, ctx)
             ctx.has_own = name in own
             self.precision.ref_env, self.precision.own = ref_env, own
+            ctx.own_values = own
             verdicts.first(STAGE_AFTER, rec, pair, want, got)
         return rec
 

@@ -11,7 +11,7 @@ needed, so the run frees it there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
@@ -86,6 +86,7 @@ def schedule(
     keep_cand: set[str] | None = None,
     stop_after_cand: int | None = None,
     units: Sequence[tuple[int, int]] = (),
+    hold: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
     """Builds the schedule of a run.
 
@@ -94,14 +95,18 @@ def schedule(
     never freed (post-run actions collect them).  ``stop_after_cand``: the plan ends after
     that candidate node (post-run actions need no more).  ``units``: ranges of candidate
     nodes (first, last) that run together (``stretches.py``): the first waits for what
-    any of them waits for, so no reference node runs between them.
+    any of them waits for, so no reference node runs between them.  ``hold``: candidate
+    values kept until a pair is compared (the values the QDQ pairs inside its own rerun
+    quantize, ``judge/saturation.py``: does one clip?).
     """
     ref_producer = {o: i for i, outs in enumerate(ref.outputs) for o in outs if o}
     plan = Plan([], ref_producer=ref_producer)
     _order_steps(plan, ref, cand, pairing, needs_reference_inputs, keep_ref, stop_after_cand, units)
     last_ref, last_cand = _last_uses(plan, ref, cand, pairing, needs_reference_inputs)
     _keep_rounded_inputs(plan, cand, pairing, last_ref)
-    _compare_and_free(plan, pairing, last_ref, last_cand, keep_ref or set(), keep_cand or set())
+    _compare_and_free(
+        plan, pairing, last_ref, last_cand, keep_ref or set(), keep_cand or set(), hold or {}
+    )
     return plan
 
 
@@ -239,9 +244,10 @@ def _compare_and_free(
     last_cand: dict[str, int],
     keep_ref: set[str],
     keep_cand: set[str],
+    hold: Mapping[str, Sequence[str]],
 ) -> None:
     """Each pair compared at the step both values exist; each value freed after its last
-    use (the comparison included), unless kept."""
+    use (the comparison included, and the comparisons that ``hold`` it), unless kept."""
     ref_step, cand_step, by_onnx = plan.ref_step, plan.cand_step, pairing.by_onnx
     compare_at: dict[int, list[str]] = {}
     free_ref_at: dict[int, list[str]] = {}
@@ -255,6 +261,9 @@ def _compare_and_free(
             last_ref[pair.fx_name] = s
         if last_cand.get(name, -1) < s:
             last_cand[name] = s
+        for held in hold.get(name, ()):
+            if held in cand_step and last_cand.get(held, -1) < s:
+                last_cand[held] = s
     # values never used are freed right after they appear
     for name, s in ref_step.items():
         if name not in last_ref:

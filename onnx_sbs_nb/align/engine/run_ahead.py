@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..judge.saturation import held_sources
 from ..pairing.pairs import Pairing
 from .options import RunOptions
 from .plan import Plan, schedule
@@ -78,9 +79,9 @@ class RunAhead:
         plan = found.plans.get(key) if key[0] is not None else None
         if plan is None or plan[0] is not ref.graph:
             units = [(s.first, s.last) for s in found.starting.values()]
-            made = schedule(
-                ref.graph, cand.graph, self.pairing, options.needs_torch_inputs, units=units
-            )
+            needs = options.needs_torch_inputs
+            hold = held_sources(cand.model.graph, self.pairing.by_onnx) if needs else None
+            made = schedule(ref.graph, cand.graph, self.pairing, needs, units=units, hold=hold)
             plan = (ref.graph, made, ref.compiled_runs(made))
             if key[0] is not None:
                 found.plans[key] = plan

@@ -84,6 +84,10 @@ class RuleContext:
     failing: set[str] = field(default_factory=set)
     # a QDQ pair's DequantizeLinear output: the range its QuantizeLinear clips to
     clip_ranges: Mapping[str, Any] = field(default_factory=dict)
+    # ... the pairs inside each paired value's own rerun (saturation.interior_ranges)
+    interior_clips: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # the own-error run's values (engine/own_error.py), from STAGE_AFTER on
+    own_values: Mapping[Any, Any] | None = None
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:
