@@ -12,7 +12,12 @@ from ...records import Record
 from ..judge.context import STAGE_AFTER, RuleContext
 from ..judge.judging import as_expected
 from ..judge.precision import looser_dtype
-from ..judge.quantization_noise import noise_bits, quantized_lowerings, rerun_sources
+from ..judge.quantization_noise import (
+    mismatched_pairs,
+    noise_bits,
+    quantized_lowerings,
+    rerun_sources,
+)
 from ..judge.saturation import interior_ranges, ranges_of
 from ..judge.unordered import OrderFree, SetOrder
 from ..judge.verdict import Verdicts
@@ -56,6 +61,7 @@ class PairJudge:
             self.ctx.quantized = quantized_lowerings(candidate.model.graph, pairing.by_onnx)
             self.ctx.rerun_sources = rerun_sources(candidate.model.graph, pairing.by_onnx)
             self.ctx.clip_ranges = ranges_of(candidate.model.graph)
+            self.ctx.pair_mismatch = mismatched_pairs(candidate.model.graph, pairing.by_onnx)
             self.ctx.interior_clips = interior_ranges(
                 candidate.model.graph, self.ctx.clip_ranges, pairing.by_onnx
             )

@@ -84,6 +84,9 @@ class RuleContext:
     failing: set[str] = field(default_factory=set)
     # a QDQ pair's DequantizeLinear output: the range its QuantizeLinear clips to
     clip_ranges: Mapping[str, Any] = field(default_factory=dict)
+    # a value whose rerun holds a QDQ pair dequantizing with other scales or zero points
+    # than it quantizes with: what it does (quantization_noise.mismatched_pairs)
+    pair_mismatch: Mapping[str, str] = field(default_factory=dict)
     # ... the pairs inside each paired value's own rerun (saturation.interior_ranges)
     interior_clips: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     # the own-error run's values (engine/own_error.py), from STAGE_AFTER on

@@ -28,7 +28,9 @@ import math
 from collections.abc import Container
 from typing import Any
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from ...records import QUANTIZATION_AMPLIFIED, STATUS_FAIL, STATUS_QUANTIZATION_NOISE, Record
 from ...records import join_comments as _join
@@ -155,6 +157,57 @@ def rerun_sources(graph: onnx.GraphProto, paired: Container[str]) -> dict[str, f
     return found
 
 
+PAIR_MISMATCH_NOTE = "not the pair's rounding"
+
+
+def mismatched_pairs(graph: onnx.GraphProto, paired: Container[str]) -> dict[str, str]:
+    """For each paired value, what a QDQ pair in its own rerun does beyond rounding: a
+    DequantizeLinear whose scale or zero point is not its QuantizeLinear's (the quantizer
+    writes one pair of initializers for both) moves every element by as many steps,
+    whatever the bit width (a uint16 zero point 100 off is 36 dB, over the 8-bit floor)."""
+    inits = {i.name: i for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output if o}
+
+    def value(name: str) -> np.ndarray | None:
+        t = inits.get(name) if name else None
+        return numpy_helper.to_array(t).astype(np.float64) if t is not None else None
+
+    notes: dict[str, str] = {}
+    for dq in graph.node:
+        q = producer.get(dq.input[0]) if dq.op_type == "DequantizeLinear" and dq.input else None
+        if q is None or q.op_type != "QuantizeLinear" or not dq.output:
+            continue
+        for k, what in ((1, "scale"), (2, "zero point")):
+            a = value(q.input[k]) if len(q.input) > k else None
+            b = value(dq.input[k]) if len(dq.input) > k else None
+            if a is None or b is None or q.input[k] == dq.input[k]:
+                continue
+            if a.shape != b.shape or not np.array_equal(a, b):
+                q_name = q.name or q.output[0]
+                shown = f"{b.ravel()[0]:.6g} where {q_name} quantizes with {a.ravel()[0]:.6g}"
+                if a.size == 1 and b.size == 1 and k == 2:
+                    shown += f" ({b.ravel()[0] - a.ravel()[0]:+.0f} steps)"
+                notes[dq.output[0]] = (
+                    f"{dq.name or dq.output[0]} dequantizes with {what} {shown}: "
+                    f"{PAIR_MISMATCH_NOTE}, a fault"
+                )
+    found: dict[str, str] = {}
+    up: dict[str, tuple[str, ...]] = {}
+    for node in graph.node:  # in topological order: the pairs inside each rerun
+        inner: list[str] = []
+        for i in node.input:
+            if i and i not in paired:
+                inner.extend(up.get(i, ()))
+                if i in notes:
+                    inner.append(notes[i])
+        for o in node.output:
+            if o:
+                up[o] = tuple(dict.fromkeys(inner))
+                if o in paired and (o in notes or inner):
+                    found[o] = "; ".join(dict.fromkeys(([notes[o]] if o in notes else []) + inner))
+    return found
+
+
 class QuantizationNoise:
     """A failing value of a quantized model whose SQNR, and its own rerun's, stay above
     the noise floor of the model's bit width gets status ``quantization_noise``."""
@@ -170,6 +223,10 @@ class QuantizationNoise:
         if record.status != STATUS_FAIL or record.err_snr is None:
             return False
         if math.isnan(record.err_snr):  # no verdict of noise
+            return False
+        mismatch = ctx.pair_mismatch.get(ctx.name)
+        if mismatch is not None:  # a pair that moves values is no noise, however small
+            record.comment = _join(record.comment, mismatch)
             return False
         bits = ctx.quant_bits or 8
         floor = noise_floor(bits)
@@ -205,9 +262,11 @@ def _inherits_noise(ctx: RuleContext) -> bool:
 
 __all__ = [
     "AMPLIFIED_NOISE_NOTE",
+    "PAIR_MISMATCH_NOTE",
     "QUANTIZATION_NOISE_NOTE",
     "QuantizationNoise",
     "noise_bits",
+    "mismatched_pairs",
     "noise_floor",
     "own_noise_floor",
     "quantization_bits",

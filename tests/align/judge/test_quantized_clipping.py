@@ -11,11 +11,14 @@ from __future__ import annotations
 import functools
 import warnings
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 import torch
 
 from onnx_sbs_nb.align.blame.summary import summarize
+from onnx_sbs_nb.align.judge.quantization_noise import PAIR_MISMATCH_NOTE, mismatched_pairs
 from onnx_sbs_nb.align.judge.saturation import held_sources, interior_ranges, ranges_of
 from onnx_sbs_nb.align.run import run_aligned
 from onnx_sbs_nb.records import CLIPS_EXPLAIN_NOTE, STATUS_FAIL
@@ -148,3 +151,107 @@ def test_inputs_like_the_calibration_say_no_clipping(tmp):
     recs = list(run_aligned(ep, onx, (x,), own_error=True))
     assert not any(CLIPS_EXPLAIN_NOTE in (r.comment or "") for r in recs)
     assert not any(" clips " in (r.comment or "") for r in recs), summarize(recs).to_text()
+
+
+# --- trial finding 05: 16-bit activations (A16W8) --------------------------------------
+
+
+@functools.cache
+def _a16w8(tmp: str) -> onnx.ModelProto:
+    """quantize_static QDQ, uint16 activations and int8 weights per channel (A16W8)."""
+    _, onx = _exported("2d")
+    src, out = f"{tmp}/mlp_a16.onnx", f"{tmp}/mlp_a16w8.onnx"
+    onnx.save(onx, src)
+    g = torch.Generator().manual_seed(1)
+    feed = [{onx.graph.input[0].name: torch.randn(4, 32, generator=g).numpy()} for _ in range(8)]
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feed)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q.quantize_static(
+            src,
+            out,
+            Reader(),
+            quant_format=q.QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=q.QuantType.QUInt16,
+            weight_type=q.QuantType.QInt8,
+        )
+    return onnx.load(out)
+
+
+def _calibration_like() -> torch.Tensor:
+    return torch.randn(4, 32, generator=torch.Generator().manual_seed(1))
+
+
+def _plant_zero_point(onx: onnx.ModelProto, offset: int) -> tuple[onnx.ModelProto, str]:
+    """The first activation DequantizeLinear after a Gemm/MatMul (uint16) gets its own zero
+    point ``offset`` steps from its QuantizeLinear's."""
+    bad = onnx.ModelProto()
+    bad.CopyFrom(onx)
+    inits = {i.name: i for i in bad.graph.initializer}
+    producer = {o: n for n in bad.graph.node for o in n.output}
+    for dq in bad.graph.node:
+        qn = producer.get(dq.input[0]) if dq.op_type == "DequantizeLinear" else None
+        src = producer.get(qn.input[0]) if qn is not None else None
+        if src is None or src.op_type not in ("Gemm", "MatMul", "Add"):
+            continue
+        zp = onnx.numpy_helper.to_array(inits[dq.input[2]])
+        assert zp.dtype == np.uint16, zp.dtype
+        moved = (zp.astype(np.int64) + offset).astype(np.uint16)
+        bad.graph.initializer.append(onnx.numpy_helper.from_array(moved, "planted_zp"))
+        dq.input[2] = "planted_zp"
+        return bad, dq.output[0]
+    raise AssertionError("no activation pair after a linear")
+
+
+def test_a16w8_faithful_passes(tmp):
+    ep, _ = _exported("2d")
+    onx = _a16w8(tmp)
+    s = summarize(list(run_aligned(ep, onx, (_calibration_like(),), own_error=True)))
+    assert s.verdict != "fail", s.to_text()
+    assert PAIR_MISMATCH_NOTE not in s.to_text()
+
+
+def test_a16w8_zero_point_off_by_100_is_named(tmp):
+    """100 steps of a 16-bit grid are 36 dB, over the 8-bit floor the weights set: the pair
+    dequantizing with another zero point than it quantizes with is named all the same."""
+    ep, _ = _exported("2d")
+    bad, value = _plant_zero_point(_a16w8(tmp), 100)
+    recs = list(run_aligned(ep, bad, (_calibration_like(),), own_error=True))
+    s = summarize(recs)
+    rec = next(r for r in recs if r.onnx_name == value)
+    assert rec.status == STATUS_FAIL, (rec.status, rec.comment)
+    assert "(+100 steps)" in rec.comment and PAIR_MISMATCH_NOTE in rec.comment, rec.comment
+    assert s.verdict == "fail" and s.culprit is not None, s.to_text()
+    assert s.culprit.onnx_name == value, s.to_text()
+
+
+def test_mismatched_pairs_inside_a_rerun(tmp):
+    """A mismatched pair on a value no fx node computes (a 3-D Linear's MatMul output) is
+    said for the paired value whose rerun goes through it; a faithful model has none."""
+    onx = _quantized("3d", tmp)
+    paired = {"relu", "relu_DequantizeLinear_Output", "linear_1"} & {
+        o for n in onx.graph.node for o in n.output
+    }
+    assert mismatched_pairs(onx.graph, paired) == {}
+    bad = onnx.ModelProto()
+    bad.CopyFrom(onx)
+    qn = _matmul_pairs(bad)
+    dq = next(
+        n
+        for n in bad.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in {x.output[0] for x in qn.values()}
+    )
+    zp = onnx.numpy_helper.to_array(next(i for i in bad.graph.initializer if i.name == dq.input[2]))
+    bad.graph.initializer.append(onnx.numpy_helper.from_array((zp + 10).astype(zp.dtype), "zp10"))
+    dq.input[2] = "zp10"
+    reader = next(n for n in bad.graph.node if dq.output[0] in n.input)
+    found = mismatched_pairs(bad.graph, {reader.output[0]})
+    assert list(found) == [reader.output[0]] and "(+10 steps)" in found[reader.output[0]], found
