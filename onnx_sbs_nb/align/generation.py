@@ -122,6 +122,9 @@ class GenerationParity(AnswerContract):
     #: where that run names no node: the record of the differing cache output with the
     #: largest own error (the node that writes it, under tolerance each step)
     grows_in: Record | None = field(default=None, repr=False)
+    #: the culprit that run names (a :class:`~onnx_sbs_nb.align.blame.culprit.Culprit`):
+    #: the step's fault, whatever the step's logits SQNR says
+    culprit: Any = field(default=None, repr=False)
     records: list[Record] = field(default_factory=list, repr=False)
     #: how the answer points to the node-by-node run (the CLI names its flag)
     step_hint: str = field(default="step_run() compares it node by node", repr=False)
@@ -130,8 +133,22 @@ class GenerationParity(AnswerContract):
     _step_inputs: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
+    def quantization_noise(self) -> bool:
+        """The decodes part only by a quantized model's noise: the tokens part where every
+        step so far was within the noise floor, the step is within it on torch's cache
+        too, and its node-by-node run passes (a fault there is named, and fails)."""
+        return (
+            self.bits is not None
+            and self.diverged_by == "tokens"
+            and self.own_passed is True
+            and self.step_run_verdict == "pass"
+        )
+
+    @property
     def verdict(self) -> str:
-        return "pass" if self.diverged_at is None else "fail"
+        """ "pass" when the decodes agree or part only by quantization noise (the answer
+        says where, :attr:`quantization_noise`), else "fail"."""
+        return "pass" if self.diverged_at is None or self.quantization_noise else "fail"
 
     @property
     def torch_tokens(self) -> list[list[int]]:
@@ -164,6 +181,7 @@ class GenerationParity(AnswerContract):
         self.records = records
         summary = summarize(records)
         self.step_run_verdict = summary.verdict
+        self.culprit = summary.culprit
         if summary.culprit is None:
             self.grows_in = cache_writer(self, records)
 
@@ -194,6 +212,8 @@ class GenerationParity(AnswerContract):
             "noise_floor": self.noise_floor,
             "own_snr": self.own_snr,
             "step_run_verdict": self.step_run_verdict,
+            "quantization_noise": self.quantization_noise,
+            "culprit": _culprit_dict(self.culprit),
             "why": self.why(),
             "steps": [
                 {k: getattr(s, k) for k in GenerationStep.__dataclass_fields__} for s in self.steps
@@ -208,6 +228,19 @@ class GenerationParity(AnswerContract):
         from .generation_timeline import generation_timeline
 
         return generation_timeline(self, decode)
+
+
+def _culprit_dict(culprit: Any) -> dict[str, Any] | None:
+    """Where the step's node-by-node run places the fault, as names."""
+    if culprit is None:
+        return None
+    r = culprit.record
+    return {
+        "ep_name": r.ep_name,
+        "ep_module": r.ep_module,
+        "ep_source": r.ep_source,
+        "onnx_node": culprit.onnx_node or r.onnx_node_name,
+    }
 
 
 def _logits_and_cache(out: Any) -> tuple[torch.Tensor, Any]:

@@ -90,12 +90,30 @@ def _grows(parity: GenerationParity) -> str:
     where = f" in {r.ep_module}" if r.ep_module else ""
     source = f" ({r.ep_source})" if r.ep_source else ""
     own = f"{r.own_error:.3g}" if r.own_error is not None else "not measured"
-    tol = f" (atol {r.atol:.3g})" if r.atol is not None else ""
+    # the tolerance a value is judged by is atol + rtol*|torch's value|: quoting atol alone
+    # reads as a contradiction when the own error passes atol
+    tol = ""
+    if r.atol is not None and r.rtol:
+        tol = f" (atol {r.atol:.3g} + rtol {r.rtol:.3g}*|torch's value|)"
+    elif r.atol is not None:
+        tol = f" (atol {r.atol:.3g})"
+    node = f", ONNX node {r.onnx_node_name!r}" if r.onnx_node_name else ""
     return (
         f"; the error grows in cache output {s.cache_worst!r}, written by {r.ep_name}"
-        f"{where}{source}: its own error per step is {own}, under tolerance{tol}, and the "
+        f"{where}{source}{node}: its own error per step is {own}, under tolerance{tol}, and the "
         "cache accumulates it"
     )
+
+
+def _fault(parity: GenerationParity) -> str:
+    """The culprit the step's node-by-node run names: the step's fault."""
+    c = parity.culprit
+    r = c.record
+    where = f" in {r.ep_module}" if r.ep_module else ""
+    source = f" ({r.ep_source})" if r.ep_source else ""
+    onnx_node = c.onnx_node or r.onnx_node_name
+    node = f", ONNX node {onnx_node!r}" if onnx_node else ""
+    return f"compared node by node it fails at {r.ep_name}{where}{source}{node}: a fault there"
 
 
 def _own(parity: GenerationParity) -> str:
@@ -105,11 +123,23 @@ def _own(parity: GenerationParity) -> str:
         if quant and parity.own_snr is not None
         else f"error {parity.own_err_abs:.3g}"
     )
+    if parity.own_passed and parity.step_run_verdict == "fail" and parity.culprit is not None:
+        # the node-by-node run is the finer judge: a fault the step's logits SQNR hides
+        # (a wrong weight scale costing a few dB over the floor) fails it
+        within = "the noise floor" if quant else "tolerance"
+        return f"; on torch's cache the same step is within {within} ({measure}), but " + _fault(
+            parity
+        )
     if parity.own_passed:
         if quant and parity.diverged_by == "tokens":
+            if parity.step_run_verdict is None:  # not compared node by node: no claim
+                return (
+                    f"; on torch's cache the same step is within the noise floor ({measure}) "
+                    f"({parity.step_hint})"
+                )
             return (
-                f"; on torch's cache the same step is within the noise floor ({measure}): "
-                "quantization noise, no fault"
+                f"; on torch's cache the same step is within the noise floor ({measure}) and "
+                "passes node by node: quantization noise, no fault"
             )
         return (
             f"; on torch's cache the same step is within "
@@ -123,9 +153,10 @@ def _own(parity: GenerationParity) -> str:
             f"compared node by node every node's own error is {noise}: no node of the step "
             "makes it alone" + _grows(parity)
         )
+    named = f"; {_fault(parity)}" if parity.culprit is not None else ""
     return (
         f"; on torch's own inputs and cache the step still errs ({measure}): the step "
-        f"itself makes it ({parity.step_hint})"
+        f"itself makes it ({parity.step_hint}){named}"
     )
 
 

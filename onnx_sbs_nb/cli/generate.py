@@ -120,7 +120,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"step {parity.diverged_at}, node by node: {summary.to_text().splitlines()[0]}")
         title = f"generation step {parity.diverged_at}"
         print(f"wrote {write_report(records, args.step_report, summary, title=title)}")
-    return EXIT_AGREE if parity.diverged_at is None else EXIT_PART
+    return EXIT_AGREE if parity.verdict == "pass" else EXIT_PART
 
 
 def _save_hint(ep: Any) -> str:

@@ -155,6 +155,10 @@ def test_an_error_the_cache_accumulates_is_named_at_the_node_writing_it(decoder)
     why = parity.why()
     assert f"the error grows in cache output {out!r}, written by {writer.ep_name}" in why
     assert writer.ep_module in why and "the cache accumulates it" in why
+    # trial 2 finding 06: the tolerance quoted is the one applied (atol + rtol*|value|),
+    # and the ONNX node writing the cache output is named beside the fx node
+    assert f"atol {writer.atol:.3g} + rtol {writer.rtol:.3g}*|torch's value|" in why
+    assert writer.onnx_node_name and f", ONNX node {writer.onnx_node_name!r}: its own" in why
 
 
 def test_a_model_onnxruntime_refuses_is_named_not_raised_raw(decoder):

@@ -2,7 +2,9 @@
 noise floor of the model's bit width (SQNR), not by float tolerance, which every int8
 step fails from step 0.  A faithful ``quantize_dynamic`` decoder parts from torch only
 where the tokens part, and that is said to be quantization noise with torch's margin
-there; a cache written 1.5x too large falls under the floor at the step that writes it."""
+there, a pass (trial 2 finding 04); a cache written 1.5x too large falls under the floor at
+the step that writes it; a weight scale x2, whose step stays over the floor, is named by
+the step's node-by-node run, a fail (trial 2 finding 03)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import functools
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 from onnx_sbs_nb import generation_parity
 from onnx_sbs_nb.align.judge.quantization_noise import noise_floor
@@ -47,7 +51,44 @@ def test_a_faithful_int8_decoder_parts_only_where_its_tokens_do():
     assert "SQNR" in why and "int8" in why
     if parity.diverged_at is not None:
         assert "quantization noise, no fault" in why and "apart" in why
-        assert parity.step_run_verdict == "pass"
+        assert parity.step_run_verdict == "pass" and parity.quantization_noise
+        assert parity.to_dict()["quantization_noise"] is True
+    # parting by quantization noise alone is no fault: a script reading the verdict (or
+    # the CLI's exit code, read from it) passes the unedited model
+    assert parity.verdict == "pass" and parity.culprit is None
+    assert parity.to_text().startswith("generation parity: PASS")
+
+
+def _weight_scale_times(q: onnx.ModelProto, node: str, factor: float) -> onnx.ModelProto:
+    """The int8 model with one ``MatMulInteger``'s weight scale multiplied by ``factor``."""
+    m = onnx.ModelProto()
+    m.CopyFrom(q)
+    (n,) = [n for n in m.graph.node if n.name == node]
+    scale = n.input[1].replace("_quantized", "_scale")
+    (init,) = [i for i in m.graph.initializer if i.name == scale]
+    value = numpy_helper.to_array(init) * factor
+    init.CopyFrom(numpy_helper.from_array(value.astype(np.float32), scale))
+    return m
+
+
+def test_a_weight_scale_the_step_sqnr_hides_is_named_by_the_steps_run():
+    """Trial 2 finding 03: layer 1's q_proj weight scale x2 keeps every step over the int8
+    floor (the tokens part at step 1, ~21 dB, within the floor on torch's cache too), yet
+    the step's node-by-node run fails at that weight: the answer names it, a fail."""
+    case, q = _int8()
+    node = "node_linear_7_quant"  # model.model.layers.1.self_attn.q_proj
+    parity = generation_parity(case.ep, _weight_scale_times(q, node, 2.0), case.kwargs(), steps=3)
+    # the path the finding took: the step passes the floor on torch's cache
+    assert parity.diverged_by == "tokens" and parity.own_passed is True, parity.why()
+    assert parity.step_run_verdict == "fail" and parity.culprit is not None
+    assert parity.verdict == "fail" and not parity.quantization_noise
+    culprit = parity.culprit
+    assert culprit.ep_module.endswith("layers.1.self_attn.q_proj")
+    assert (culprit.onnx_node or culprit.onnx_node_name).startswith(node)
+    why = parity.why()
+    assert "no fault" not in why and "quantization noise" not in why
+    assert f"fails at {culprit.ep_name} in {culprit.ep_module}" in why and node in why
+    assert parity.to_dict()["culprit"]["ep_module"] == culprit.ep_module
 
 
 def test_an_int8_cache_written_wrong_falls_under_the_floor_at_its_step():

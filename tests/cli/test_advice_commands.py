@@ -218,3 +218,31 @@ def test_quantize_advice_refuses_an_already_quantized_model(tmp_path):
     assert "q.onnx is already quantized" in p.stderr
     assert "QuantizeLinear" in p.stderr and "pass the float model" in p.stderr
     assert "same node name" not in p.stderr
+
+
+def test_generate_exit_code_follows_the_verdict_on_an_int8_decoder(decoder_files):
+    """Trial 2 findings 03 and 04: an unedited int8 decoder is no fault (exit 0, its
+    decodes may part by quantization noise), one with a weight scale x2 that its step's
+    node-by-node run names is one (exit 1, the culprit in the JSON)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    from ..align.test_generation_quantized import _weight_scale_times
+
+    folder, _ = decoder_files
+    quantization.quantize_dynamic(
+        str(folder / "model.onnx"), str(folder / "int8.onnx"),
+        weight_type=quantization.QuantType.QInt8,
+    )  # fmt: skip
+    faulty = _weight_scale_times(onnx.load(folder / "int8.onnx"), "node_linear_7_quant", 2.0)
+    onnx.save(faulty, folder / "int8_scale2.onnx")
+    for name, code in (("int8.onnx", 0), ("int8_scale2.onnx", 1)):
+        p = _cli(
+            "generate", "--ep", "model.pt2", "--onnx", name, "--inputs", "inputs.pt",
+            "--steps", "3", "--trust-pickles", "-o", f"{name}.json", "--no-progress", cwd=folder,
+        )  # fmt: skip
+        assert p.returncode == code, (name, p.stdout[-2000:], p.stderr[-2000:])
+        saved = json.loads((folder / f"{name}.json").read_text())
+        assert saved["verdict"] == ("pass" if code == 0 else "fail"), saved["why"]
+    # the program loaded from its file names the q_proj's output (its transpose) or its
+    # weight: the layer's attention either way
+    assert "layers.1.self_attn" in saved["culprit"]["ep_module"], saved["why"]
+    assert "no fault" not in saved["why"] and "a fault there" in saved["why"]
