@@ -84,6 +84,9 @@ class RuleContext:
     failing: set[str] = field(default_factory=set)
     # a QDQ pair's DequantizeLinear output: the range its QuantizeLinear clips to
     clip_ranges: Mapping[str, Any] = field(default_factory=dict)
+    # whether a quantized weight pairs with a torch parameter the exporter folded (a
+    # BatchNorm into its Conv, ``folding.py``): judged with its consumer, not alone
+    folded_weight: Callable[[str], bool] | None = None
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:
