@@ -155,6 +155,9 @@ class SideBySideRun:
             self._own,
         )
         self._pairs.order_free(self._order_free, self._reordered)
+        # a quantized weight whose torch twin the exporter folded waits for its consumer
+        # (quantization_step.py leaves it to weight_blame.py)
+        self._pairs.defer_folded(self._blame.folded_weight)
         self._tie_axes = candidate.tables.tie_axes  # TopK nodes: their inputs are kept
         # stretches of candidate nodes run as one session, torch nodes as one function
         self.run_ahead = RunAhead(reference, candidate, pairing, options)

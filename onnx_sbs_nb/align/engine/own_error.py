@@ -9,6 +9,7 @@ verdict on the result is the judge's (``judge/verdict.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...records import Record
@@ -49,6 +50,7 @@ def own_error_inputs(
     own: dict[Any, Any],
     unproven: set[str] | frozenset[str] = frozenset(),
     pending: set[str] | frozenset[str] = frozenset(),
+    folded: Callable[[str], bool] | None = None,
 ) -> tuple[list[Any], frozenset[str]] | None:
     """Inputs of candidate node ``idx`` for its own-error run, or None when one is missing.
 
@@ -59,7 +61,9 @@ def own_error_inputs(
     differ in shape) are not partners.  Also returns the lowerings (fx nodes) other than
     the node's own that had to be recomputed that way: the own error inherits theirs.
     ``pending``: values whose own-error value a batch of nodes computes with this one
-    (``stretches.py``): they come as :class:`Pending` markers.
+    (``stretches.py``): they come as :class:`Pending` markers.  ``folded``: whether a
+    quantized weight pairs with a torch parameter the exporter folded (a BatchNorm into
+    its Conv): the model's own constant too, as the torch one is no input of this node.
     """
     values = []
     taint: set[str] = set()
@@ -69,6 +73,8 @@ def own_error_inputs(
             values.append(None)
         elif name in cand.initializers:
             values.append(cand.initializer(name))
+        elif folded is not None and name in cand_env and name in pairing.by_onnx and folded(name):
+            values.append(cand_env[name])
         elif name in pairing.by_onnx and name not in unproven:
             pair = pairing.by_onnx[name]
             key = ("ref", name)
@@ -142,7 +148,16 @@ class OwnErrors:
         """Node ``idx`` rerun alone (``main_inputs``: its inputs in the first run)."""
         cand = self.candidate
         node = cand.nodes[idx]
-        found = own_error_inputs(cand, self.pairing, idx, ref_env, cand_env, own, self.unproven)
+        found = own_error_inputs(
+            cand,
+            self.pairing,
+            idx,
+            ref_env,
+            cand_env,
+            own,
+            self.unproven,
+            folded=self.blame.folded_weight,
+        )
         if found is None:
             return
         inputs, taint = found
@@ -182,7 +197,15 @@ class OwnErrors:
             if self.blame.reads_pending(k):
                 return False  # a differing weight's consumer: probed alone (weight_blame.py)
             found = own_error_inputs(
-                cand, pairing, k, ref_env, cand_env, own, self.unproven, pending
+                cand,
+                pairing,
+                k,
+                ref_env,
+                cand_env,
+                own,
+                self.unproven,
+                pending,
+                self.blame.folded_weight,
             )
             if found is None:
                 return False

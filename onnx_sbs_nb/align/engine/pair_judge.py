@@ -4,7 +4,7 @@ run's values, and the verdict rules (``judge/``) told what they need to know of 
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 from functools import partial
 from typing import Any
 
@@ -72,6 +72,22 @@ class PairJudge:
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self.tie_x: dict[str, tuple[int, Any]] = {}
         self.unordered: dict[str, OrderFree] = {}
+
+    def defer_folded(self, folded_weight: Callable[[str], bool]) -> None:
+        """Quantized weights whose torch twin the exporter folded (``weight_blame.py``):
+        ``quantization_step.py`` leaves them to their consumer, and the own rerun of that
+        consumer reads the model's weight (``own_error.py``), so goes through a
+        quantization node: its own error may be quantization noise."""
+        ctx = self.ctx
+        ctx.folded_weight = folded_weight
+        if ctx.quant_bits is None:
+            return
+        by_onnx = self.pairing.by_onnx
+        inits = self.candidate.initializers
+        folded = {n for n in by_onnx if n not in inits and folded_weight(n)}
+        if folded:
+            graph = self.candidate.model.graph
+            ctx.quantized = quantized_lowerings(graph, set(by_onnx) - folded)
 
     def order_free(self, groups: dict[str, OrderFree], reordered: set[str]) -> None:
         """Values whose order is free, compared as sets; ``reordered`` gets those found

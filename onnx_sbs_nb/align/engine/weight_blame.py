@@ -45,15 +45,22 @@ class WeightBlame:
         # the own-error inputs of a pending weight's consumers, by node, to probe them
         self.probe_inputs: dict[int, list[Any]] = {}
         self._consumers: dict[str, list[int]] | None = None
+        self._folded: dict[str, list[str]] = {}  # quantized weight -> folded consumers
 
     def holds(self, name: str, rec: Record, ref_env: dict[str, Any] | None = None) -> bool:
         """Whether the record of initializer ``name`` waits for its consumers' verdict
         (a differing weight with a paired consumer).  A constant the program computes
         (``nan_to_num``'s bounds, a mask) is judged the same way: by its content once,
         through what its consumers make of it, not as a value failing on every input."""
-        if not rec.failed or name not in self.candidate.initializers:
+        if not rec.failed:
             return False
-        outs = self.consumer_outputs(name)
+        if name in self.candidate.initializers:
+            outs = self.consumer_outputs(name)
+        else:
+            # a quantized weight (the dequantized value of an integer initializer) waits
+            # only when the exporter folded its torch twin: judged with its consumer, as
+            # the float weight is, never element by element against the unfolded one
+            outs = self._folded_consumers(name)
         if not outs:
             return False
         if rec.kind != KIND_WEIGHT:
@@ -84,9 +91,47 @@ class WeightBlame:
         pending = self.pending
         return bool(pending) and any(n in pending for n in self.candidate.graph.inputs[idx])
 
-    def consumer_outputs(self, name: str, depth: int = 8) -> list[str]:
+    def folded_weight(self, name: str) -> bool:
+        """Whether ``name``, a quantized weight (a ``DequantizeLinear`` of an initializer
+        or a float view of one), pairs with a torch parameter the exporter folded other
+        fx nodes into (a BatchNorm into its Conv): its values differ by design."""
+        return bool(self._folded_consumers(name))
+
+    def _folded_consumers(self, name: str) -> list[str]:
+        """The first paired consumers of quantized weight ``name`` whose value the
+        exporter computes at once with fx nodes folded into the weight ([] when none,
+        or when ``name`` dequantizes no initializer)."""
+        if name not in self._folded:
+            self._folded[name] = self._find_folded_consumers(name)
+        return self._folded[name]
+
+    def _find_folded_consumers(self, name: str) -> list[str]:
+        cand = self.candidate
+        k = cand.producer.get(name)
+        weight = self.pairing.by_onnx.get(name)
+        if k is None or weight is None:
+            return []
+        node = cand.nodes[k]
+        if node.op_type not in ("DequantizeLinear", "MatMulNBits") or not node.input:
+            return []
+        source = node.input[0]
+        if source not in cand.initializers:
+            return []
+        # a float view is read by no node: its consumers are those of the integer weight
+        # it views (a ConvInteger), the view itself left out
+        outs = self.consumer_outputs(name) or self.consumer_outputs(source, skip=name)
+        by_onnx, folding = self.pairing.by_onnx, self.folding
+        weights = getattr(self.reference, "weights", ())
+        if not any(
+            folding.changes_weight(weight.fx_name, by_onnx[o].fx_name, weights) for o in outs
+        ):
+            return []
+        return outs
+
+    def consumer_outputs(self, name: str, depth: int = 8, skip: str = "") -> list[str]:
         """The first paired values computed from initializer ``name`` (through values
-        without a partner, a Cast or a Transpose say)."""
+        without a partner, a Cast or a Transpose say; ``skip``: a value neither found nor
+        followed)."""
         cand, by_onnx = self.candidate, self.pairing.by_onnx
         consumers = self._consumers
         if consumers is None:
@@ -96,7 +141,7 @@ class WeightBlame:
                     consumers.setdefault(i, []).append(k)
             self._consumers = consumers
         found: list[str] = []
-        frontier, seen = [name], {name}
+        frontier, seen = [name], {name, skip}
         for _ in range(depth):
             nxt = []
             for value in frontier:

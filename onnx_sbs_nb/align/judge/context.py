@@ -91,6 +91,9 @@ class RuleContext:
     interior_clips: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     # the own-error run's values (engine/own_error.py), from STAGE_AFTER on
     own_values: Mapping[Any, Any] | None = None
+    # whether a quantized weight pairs with a torch parameter the exporter folded (a
+    # BatchNorm into its Conv, ``folding.py``): judged with its consumer, not alone
+    folded_weight: Callable[[str], bool] | None = None
     diff: Diff | None = None  # the comparison, from STAGE_COMPARED on
 
     def start(self, name: str, pair: Pair) -> None:

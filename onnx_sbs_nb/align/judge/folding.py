@@ -10,7 +10,7 @@ together, and its lowering (with the fx nodes it folds) is what to blame.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 # fx targets that move, view or pick a value without computing: a path through them
@@ -103,6 +103,41 @@ class Folding:
         ordered = sorted(on_path, key=lambda n: reached[n])
         computing = tuple(n for n in ordered if _computes(nodes.get(n)))
         return computing if len(computing) > 1 else ()
+
+    def changes_weight(self, weight: str, value: str, weights: Container[str]) -> bool:
+        """Whether the fx nodes folded into ``weight`` on its way to ``value``
+        (:meth:`folded`) change its values: one of them, after its first reader, reads
+        another weight (``weights``: the program's parameters, buffers and constants: a
+        BatchNorm's statistics) or scales by a number.  An activation fused with its
+        producer (a QLinearConv's Relu) computes at once too, but changes no weight."""
+        folded = self.folded(weight, value)
+        nodes = self._nodes
+        if not folded or not nodes:
+            return False
+        for name in folded[1:]:
+            node = nodes.get(name)
+            if node is None:
+                continue
+            target = str(getattr(node, "target", ""))
+            for a in _flat((getattr(node, "args", ()), getattr(node, "kwargs", {}))):
+                if getattr(a, "op", None) == "placeholder" and a.name in weights:
+                    return True
+                if isinstance(a, int | float) and target.startswith(_SCALING):
+                    return True
+        return False
+
+
+# fx targets that fold a number into a weight (``x * 0.5`` folded into a MatMul's weight)
+_SCALING = ("aten.mul", "aten.div")
+
+
+def _flat(args: Any) -> list[Any]:
+    """The leaves of nested args and kwargs."""
+    if isinstance(args, list | tuple):
+        return [leaf for a in args for leaf in _flat(a)]
+    if isinstance(args, dict):
+        return [leaf for a in args.values() for leaf in _flat(a)]
+    return [args]
 
 
 __all__ = ["Folding"]

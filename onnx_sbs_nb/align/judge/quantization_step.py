@@ -259,6 +259,8 @@ class QuantizationStep:
         if grid is None:
             return False
         if _is_weight(ctx):
+            if ctx.folded_weight is not None and ctx.folded_weight(ctx.name):
+                return False  # folded by design: its consumer judges it (weight_blame.py)
             return _weight_fault(record, e.astype(np.float32), g, grid, _eps(have))
         _own_rounding(record, grid)
         return False

@@ -15,6 +15,7 @@ from ...records import (
     FOLDED_CONSUMER_NOTE,
     KIND_WEIGHT,
     STATUS_DTYPE_MISMATCH,
+    STATUS_QUANTIZATION_NOISE,
     STATUS_SHAPE_MISMATCH,
     STATUS_WEIGHT_DIFFERS,
     Record,
@@ -70,12 +71,17 @@ def settle_weight(
     whether the weight's record comes before its consumer's (it is then the answer)."""
     wrec.decided_by = WEIGHT_BLAME
     node = consumer.onnx_node_name or consumer.onnx_name
-    agrees = consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
+    # a quantized model's consumer agrees when it is within the model's quantization
+    # noise (quantization_noise.py): the folded weight's rounding is part of that noise
+    noise = consumer.status == STATUS_QUANTIZATION_NOISE
+    agrees = (
+        noise or consumer.passed2 is True or (consumer.passed2 is None and consumer.passed is True)
+    )
     if folded and (consumer.passed is not None or consumer.passed2 is not None):
         # no scale check: the folded weight says nothing of its own, its consumer's
         # verdict is the verdict on both
-        return _folded(wrec, consumer, node, folded, agrees)
-    if agrees and by_tolerance and not agrees_at_its_scale(consumer, want):
+        return _folded(wrec, consumer, node, folded, agrees, noise)
+    if agrees and not noise and by_tolerance and not agrees_at_its_scale(consumer, want):
         agrees = False
         wrec.comment = _join(
             wrec.comment,
@@ -85,9 +91,11 @@ def settle_weight(
     what = "parameter" if wrec.kind == KIND_WEIGHT else "value"
     if agrees:
         wrec.status = STATUS_WEIGHT_DIFFERS
+        wrec.passed2 = None  # its own rerun differs by the same change (see _folded)
         wrec.comment = _join(
             wrec.comment,
             f"differs from the torch {what}, but its consumer {node} agrees with torch"
+            + (" within the model's quantization noise" if noise else "")
             + (
                 ": the exporter changed it (a BatchNorm folded into a Conv, say)"
                 if wrec.kind == KIND_WEIGHT
@@ -123,18 +131,26 @@ _FOLDED_WEIGHTS = "with weights the exporter folded "
 
 
 def _folded(
-    wrec: Record, consumer: Record, node: str | None, folded: tuple[str, ...], agrees: bool
+    wrec: Record,
+    consumer: Record,
+    node: str | None,
+    folded: tuple[str, ...],
+    agrees: bool,
+    noise: bool = False,
 ) -> bool:
     """A weight the exporter folded other fx nodes into: it differs by design, and its
     consumer, which computes those nodes at once, is judged for both."""
     wrec.status = STATUS_WEIGHT_DIFFERS
+    # a quantized weight's own rerun (its DequantizeLinear on the torch parameter) differs
+    # by the same folding: no error of its own, never a culprit by itself
+    wrec.passed2 = None
     into = ", ".join(folded[1:])
     wrec.comment = _join(
         wrec.comment,
         f"the exporter folded {into} into it: its consumer {node} computes "
         f"{', '.join(folded)} at once"
         + (
-            " and agrees with torch"
+            " and agrees with torch" + (" within the model's quantization noise" if noise else "")
             if agrees
             else ", disagrees with torch, and is judged for both (the folded weight and "
             "its computation)"

@@ -58,6 +58,21 @@ def is_quantized(graph: onnx.GraphProto) -> bool:
     return any(n.op_type in QUANT_OPS for n in graph.node)
 
 
+def _tensor_of(ctx: FxPairingContext, fx: str | None) -> str | None:
+    """The fx node whose tensor an ONNX node's single output is: ``fx`` itself, or for an
+    fx node of several outputs (a BatchNorm folded into its Conv returns a tuple) its
+    ``getitem`` of output 0; None when it has none."""
+    node = ctx.fx_nodes.get(fx) if fx else None
+    if node is None or not isinstance(node.meta.get("val"), tuple | list):
+        return fx
+    first = (
+        u.name
+        for u in node.users
+        if "getitem" in str(u.target) and len(u.args) > 1 and u.args[1] == 0
+    )
+    return next(first, None)
+
+
 def _unpair(pairing: Pairing, pair: Pair) -> None:
     del pairing.by_onnx[pair.onnx_name]
     rest = tuple(p for p in pairing.by_fx.get(pair.fx_name, ()) if p is not pair)
@@ -111,7 +126,7 @@ class ThroughQuantization(DequantizedRule):
             # the value before its QuantizeLinear is its producer's fx node's, where the
             # quantizer folded the next op into the range (a Gemm's output renamed ``relu``
             # is torch's ``linear``): it pairs with that fx node when nothing else did
-            fx = ctx.fx_of[producer[name]] if name in producer else None
+            fx = _tensor_of(ctx, ctx.fx_of[producer[name]] if name in producer else None)
             if fx and fx != pair.fx_name and fx not in ctx.pairing.by_fx:
                 ctx.try_pair(name, fx, self.name)
         self._views(ctx, consumers)

@@ -123,6 +123,11 @@ def prepare_light(
         reading[:] = [node]
         if node.op == "placeholder":
             p = graph.placeholder(node.name)
+            if p.name != node.name:
+                # fx names no new value after a builtin (``input``, nn.Sequential's
+                # argument: it makes ``input_1``); torch.export does, and the program's
+                # signature and the ONNX model's input keep that name
+                p.name = node.name
             p.target = node.target
             p.meta = dict(node.meta)
             env[node] = p
