@@ -9,12 +9,13 @@ there.  A step whose own run passes is never said to make the error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..records import Record
 
-if TYPE_CHECKING:
-    from .generation import GenerationParity
+# the GenerationParity the functions read (generation.py imports this module: a type
+# import back would be a cycle, tests/test_layering.py)
+GenerationParity = Any
 
 
 def cache_writer(parity: GenerationParity, records: list[Record]) -> Record | None:

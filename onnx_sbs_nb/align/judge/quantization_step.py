@@ -124,7 +124,14 @@ def _array(value: Any) -> np.ndarray | None:
         return None
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu()
-        return value.numpy() if value.dtype != torch.bfloat16 else value.float().numpy()
+        if value.dtype == torch.bfloat16:
+            return value.float().numpy()
+        try:
+            return value.numpy()
+        except TypeError:
+            # a torch low-bit type numpy has none of (int4 from the torch runner): its
+            # integer range is unknown here, so the value is left to the other rules
+            return None
     return np.asarray(value)
 
 
