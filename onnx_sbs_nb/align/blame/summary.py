@@ -559,11 +559,12 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
             f"{values} beyond tolerance only by the model's quantization{at}: each SQNR, and "
             "its own rerun's on torch's inputs, is above what the bit width allows for; no fault"
         )
+    fall = "1 of them falls" if amplified == 1 else f"{amplified} of them fall"
     return (
         f"{values} beyond tolerance only by the model's quantization{at}: each own rerun's "
-        f"SQNR on torch's inputs is above what the bit width allows for; {amplified} of them "
-        "fall under it in their total SQNR, amplifying the quantization noise of the values "
-        "they are computed from (a loss of accuracy of the quantized model); no fault"
+        f"SQNR on torch's inputs is above what the bit width allows for; {fall} "
+        "under it in total SQNR, amplifying the quantization noise of their inputs (a loss "
+        "of accuracy of the quantized model); no fault"
     )
 
 
