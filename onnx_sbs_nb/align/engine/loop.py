@@ -61,17 +61,20 @@ class RunValues:
 def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: bool) -> Plan:
     """The run's plan; kept with the candidate's tables when those and the pairing are
     kept for a second run of the same program and model (``setup_cache.py``)."""
-    hold = held_sources(candidate.model.graph, pairing.by_onnx) if needs_inputs else None
-    if pairing.cache_key is None:
+
+    def make() -> Plan:
+        # the values QDQ pairs inside a rerun quantize, kept for the saturation rule: a
+        # walk of the graph, done only when a plan is made, not on each warm run
+        hold = held_sources(candidate.model.graph, pairing.by_onnx) if needs_inputs else None
         return schedule(reference.graph, candidate.graph, pairing, needs_inputs, hold=hold)
+
+    if pairing.cache_key is None:
+        return make()
     key = (pairing.cache_key, needs_inputs)
     plans = candidate.tables.plans
     plan = plans.get(key)
     if plan is None or plan[0] is not reference.graph:
-        plan = plans[key] = (
-            reference.graph,
-            schedule(reference.graph, candidate.graph, pairing, needs_inputs, hold=hold),
-        )
+        plan = plans[key] = (reference.graph, make())
     return plan[1]
 
 
