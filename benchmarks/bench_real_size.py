@@ -16,12 +16,23 @@ past protobuf's 2 GB limit), then measures in fresh processes, one variant each:
 For each: seconds to load the files and to run, and the peak resident memory of the
 process above its size after imports (loading included: both copies of the weights, the
 program's and the ONNX model's, are what a user's machine must hold), as a multiple of
-the weights.  Goal: at most 2.2x the weights, and no step that copies all weights again
-per node.  It needs about 3 times the weights in free memory for the export: run it
-alone, not in CI.
+the weights.  Goals: at most 2.2x the weights (issue 13); at 8 GB, at most 1.3x and a run
+no slower than onnxruntime's session build and run (issue 50).  ``ours_rerun``
+(``own_error=True``, not in the default list) tells drift from the export's own errors:
+its ``of them drifted`` column counts the failing pairs whose node, rerun on torch's
+inputs, agrees with torch.
+
+The export holds about 1.1x the weights in memory: the model is built in anonymous memory,
+then each weight moves into a file-backed mapping (``_to_mapped_files``) that the kernel
+can write back and drop while the exporter and the archive writers run.  Disk: about 3x
+the weights (the mappings, deleted after the export; the ONNX data; the .pt2).  Each step
+waits until the machine has the memory it needs.  Run it alone, not in CI.
 
     .venv/bin/python benchmarks/bench_real_size.py --workdir /tmp/real --keep
     PYTHONPATH=$PWD .venv-bench/bin/python benchmarks/bench_real_size.py --workdir /tmp/real --reuse --theirs
+    # 8 GB (8,080 MB of float32 weights): hidden 4096, 10 layers, intermediate 11008
+    .venv/bin/python benchmarks/bench_real_size.py --hidden 4096 --intermediate 11008 \
+        --workdir /tmp/big --keep --variants ort_whole_model,ours,ours_rerun
 """
 
 from __future__ import annotations
@@ -62,6 +73,8 @@ from benchmarks.common import (  # noqa: E402
 )
 
 VARIANTS = [MEMORY_BASE, "ours", "ours_retrace"]
+# free memory a variant waits for, in weights (its peak was about 1.1x; the re-trace's 2.1x)
+MEMORY_NEED = {"ours_retrace": 2.4}
 
 
 def _config(a: argparse.Namespace) -> dict[str, int]:
@@ -72,6 +85,64 @@ def _config(a: argparse.Namespace) -> dict[str, int]:
         "vocab": a.vocab,
         "seq": a.seq,
     }
+
+
+def _anon_rss() -> int:
+    """This process's anonymous resident memory (what the OOM killer weighs; mapped files'
+    pages are left out: the kernel can drop them)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def wait_for_memory(need: int, what: str, patience_s: float = 1800) -> None:
+    """Waits until the machine has ``need`` bytes available (other processes share it:
+    better late than the OOM killer taking theirs); raises after ``patience_s``."""
+    import psutil
+
+    end = time.monotonic() + patience_s
+    while (free := psutil.virtual_memory().available) < need:
+        if time.monotonic() > end:
+            raise MemoryError(f"{what}: {fmt_mb(need)} needed, {fmt_mb(free)} available")
+        print(f"{what}: waiting for {fmt_mb(need)} ({fmt_mb(free)} available)", flush=True)
+        time.sleep(30)
+
+
+def _to_mapped_files(model: Any, folder: Path) -> None:
+    """Moves every weight and buffer into its own file-backed shared mapping, one tensor
+    at a time (each tensor's anonymous copy is released as the next is made).
+
+    Why: the export holds copies of its own (the exporter folds transposed weights into
+    new initializers; the archive is written tensor by tensor). With the model's weights
+    in anonymous memory the export peaked at about 3x the weights; mapped, the kernel can
+    write those pages back and drop them, so an 8 GB model exports on a 23 GB machine.
+    """
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = [(n, t) for n, t in model.named_parameters()]
+    tensors += [(n, t) for n, t in model.named_buffers() if t is not None]
+    for i, (name, tensor) in enumerate(tensors):
+        path = folder / f"{i}.bin"
+        mapped = torch.from_file(
+            str(path), shared=True, size=tensor.numel(), dtype=tensor.dtype
+        ).view(tensor.shape)
+        with torch.no_grad():
+            mapped.copy_(tensor)
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        if attr in module._parameters:
+            tensor.data = mapped  # the Parameter object stays (tied weights keep sharing it)
+        else:
+            module._buffers[attr] = mapped
+
+
+def estimated_weight_bytes(config: dict[str, int]) -> int:
+    """float32 bytes of the Llama's weights (half as many key/value heads as heads)."""
+    h, i = config["hidden"], config["intermediate"]
+    layer = 3 * h * h + 3 * h * i + 2 * h  # q, o, k+v at half width; the MLP; two norms
+    return 4 * (2 * config["vocab"] * h + config["layers"] * layer + h)
 
 
 def export_child(folder: Path, config: dict[str, int]) -> dict[str, Any]:
@@ -91,19 +162,35 @@ def export_child(folder: Path, config: dict[str, int]) -> dict[str, Any]:
         vocab_size=config["vocab"],
         max_position_embeddings=max(256, config["seq"]),
     )
+    anon: dict[str, int] = {}
     t = time.perf_counter()
     with torch.no_grad():
         model = LlamaLogits(cfg).eval()
+    anon["built"] = _anon_rss()
+    mapped = folder / "mapped_weights"
+    _to_mapped_files(model, mapped)
+    anon["mapped"] = _anon_rss()
     ids = torch.randint(0, config["vocab"], (1, config["seq"]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ep = torch.export.export(model, (ids,))
         program = torch.onnx.export(ep, (ids,), dynamo=True, verbose=False)
+    anon["exported"] = _anon_rss()
     folder.mkdir(parents=True, exist_ok=True)
-    torch.export.save(ep, str(folder / "model.pt2"))
     program.save(str(folder / "model.onnx"), external_data=True)
+    anon["onnx_saved"] = _anon_rss()
+    del program
+    torch.export.save(ep, str(folder / "model.pt2"))
+    anon["pt2_saved"] = _anon_rss()
     torch.save((ids,), str(folder / "inputs.pt"))
-    meta = {"config": config, "weight_bytes": state_bytes(ep), "export_s": time.perf_counter() - t}
+    meta = {
+        "config": config,
+        "weight_bytes": state_bytes(ep),
+        "export_s": time.perf_counter() - t,
+        "export_anon_rss": anon,
+    }
+    del ep, model
+    shutil.rmtree(mapped, ignore_errors=True)
     (folder / "meta.json").write_text(json.dumps(meta))
     return meta
 
@@ -149,7 +236,10 @@ def measure_child(name: str, folder: Path) -> dict[str, Any]:
             counts = count_ours(records)
         result["run"] = time.perf_counter() - t
     if name != MEMORY_BASE:
-        result.update(records=len(records), paired=counts[0], failing=counts[1])
+        # drifted: failing, yet the node rerun on torch's inputs agrees (own_error=True
+        # only): rounding carried from upstream, not an error of the export
+        drifted = sum(1 for r in records if r.drifted)
+        result.update(records=len(records), paired=counts[0], failing=counts[1], drifted=drifted)
     base = loading.baseline  # after imports
     result.update(
         increase=max(loading.peak, running.peak) - base,
@@ -196,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reusing the export in {folder}", flush=True)
         else:
             print(f"exporting a Llama {config} into {folder} ...", flush=True)
+            # built in anonymous memory once, then moved to mapped files (_to_mapped_files)
+            wait_for_memory(int(1.3 * estimated_weight_bytes(config)), "export")
             meta = run_child(
                 script, ["--export-child", json.dumps(config), "--folder", str(folder)], 7200
             )
@@ -213,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         base = None
         for name in names:
             print(f"measuring {name} ...", flush=True)
+            wait_for_memory(int(MEMORY_NEED.get(name, 1.5) * weights), name)
             t = time.perf_counter()
             r = run_child(script, ["--measure-child", name, "--folder", str(folder)], 7200)
             r["wall"] = time.perf_counter() - t
@@ -232,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                     fmt_ratio(ratio(r["increase"], base["increase"])) if base else "-",
                     r.get("paired", "-"),
                     r.get("failing", "-"),
+                    r.get("drifted", "-") if name == "ours_rerun" else "-",
                 ]
             )
         print_table(
@@ -250,10 +344,11 @@ def main(argv: list[str] | None = None) -> int:
                 "peak / ORT",
                 "paired",
                 "failing",
+                "of them drifted",
             ],
             rows,
         )
-        print("Goal: peak <= 2.2x the weights")
+        print("Goals: peak <= 2.2x the weights; at 8 GB, <= 1.3x and run <= 1x ORT session+run")
     finally:
         if tmp is not None and not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
