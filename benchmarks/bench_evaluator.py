@@ -1,6 +1,7 @@
 """Benchmark: onnx_sbs_nb's TorchOnnxEvaluator vs onnxruntime (CPU) vs onnx-diagnostic's.
 
     python benchmarks/bench_evaluator.py [--repeat 30] [--device cpu|cuda] [--quick]
+    python benchmarks/bench_evaluator.py --instructions 50 [--baseline DIR]  # callgrind
 
 Everything runs in the same process on the same inputs: a tiny Llama (hidden 64,
 2 layers, seq 8), a larger one (hidden 256, 4 layers, seq 64), and a chain of 500 Add
@@ -288,6 +289,98 @@ def bench_dispatch(repeat: int, n: int = 500) -> None:
             print(f"  {name:<18} {t:8.2f} us{ratio}")
 
 
+def _count_child(who: str, folder: str, runs: int) -> None:
+    """Inside callgrind (instrumentation off): warm runs, then ``runs`` counted ones
+    between the parent's ``callgrind_control -i on`` and ``off`` (signalled by files)."""
+    import pathlib
+
+    torch.set_num_threads(1)
+    flag = pathlib.Path(folder) / _flag_name(who)
+    onx = onnx.load(str(pathlib.Path(folder) / "model.onnx"))
+    ids = torch.load(str(pathlib.Path(folder) / "ids.pt"))
+    name = onx.graph.input[0].name
+    if who == "onnxruntime":
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(
+            onx.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
+        )
+
+        def run() -> Any:
+            return sess.run(None, {name: ids.numpy()})
+    else:
+        cls = _load_baseline(who) if who != "onnx_sbs_nb" else TorchOnnxEvaluator
+        ev = cls(onx)
+
+        def run() -> Any:
+            return ev.run(None, {name: ids})
+
+    with torch.no_grad():
+        for _ in range(JIT_AFTER + 20):
+            run()
+        flag.with_suffix(".ready").touch()
+        _wait_for(flag.with_suffix(".go"))
+        for _ in range(runs):
+            run()
+        flag.with_suffix(".done").touch()
+        _wait_for(flag.with_suffix(".end"))
+
+
+def _flag_name(who: str) -> str:
+    """A file name for a contender (the baseline is a folder path)."""
+    return who.strip("/").replace("/", "_").replace(".", "_")
+
+
+def _wait_for(path, timeout: float = 1800.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {path.name}")
+        time.sleep(0.1)
+
+
+def bench_instructions(runs: int, baseline: str | None) -> None:
+    """Instructions per warm run of the tiny Llama (callgrind, one thread): a measure the
+    shared machine's load does not move, for A/B of the evaluator against onnxruntime
+    (needs valgrind). Under valgrind torch picks its AVX2 kernels."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench_evaluator_cg_") as tmp:
+        _, ids, onx = _llama(64, 2, 8)
+        onnx.save(onx, os.path.join(tmp, "model.onnx"))
+        torch.save(ids, os.path.join(tmp, "ids.pt"))
+        counts = {}
+        for who in ["onnx_sbs_nb", *([baseline] if baseline else []), "onnxruntime"]:
+            child_flag = pathlib.Path(tmp) / _flag_name(who)
+            out = child_flag.with_suffix(".callgrind")
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+            cmd += [f"--callgrind-out-file={out}", sys.executable, __file__]
+            cmd += ["--count-child", who, "--count-dir", tmp, "--instructions", str(runs)]
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                _wait_for(child_flag.with_suffix(".ready"))
+                ctl = ["callgrind_control", "-i"]
+                subprocess.run([*ctl, "on", str(proc.pid)], check=True, capture_output=True)
+                child_flag.with_suffix(".go").touch()
+                _wait_for(child_flag.with_suffix(".done"))
+                subprocess.run([*ctl, "off", str(proc.pid)], check=True, capture_output=True)
+                child_flag.with_suffix(".end").touch()
+                proc.communicate(timeout=600)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            text = out.read_text()
+            total = next(int(x.split()[1]) for x in text.splitlines() if x.startswith("totals:"))
+            counts["baseline checkout" if who == baseline else who] = total / runs / 1e6
+    print(f"\n== instructions per warm run, tiny Llama (callgrind, {runs} runs, one thread)")
+    for name, m in counts.items():
+        print(f"  {name:<18} {m:7.3f} M  x{m / counts['onnxruntime']:.3f} vs onnxruntime")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
@@ -307,7 +400,23 @@ def main(argv: list[str] | None = None) -> int:
         help="another checkout (folder holding onnx_sbs_nb/): its evaluator is timed beside "
         "this one, interleaved in the same run",
     )
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="only count instructions of RUNS warm runs of the tiny Llama under valgrind's "
+        "callgrind (this checkout, --baseline, onnxruntime): immune to the machine's load",
+    )
+    parser.add_argument("--count-child", help=argparse.SUPPRESS)
+    parser.add_argument("--count-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count_child:
+        _count_child(args.count_child, args.count_dir, args.instructions)
+        return 0
+    if args.instructions:
+        bench_instructions(args.instructions, args.baseline)
+        return 0
     if args.baseline:
         global _BASELINE
         _BASELINE = _load_baseline(args.baseline)
