@@ -169,19 +169,34 @@ def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], An
     return res
 
 
-def _report(title: str, times: dict[str, float | str], baseline: str = "onnxruntime") -> None:
+def _report(
+    title: str,
+    times: dict[str, float | str],
+    baseline: str = "onnxruntime",
+    mins: dict[str, float] | None = None,
+) -> None:
+    """Medians (and the fastest calls, ``mins``: the least disturbed by a busy machine),
+    each with its ratio to ``baseline``'s."""
     print(f"\n== {title}")
     base = times.get(baseline)
+    mins = mins or {}
     for name, t in times.items():
         if isinstance(t, str):
             print(f"  {name:<16} {t}")
             continue
         ratio = f"  x{t / base:.2f} vs {baseline}" if isinstance(base, float) else ""
-        print(f"  {name:<16} {t:9.3f} ms{ratio}")
+        low = ""
+        if name in mins and baseline in mins:
+            low = f"   (min {mins[name]:.3f} ms, x{mins[name] / mins[baseline]:.2f})"
+        print(f"  {name:<16} {t:9.3f} ms{ratio}{low}")
 
 
 def _interleaved(
-    fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 3, sync: bool = False
+    fns: dict[str, Callable[[], Any]],
+    repeat: int,
+    warmup: int = 3,
+    sync: bool = False,
+    mins: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Median ms per call of each function, calls interleaved (in an order shuffled each
     round) so that a change of machine load affects every contender alike."""
@@ -204,6 +219,8 @@ def _interleaved(
             if sync:
                 torch.cuda.synchronize()
             samples[name].append(time.perf_counter() - t)
+    if mins is not None:
+        mins.update({name: min(v) * 1e3 for name, v in samples.items()})
     return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
 
 
@@ -221,14 +238,15 @@ def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[s
             fns[name] = lambda run=run: run({feeds_name: ids})
     with torch.no_grad():
         # steady state: past the runs after which a CPU plan moves to TorchScript
-        measured = _interleaved(fns, repeat, warmup=JIT_AFTER + 5, sync=sync)
+        mins: dict[str, float] = {}
+        measured = _interleaved(fns, repeat, warmup=JIT_AFTER + 5, sync=sync, mins=mins)
     times = {**{k: measured[k] for k in fns}, **times}
     if device == "cpu":
         times["ours, first runs"] = _first_runs(onx, feeds_name, ids)
     n_nodes = len(onx.graph.node)
     # on CUDA the reference is eager torch (the plain onnxruntime wheel has no CUDA provider)
     baseline = "eager torch" if device == "cuda" else "onnxruntime"
-    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times, baseline)
+    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times, baseline, mins)
     return times
 
 
