@@ -4,7 +4,7 @@ The TorchScript code that writes in place (inplace.py) runs only for feeds of th
 probe's shapes, strides and dtypes, so every check an inline form makes on a value's
 dtype, rank or size has the answer it had in the probe. Each form here is the branch the
 inline form took there, written out: ``torch.matmul(a, b)`` for ``(torch.matmul(a, b)
-if a.is_floating_point() else _fallback())``, ``x.narrow(2, 0, 8)`` for ``_narrow(x, 3,
+if a.is_floating_point() else _fallback())``, ``x.narrow(3, 0, 8)`` for ``_narrow(x, -1,
 0, 8)`` on a rank-4 input, ``x.expand([2, 4, 8, 8])`` for ``_expand``'s loop. The aten
 calls are the same, so are the results; the TorchScript interpreter runs fewer
 instructions per node.
