@@ -1,6 +1,7 @@
 """Benchmark: onnx_sbs_nb's TorchOnnxEvaluator vs onnxruntime (CPU) vs onnx-diagnostic's.
 
     python benchmarks/bench_evaluator.py [--repeat 30] [--device cpu|cuda] [--quick]
+    python benchmarks/bench_evaluator.py --instructions 50 [--baseline DIR]  # callgrind
 
 Everything runs in the same process on the same inputs: a tiny Llama (hidden 64,
 2 layers, seq 8), a larger one (hidden 256, 4 layers, seq 64), and a chain of 500 Add
@@ -168,19 +169,34 @@ def _runners(onx: onnx.ModelProto, device: str) -> dict[str, Callable[[dict], An
     return res
 
 
-def _report(title: str, times: dict[str, float | str], baseline: str = "onnxruntime") -> None:
+def _report(
+    title: str,
+    times: dict[str, float | str],
+    baseline: str = "onnxruntime",
+    mins: dict[str, float] | None = None,
+) -> None:
+    """Medians (and the fastest calls, ``mins``: the least disturbed by a busy machine),
+    each with its ratio to ``baseline``'s."""
     print(f"\n== {title}")
     base = times.get(baseline)
+    mins = mins or {}
     for name, t in times.items():
         if isinstance(t, str):
             print(f"  {name:<16} {t}")
             continue
         ratio = f"  x{t / base:.2f} vs {baseline}" if isinstance(base, float) else ""
-        print(f"  {name:<16} {t:9.3f} ms{ratio}")
+        low = ""
+        if name in mins and baseline in mins:
+            low = f"   (min {mins[name]:.3f} ms, x{mins[name] / mins[baseline]:.2f})"
+        print(f"  {name:<16} {t:9.3f} ms{ratio}{low}")
 
 
 def _interleaved(
-    fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 3, sync: bool = False
+    fns: dict[str, Callable[[], Any]],
+    repeat: int,
+    warmup: int = 3,
+    sync: bool = False,
+    mins: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Median ms per call of each function, calls interleaved (in an order shuffled each
     round) so that a change of machine load affects every contender alike."""
@@ -203,6 +219,8 @@ def _interleaved(
             if sync:
                 torch.cuda.synchronize()
             samples[name].append(time.perf_counter() - t)
+    if mins is not None:
+        mins.update({name: min(v) * 1e3 for name, v in samples.items()})
     return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
 
 
@@ -220,14 +238,15 @@ def bench_model(title: str, model, ids, onx, repeat: int, device: str) -> dict[s
             fns[name] = lambda run=run: run({feeds_name: ids})
     with torch.no_grad():
         # steady state: past the runs after which a CPU plan moves to TorchScript
-        measured = _interleaved(fns, repeat, warmup=JIT_AFTER + 5, sync=sync)
+        mins: dict[str, float] = {}
+        measured = _interleaved(fns, repeat, warmup=JIT_AFTER + 5, sync=sync, mins=mins)
     times = {**{k: measured[k] for k in fns}, **times}
     if device == "cpu":
         times["ours, first runs"] = _first_runs(onx, feeds_name, ids)
     n_nodes = len(onx.graph.node)
     # on CUDA the reference is eager torch (the plain onnxruntime wheel has no CUDA provider)
     baseline = "eager torch" if device == "cuda" else "onnxruntime"
-    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times, baseline)
+    _report(f"{title} ({n_nodes} ONNX nodes, {device})", times, baseline, mins)
     return times
 
 
@@ -288,6 +307,98 @@ def bench_dispatch(repeat: int, n: int = 500) -> None:
             print(f"  {name:<18} {t:8.2f} us{ratio}")
 
 
+def _count_child(who: str, folder: str, runs: int) -> None:
+    """Inside callgrind (instrumentation off): warm runs, then ``runs`` counted ones
+    between the parent's ``callgrind_control -i on`` and ``off`` (signalled by files)."""
+    import pathlib
+
+    torch.set_num_threads(1)
+    flag = pathlib.Path(folder) / _flag_name(who)
+    onx = onnx.load(str(pathlib.Path(folder) / "model.onnx"))
+    ids = torch.load(str(pathlib.Path(folder) / "ids.pt"))
+    name = onx.graph.input[0].name
+    if who == "onnxruntime":
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(
+            onx.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
+        )
+
+        def run() -> Any:
+            return sess.run(None, {name: ids.numpy()})
+    else:
+        cls = _load_baseline(who) if who != "onnx_sbs_nb" else TorchOnnxEvaluator
+        ev = cls(onx)
+
+        def run() -> Any:
+            return ev.run(None, {name: ids})
+
+    with torch.no_grad():
+        for _ in range(JIT_AFTER + 20):
+            run()
+        flag.with_suffix(".ready").touch()
+        _wait_for(flag.with_suffix(".go"))
+        for _ in range(runs):
+            run()
+        flag.with_suffix(".done").touch()
+        _wait_for(flag.with_suffix(".end"))
+
+
+def _flag_name(who: str) -> str:
+    """A file name for a contender (the baseline is a folder path)."""
+    return who.strip("/").replace("/", "_").replace(".", "_")
+
+
+def _wait_for(path, timeout: float = 1800.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {path.name}")
+        time.sleep(0.1)
+
+
+def bench_instructions(runs: int, baseline: str | None) -> None:
+    """Instructions per warm run of the tiny Llama (callgrind, one thread): a measure the
+    shared machine's load does not move, for A/B of the evaluator against onnxruntime
+    (needs valgrind). Under valgrind torch picks its AVX2 kernels."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench_evaluator_cg_") as tmp:
+        _, ids, onx = _llama(64, 2, 8)
+        onnx.save(onx, os.path.join(tmp, "model.onnx"))
+        torch.save(ids, os.path.join(tmp, "ids.pt"))
+        counts = {}
+        for who in ["onnx_sbs_nb", *([baseline] if baseline else []), "onnxruntime"]:
+            child_flag = pathlib.Path(tmp) / _flag_name(who)
+            out = child_flag.with_suffix(".callgrind")
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+            cmd += [f"--callgrind-out-file={out}", sys.executable, __file__]
+            cmd += ["--count-child", who, "--count-dir", tmp, "--instructions", str(runs)]
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                _wait_for(child_flag.with_suffix(".ready"))
+                ctl = ["callgrind_control", "-i"]
+                subprocess.run([*ctl, "on", str(proc.pid)], check=True, capture_output=True)
+                child_flag.with_suffix(".go").touch()
+                _wait_for(child_flag.with_suffix(".done"))
+                subprocess.run([*ctl, "off", str(proc.pid)], check=True, capture_output=True)
+                child_flag.with_suffix(".end").touch()
+                proc.communicate(timeout=600)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            text = out.read_text()
+            total = next(int(x.split()[1]) for x in text.splitlines() if x.startswith("totals:"))
+            counts["baseline checkout" if who == baseline else who] = total / runs / 1e6
+    print(f"\n== instructions per warm run, tiny Llama (callgrind, {runs} runs, one thread)")
+    for name, m in counts.items():
+        print(f"  {name:<18} {m:7.3f} M  x{m / counts['onnxruntime']:.3f} vs onnxruntime")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
@@ -307,7 +418,23 @@ def main(argv: list[str] | None = None) -> int:
         help="another checkout (folder holding onnx_sbs_nb/): its evaluator is timed beside "
         "this one, interleaved in the same run",
     )
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="only count instructions of RUNS warm runs of the tiny Llama under valgrind's "
+        "callgrind (this checkout, --baseline, onnxruntime): immune to the machine's load",
+    )
+    parser.add_argument("--count-child", help=argparse.SUPPRESS)
+    parser.add_argument("--count-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count_child:
+        _count_child(args.count_child, args.count_dir, args.instructions)
+        return 0
+    if args.instructions:
+        bench_instructions(args.instructions, args.baseline)
+        return 0
     if args.baseline:
         global _BASELINE
         _BASELINE = _load_baseline(args.baseline)

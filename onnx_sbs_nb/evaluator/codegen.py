@@ -125,13 +125,18 @@ def script_source(
     input_slots: list[int],
     output_slots: list[int],
     inline: list[tuple | None],
+    inplace: dict[int, Callable[[list[str]], str]] | None = None,
+    record: bool = False,
 ) -> tuple[str, list[torch.Tensor]] | None:
     """TorchScript source of a plan every step of which has an inline form:
     ``run(inputs..., constants...) -> List[Tensor]``, and the constant tensors it takes
     after the inputs. None when a step has no inline form or a constant is not a tensor.
 
     The body is the expressions of the Python code, one per step; TorchScript's
-    interpreter then calls the same aten ops without a Python frame per node."""
+    interpreter then calls the same aten ops without a Python frame per node.
+
+    ``inplace[k]``, when given, writes step k as the in-place call it returns (inplace.py).
+    ``record``: after each step, ``_m(k, value)`` (the Python probe of inplace.py)."""
     local = set(input_slots) | {s for _, _, outs, _, _ in steps for s in outs}
 
     def name(slot: int) -> str:
@@ -141,10 +146,15 @@ def script_source(
 
     body = []
     for k, (_, ins, outs, _, _) in enumerate(steps):
-        expr = _inline_expr(inline, k, [name(s) for s in ins], outs)
+        args = [name(s) for s in ins]
+        expr = _inline_expr(inline, k, args, outs)
         if expr is None:
             return None
+        if inplace and k in inplace:
+            expr = inplace[k](args)
         body.append(f"    s{outs[0]} = {expr}")
+        if record:
+            body.append(f"    _m({k}, s{outs[0]})")
     used = sorted({int(c) for line in body for c in re.findall(r"\bc(\d+)\b", line)})
     used += [s for s in output_slots if s not in local and s not in used]
     if any(not isinstance(template[s], torch.Tensor) for s in used):

@@ -13,7 +13,10 @@ import numpy as np
 import onnx
 import torch
 
+from .codegen import script_source
+from .fixed import plan_fixed
 from .inline import HELPER_SOURCE
+from .inplace import plan_inplace, probe, signature
 from .protos import sparse_to_dense, string_array, tensor_from_proto
 
 
@@ -120,6 +123,7 @@ class CompiledGraph:
         "slow",
         "inline",
         "script",
+        "forms",
         "runs",
     )
 
@@ -144,7 +148,7 @@ class CompiledGraph:
         worth it only for a plan that runs many times."""
         self.runs += 1
         if self.runs >= JIT_AFTER and self.fast == self._warming:
-            self.fast = _scripted(self) or self.inline
+            self.fast = _scripted(self, inputs) or self.inline
         return self.inline(inputs, outer)
 
     def execute_loop(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
@@ -249,16 +253,41 @@ def constant_value(attrs: list[onnx.AttributeProto]) -> torch.Tensor:
 JIT_AFTER = 20
 
 
-def _scripted(cg: CompiledGraph) -> Callable[..., list[Any]] | None:
-    """``cg``'s TorchScript form behind a guard, or None when TorchScript refuses it."""
-    source, constants = cg.script
+def _script(source: str) -> Callable[..., list[Any]] | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fn = torch.jit.CompilationUnit(HELPER_SOURCE + "\n" + source).run
+            return torch.jit.CompilationUnit(HELPER_SOURCE + "\n" + source).run
     except Exception:
-        cg.script = None
         return None
+
+
+def _scripted(
+    cg: CompiledGraph, inputs: Sequence[Any] | None = None
+) -> Callable[..., list[Any]] | None:
+    """``cg``'s TorchScript form behind a guard, or None when TorchScript refuses it.
+
+    Given the ``inputs`` of a run, the steps that may write into a dying input do so
+    (inplace.py) for feeds of those inputs' shapes, strides and dtypes; other feeds run
+    the plain form, compiled at the first such run."""
+    source, constants = cg.script
+    sig = signature(inputs) if inputs is not None else None
+    meta = probe(cg, cg.forms, inputs) if sig is not None else None
+    fn, fast_constants, fast_source = None, constants, None
+    if meta is not None:
+        # in-place steps first: their forms have no run-time checks either
+        forms = {**plan_fixed(cg, cg.forms, meta), **plan_inplace(cg, cg.forms, meta, inputs)}
+        res = script_source(cg.steps, cg.template, cg.input_slots, cg.output_slots, cg.forms, forms)
+        if res is not None:
+            fn, fast_constants = _script(res[0]), res[1]
+            fast_source = res[0]
+    plain: list[Any] = [None]
+    if fn is None:
+        sig, fast_constants, fast_source = None, constants, None
+        plain[0] = fn = _script(source)
+        if fn is None:
+            cg.script = None
+            return None
     n = len(cg.input_slots)
 
     def run_scripted(inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
@@ -270,11 +299,18 @@ def _scripted(cg: CompiledGraph) -> Callable[..., list[Any]] | None:
             and not torch._C._jit_can_fuse_on_cpu()
         ):
             try:
-                return fn(*inputs, *constants)
+                if sig is None or signature(inputs) == sig:
+                    return fn(*inputs, *fast_constants)
+                if plain[0] is None:
+                    plain[0] = _script(source)
+                if plain[0] is not None:
+                    return plain[0](*inputs, *constants)
             except Exception:
                 pass
         # anything unusual: the inline code, for this run and the next ones
         cg.fast = cg.inline
         return cg.inline(inputs, outer)
 
+    # what runs for the probe's signature (None: the plain form for every signature)
+    run_scripted.signature_source = fast_source  # type: ignore[attr-defined]
     return run_scripted

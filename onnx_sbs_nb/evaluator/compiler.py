@@ -473,7 +473,7 @@ def _generate_tiers(cg: CompiledGraph, inline: list[tuple | None], jit: bool) ->
     """The generated code of a plan: kernels, inline forms, and TorchScript when allowed."""
     args = (cg.steps, cg.template, cg.input_slots, cg.outer_slots, cg.output_slots, cg._step_error)
     cg.slow = cg.fast = cg.inline = generate(*args)
-    cg.script, cg.runs = None, 0
+    cg.script, cg.forms, cg.runs = None, inline, 0
     if any(inline):
         cg.fast = cg.inline = generate(*args, inline=inline, on_fallback=cg._fall_back)
         dev = cg.device

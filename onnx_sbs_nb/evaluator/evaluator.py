@@ -135,7 +135,10 @@ class TorchOnnxEvaluator:
     a plan has run ``compiled.JIT_AFTER`` (20) times, its generated code is compiled with
     TorchScript when every node has an inline form: the same aten calls without a Python
     frame per node (about a third less time on small models), after a one-time cost of
-    tens of milliseconds. ``jit=False`` keeps the Python code.
+    tens of milliseconds. For feeds of the shapes, strides and dtypes of the run that
+    compiled it, that code writes values that die at a step into their own memory and
+    drops the checks the run settled (``inplace.py``, ``fixed.py``; the same kernels, so
+    the same bits). ``jit=False`` keeps the Python code.
     """
 
     def __init__(

@@ -115,6 +115,7 @@ def _call(fn: str, n: int | None = None) -> Builder:
             return None
         return f"{fn}({', '.join(args)})"
 
+    build.torch_fn = fn  # type: ignore[attr-defined]  # read by inplace.py
     return build
 
 

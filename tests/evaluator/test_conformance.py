@@ -286,23 +286,26 @@ def test_torchscript_forms_give_the_kernels_results(cases):
     code, its results are bit for bit the kernels'."""
     from onnx_sbs_nb.evaluator.compiled import _scripted
 
-    differ, scripted = [], 0
+    differ, scripted, for_signature = [], 0, 0
     for tc, _, feeds in _passing_deterministic(cases):
-        plan = next(iter(TorchOnnxEvaluator(tc.model)._plans.values()))
-        if plan.script is None:
-            continue
-        run = _scripted(plan)
-        assert run is not None, f"TorchScript refused the code of {tc.name}"
-        args = [feeds.get(n) for n in plan.input_names]
-        with torch.inference_mode():
-            for _ in range(3):  # TorchScript profiles two runs, then optimises
-                got = run(args)
-            if plan.fast is plan.inline or plan.fast is plan.slow:
-                continue  # a case left to the kernels (wide unsigned types)
-            scripted += 1
-            if not all(map(_same, plan.slow(args, ()), got)):
-                differ.append(tc.name)
-    assert scripted > 150, scripted
+        # the plain code, then the code for the feeds' signature (no run-time checks)
+        for probed in (False, True):
+            plan = next(iter(TorchOnnxEvaluator(tc.model)._plans.values()))
+            if plan.script is None:
+                break
+            args = [feeds.get(n) for n in plan.input_names]
+            run = _scripted(plan, args if probed else None)
+            assert run is not None, f"TorchScript refused the code of {tc.name}"
+            with torch.inference_mode():
+                for _ in range(3):  # TorchScript profiles two runs, then optimises
+                    got = run(args)
+                if plan.fast is plan.inline or plan.fast is plan.slow:
+                    break  # a case left to the kernels (wide unsigned types)
+                scripted += not probed
+                for_signature += run.signature_source is not None
+                if not all(map(_same, plan.slow(args, ()), got)):
+                    differ.append(f"{tc.name} ({'for its signature' if probed else 'plain'})")
+    assert scripted > 150 and for_signature > 150, (scripted, for_signature)
     assert not differ, f"TorchScript differs from the kernels for {differ}"
 
 

@@ -195,12 +195,22 @@ def test_static_llama_moves_to_torchscript():
     plan = next(iter(ev._plans.values()))
     assert plan.script is not None
     feeds = dict(zip(ev.input_names, args))
+    before = [a.clone() for a in args]
     with torch.inference_mode():
         (by_kernels,) = plan.slow(list(args), ())
     for _ in range(JIT_AFTER + 3):
         (got,) = ev.run(None, feeds)
     assert plan.fast.__name__ == "run_scripted"
     assert torch.equal(got, by_kernels)
+    # for these feeds' signature the TorchScript code writes dying values in place, the
+    # softmax's NaN guard is one nan_to_num
+    source = plan.fast.signature_source
+    assert ".add_(" in source and ".mul_(" in source, source
+    assert ".nan_to_num_(" in source and ".sqrt_()" in source, source
+    for _ in range(3):  # the in-place code, run again: same bits, feeds untouched
+        (again,) = ev.run(None, feeds)
+        assert torch.equal(again, by_kernels)
+    assert all(torch.equal(a, b) for a, b in zip(args, before))
     with torch.no_grad():
         torch.testing.assert_close(got, model(*args), atol=1e-4, rtol=1e-4)
     assert TorchOnnxEvaluator(onx, jit=False)._plans[tuple(ev.output_names)].script is None
