@@ -35,6 +35,7 @@ from ...records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
+    WEIGHT_UNEXPLAINED_NOTE,
     Record,
 )
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
@@ -287,6 +288,8 @@ class Summary:
             lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
         if t.get("quantization_lossy_outputs"):
             lines.append(f"accuracy: {printable(lossy_outputs_text(t))}")
+        if t.get("weights_unexplained"):
+            lines.append(f"weights: {printable(unexplained_weights_text(t))}")
         if self.nonfinite_inputs:
             names = ", ".join(printable(n) for n in self.nonfinite_inputs)
             lines.append(
@@ -417,6 +420,8 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+        if rec.status == STATUS_WEIGHT_DIFFERS and WEIGHT_UNEXPLAINED_NOTE in (rec.comment or ""):
+            t.setdefault("weights_unexplained", {})[label(rec)] = rec.err_abs
         if rec.status == STATUS_CHECK_ERROR:
             t["check_errors"] = t.get("check_errors", 0) + 1
             if s.check_error is None:
@@ -565,6 +570,20 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
         f"SQNR on torch's inputs is above what the bit width allows for; {fall} "
         "under it in total SQNR, amplifying the quantization noise of their inputs (a loss "
         "of accuracy of the quantized model); no fault"
+    )
+
+
+def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
+    """The weights that differ from their torch parameters while their consumers agree,
+    with nothing run to say why (no own errors)."""
+    found = t["weights_unexplained"]
+    named = ", ".join(f"{k} ({fmt(v)})" for k, v in list(found.items())[:most])
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    differ = "differs" if len(found) == 1 else "differ"
+    return (
+        f"{named}{more} {differ} from the torch parameter while the consumer agrees on "
+        "these inputs: a fold the consumer makes up for, or rows these inputs do not read "
+        "(a fault other inputs meet); own_error=True tells which"
     )
 
 

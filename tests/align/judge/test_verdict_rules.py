@@ -84,11 +84,26 @@ def _consumer(passed: bool, err: float, rtol: float = 1e-3) -> Record:
 
 
 def test_weight_whose_consumer_agrees_is_the_exporters_change():
+    # the consumer agrees given this weight and disagrees given torch's: a fold it makes up for
     w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
-    asked = []
-    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: asked.append(1))
-    assert w.status == STATUS_WEIGHT_DIFFERS and not asked  # no probe needed
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: False)
+    assert w.status == STATUS_WEIGHT_DIFFERS and "makes up for it" in w.comment
     assert w.decided_by == "weight_blame"
+
+
+def test_weight_whose_consumer_agrees_either_way_is_not_read():
+    # agreeing given torch's parameter too: what differs is not read by these inputs
+    w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    where = lambda: " in rows 2-3 of 4"  # noqa: E731
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: True, differs_where=where)
+    assert w.status == STATUS_FAIL and "rows 2-3 of 4" in w.comment
+    assert "do not read what differs" in w.comment
+
+
+def test_weight_whose_consumer_agrees_untried_says_it_does_not_know():
+    w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: None)
+    assert w.status == STATUS_WEIGHT_DIFFERS and "own_error=True tells which" in w.comment
 
 
 def test_weight_blamed_only_when_the_torch_parameter_fixes_its_consumer():
