@@ -281,7 +281,11 @@ class Summary:
             where = f" ({printable(where)})" if where else ""
             lines.append(f"first failure: {_printable_label(self.first_failure)}{where}")
         if t.get("drifted", 0):
-            lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
+            carried = t.get("inherited", 0) - t["drifted"]
+            lines.append(f"drift: {drift_text(t['drifted'], self.verdict, carried)}")
+        elif self.verdict == "fail" and t.get("failed") and not t.get("reran"):
+            if not t.get("failed_outputs") and t["by_kind"].get(KIND_OUTPUT):
+                lines.append(f"outputs: {inner_failures_text(t['by_kind'][KIND_OUTPUT])}")
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):
@@ -405,6 +409,8 @@ class Summarizer:
             t["passed"] += 1
         if is_failed:
             t["failed"] += 1
+            if rec.kind == KIND_OUTPUT:
+                t["failed_outputs"] = t.get("failed_outputs", 0) + 1
             if rec.inherits:
                 t["inherited"] += 1
             if rec.drifted:
@@ -570,6 +576,15 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
         f"SQNR on torch's inputs is above what the bit width allows for; {fall} "
         "under it in total SQNR, amplifying the quantization noise of their inputs (a loss "
         "of accuracy of the quantized model); no fault"
+    )
+
+
+def inner_failures_text(outputs: int) -> str:
+    """A failing run whose every graph output agrees, with no own error measured."""
+    every = "the graph output agrees" if outputs == 1 else f"all {outputs} graph outputs agree"
+    return (
+        f"{every} with torch; the values beyond tolerance are inside the graph: rounding "
+        "that long sums amplify, or an error masked further on; own_error=True tells which"
     )
 
 

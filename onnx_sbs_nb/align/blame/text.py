@@ -89,13 +89,16 @@ def failing_text(failed: int, inherited: int) -> str:
     return f"{failed} failing, of which {inherited} only inherit their error"
 
 
-def drift_text(drifted: int, verdict: str) -> str:
-    """What drifted values mean for the verdict, in a sentence."""
+def drift_text(drifted: int, verdict: str, outputs: int = 0) -> str:
+    """What drifted values mean for the verdict, in a sentence (``outputs``: the graph
+    outputs that carry an error too, counted among those that only inherit it)."""
     values = "1 value is" if drifted == 1 else f"{drifted} values are"
     why = (
         f"{values} beyond tolerance while each node, rerun on the torch values of its "
         "inputs, agrees with torch: the difference is carried from upstream"
     )
+    if outputs:
+        why += f", and on to {'1 graph output' if outputs == 1 else f'{outputs} graph outputs'}"
     if verdict == "pass":
         return f"{why} (rounding the graph amplifies), and the outputs agree"
     return why

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 import json
 import math
 import subprocess
@@ -341,3 +343,33 @@ def test_a_culprit_in_a_lowering_of_several_nodes_names_the_lowering_not_its_las
     label = c.label()
     assert "made by its lowering" in label and f"{len(c.onnx_nodes)} ONNX nodes" in label
     assert f"ONNX node {c.onnx_node}" not in label
+
+
+class _Masked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return (self.fc(x) > 0).to(torch.float32)
+
+
+def test_failures_inside_a_graph_whose_outputs_agree_are_said_so():
+    """Without own errors, values failing inside while every output agrees: rounding drift
+    or an error masked further on, the run cannot say which (and says how to tell)."""
+    import copy
+
+    from onnx import numpy_helper
+
+    from onnx_sbs_nb import run_aligned
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    ep = torch.export.export(_Masked().eval(), (x,))
+    model = copy.deepcopy(torch.onnx.export(ep, (x,), dynamo=True).model_proto)
+    for init in model.graph.initializer:  # every weight x1.5: no sign changes
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.5, init.name))
+    text = summarize(list(run_aligned(ep, model, (x,)))).to_text()
+    assert "verdict: FAIL" in text
+    assert "outputs: the graph output agrees with torch" in text, text
+    assert "own_error=True tells which" in text

@@ -35,7 +35,9 @@ def unread_rows():
     ids = torch.randint(0, 50, (1, 6))
     dyn = ({1: torch.export.Dim("seq", min=2, max=64)},)
     ep = torch.export.export(m, (ids,), dynamic_shapes=dyn)
-    model = copy.deepcopy(torch.onnx.export(ep, (ids,), dynamic_shapes=dyn, dynamo=True).model_proto)
+    model = copy.deepcopy(
+        torch.onnx.export(ep, (ids,), dynamic_shapes=dyn, dynamo=True).model_proto
+    )
     for init in model.graph.initializer:
         if "wpe" in init.name:
             a = numpy_helper.to_array(init).copy()
