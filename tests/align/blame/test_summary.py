@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import torch
-
 import json
 import math
 import subprocess
 import sys
+
+import torch
 
 from onnx_sbs_nb.align.blame.context import BlameContext, failed
 from onnx_sbs_nb.align.blame.rules import RECORD_RULES
