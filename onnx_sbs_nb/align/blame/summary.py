@@ -38,6 +38,7 @@ from ...records import (
     WEIGHT_UNEXPLAINED_NOTE,
     Record,
 )
+from ..judge.conditioning import ILL_CONDITIONED_NOTE
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
 from .coverage import Coverage, CoverageCount
 from .culprit import Culprit
@@ -48,11 +49,13 @@ from .text import (
     failing_text,
     float_or_none,
     fmt,
+    inner_failures_text,
     json_float,
     label,
     on_input_text,
     printable,
     suspect_name,
+    unexplained_weights_text,
 )
 
 TOP_SUSPECTS = 10
@@ -143,6 +146,8 @@ class Summary:
             return self.completion.state
         t = self.totals
         failed = t.get("failed", 0) - t.get("drifted", 0)
+        if failed > 0 and _only_rounding(t):
+            failed = 0  # every failure carries rounding torch's own value shares
         if failed > 0 or t.get("own_failed", 0):
             return "fail"
         # values the model could not compute were compared with nothing, pairs the user's
@@ -438,6 +443,8 @@ class Summarizer:
             _count_quantization_noise(t, rec)
         elif lost:
             t["precision_loss"] = t.get("precision_loss", 0) + 1
+            if ILL_CONDITIONED_NOTE in (rec.comment or ""):
+                t["ill_conditioned"] = t.get("ill_conditioned", 0) + 1
             if len(s.precision_losses) < QUIET_KEPT:
                 s.precision_losses.append(rec)
         if rec.status == STATUS_UNPAIRED_EP:
@@ -579,29 +586,6 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
     )
 
 
-def inner_failures_text(outputs: int) -> str:
-    """A failing run whose every graph output agrees, with no own error measured."""
-    every = "the graph output agrees" if outputs == 1 else f"all {outputs} graph outputs agree"
-    return (
-        f"{every} with torch; the values beyond tolerance are inside the graph: rounding "
-        "that long sums amplify, or an error masked further on; own_error=True tells which"
-    )
-
-
-def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
-    """The weights that differ from their torch parameters while their consumers agree,
-    with nothing run to say why (no own errors)."""
-    found = t["weights_unexplained"]
-    named = ", ".join(f"{k} ({fmt(v)})" for k, v in list(found.items())[:most])
-    more = f" and {len(found) - most} more" if len(found) > most else ""
-    differ = "differs" if len(found) == 1 else "differ"
-    return (
-        f"{named}{more} {differ} from the torch parameter while the consumer agrees on "
-        "these inputs: a fold the consumer makes up for, or rows these inputs do not read "
-        "(a fault other inputs meet); own_error=True tells which"
-    )
-
-
 def lossy_outputs_text(t: dict[str, Any]) -> str:
     """The graph outputs a faithful quantization leaves under its bit width's floor."""
     outs = ", ".join(f"{k} at {v:.1f} dB" for k, v in t["quantization_lossy_outputs"].items())
@@ -609,6 +593,19 @@ def lossy_outputs_text(t: dict[str, Any]) -> str:
         f"the quantization costs the outputs accuracy ({outs}, under what the bit width "
         "allows for): faithful to the float program node by node, but lossy on these inputs; "
         "advise_quantization ranks the nodes to keep in float"
+    )
+
+
+def _only_rounding(t: dict[str, Any]) -> bool:
+    """Whether every failure of a run only carries ill-conditioned rounding: each loss is
+    one (``judge/conditioning.py``: torch's own value is as far from the exact result),
+    each failing value inherits its error, none fails its own rerun."""
+    ill = t.get("ill_conditioned", 0)
+    return (
+        ill > 0
+        and ill == t.get("precision_loss", 0)
+        and not t.get("own_failed", 0)
+        and t.get("failed", 0) == t.get("inherited", 0)
     )
 
 
@@ -625,6 +622,14 @@ def precision_loss_text(summary: Summary, most: int = 4) -> str:
     t = summary.totals
     own = t.get("reran", 0) > t.get("precision_loss", 0)  # reruns besides the rule's
     dtype = dtype_of(losses[0]) if losses else "its dtype"
+    if t.get("ill_conditioned", 0) == count:
+        return (
+            f"{nodes} precision in {dtype}: {named}{more}; ill-conditioned on these inputs "
+            f"({dtype} rounding alone moves their exact result beyond tolerance, and torch's "
+            "value is as far from it): no fault of the export, and none smaller than the "
+            "rounding can be told apart"
+            + ("; the values after them that fail carry it" if t.get("failed", 0) else "")
+        )
     text = (
         f"{nodes} precision in {dtype}: {named}{more}; their inputs' rounding, which the op "
         "amplifies, is the whole error (computed exactly they agree): no fault of the "

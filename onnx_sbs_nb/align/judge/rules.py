@@ -20,6 +20,7 @@ from ...compare.value_facts import value_dtype_name
 from ...records import STATUS_FAIL, STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
+from .conditioning import IllConditioned
 from .context import (
     STAGE_AFTER,
     STAGE_COMPARED,
@@ -171,6 +172,7 @@ RULES: tuple[Rule, ...] = (
     Tolerance(),
     LinearCheck(),
     PrecisionLoss(),
+    IllConditioned(),  # after it: a low-precision node's loss is precision_loss's
     QuantizationStep(),  # before the noise: a weight beyond its step is no noise
     QuantizationNoise(),
     Saturation(),
