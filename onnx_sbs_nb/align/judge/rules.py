@@ -40,7 +40,7 @@ from .precision_loss import PrecisionLoss
 from .quantization_noise import QuantizationNoise
 from .quantization_step import QuantizationStep
 from .saturation import Saturation
-from .shapes import UnprovenPair, WrongShapeLowering
+from .shapes import PermutedPair, UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
 from .transforms import PairNotes
@@ -168,6 +168,7 @@ RULES: tuple[Rule, ...] = (
     InheritedPrecision(),
     WrongShapeLowering(),
     UnprovenPair(),
+    PermutedPair(),
     TopKTies(),
     Tolerance(),
     LinearCheck(),
