@@ -20,6 +20,7 @@ from typing import Any
 from ...completion import STOPPED, STOPPED_BEFORE_END, Completion
 from ...files import json_safe
 from ...records import (
+    ILL_CONDITIONED_NOTE,
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
@@ -38,7 +39,6 @@ from ...records import (
     WEIGHT_UNEXPLAINED_NOTE,
     Record,
 )
-from ..judge.conditioning import ILL_CONDITIONED_NOTE
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
 from .coverage import Coverage, CoverageCount
 from .culprit import Culprit

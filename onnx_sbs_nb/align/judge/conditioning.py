@@ -34,13 +34,12 @@ import torch
 from ...compare.tolerances import default_tolerance
 from ...compare.value_facts import value_dtype_name
 from ...convert import to_torch
-from ...records import STATUS_FAIL, STATUS_PRECISION_LOSS, Record
+from ...records import ILL_CONDITIONED_NOTE, STATUS_FAIL, STATUS_PRECISION_LOSS, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .context import STAGE_AFTER, RuleContext
 from .judging import as_expected
 
-ILL_CONDITIONED_NOTE = "ill-conditioned on these inputs"
 _NOTE = (
     ILL_CONDITIONED_NOTE + ": {dtype} rounding alone moves the exact result of {op} by up "
     "to {band} here (computed in float64 on torch's inputs); torch's value is {t_err} from "
