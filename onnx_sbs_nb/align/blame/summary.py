@@ -258,7 +258,8 @@ class Summary:
         if c is not None and c.finished and c.nodes:
             counts = f"{c.nodes}, {counts}"
         elif c is not None and not c.finished:
-            head += f" at {c.nodes}" if c.nodes else ""
+            # over many inputs, the nodes are those of the input cut short: the inputs say it
+            head += f" at {c.nodes}" if c.nodes and not t.get("inputs") else ""
             # a plain stop says no more than STOPPED; "after 5 of 9 inputs" does
             if c.reason and (c.state != STOPPED or c.reason != STOPPED_BEFORE_END):
                 head += f" ({printable(c.reason)})"
@@ -287,7 +288,8 @@ class Summary:
             lines.append(f"first failure: {_printable_label(self.first_failure)}{where}")
         if t.get("drifted", 0):
             carried = t.get("inherited", 0) - t["drifted"]
-            lines.append(f"drift: {drift_text(t['drifted'], self.verdict, carried)}")
+            drift = drift_text(t["drifted"], self.verdict, carried, self.coverage.reference_onnx)
+            lines.append(f"drift: {drift}")
         elif self.verdict == "fail" and t.get("failed") and not t.get("reran"):
             if not t.get("failed_outputs") and t["by_kind"].get(KIND_OUTPUT):
                 lines.append(f"outputs: {inner_failures_text(t['by_kind'][KIND_OUTPUT])}")

@@ -90,13 +90,16 @@ def failing_text(failed: int, inherited: int) -> str:
     return f"{failed} failing, of which {inherited} only inherit their error"
 
 
-def drift_text(drifted: int, verdict: str, outputs: int = 0) -> str:
+def drift_text(drifted: int, verdict: str, outputs: int = 0, onnx_reference: bool = False) -> str:
     """What drifted values mean for the verdict, in a sentence (``outputs``: the graph
-    outputs that carry an error too, counted among those that only inherit it)."""
+    outputs that carry an error too, counted among those that only inherit it;
+    ``onnx_reference``: the reference is an ONNX model, not torch)."""
     values = "1 value is" if drifted == 1 else f"{drifted} values are"
+    ref = "the reference model" if onnx_reference else "torch"
+    ref_values = "the reference model's values" if onnx_reference else "the torch values"
     why = (
-        f"{values} beyond tolerance while each node, rerun on the torch values of its "
-        "inputs, agrees with torch: the difference is carried from upstream"
+        f"{values} beyond tolerance while each node, rerun on {ref_values} of its "
+        f"inputs, agrees with {ref}: the difference is carried from upstream"
     )
     if outputs:
         why += f", and on to {'1 graph output' if outputs == 1 else f'{outputs} graph outputs'}"

@@ -32,7 +32,7 @@ from .context import (
     RuleContext,
     first_verdict,
 )
-from .failed import NodeFailed, ReferenceFailed, UpstreamFailure
+from .failed import NodeFailed, ReferenceFailed, RunnerCannot, UpstreamFailure
 from .judging import comparable, fill_first_comparison
 from .linear import LinearCheck
 from .precision import InheritedPrecision
@@ -159,6 +159,7 @@ RULES: tuple[Rule, ...] = (
     PairNotes(),
     ReferenceFailed(),
     UpstreamFailure(),
+    RunnerCannot(),
     NodeFailed(),
     FixedOnExampleInputs(),
     NotTensors(),

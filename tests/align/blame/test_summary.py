@@ -373,3 +373,27 @@ def test_failures_inside_a_graph_whose_outputs_agree_are_said_so():
     assert "verdict: FAIL" in text
     assert "outputs: the graph output agrees with torch" in text, text
     assert "own_error=True tells which" in text
+
+
+def test_drift_between_two_onnx_models_speaks_of_the_reference_model():
+    """onnx-sbs diff has no torch in it: its drift line names the reference model, and
+    counts the output the error reaches (trial 3, findings 03 and 08)."""
+    import copy
+
+    from onnx_sbs_nb import run_aligned_onnx
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh()
+    ).eval()
+    x = torch.randn(4, 16)
+    a = torch.onnx.export(torch.export.export(m, (x,)), (x,), dynamo=True).model_proto
+    b = copy.deepcopy(a)
+    for n in b.graph.node:
+        if n.op_type == "Relu":
+            n.op_type = "Sigmoid"
+    text = summarize(list(run_aligned_onnx(a, b, (x.numpy(),), own_error=True))).to_text()
+    assert "drift:" in text, text
+    assert "torch" not in text.split("drift:")[1].splitlines()[0]
+    assert "agrees with the reference model" in text
+    assert "graph output" in text.split("drift:")[1].splitlines()[0]

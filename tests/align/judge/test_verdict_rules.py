@@ -195,3 +195,33 @@ def test_a_rule_called_alone_decides_and_first_verdict_names_it():
     rec = Record()
     assert ReferenceFailed().applies(PAIR, ctx) and ReferenceFailed().judge(rec, None, None, ctx)
     assert rec.status == "error" and "boom" in rec.error
+
+
+def test_a_node_the_runner_cannot_run_is_not_computed_not_blamed():
+    """The ONNX reference evaluator has no com.microsoft kernels: a fused model under it
+    is incomplete (exit 3), not a FAIL naming the fused node (trial 3, finding 07)."""
+    import onnx
+
+    from onnx_sbs_nb import run_aligned, summarize
+
+    class Act(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.fc(x)) * 2.0
+
+    x = torch.randn(2, 8)
+    ep = torch.export.export(Act().eval(), (x,))
+    model = torch.onnx.export(ep, (x,), dynamo=True).model_proto
+    gelu = next(n for n in model.graph.node if n.op_type == "Gelu")
+    gelu.domain = "com.microsoft"
+    for a in list(gelu.attribute):
+        gelu.attribute.remove(a)
+    model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    records = list(run_aligned(ep, model, (x,), runner="reference"))
+    s = summarize(records)
+    assert s.verdict == "incomplete" and s.culprit is None, s.to_text()
+    limit = [r for r in records if "no implementation of this node" in (r.comment or "")]
+    assert limit and limit[0].onnx_op_type == "Gelu"
