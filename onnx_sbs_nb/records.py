@@ -63,6 +63,12 @@ NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
 # the comment of a node computing at once fx nodes whose weights the exporter folded into
 # its own (a Conv and its BatchNorm): read back by the summary's why
 FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
+# the comment of a weight that differs while its consumer agrees, with no own-error rerun
+# to tell a fold from rows these inputs do not read: the summary names it
+WEIGHT_UNEXPLAINED_NOTE = "own_error=True tells which"
+# the comment of a precision loss that is float32's own rounding of an ill-conditioned
+# computation (judge/conditioning.py): torch's value is as far from the exact result
+ILL_CONDITIONED_NOTE = "ill-conditioned on these inputs"
 # the comment of a record failed by the user's verdict policy or compare function, not by
 # atol/rtol: the culprit's why names what failed it
 JUDGED_BY_NOTE = "failed by "

@@ -256,6 +256,8 @@ def _logits_and_cache(out: Any) -> tuple[torch.Tensor, Any]:
         tensors = [o for o in out if isinstance(o, torch.Tensor)]
         others = [o for o in out if not isinstance(o, torch.Tensor)]
         logits, cache = (tensors[0] if tensors else None), (others[0] if others else None)
+        if cache is None and len(tensors) > 1:
+            cache = tuple(tensors[1:])  # a cache of plain tensors (past keys, values)
     else:
         logits, cache = out, None
     if not isinstance(logits, torch.Tensor) or logits.dim() < 2:
@@ -290,14 +292,62 @@ def next_step_inputs(kwargs: dict[str, Any], tokens: torch.Tensor, cache: Any) -
     if mask is not None and isinstance(kwargs[mask], torch.Tensor) and kwargs[mask].dim() == 2:
         m = kwargs[mask]
         nxt[mask] = torch.cat([m, torch.ones(m.shape[0], 1, dtype=m.dtype)], dim=1)
+    key = _cache_key(kwargs)
+    fed = {} if key is not None else _tensor_cache_inputs(kwargs, cache, ids)
+    if key is None and not fed:
+        # no cache: the next step reads the whole sequence again
+        nxt[ids] = torch.cat([kwargs[ids], nxt[ids]], dim=-1)
     if isinstance(kwargs.get("position_ids"), torch.Tensor):
-        nxt["position_ids"] = kwargs["position_ids"][..., -1:] + 1
+        pos = kwargs["position_ids"]
+        nxt["position_ids"] = (
+            pos[..., -1:] + 1 if key or fed else torch.cat([pos, pos[..., -1:] + 1], -1)
+        )
     if isinstance(kwargs.get("cache_position"), torch.Tensor):
         nxt["cache_position"] = kwargs["cache_position"][-1:] + 1
-    key = _cache_key(kwargs)
     if key is not None and cache is not None:
         nxt[key] = cache
+    nxt.update(fed)
     return nxt
+
+
+_NOT_CACHE = (*_IDS, *_MASKS, "position_ids", "cache_position", "token_type_ids")
+
+
+def _tensor_cache_inputs(kwargs: dict[str, Any], cache: Any, ids: str) -> dict[str, Any]:
+    """A cache of plain tensors fed back: each tensor input (past keys, past values) gets
+    the first unused output after the logits shaped like it but for one dimension grown by
+    the tokens this step read (the concatenated cache), in order.  {} when the program
+    returns no such output; an input named as a cache with no output to feed it is an
+    error: decoding on would rerun the first cache at every step."""
+    outs = list(cache) if isinstance(cache, tuple) else []
+    if not all(isinstance(o, torch.Tensor) for o in outs):
+        return {}
+    grown = int(kwargs[ids].shape[-1])
+    fed: dict[str, Any] = {}
+    used: set[int] = set()
+    for name, value in kwargs.items():
+        if name in _NOT_CACHE or not isinstance(value, torch.Tensor):
+            continue
+        j = next((j for j, o in enumerate(outs) if j not in used and _grows(value, o, grown)), None)
+        if j is not None:
+            used.add(j)
+            fed[name] = outs[j]
+        elif "past" in name.lower() or "cache" in name.lower():
+            raise SbsInputError(
+                f"generation parity cannot tell which output is the next {name!r}: none of "
+                f"the {len(outs)} outputs after the logits is shaped like it with one "
+                f"dimension {grown} longer; pass next_inputs=fn(kwargs, tokens, cache) "
+                "(cache: the outputs after the logits, in order)"
+            )
+    return fed
+
+
+def _grows(past: torch.Tensor, out: torch.Tensor, grown: int) -> bool:
+    """Whether ``out`` is ``past`` with one dimension ``grown`` longer (same dtype)."""
+    if past.dtype != out.dtype or past.dim() != out.dim():
+        return False
+    diff = [b - a for a, b in zip(past.shape, out.shape)]
+    return sorted(diff)[-1:] == [grown] and diff.count(0) == len(diff) - 1
 
 
 def _out_spec(program: Any, t_out: Any, model: onnx.ModelProto) -> Any:

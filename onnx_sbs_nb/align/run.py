@@ -349,6 +349,26 @@ def _reset_names_in_program_words(
 _LINKING = linking_rules()
 
 
+def _unmatched_input(inp: onnx.ValueInfoProto, bound: Any) -> str:
+    """Why ONNX input ``inp`` pairs with no input of the program, in words: the shapes
+    when the program has an input of that name (a model exported for other shapes)."""
+    value = bound.values.get(inp.name) if inp.name in bound.user_inputs else None
+    if isinstance(value, torch.Tensor):
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in inp.type.tensor_type.shape.dim
+        ]
+        return (
+            f"ONNX input {inp.name!r} has shape {dims}, the program's {inp.name!r} "
+            f"{list(value.shape)}: the ONNX model was exported for other shapes (or from "
+            "another model); export it from this program, with the same inputs"
+        )
+    return (
+        f"ONNX input {inp.name!r} matches no input of the program (program inputs: "
+        f"{bound.user_inputs}): the model and the program take different inputs"
+    )
+
+
 def _check_pairing(
     pairing: Pairing, model: onnx.ModelProto, bound: Any, program: Any = None
 ) -> None:
@@ -375,10 +395,7 @@ def _check_pairing(
             continue
         pair = pairing.by_onnx.get(inp.name)
         if pair is None:
-            raise SbsInputError(
-                f"ONNX input {inp.name!r} matches no input of the program (program inputs: "
-                f"{bound.user_inputs}): the model and the program take different inputs"
-            )
+            raise SbsInputError(_unmatched_input(inp, bound))
         value = bound.values.get(pair.fx_name)
         tt = inp.type.tensor_type
         if isinstance(value, torch.Tensor) and tt.elem_type:

@@ -20,6 +20,7 @@ from typing import Any
 from ...completion import STOPPED, STOPPED_BEFORE_END, Completion
 from ...files import json_safe
 from ...records import (
+    ILL_CONDITIONED_NOTE,
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
@@ -35,6 +36,7 @@ from ...records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
+    WEIGHT_UNEXPLAINED_NOTE,
     Record,
 )
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
@@ -47,11 +49,13 @@ from .text import (
     failing_text,
     float_or_none,
     fmt,
+    inner_failures_text,
     json_float,
     label,
     on_input_text,
     printable,
     suspect_name,
+    unexplained_weights_text,
 )
 
 TOP_SUSPECTS = 10
@@ -142,6 +146,8 @@ class Summary:
             return self.completion.state
         t = self.totals
         failed = t.get("failed", 0) - t.get("drifted", 0)
+        if failed > 0 and _only_rounding(t):
+            failed = 0  # every failure carries rounding torch's own value shares
         if failed > 0 or t.get("own_failed", 0):
             return "fail"
         # values the model could not compute were compared with nothing, pairs the user's
@@ -252,7 +258,8 @@ class Summary:
         if c is not None and c.finished and c.nodes:
             counts = f"{c.nodes}, {counts}"
         elif c is not None and not c.finished:
-            head += f" at {c.nodes}" if c.nodes else ""
+            # over many inputs, the nodes are those of the input cut short: the inputs say it
+            head += f" at {c.nodes}" if c.nodes and not t.get("inputs") else ""
             # a plain stop says no more than STOPPED; "after 5 of 9 inputs" does
             if c.reason and (c.state != STOPPED or c.reason != STOPPED_BEFORE_END):
                 head += f" ({printable(c.reason)})"
@@ -280,13 +287,20 @@ class Summary:
             where = f" ({printable(where)})" if where else ""
             lines.append(f"first failure: {_printable_label(self.first_failure)}{where}")
         if t.get("drifted", 0):
-            lines.append(f"drift: {drift_text(t['drifted'], self.verdict)}")
+            carried = t.get("inherited", 0) - t["drifted"]
+            drift = drift_text(t["drifted"], self.verdict, carried, self.coverage.reference_onnx)
+            lines.append(f"drift: {drift}")
+        elif self.verdict == "fail" and t.get("failed") and not t.get("reran"):
+            if not t.get("failed_outputs") and t["by_kind"].get(KIND_OUTPUT):
+                lines.append(f"outputs: {inner_failures_text(t['by_kind'][KIND_OUTPUT])}")
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):
             lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
         if t.get("quantization_lossy_outputs"):
             lines.append(f"accuracy: {printable(lossy_outputs_text(t))}")
+        if t.get("weights_unexplained"):
+            lines.append(f"weights: {printable(unexplained_weights_text(t))}")
         if self.nonfinite_inputs:
             names = ", ".join(printable(n) for n in self.nonfinite_inputs)
             lines.append(
@@ -402,6 +416,8 @@ class Summarizer:
             t["passed"] += 1
         if is_failed:
             t["failed"] += 1
+            if rec.kind == KIND_OUTPUT:
+                t["failed_outputs"] = t.get("failed_outputs", 0) + 1
             if rec.inherits:
                 t["inherited"] += 1
             if rec.drifted:
@@ -417,6 +433,8 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+        if rec.status == STATUS_WEIGHT_DIFFERS and WEIGHT_UNEXPLAINED_NOTE in (rec.comment or ""):
+            t.setdefault("weights_unexplained", {})[label(rec)] = rec.err_abs
         if rec.status == STATUS_CHECK_ERROR:
             t["check_errors"] = t.get("check_errors", 0) + 1
             if s.check_error is None:
@@ -427,6 +445,8 @@ class Summarizer:
             _count_quantization_noise(t, rec)
         elif lost:
             t["precision_loss"] = t.get("precision_loss", 0) + 1
+            if ILL_CONDITIONED_NOTE in (rec.comment or ""):
+                t["ill_conditioned"] = t.get("ill_conditioned", 0) + 1
             if len(s.precision_losses) < QUIET_KEPT:
                 s.precision_losses.append(rec)
         if rec.status == STATUS_UNPAIRED_EP:
@@ -578,6 +598,19 @@ def lossy_outputs_text(t: dict[str, Any]) -> str:
     )
 
 
+def _only_rounding(t: dict[str, Any]) -> bool:
+    """Whether every failure of a run only carries ill-conditioned rounding: each loss is
+    one (``judge/conditioning.py``: torch's own value is as far from the exact result),
+    each failing value inherits its error, none fails its own rerun."""
+    ill = t.get("ill_conditioned", 0)
+    return (
+        ill > 0
+        and ill == t.get("precision_loss", 0)
+        and not t.get("own_failed", 0)
+        and t.get("failed", 0) == t.get("inherited", 0)
+    )
+
+
 def precision_loss_text(summary: Summary, most: int = 4) -> str:
     """The precision losses of a run in a sentence: which nodes, by how much, and what
     that means for the values after them."""
@@ -591,6 +624,14 @@ def precision_loss_text(summary: Summary, most: int = 4) -> str:
     t = summary.totals
     own = t.get("reran", 0) > t.get("precision_loss", 0)  # reruns besides the rule's
     dtype = dtype_of(losses[0]) if losses else "its dtype"
+    if t.get("ill_conditioned", 0) == count:
+        return (
+            f"{nodes} precision in {dtype}: {named}{more}; ill-conditioned on these inputs "
+            f"({dtype} rounding alone moves their exact result beyond tolerance, and torch's "
+            "value is as far from it): no fault of the export, and none smaller than the "
+            "rounding can be told apart"
+            + ("; the values after them that fail carry it" if t.get("failed", 0) else "")
+        )
     text = (
         f"{nodes} precision in {dtype}: {named}{more}; their inputs' rounding, which the op "
         "amplifies, is the whole error (computed exactly they agree): no fault of the "

@@ -6,6 +6,7 @@ over records and numbers, so the culprit's why (``why.py``) and the summary
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ...records import Record
 
@@ -89,19 +90,50 @@ def failing_text(failed: int, inherited: int) -> str:
     return f"{failed} failing, of which {inherited} only inherit their error"
 
 
-def drift_text(drifted: int, verdict: str) -> str:
-    """What drifted values mean for the verdict, in a sentence."""
+def drift_text(drifted: int, verdict: str, outputs: int = 0, onnx_reference: bool = False) -> str:
+    """What drifted values mean for the verdict, in a sentence (``outputs``: the graph
+    outputs that carry an error too, counted among those that only inherit it;
+    ``onnx_reference``: the reference is an ONNX model, not torch)."""
     values = "1 value is" if drifted == 1 else f"{drifted} values are"
+    ref = "the reference model" if onnx_reference else "torch"
+    ref_values = "the reference model's values" if onnx_reference else "the torch values"
     why = (
-        f"{values} beyond tolerance while each node, rerun on the torch values of its "
-        "inputs, agrees with torch: the difference is carried from upstream"
+        f"{values} beyond tolerance while each node, rerun on {ref_values} of its "
+        f"inputs, agrees with {ref}: the difference is carried from upstream"
     )
+    if outputs:
+        why += f", and on to {'1 graph output' if outputs == 1 else f'{outputs} graph outputs'}"
     if verdict == "pass":
         return f"{why} (rounding the graph amplifies), and the outputs agree"
     return why
 
 
+def inner_failures_text(outputs: int) -> str:
+    """A failing run whose every graph output agrees, with no own error measured."""
+    every = "the graph output agrees" if outputs == 1 else f"all {outputs} graph outputs agree"
+    return (
+        f"{every} with torch; the values beyond tolerance are inside the graph: rounding "
+        "that long sums amplify, or an error masked further on; own_error=True tells which"
+    )
+
+
+def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
+    """The weights that differ from their torch parameters while their consumers agree,
+    with nothing run to say why (no own errors)."""
+    found = t["weights_unexplained"]
+    named = ", ".join(f"{k} ({fmt(v)})" for k, v in list(found.items())[:most])
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    differ = "differs" if len(found) == 1 else "differ"
+    return (
+        f"{named}{more} {differ} from the torch parameter while the consumer agrees on "
+        "these inputs: a fold the consumer makes up for, or rows these inputs do not read "
+        "(a fault other inputs meet); own_error=True tells which"
+    )
+
+
 __all__ = [
+    "inner_failures_text",
+    "unexplained_weights_text",
     "drift_text",
     "dtype_of",
     "failing_text",

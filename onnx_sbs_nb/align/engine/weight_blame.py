@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...compare.diff import compare
 from ...compare.value_facts import value_dtype_name
 from ...records import KIND_WEIGHT, Record
@@ -174,7 +176,25 @@ class WeightBlame:
             lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
             tuple(self._in_user_words(n) for n in folded),
             self._by_tolerance(want),
+            lambda: self._rows_that_differ(wrec),
         )
+
+    def _rows_that_differ(self, wrec: Record) -> str | None:
+        """Where weight ``wrec`` differs from its torch parameter, by rows of its first
+        axis (" in rows 12-63 of 64"): None when that cannot be said."""
+        pair = self.pairing.by_onnx.get(wrec.onnx_name)
+        try:
+            got = np.asarray(self.candidate.initializer(wrec.onnx_name), dtype=np.float64)
+            want = as_candidate(pair, self.reference.leaf_value(pair.fx_name))
+            want = np.asarray(want.detach().double().cpu() if hasattr(want, "detach") else want)
+        except Exception:  # no torch twin to read, or not numbers: nothing to say
+            return None
+        if got.shape != want.shape or got.ndim < 1 or not got.size:
+            return None
+        atol = wrec.atol if wrec.atol is not None else 0.0
+        rtol = wrec.rtol if wrec.rtol is not None else 0.0
+        off = ~np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        return describe_rows(np.flatnonzero(off.reshape(len(off), -1).any(axis=1)), len(off))
 
     def _in_user_words(self, fx_name: str) -> str:
         """An fx node as the user knows it: their node's name and its module."""
@@ -229,6 +249,21 @@ class WeightBlame:
         return None if d.error else bool(d.passed)
 
 
+def describe_rows(rows: np.ndarray, total: int, most: int = 3) -> str | None:
+    """Sorted row numbers in words: " in rows 12-63 of 64", " in 40 of 64 rows" when
+    they make more than ``most`` runs; None for none or all."""
+    if not len(rows) or len(rows) == total:
+        return None
+    breaks = np.flatnonzero(np.diff(rows) != 1)
+    starts = [int(rows[0])] + [int(rows[b + 1]) for b in breaks]
+    ends = [int(rows[b]) for b in breaks] + [int(rows[-1])]
+    if len(starts) > most:
+        return f" in {len(rows)} of {total} rows"
+    runs = [str(a) if a == b else f"{a}-{b}" for a, b in zip(starts, ends)]
+    word = "row" if len(rows) == 1 else "rows"
+    return f" in {word} {', '.join(runs)} of {total}"
+
+
 def _scalars(got: Any, want: Any) -> str | None:
     """A one-element constant's two values, in words ("-inf where torch has -1.8e+308"):
     what differs is then plain (a bound that overflowed its dtype, say)."""
@@ -242,4 +277,4 @@ def _scalars(got: Any, want: Any) -> str | None:
     return f"{g:.4g} where torch has {w:.4g}"
 
 
-__all__ = ["WeightBlame"]
+__all__ = ["WeightBlame", "describe_rows"]

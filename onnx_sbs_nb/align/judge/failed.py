@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...records import STATUS_ERROR, STATUS_NOT_COMPUTED, Record
+from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .context import STAGE_PAIR, RuleContext
 
@@ -43,6 +44,35 @@ class UpstreamFailure:
         return True
 
 
+# how the engine words a node whose runner raised NotImplementedError (the reference
+# evaluator's unknown op, the torch evaluator's missing kernel): the runner's limit
+_NOT_IMPLEMENTED = (": NotImplementedError: ", ": MissingKernelError: ")
+
+
+class RunnerCannot:
+    """The runner has no implementation of the candidate node (an ``onnxruntime``
+    contrib op under the ONNX reference evaluator): the tool's limit, not the model's
+    error, so the value is not computed (the run is incomplete) and nobody is blamed
+    (trial 3, finding 07)."""
+
+    name = "runner_cannot"
+    stage = STAGE_PAIR
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        return ctx.cand_error is not None and any(m in ctx.cand_error for m in _NOT_IMPLEMENTED)
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        record.error = ctx.cand_error
+        record.status = STATUS_NOT_COMPUTED
+        record.comment = _join(
+            record.comment,
+            "the runner has no implementation of this node (the tool's limit, not the "
+            "model's error): run it with another runner (--runner onnxruntime or torch)",
+        )
+        return True
+
+
 class NodeFailed:
     """The candidate node raised: its error."""
 
@@ -59,4 +89,4 @@ class NodeFailed:
         return True
 
 
-__all__ = ["NodeFailed", "ReferenceFailed", "UpstreamFailure"]
+__all__ = ["NodeFailed", "ReferenceFailed", "RunnerCannot", "UpstreamFailure"]

@@ -20,6 +20,7 @@ from ...compare.value_facts import value_dtype_name
 from ...records import STATUS_FAIL, STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
+from .conditioning import IllConditioned
 from .context import (
     STAGE_AFTER,
     STAGE_COMPARED,
@@ -31,7 +32,7 @@ from .context import (
     RuleContext,
     first_verdict,
 )
-from .failed import NodeFailed, ReferenceFailed, UpstreamFailure
+from .failed import NodeFailed, ReferenceFailed, RunnerCannot, UpstreamFailure
 from .judging import comparable, fill_first_comparison
 from .linear import LinearCheck
 from .precision import InheritedPrecision
@@ -39,7 +40,7 @@ from .precision_loss import PrecisionLoss
 from .quantization_noise import QuantizationNoise
 from .quantization_step import QuantizationStep
 from .saturation import Saturation
-from .shapes import UnprovenPair, WrongShapeLowering
+from .shapes import PermutedPair, UnprovenPair, WrongShapeLowering
 from .ties import TopKTies
 from .tolerance import Tolerance
 from .transforms import PairNotes
@@ -158,6 +159,7 @@ RULES: tuple[Rule, ...] = (
     PairNotes(),
     ReferenceFailed(),
     UpstreamFailure(),
+    RunnerCannot(),
     NodeFailed(),
     FixedOnExampleInputs(),
     NotTensors(),
@@ -167,10 +169,12 @@ RULES: tuple[Rule, ...] = (
     InheritedPrecision(),
     WrongShapeLowering(),
     UnprovenPair(),
+    PermutedPair(),
     TopKTies(),
     Tolerance(),
     LinearCheck(),
     PrecisionLoss(),
+    IllConditioned(),  # after it: a low-precision node's loss is precision_loss's
     QuantizationStep(),  # before the noise: a weight beyond its step is no noise
     QuantizationNoise(),
     Saturation(),

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from ...convert import to_torch
 from ...records import STATUS_NOT_COMPARED, UNPAIRED, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
@@ -61,4 +64,60 @@ class UnprovenPair:
         return True
 
 
-__all__ = ["UnprovenPair", "WrongShapeLowering"]
+class PermutedPair:
+    """A pair made from structure or position whose two values have the same shape only
+    because two of its dimensions are equally long (a sequence of 8 and heads of 8), and
+    that agree once those dimensions are swapped: the model holds the value in another
+    layout (the TorchScript exporter's K transposed for K @ Q), not the value torch
+    names.  Not a fault: no pair (``ctx.unproven``: the run stops feeding its torch
+    value) (trial 3, finding 06)."""
+
+    name = "permuted_pair"
+    stage = STAGE_COMPARED
+    own_error = False
+
+    def applies(self, pair: Pair, ctx: RuleContext) -> bool:
+        d = ctx.diff
+        return (
+            d is not None
+            and d.passed is False
+            and not d.shape_mismatch
+            and not d.dtype_mismatch
+            and pair.rule not in _PROVEN
+        )
+
+    def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
+        swap = _agreeing_swap(expected, got, ctx.diff.atol, ctx.diff.rtol)
+        if swap is None:
+            return False
+        ctx.unproven.add(ctx.name)
+        record.status = STATUS_NOT_COMPARED
+        record.paired_by = UNPAIRED
+        record.comment = _join(
+            record.comment,
+            f"paired by {ctx.pair.rule if ctx.pair else '?'}, but it agrees with torch's value "
+            f"only with dimensions {swap[0]} and {swap[1]} swapped (equally long here): the "
+            "same data in another layout, not the same value",
+        )
+        return True
+
+
+def _agreeing_swap(expected: Any, got: Any, atol: float, rtol: float) -> tuple[int, int] | None:
+    """Two equally long dimensions whose swap makes ``got`` agree with ``expected``."""
+    try:
+        e, g = to_torch(expected), to_torch(got)
+    except Exception:  # not tensors: no layout to swap
+        return None
+    if not isinstance(e, torch.Tensor) or not e.is_floating_point() or e.dim() < 2:
+        return None
+    shape = tuple(e.shape)
+    for i in range(e.dim()):
+        for j in range(i + 1, e.dim()):
+            if shape[i] > 1 and shape[i] == shape[j]:
+                t = g.transpose(i, j)
+                if torch.allclose(t.double(), e.double(), rtol=rtol, atol=atol, equal_nan=True):
+                    return (i, j)
+    return None
+
+
+__all__ = ["PermutedPair", "UnprovenPair", "WrongShapeLowering"]

@@ -18,6 +18,7 @@ from ...records import (
     STATUS_QUANTIZATION_NOISE,
     STATUS_SHAPE_MISMATCH,
     STATUS_WEIGHT_DIFFERS,
+    WEIGHT_UNEXPLAINED_NOTE,
     Record,
 )
 from ...records import join_comments as _join
@@ -60,6 +61,7 @@ def settle_weight(
     with_torch_weight: Callable[[], bool | None],
     folded: tuple[str, ...] = (),
     by_tolerance: bool = True,
+    differs_where: Callable[[], str | None] = lambda: None,
 ) -> bool:
     """The verdict on weight ``wrec`` from its ``consumer``'s record (``want``: the
     consumer's torch value).  ``with_torch_weight`` runs the consumer again with the torch
@@ -68,7 +70,9 @@ def settle_weight(
     the weight is then judged with its consumer, never alone.  ``by_tolerance``: the
     consumer's verdict is atol/rtol's (not the user's verdict policy or compare
     function, which decide it exactly as they decide the first comparison).  Returns
-    whether the weight's record comes before its consumer's (it is then the answer)."""
+    whether the weight's record comes before its consumer's (it is then the answer).
+    ``differs_where``: where the weight differs, in words (" in rows 12-63 of 64"), asked
+    only for a difference its consumer does not read."""
     wrec.decided_by = WEIGHT_BLAME
     node = consumer.onnx_node_name or consumer.onnx_name
     # a quantized model's consumer agrees when it is within the model's quantization
@@ -90,17 +94,24 @@ def settle_weight(
         )
     what = "parameter" if wrec.kind == KIND_WEIGHT else "value"
     if agrees:
+        # a consumer that agrees with the torch parameter too does not read what differs
+        # on these inputs (a Gather of a few rows): no transformation it compensates
+        with_torch = with_torch_weight() if wrec.kind == KIND_WEIGHT and not noise else None
+        if with_torch is True:
+            wrec.comment = _join(
+                wrec.comment,
+                f"differs from the torch parameter{differs_where() or ''}; its consumer "
+                f"{node} agrees with torch given this weight or torch's alike: these "
+                "inputs do not read what differs, inputs that do will not agree",
+            )
+            return True
         wrec.status = STATUS_WEIGHT_DIFFERS
         wrec.passed2 = None  # its own rerun differs by the same change (see _folded)
         wrec.comment = _join(
             wrec.comment,
             f"differs from the torch {what}, but its consumer {node} agrees with torch"
             + (" within the model's quantization noise" if noise else "")
-            + (
-                ": the exporter changed it (a BatchNorm folded into a Conv, say)"
-                if wrec.kind == KIND_WEIGHT
-                else " on this input"
-            ),
+            + (_WHY_AGREES[with_torch] if wrec.kind == KIND_WEIGHT else " on this input"),
         )
         return True
     if consumer.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
@@ -126,6 +137,15 @@ def settle_weight(
     )
     return True
 
+
+# why an unfolded weight differs while its consumer agrees, by the consumer's verdict given
+# the torch parameter instead (None: not tried, no own-error rerun to take inputs from)
+_WHY_AGREES = {
+    False: " and disagrees given the torch parameter: the exporter changed it and its "
+    "consumer makes up for it (a BatchNorm folded into a Conv, say)",
+    None: " on these inputs: the exporter changed it (a fold), or these inputs do not "
+    f"read what differs ({WEIGHT_UNEXPLAINED_NOTE})",
+}
 
 _FOLDED_WEIGHTS = "with weights the exporter folded "
 

@@ -217,3 +217,24 @@ def test_reset_and_replay_selection_take_the_users_own_names():
     assert ReplayConfig(names=[renamed.ep_user_name]).selects(renamed)
     with pytest.raises(SbsInputError, match="your own fx node names"):
         run_aligned(ep, onx, args, reset_names=["no_such_node"])
+
+
+def test_an_onnx_model_exported_for_other_shapes_is_refused_naming_them():
+    """Two exports in one folder, the wrong one passed: the error names both shapes (trial
+    3, finding 04: "ONNX input 'x' matches no input of the program (program inputs: ['x'])")."""
+
+    class Fc(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    xa, xb = torch.randn(2, 8, 16), torch.randn(4, 64, 16)
+    ep = torch.export.export(Fc().eval(), (xa,))
+    other = torch.onnx.export(Fc().eval(), (xb,), dynamo=True, input_names=["x"]).model_proto
+    with pytest.raises(
+        SbsInputError, match=r"'x' has shape \[4, 64, 16\], the program's 'x' \[2, 8, 16\]"
+    ):
+        list(run_aligned(ep, other, (xa,)))

@@ -7,6 +7,8 @@ import math
 import subprocess
 import sys
 
+import torch
+
 from onnx_sbs_nb.align.blame.context import BlameContext, failed
 from onnx_sbs_nb.align.blame.rules import RECORD_RULES
 from onnx_sbs_nb.align.blame.summary import Summarizer, Summary, summarize
@@ -341,3 +343,57 @@ def test_a_culprit_in_a_lowering_of_several_nodes_names_the_lowering_not_its_las
     label = c.label()
     assert "made by its lowering" in label and f"{len(c.onnx_nodes)} ONNX nodes" in label
     assert f"ONNX node {c.onnx_node}" not in label
+
+
+class _Masked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return (self.fc(x) > 0).to(torch.float32)
+
+
+def test_failures_inside_a_graph_whose_outputs_agree_are_said_so():
+    """Without own errors, values failing inside while every output agrees: rounding drift
+    or an error masked further on, the run cannot say which (and says how to tell)."""
+    import copy
+
+    from onnx import numpy_helper
+
+    from onnx_sbs_nb import run_aligned
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    ep = torch.export.export(_Masked().eval(), (x,))
+    model = copy.deepcopy(torch.onnx.export(ep, (x,), dynamo=True).model_proto)
+    for init in model.graph.initializer:  # every weight x1.5: no sign changes
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.5, init.name))
+    text = summarize(list(run_aligned(ep, model, (x,)))).to_text()
+    assert "verdict: FAIL" in text
+    assert "outputs: the graph output agrees with torch" in text, text
+    assert "own_error=True tells which" in text
+
+
+def test_drift_between_two_onnx_models_speaks_of_the_reference_model():
+    """onnx-sbs diff has no torch in it: its drift line names the reference model, and
+    counts the output the error reaches (trial 3, findings 03 and 08)."""
+    import copy
+
+    from onnx_sbs_nb import run_aligned_onnx
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh()
+    ).eval()
+    x = torch.randn(4, 16)
+    a = torch.onnx.export(torch.export.export(m, (x,)), (x,), dynamo=True).model_proto
+    b = copy.deepcopy(a)
+    for n in b.graph.node:
+        if n.op_type == "Relu":
+            n.op_type = "Sigmoid"
+    text = summarize(list(run_aligned_onnx(a, b, (x.numpy(),), own_error=True))).to_text()
+    assert "drift:" in text, text
+    assert "torch" not in text.split("drift:")[1].splitlines()[0]
+    assert "agrees with the reference model" in text
+    assert "graph output" in text.split("drift:")[1].splitlines()[0]

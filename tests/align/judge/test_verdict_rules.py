@@ -84,11 +84,26 @@ def _consumer(passed: bool, err: float, rtol: float = 1e-3) -> Record:
 
 
 def test_weight_whose_consumer_agrees_is_the_exporters_change():
+    # the consumer agrees given this weight and disagrees given torch's: a fold it makes up for
     w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
-    asked = []
-    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: asked.append(1))
-    assert w.status == STATUS_WEIGHT_DIFFERS and not asked  # no probe needed
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: False)
+    assert w.status == STATUS_WEIGHT_DIFFERS and "makes up for it" in w.comment
     assert w.decided_by == "weight_blame"
+
+
+def test_weight_whose_consumer_agrees_either_way_is_not_read():
+    # agreeing given torch's parameter too: what differs is not read by these inputs
+    w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    where = lambda: " in rows 2-3 of 4"  # noqa: E731
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: True, differs_where=where)
+    assert w.status == STATUS_FAIL and "rows 2-3 of 4" in w.comment
+    assert "do not read what differs" in w.comment
+
+
+def test_weight_whose_consumer_agrees_untried_says_it_does_not_know():
+    w = Record(onnx_name="w", kind=KIND_WEIGHT, status=STATUS_FAIL, passed=False)
+    assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: None)
+    assert w.status == STATUS_WEIGHT_DIFFERS and "own_error=True tells which" in w.comment
 
 
 def test_weight_blamed_only_when_the_torch_parameter_fixes_its_consumer():
@@ -180,3 +195,33 @@ def test_a_rule_called_alone_decides_and_first_verdict_names_it():
     rec = Record()
     assert ReferenceFailed().applies(PAIR, ctx) and ReferenceFailed().judge(rec, None, None, ctx)
     assert rec.status == "error" and "boom" in rec.error
+
+
+def test_a_node_the_runner_cannot_run_is_not_computed_not_blamed():
+    """The ONNX reference evaluator has no com.microsoft kernels: a fused model under it
+    is incomplete (exit 3), not a FAIL naming the fused node (trial 3, finding 07)."""
+    import onnx
+
+    from onnx_sbs_nb import run_aligned, summarize
+
+    class Act(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.fc(x)) * 2.0
+
+    x = torch.randn(2, 8)
+    ep = torch.export.export(Act().eval(), (x,))
+    model = torch.onnx.export(ep, (x,), dynamo=True).model_proto
+    gelu = next(n for n in model.graph.node if n.op_type == "Gelu")
+    gelu.domain = "com.microsoft"
+    for a in list(gelu.attribute):
+        gelu.attribute.remove(a)
+    model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    records = list(run_aligned(ep, model, (x,), runner="reference"))
+    s = summarize(records)
+    assert s.verdict == "incomplete" and s.culprit is None, s.to_text()
+    limit = [r for r in records if "no implementation of this node" in (r.comment or "")]
+    assert limit and limit[0].onnx_op_type == "Gelu"

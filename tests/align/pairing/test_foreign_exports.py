@@ -618,3 +618,41 @@ def test_an_inferred_lowering_covers_only_between_paired_values():
             every.add(Pair(n.name, n.name, "name", "node"))
     bounded = bounded_lowerings(ep.graph, every, names, user)
     assert out_node in bounded and "sin" in bounded, (names, bounded)
+
+
+def test_structural_pair_equal_only_by_a_swap_of_equal_dims_is_no_pair():
+    """TorchScript's BERT makes K transposed ([B,H,d,T]) where torch has [B,H,T,d]: with
+    a sequence as long as a head (8 and 8) the shapes match, the structural pair compared
+    two layouts and a faithful export failed (trial 3, finding 06)."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+
+    class Bert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = BertModel(cfg).eval()
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+
+    m = Bert().eval()
+    args = (torch.randint(0, 100, (2, 8)), torch.ones(2, 8, dtype=torch.long))
+    ep = torch.export.export(m, args, strict=False)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, args, buf, dynamo=False, opset_version=17)
+    records = list(run_aligned(ep, onnx.load_from_string(buf.getvalue()), args, own_error=True))
+    s = summarize(records)
+    assert s.verdict == "pass", s.to_text()
+    swapped = [r for r in records if "dimensions 2 and 3 swapped" in (r.comment or "")]
+    assert swapped, "the transposed twin was not recognised"
