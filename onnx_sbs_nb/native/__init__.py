@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 
 # the module's VERSION: a module built from another version's source is not used
-VERSION = 3
+VERSION = 4
 MODULE = "_sbs_native"
 
 
