@@ -307,7 +307,8 @@ def _native_compare(
     follow its eleven values, selected from the keys that same pass kept."""
     if not measures:
         return NATIVE.compare(e, g, atol, rtol, False)
-    return NATIVE.compare(e, g, atol, rtol, True, _ranks(e.size)[0])
+    found = _RANKS.get(e.size)
+    return NATIVE.compare(e, g, atol, rtol, True, (found or _ranks(e.size))[0])
 
 
 def _fill_native(
@@ -326,7 +327,7 @@ def _fill_native(
         _empty_measures(r, 0.0)
         return
     ee, gg, eg, dd, ulp = found[6:11]
-    order, plan = _ranks(e.size)
+    order, plan = _RANKS.get(e.size) or _ranks(e.size)
     stats = found[11:] if len(found) > 11 else NATIVE.ranks(e, g, order)
     if nan:
         _set_nonfinite(r, stats, plan, ulp)

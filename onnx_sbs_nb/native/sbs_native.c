@@ -37,19 +37,22 @@
  * 0.0 alike).  Integers up to 2^31 per lane, so the vector loop runs in chunks.
  * keys (when not NULL, with MEAS): the keys of SBS_KEYS, |e - g| as bits, written in the
  * same pass, so that the quantiles need no second pass over e and g.
- * The double sums are kept in SPLIT vectors of LANES / SPLIT lanes each: a vector of
- * eight doubles is wider than AVX2's registers, and GCC spilled it through the stack
- * (three times the instructions); each lane still sums the same elements in the same
- * order, and the lanes are added up in the same order, so the sums are unchanged. */
+ * The double sums are kept in SPLIT vectors of 4 lanes each: a vector of eight doubles
+ * is wider than AVX2's registers, and GCC spilled it through the stack (three times the
+ * instructions); each lane still sums the same elements in the same order, and the lanes
+ * are added up in the same order, so the sums are unchanged.  The 4 doubles are built
+ * element by element (SBS_D4): GCC 12 turns __builtin_convertvector of 4 floats into two
+ * conversions of 2 and a shuffle, the element-wise form into one vcvtps2pd. */
+#define SBS_D4(v, o) {(double)(v)[(o)], (double)(v)[(o) + 1], (double)(v)[(o) + 2], (double)(v)[(o) + 3]}
 #define SBS_COMPARE(NAME, T, IT, UT, LANES, MAXV, ABSMASK, SIGNSHIFT, INFBITS, SPLIT, MEAS)  \
     typedef T NAME##_v __attribute__((vector_size(sizeof(T) * LANES)));                    \
     typedef IT NAME##_m __attribute__((vector_size(sizeof(T) * LANES)));                   \
     typedef UT NAME##_u __attribute__((vector_size(sizeof(T) * LANES)));                   \
-    typedef T NAME##_h __attribute__((vector_size(sizeof(T) * (LANES / SPLIT))));          \
-    typedef double NAME##_d __attribute__((vector_size(sizeof(double) * (LANES / SPLIT)))); \
+    typedef double NAME##_d __attribute__((vector_size(sizeof(double) * 4)));              \
+    _Static_assert(LANES == 4 * SPLIT, "the double sums are kept in vectors of 4");        \
     SBS_CLONES static int NAME(const T *e, const T *g, int64_t n, double atol, double rtol, \
                                double *out, UT *keys) {                                    \
-        enum { H = LANES / SPLIT };                                                        \
+        enum { H = 4 };                                                                    \
         const T a_tol = (T)atol, r_tol = (T)rtol, r_add = atol > 0 ? a_tol : (T)1e-12;     \
         const T t01 = (T)0.1, t001 = (T)0.01;                                              \
         const NAME##_v zero = {0};                                                         \
@@ -83,13 +86,8 @@
                 NAME##_v fa = (NAME##_v)((NAME##_m)a & fin);                               \
                 NAME##_v fb = (NAME##_v)((NAME##_m)b & fin);                               \
                 for (int p = 0; p < SPLIT; p++) {                                          \
-                    NAME##_h ha, hb, hd;                                                   \
-                    memcpy(&ha, (const T *)&fa + p * H, sizeof ha);                        \
-                    memcpy(&hb, (const T *)&fb + p * H, sizeof hb);                        \
-                    memcpy(&hd, (const T *)&d + p * H, sizeof hd);                         \
-                    NAME##_d xa = __builtin_convertvector(ha, NAME##_d);                   \
-                    NAME##_d xb = __builtin_convertvector(hb, NAME##_d);                   \
-                    NAME##_d xd = __builtin_convertvector(hd, NAME##_d);                   \
+                    NAME##_d xa = SBS_D4(fa, p * 4), xb = SBS_D4(fb, p * 4);                \
+                    NAME##_d xd = SBS_D4(d, p * 4);                                        \
                     d_ee[p] += xa * xa;                                                    \
                     d_gg[p] += xb * xb;                                                    \
                     d_eg[p] += xa * xb;                                                    \
@@ -208,6 +206,7 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
 #define SBS_SMALL 3072              /* below this the histogram costs more than a selection */
 #define SBS_CHUNK ((int64_t)1 << 31) /* keys counted in 32 bits before they are added up */
 #define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                        \
+    typedef UT NAME##_kv __attribute__((vector_size(32)));                                 \
     static inline UT NAME##_key(T a, T b) {                                                \
         T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                        \
         if (!(ae <= MAXV) || !(be <= MAXV))                                                \
@@ -259,19 +258,52 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
     }                                                                                      \
     /* the ranks by histogram; keys: the n keys, or NULL (computed from e and g in each  \
      * pass); -1 when out of memory */                                                     \
-    static int NAME##_hist(const UT *keys, const T *e, const T *g, int64_t n,              \
+    /* the keys of the bins in slot[] (their slot + 1; 0: none), zero keys left out,     \
+     * appended to x[slot]: eight (or four) keys tested at once, most hold none */         \
+    SBS_CLONES static void NAME##_gather(const UT *keys, int64_t n, int shift,             \
+                                         const unsigned char *slot, const int64_t *bins,   \
+                                         int nb, UT **x, int64_t *fill) {                  \
+        enum { KL = 32 / sizeof(UT) };                                                     \
+        NAME##_kv vb[8];                                                                   \
+        for (int s = 0; s < nb; s++) vb[s] = (NAME##_kv){0} + (UT)bins[s];                 \
+        int64_t j = 0;                                                                     \
+        for (; j + KL <= n; j += KL) {                                                     \
+            NAME##_kv k;                                                                   \
+            memcpy(&k, keys + j, sizeof k);                                                \
+            NAME##_kv b = k >> shift;                                                      \
+            __typeof__(b == b) hit = b == vb[0];                                           \
+            for (int s = 1; s < nb; s++) hit |= b == vb[s];                                \
+            hit &= k != 0;                                                                 \
+            uint64_t w[4];                                                                 \
+            memcpy(w, &hit, sizeof w);                                                     \
+            if ((w[0] | w[1] | w[2] | w[3]) == 0) continue;                                \
+            for (int t = 0; t < KL; t++) {                                                 \
+                UT kk = keys[j + t];                                                       \
+                int s = slot[kk >> shift];                                                 \
+                if (s != 0 && kk != 0) x[s - 1][fill[s - 1]++] = kk;                       \
+            }                                                                              \
+        }                                                                                  \
+        for (; j < n; j++) {                                                               \
+            UT kk = keys[j];                                                               \
+            int s = slot[kk >> shift];                                                     \
+            if (s != 0 && kk != 0) x[s - 1][fill[s - 1]++] = kk;                           \
+        }                                                                                  \
+    }                                                                                      \
+    /* top: no key is larger (the bins above its bin are neither zeroed nor read) */      \
+    static int NAME##_hist(const UT *keys, const T *e, const T *g, int64_t n, UT top,      \
                            const int64_t *ranks, int nr, double *out) {                    \
         const int shift = (int)(sizeof(UT) * 8 - 1 - HBITS);                               \
-        const int64_t nbins = (int64_t)1 << HBITS;                                         \
+        const int64_t nbins = (int64_t)((top & (((UT)1 << (sizeof(UT) * 8 - 1)) - 1)) >> shift) + 1; \
         /* two histograms, even and odd positions: runs of keys in one bin (zeros) would \
          * otherwise wait on each other's increment */                                     \
-        uint32_t *h0 = calloc((size_t)nbins * 2, sizeof(uint32_t)), *h1 = h0 + nbins;      \
+        uint32_t *h0 = malloc((size_t)nbins * 2 * sizeof(uint32_t)), *h1 = h0 + nbins;     \
         int64_t *total = n > SBS_CHUNK ? calloc((size_t)nbins, sizeof(int64_t)) : NULL;     \
         if (h0 == NULL || (total == NULL && n > SBS_CHUNK)) {                              \
             free(h0);                                                                      \
             free(total);                                                                   \
             return -1;                                                                     \
         }                                                                                  \
+        memset(h0, 0, (size_t)nbins * 2 * sizeof(uint32_t));                               \
         for (int64_t c0 = 0; c0 < n; c0 += SBS_CHUNK) {                                    \
             int64_t c1 = n - c0 > SBS_CHUNK ? c0 + SBS_CHUNK : n, i = c0;                  \
             if (keys != NULL) {                                                            \
@@ -321,10 +353,14 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         if (rc == 0 && nb && (slot = calloc((size_t)nbins, 1)) == NULL) rc = -1;           \
         if (rc == 0 && nb) {                                                               \
             for (int s = 0; s < nb; s++) slot[slot_bin[s]] = (unsigned char)(s + 1);        \
-            for (int64_t j = 0; j < n; j++) {                                              \
-                UT k = keys != NULL ? keys[j] : NAME##_key(e[j], g[j]);                    \
-                int s = slot[k >> shift];                                                  \
-                if (s != 0 && k != 0) x[s - 1][fill[s - 1]++] = k;                         \
+            if (keys != NULL) {                                                            \
+                NAME##_gather(keys, n, shift, slot, slot_bin, nb, x, fill);                \
+            } else {                                                                       \
+                for (int64_t j = 0; j < n; j++) {                                          \
+                    UT k = NAME##_key(e[j], g[j]);                                         \
+                    int s = slot[k >> shift];                                              \
+                    if (s != 0 && k != 0) x[s - 1][fill[s - 1]++] = k;                     \
+                }                                                                          \
             }                                                                              \
             if (slot_bin[0] == 0)                                                          \
                 zeros = (total != NULL ? total[0] : (int64_t)h0[0] + h1[0]) - fill[0];     \
@@ -350,23 +386,24 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         free(h0);                                                                          \
         return rc;                                                                         \
     }                                                                                      \
-    /* out[r] = the ranks[r]-th smallest of the n keys (reordered); -1: out of memory */   \
-    static int NAME##_of_keys(UT *keys, int64_t n, const int64_t *ranks, int nr,           \
+    /* out[r] = the ranks[r]-th smallest of the n keys (reordered), none larger than top;  \
+     * -1: out of memory */                                                                \
+    static int NAME##_of_keys(UT *keys, int64_t n, UT top, const int64_t *ranks, int nr,   \
                               double *out) {                                               \
         if (n <= SBS_SMALL) {                                                              \
             NAME##_in_place(keys, n, ranks, nr, out);                                      \
             return 0;                                                                      \
         }                                                                                  \
-        return NAME##_hist(keys, NULL, NULL, n, ranks, nr, out);                           \
+        return NAME##_hist(keys, NULL, NULL, n, top, ranks, nr, out);                      \
     }                                                                                      \
     /* out[r] = the ranks[r]-th smallest key of e and g; -1 when out of memory */          \
     static int NAME(const T *e, const T *g, int64_t n, const int64_t *ranks, int nr,       \
                     double *out) {                                                         \
-        if (n > SBS_KEPT) return NAME##_hist(NULL, e, g, n, ranks, nr, out);               \
+        if (n > SBS_KEPT) return NAME##_hist(NULL, e, g, n, (UT)INFBITS, ranks, nr, out);  \
         UT *keys = malloc((size_t)(n ? n : 1) * sizeof(UT));                               \
         if (keys == NULL) return -1;                                                       \
         for (int64_t i = 0; i < n; i++) keys[i] = NAME##_key(e[i], g[i]);                  \
-        int rc = NAME##_of_keys(keys, n, ranks, nr, out);                                  \
+        int rc = NAME##_of_keys(keys, n, (UT)INFBITS, ranks, nr, out);                     \
         free(keys);                                                                        \
         return rc;                                                                         \
     }
@@ -633,9 +670,18 @@ static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (rc == 0 && with_ranks) {
             if (out[0] == 0 && out[2] == 0) { /* no difference: every key is 0 */
                 for (int r = 0; r < nr; r++) out[11 + r] = 0.0;
+            } else if (keys != NULL && letter == 'f') {
+                /* no key above max |e - g|, or +inf where non-finite values disagree */
+                float top = (float)out[0];
+                uint32_t bits;
+                memcpy(&bits, &top, sizeof bits);
+                if (out[2] != 0) bits = 0x7f800000u;
+                rc = sbs_ranks_f32_of_keys(keys, n, bits, ranks, nr, out + 11);
             } else if (keys != NULL) {
-                rc = letter == 'f' ? sbs_ranks_f32_of_keys(keys, n, ranks, nr, out + 11)
-                                   : sbs_ranks_f64_of_keys(keys, n, ranks, nr, out + 11);
+                uint64_t bits;
+                memcpy(&bits, &out[0], sizeof bits);
+                if (out[2] != 0) bits = 0x7ff0000000000000ull;
+                rc = sbs_ranks_f64_of_keys(keys, n, bits, ranks, nr, out + 11);
             } else {
                 rc = letter == 'f' ? sbs_ranks_f32(e.buf, g.buf, n, ranks, nr, out + 11)
                                    : sbs_ranks_f64(e.buf, g.buf, n, ranks, nr, out + 11);
