@@ -176,6 +176,21 @@ def test_ranks_beyond_the_kept_keys_are_computed_again_alike(n):
     assert list(NATIVE.compare(e, g, 1e-4, 1e-4, True, order)[11:]) == [float(x) for x in want]
 
 
+def test_a_comparison_with_measures_makes_one_pass(monkeypatch):
+    """diff.compare takes the quantiles from the comparison's own pass: no second call
+    (ranks()) reads the values again, and the quantiles are numpy's."""
+    monkeypatch.setattr(NATIVE, "ranks", None)  # a call would raise
+    rng = np.random.default_rng(4)
+    for n in (64, 5000, 20000):
+        e = rng.standard_normal(n).astype(np.float32)
+        g = (e * (1 + rng.standard_normal(n) * 1e-6)).astype(np.float32)
+        d = diff.compare(torch.from_numpy(e), g)
+        keys = measures.abs_diff_keys(e, g).astype(np.float64)
+        assert d.err_p50 == float(np.quantile(keys, 0.5)), n
+        assert d.err_p99 == pytest.approx(float(np.quantile(keys, 0.99)), rel=1e-15, abs=0)
+        assert d.err_p50 > 0 and d.err_ulp > 0
+
+
 def test_compare_takes_the_native_path_for_contiguous_floats(monkeypatch):
     calls = []
     real = NATIVE.compare
