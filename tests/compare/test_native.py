@@ -415,3 +415,38 @@ def _check_ranks(dtype, n, zeros):
         assert list(got) == [float(keys[r]) for r in wanted], (wanted, got)
     ranks, _ = measures.ranks(n)
     assert list(NATIVE.ranks(e, g, ranks)) == [float(keys[r]) for r in ranks]
+
+
+def _layouts(dtype, rows, cols):
+    """(torch value, ONNX value) pairs in the layouts a run meets: both in order, a
+    transposed weight against its contiguous twin, a permuted attention head (rows in
+    order, heads strided), the ONNX side strided."""
+    rng = np.random.default_rng(rows * cols)
+    e = rng.standard_normal((rows, cols)).astype(dtype)
+    g = (e * (1 + rng.standard_normal((rows, cols)) * 1e-6)).astype(dtype)
+    g[rng.integers(0, rows, 3), rng.integers(0, cols, 3)] = np.nan
+    q = np.round(e * 4) / 4  # ties
+    yield torch.from_numpy(e), g
+    yield torch.from_numpy(q.astype(dtype)), (q + 0.25 * (rng.random(q.shape) < 0.3)).astype(dtype)
+    yield torch.from_numpy(np.ascontiguousarray(e.T)).t(), g
+    heads = torch.from_numpy(e).reshape(2, rows // 2, cols).permute(1, 0, 2)
+    yield heads, np.ascontiguousarray(g.reshape(2, rows // 2, cols).transpose(1, 0, 2))
+    yield torch.from_numpy(e), np.ascontiguousarray(g.T).T
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", [(2, 8), (48, 64), (64, 72), (128, 64), (256, 300)])
+def test_diff_compare_equals_the_numpy_path_in_every_layout(dtype, rows, cols, monkeypatch):
+    """diff.compare with the C module (its one pass and its ranks) against the same call
+    on the numpy path, on values in order and out of it, around the histogram's
+    threshold (3072 values) and the direct path's (65536)."""
+    for e, g in _layouts(dtype, rows, cols):
+        got = diff.compare(e, g)
+        with monkeypatch.context() as m:
+            m.setattr(diff, "NATIVE", None)
+            want = diff.compare(e, g)
+        for field in FIELDS + EXACT_MEASURES:
+            assert _same(getattr(got, field), getattr(want, field)), (field, e.shape)
+        for field in SUM_MEASURES:
+            a, b = getattr(got, field), getattr(want, field)
+            assert _same(a, b) or a == pytest.approx(b, rel=1e-12, abs=1e-12), (field, a, b)
