@@ -195,9 +195,10 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
  * pass over the keys gathers those of these bins and a selection in each gives the rank.
  * Zero keys (equal values, most of a well exported node's) are not gathered: zero is the
  * smallest key, so a rank below their count is 0 without a selection.
- * HBITS is 12 for float32 (the exponent and 4 bits of mantissa) and 13 for float64 (3
- * bits of mantissa): counts of 32 bits, two histograms of 16 or 32 KiB that stay in the
- * cache (a histogram of 64-bit counts is zeroed per call: twice the bytes).
+ * HBITS is 12 for float32 (the exponent and 4 bits of mantissa) and 13 for float64 (2
+ * bits of mantissa): counts of 32 bits, two histograms of at most 16 or 32 KiB that stay
+ * in the cache, zeroed per call only up to the bin of the largest key (the comparison's
+ * max |e - g| tells it: the bins of large differences are never touched).
  * Small arrays (3072 keys or fewer) skip the histogram: all keys are selected in place.
  * The keys come from the comparison's own pass (compare(..., ranks)) or, for ranks(),
  * from a pass of their own; beyond SBS_KEPT keys they are computed again in each pass
