@@ -123,7 +123,7 @@ def compare(
         direct = contiguous and not scaled and ea.size < _NATIVE_DIRECT and _native(ea, ga)
         if direct and ea.size and _native_atol(ea, atol):
             # what _compare_numpy would do for these, without asking again
-            _fill_native(result, NATIVE.compare(ea, ga, atol, rtol, measures), atol, ea, ga)
+            _fill_native(result, _native_compare(ea, ga, atol, rtol, measures), atol, ea, ga)
         elif (
             not direct
             and ea.dtype == ga.dtype
@@ -265,7 +265,7 @@ def _compare_numpy(
         _compare_numpy_integers(e, g, r)
         return
     if _native(e, g) and _native_atol(e, atol):
-        _fill_native(r, NATIVE.compare(e, g, atol, rtol, measures), atol, e, g)
+        _fill_native(r, _native_compare(e, g, atol, rtol, measures), atol, e, g)
         return
     if e.size > _BLOCK and e.ndim > 0:
         _compare_numpy_blocks(e, g, atol, rtol, r)
@@ -300,30 +300,42 @@ def _native_atol(e: np.ndarray, atol: float) -> bool:
     return ok
 
 
+def _native_compare(
+    e: np.ndarray, g: np.ndarray, atol: float, rtol: float, measures: bool
+) -> tuple[float, ...]:
+    """The C library's one pass; with the measures, the order statistics of the quantiles
+    follow its eleven values, selected from the keys that same pass kept."""
+    if not measures:
+        return NATIVE.compare(e, g, atol, rtol, False)
+    found = _RANKS.get(e.size)
+    return NATIVE.compare(e, g, atol, rtol, True, (found or _ranks(e.size))[0])
+
+
 def _fill_native(
     r: Diff, found: tuple[float, ...], atol: float, e: np.ndarray, g: np.ndarray
 ) -> None:
     """The metrics from the C library's one pass, as _compare_numpy_floats sets them, and
     the measures (the quantiles from the library's selection, only where values differ;
-    none when the library was asked for none: six values found, not eleven)."""
+    none when the library was asked for none: six values found, not eleven or more).
+    ``found`` may end with the order statistics of ``_ranks(e.size)`` (compare(...,
+    ranks)); without them they are asked for in a second call."""
     err_abs, err_rel, nan, h01, h001, fails = found[:6]
-    if len(found) == 6:
-        _fill_native_metrics(r, err_abs, err_rel, nan, h01, h001, fails, atol)
-        return
-    ee, gg, eg, dd, ulp = found[6:]
     _fill_native_metrics(r, err_abs, err_rel, nan, h01, h001, fails, atol)
-    if nan:
-        order, plan = _ranks(e.size)
-        _set_nonfinite(r, list(NATIVE.ranks(e, g, order)), plan, ulp)
+    if len(found) == 6:
         return
-    if err_abs == 0.0:
+    if not nan and err_abs == 0.0:
         _empty_measures(r, 0.0)
+        return
+    ee, gg, eg, dd, ulp = found[6:11]
+    order, plan = _RANKS.get(e.size) or _ranks(e.size)
+    stats = found[11:] if len(found) > 11 else NATIVE.ranks(e, g, order)
+    if nan:
+        _set_nonfinite(r, stats, plan, ulp)
         return
     sums = (ee, gg, eg, dd)
     if ms.sums_overflow(ee, gg, dd):
         sums = _finite_sums(e, g)
-    order, plan = _ranks(e.size)
-    _set_measures(r, sums, list(NATIVE.ranks(e, g, order)), plan, ulp)
+    _set_measures(r, sums, stats, plan, ulp)
 
 
 def _fill_native_metrics(r: Diff, err_abs, err_rel, nan, h01, h001, fails, atol) -> None:

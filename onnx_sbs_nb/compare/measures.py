@@ -68,7 +68,10 @@ def from_sums(ee: float, gg: float, eg: float, dd: float) -> tuple[float, float,
 def sums_overflow(ee: float, gg: float, dd: float) -> bool:
     """Whether the double sums lost the values (squares beyond 1e308 or under 1e-308):
     only float64 values that large or small; they are then summed scaled."""
-    return not all(math.isfinite(s) for s in (ee, gg, dd)) or 0 < min(ee, gg) < 1e-290
+    # spelled out, not all() over a generator: asked once per differing pair
+    if not (math.isfinite(ee) and math.isfinite(gg) and math.isfinite(dd)):
+        return True
+    return 0 < min(ee, gg) < 1e-290
 
 
 def scaled_sums(e: np.ndarray, g: np.ndarray, d: np.ndarray) -> tuple[float, float, float, float]:

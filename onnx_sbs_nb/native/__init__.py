@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 
 # the module's VERSION: a module built from another version's source is not used
-VERSION = 3
+VERSION = 4
 MODULE = "_sbs_native"
 
 
@@ -26,10 +26,11 @@ class Native:
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
-        # compare(e, g, atol, rtol) -> (max |e - g|, max |e - g| / (|e| + atol),
-        # non-finite disagreements, count of |e - g| > 0.1, > 0.01, > atol + rtol |e|,
-        # sum e^2, sum g^2, sum e g, sum (e - g)^2 (in double), max ulp distance) over
-        # C-ordered arrays of one float dtype that ``compares`` (see sbs_native.c)
+        # compare(e, g, atol, rtol[, measures[, ranks]]) -> (max |e - g|, max |e - g| /
+        # (|e| + atol), non-finite disagreements, count of |e - g| > 0.1, > 0.01, > atol +
+        # rtol |e|, sum e^2, sum g^2, sum e g, sum (e - g)^2 (in double), max ulp distance)
+        # over C-ordered arrays of one float dtype that ``compares`` (see sbs_native.c);
+        # with ``ranks``, what ranks() gives for them follows, from the same pass
         self.compare = module.compare
         # ranks(e, g, (r, ...)): the r-th smallest |e - g| (0 where both sides hold the
         # same non-finite value, inf where they disagree), ranks ascending, at most 8

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SBS_NATIVE_VERSION 3
+#define SBS_NATIVE_VERSION 4
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* one build for any x86-64, with an AVX2 body picked at load time where the CPU has it */
@@ -34,19 +34,31 @@
  * distance], over the pairs where both sides are finite (the others contribute nothing
  * but their count).  The sums are accumulated in double (the measures of measures.py);
  * the ulp distance is the distance of the two values' bits as ordered integers (-0.0 and
- * 0.0 alike).  Integers up to 2^31 per lane, so the vector loop runs in chunks. */
-#define SBS_COMPARE(NAME, T, IT, UT, LANES, MAXV, ABSMASK, SIGNSHIFT, MEAS)                 \
+ * 0.0 alike).  Integers up to 2^31 per lane, so the vector loop runs in chunks.
+ * keys (when not NULL, with MEAS): the keys of SBS_KEYS, |e - g| as bits, written in the
+ * same pass, so that the quantiles need no second pass over e and g.
+ * The double sums are kept in SPLIT vectors of 4 lanes each: a vector of eight doubles
+ * is wider than AVX2's registers, and GCC spilled it through the stack (three times the
+ * instructions); each lane still sums the same elements in the same order, and the lanes
+ * are added up in the same order, so the sums are unchanged.  The 4 doubles are built
+ * element by element (SBS_D4): GCC 12 turns __builtin_convertvector of 4 floats into two
+ * conversions of 2 and a shuffle, the element-wise form into one vcvtps2pd. */
+#define SBS_D4(v, o) {(double)(v)[(o)], (double)(v)[(o) + 1], (double)(v)[(o) + 2], (double)(v)[(o) + 3]}
+#define SBS_COMPARE(NAME, T, IT, UT, LANES, MAXV, ABSMASK, SIGNSHIFT, INFBITS, SPLIT, MEAS)  \
     typedef T NAME##_v __attribute__((vector_size(sizeof(T) * LANES)));                    \
     typedef IT NAME##_m __attribute__((vector_size(sizeof(T) * LANES)));                   \
     typedef UT NAME##_u __attribute__((vector_size(sizeof(T) * LANES)));                   \
-    typedef double NAME##_d __attribute__((vector_size(sizeof(double) * LANES)));          \
-    SBS_CLONES static int NAME(const T *e, const T *g, int64_t n, double atol, double rtol,        \
-                        double *out) {                                                     \
+    typedef double NAME##_d __attribute__((vector_size(sizeof(double) * 4)));              \
+    _Static_assert(LANES == 4 * SPLIT, "the double sums are kept in vectors of 4");        \
+    SBS_CLONES static int NAME(const T *e, const T *g, int64_t n, double atol, double rtol, \
+                               double *out, UT *keys) {                                    \
+        enum { H = 4 };                                                                    \
         const T a_tol = (T)atol, r_tol = (T)rtol, r_add = atol > 0 ? a_tol : (T)1e-12;     \
         const T t01 = (T)0.1, t001 = (T)0.01;                                              \
         const NAME##_v zero = {0};                                                         \
         const NAME##_v va = zero + a_tol, vr = zero + r_tol, vadd = zero + r_add;          \
         const NAME##_v big = zero + MAXV, v01 = zero + t01, v001 = zero + t001;            \
+        const NAME##_m vinf = (NAME##_m){0} + (IT)INFBITS;                                 \
         T m = 0, rel = 0;                                                                  \
         double see = 0, sgg = 0, seg = 0, sdd = 0;                                         \
         UT ulp = 0;                                                                        \
@@ -56,7 +68,8 @@
             if (stop - i > ((int64_t)1 << 28)) stop = i + ((int64_t)1 << 28);              \
             NAME##_v vm = zero, vrel = zero;                                               \
             NAME##_m k_nan = {0}, k01 = {0}, k001 = {0}, k_fail = {0};                     \
-            NAME##_d d_ee = {0}, d_gg = {0}, d_eg = {0}, d_dd = {0};                       \
+            NAME##_d d_ee[SPLIT] = {{0}}, d_gg[SPLIT] = {{0}}, d_eg[SPLIT] = {{0}},        \
+                     d_dd[SPLIT] = {{0}};                                                  \
             NAME##_u vulp = {0};                                                           \
             for (; i < stop; i += LANES) {                                                 \
                 NAME##_v a, b;                                                             \
@@ -70,13 +83,16 @@
                 NAME##_v d = a - b;                                                        \
                 d = (NAME##_v)((NAME##_m)d & ABSMASK & fin);                               \
                 if (MEAS) { /* a constant: the plain instance has none of it */             \
-                NAME##_d xa = __builtin_convertvector((NAME##_v)((NAME##_m)a & fin), NAME##_d); \
-                NAME##_d xb = __builtin_convertvector((NAME##_v)((NAME##_m)b & fin), NAME##_d); \
-                NAME##_d xd = __builtin_convertvector(d, NAME##_d);                        \
-                d_ee += xa * xa;                                                           \
-                d_gg += xb * xb;                                                           \
-                d_eg += xa * xb;                                                           \
-                d_dd += xd * xd;                                                           \
+                NAME##_v fa = (NAME##_v)((NAME##_m)a & fin);                               \
+                NAME##_v fb = (NAME##_v)((NAME##_m)b & fin);                               \
+                for (int p = 0; p < SPLIT; p++) {                                          \
+                    NAME##_d xa = SBS_D4(fa, p * 4), xb = SBS_D4(fb, p * 4);                \
+                    NAME##_d xd = SBS_D4(d, p * 4);                                        \
+                    d_ee[p] += xa * xa;                                                    \
+                    d_gg[p] += xb * xb;                                                    \
+                    d_eg[p] += xa * xb;                                                    \
+                    d_dd[p] += xd * xd;                                                    \
+                }                                                                          \
                 NAME##_m ia = (NAME##_m)a, ib = (NAME##_m)b;                               \
                 NAME##_m sa = ia >> SIGNSHIFT, sb = ib >> SIGNSHIFT;                       \
                 NAME##_m ka = ((ia & ABSMASK) ^ sa) - sa, kb = ((ib & ABSMASK) ^ sb) - sb; \
@@ -86,6 +102,10 @@
                 NAME##_u u = (hi - lo) & (NAME##_u)fin;                                    \
                 NAME##_u more = (NAME##_u)(u > vulp);                                      \
                 vulp = (u & more) | (vulp & ~more);                                        \
+                if (keys != NULL) { /* +inf where the non-finite sides disagree */        \
+                    NAME##_m key = (NAME##_m)d | (~fin & ~same & vinf);                    \
+                    memcpy(keys + i, &key, sizeof key);                                    \
+                }                                                                          \
                 }                                                                          \
                 ae = (NAME##_v)((NAME##_m)ae & fin);                                       \
                 NAME##_m up = d > vm;                                                      \
@@ -104,10 +124,10 @@
                 c01 += k01[k];                                                             \
                 c001 += k001[k];                                                           \
                 c_fail += k_fail[k];                                                       \
-                see += d_ee[k];                                                            \
-                sgg += d_gg[k];                                                            \
-                seg += d_eg[k];                                                            \
-                sdd += d_dd[k];                                                            \
+                see += d_ee[k / H][k % H];                                                 \
+                sgg += d_gg[k / H][k % H];                                                 \
+                seg += d_eg[k / H][k % H];                                                 \
+                sdd += d_dd[k / H][k % H];                                                 \
                 ulp = vulp[k] > ulp ? vulp[k] : ulp;                                       \
             }                                                                              \
         }                                                                                  \
@@ -115,7 +135,9 @@
             T a = e[i], b = g[i];                                                          \
             T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                    \
             if (!(ae <= MAXV) || !(be <= MAXV)) {                                          \
-                if (!(a == b || (a != a && b != b))) c_nan++;                              \
+                int same = a == b || (a != a && b != b);                                   \
+                c_nan += !same;                                                            \
+                if (MEAS && keys != NULL) keys[i] = same ? 0 : (UT)INFBITS;                \
                 continue;                                                                  \
             }                                                                              \
             T d = a - b;                                                                   \
@@ -137,6 +159,11 @@
             IT ka = ia < 0 ? -(ia & ABSMASK) : ia, kb = ib < 0 ? -(ib & ABSMASK) : ib;     \
             UT u = ka > kb ? (UT)ka - (UT)kb : (UT)kb - (UT)ka;                            \
             ulp = u > ulp ? u : ulp;                                                       \
+            if (keys != NULL) { /* |d| with -0.0 as 0 */                                   \
+                UT kd;                                                                     \
+                memcpy(&kd, &d, sizeof kd);                                                \
+                keys[i] = kd & (UT)ABSMASK;                                                \
+            }                                                                              \
             }                                                                              \
         }                                                                                  \
         out[0] = (double)m;                                                                \
@@ -153,24 +180,34 @@
         return 0;                                                                          \
     }
 
-SBS_COMPARE(sbs_compare_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 1)
-SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63, 1)
+SBS_COMPARE(sbs_compare_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 0x7f800000, 2, 1)
+SBS_COMPARE(sbs_compare_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63,
+            0x7ff0000000000000LL, 1, 1)
 /* without the measures (compare(..., False)): today's cost, for a run that does not want them */
-SBS_COMPARE(sbs_plain_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 0)
-SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63, 0)
+SBS_COMPARE(sbs_plain_f32, float, int32_t, uint32_t, 8, FLT_MAX, 0x7fffffff, 31, 0x7f800000, 2, 0)
+SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffffffffLL, 63,
+            0x7ff0000000000000LL, 1, 0)
 
 /* Order statistics of |e - g| (in the arrays' precision; 0 where both sides hold the same
  * non-finite value, +inf where they disagree), exactly, without sorting: the keys are
  * the bits of |e - g| (non-negative floats order as their bits do).  A histogram of the
- * keys' top HBITS bits finds the bin of each rank, one more pass over the keys (kept
- * from the first) gathers those of these bins and a selection in each gives the rank.
- * Zero keys (equal values, most of a well exported node's) are counted, not gathered:
- * zero is the smallest key, so a rank below their count is 0 without a selection.
- * HBITS is 12 for float32 (the exponent and 3 bits of mantissa: a 32 KiB histogram
- * that stays in the cache; 16 bits made a 512 KiB one, zeroed and walked per call).
- * Small arrays (3072 keys or fewer) skip the histogram: all keys are gathered and selected. */
+ * HBITS bits below the keys' sign bit (always 0) finds the bin of each rank, one more
+ * pass over the keys gathers those of these bins and a selection in each gives the rank.
+ * Zero keys (equal values, most of a well exported node's) are not gathered: zero is the
+ * smallest key, so a rank below their count is 0 without a selection.
+ * HBITS is 12 for float32 (the exponent and 4 bits of mantissa) and 13 for float64 (2
+ * bits of mantissa): counts of 32 bits, two histograms of at most 16 or 32 KiB that stay
+ * in the cache, zeroed per call only up to the bin of the largest key (the comparison's
+ * max |e - g| tells it: the bins of large differences are never touched).
+ * Small arrays (3072 keys or fewer) skip the histogram: all keys are selected in place.
+ * The keys come from the comparison's own pass (compare(..., ranks)) or, for ranks(),
+ * from a pass of their own; beyond SBS_KEPT keys they are computed again in each pass
+ * rather than doubling a large weight's memory. */
 #define SBS_KEPT ((int64_t)1 << 22) /* keys kept between the two passes, at most */
-#define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                               \
+#define SBS_SMALL 3072              /* below this the histogram costs more than a selection */
+#define SBS_CHUNK ((int64_t)1 << 31) /* keys counted in 32 bits before they are added up */
+#define SBS_KEYS(NAME, T, UT, MAXV, INFBITS, HBITS)                                        \
+    typedef UT NAME##_kv __attribute__((vector_size(32)));                                 \
     static inline UT NAME##_key(T a, T b) {                                                \
         T ae = a < 0 ? -a : a, be = b < 0 ? -b : b;                                        \
         if (!(ae <= MAXV) || !(be <= MAXV))                                                \
@@ -211,92 +248,134 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         memcpy(&v, &k, sizeof v);                                                          \
         *out = (double)v;                                                                  \
     }                                                                                      \
-    /* out[r] = the ranks[r]-th smallest key, as a T; -1 when out of memory */             \
-    static int NAME(const T *e, const T *g, int64_t n, const int64_t *ranks, int nr,       \
-                    double *out) {                                                         \
-        const int shift = (int)(sizeof(UT) * 8 - HBITS);                                   \
-        if (n <= 3072) { /* below this the histogram costs more than a selection */     \
-            UT *x = malloc((size_t)n * sizeof(UT));                                        \
-            if (x == NULL) return -1;                                                      \
-            for (int64_t i = 0; i < n; i++) x[i] = NAME##_key(e[i], g[i]);                 \
-            int64_t base = 0; /* after a selection of rank b, x[b..n) holds the rest */     \
-            for (int r = 0; r < nr; r++) {                                                 \
-                NAME##_put(out + r, NAME##_select(x + base, n - base, ranks[r] - base));   \
-                base = ranks[r];                                                           \
-            }                                                                              \
-            free(x);                                                                       \
-            return 0;                                                                      \
+    /* out[r] = the ranks[r]-th smallest of x[0..n), reordering x */                       \
+    static void NAME##_in_place(UT *x, int64_t n, const int64_t *ranks, int nr,            \
+                                double *out) {                                             \
+        int64_t base = 0; /* after a selection of rank b, x[b..n) holds the rest */         \
+        for (int r = 0; r < nr; r++) {                                                     \
+            NAME##_put(out + r, NAME##_select(x + base, n - base, ranks[r] - base));       \
+            base = ranks[r];                                                               \
         }                                                                                  \
+    }                                                                                      \
+    /* the ranks by histogram; keys: the n keys, or NULL (computed from e and g in each  \
+     * pass); -1 when out of memory */                                                     \
+    /* the keys of the bins in slot[] (their slot + 1; 0: none), zero keys left out,     \
+     * appended to x[slot]: eight (or four) keys tested at once, most hold none */         \
+    SBS_CLONES static void NAME##_gather(const UT *keys, int64_t n, int shift,             \
+                                         const unsigned char *slot, const int64_t *bins,   \
+                                         int nb, UT **x, int64_t *fill) {                  \
+        enum { KL = 32 / sizeof(UT) };                                                     \
+        NAME##_kv vb[8];                                                                   \
+        for (int s = 0; s < nb; s++) vb[s] = (NAME##_kv){0} + (UT)bins[s];                 \
+        int64_t j = 0;                                                                     \
+        for (; j + KL <= n; j += KL) {                                                     \
+            NAME##_kv k;                                                                   \
+            memcpy(&k, keys + j, sizeof k);                                                \
+            NAME##_kv b = k >> shift;                                                      \
+            __typeof__(b == b) hit = b == vb[0];                                           \
+            for (int s = 1; s < nb; s++) hit |= b == vb[s];                                \
+            hit &= k != 0;                                                                 \
+            uint64_t w[4];                                                                 \
+            memcpy(w, &hit, sizeof w);                                                     \
+            if ((w[0] | w[1] | w[2] | w[3]) == 0) continue;                                \
+            for (int t = 0; t < KL; t++) {                                                 \
+                UT kk = keys[j + t];                                                       \
+                int s = slot[kk >> shift];                                                 \
+                if (s != 0 && kk != 0) x[s - 1][fill[s - 1]++] = kk;                       \
+            }                                                                              \
+        }                                                                                  \
+        for (; j < n; j++) {                                                               \
+            UT kk = keys[j];                                                               \
+            int s = slot[kk >> shift];                                                     \
+            if (s != 0 && kk != 0) x[s - 1][fill[s - 1]++] = kk;                           \
+        }                                                                                  \
+    }                                                                                      \
+    /* top: no key is larger (the bins above its bin are neither zeroed nor read) */      \
+    static int NAME##_hist(const UT *keys, const T *e, const T *g, int64_t n, UT top,      \
+                           const int64_t *ranks, int nr, double *out) {                    \
+        const int shift = (int)(sizeof(UT) * 8 - 1 - HBITS);                               \
+        const int64_t nbins = (int64_t)((top & (((UT)1 << (sizeof(UT) * 8 - 1)) - 1)) >> shift) + 1; \
         /* two histograms, even and odd positions: runs of keys in one bin (zeros) would \
          * otherwise wait on each other's increment */                                     \
-        int64_t *hist = calloc((size_t)2 << HBITS, sizeof(int64_t));                       \
-        /* the keys, kept for the second pass up to SBS_KEPT of them (a large weight's   \
-         * are computed again rather than doubling its memory) */                          \
-        UT *keys = n <= SBS_KEPT ? malloc((size_t)n * sizeof(UT)) : NULL;                  \
-        if (hist == NULL || (keys == NULL && n <= SBS_KEPT)) {                             \
-            free(hist);                                                                    \
-            free(keys);                                                                    \
+        uint32_t *h0 = malloc((size_t)nbins * 2 * sizeof(uint32_t)), *h1 = h0 + nbins;     \
+        int64_t *total = n > SBS_CHUNK ? calloc((size_t)nbins, sizeof(int64_t)) : NULL;     \
+        if (h0 == NULL || (total == NULL && n > SBS_CHUNK)) {                              \
+            free(h0);                                                                      \
+            free(total);                                                                   \
             return -1;                                                                     \
         }                                                                                  \
-        int64_t *odd = hist + ((size_t)1 << HBITS), zeros = 0, i = 0;                      \
-        for (; i + 1 < n; i += 2) {                                                        \
-            UT k0 = NAME##_key(e[i], g[i]), k1 = NAME##_key(e[i + 1], g[i + 1]);           \
+        memset(h0, 0, (size_t)nbins * 2 * sizeof(uint32_t));                               \
+        for (int64_t c0 = 0; c0 < n; c0 += SBS_CHUNK) {                                    \
+            int64_t c1 = n - c0 > SBS_CHUNK ? c0 + SBS_CHUNK : n, i = c0;                  \
             if (keys != NULL) {                                                            \
-                keys[i] = k0;                                                              \
-                keys[i + 1] = k1;                                                          \
+                for (; i + 1 < c1; i += 2) {                                               \
+                    h0[keys[i] >> shift]++;                                                \
+                    h1[keys[i + 1] >> shift]++;                                            \
+                }                                                                          \
+            } else {                                                                       \
+                for (; i + 1 < c1; i += 2) {                                               \
+                    h0[NAME##_key(e[i], g[i]) >> shift]++;                                 \
+                    h1[NAME##_key(e[i + 1], g[i + 1]) >> shift]++;                         \
+                }                                                                          \
             }                                                                              \
-            hist[k0 >> shift]++;                                                           \
-            odd[k1 >> shift]++;                                                            \
-            zeros += (k0 == 0) + (k1 == 0);                                                \
+            if (i < c1) h0[(keys != NULL ? keys[i] : NAME##_key(e[i], g[i])) >> shift]++;  \
+            if (total != NULL) {                                                           \
+                for (int64_t b = 0; b < nbins; b++) total[b] += (int64_t)h0[b] + h1[b];    \
+                memset(h0, 0, (size_t)nbins * 2 * sizeof(uint32_t));                       \
+            }                                                                              \
         }                                                                                  \
-        for (; i < n; i++) {                                                               \
-            UT k = NAME##_key(e[i], g[i]);                                                 \
-            if (keys != NULL) keys[i] = k;                                                 \
-            hist[k >> shift]++;                                                            \
-            zeros += k == 0;                                                               \
-        }                                                                                  \
-        for (int64_t b = 0; b < ((int64_t)1 << HBITS); b++) hist[b] += odd[b];             \
-        /* per rank: its bin, the keys below that bin, its slot (-1: a zero key) */        \
-        int64_t bin[8], before[8], slot_bin[8];                                            \
+        /* per rank: its bin, the keys below that bin, its slot (ranks ascend) */         \
+        int64_t bin[8], before[8], slot_bin[8], c = 0, b = 0;                              \
         int slot_of[8], nb = 0;                                                            \
         for (int r = 0; r < nr; r++) {                                                     \
-            int64_t c = 0, b = 0;                                                          \
-            while (c + hist[b] <= ranks[r]) c += hist[b++];                                \
+            for (;;) {                                                                     \
+                int64_t here = total != NULL ? total[b] : (int64_t)h0[b] + h1[b];          \
+                if (c + here > ranks[r]) break;                                            \
+                c += here;                                                                 \
+                b++;                                                                       \
+            }                                                                              \
             bin[r] = b;                                                                    \
             before[r] = c;                                                                 \
-            slot_of[r] = -1;                                                               \
-            if (b == 0 && ranks[r] < zeros) continue; /* zero is the smallest key */       \
-            if (nb == 0 || slot_bin[nb - 1] != b) slot_bin[nb++] = b; /* ranks ascend */   \
+            if (nb == 0 || slot_bin[nb - 1] != b) slot_bin[nb++] = b;                      \
             slot_of[r] = nb - 1;                                                           \
         }                                                                                  \
-        /* one buffer per bin left, filled in one pass; bin 0's zero keys not stored */    \
+        /* one buffer per bin, filled in one pass; zero keys (bin 0) not stored */         \
         UT *x[8] = {NULL};                                                                 \
         int64_t fill[8] = {0};                                                             \
         unsigned char *slot = NULL;                                                        \
         int rc = 0;                                                                        \
         for (int s = 0; s < nb && rc == 0; s++) {                                          \
-            x[s] = malloc((size_t)hist[slot_bin[s]] * sizeof(UT));                         \
+            int64_t sb = slot_bin[s];                                                      \
+            int64_t count = total != NULL ? total[sb] : (int64_t)h0[sb] + h1[sb];          \
+            x[s] = malloc((size_t)count * sizeof(UT));                                     \
             if (x[s] == NULL) rc = -1;                                                     \
         }                                                                                  \
-        if (rc == 0 && nb && (slot = calloc((size_t)1 << HBITS, 1)) == NULL) rc = -1;      \
+        int64_t zeros = 0; /* zero keys, counted where bin 0 holds a rank */               \
+        if (rc == 0 && nb && (slot = calloc((size_t)nbins, 1)) == NULL) rc = -1;           \
         if (rc == 0 && nb) {                                                               \
             for (int s = 0; s < nb; s++) slot[slot_bin[s]] = (unsigned char)(s + 1);        \
-            for (int64_t j = 0; j < n; j++) {                                              \
-                UT k = keys != NULL ? keys[j] : NAME##_key(e[j], g[j]);                    \
-                int s = slot[k >> shift];                                                  \
-                if (s != 0 && k != 0) x[s - 1][fill[s - 1]++] = k;                         \
+            if (keys != NULL) {                                                            \
+                NAME##_gather(keys, n, shift, slot, slot_bin, nb, x, fill);                \
+            } else {                                                                       \
+                for (int64_t j = 0; j < n; j++) {                                          \
+                    UT k = NAME##_key(e[j], g[j]);                                         \
+                    int s = slot[k >> shift];                                              \
+                    if (s != 0 && k != 0) x[s - 1][fill[s - 1]++] = k;                     \
+                }                                                                          \
             }                                                                              \
+            if (slot_bin[0] == 0)                                                          \
+                zeros = (total != NULL ? total[0] : (int64_t)h0[0] + h1[0]) - fill[0];     \
         }                                                                                  \
         if (rc == 0) {                                                                     \
             int64_t from[8] = {0}; /* per slot: the ranks below it already selected */     \
             for (int r = 0; r < nr; r++) {                                                 \
                 int s = slot_of[r];                                                        \
-                if (s < 0) {                                                               \
+                /* its place among the bin's stored keys (bin 0's zeros not stored) */    \
+                int64_t at = ranks[r] - before[r] - (bin[r] == 0 ? zeros : 0);             \
+                if (at < 0) { /* zero is the smallest key */                               \
                     NAME##_put(out + r, 0);                                                \
                     continue;                                                              \
                 }                                                                          \
-                /* its place among the bin's stored keys (bin 0's zeros not stored) */    \
-                int64_t at = ranks[r] - before[r] - (bin[r] == 0 ? zeros : 0);             \
                 UT k = NAME##_select(x[s] + from[s], fill[s] - from[s], at - from[s]);     \
                 from[s] = at;                                                              \
                 NAME##_put(out + r, k);                                                    \
@@ -304,13 +383,34 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         }                                                                                  \
         for (int s = 0; s < nb; s++) free(x[s]);                                           \
         free(slot);                                                                        \
+        free(total);                                                                       \
+        free(h0);                                                                          \
+        return rc;                                                                         \
+    }                                                                                      \
+    /* out[r] = the ranks[r]-th smallest of the n keys (reordered), none larger than top;  \
+     * -1: out of memory */                                                                \
+    static int NAME##_of_keys(UT *keys, int64_t n, UT top, const int64_t *ranks, int nr,   \
+                              double *out) {                                               \
+        if (n <= SBS_SMALL) {                                                              \
+            NAME##_in_place(keys, n, ranks, nr, out);                                      \
+            return 0;                                                                      \
+        }                                                                                  \
+        return NAME##_hist(keys, NULL, NULL, n, top, ranks, nr, out);                      \
+    }                                                                                      \
+    /* out[r] = the ranks[r]-th smallest key of e and g; -1 when out of memory */          \
+    static int NAME(const T *e, const T *g, int64_t n, const int64_t *ranks, int nr,       \
+                    double *out) {                                                         \
+        if (n > SBS_KEPT) return NAME##_hist(NULL, e, g, n, (UT)INFBITS, ranks, nr, out);  \
+        UT *keys = malloc((size_t)(n ? n : 1) * sizeof(UT));                               \
+        if (keys == NULL) return -1;                                                       \
+        for (int64_t i = 0; i < n; i++) keys[i] = NAME##_key(e[i], g[i]);                  \
+        int rc = NAME##_of_keys(keys, n, (UT)INFBITS, ranks, nr, out);                     \
         free(keys);                                                                        \
-        free(hist);                                                                        \
         return rc;                                                                         \
     }
 
 SBS_KEYS(sbs_ranks_f32, float, uint32_t, FLT_MAX, 0x7f800000u, 12)
-SBS_KEYS(sbs_ranks_f64, double, uint64_t, DBL_MAX, 0x7ff0000000000000ull, 16)
+SBS_KEYS(sbs_ranks_f64, double, uint64_t, DBL_MAX, 0x7ff0000000000000ull, 13)
 
 /* Whether b (cols x rows, C order) is a (rows x cols, C order) transposed, byte for
  * byte: a transposed weight against its twin.  A tile of a is read row by row (each row
@@ -493,51 +593,112 @@ static int sbs_views(PyObject *x, PyObject *y, const char *name, Py_buffer *a, P
 /* long loops run without the GIL: a notebook's kernel (the widget) stays responsive */
 #define SBS_LONG(nbytes) ((nbytes) >= (1 << 20))
 
-static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer e, g;
-    if (nargs != 5 && sbs_nargs(nargs, 4, "compare") < 0) return NULL;
-    int meas = nargs == 5 ? PyObject_IsTrue(args[4]) : 1;
-    if (meas < 0) return NULL;
-    double atol = PyFloat_AsDouble(args[2]), rtol = PyFloat_AsDouble(args[3]);
-    if ((atol == -1.0 || rtol == -1.0) && PyErr_Occurred()) return NULL;
-    if (sbs_views(args[0], args[1], "compare", &e, &g) < 0) return NULL;
-    char letter = sbs_letter(&e);
-    double out[11];
-    int ok = 1;
-    if (letter != sbs_letter(&g) || !((letter == 'f' && e.itemsize == 4) ||
-                                      (letter == 'd' && e.itemsize == 8))) {
-        ok = 0;
-    } else {
-        int64_t n = (int64_t)(e.len / e.itemsize);
-        int long_loop = SBS_LONG(e.len);
-        PyThreadState *ts = long_loop ? PyEval_SaveThread() : NULL;
-        if (letter == 'f')
-            (meas ? sbs_compare_f32 : sbs_plain_f32)(e.buf, g.buf, n, atol, rtol, out);
-        else
-            (meas ? sbs_compare_f64 : sbs_plain_f64)(e.buf, g.buf, n, atol, rtol, out);
-        if (long_loop) PyEval_RestoreThread(ts);
+/* a tuple of at most 8 ranks into ranks[], their number into *nr; -1 with an exception */
+static int sbs_parse_ranks(PyObject *o, const char *name, int64_t *ranks, int *nr) {
+    if (!PyTuple_Check(o) || PyTuple_Size(o) > 8) {
+        PyErr_Format(PyExc_TypeError, "%s(): a tuple of at most 8 ranks", name);
+        return -1;
     }
-    PyBuffer_Release(&e);
-    PyBuffer_Release(&g);
-    if (!ok) {
-        PyErr_SetString(PyExc_TypeError, "compare(): float32 or float64 arrays of one type only");
-        return NULL;
+    *nr = (int)PyTuple_Size(o);
+    for (int r = 0; r < *nr; r++) {
+        ranks[r] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(o, r));
+        if (ranks[r] == -1 && PyErr_Occurred()) return -1;
     }
-    int nout = meas ? 11 : 6;
-    PyObject *t = PyTuple_New(nout);
+    return 0;
+}
+
+/* NULL, or why these ranks cannot be taken of n keys */
+static const char *sbs_bad_ranks(const int64_t *ranks, int nr, int64_t n, const char *what) {
+    for (int r = 0; r < nr; r++)
+        if (ranks[r] < 0 || ranks[r] >= n || (r && ranks[r] < ranks[r - 1])) return what;
+    return NULL;
+}
+
+/* a tuple of the n doubles, or NULL with an exception set */
+static PyObject *sbs_tuple(const double *out, int n) {
+    PyObject *t = PyTuple_New(n);
     if (t == NULL) return NULL;
-    for (int k = 0; k < nout; k++) {
+    for (int k = 0; k < n; k++) {
         PyObject *x = PyFloat_FromDouble(out[k]);
-        if (x == NULL) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        if (PyTuple_SetItem(t, k, x) < 0) { /* steals x; a function of the stable ABI */
+        /* PyTuple_SetItem (a function of the stable ABI) steals x */
+        if (x == NULL || PyTuple_SetItem(t, k, x) < 0) {
             Py_DECREF(t);
             return NULL;
         }
     }
     return t;
+}
+
+/* compare(e, g, atol, rtol[, measures[, ranks]]): with ranks (and the measures), the
+ * order statistics of ranks() follow the eleven values, from the same pass: its keys are
+ * kept (up to SBS_KEPT of them) and selected only where the values differ (all 0 where
+ * they do not: every key is then 0). */
+static PyObject *py_compare(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer e, g;
+    int64_t ranks[8];
+    int nr = 0;
+    if (nargs != 5 && nargs != 6 && sbs_nargs(nargs, 4, "compare") < 0) return NULL;
+    int meas = nargs >= 5 ? PyObject_IsTrue(args[4]) : 1;
+    if (meas < 0) return NULL;
+    int with_ranks = nargs == 6 && meas;
+    if (with_ranks && sbs_parse_ranks(args[5], "compare", ranks, &nr) < 0) return NULL;
+    double atol = PyFloat_AsDouble(args[2]), rtol = PyFloat_AsDouble(args[3]);
+    if ((atol == -1.0 || rtol == -1.0) && PyErr_Occurred()) return NULL;
+    if (sbs_views(args[0], args[1], "compare", &e, &g) < 0) return NULL;
+    char letter = sbs_letter(&e);
+    double out[11 + 8];
+    const char *bad = NULL;
+    PyObject *exc = PyExc_ValueError;
+    int rc = 0;
+    if (letter != sbs_letter(&g) || !((letter == 'f' && e.itemsize == 4) ||
+                                      (letter == 'd' && e.itemsize == 8))) {
+        bad = "compare(): float32 or float64 arrays of one type only";
+        exc = PyExc_TypeError;
+    } else {
+        int64_t n = (int64_t)(e.len / e.itemsize);
+        bad = sbs_bad_ranks(ranks, nr, n, "compare(): ranks must ascend and lie within the arrays");
+    }
+    if (bad == NULL) {
+        int64_t n = (int64_t)(e.len / e.itemsize);
+        void *keys = with_ranks && n <= SBS_KEPT ? malloc((size_t)(n ? n : 1) * e.itemsize) : NULL;
+        if (with_ranks && n <= SBS_KEPT && keys == NULL) rc = -1;
+        int long_loop = SBS_LONG(e.len);
+        PyThreadState *ts = long_loop ? PyEval_SaveThread() : NULL;
+        if (rc == 0 && letter == 'f')
+            (meas ? sbs_compare_f32 : sbs_plain_f32)(e.buf, g.buf, n, atol, rtol, out, keys);
+        else if (rc == 0)
+            (meas ? sbs_compare_f64 : sbs_plain_f64)(e.buf, g.buf, n, atol, rtol, out, keys);
+        if (rc == 0 && with_ranks) {
+            if (out[0] == 0 && out[2] == 0) { /* no difference: every key is 0 */
+                for (int r = 0; r < nr; r++) out[11 + r] = 0.0;
+            } else if (keys != NULL && letter == 'f') {
+                /* no key above max |e - g|, or +inf where non-finite values disagree */
+                float top = (float)out[0];
+                uint32_t bits;
+                memcpy(&bits, &top, sizeof bits);
+                if (out[2] != 0) bits = 0x7f800000u;
+                rc = sbs_ranks_f32_of_keys(keys, n, bits, ranks, nr, out + 11);
+            } else if (keys != NULL) {
+                uint64_t bits;
+                memcpy(&bits, &out[0], sizeof bits);
+                if (out[2] != 0) bits = 0x7ff0000000000000ull;
+                rc = sbs_ranks_f64_of_keys(keys, n, bits, ranks, nr, out + 11);
+            } else {
+                rc = letter == 'f' ? sbs_ranks_f32(e.buf, g.buf, n, ranks, nr, out + 11)
+                                   : sbs_ranks_f64(e.buf, g.buf, n, ranks, nr, out + 11);
+            }
+        }
+        if (long_loop) PyEval_RestoreThread(ts);
+        free(keys);
+    }
+    PyBuffer_Release(&e);
+    PyBuffer_Release(&g);
+    if (bad != NULL) {
+        PyErr_SetString(exc, bad);
+        return NULL;
+    }
+    if (rc < 0) return PyErr_NoMemory();
+    return sbs_tuple(out, meas ? 11 + nr : 6);
 }
 
 /* ranks(e, g, (r0, r1, ...)): the r-th smallest |e - g| for each r (ascending, at most
@@ -546,16 +707,9 @@ static PyObject *py_ranks(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_buffer e, g;
     int64_t ranks[8];
     double out[8];
+    int nr = 0;
     if (sbs_nargs(nargs, 3, "ranks") < 0) return NULL;
-    if (!PyTuple_Check(args[2]) || PyTuple_Size(args[2]) > 8) {
-        PyErr_SetString(PyExc_TypeError, "ranks(): a tuple of at most 8 ranks");
-        return NULL;
-    }
-    int nr = (int)PyTuple_Size(args[2]);
-    for (int r = 0; r < nr; r++) {
-        ranks[r] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(args[2], r));
-        if (ranks[r] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (sbs_parse_ranks(args[2], "ranks", ranks, &nr) < 0) return NULL;
     if (sbs_views(args[0], args[1], "ranks", &e, &g) < 0) return NULL;
     char letter = sbs_letter(&e);
     int64_t n = (int64_t)(e.len / (e.itemsize ? e.itemsize : 1));
@@ -563,9 +717,8 @@ static PyObject *py_ranks(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (letter != sbs_letter(&g) || !((letter == 'f' && e.itemsize == 4) ||
                                       (letter == 'd' && e.itemsize == 8)))
         bad = "ranks(): float32 or float64 arrays of one type only";
-    for (int r = 0; r < nr && bad == NULL; r++)
-        if (ranks[r] < 0 || ranks[r] >= n || (r && ranks[r] < ranks[r - 1]))
-            bad = "ranks(): ranks must ascend and lie within the arrays";
+    else
+        bad = sbs_bad_ranks(ranks, nr, n, "ranks(): ranks must ascend and lie within the arrays");
     int rc = 0;
     if (bad == NULL) {
         int long_loop = SBS_LONG(e.len);
@@ -583,16 +736,7 @@ static PyObject *py_ranks(PyObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     if (rc < 0) return PyErr_NoMemory();
-    PyObject *t = PyTuple_New(nr);
-    if (t == NULL) return NULL;
-    for (int k = 0; k < nr; k++) {
-        PyObject *x = PyFloat_FromDouble(out[k]);
-        if (x == NULL || PyTuple_SetItem(t, k, x) < 0) {
-            Py_DECREF(t);
-            return NULL;
-        }
-    }
-    return t;
+    return sbs_tuple(out, nr);
 }
 
 static PyObject *py_same_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -632,9 +776,10 @@ static PyObject *py_equal_transposed(PyObject *self, PyObject *const *args, Py_s
 
 static PyMethodDef sbs_methods[] = {
     {"compare", (PyCFunction)(void (*)(void))py_compare, METH_FASTCALL,
-     "compare(e, g, atol, rtol[, measures=True]) -> (max |e - g|, max |e - g| / (|e| + atol), non-finite "
-     "disagreements, count > 0.1, count > 0.01, count > atol + rtol |e|, sum e^2, sum g^2, "
-     "sum e g, sum (e - g)^2, max ulp distance)"},
+     "compare(e, g, atol, rtol[, measures=True[, ranks]]) -> (max |e - g|, max |e - g| / "
+     "(|e| + atol), non-finite disagreements, count > 0.1, count > 0.01, count > atol + rtol "
+     "|e|, sum e^2, sum g^2, sum e g, sum (e - g)^2, max ulp distance[, the r-th smallest "
+     "|e - g| for each rank r])"},
     {"ranks", (PyCFunction)(void (*)(void))py_ranks, METH_FASTCALL,
      "ranks(e, g, ranks) -> the r-th smallest |e - g| for each rank r (ascending)"},
     {"same_bytes", (PyCFunction)(void (*)(void))py_same_bytes, METH_FASTCALL,

@@ -34,9 +34,14 @@ def _numpy_diff(e, g, atol, rtol):
     return r
 
 
-def _native_diff(e, g, atol, rtol):
+def _native_diff(e, g, atol, rtol, fused=True):
+    """The C path: its order statistics from the comparison's own pass (``fused``, as
+    diff.compare takes them) or from a second call (ranks())."""
     r = diff.Diff()
-    diff._fill_native(r, NATIVE.compare(e, g, atol, rtol), atol, e, g)
+    found = (
+        diff._native_compare(e, g, atol, rtol, True) if fused else NATIVE.compare(e, g, atol, rtol)
+    )
+    diff._fill_native(r, found, atol, e, g)
     return r
 
 
@@ -71,12 +76,13 @@ def _cases(dtype):
     yield "thresholds-neg", -y, x
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("atol,rtol", [(1e-4, 1e-4), (0.0, 0.0), (1e-7, 1e-7), (0.5, 0.0)])
-def test_native_comparison_equals_the_numpy_one(dtype, atol, rtol):
+def test_native_comparison_equals_the_numpy_one(dtype, atol, rtol, fused):
     for name, e, g in _cases(dtype):
         want = _numpy_diff(e, g, atol, rtol)
-        got = _native_diff(e, g, atol, rtol)
+        got = _native_diff(e, g, atol, rtol, fused)
         for field in FIELDS + EXACT_MEASURES:
             assert _same(getattr(got, field), getattr(want, field)), (
                 name,
@@ -87,6 +93,102 @@ def test_native_comparison_equals_the_numpy_one(dtype, atol, rtol):
         for field in SUM_MEASURES:
             a, b = getattr(got, field), getattr(want, field)
             assert _same(a, b) or a == pytest.approx(b, rel=1e-12, abs=1e-12), (name, field, a, b)
+
+
+def _rank_cases(dtype, n):
+    """Pairs of n values whose |e - g| puts the quantiles' ranks everywhere the selection
+    treats apart: among zeros (few values differ), among ties, in bin 0 (differences of
+    subnormals), at +inf (NaN/inf that disagree, finite values whose difference
+    overflows), across the histogram's bins."""
+    rng = np.random.default_rng(n)
+    f = np.dtype(dtype).type
+    tiny = np.finfo(dtype).smallest_subnormal
+    e = rng.standard_normal(n).astype(dtype)
+    yield "rounding", e, (e * (1 + rng.standard_normal(n) * 1e-7)).astype(dtype)
+    yield "equal", e, e.copy()
+    g = e.copy()
+    g[rng.integers(0, n, max(1, n // 50))] += f(1e-3)
+    yield "few-differ", e, g
+    g = e.copy()
+    g[rng.integers(0, n, max(1, n // 3))] += f(1e-3)
+    yield "a-third-differ", e, g
+    q = np.round(e * 4).astype(dtype) / f(4)
+    yield "ties", q, q + f(0.25) * rng.integers(-2, 3, n).astype(dtype)
+    s = (rng.integers(0, 1000, n) * tiny).astype(dtype)
+    yield "subnormal", s, (s + rng.integers(0, 3, n).astype(dtype) * tiny).astype(dtype)
+    x, y = e.copy(), e + f(1e-4) * rng.standard_normal(n).astype(dtype)
+    y[rng.integers(0, n, max(1, n // 10))] = np.nan
+    x[rng.integers(0, n, max(1, n // 20))] = np.inf
+    x[: min(n, 3)] = y[: min(n, 3)] = -np.inf  # the same infinity: no disagreement
+    yield "non-finite", x, y
+    big = np.finfo(dtype).max
+    o = np.where(rng.random(n) < 0.5, big, 1).astype(dtype)
+    yield "overflow", o, -o
+    z, w = e.copy(), e + f(0.05) * rng.standard_normal(n).astype(dtype)
+    z[::7], w[::7] = 0.0, -0.0
+    yield "signed-zeros", z, w
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "n", [1, 2, 7, 8, 9, 17, 3071, 3072, 3073, 3080, 4096, 16384 + 3, (1 << 16) + 5]
+)
+def test_the_comparison_pass_selects_the_ranks_exactly(dtype, n):
+    """compare(..., ranks): the order statistics from the keys its own pass kept, equal
+    to a sort of |e - g| (numpy's partition of the keys of measures.abs_diff_keys) and to
+    ranks(); its first eleven values those of compare() without them.  Sizes around the
+    vector width (8) and the histogram's threshold (3072)."""
+    order, _plan = measures.ranks(n)
+    for name, e, g in _rank_cases(dtype, n):
+        want = np.partition(measures.abs_diff_keys(e, g).reshape(-1), order)[list(order)]
+        for atol, rtol in ((1e-4, 1e-4), (0.0, 0.0)):
+            found = NATIVE.compare(e, g, atol, rtol, True, order)
+            assert all(_same(a, b) for a, b in zip(found[:11], NATIVE.compare(e, g, atol, rtol)))
+            assert len(found) == 11 + len(order)
+            assert list(found[11:]) == [float(x) for x in want], (name, atol)
+            assert NATIVE.ranks(e, g, order) == found[11:], name
+            # six values without the measures, whatever ranks are asked for
+            assert len(NATIVE.compare(e, g, atol, rtol, False, order)) == 6
+
+
+def test_the_comparison_pass_refuses_ranks_it_cannot_take():
+    a = np.zeros(8, dtype=np.float32)
+    with pytest.raises(ValueError, match="ranks must ascend"):
+        NATIVE.compare(a, a, 1e-4, 1e-4, True, (3, 8))
+    with pytest.raises(ValueError, match="ranks must ascend"):
+        NATIVE.compare(a, a, 1e-4, 1e-4, True, (4, 3))
+    with pytest.raises(TypeError, match="at most 8 ranks"):
+        NATIVE.compare(a, a, 1e-4, 1e-4, True, tuple(range(9)))
+    with pytest.raises(TypeError, match="at most 8 ranks"):
+        NATIVE.compare(a, a, 1e-4, 1e-4, True, [1, 2])
+
+
+@pytest.mark.parametrize("n", [(1 << 22) - 1, (1 << 22) + 1])
+def test_ranks_beyond_the_kept_keys_are_computed_again_alike(n):
+    """Beyond SBS_KEPT (2^22) keys the comparison keeps none and its ranks come from a
+    selection that computes the keys in each pass: the same order statistics."""
+    rng = np.random.default_rng(3)
+    e = rng.standard_normal(n).astype(np.float32)
+    g = (e * (1 + rng.standard_normal(n) * 1e-7)).astype(np.float32)
+    g[rng.integers(0, n, 50)] = np.nan
+    order, _plan = measures.ranks(n)
+    want = np.partition(measures.abs_diff_keys(e, g), order)[list(order)]
+    assert list(NATIVE.compare(e, g, 1e-4, 1e-4, True, order)[11:]) == [float(x) for x in want]
+
+
+def test_a_comparison_with_measures_makes_one_pass(monkeypatch):
+    """diff.compare takes the quantiles from the comparison's own pass: no second call
+    (ranks()) reads the values again, and the quantiles are numpy's."""
+    monkeypatch.setattr(NATIVE, "ranks", None)  # a call would raise
+    rng = np.random.default_rng(4)
+    for n in (64, 5000, 20000):
+        e = rng.standard_normal(n).astype(np.float32)
+        g = (e * (1 + rng.standard_normal(n) * 1e-6)).astype(np.float32)
+        d = diff.compare(torch.from_numpy(e), g)
+        keys = measures.abs_diff_keys(e, g).astype(np.float64)
+        assert d.err_p50 == float(np.quantile(keys, 0.5)), n
+        assert d.err_p99 == pytest.approx(float(np.quantile(keys, 0.99)), rel=1e-15, abs=0)
+        assert d.err_p50 > 0 and d.err_ulp > 0
 
 
 def test_compare_takes_the_native_path_for_contiguous_floats(monkeypatch):
@@ -313,3 +415,38 @@ def _check_ranks(dtype, n, zeros):
         assert list(got) == [float(keys[r]) for r in wanted], (wanted, got)
     ranks, _ = measures.ranks(n)
     assert list(NATIVE.ranks(e, g, ranks)) == [float(keys[r]) for r in ranks]
+
+
+def _layouts(dtype, rows, cols):
+    """(torch value, ONNX value) pairs in the layouts a run meets: both in order, a
+    transposed weight against its contiguous twin, a permuted attention head (rows in
+    order, heads strided), the ONNX side strided."""
+    rng = np.random.default_rng(rows * cols)
+    e = rng.standard_normal((rows, cols)).astype(dtype)
+    g = (e * (1 + rng.standard_normal((rows, cols)) * 1e-6)).astype(dtype)
+    g[rng.integers(0, rows, 3), rng.integers(0, cols, 3)] = np.nan
+    q = np.round(e * 4) / 4  # ties
+    yield torch.from_numpy(e), g
+    yield torch.from_numpy(q.astype(dtype)), (q + 0.25 * (rng.random(q.shape) < 0.3)).astype(dtype)
+    yield torch.from_numpy(np.ascontiguousarray(e.T)).t(), g
+    heads = torch.from_numpy(e).reshape(2, rows // 2, cols).permute(1, 0, 2)
+    yield heads, np.ascontiguousarray(g.reshape(2, rows // 2, cols).transpose(1, 0, 2))
+    yield torch.from_numpy(e), np.ascontiguousarray(g.T).T
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", [(2, 8), (48, 64), (64, 72), (128, 64), (256, 300)])
+def test_diff_compare_equals_the_numpy_path_in_every_layout(dtype, rows, cols, monkeypatch):
+    """diff.compare with the C module (its one pass and its ranks) against the same call
+    on the numpy path, on values in order and out of it, around the histogram's
+    threshold (3072 values) and the direct path's (65536)."""
+    for e, g in _layouts(dtype, rows, cols):
+        got = diff.compare(e, g)
+        with monkeypatch.context() as m:
+            m.setattr(diff, "NATIVE", None)
+            want = diff.compare(e, g)
+        for field in FIELDS + EXACT_MEASURES:
+            assert _same(getattr(got, field), getattr(want, field)), (field, e.shape)
+        for field in SUM_MEASURES:
+            a, b = getattr(got, field), getattr(want, field)
+            assert _same(a, b) or a == pytest.approx(b, rel=1e-12, abs=1e-12), (field, a, b)
