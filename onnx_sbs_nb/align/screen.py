@@ -5,11 +5,15 @@ Python loop over ~400 records, while the bare work (one eager run of the program
 whole-model onnxruntime run) costs 6 ms.  On an input where every pair passes, each
 record differs from the first input's only by its first comparison's numbers.  The
 screen gets those numbers in three passes: one run of the program keeping every paired
-fx value (a torch.fx Interpreter), one onnxruntime run of the whole model with every
-paired ONNX value as an output (one session, built once, its optimizations off so that
-its kernels are those of the engine's per-node runs), and one ``compare`` per pair at the
-tolerance the first input's run used.  Each record is then the first input's record with
-that comparison filled in, as the engine's verdict fills it (``fill_first_comparison``).
+fx value (its graph module returning them: one generated forward), one onnxruntime run
+of the whole model with every paired ONNX value as an output (one session, built once,
+its optimizations off so that its kernels are those of the engine's per-node runs), and
+one comparison per pair at the tolerance the first input's run used (the C module asked
+directly where ``compare`` would ask it, ``compare`` itself elsewhere).  Each record is
+then the first input's record with that comparison filled in, as the engine's verdict
+fills it (``fill_first_comparison``); it is made only where the input is the pair's
+worst so far.  The screen binds each input itself (``_Binding``): no AlignedRun is made
+for an input it passes.
 
 An input is screened only when it cannot change anything the full run would say
 differently: every compared pair passes (a failing pair needs the engine: its own-error
