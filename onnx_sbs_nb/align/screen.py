@@ -343,6 +343,15 @@ class _Binding:
             return None
         if bound is None or len(binding.user_inputs) != len(binding.key):
             return None
+        # the inputs are told apart below by their storage: one tensor given twice
+        # would not say which placeholder takes which leaf
+        views = [
+            (t.data_ptr(), tuple(t.shape), t.stride())
+            for t in torch.utils._pytree.tree_leaves((run.args, run.kwargs))
+            if isinstance(t, torch.Tensor)
+        ]
+        if len(set(views)) != len(views):
+            return None
         values, feeds = bound
         theirs = run.bound.values
         if values.keys() != theirs.keys() or not all(

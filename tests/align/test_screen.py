@@ -263,3 +263,26 @@ def test_copy_record_is_dataclasses_replace():
     assert copied is not rec
     assert copied == dataclasses.replace(rec, step=7, input_index=3)
     assert copy_record(rec) == rec
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.tanh(x) * 2.0 - torch.sigmoid(y)
+
+
+@pytest.mark.parametrize("given", ["reversed_keywords", "one_tensor_twice"])
+def test_inputs_bound_by_the_screen_as_the_run_binds_them(given, monkeypatch):
+    """Keyword inputs in another order than the program's, or one tensor given for both
+    inputs on the first input: the screen's own binding must not swap them (it leaves
+    the binding to the run where it cannot tell), and the records are the engine's."""
+    torch.manual_seed(0)
+    ep, onx = export(TwoInputs(), (torch.randn(3, 4), torch.randn(3, 4)))
+    g = torch.Generator().manual_seed(5)
+    pairs = [(torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g) * 9) for _ in range(N)]
+    if given == "reversed_keywords":
+        data = [{"y": y, "x": x} for x, y in pairs]
+    else:
+        data = [(pairs[0][0], pairs[0][0]), *pairs[1:]]
+    screened, engine = _both(ep, onx, data, monkeypatch)
+    _check_same(screened, engine)
+    assert screened[1].full_runs == [True] + [False] * (N - 1)
