@@ -25,8 +25,15 @@ it, in a separate child: resetting the kernel's high-water mark around the timed
 doubled the first input's CPU time, which is how this benchmark once reported later
 inputs at 0.04x the first.
 
+``--instructions``: instead of CPU time, the instructions valgrind's callgrind counts
+(the same on a loaded machine as on a quiet one) in one child per checkout: the bare
+work over N inputs, and runs over 2 and over N inputs, each counted alone; "per extra
+input" is (run over N - run over 2) / (N - 2), so both runs pay the same first input.
+``--baseline DIR`` counts another checkout of the package the same way.
+
     .venv/bin/python benchmarks/bench_many_inputs.py [--repeats 2] [--inputs 16]
         [--models llama4,cnn] [--no-load] [--memory] [--cold]
+        [--instructions [--baseline DIR]]
 """
 
 from __future__ import annotations
@@ -39,10 +46,11 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-if __package__ in (None, ""):
+# (a --count child imports the package counted from PYTHONPATH: a baseline checkout too)
+if __package__ in (None, "") and "--count" not in sys.argv:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
@@ -103,8 +111,9 @@ def _inputs(args: tuple, n: int) -> list[tuple]:
     return out
 
 
-def bare_work(ep, onx, inputs: list[tuple]) -> float:
-    """CPU seconds per input of one eager run and one whole-model onnxruntime run."""
+def bare_runner(ep, onx) -> Callable[[tuple], None]:
+    """One input's bare work: one eager run of the program, one onnxruntime run of the
+    whole model (1 intra-op thread); the session and ``ep.module()`` made once here."""
     import onnxruntime as ort
     import torch
 
@@ -119,6 +128,12 @@ def bare_work(ep, onx, inputs: list[tuple]) -> float:
             module(*x)
         sess.run(None, {n: t.numpy() for n, t in zip(names, x, strict=True)})
 
+    return once
+
+
+def bare_work(ep, onx, inputs: list[tuple]) -> float:
+    """CPU seconds per input of one eager run and one whole-model onnxruntime run."""
+    once = bare_runner(ep, onx)
     once(inputs[0])  # warm-up, untimed
     t = time.process_time()
     for x in inputs:
@@ -199,6 +214,138 @@ def measure(
     }
 
 
+# ------------------------------------------------------------ instruction counts
+COUNTED = ("bare", "run2", "runN")
+
+
+def count_child(folder: Path, n: int, flag: Path) -> None:
+    """Runs inside callgrind, instrumentation off but where the parent switches it on:
+    the bare work over ``n`` inputs, a run over 2 and one over ``n`` inputs, each after
+    the parent's go and before its own done (``_signal``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from onnx_sbs_nb import aligned_over_inputs
+
+    ep, onx, args = load_exported(folder)
+    inputs = _inputs(args, n)
+    once = bare_runner(ep, onx)  # its session and module: made before counting
+    once(inputs[0])  # imports, first uses: uncounted
+    list(aligned_over_inputs(ep, onx, inputs[:2]))
+    for phase in COUNTED:
+        _signal(flag, f"{phase}.ready")
+        _await(flag, f"{phase}.go")
+        if phase == "bare":
+            for x in inputs:
+                once(x)
+        else:
+            list(aligned_over_inputs(ep, onx, inputs[:2] if phase == "run2" else inputs))
+        _signal(flag, f"{phase}.done")
+        _await(flag, f"{phase}.end")
+
+
+def _signal(flag: Path, what: str) -> None:
+    flag.with_suffix("." + what).touch()
+
+
+def _await(flag: Path, what: str, timeout: float = 3600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not flag.with_suffix("." + what).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what!r} signal after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def count(checkout: Path, folder: Path, n: int, tmp: Path) -> dict[str, int]:
+    """Instructions of each counted phase of ``count_child`` run on the package in
+    ``checkout`` (one dump per phase: its counts alone)."""
+    import os
+
+    flag = tmp / f"{checkout.name}_{folder.name}.flag"
+    out = flag.with_suffix(".callgrind")
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    cmd += [sys.executable, __file__, "--count", str(folder), str(n), str(flag)]
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    found: dict[str, int] = {}
+    try:
+        for k, phase in enumerate(COUNTED, start=1):
+            _await(flag, f"{phase}.ready")
+            _control(proc.pid, "-i", "on")
+            _signal(flag, f"{phase}.go")
+            _await(flag, f"{phase}.done")
+            _control(proc.pid, "-i", "off")
+            _control(proc.pid, "-d")
+            dump = Path(f"{out}.{k}")
+            _await_file(dump)
+            found[phase] = _totals(dump)
+            _signal(flag, f"{phase}.end")
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode != 0:
+        raise RuntimeError(f"callgrind child failed ({proc.returncode}): {err.decode()[-2000:]}")
+    return found
+
+
+def _control(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def _await_file(path: Path, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and "totals:" in path.read_text()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no dump {path} after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _totals(dump: Path) -> int:
+    for line in dump.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals line in {dump}")
+
+
+def instructions(models: list[str], n: int, baseline: str | None, workdir: str | None) -> None:
+    """The table of ``--instructions``: per extra input against the bare work, in
+    instructions, for this checkout and ``baseline``; the children run side by side."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    checkouts = [Path(__file__).resolve().parents[1]]
+    checkouts += [Path(baseline).resolve()] if baseline else []
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(workdir or tmp)
+        for model in models:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                folder = export_cnn(root) if model == "cnn" else export_llama(LLAMA4, root).folder
+            with ThreadPoolExecutor(len(checkouts)) as pool:
+                k = len(checkouts)
+                counts = list(pool.map(count, checkouts, [folder] * k, [n] * k, [Path(tmp)] * k))
+            for checkout, c in zip(checkouts, counts, strict=True):
+                bare = c["bare"] / n
+                extra = (c["runN"] - c["run2"]) / (n - 2)
+                rows.append(
+                    [
+                        model,
+                        str(checkout),
+                        f"{c['run2'] / 1e6:.0f} M",
+                        f"{extra / 1e6:.1f} M",
+                        f"{bare / 1e6:.1f} M",
+                        fmt_ratio(ratio(extra, bare)),
+                    ]
+                )
+    print_table(
+        f"Instructions (callgrind, 1 torch thread), {n} inputs per run; per extra input = "
+        f"(run over {n} - run over 2) / {n - 2}; goal: extra/bare <= {GOAL_BARE:.1f}x",
+        ["model", "checkout", "run over 2", "per extra input", "bare work/input", "extra / bare"],
+        rows,
+    )
+
+
 @contextlib.contextmanager
 def busy(count: int) -> Iterator[None]:
     """``count`` background processes spinning a CPU each while the block runs."""
@@ -237,6 +384,11 @@ def main() -> None:
         "--cold", action="store_true", help="load the files in a fresh process: imports counted"
     )
     p.add_argument(
+        "--instructions", action="store_true", help="count instructions (callgrind) instead"
+    )
+    p.add_argument("--baseline", help="with --instructions: another checkout counted too")
+    p.add_argument("--count", nargs=3, metavar=("FOLDER", "N", "FLAG"), help=argparse.SUPPRESS)
+    p.add_argument(
         "--child", nargs=6, metavar=("FOLDER", "N", "T", "W", "M", "MEM"), help=argparse.SUPPRESS
     )
     a = p.parse_args()
@@ -248,7 +400,13 @@ def main() -> None:
             )
         )
         return
+    if a.count:
+        count_child(Path(a.count[0]), int(a.count[1]), Path(a.count[2]))
+        return
     models = [m for m in a.models.split(",") if m]
+    if a.instructions:
+        instructions(models, a.inputs, a.baseline, a.workdir)
+        return
     loads = [0] if a.no_load else [0, 2]
     rows = []
 

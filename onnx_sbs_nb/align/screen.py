@@ -5,11 +5,15 @@ Python loop over ~400 records, while the bare work (one eager run of the program
 whole-model onnxruntime run) costs 6 ms.  On an input where every pair passes, each
 record differs from the first input's only by its first comparison's numbers.  The
 screen gets those numbers in three passes: one run of the program keeping every paired
-fx value (a torch.fx Interpreter), one onnxruntime run of the whole model with every
-paired ONNX value as an output (one session, built once, its optimizations off so that
-its kernels are those of the engine's per-node runs), and one ``compare`` per pair at the
-tolerance the first input's run used.  Each record is then the first input's record with
-that comparison filled in, as the engine's verdict fills it (``fill_first_comparison``).
+fx value (its graph module returning them: one generated forward), one onnxruntime run
+of the whole model with every paired ONNX value as an output (one session, built once,
+its optimizations off so that its kernels are those of the engine's per-node runs), and
+one comparison per pair at the tolerance the first input's run used (the C module asked
+directly where ``compare`` would ask it, ``compare`` itself elsewhere).  Each record is
+then the first input's record with that comparison filled in, as the engine's verdict
+fills it (``fill_first_comparison``); it is made only where the input is the pair's
+worst so far.  The screen binds each input itself (``_Binding``): no AlignedRun is made
+for an input it passes.
 
 An input is screened only when it cannot change anything the full run would say
 differently: every compared pair passes (a failing pair needs the engine: its own-error
@@ -24,7 +28,6 @@ engine for every input.  The screened records carry no timings (``ep_time_run``,
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from typing import Any
@@ -34,10 +37,17 @@ import onnx
 import torch
 
 from ..compare.diff import _native_atol
-from ..compare.value_facts import _NATIVE_DIRECT, _NO_NUMPY
+from ..compare.value_facts import _NATIVE_DIRECT, _NO_NUMPY, _RELAYOUT, _RELAYOUT_NATIVE, _c_order
 from ..native import NATIVE
 from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, STATUS_OK, Record
-from .judge.judging import as_expected, comparable, fill_first_comparison, in_layout_of
+from .judge.judging import (
+    as_candidate,
+    as_expected,
+    comparable,
+    fill_first_comparison,
+    in_layout_of,
+)
+from .many_inputs import copy_record, split_input
 
 # a module-level switch: tests run the same inputs with and without the screen
 ENABLED = True
@@ -173,15 +183,21 @@ class Screen:
         )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.shapes = _input_shapes(run)
-        # per compared pair: its position, pair, whether its values are compared as
-        # they are (no transform, no cast: the C module's direct comparison may take
-        # them), its tolerance
+        # per compared pair: its position, its ONNX and fx names, pair, whether its values
+        # are compared as they are (no transform, no cast: the C module's direct
+        # comparison may take them), its tolerance
         self._plan = []
         for i in self.compared:
             t = records[i]
             pair = self.pairing.by_onnx[t.onnx_name]
             plain = pair.transform is None and pair.cast_to is None and t.kind != KIND_WEIGHT
-            self._plan.append((i, pair, plain, t.atol, t.rtol))
+            self._plan.append((i, t.onnx_name, pair.fx_name, pair, plain, t.atol, t.rtol))
+        # per pair, the (shape, dtype) its values had where the first input's comparison
+        # went to the C module directly (None: through ``compare``): later inputs ask the
+        # C module without finding that again (``_direct_error``)
+        self._routes: list[tuple[Any, Any] | None] | None = None
+        # binds a later input without making its AlignedRun (None: it makes one)
+        self.binding = _Binding.of(run, self)
         # the aggregate of each record's pair, set by the run that folds with it
         self.aggregates: list[Any] | None = None
 
@@ -220,31 +236,55 @@ class Screen:
         except Exception:
             return None
 
+    def screened_item(self, item: Any) -> Screened | None:
+        """:meth:`screened` of one input as the run over many inputs reads it (an item
+        of its inputs), bound by :attr:`binding`: no AlignedRun made.  None where the
+        screen cannot run it, or where it differs from the first input in anything but
+        its values: the engine then makes its run (and refuses it where it is wrong)."""
+        if self.binding is None:
+            return None
+        try:
+            bound = self.binding.bind(item)
+            return None if bound is None else self._measure(*bound)
+        except Exception:
+            return None
+
     def measure(self, run: Any) -> Screened | None:
         """Each compared pair's error on ``run``'s input (an AlignedRun made, not
         iterated), or None when some pair does not pass or the input differs in shape
         from the first: the engine then runs that input."""
         if _input_shapes(run) != self.shapes or getattr(run, "_nonfinite", None):
             return None  # another shape; an input holding NaN: its record has a note
-        values = run.bound.values
+        feeds = {n: _numpy(run.candidate.feeds[n]) for n in self.input_names}
+        return self._measure(run.bound.values, feeds)
+
+    def _measure(self, values: dict[str, Any], feeds: dict[str, Any]) -> Screened | None:
+        """:meth:`measure` on the program's placeholder values and the session's feeds."""
         with torch.no_grad():
             kept = self.module(*[values[n] for n in self.placeholders])
         fx = dict(zip(self.fx_wanted, kept, strict=True))
-        feeds = {n: _numpy(run.candidate.feeds[n]) for n in self.input_names}
         outs = dict(zip(self.onnx_wanted, self.session.run(self.onnx_wanted, feeds), strict=True))
         from ..compare.diff import compare
 
+        learn = self._routes is None
+        routes: list[tuple[Any, Any] | None] = [None] * len(self._plan) if learn else self._routes
         errors: dict[int, float | None] = {}
         pairs: dict[int, tuple[Any, Any]] = {}
-        for i, pair, plain, atol, rtol in self._plan:
-            t = self.templates[i]
-            got = outs[t.onnx_name] if t.onnx_name in outs else feeds[t.onnx_name]
-            want = fx[pair.fx_name]
-            if plain:
-                err = _native_error(want, got, atol, rtol)
+        for k, (i, onnx_name, fx_name, pair, plain, atol, rtol) in enumerate(self._plan):
+            got = outs[onnx_name] if onnx_name in outs else feeds[onnx_name]
+            want = fx[fx_name]
+            route = routes[k]
+            if route is not None or (learn and plain):
+                err = (
+                    _direct_error(want, got, atol, rtol, route)
+                    if route is not None
+                    else _native_error(want, got, atol, rtol)
+                )
                 if err is not None:
                     if err is False:
                         return None
+                    if learn:
+                        routes[k] = (tuple(got.shape), got.dtype)
                     errors[i], pairs[i] = err, (want, got)
                     continue
             expected, got = comparable(as_expected(pair, want), got)
@@ -255,6 +295,8 @@ class Screen:
             if d.passed is not True or d.shape_mismatch or d.dtype_mismatch:
                 return None
             errors[i], pairs[i] = d.err_abs, (expected, got)
+        if learn:
+            self._routes = routes
         return Screened(errors, pairs)
 
     def record(self, i: int, found: Screened) -> Record:
@@ -263,7 +305,7 @@ class Screen:
         from ..compare.diff import compare
 
         t = self.templates[i]
-        rec = copy.copy(t)
+        rec = copy_record(t)
         rec.ep_time_run = rec.onnx_time_run = None
         rec.extra = {}
         expected, got = found.values[i]
@@ -271,10 +313,112 @@ class Screen:
         return rec
 
 
+class _Binding:
+    """Binds a later input as its AlignedRun would (``run.AlignedRun``: ``load_inputs``,
+    ``bind_inputs``, the ONNX feeds), without making the run: some 1 ms per input on a
+    4-layer Llama, a fifth of the bare work.  It binds only an input of the first
+    input's structure whose leaves have the first's shapes, dtypes and devices (and equal
+    non-tensor leaves): every check the run makes of an input (count, dtype, rank,
+    shapes, the program's guards) reads those alone, and the first input passed them.
+    Anything else is left to the run (:meth:`bind` returns None)."""
+
+    def __init__(self, run: Any, screen: Screen) -> None:
+        leaves, self.spec = torch.utils._pytree.tree_flatten((run.args, run.kwargs))
+        self.key = _leaf_key(leaves)
+        self.trust_pickles = bool(run.options.trust_pickles)
+        self.user_inputs = list(run.bound.user_inputs)
+        user = set(self.user_inputs)
+        # the weights, constants and tokens: the same values for every input
+        self.fixed = {k: v for k, v in run.bound.values.items() if k not in user}
+        self.feeds = [(n, screen.pairing.by_onnx[n]) for n in screen.input_names]
+
+    @classmethod
+    def of(cls, run: Any, screen: Screen) -> _Binding | None:
+        """The binding of the run's inputs, when it binds the first input as the run
+        did (each placeholder's value and each feed): else None."""
+        try:
+            binding = cls(run, screen)
+            bound = binding.bind((run.args, run.kwargs))
+        except Exception:
+            return None
+        if bound is None or len(binding.user_inputs) != len(binding.key):
+            return None
+        # the inputs are told apart below by their storage: one tensor given twice
+        # would not say which placeholder takes which leaf
+        views = [
+            (t.data_ptr(), tuple(t.shape), t.stride())
+            for t in torch.utils._pytree.tree_leaves((run.args, run.kwargs))
+            if isinstance(t, torch.Tensor)
+        ]
+        if len(set(views)) != len(views):
+            return None
+        values, feeds = bound
+        theirs = run.bound.values
+        if values.keys() != theirs.keys() or not all(
+            _same_tensor(values[k], theirs[k]) for k in values
+        ):
+            return None
+        for n in screen.input_names:
+            mine, run_feed = feeds[n], _numpy(run.candidate.feeds[n])
+            if type(mine) is not type(run_feed) or not np.array_equal(mine, run_feed):
+                return None
+            if isinstance(mine, np.ndarray) and mine.dtype != run_feed.dtype:
+                return None
+        return binding
+
+    def bind(self, item: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(placeholder values, session feeds) of one input (an item of the inputs),
+        or None where the input differs from the first in anything but its values or
+        holds NaN/inf (the run notes that on its input's record)."""
+        from .run import nonfinite_inputs
+        from .source.loading import load_inputs
+
+        args, kwargs = split_input(item, 0)
+        args, kwargs = load_inputs(args, kwargs, trust_pickles=self.trust_pickles)
+        leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        if spec != self.spec or _leaf_key(leaves) != self.key:
+            return None
+        values = dict(self.fixed)
+        for name, leaf in zip(self.user_inputs, leaves, strict=True):
+            values[name] = leaf.detach() if isinstance(leaf, torch.Tensor) else leaf
+        fed = {n: as_candidate(pair, values[pair.fx_name]) for n, pair in self.feeds}
+        if nonfinite_inputs(fed):
+            return None
+        return values, {n: _numpy(v) for n, v in fed.items()}
+
+
+def _leaf_key(leaves: list[Any]) -> tuple[Any, ...]:
+    """What the checks of an input read of its leaves: a tensor's shape, dtype, device
+    and layout; any other leaf itself (a constant baked into the program)."""
+    return tuple(
+        (tuple(t.shape), t.dtype, t.device, t.layout)
+        if isinstance(t, torch.Tensor)
+        else (type(t), t)
+        for t in leaves
+    )
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    """Whether two placeholder values are the same value (one storage, one view)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.data_ptr() == b.data_ptr()
+            and a.shape == b.shape
+            and a.stride() == b.stride()
+            and a.dtype == b.dtype
+            and a.device == b.device
+        )
+    return type(a) is type(b) and a == b
+
+
 def _native_error(want: Any, got: Any, atol: Any, rtol: Any) -> float | bool | None:
-    """The error of a pair as ``compare`` finds it where it asks the C module directly
-    (same dtype, both in order, under its size limit), False when that comparison
-    fails, None where ``compare`` would take another path (the caller then calls it)."""
+    """The error of a pair as ``compare`` finds it where it asks the C module (same
+    dtype, under its size limit; a strided torch value put in order first, as
+    ``compare`` does below the size where it looks for equal values), False when that
+    comparison fails, None where ``compare`` would take another path (the caller then
+    calls it)."""
     if NATIVE is None or type(want) is not torch.Tensor or type(got) is not np.ndarray:
         return None
     if want.requires_grad or not want.is_cpu or want.is_conj() or want.is_neg():
@@ -284,10 +428,42 @@ def _native_error(want: Any, got: Any, atol: Any, rtol: Any) -> float | bool | N
     e = want.numpy()
     if e.shape != got.shape or e.dtype != got.dtype or not NATIVE.compares(e.dtype):
         return None
-    if not (e.flags.c_contiguous and got.flags.c_contiguous) or not 0 < e.size < _NATIVE_DIRECT:
+    if not got.flags.c_contiguous or not 0 < e.size < _NATIVE_DIRECT:
         return None
     if not _native_atol(e, atol):
         return None
+    return _asked(e, got, atol, rtol)
+
+
+def _direct_error(
+    want: Any, got: Any, atol: float, rtol: float, route: tuple[Any, Any]
+) -> float | bool | None:
+    """:func:`_native_error` of a pair whose first input's values went to the C module:
+    its dtype, tolerance and size were found fit then, so only what may differ between
+    inputs of one shape is checked here (the shapes, the layouts)."""
+    if type(want) is not torch.Tensor or type(got) is not np.ndarray:
+        return None
+    # (a tensor that requires grad, or with a conjugate or negative bit, raises here:
+    # the engine runs the input)
+    e = want.numpy()
+    shape, dtype = route
+    if e.shape != shape or got.shape != shape or not got.flags.c_contiguous:
+        return None
+    if (e.dtype is not dtype and e.dtype != dtype) or (
+        got.dtype is not dtype and got.dtype != dtype
+    ):
+        return None
+    return _asked(e, got, atol, rtol)
+
+
+def _asked(e: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> float | bool | None:
+    """The C module's error of two arrays of one fit dtype and shape, ``got`` in order."""
+    if not e.flags.c_contiguous:
+        # compare() puts both in order and asks the C module, below the size where it
+        # first looks for equal values in place (and from two elements: one is in order)
+        if e.dtype.kind != "f" or not _RELAYOUT_NATIVE <= e.size < _RELAYOUT:
+            return None
+        e = _c_order(e)
     err_abs, _rel, nan, _h01, _h001, fails = NATIVE.compare(e, got, atol, rtol, False)[:6]
     if nan:
         return False

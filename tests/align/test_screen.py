@@ -172,3 +172,117 @@ def test_an_input_holding_nan_goes_to_the_engine(faithful, monkeypatch):
     screened, engine = _both(ep, onx, data, monkeypatch)
     _check_same(screened, engine)
     assert screened[1].full_runs == [i in (0, 4) for i in range(N)]
+
+
+class _RunsMade:
+    """Counts the AlignedRuns made (each costs its binding and checks)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        original = AlignedRun.__init__
+
+        def counted(run, *args, **kwargs):
+            self.count += 1
+            original(run, *args, **kwargs)
+
+        monkeypatch.setattr(AlignedRun, "__init__", counted)
+
+
+def test_screened_inputs_make_no_run(faithful, planted, monkeypatch):
+    """The screen binds an input itself: a run is made for the first input and for the
+    inputs where a pair fails only (the engine runs those)."""
+    monkeypatch.setattr(screen_module, "ENABLED", True)
+    made = _RunsMade(monkeypatch)
+    ep, onx, data = faithful
+    list(aligned_over_inputs(ep, onx, data))
+    assert made.count == 1
+    made.count = 0
+    ep, onx, data = planted
+    run = aligned_over_inputs(ep, onx, data)
+    list(run)
+    assert made.count == 1 + len(BAD) and run.failing_inputs == list(BAD)
+
+
+def test_an_input_given_otherwise_goes_to_the_engine(faithful, monkeypatch):
+    """An input given by keyword where the first was positional binds through the run
+    (the screen binds inputs of the first's structure only), with the same records."""
+    ep, onx, data = faithful
+    data = list(data)
+    data[5] = {"x": data[5][0]}
+    screened, engine = _both(ep, onx, data, monkeypatch)
+    _check_same(screened, engine)
+    assert screened[1].full_runs == [i in (0, 5) for i in range(N)]
+
+
+class Strided(torch.nn.Module):
+    """An Abs of a transposed view: torch keeps the view's strides (a value the screen
+    puts in order before the C module compares it), ONNX computes it in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.fc(torch.abs(x.transpose(0, 1) * 2.0))
+
+
+def test_a_failing_strided_value_is_not_screened_away(monkeypatch):
+    """A planted fault (Abs exported as Identity) on a value whose torch side is strided,
+    failing on some later inputs only: each of them goes to the engine and fails there,
+    as without the screen (a screen that passed them would miss the fault)."""
+    x = torch.rand(4, 6)
+    assert not torch.abs(x.transpose(0, 1) * 2.0).is_contiguous()  # what is tested
+    torch.manual_seed(0)
+    ep, onx = export(Strided(), (x,))
+    onx = onnx.ModelProto.FromString(onx.SerializeToString())
+    (node,) = [n for n in onx.graph.node if n.op_type == "Abs"]
+    node.op_type = "Identity"
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.rand(4, 6, generator=g) * (1 + i),) for i in range(N)]
+    for i in BAD:
+        data[i][0][2, 3] = -0.5 * (1 + i)
+    screened, engine = _both(ep, onx, data, monkeypatch)
+    _check_same(screened, engine)
+    assert engine[1].failing_inputs == list(BAD)
+    assert screened[1].full_runs == [i == 0 or i in BAD for i in range(N)]
+    culprit = summarize(screened[0]).culprit
+    assert culprit.onnx_op_type == "Identity" and culprit.inputs_failing == len(BAD)
+
+
+def test_copy_record_is_dataclasses_replace():
+    """The aggregates' and the screen's record copy: every field copied, the changes
+    set (a field it dropped would differ here)."""
+    import dataclasses
+
+    from onnx_sbs_nb.align.many_inputs import copy_record
+    from onnx_sbs_nb.records import Record
+
+    fields = dataclasses.fields(Record)
+    rec = Record(**{f.name: f"v{k}" for k, f in enumerate(fields) if f.init})
+    copied = copy_record(rec, step=7, input_index=3)
+    assert copied is not rec
+    assert copied == dataclasses.replace(rec, step=7, input_index=3)
+    assert copy_record(rec) == rec
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.tanh(x) * 2.0 - torch.sigmoid(y)
+
+
+@pytest.mark.parametrize("given", ["reversed_keywords", "one_tensor_twice"])
+def test_inputs_bound_by_the_screen_as_the_run_binds_them(given, monkeypatch):
+    """Keyword inputs in another order than the program's, or one tensor given for both
+    inputs on the first input: the screen's own binding must not swap them (it leaves
+    the binding to the run where it cannot tell), and the records are the engine's."""
+    torch.manual_seed(0)
+    ep, onx = export(TwoInputs(), (torch.randn(3, 4), torch.randn(3, 4)))
+    g = torch.Generator().manual_seed(5)
+    pairs = [(torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g) * 9) for _ in range(N)]
+    if given == "reversed_keywords":
+        data = [{"y": y, "x": x} for x, y in pairs]
+    else:
+        data = [(pairs[0][0], pairs[0][0]), *pairs[1:]]
+    screened, engine = _both(ep, onx, data, monkeypatch)
+    _check_same(screened, engine)
+    assert screened[1].full_runs == [True] + [False] * (N - 1)
