@@ -35,7 +35,7 @@ from .randomness import random_values
 from .resets import Resets
 from .run_ahead import RunAhead
 from .side import ReferenceSide
-from .sides import OnnxSide
+from .sides import FxSide, OnnxSide
 from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
 from .weight_blame import WeightBlame
 
@@ -76,6 +76,10 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
     if plan is None or plan[0] is not reference.graph:
         plan = plans[key] = (reference.graph, make())
     return plan[1]
+
+
+# sides' forget methods that do nothing: a torch program keeps no copy of its values
+_KEEPS_NOTHING = (FxSide.forget, ReferenceSide.forget)
 
 
 class SideBySideRun:
@@ -164,6 +168,10 @@ class SideBySideRun:
         self._tie_axes = candidate.tables.tie_axes  # TopK nodes: their inputs are kept
         # stretches of candidate nodes run as one session, torch nodes as one function
         self.run_ahead = RunAhead(reference, candidate, pairing, options)
+        # the reference's forget, None where it keeps no copy of any value (a torch
+        # program's side: the loop's values are its only ones), not called per freed value
+        forget = getattr(type(reference), "forget", None)
+        self._ref_forget = None if forget in _KEEPS_NOTHING else reference.forget
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -409,19 +417,23 @@ class SideBySideRun:
 
     def _free(self, s: int) -> None:
         """Frees what no later step needs, and keeps the peak count of live values."""
-        ref, cand, v, plan = self.reference, self.candidate, self._v, self.plan
-        if s in plan.free_ref_at:
-            ref_env = v.ref
-            for name in plan.free_ref_at[s]:
-                if ref_env.pop(name, None) is not None and ref.is_weight(name):
+        v, plan = self._v, self.plan
+        names = plan.free_ref_at.get(s)
+        if names:
+            ref_env, is_weight, forget = v.ref, self.reference.is_weight, self._ref_forget
+            for name in names:
+                if ref_env.pop(name, None) is not None and is_weight(name):
                     v.ref_weights_live -= 1
-                ref.forget(name)
+                if forget is not None:
+                    forget(name)
         own = v.own
-        if s in plan.free_cand_at:
-            cand_env, ties, ties_own = v.cand, self._pairs.tie_x, self._own.tie_x
-            for name in plan.free_cand_at[s]:
+        names = plan.free_cand_at.get(s)
+        if names:
+            cand_env, forget = v.cand, self.candidate.forget
+            ties, ties_own = self._pairs.tie_x, self._own.tie_x
+            for name in names:
                 cand_env.pop(name, None)
-                cand.forget(name)
+                forget(name)
                 if ties or ties_own:
                     ties.pop(name, None)
                     ties_own.pop(name, None)
