@@ -82,6 +82,25 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
 _KEEPS_NOTHING = (FxSide.forget, ReferenceSide.forget)
 
 
+def _order_free(reference: Any, candidate: OnnxSide, pairing: Pairing) -> dict[str, Any]:
+    """:func:`.unordered.order_free_groups` of the run (a walk of every node), kept beside
+    the plan (same key: the pairing's, the same reference graph); each run gets its own
+    dict of the (frozen) groups."""
+
+    def make() -> dict[str, Any]:
+        partner = {o: p.fx_name for o, p in pairing.by_onnx.items()}
+        return order_free_groups(candidate.nodes, reference, partner)
+
+    if pairing.cache_key is None:
+        return make()
+    key = ("order_free", pairing.cache_key)
+    plans = candidate.tables.plans
+    kept = plans.get(key)
+    if kept is None or kept[0] is not reference.graph:
+        kept = plans[key] = (reference.graph, make())
+    return dict(kept[1])
+
+
 class SideBySideRun:
     """One side-by-side run over a reference side and a candidate ONNX model.
 
@@ -115,9 +134,7 @@ class SideBySideRun:
         self._unproven: set[str] = set(self._undefined)
         # values whose order the program leaves free (topk sorted=False): compared as
         # sets; those found the same go on from their torch values (judge/unordered.py)
-        self._order_free = order_free_groups(
-            candidate.nodes, reference, {o: p.fx_name for o, p in pairing.by_onnx.items()}
-        )
+        self._order_free = _order_free(reference, candidate, pairing)
         self._reordered: set[str] = set()
         # where the candidate continues from the torch value (resets.py)
         self.resets = Resets(

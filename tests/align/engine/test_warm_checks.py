@@ -162,3 +162,18 @@ def test_the_kept_checks_hold_no_protobuf_object(mlp):
     list(AlignedRun(ep, onx, args))
     for texts, names in setup_cache._CHECKED.values():
         assert all(t is None or isinstance(t, str) for t in [*texts, *names])
+
+
+def test_order_free_values_are_found_again_on_a_warm_run():
+    """The order-free groups (topk sorted=False) are kept beside the plan: a warm run
+    compares them as sets exactly as the first run did, with a dict of its own."""
+    from ..judge.test_unordered_and_shapes import _sampler
+
+    ep, onx, args = _sampler()
+    first = AlignedRun(ep, onx, args, own_error=True)
+    cold = _fields(first)
+    second = AlignedRun(ep, onx, args, own_error=True)
+    assert second._order_free and second._order_free == first._order_free
+    assert second._order_free is not first._order_free
+    assert _fields(second) == cold
+    assert any("compared as sets" in (r["comment"] or "") for r in cold)
