@@ -409,23 +409,29 @@ class SideBySideRun:
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
-        cand, v, resets = self.candidate, self._v, self.resets
+        cand, v, resets, blame = self.candidate, self._v, self.resets, self._blame
+        record, by_onnx, checked = self._pairs.record, self.pairing.by_onnx, self._checked
+        awaiting = blame.awaiting  # consumer -> the differing weights its verdict settles
+        ref_env = v.ref
         for name in self.plan.compare_at.get(s, ()):
-            rec = self._pairs.record(
-                name, v.ref, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
+            rec = record(
+                name, ref_env, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
             )
-            pair = self.pairing.by_onnx[name]
-            rec.reset = resets.after(name, pair, rec, v.ref)
-            if self._blame.holds(name, rec, v.ref):
+            pair = by_onnx[name]
+            rec.reset = resets.after(name, pair, rec, ref_env)
+            if blame.holds(name, rec, ref_env):
                 continue  # a differing weight waits for its first consumer's verdict
-            before, after = self._blame.settled_by(name, rec, v.ref)
-            for wrec in before:
-                yield self._checked(wrec)
-            yield self._checked(rec)
-            for wrec in after:
-                yield self._checked(wrec)
+            if name in awaiting:
+                before, after = blame.settled_by(name, rec, ref_env)
+                for wrec in before:
+                    yield checked(wrec)
+                yield checked(rec)
+                for wrec in after:
+                    yield checked(wrec)
+            else:
+                yield checked(rec)
             if rec.reset:
-                resets.feed(name, pair, v.cand, v.ref)
+                resets.feed(name, pair, v.cand, ref_env)
             elif name in cand.initializers:
                 # Weights are compared up front; the copy made to compare one goes now
                 # (its consumer converts it again), so a model's weights are never all

@@ -36,9 +36,7 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _fields(records) -> list[dict]:
-    return [
-        {k: v for k, v in dataclasses.asdict(r).items() if k not in _TIMES} for r in records
-    ]
+    return [{k: v for k, v in dataclasses.asdict(r).items() if k not in _TIMES} for r in records]
 
 
 def _cold(ep, onx, args, **options) -> list[dict]:
