@@ -38,8 +38,9 @@ _KEYS_PER_PROGRAM = 8
 _FX_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ONNX_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # models that passed check_model as they are and need no float views: check key -> the
-# node metadata read from them (strings, no protobuf object)
-_CHECKED: dict[str, tuple[list[str | None], list[str | None]]] = {}
+# fx node names their metadata gives (strings, no protobuf object; the longer texts are
+# read again where a step needs them, a warm run's does not)
+_CHECKED: dict[str, list[str | None]] = {}
 _CHECKED_KEPT = 8
 
 
@@ -171,14 +172,14 @@ def checked_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str, FxMetad
     kept = _CHECKED.get(key) if key is not None else None
     if kept is not None:
         check_tensors(model, initializers_only=True)
-        return model, digest, FxMetadata(model, texts=kept[0], names=kept[1])  # type: ignore[return-value]
+        return model, digest, FxMetadata(model, names=kept)  # type: ignore[return-value]
     checked = with_float_views(check_model(model))
     if checked is not model or digest is None or key is None:
         return checked, structure_digest(checked), FxMetadata(checked)
     metadata = FxMetadata(model)
     if len(_CHECKED) >= _CHECKED_KEPT:
-        _CHECKED.pop(next(iter(_CHECKED)))
-    _CHECKED[key] = (metadata.texts, metadata.names)
+        _CHECKED.pop(next(iter(_CHECKED), None), None)  # the oldest
+    _CHECKED[key] = metadata.names
     return model, digest, metadata
 
 
