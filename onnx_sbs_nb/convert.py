@@ -8,6 +8,7 @@ share memory whenever they can, and never hand out a writable alias of read-only
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,19 @@ from onnx import numpy_helper
 
 from .dtypes import ONNX_TO_TORCH, np_to_onnx_dtype
 from .external import external_array, is_deferred
+
+_T = onnx.TensorProto
+# element types numpy holds itself: a tensor's raw bytes are its array, as
+# numpy_helper.to_array reads them (without its lookups per call: a warm run converts each
+# initializer once or twice)
+_RAW_NP = {
+    t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t))
+    for t in (
+        _T.FLOAT, _T.DOUBLE, _T.FLOAT16, _T.BOOL, _T.INT8, _T.INT16, _T.INT32, _T.INT64,
+        _T.UINT8, _T.UINT16, _T.UINT32, _T.UINT64,
+    )
+}  # fmt: skip
+_LITTLE_ENDIAN = sys.byteorder == "little"  # raw_data is little-endian
 
 # integer views of the same width, for the dtypes numpy only knows through ml_dtypes
 _VIEW_NP = {1: np.uint8, 2: np.uint16}
@@ -143,7 +157,22 @@ def initializer_value(
     loaded with its large weights left in their file finds them (``external.py``)."""
     if folder is not None and is_deferred(init):
         return convert(external_array(init, folder), kind, device)
-    return convert(numpy_helper.to_array(init), kind, device)
+    return convert(tensor_array(init), kind, device)
+
+
+def tensor_array(t: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array(t)``; a tensor of a numpy type with its raw bytes in the
+    model is read straight from them (the same read-only array)."""
+    dtype = _RAW_NP.get(t.data_type)
+    if (
+        dtype is not None
+        and _LITTLE_ENDIAN
+        and t.data_location != _T.EXTERNAL
+        and t.HasField("raw_data")
+        and not t.HasField("segment")
+    ):
+        return np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
+    return numpy_helper.to_array(t)
 
 
 def device_of(v: Any) -> str:
@@ -152,4 +181,4 @@ def device_of(v: Any) -> str:
     return "cpu"
 
 
-__all__ = ["convert", "device_of", "initializer_value", "to_numpy", "to_torch"]
+__all__ = ["convert", "device_of", "initializer_value", "tensor_array", "to_numpy", "to_torch"]

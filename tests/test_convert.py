@@ -60,3 +60,32 @@ def test_strings_and_scalars():
         to_torch(np.array(["a"]))
     assert to_torch(3).item() == 3 and to_numpy(2.0).item() == 2.0
     assert [x.tolist() for x in to_numpy([torch.ones(1), torch.zeros(1)])] == [[1.0], [0.0]]
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    ["float32", "float64", "float16", "bool", "int8", "int16", "int32", "int64", "uint8"]
+    + ["uint16", "uint32", "uint64", "bfloat16", "int4"],
+)
+def test_tensor_array_is_onnx_to_array(dtype):
+    """The raw bytes read straight (numpy types) or by onnx (the others, typed fields):
+    the same values, type, shape and read-only flag as numpy_helper.to_array."""
+    import onnx
+    import onnx.helper as oh
+    from onnx import numpy_helper
+
+    from onnx_sbs_nb.convert import tensor_array
+
+    values = (np.arange(24) % 7 - 3).reshape(2, 3, 4)
+    if dtype == "bfloat16":
+        t = oh.make_tensor("b", onnx.TensorProto.BFLOAT16, [2, 3, 4], values.ravel() / 2)
+    elif dtype == "int4":
+        t = oh.make_tensor("i", onnx.TensorProto.INT4, [2, 3, 4], values.ravel())
+    else:
+        t = numpy_helper.from_array(values.astype(dtype), "w")
+    typed = oh.make_tensor("typed", onnx.TensorProto.FLOAT, [2, 3], [1, 2, 3, 4, 5, 6])
+    for tensor in (t, typed):
+        want, got = numpy_helper.to_array(tensor), tensor_array(tensor)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.flags.writeable == want.flags.writeable
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -25,6 +25,7 @@ from .engine.setup_cache import (
     cached_onnx_tables,
     cached_pairing,
     cached_provenance,
+    checked_model,
 )
 from .engine.sides import FxSide, OnnxSide
 from .engine.user_outputs import UserOutputs
@@ -32,7 +33,6 @@ from .judge.judging import SbsMismatchError, as_candidate
 from .many_inputs import ManyInputsRun, ModelReuse
 from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
-from .pairing.float_views import with_float_views
 from .pairing.fusions import fused_lowering, replaced_fx_nodes
 from .pairing.lowered_by import structural_lowering
 from .pairing.names import pair_values
@@ -48,8 +48,7 @@ from .source.loading import (
     load_onnx_model,
     onnx_folder,
 )
-from .source.model_check import check_model, check_opset, start_onnxruntime_check
-from .source.prepare.check import structure_digest
+from .source.model_check import check_opset, start_onnxruntime_check
 from .source.prepare.prepared import (
     PREPARED_BY_EXPORTER,
     PREPARED_FROM_ONNX_PROGRAM,
@@ -96,14 +95,12 @@ class AlignedRun(SideBySideRun, RunContract):
             # a file's large weights stay in its data file until read (the optimized graph
             # onnxruntime makes needs them all)
             model = load_onnx_model(onx, defer_weights=options.optimize is None)
-            # a model that cannot run is refused, not run into not-computed records
-            model = check_model(model)
-            # a quantized model's integer weights and activations, dequantized by added
-            # nodes so they pair with their float torch twins (pairing/float_views.py)
-            model = with_float_views(model)
-            # one digest: preparation check and pairing; the metadata read once, where
-            # a step needs it
-            facts = (model, structure_digest(model), FxMetadata(model))
+            # a model that cannot run is refused, not run into not-computed records; a
+            # quantized model's integer weights and activations are dequantized by added
+            # nodes so they pair with their float torch twins (pairing/float_views.py);
+            # one digest: preparation check and pairing; the metadata read once, where a
+            # step needs it (a model of a structure checked before skips those checks)
+            facts = checked_model(model)
         model = exported = facts[0]
         digest, metadata = facts[1], facts[2]
         deployment = deploy(model, options)  # optimize=: the graph onnxruntime runs

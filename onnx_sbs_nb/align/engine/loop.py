@@ -35,7 +35,7 @@ from .randomness import random_values
 from .resets import Resets
 from .run_ahead import RunAhead
 from .side import ReferenceSide
-from .sides import OnnxSide
+from .sides import FxSide, OnnxSide
 from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
 from .weight_blame import WeightBlame
 
@@ -78,6 +78,29 @@ def _plan(reference: Any, candidate: OnnxSide, pairing: Pairing, needs_inputs: b
     return plan[1]
 
 
+# sides' forget methods that do nothing: a torch program keeps no copy of its values
+_KEEPS_NOTHING = (FxSide.forget, ReferenceSide.forget)
+
+
+def _order_free(reference: Any, candidate: OnnxSide, pairing: Pairing) -> dict[str, Any]:
+    """:func:`.unordered.order_free_groups` of the run (a walk of every node), kept beside
+    the plan (same key: the pairing's, the same reference graph); each run gets its own
+    dict of the (frozen) groups."""
+
+    def make() -> dict[str, Any]:
+        partner = {o: p.fx_name for o, p in pairing.by_onnx.items()}
+        return order_free_groups(candidate.nodes, reference, partner)
+
+    if pairing.cache_key is None:
+        return make()
+    key = ("order_free", pairing.cache_key)
+    plans = candidate.tables.plans
+    kept = plans.get(key)
+    if kept is None or kept[0] is not reference.graph:
+        kept = plans[key] = (reference.graph, make())
+    return dict(kept[1])
+
+
 class SideBySideRun:
     """One side-by-side run over a reference side and a candidate ONNX model.
 
@@ -111,9 +134,7 @@ class SideBySideRun:
         self._unproven: set[str] = set(self._undefined)
         # values whose order the program leaves free (topk sorted=False): compared as
         # sets; those found the same go on from their torch values (judge/unordered.py)
-        self._order_free = order_free_groups(
-            candidate.nodes, reference, {o: p.fx_name for o, p in pairing.by_onnx.items()}
-        )
+        self._order_free = _order_free(reference, candidate, pairing)
         self._reordered: set[str] = set()
         # where the candidate continues from the torch value (resets.py)
         self.resets = Resets(
@@ -164,6 +185,10 @@ class SideBySideRun:
         self._tie_axes = candidate.tables.tie_axes  # TopK nodes: their inputs are kept
         # stretches of candidate nodes run as one session, torch nodes as one function
         self.run_ahead = RunAhead(reference, candidate, pairing, options)
+        # the reference's forget, None where it keeps no copy of any value (a torch
+        # program's side: the loop's values are its only ones), not called per freed value
+        forget = getattr(type(reference), "forget", None)
+        self._ref_forget = None if forget in _KEEPS_NOTHING else reference.forget
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -384,23 +409,29 @@ class SideBySideRun:
 
     def _comparisons(self, s: int) -> Iterator[Record]:
         """The pairs whose two values exist after step ``s``."""
-        cand, v, resets = self.candidate, self._v, self.resets
+        cand, v, resets, blame = self.candidate, self._v, self.resets, self._blame
+        record, by_onnx, checked = self._pairs.record, self.pairing.by_onnx, self._checked
+        awaiting = blame.awaiting  # consumer -> the differing weights its verdict settles
+        ref_env = v.ref
         for name in self.plan.compare_at.get(s, ()):
-            rec = self._pairs.record(
-                name, v.ref, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
+            rec = record(
+                name, ref_env, v.cand, v.own, v.ref_times, v.cand_times, v.ref_errors, v.cand_errors
             )
-            pair = self.pairing.by_onnx[name]
-            rec.reset = resets.after(name, pair, rec, v.ref)
-            if self._blame.holds(name, rec, v.ref):
+            pair = by_onnx[name]
+            rec.reset = resets.after(name, pair, rec, ref_env)
+            if blame.holds(name, rec, ref_env):
                 continue  # a differing weight waits for its first consumer's verdict
-            before, after = self._blame.settled_by(name, rec, v.ref)
-            for wrec in before:
-                yield self._checked(wrec)
-            yield self._checked(rec)
-            for wrec in after:
-                yield self._checked(wrec)
+            if name in awaiting:
+                before, after = blame.settled_by(name, rec, ref_env)
+                for wrec in before:
+                    yield checked(wrec)
+                yield checked(rec)
+                for wrec in after:
+                    yield checked(wrec)
+            else:
+                yield checked(rec)
             if rec.reset:
-                resets.feed(name, pair, v.cand, v.ref)
+                resets.feed(name, pair, v.cand, ref_env)
             elif name in cand.initializers:
                 # Weights are compared up front; the copy made to compare one goes now
                 # (its consumer converts it again), so a model's weights are never all
@@ -409,19 +440,23 @@ class SideBySideRun:
 
     def _free(self, s: int) -> None:
         """Frees what no later step needs, and keeps the peak count of live values."""
-        ref, cand, v, plan = self.reference, self.candidate, self._v, self.plan
-        if s in plan.free_ref_at:
-            ref_env = v.ref
-            for name in plan.free_ref_at[s]:
-                if ref_env.pop(name, None) is not None and ref.is_weight(name):
+        v, plan = self._v, self.plan
+        names = plan.free_ref_at.get(s)
+        if names:
+            ref_env, is_weight, forget = v.ref, self.reference.is_weight, self._ref_forget
+            for name in names:
+                if ref_env.pop(name, None) is not None and is_weight(name):
                     v.ref_weights_live -= 1
-                ref.forget(name)
+                if forget is not None:
+                    forget(name)
         own = v.own
-        if s in plan.free_cand_at:
-            cand_env, ties, ties_own = v.cand, self._pairs.tie_x, self._own.tie_x
-            for name in plan.free_cand_at[s]:
+        names = plan.free_cand_at.get(s)
+        if names:
+            cand_env, forget = v.cand, self.candidate.forget
+            ties, ties_own = self._pairs.tie_x, self._own.tie_x
+            for name in names:
                 cand_env.pop(name, None)
-                cand.forget(name)
+                forget(name)
                 if ties or ties_own:
                     ties.pop(name, None)
                     ties_own.pop(name, None)

@@ -21,10 +21,12 @@ from typing import Any
 import onnx
 import torch
 
+from ..pairing.float_views import with_float_views
 from ..pairing.lowered_by import returned_outputs
 from ..pairing.names import pair_values
 from ..pairing.pairs import Pairing
 from ..source.fx_metadata import FxMetadata
+from ..source.model_check import check_model, check_tensors
 from ..source.prepare.check import structure_digest
 from ..source.provenance import Provenance, program_provenance
 from .runners import ModelContext
@@ -35,6 +37,11 @@ _PAIRINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _KEYS_PER_PROGRAM = 8
 _FX_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ONNX_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# models that passed check_model as they are and need no float views: check key -> the
+# fx node names their metadata gives (strings, no protobuf object; the longer texts are
+# read again where a step needs them, a warm run's does not)
+_CHECKED: dict[str, list[str | None]] = {}
+_CHECKED_KEPT = 8
 
 
 def cached_provenance(
@@ -147,3 +154,43 @@ def cached_onnx_tables(
         key,
         lambda: OnnxTables.of(model, ModelContext.from_model(model), metadata=metadata),
     )
+
+
+def checked_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str, FxMetadata]:
+    """The model a run works on (:func:`.model_check.check_model`, then the quantized
+    models' float views), its :func:`.prepare.check.structure_digest` and its
+    :class:`.FxMetadata`.  A model of a structure that passed before as it was (no node
+    reordered, no view added) skips what depends on its structure alone: the nesting, the
+    graph's order, its constants' data and the node metadata.  Its initializers' data is
+    checked again on every run: the digest leaves their values out, and an initializer's
+    bytes can be replaced in place (a weight truncated)."""
+    try:
+        digest = structure_digest(model)
+    except Exception:  # noqa: BLE001 - one the checks name better (they run first then)
+        digest = None
+    key = None if digest is None else _check_key(model, digest)
+    kept = _CHECKED.get(key) if key is not None else None
+    if kept is not None:
+        check_tensors(model, initializers_only=True)
+        return model, digest, FxMetadata(model, names=kept)  # type: ignore[return-value]
+    checked = with_float_views(check_model(model))
+    if checked is not model or digest is None or key is None:
+        return checked, structure_digest(checked), FxMetadata(checked)
+    metadata = FxMetadata(model)
+    if len(_CHECKED) >= _CHECKED_KEPT:
+        _CHECKED.pop(next(iter(_CHECKED), None), None)  # the oldest
+    _CHECKED[key] = metadata.names
+    return model, digest, metadata
+
+
+def _check_key(model: onnx.ModelProto, digest: str) -> str:
+    """What :func:`checked_model` reads beyond the structure digest: the local functions
+    (their nesting), the sparse initializers' names (values defined before any node)."""
+    h = hashlib.blake2b(digest.encode(), digest_size=20)
+    for f in model.functions:
+        h.update(b"\0f")
+        h.update(f.SerializeToString())
+    for t in model.graph.sparse_initializer:
+        h.update(b"\0s")
+        h.update((t.values.name or "").encode())
+    return h.hexdigest()

@@ -40,10 +40,17 @@ class FxMetadata:
     at most once per run: the preparation check, pairing and the model's tables all need
     it, and every metadata entry read from Python makes an object (5 per exported node)."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        texts: list[str | None] | None = None,
+        names: list[str | None] | None = None,
+    ) -> None:
+        """``texts``, ``names``: what an earlier read of a model of the same structure
+        found (``engine/setup_cache.py``: the node metadata is part of the digest)."""
         self._nodes = model.graph.node
-        self._texts: list[str | None] | None = None
-        self._names: list[str | None] | None = None
+        self._texts: list[str | None] | None = texts
+        self._names: list[str | None] | None = names
 
     @property
     def texts(self) -> list[str | None]:

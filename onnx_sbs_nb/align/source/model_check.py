@@ -276,10 +276,13 @@ def _tensor_defect(t: onnx.TensorProto) -> str | None:
     return None
 
 
-def check_tensors(model: onnx.ModelProto) -> None:
+def check_tensors(model: onnx.ModelProto, initializers_only: bool = False) -> None:
     """Refuses an initializer or constant whose data does not match its dims and type
-    (declared 1e12 elements with 512 bytes, raw_data shorter than its shape says)."""
-    for t, _ in tensors_of(model.graph, True):
+    (declared 1e12 elements with 512 bytes, raw_data shorter than its shape says).
+    ``initializers_only``: the main graph's initializers alone (a model whose nodes, their
+    constants included, passed before: ``engine/setup_cache.py``)."""
+    tensors = ((t, True) for t in model.graph.initializer) if initializers_only else None
+    for t, _ in tensors or tensors_of(model.graph, True):
         why = _tensor_defect(t)
         if why is not None:
             raise SbsInputError(
