@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -503,3 +504,18 @@ class RunStatus:
         if not self.total_onnx_nodes:
             return 1.0 if self.finished else 0.0
         return self.done_onnx_nodes / self.total_onnx_nodes
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Record))
+_FIELD_VALUES = operator.attrgetter(*_FIELDS)
+_ALL_INIT = all(f.init for f in dataclasses.fields(Record))
+
+
+def copy_record(rec: Record, **changes: Any) -> Record:
+    """``dataclasses.replace(rec, **changes)``, faster: a shallow copy with ``changes``."""
+    if not _ALL_INIT:  # a field __init__ does not take: replace knows how to copy it
+        return dataclasses.replace(rec, **changes)
+    new = Record(*_FIELD_VALUES(rec))
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import os
 import stat
 import threading
@@ -45,8 +44,10 @@ from ..records import (
     STATUSES,
     Record,
     RunStatus,
+    copy_record,
 )
 from .contract import PROGRAM_ACTIONS, RunContract
+from .input_items import split_input
 from .judge.judging import SbsMismatchError
 
 # a run over one input: (args, kwargs) -> an iterable run with .status, .stop(), .records
@@ -92,21 +93,6 @@ class InputReadError(RuntimeError):
 # a record's fields in the order its __init__ takes them: one call copies a record, where
 # dataclasses.replace and copy.copy cost 6x more on its 61 slots (a Llama's ~400
 # aggregates are copied once per run, the records a screened input makes worst too)
-_FIELDS = tuple(f.name for f in dataclasses.fields(Record))
-_FIELD_VALUES = operator.attrgetter(*_FIELDS)
-_ALL_INIT = all(f.init for f in dataclasses.fields(Record))
-
-
-def copy_record(rec: Record, **changes: Any) -> Record:
-    """``dataclasses.replace(rec, **changes)``, faster: a shallow copy with ``changes``."""
-    if not _ALL_INIT:  # a field __init__ does not take: replace knows how to copy it
-        return dataclasses.replace(rec, **changes)
-    new = Record(*_FIELD_VALUES(rec))
-    for name, value in changes.items():
-        setattr(new, name, value)
-    return new
-
-
 def pair_key(rec: Record) -> tuple[Any, ...]:
     """What identifies a pair across the runs of one program and model."""
     return (rec.kind, rec.ep_name, rec.onnx_name, rec.onnx_id_output)
@@ -189,27 +175,6 @@ class PairAggregate:
             inputs_total=self.seen,
             err_abs_mean=self.err_sum / self.err_count if self.err_count else None,
         )
-
-
-def split_input(item: Any, index: int) -> tuple[Any, Any]:
-    """``(args, kwargs)`` of one input: a tuple or list of positional inputs (what a
-    DataLoader yields), a dict of keyword inputs, a pair ``(args, kwargs)``, one tensor,
-    or the path of a file saved with ``torch.save``."""
-    if isinstance(item, dict):
-        return None, item
-    if isinstance(item, tuple | list):
-        if len(item) == 2 and isinstance(item[0], tuple | list) and isinstance(item[1], dict):
-            return tuple(item[0]), item[1]
-        return tuple(item), None
-    if isinstance(item, torch.Tensor):
-        return (item,), None
-    if isinstance(item, str | os.PathLike):
-        return item, None
-    raise SbsInputError(
-        f"input {index} is a {type(item).__name__}: each input is a tuple or list of "
-        "positional inputs, a dict of keyword inputs, a tensor or the path of a file saved "
-        "with torch.save"
-    )
 
 
 def _not_a_file(p: Path) -> str | None:

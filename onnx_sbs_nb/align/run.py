@@ -14,7 +14,7 @@ import onnx
 import torch
 
 from ..device import device_name
-from ..records import KIND_INPUT, NONFINITE_INPUT_NOTE, Record, RunStatus, join_comments
+from ..records import KIND_INPUT, Record, RunStatus, join_comments
 from .contract import PROGRAM_ACTIONS, RecordStream, RunContract
 from .engine.decomposed_values import DecomposedValues
 from .engine.loop import SideBySideRun
@@ -46,6 +46,7 @@ from .source.loading import (
     load_exported_program,
     load_inputs,
     load_onnx_model,
+    nonfinite_inputs,
     onnx_folder,
 )
 from .source.model_check import check_opset, start_onnxruntime_check
@@ -262,27 +263,6 @@ class AlignedRun(SideBySideRun, RunContract):
             if errors:
                 self.status.extra.setdefault("replay_errors", []).extend(errors)
             self.status.extra["replay_bundles"] = written
-
-
-def nonfinite_inputs(feeds: dict[str, Any]) -> dict[str, str]:
-    """``{input name: note}`` for the inputs holding NaN or infinities: values computed
-    from them agree where both sides have NaN/inf at the same places, so the summary says
-    which values were compared that way."""
-    notes = {}
-    for name, value in feeds.items():
-        if not isinstance(value, torch.Tensor) or not (
-            value.is_floating_point() or value.is_complex()
-        ):
-            continue
-        if value.device.type == "meta" or bool(torch.isfinite(value).all()):
-            continue
-        nan = int(torch.isnan(value).sum())
-        inf = int(torch.isinf(value).sum())
-        notes[name] = (
-            f"{NONFINITE_INPUT_NOTE} ({nan} NaN, {inf} inf of {value.numel()}): values "
-            "computed from it are compared as NaN/inf patterns where they have them"
-        )
-    return notes
 
 
 def _trusted_fx_nodes(

@@ -39,7 +39,16 @@ import torch
 from ..compare.diff import _native_atol
 from ..compare.value_facts import _NATIVE_DIRECT, _NO_NUMPY, _RELAYOUT, _RELAYOUT_NATIVE, _c_order
 from ..native import NATIVE
-from ..records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT, STATUS_OK, Record
+from ..records import (
+    KIND_INPUT,
+    KIND_NODE,
+    KIND_OUTPUT,
+    KIND_WEIGHT,
+    STATUS_OK,
+    Record,
+    copy_record,
+)
+from .input_items import split_input
 from .judge.judging import (
     as_candidate,
     as_expected,
@@ -47,7 +56,6 @@ from .judge.judging import (
     fill_first_comparison,
     in_layout_of,
 )
-from .many_inputs import copy_record, split_input
 
 # a module-level switch: tests run the same inputs with and without the screen
 ENABLED = True
@@ -370,8 +378,7 @@ class _Binding:
         """(placeholder values, session feeds) of one input (an item of the inputs),
         or None where the input differs from the first in anything but its values or
         holds NaN/inf (the run notes that on its input's record)."""
-        from .run import nonfinite_inputs
-        from .source.loading import load_inputs
+        from .source.loading import load_inputs, nonfinite_inputs
 
         args, kwargs = split_input(item, 0)
         args, kwargs = load_inputs(args, kwargs, trust_pickles=self.trust_pickles)

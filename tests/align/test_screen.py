@@ -254,7 +254,7 @@ def test_copy_record_is_dataclasses_replace():
     set (a field it dropped would differ here)."""
     import dataclasses
 
-    from onnx_sbs_nb.align.many_inputs import copy_record
+    from onnx_sbs_nb.records import copy_record
     from onnx_sbs_nb.records import Record
 
     fields = dataclasses.fields(Record)

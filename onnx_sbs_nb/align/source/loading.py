@@ -14,6 +14,7 @@ from onnx.external_data_helper import load_external_data_for_model
 
 from ...errors import SbsInputError
 from ...external import check_external_data, defer_external_data
+from ...records import NONFINITE_INPUT_NOTE
 from .pt2_sizes import check_pt_sizes
 from .untrusted_pt2 import TRUST_HINT, torch_logs_to_debug, unpickling_reason
 
@@ -267,3 +268,24 @@ def _check_depth(inputs: Any) -> None:
                 "deep: no program takes such inputs; save the tensors the program takes"
             )
         stack.extend((c, depth + 1) for c in children)
+
+
+def nonfinite_inputs(feeds: dict[str, Any]) -> dict[str, str]:
+    """``{input name: note}`` for the inputs holding NaN or infinities: values computed
+    from them agree where both sides have NaN/inf at the same places, so the summary says
+    which values were compared that way."""
+    notes = {}
+    for name, value in feeds.items():
+        if not isinstance(value, torch.Tensor) or not (
+            value.is_floating_point() or value.is_complex()
+        ):
+            continue
+        if value.device.type == "meta" or bool(torch.isfinite(value).all()):
+            continue
+        nan = int(torch.isnan(value).sum())
+        inf = int(torch.isinf(value).sum())
+        notes[name] = (
+            f"{NONFINITE_INPUT_NOTE} ({nan} NaN, {inf} inf of {value.numel()}): values "
+            "computed from it are compared as NaN/inf patterns where they have them"
+        )
+    return notes
