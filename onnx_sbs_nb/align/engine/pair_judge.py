@@ -67,7 +67,7 @@ class PairJudge:
             )
         self.verdicts = Verdicts(self.ctx)
         # a failing node's inputs exact and rounded (judge/precision_loss.py)
-        self.precision = PrecisionInputs(candidate, pairing, unproven)
+        self.precision = PrecisionInputs(candidate, pairing, unproven, reference)
         self.ctx.precision_inputs = self.precision
         # a TopK's input, by its indices output, until those are compared (ties.py)
         self.tie_x: dict[str, tuple[int, Any]] = {}

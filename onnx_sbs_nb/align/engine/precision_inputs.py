@@ -53,8 +53,11 @@ class PrecisionInputs:
     of the node computing candidate value ``name``, None where an input is not known
     exactly.  The engine sets ``ref_env`` and ``own`` before each pair is judged."""
 
-    def __init__(self, candidate: OnnxSide, pairing: Pairing, unproven: set[str]) -> None:
+    def __init__(
+        self, candidate: OnnxSide, pairing: Pairing, unproven: set[str], reference: Any = None
+    ) -> None:
         self.candidate, self.pairing, self.unproven = candidate, pairing, unproven
+        self.reference = reference
         self.ref_env: dict[str, Any] = {}
         self.own: dict[Any, Any] = {}
         self._exact = TorchRunner("cpu")
@@ -157,6 +160,36 @@ class PrecisionInputs:
             return None
         v = values[list(cand.nodes[idx].output).index(name)]
         return None if v is None else to_torch(v)
+
+    def torch_exact(self, fx_name: str) -> torch.Tensor | None:
+        """Torch's own op of fx node ``fx_name`` computed in float64 on the run's torch
+        values of its inputs (what the program computes, with no rounding of its own):
+        None where the reference is no torch program or the op cannot run in float64."""
+        by_name = getattr(self.reference, "by_name", None)
+        node = by_name.get(fx_name) if by_name is not None else None
+        if node is None or node.op != "call_function":
+            return None
+        env = self.ref_env
+
+        def value(a: Any) -> Any:
+            if isinstance(a, torch.fx.Node):
+                v = env.get(a.name)
+                if v is None and a.op == "placeholder":
+                    v = self.reference.leaf_value(a.name)
+                if v is None:
+                    raise KeyError(a.name)
+                return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            return a
+
+        try:
+            args = torch.fx.node.map_aggregate(node.args, value)
+            kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
+            out = node.target(*args, **kwargs)
+        except Exception:  # an op without a float64 kernel, a missing value: no answer
+            return None
+        if isinstance(out, tuple | list):
+            out = out[0] if out else None
+        return out if isinstance(out, torch.Tensor) and out.dtype == torch.float64 else None
 
     def _run(self, node: onnx.NodeProto, inputs: list[torch.Tensor | None]) -> list[Any]:
         return self._exact.prepare(node, self.candidate.ctx)(inputs)

@@ -69,3 +69,26 @@ def test_well_conditioned_inputs_keep_a_small_fault(offset_norm):
     s = summarize(list(run_aligned(ep, _with_epsilon(model, 1e-3), (x,), own_error=True)))
     assert s.verdict == "fail" and "layer_norm" in s.culprit.label(), s.to_text()
     assert "ill-conditioned" not in s.to_text()
+
+
+def test_a_fault_within_the_rounding_band_is_told_apart_by_torch_in_float64():
+    """LayerNorm epsilon 1e-5 -> 0.05 on readings around 3e4: the change (5.7e-4) is within
+    a few float32 rounding bands, but torch's own op in float64 disagrees with the node's
+    float64 result: a fault, named (trial 4, finding 02)."""
+    torch.manual_seed(0)
+
+    class Norm64(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln, self.fc = nn.LayerNorm(64), nn.Linear(64, 64)
+
+        def forward(self, x):
+            return self.fc(self.ln(x))
+
+    x = torch.randn(2, 8, 64) * 3 + 3e4
+    x[..., ::7] *= 1.001
+    ep = torch.export.export(Norm64().eval(), (x,))
+    model = torch.onnx.export(ep, (x,), dynamo=True).model_proto
+    assert summarize(list(run_aligned(ep, model, (x,), own_error=True))).verdict == "pass"
+    s = summarize(list(run_aligned(ep, _with_epsilon(model, 0.05), (x,), own_error=True)))
+    assert s.verdict == "fail" and "layer_norm" in s.culprit.label(), s.to_text()
