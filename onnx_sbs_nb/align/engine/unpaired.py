@@ -21,6 +21,7 @@ from ...records import (
     UNPAIRED,
     Record,
 )
+from ..judge.failed import RUNNER_LACKS_NOTE, runner_lacks
 from ..judge.judging import proto_shape_type
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
@@ -82,8 +83,9 @@ def candidate_only_record(
     missing: set[str],
 ) -> Record:
     """The record of candidate value ``name``, which has no partner."""
+    lacks = runner_lacks(cand_errors.get(name))
     if name in cand_errors:
-        status = STATUS_NOT_COMPUTED if name in missing else STATUS_ERROR
+        status = STATUS_NOT_COMPUTED if name in missing or lacks else STATUS_ERROR
     elif name in cand.graph_outputs:
         status = STATUS_UNPAIRED_OUTPUT
     else:
@@ -100,6 +102,8 @@ def candidate_only_record(
     )
     if status == STATUS_UNPAIRED_OUTPUT:
         rec.comment = "this output of the ONNX model matches no output of the program"
+    elif lacks:
+        rec.comment = RUNNER_LACKS_NOTE
     return rec
 
 

@@ -60,17 +60,24 @@ class RunnerCannot:
     own_error = False
 
     def applies(self, pair: Pair, ctx: RuleContext) -> bool:
-        return ctx.cand_error is not None and any(m in ctx.cand_error for m in _NOT_IMPLEMENTED)
+        return runner_lacks(ctx.cand_error)
 
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
         record.error = ctx.cand_error
         record.status = STATUS_NOT_COMPUTED
-        record.comment = _join(
-            record.comment,
-            "the runner has no implementation of this node (the tool's limit, not the "
-            "model's error): run it with another runner (--runner onnxruntime or torch)",
-        )
+        record.comment = _join(record.comment, RUNNER_LACKS_NOTE)
         return True
+
+
+RUNNER_LACKS_NOTE = (
+    "the runner has no implementation of this node (the tool's limit, not the model's "
+    "error): run it with another runner (--runner onnxruntime runs onnxruntime's contrib ops)"
+)
+
+
+def runner_lacks(error: str | None) -> bool:
+    """Whether a node's error message is its runner's missing implementation."""
+    return error is not None and any(m in error for m in _NOT_IMPLEMENTED)
 
 
 class NodeFailed:
@@ -89,4 +96,11 @@ class NodeFailed:
         return True
 
 
-__all__ = ["NodeFailed", "ReferenceFailed", "RunnerCannot", "UpstreamFailure"]
+__all__ = [
+    "RUNNER_LACKS_NOTE",
+    "NodeFailed",
+    "ReferenceFailed",
+    "RunnerCannot",
+    "UpstreamFailure",
+    "runner_lacks",
+]

@@ -3,6 +3,7 @@ and the weight blame (align/judge/weights.py)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from onnx_sbs_nb.align.judge.rules import (
@@ -225,3 +226,37 @@ def test_a_node_the_runner_cannot_run_is_not_computed_not_blamed():
     assert s.verdict == "incomplete" and s.culprit is None, s.to_text()
     limit = [r for r in records if "no implementation of this node" in (r.comment or "")]
     assert limit and limit[0].onnx_op_type == "Gelu"
+
+
+def test_an_unpaired_fused_node_the_runner_cannot_run_is_not_blamed(tmp_path):
+    """onnxruntime's saved optimized graph (FusedMatMul inside an attention's lowering, a
+    value with no torch twin) under the reference evaluator: incomplete, no culprit
+    (trial 4, finding 04)."""
+    import onnx
+    import onnxruntime as ort
+
+    from onnx_sbs_nb import run_aligned, summarize
+
+    torch.manual_seed(0)
+
+    class Attn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.mha(x, x, x, need_weights=False)[0]
+
+    x = torch.randn(1, 5, 16)
+    ep = torch.export.export(Attn().eval(), (x,))
+    plain = tmp_path / "m.onnx"
+    torch.onnx.export(ep, (x,), dynamo=True).save(str(plain))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
+    fused = onnx.load(str(tmp_path / "fused.onnx"))
+    if not any(n.domain == "com.microsoft" for n in fused.graph.node):
+        pytest.skip("this onnxruntime fused no contrib op here")
+    s = summarize(list(run_aligned(ep, fused, (x,), runner="reference")))
+    assert s.verdict == "incomplete" and s.culprit is None, s.to_text()
