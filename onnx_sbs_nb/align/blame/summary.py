@@ -290,9 +290,10 @@ class Summary:
             carried = t.get("inherited", 0) - t["drifted"]
             drift = drift_text(t["drifted"], self.verdict, carried, self.coverage.reference_onnx)
             lines.append(f"drift: {drift}")
-        elif self.verdict == "fail" and t.get("failed") and not t.get("reran"):
-            if not t.get("failed_outputs") and t["by_kind"].get(KIND_OUTPUT):
-                lines.append(f"outputs: {inner_failures_text(t['by_kind'][KIND_OUTPUT])}")
+        if self.verdict == "fail" and t.get("failed") and not t.get("failed_outputs"):
+            if t["by_kind"].get(KIND_OUTPUT):
+                outs = t["by_kind"][KIND_OUTPUT]
+                lines.append(f"outputs: {inner_failures_text(outs, bool(t.get('reran')))}")
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):

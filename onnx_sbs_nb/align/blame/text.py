@@ -108,9 +108,15 @@ def drift_text(drifted: int, verdict: str, outputs: int = 0, onnx_reference: boo
     return why
 
 
-def inner_failures_text(outputs: int) -> str:
-    """A failing run whose every graph output agrees, with no own error measured."""
+def inner_failures_text(outputs: int, reran: bool = False) -> str:
+    """A failing run whose every graph output agrees (``reran``: with own errors)."""
     every = "the graph output agrees" if outputs == 1 else f"all {outputs} graph outputs agree"
+    if reran:
+        return (
+            f"{every} with torch: the errors made inside the graph cancel out or are masked "
+            "on these inputs (a model reparametrized, weights rescaled across layers, or "
+            "an error other inputs would show)"
+        )
     return (
         f"{every} with torch; the values beyond tolerance are inside the graph: rounding "
         "that long sums amplify, or an error masked further on; own_error=True tells which"

@@ -373,6 +373,10 @@ def test_failures_inside_a_graph_whose_outputs_agree_are_said_so():
     assert "verdict: FAIL" in text
     assert "outputs: the graph output agrees with torch" in text, text
     assert "own_error=True tells which" in text
+    # with own errors the culprit is named, and the line says its error does not reach
+    # the outputs here (trial 4, finding 01: weights rescaled across layers)
+    text = summarize(list(run_aligned(ep, model, (x,), own_error=True))).to_text()
+    assert "culprit:" in text and "cancel out or are masked" in text, text
 
 
 def test_drift_between_two_onnx_models_speaks_of_the_reference_model():
