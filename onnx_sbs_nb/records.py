@@ -67,6 +67,9 @@ FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
 # the comment of a weight that differs while its consumer agrees, with no own-error rerun
 # to tell a fold from rows these inputs do not read: the summary names it
 WEIGHT_UNEXPLAINED_NOTE = "own_error=True tells which"
+# ... and of one whose consumer agrees given either weight: the input does not read what
+# differs (a run over many inputs shows an input that does, when one does)
+WEIGHT_UNREAD_NOTE = "this input does not read what differs"
 # the comment of a precision loss that is float32's own rounding of an ill-conditioned
 # computation (judge/conditioning.py): torch's value is as far from the exact result
 ILL_CONDITIONED_NOTE = "ill-conditioned on these inputs"

@@ -42,6 +42,7 @@ from ..records import (
     STATUS_QUANTIZATION_NOISE,
     STATUS_WEIGHT_DIFFERS,
     STATUSES,
+    WEIGHT_UNREAD_NOTE,
     Record,
     RunStatus,
     copy_record,
@@ -116,6 +117,10 @@ def _severity(rec: Record, failed: bool | None = None) -> tuple[int, float]:
     ``failed``: :func:`fails` of the record, when the caller knows it."""
     if rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE):  # below any fault
         level, value = 1, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
+    elif WEIGHT_UNREAD_NOTE in (rec.comment or ""):
+        # a weight whose difference this input does not read: an input that reads it shows
+        # the fault, its consumer failing there (trial 4, finding 07)
+        level, value = 1, 0.0
     elif rec.passed2 is False or rec.status == STATUS_ERROR:
         level, value = 2, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
     elif fails(rec) if failed is None else failed:

@@ -19,6 +19,7 @@ from ...records import (
     STATUS_SHAPE_MISMATCH,
     STATUS_WEIGHT_DIFFERS,
     WEIGHT_UNEXPLAINED_NOTE,
+    WEIGHT_UNREAD_NOTE,
     Record,
 )
 from ...records import join_comments as _join
@@ -101,8 +102,8 @@ def settle_weight(
             wrec.comment = _join(
                 wrec.comment,
                 f"differs from the torch parameter{differs_where() or ''}; its consumer "
-                f"{node} agrees with torch given this weight or torch's alike: these "
-                "inputs do not read what differs, inputs that do will not agree",
+                f"{node} agrees with torch given this weight or torch's alike: "
+                f"{WEIGHT_UNREAD_NOTE}, inputs that do will not agree",
             )
             return True
         wrec.status = STATUS_WEIGHT_DIFFERS

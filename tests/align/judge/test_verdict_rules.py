@@ -98,7 +98,7 @@ def test_weight_whose_consumer_agrees_either_way_is_not_read():
     where = lambda: " in rows 2-3 of 4"  # noqa: E731
     assert settle_weight(w, _consumer(True, 1e-7), torch.ones(3), lambda: True, differs_where=where)
     assert w.status == STATUS_FAIL and "rows 2-3 of 4" in w.comment
-    assert "do not read what differs" in w.comment
+    assert "does not read what differs" in w.comment
 
 
 def test_weight_whose_consumer_agrees_untried_says_it_does_not_know():

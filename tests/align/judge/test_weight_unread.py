@@ -52,7 +52,7 @@ def test_rows_not_read_fail_with_own_errors(unread_rows):
     assert s.verdict == "fail", s.to_text()
     assert "wpe" in s.culprit.label()
     assert "rows 12-63 of 64" in s.culprit.why
-    assert "do not read what differs" in s.culprit.why
+    assert "does not read what differs" in s.culprit.why
     assert "exporter changed it" not in s.to_text()
 
 
@@ -80,3 +80,13 @@ def test_rows_in_words():
     assert describe_rows(np.array([1, 5, 6, 9]), 10) == " in rows 1, 5-6, 9 of 10"
     assert describe_rows(np.array([1, 3, 5, 7]), 10) == " in 4 of 10 rows"
     assert describe_rows(np.arange(4), 4) is None
+
+
+def test_over_many_inputs_the_culprit_shows_an_input_that_reads_the_rows(unread_rows):
+    """Inputs 0 and 1 read rows 0-5, input 2 rows 0-19: the culprit's why is input 2's,
+    where the consumer meets the difference (trial 4, finding 07)."""
+    ep, model, ids = unread_rows
+    inputs = [(ids,), (torch.randint(0, 50, (1, 6)),), (torch.randint(0, 50, (1, 20)),)]
+    s = summarize(list(run_aligned(ep, model, inputs=inputs, own_error=True)))
+    assert s.verdict == "fail" and "wpe" in s.culprit.label()
+    assert "on input 2" in s.culprit.why, s.culprit.why
