@@ -260,6 +260,13 @@ def _logits_and_cache(out: Any) -> tuple[torch.Tensor, Any]:
             cache = tuple(tensors[1:])  # a cache of plain tensors (past keys, values)
     else:
         logits, cache = out, None
+    if isinstance(logits, torch.Tensor) and logits.dim() != 3 and isinstance(out, tuple | list):
+        shapes = [tuple(o.shape) for o in out if isinstance(o, torch.Tensor)]
+        raise SbsInputError(
+            "generation parity reads the logits ([batch, seq, vocab]) as the first tensor the "
+            f"program returns, then the cache; it returns tensors shaped {shapes}: export a "
+            "wrapper whose forward returns (logits, *cache)"
+        )
     if not isinstance(logits, torch.Tensor) or logits.dim() < 2:
         raise SbsInputError(
             "generation parity needs the program to return the logits first (a tensor "

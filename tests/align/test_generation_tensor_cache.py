@@ -155,3 +155,24 @@ def test_a_cache_input_nothing_feeds_is_refused():
     kwargs = {"input_ids": torch.zeros(1, 1, dtype=torch.long), "past_keys": torch.zeros(2, 3)}
     with pytest.raises(SbsInputError, match="past_keys.*next_inputs"):
         next_step_inputs(kwargs, torch.tensor([1]), (torch.zeros(2, 3, 7),))
+
+
+class _CacheFirst(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte, self.head = nn.Embedding(V, D), nn.Linear(D, V)
+
+    def forward(self, input_ids, past):
+        x = self.wte(input_ids)
+        return torch.cat([past, x.unsqueeze(1)], 2), self.head(x)
+
+
+def test_a_program_returning_the_cache_first_is_refused_clearly():
+    """(cache, logits) instead of (logits, cache): a clear error, not an IndexError deep
+    in the greedy step (trial 4, finding 11)."""
+    kwargs = {"input_ids": torch.zeros(1, 1, dtype=torch.long), "past": torch.randn(1, 1, 3, D)}
+    dyn = {"input_ids": None, "past": {2: torch.export.Dim.DYNAMIC}}
+    ep = torch.export.export(_CacheFirst().eval(), (), kwargs=kwargs, dynamic_shapes=dyn)
+    model = torch.onnx.export(ep, (), kwargs=kwargs, dynamic_shapes=dyn, dynamo=True).model_proto
+    with pytest.raises(SbsInputError, match=r"logits \(\[batch, seq, vocab\]\) as the first"):
+        generation_parity(ep, model, kwargs, steps=2)

@@ -254,8 +254,7 @@ def test_copy_record_is_dataclasses_replace():
     set (a field it dropped would differ here)."""
     import dataclasses
 
-    from onnx_sbs_nb.records import copy_record
-    from onnx_sbs_nb.records import Record
+    from onnx_sbs_nb.records import Record, copy_record
 
     fields = dataclasses.fields(Record)
     rec = Record(**{f.name: f"v{k}" for k, f in enumerate(fields) if f.init})
