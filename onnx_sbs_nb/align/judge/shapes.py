@@ -53,15 +53,7 @@ class UnprovenPair:
         return d is not None and d.shape_mismatch and pair.rule not in _PROVEN
 
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
-        ctx.unproven.add(ctx.name)
-        record.status = STATUS_NOT_COMPARED
-        record.paired_by = UNPAIRED
-        record.comment = _join(
-            record.comment,
-            f"paired by {ctx.pair.rule if ctx.pair else '?'}, but the shapes differ "
-            f"({ctx.diff.note}): not the same value",
-        )
-        return True
+        return _no_pair(record, ctx, f"the shapes differ ({ctx.diff.note}): not the same value")
 
 
 class PermutedPair:
@@ -90,16 +82,23 @@ class PermutedPair:
         swap = _agreeing_swap(expected, got, ctx.diff.atol, ctx.diff.rtol)
         if swap is None:
             return False
-        ctx.unproven.add(ctx.name)
-        record.status = STATUS_NOT_COMPARED
-        record.paired_by = UNPAIRED
-        record.comment = _join(
-            record.comment,
-            f"paired by {ctx.pair.rule if ctx.pair else '?'}, but it agrees with torch's value "
-            f"only with dimensions {swap[0]} and {swap[1]} swapped (equally long here): the "
-            "same data in another layout, not the same value",
+        return _no_pair(
+            record,
+            ctx,
+            f"it agrees with torch's value only with dimensions {swap[0]} and {swap[1]} "
+            "swapped (equally long here): the same data in another layout, not the same value",
         )
-        return True
+
+
+def _no_pair(record: Record, ctx: RuleContext, why: str) -> bool:
+    """A guessed pair the comparison disproved: unpaired, and no torch value fed for it."""
+    ctx.unproven.add(ctx.name)
+    record.status = STATUS_NOT_COMPARED
+    record.paired_by = UNPAIRED
+    record.comment = _join(
+        record.comment, f"paired by {ctx.pair.rule if ctx.pair else '?'}, but {why}"
+    )
+    return True
 
 
 def _agreeing_swap(expected: Any, got: Any, atol: float, rtol: float) -> tuple[int, int] | None:
