@@ -67,6 +67,8 @@ FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"
 # the comment of a weight that differs while its consumer agrees, with no own-error rerun
 # to tell a fold from rows these inputs do not read: the summary names it
 WEIGHT_UNEXPLAINED_NOTE = "own_error=True tells which"
+# ... the same with own errors on, where its consumer's rerun could not be made
+WEIGHT_UNTRIED_NOTE = "its rerun with the torch parameter could not be made"
 # ... and of one whose consumer agrees given either weight: the input does not read what
 # differs (a run over many inputs shows an input that does, when one does)
 WEIGHT_UNREAD_NOTE = "this input does not read what differs"

@@ -37,6 +37,7 @@ from ...records import (
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
     WEIGHT_UNEXPLAINED_NOTE,
+    WEIGHT_UNTRIED_NOTE,
     Record,
 )
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
@@ -434,7 +435,9 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
-        if rec.status == STATUS_WEIGHT_DIFFERS and WEIGHT_UNEXPLAINED_NOTE in (rec.comment or ""):
+        if rec.status == STATUS_WEIGHT_DIFFERS and any(
+            n in (rec.comment or "") for n in (WEIGHT_UNEXPLAINED_NOTE, WEIGHT_UNTRIED_NOTE)
+        ):
             t.setdefault("weights_unexplained", {})[label(rec)] = rec.err_abs
         if rec.status == STATUS_CHECK_ERROR:
             t["check_errors"] = t.get("check_errors", 0) + 1

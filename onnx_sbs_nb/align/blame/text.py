@@ -133,7 +133,12 @@ def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
     return (
         f"{named}{more} {differ} from the torch parameter while the consumer agrees on "
         "these inputs: a fold the consumer makes up for, or rows these inputs do not read "
-        "(a fault other inputs meet); own_error=True tells which"
+        "(a fault other inputs meet)"
+        + (
+            ": its consumer's rerun with the torch parameter, which tells which, could not be made"
+            if t.get("reran")
+            else "; own_error=True tells which"
+        )
     )
 
 

@@ -162,6 +162,7 @@ class SideBySideRun:
         self._blame = WeightBlame(
             reference, candidate, pairing, self.atol, self.rtol, options.judge
         )
+        self._blame.own_error = options.own_error
         # own-error runs: each candidate node rerun on torch inputs; a model converted to
         # a lower float precision than the program's: the looser dtype each of its values
         # is computed from (its tolerance applies)

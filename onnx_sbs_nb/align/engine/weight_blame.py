@@ -48,6 +48,8 @@ class WeightBlame:
         self.probe_inputs: dict[int, list[Any]] = {}
         self._consumers: dict[str, list[int]] | None = None
         self._folded: dict[str, list[str]] = {}  # quantized weight -> folded consumers
+        # own errors on: a consumer not rerun is not for want of asking (the why says so)
+        self.own_error = False
 
     def holds(self, name: str, rec: Record, ref_env: dict[str, Any] | None = None) -> bool:
         """Whether the record of initializer ``name`` waits for its consumers' verdict
@@ -177,6 +179,7 @@ class WeightBlame:
             tuple(self._in_user_words(n) for n in folded),
             self._by_tolerance(want),
             lambda: self._rows_that_differ(wrec),
+            self.own_error,
         )
 
     def _rows_that_differ(self, wrec: Record) -> str | None:

@@ -20,6 +20,7 @@ from ...records import (
     STATUS_WEIGHT_DIFFERS,
     WEIGHT_UNEXPLAINED_NOTE,
     WEIGHT_UNREAD_NOTE,
+    WEIGHT_UNTRIED_NOTE,
     Record,
 )
 from ...records import join_comments as _join
@@ -63,6 +64,7 @@ def settle_weight(
     folded: tuple[str, ...] = (),
     by_tolerance: bool = True,
     differs_where: Callable[[], str | None] = lambda: None,
+    own_error: bool = False,
 ) -> bool:
     """The verdict on weight ``wrec`` from its ``consumer``'s record (``want``: the
     consumer's torch value).  ``with_torch_weight`` runs the consumer again with the torch
@@ -112,7 +114,11 @@ def settle_weight(
             wrec.comment,
             f"differs from the torch {what}, but its consumer {node} agrees with torch"
             + (" within the model's quantization noise" if noise else "")
-            + (_WHY_AGREES[with_torch] if wrec.kind == KIND_WEIGHT else " on this input"),
+            + (
+                _WHY_AGREES[with_torch if with_torch is not None or not own_error else "untried"]
+                if wrec.kind == KIND_WEIGHT
+                else " on this input"
+            ),
         )
         return True
     if consumer.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH):
@@ -141,11 +147,13 @@ def settle_weight(
 
 # why an unfolded weight differs while its consumer agrees, by the consumer's verdict given
 # the torch parameter instead (None: not tried, no own-error rerun to take inputs from)
-_WHY_AGREES = {
+_WHY_AGREES: dict[bool | str | None, str] = {
     False: " and disagrees given the torch parameter: the exporter changed it and its "
     "consumer makes up for it (a BatchNorm folded into a Conv, say)",
     None: " on these inputs: the exporter changed it (a fold), or these inputs do not "
     f"read what differs ({WEIGHT_UNEXPLAINED_NOTE})",
+    "untried": f" on these inputs ({WEIGHT_UNTRIED_NOTE}: a fold, or what differs is "
+    "not read on these inputs)",
 }
 
 _FOLDED_WEIGHTS = "with weights the exporter folded "

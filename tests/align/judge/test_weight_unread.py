@@ -90,3 +90,35 @@ def test_over_many_inputs_the_culprit_shows_an_input_that_reads_the_rows(unread_
     s = summarize(list(run_aligned(ep, model, inputs=inputs, own_error=True)))
     assert s.verdict == "fail" and "wpe" in s.culprit.label()
     assert "on input 2" in s.culprit.why, s.culprit.why
+
+
+def test_a_compensated_weight_not_rerun_is_named_without_a_stale_hint():
+    """fc2's weight x8, a Mul by 0.125 after its Gemm: the consumer agrees and cannot be
+    rerun alone with torch's parameter; with own errors on, the summary names the weight
+    and does not tell the user to turn them on (trial 4, finding 05)."""
+    from onnx import helper
+
+    torch.manual_seed(0)
+
+    class Mlp(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    x = torch.randn(4, 16)
+    ep = torch.export.export(Mlp().eval(), (x,))
+    model = copy.deepcopy(torch.onnx.export(ep, (x,), dynamo=True).model_proto)
+    for init in model.graph.initializer:
+        if init.name in ("fc2.weight", "fc2.bias"):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 8, init.name))
+    last = model.graph.node[-1]
+    out = last.output[0]
+    last.output[0] = "scaled"
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.125, np.float32), "k"))
+    model.graph.node.append(helper.make_node("Mul", ["scaled", "k"], [out]))
+    text = summarize(list(run_aligned(ep, model, (x,), own_error=True))).to_text()
+    assert "verdict: PASS" in text and "weights: fc2.weight" in text, text
+    assert "own_error=True tells which" not in text
