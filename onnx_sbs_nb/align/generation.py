@@ -477,7 +477,10 @@ def generation_parity(
     """Decodes ``steps`` greedy steps with the program and with the ONNX model, each feeding
     its own cache back, and says where they part.
 
-    ``kwargs``: the first step's keyword inputs (the cache object included, as exported).
+    ``kwargs``: the first step's keyword inputs (the cache included, as exported: a cache
+    object, or plain tensors such as ``past_keys``/``past_values`` that the program returns
+    grown by the step's tokens after the logits; a program without a cache reads the whole
+    sequence again at each step).  The program returns the logits first.
     ``next_inputs(kwargs, tokens, cache) -> kwargs``: the next step's inputs (default:
     :func:`next_step_inputs`).  ``atol``/``rtol``: the logits' tolerance (default: their
     dtype's).  ``progress(done, total)`` is called after each step.  ``compare_step``: the
