@@ -76,8 +76,13 @@ RUNNER_LACKS_NOTE = (
 
 
 def runner_lacks(error: str | None) -> bool:
-    """Whether a node's error message is its runner's missing implementation."""
-    return error is not None and any(m in error for m in _NOT_IMPLEMENTED)
+    """Whether a node's error message is its runner's missing implementation of the op:
+    the torch evaluator's missing kernel, the reference evaluator's unknown op.  A kernel
+    missing for one dtype (torch's bfloat16 LU) is a fact of that runtime, not a gap of
+    the tool: the precision advisor keeps such a node in float32."""
+    if error is None:
+        return False
+    return _NOT_IMPLEMENTED[1] in error or (_NOT_IMPLEMENTED[0] in error and " is unknown" in error)
 
 
 class NodeFailed:
