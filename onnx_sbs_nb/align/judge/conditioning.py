@@ -101,11 +101,13 @@ class IllConditioned:
             return False  # the evaluator cannot run it in float64: no verdict
         if exact.shape != want.shape or not torch.isfinite(band).all():
             return False
+        if not torch.isfinite(exact).all():
+            return False  # NaN or infinities: compared as patterns, no rounding to speak of
         # the right function: torch's own op in float64 on the same inputs (a changed
         # attribute or op differs from it far beyond float64's rounding, a small part
         # of float32's band)
         truth = ctx.precision_inputs.torch_exact(ctx.fx_name)
-        if truth is None or truth.shape != exact.shape:
+        if truth is None or truth.shape != exact.shape or not torch.isfinite(truth).all():
             return False
         if bool(((truth - exact).abs() > _FUNCTION_SHARE * band + _TINY * truth.abs()).any()):
             return False
