@@ -39,6 +39,39 @@ U8 = (0, 255, torch.uint8)
 S8 = (-128, 127, torch.int8)
 
 
+class _Calibration:
+    """onnxruntime's calibration reader over a list of feeds (a CalibrationDataReader by
+    its protocol: ``get_next`` until None)."""
+
+    def __init__(self, feeds) -> None:
+        self.it = iter(feeds)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def ort_quantize(
+    onx: onnx.ModelProto, folder: str, name: str, mode: str = "static", feeds=(), **options
+) -> onnx.ModelProto:
+    """onnxruntime's own ``quantize_dynamic`` or ``quantize_static`` of ``onx`` (static:
+    calibrated on ``feeds``, QDQ per channel unless ``options`` say otherwise), written
+    under ``folder`` as ``name``."""
+    from onnxruntime import quantization as q
+
+    src, out = f"{folder}/{name}.onnx", f"{folder}/{name}_{mode}.onnx"
+    onnx.save(onx, src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "dynamic":
+            q.quantize_dynamic(src, out)
+        elif mode == "static":
+            options = {"quant_format": q.QuantFormat.QDQ, "per_channel": True, **options}
+            q.quantize_static(src, out, _Calibration(feeds), **options)
+        else:
+            raise ValueError(mode)
+    return onnx.load(out)
+
+
 def qdq(x: torch.Tensor, scale: float, zero_point: int, kind=U8) -> torch.Tensor:
     lo, hi, dtype = kind
     q = _qd.quantize_per_tensor(x, scale, zero_point, lo, hi, dtype)

@@ -32,6 +32,8 @@ import onnx.numpy_helper
 import torch
 from torch import nn
 
+from ..quant_models import ort_quantize
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 N_CALIBRATION = 8
@@ -188,7 +190,6 @@ def _feeds(arch: str, onx: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
 @functools.cache
 def quantized(arch: str, mode: str) -> onnx.ModelProto:
     """onnxruntime's own quantization of ``arch``'s float export (module docstring)."""
-    from onnxruntime import quantization as q
 
     _, onx = exported(arch)
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
@@ -202,26 +203,8 @@ def quantized(arch: str, mode: str) -> onnx.ModelProto:
             warnings.simplefilter("ignore")
             quantizer.process()
         return quantizer.model.model
-    feeds = _feeds(arch, onx)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        src, out = f"{tmp}/float.onnx", f"{tmp}/{mode}.onnx"
-        onnx.save(onx, src)
-        if mode == "dynamic":
-            q.quantize_dynamic(src, out)
-        elif mode == "static":
-
-            class Reader(q.CalibrationDataReader):
-                def __init__(self):
-                    self.it = iter(feeds)
-
-                def get_next(self):
-                    return next(self.it, None)
-
-            q.quantize_static(src, out, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True)
-        else:
-            raise ValueError(mode)
-        return onnx.load(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        return ort_quantize(onx, tmp, "float", mode, _feeds(arch, onx))
 
 
 # --------------------------------------------------------------------------- planted faults

@@ -9,7 +9,6 @@ on a 2-D input (one Gemm, the pair on the paired value) the same holds.
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 import onnx
@@ -24,6 +23,7 @@ from onnx_sbs_nb.align.run import run_aligned
 from onnx_sbs_nb.records import CLIPS_EXPLAIN_NOTE, STATUS_FAIL
 
 from ...models import export
+from ...quant_models import ort_quantize
 
 q = pytest.importorskip("onnxruntime.quantization")
 
@@ -52,24 +52,11 @@ def _exported(dims: str):
 def _quantized(dims: str, tmp: str) -> onnx.ModelProto:
     """quantize_static QDQ, per channel, calibrated on 8 small random inputs."""
     _, onx = _exported(dims)
-    src, out = f"{tmp}/mlp{dims}.onnx", f"{tmp}/mlp{dims}_qdq.onnx"
-    onnx.save(onx, src)
     g = torch.Generator().manual_seed(1)
     feed = [
         {onx.graph.input[0].name: torch.randn(SHAPES[dims], generator=g).numpy()} for _ in range(8)
     ]
-
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(feed)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        q.quantize_static(src, out, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True)
-    return onnx.load(out)
+    return ort_quantize(onx, tmp, f"mlp{dims}", "static", feed)
 
 
 def _wide_input(dims: str) -> torch.Tensor:
@@ -160,30 +147,17 @@ def test_inputs_like_the_calibration_say_no_clipping(tmp):
 def _a16w8(tmp: str) -> onnx.ModelProto:
     """quantize_static QDQ, uint16 activations and int8 weights per channel (A16W8)."""
     _, onx = _exported("2d")
-    src, out = f"{tmp}/mlp_a16.onnx", f"{tmp}/mlp_a16w8.onnx"
-    onnx.save(onx, src)
     g = torch.Generator().manual_seed(1)
     feed = [{onx.graph.input[0].name: torch.randn(4, 32, generator=g).numpy()} for _ in range(8)]
-
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(feed)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        q.quantize_static(
-            src,
-            out,
-            Reader(),
-            quant_format=q.QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=q.QuantType.QUInt16,
-            weight_type=q.QuantType.QInt8,
-        )
-    return onnx.load(out)
+    return ort_quantize(
+        onx,
+        tmp,
+        "mlp_a16w8",
+        "static",
+        feed,
+        activation_type=q.QuantType.QUInt16,
+        weight_type=q.QuantType.QInt8,
+    )
 
 
 def _calibration_like() -> torch.Tensor:

@@ -10,7 +10,6 @@ was folded into is still named.  And a program whose input is named ``input``
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 import onnx
@@ -23,6 +22,7 @@ from onnx_sbs_nb.align.run import run_aligned
 from onnx_sbs_nb.records import STATUS_FAIL, STATUS_WEIGHT_DIFFERS
 
 from ...models import export
+from ...quant_models import ort_quantize
 
 q = pytest.importorskip("onnxruntime.quantization")
 
@@ -82,24 +82,8 @@ def _float(name: str):
 def _quantized(name: str, mode: str, tmp: str) -> onnx.ModelProto:
     """onnxruntime's quantization of the float export (QDQ per-channel when static)."""
     _, onx = _float(name)
-    src, out = f"{tmp}/{name}.onnx", f"{tmp}/{name}_{mode}.onnx"
-    onnx.save(onx, src)
-    feed = [{onx.graph.input[0].name: x.numpy()} for x in _inputs()]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mode == "dynamic":
-            q.quantize_dynamic(src, out)
-        else:
-
-            class Reader(q.CalibrationDataReader):
-                def __init__(self):
-                    self.it = iter(feed)
-
-                def get_next(self):
-                    return next(self.it, None)
-
-            q.quantize_static(src, out, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True)
-    return onnx.load(out)
+    feeds = [{onx.graph.input[0].name: x.numpy()} for x in _inputs()]
+    return ort_quantize(onx, tmp, name, mode, feeds)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ Sub) is named, by its node or the lowering its rerun starts from.
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 import onnx
@@ -38,6 +37,7 @@ from onnx_sbs_nb.records import (
 
 from ...corpus.quantized_models import upstream_nodes
 from ...models import export
+from ...quant_models import ort_quantize
 
 q = pytest.importorskip("onnxruntime.quantization")
 
@@ -87,26 +87,10 @@ def _float(name: str):
 def _quantized(name: str, mode: str, tmp: str, fmt: str = "QDQ") -> onnx.ModelProto:
     """onnxruntime's own quantization of the float export (QDQ, per-channel when static)."""
     _, onx = _float(name)
-    src, out = f"{tmp}/{name}.onnx", f"{tmp}/{name}_{mode}_{fmt}.onnx"
-    onnx.save(onx, src)
-    feed = [{onx.graph.input[0].name: x.numpy()} for x in _inputs(name)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mode == "dynamic":
-            q.quantize_dynamic(src, out)
-        else:
-
-            class Reader(q.CalibrationDataReader):
-                def __init__(self):
-                    self.it = iter(feed)
-
-                def get_next(self):
-                    return next(self.it, None)
-
-            q.quantize_static(
-                src, out, Reader(), quant_format=getattr(q.QuantFormat, fmt), per_channel=True
-            )
-    return onnx.load(out)
+    feeds = [{onx.graph.input[0].name: x.numpy()} for x in _inputs(name)]
+    return ort_quantize(
+        onx, tmp, f"{name}_{fmt}", mode, feeds, quant_format=getattr(q.QuantFormat, fmt)
+    )
 
 
 @pytest.fixture(scope="module")
