@@ -37,6 +37,7 @@ import torch
 from ..errors import SbsInputError
 from ..records import (
     FAILING_STATUSES,
+    KIND_WEIGHT,
     STATUS_ERROR,
     STATUS_PRECISION_LOSS,
     STATUS_QUANTIZATION_NOISE,
@@ -117,7 +118,7 @@ def _severity(rec: Record, failed: bool | None = None) -> tuple[int, float]:
     ``failed``: :func:`fails` of the record, when the caller knows it."""
     if rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE):  # below any fault
         level, value = 1, rec.err_abs2 if rec.err_abs2 is not None else rec.err_abs
-    elif WEIGHT_UNREAD_NOTE in (rec.comment or ""):
+    elif rec.kind == KIND_WEIGHT and WEIGHT_UNREAD_NOTE in (rec.comment or ""):
         # a weight whose difference this input does not read: an input that reads it shows
         # the fault, its consumer failing there (trial 4, finding 07)
         level, value = 1, 0.0

@@ -160,9 +160,8 @@ class SideBySideRun:
         self._step_counter = 0
         # differing weights wait for their consumers' verdict (weight_blame.py)
         self._blame = WeightBlame(
-            reference, candidate, pairing, self.atol, self.rtol, options.judge
+            reference, candidate, pairing, self.atol, self.rtol, options.judge, options.own_error
         )
-        self._blame.own_error = options.own_error
         # own-error runs: each candidate node rerun on torch inputs; a model converted to
         # a lower float precision than the program's: the looser dtype each of its values
         # is computed from (its tolerance applies)

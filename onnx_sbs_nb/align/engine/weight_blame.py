@@ -31,6 +31,7 @@ class WeightBlame:
         atol: float | None,
         rtol: float | None,
         judge: Any = None,
+        own_error: bool = False,
     ) -> None:
         self.reference, self.candidate, self.pairing = reference, candidate, pairing
         self.atol, self.rtol = atol, rtol
@@ -49,7 +50,7 @@ class WeightBlame:
         self._consumers: dict[str, list[int]] | None = None
         self._folded: dict[str, list[str]] = {}  # quantized weight -> folded consumers
         # own errors on: a consumer not rerun is not for want of asking (the why says so)
-        self.own_error = False
+        self.own_error = own_error
 
     def holds(self, name: str, rec: Record, ref_env: dict[str, Any] | None = None) -> bool:
         """Whether the record of initializer ``name`` waits for its consumers' verdict
