@@ -401,12 +401,15 @@ class _Walk:
         a, b = sorted((onnx_module, fx_module), key=len)
         return 1 if not a or b.startswith(a + ".") else -1
 
-    def _canon(self, frontier: Frontier) -> Frontier:
+    def _canon(self, frontier: Frontier) -> tuple[str, ...]:
         """A frontier with each paired view or transpose replaced by the value it moves:
         an exporter reads the value before a transpose with the permutations merged (a
         key transposed twice), so the two sides may reach the same values at different
-        views."""
-        found = set()
+        views.  Counted, not a set: q, k and v views of one projection all move its value,
+        and a node reading two of them (the scores q @ k^T) is not one reading three
+        (the attention's output), though they have one shape when the sequence is as
+        long as a head."""
+        found = []
         for name in frontier:
             node = self.ctx.fx_nodes.get(name)
             while node is not None and node.args and isinstance(node.args[0], torch.fx.Node):
@@ -417,8 +420,8 @@ class _Walk:
                     node = node.args[0]
                 else:
                     break
-            found.add(node.name if node is not None else name)
-        return frozenset(found)
+            found.append(node.name if node is not None else name)
+        return tuple(sorted(found))
 
     def _candidate(self, node: onnx.NodeProto, value: str, anchors: Frontier, loose=False):
         """The fx node ``node``'s ``value`` is; ``loose``: frontiers compared up to views
