@@ -16,6 +16,7 @@ from ...records import Record
 from ...records import join_comments as _join
 from ..judge.context import RuleContext
 from ..judge.judging import as_candidate
+from ..judge.shapes import may_prove_permuted
 from ..judge.verdict import judge_own
 from ..pairing.pairs import Pair, Pairing
 from .sides import OnnxSide, onnx_node_name
@@ -226,7 +227,13 @@ class OwnErrors:
                     p is not None
                     and type(value) is not Pending
                     and name in cand_env
-                    and getattr(value, "shape", None) != getattr(cand_env[name], "shape", None)
+                    and (
+                        getattr(value, "shape", None) != getattr(cand_env[name], "shape", None)
+                        or (
+                            stretch.first <= cand.producer.get(name, -1) < k
+                            and may_prove_permuted(p, cand_env[name])
+                        )
+                    )
                 ):
                     return False  # a pair the comparison may disprove: one node at a time
             if not batch.add(k, inputs, Pending):

@@ -30,20 +30,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import onnx
-import onnx.numpy_helper
 import torch
 
 from ...dtypes import ONNX_TO_TORCH
 from ...records import KIND_WEIGHT
 from ..source.provenance import module_of_node_name, module_path
+from .corroborated import mark_read_by_twins
 from .lowerings import COPIES, FOLDABLE, LAYOUT, ends_of, op_name
+from .onnx_inference import constant_values, inferred_types
 from .rules import PairingStep, StructureRule
 
-# ONNX ops whose value is a size of their input: a static program has no twin of it
-_SIZE_OPS = frozenset({"Shape", "Size"})
 _DEPTH = 16  # fx nodes between a paired value and the end of one ONNX node's lowering
 _REACH = 512  # fx nodes looked at from one paired value
-_LARGE = 4096  # initializers above this many elements are left out of shape inference
 
 Frontier = frozenset[str]
 # ONNX ops that lower one fx node alone, reading its operands as they are
@@ -53,115 +51,6 @@ _WHOLE = frozenset({
     "BatchNormalization", "GlobalAveragePool", "AveragePool", "MaxPool", "Transpose",
     "Add", "Sub", "Mul", "Div", "Exp", "Log", "Sqrt", "Abs", "Neg", "Erf", "Pow", "Where",
 })  # fmt: skip
-
-
-def inferred_types(model: onnx.ModelProto) -> dict[str, tuple[int, tuple[int | None, ...]]]:
-    """(elem_type, shape) of every value ONNX shape inference finds, run on a copy whose
-    large weights are declared inputs (only their type and shape are read); empty when
-    inference fails."""
-    g = model.graph
-    light = onnx.helper.make_graph([], g.name, list(g.input), list(g.output))
-    light.node.extend(g.node)
-    light.value_info.extend(g.value_info)
-    declared = {i.name for i in g.input}
-    for init in g.initializer:
-        numel = 1
-        for d in init.dims:
-            numel *= d
-        if numel <= _LARGE and not init.HasField("data_location"):
-            light.initializer.append(init)
-        elif init.name not in declared:
-            light.input.append(
-                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
-            )
-    copy = onnx.helper.make_model(light, opset_imports=list(model.opset_import))
-    copy.ir_version = model.ir_version
-    copy.functions.extend(model.functions)
-    _fold_constants(copy)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(copy, data_prop=True)
-    except Exception:  # a model inference cannot read: no shapes, no structural pairs
-        return {}
-    found: dict[str, tuple[int, tuple[int | None, ...]]] = {}
-    ig = inferred.graph
-    for vi in (*ig.input, *ig.output, *ig.value_info):
-        tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.elem_type and tt.HasField("shape"):
-            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-            found[vi.name] = (tt.elem_type, dims)
-    for init in g.initializer:
-        found[init.name] = (init.data_type, tuple(int(d) for d in init.dims))
-    return found
-
-
-def constant_values(graph: onnx.GraphProto) -> set[str]:
-    """Values no graph input computes: weights, constants, sizes and what only they
-    make (a static program has no twin of a size or of arithmetic on it)."""
-    const = {i.name for i in graph.initializer}
-    for n in graph.node:
-        ins = [i for i in n.input if i]
-        if n.op_type in _SIZE_OPS or all(i in const for i in ins):
-            const.update(o for o in n.output if o)
-    return const
-
-
-def sizes_to_first_reader(graph: onnx.GraphProto, lowering: list[str | None]) -> list[str | None]:
-    """Each node computing only sizes or constants that several lowerings read (a
-    chunk's bounds, read by its three Slices) joins the lowering of its first reader:
-    a wrong size shows first there, and the node is compared with it."""
-    const = constant_values(graph)
-    nodes = list(graph.node)
-    readers: dict[str, list[int]] = {}
-    for k, n in enumerate(nodes):
-        for i in n.input:
-            readers.setdefault(i, []).append(k)
-    out = list(lowering)
-    for k in range(len(nodes) - 1, -1, -1):
-        outputs = [o for o in nodes[k].output if o]
-        if out[k] is not None or not outputs or not all(o in const for o in outputs):
-            continue
-        firsts = sorted(r for o in outputs for r in readers.get(o, ()) if out[r] is not None)
-        if firsts:
-            out[k] = out[firsts[0]]
-    return out
-
-
-def _fold_constants(model: onnx.ModelProto) -> None:
-    """Replaces the nodes computing from constants alone (a Mod of two Constants, the
-    Reshape of it: the bounds of a Slice of a shape) by their values, so shape inference
-    follows the sizes they compute; left as they are when evaluation fails."""
-    g = model.graph
-    known = {i.name for i in g.initializer}
-    folded: list[onnx.NodeProto] = []
-    for n in g.node:
-        ins = [i for i in n.input if i]
-        pure = n.domain in ("", "ai.onnx") and not n.op_type.startswith("Random")
-        if pure and n.op_type not in _SIZE_OPS and all(i in known for i in ins):
-            folded.append(n)
-            known.update(o for o in n.output if o)
-    if not any(n.op_type != "Constant" for n in folded):
-        return
-    wanted = [o for n in folded for o in n.output if o]
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        sub = onnx.helper.make_graph(
-            folded,
-            "constants",
-            [],
-            [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in wanted],
-            initializer=list(g.initializer),
-        )
-        sub_model = onnx.helper.make_model(sub, opset_imports=list(model.opset_import))
-        values = ReferenceEvaluator(sub_model).run(None, {})
-    except Exception:  # an op the reference evaluator lacks: sizes stay unknown
-        return
-    small = {o: v for o, v in zip(wanted, values) if getattr(v, "size", _LARGE + 1) <= _LARGE}
-    keep = [n for n in g.node if not (n in folded and all(o in small for o in n.output if o))]
-    del g.node[:]
-    g.node.extend(keep)
-    for name, value in small.items():
-        g.initializer.append(onnx.numpy_helper.from_array(value, name))
 
 
 class CorrespondingOps(StructureRule):
@@ -181,6 +70,7 @@ class CorrespondingOps(StructureRule):
             return
         if _Walk(ctx, types).run() and self.then is not None:
             self.then.pair(ctx)
+        mark_read_by_twins(ctx)
 
 
 def _onnx_scope(name: str) -> str | None:
@@ -203,6 +93,11 @@ def _fx_shape(node: torch.fx.Node) -> tuple[torch.dtype, tuple[int, ...]] | None
     if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
         return None
     return val.dtype, tuple(val.shape)
+
+
+def _moves(node: torch.fx.Node) -> bool:
+    """Whether fx ``node`` only moves its input's values (a transpose, a view; no copy)."""
+    return node.op == "call_function" and op_name(node) in LAYOUT and op_name(node) not in COPIES
 
 
 class _Walk:
@@ -461,7 +356,36 @@ class _Walk:
             key = (confirmed, score, -self.order[fx.name])
             if best_key is None or key > best_key:
                 best, best_key = fx, key
-        return best
+        return self._merged_end(node, value, best) if best is not None else None
+
+    def _merged_end(self, node: onnx.NodeProto, value: str, fx: torch.fx.Node) -> torch.fx.Node:
+        """The end of the run of fx moves (transposes, views) that ``fx`` starts, each the
+        one reader of the one before, that ``node`` may make whole: an exporter merges a
+        key transposed twice into one Transpose.  The first of the run matches too when
+        two dimensions are equally long (a sequence as long as a head), but its value
+        is not the merged one.  The run stops where a node reading ``value`` is the next
+        move's own lowering (the exporter kept the two apart)."""
+        module = _onnx_scope(node.name)
+        readers = [self.nodes[k] for k in self.consumers.get(value, ())]
+        while _moves(fx) and len(fx.users) == 1:
+            (u,) = fx.users
+            if u.name in self.pairing.by_fx or u.op != "call_function" or not _moves(u):
+                break
+            if node.op_type not in ends_of(u) or not self._matches(value, u):
+                break
+            if [a for a in u.all_input_nodes if a.name not in self.weights] != [fx]:
+                break
+            if self._module_score(module, u) < self._module_score(module, fx):
+                break
+            if any(self._claimed(fx, m, o, self._computed_besides(m, value))
+                   for m in readers for o in m.output if o):  # fmt: skip
+                break
+            fx = u
+        return fx
+
+    def _computed_besides(self, node: onnx.NodeProto, value: str) -> int:
+        """How many computed values ``node`` reads besides ``value``."""
+        return sum(1 for i in node.input if i and i != value and self.onnx_frontier(i))
 
     def _users(self, node: torch.fx.Node) -> Iterable[torch.fx.Node]:
         for u in node.users:
@@ -670,9 +594,4 @@ class _Walk:
         return made
 
 
-__all__ = [
-    "CorrespondingOps",
-    "constant_values",
-    "inferred_types",
-    "sizes_to_first_reader",
-]
+__all__ = ["CorrespondingOps"]

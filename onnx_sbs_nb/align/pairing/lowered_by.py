@@ -13,7 +13,7 @@ import torch
 from ...records import KIND_INPUT
 from ..source.fx_metadata import fx_name_from_metadata
 from .float_view_nodes import view_kind
-from .foreign import sizes_to_first_reader
+from .onnx_inference import sizes_to_first_reader
 from .pairs import Pairing
 
 

@@ -23,6 +23,9 @@ class Pair:
     # pair made by metadata, place or structure whose computed shape then differs is the
     # lowering's error (it computes another shape than it declares), not another value
     declared: bool = False
+    # a structural pair whose paired readers all read its twin (``corroborated.py``): a
+    # value agreeing with its twin only once transposed is then the node's fault
+    read_by_twins: bool = False
 
 
 @dataclass
