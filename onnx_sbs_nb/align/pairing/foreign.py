@@ -230,14 +230,17 @@ class _Walk:
 
     def _weights_read(self, node: onnx.NodeProto) -> tuple[set[str], bool]:
         """The fx weights a node's paired initializers are, and whether it reads an
-        unpaired initializer of several elements (a weight the exporter made)."""
+        unpaired initializer of several elements (a weight the exporter made).  A weight
+        paired with an fx weight no fx node reads counts as unpaired: torch.export reads
+        a tied weight (an embedding and its LM head) by one of its names only."""
         paired, made = set(), False
         for i in node.input:
             init = self.ctx.initializers.get(i)
             if init is None:
                 continue
             pair = self.pairing.by_onnx.get(i)
-            if pair is not None:
+            fx = self.ctx.fx_nodes.get(pair.fx_name) if pair is not None else None
+            if pair is not None and (fx is None or fx.users):
                 paired.add(pair.fx_name)
             elif len(init.dims) > 0 and any(d > 1 for d in init.dims):
                 made = True
