@@ -138,10 +138,11 @@ def outputs_text(t: dict[str, Any]) -> str:
     noisy = t.get("noisy_outputs", 0)
     if noisy:
         which = "the graph output is" if outs == 1 else f"{noisy} of {outs} graph outputs are"
+        they, their = ("it does", "its") if noisy == 1 else ("they do", "their")
         return (
             f"{which} beyond tolerance, within what the model's quantization allows for "
-            "(see quantization noise): they do not agree with torch, and an error made "
-            "upstream may be part of their difference"
+            f"(see quantization noise): {they} not agree with torch, and an error made "
+            f"upstream may be part of {their} difference"
         )
     return inner_failures_text(outs, bool(t.get("reran")))
 
