@@ -131,9 +131,9 @@ def outputs_text(t: dict[str, Any]) -> str:
     if t.get("errors"):
         nodes = "1 node" if t["errors"] == 1 else f"{t['errors']} nodes"
         return (
-            f"{nodes} failed to run, and the run went on from torch's values there: the ONNX "
-            "model itself cannot run on these inputs, and its graph outputs here say nothing "
-            "of what it computes"
+            f"{nodes} failed to run, and the run went on from torch's values there: the graph "
+            "outputs here are not what the ONNX model computes, and their agreement says "
+            "nothing of it"
         )
     noisy = t.get("noisy_outputs", 0)
     if noisy:
