@@ -99,14 +99,18 @@ class _Sizes:
     seen: dict[Any, tuple[str, int, int]] = field(default_factory=dict)  # symbol -> first use
 
     def in_words(self, expr: Any) -> str:
-        """``expr`` with each symbol under the name the user gave it, where known."""
+        """``expr`` with each symbol under the name the user gave it ("L in "); "" for a
+        lone symbol whose name is lost (a loaded ``.pt2``): ``s53`` says nothing."""
         names = _dim_names(self.env)
-        if not names:
-            return str(expr)
+        symbols = getattr(expr, "free_symbols", set())
+        if getattr(expr, "is_Symbol", False) and expr not in names:
+            return ""
+        subs = {s: names[s] for s in symbols if s in names}
+        if not subs:
+            return f"{expr} in "
         import sympy
 
-        subs = {s: sympy.Symbol(names[s]) for s in getattr(expr, "free_symbols", ()) if s in names}
-        return str(expr.subs(subs)) if subs else str(expr)
+        return f"{expr.subs({s: sympy.Symbol(n) for s, n in subs.items()})} in "
 
     def range_origin(self, symbol: Any, side: str) -> str:
         slocs = getattr(self.env, "var_to_range_sloc", None) or {}
@@ -128,7 +132,7 @@ def _refuse_range(name: str, d: int, got: int, expr: Any, vr: Any, sizes: _Sizes
     origin = f"; the bound comes from {', '.join(sorted(origins))}" if origins else ""
     raise SbsInputError(
         f"input {name!r} has size {got} in dimension {d}, outside the range the program "
-        f"was exported for ({sizes.in_words(expr)} in [{vr.lower}, {vr.upper}]), which "
+        f"was exported for ({sizes.in_words(expr)}[{vr.lower}, {vr.upper}]), which "
         "torch's own module "
         f"refuses too{origin}: pass sizes in that range, or export with a wider Dim"
     )
