@@ -25,7 +25,6 @@ from ...records import (
     KIND_NODE,
     KIND_OUTPUT,
     NONFINITE_INPUT_NOTE,
-    QUANTIZATION_AMPLIFIED,
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -43,6 +42,11 @@ from ...records import (
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
 from .coverage import Coverage, CoverageCount
 from .culprit import Culprit
+from .quantization_text import (
+    count_quantization_noise,
+    lossy_outputs_text,
+    quantization_noise_text,
+)
 from .rules import RECORD_RULES, choose_culprit
 from .text import (
     drift_text,
@@ -50,10 +54,10 @@ from .text import (
     failing_text,
     float_or_none,
     fmt,
-    inner_failures_text,
     json_float,
     label,
     on_input_text,
+    outputs_text,
     printable,
     suspect_name,
     unexplained_weights_text,
@@ -293,8 +297,7 @@ class Summary:
             lines.append(f"drift: {drift}")
         if self.verdict == "fail" and t.get("failed") and not t.get("failed_outputs"):
             if t["by_kind"].get(KIND_OUTPUT):
-                outs = t["by_kind"][KIND_OUTPUT]
-                lines.append(f"outputs: {inner_failures_text(outs, bool(t.get('reran')))}")
+                lines.append(f"outputs: {outputs_text(t)}")
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):
@@ -416,6 +419,8 @@ class Summarizer:
             t["compared"] += 1
         if rec.passed is True:
             t["passed"] += 1
+        if rec.kind == KIND_OUTPUT and rec.status == STATUS_QUANTIZATION_NOISE:
+            t["noisy_outputs"] = t.get("noisy_outputs", 0) + 1
         if is_failed:
             t["failed"] += 1
             if rec.kind == KIND_OUTPUT:
@@ -446,7 +451,7 @@ class Summarizer:
         if rec.kind == KIND_INPUT and NONFINITE_INPUT_NOTE in (rec.comment or ""):
             s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
         if rec.status == STATUS_QUANTIZATION_NOISE:
-            _count_quantization_noise(t, rec)
+            count_quantization_noise(t, rec)
         elif lost:
             t["precision_loss"] = t.get("precision_loss", 0) + 1
             if ILL_CONDITIONED_NOTE in (rec.comment or ""):
@@ -554,52 +559,6 @@ def summarize(
     summary.completion = completion
     summary.strict = strict
     return summary
-
-
-def _count_quantization_noise(t: dict[str, Any], rec: Record) -> None:
-    """Counts a value within quantization noise, keeping the lowest SQNR and where."""
-    t["quantization_noise"] = t.get("quantization_noise", 0) + 1
-    if QUANTIZATION_AMPLIFIED in (rec.comment or ""):
-        t["quantization_amplified"] = t.get("quantization_amplified", 0) + 1
-        if rec.kind == KIND_OUTPUT and rec.err_snr is not None:
-            # an output under the floor: the model is faithful but loses accuracy, which a
-            # plain "no fault" would hide
-            lossy = t.setdefault("quantization_lossy_outputs", {})
-            lossy[label(rec)] = rec.err_snr
-    snr = rec.err_snr
-    if snr is not None and ("quantization_min_snr" not in t or snr < t["quantization_min_snr"]):
-        t["quantization_min_snr"], t["quantization_min_at"] = snr, label(rec)
-
-
-def quantization_noise_text(t: dict[str, Any]) -> str:
-    """The values of a quantized model off by quantization noise only, in a sentence."""
-    n = t["quantization_noise"]
-    values = "1 value is" if n == 1 else f"{n} values are"
-    lowest = t.get("quantization_min_snr")
-    at = f" (lowest SQNR {lowest:.1f} dB, at {t.get('quantization_min_at')})" if lowest else ""
-    amplified = t.get("quantization_amplified", 0)
-    if not amplified:
-        return (
-            f"{values} beyond tolerance only by the model's quantization{at}: each SQNR, and "
-            "its own rerun's on torch's inputs, is above what the bit width allows for; no fault"
-        )
-    fall = "1 of them falls" if amplified == 1 else f"{amplified} of them fall"
-    return (
-        f"{values} beyond tolerance only by the model's quantization{at}: each own rerun's "
-        f"SQNR on torch's inputs is above what the bit width allows for; {fall} "
-        "under it in total SQNR, amplifying the quantization noise of their inputs (a loss "
-        "of accuracy of the quantized model); no fault"
-    )
-
-
-def lossy_outputs_text(t: dict[str, Any]) -> str:
-    """The graph outputs a faithful quantization leaves under its bit width's floor."""
-    outs = ", ".join(f"{k} at {v:.1f} dB" for k, v in t["quantization_lossy_outputs"].items())
-    return (
-        f"the quantization costs the outputs accuracy ({outs}, under what the bit width "
-        "allows for): faithful to the float program node by node, but lossy on these inputs; "
-        "advise_quantization ranks the nodes to keep in float"
-    )
 
 
 def _only_rounding(t: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...records import Record
+from ...records import KIND_OUTPUT, Record
 
 
 def fmt(value: float | None) -> str:
@@ -123,6 +123,30 @@ def inner_failures_text(outputs: int, reran: bool = False) -> str:
     )
 
 
+def outputs_text(t: dict[str, Any]) -> str:
+    """What the graph outputs say of a failing run none of whose outputs fails: they
+    agree, unless a node failed to run (the run went on from torch's values: the ONNX
+    model itself produced nothing) or they are off by the quantization's noise."""
+    outs = t["by_kind"][KIND_OUTPUT]
+    if t.get("errors"):
+        nodes = "1 node" if t["errors"] == 1 else f"{t['errors']} nodes"
+        return (
+            f"{nodes} failed to run, and the run went on from torch's values there: the graph "
+            "outputs here are not what the ONNX model computes, and their agreement says "
+            "nothing of it"
+        )
+    noisy = t.get("noisy_outputs", 0)
+    if noisy:
+        which = "the graph output is" if outs == 1 else f"{noisy} of {outs} graph outputs are"
+        they, their = ("it does", "its") if noisy == 1 else ("they do", "their")
+        return (
+            f"{which} beyond tolerance, within what the model's quantization allows for "
+            f"(see quantization noise): {they} not agree with torch, and an error made "
+            f"upstream may be part of {their} difference"
+        )
+    return inner_failures_text(outs, bool(t.get("reran")))
+
+
 def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
     """The weights that differ from their torch parameters while their consumers agree,
     with nothing run to say why (no own errors)."""
@@ -144,6 +168,7 @@ def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
 
 __all__ = [
     "inner_failures_text",
+    "outputs_text",
     "unexplained_weights_text",
     "drift_text",
     "dtype_of",

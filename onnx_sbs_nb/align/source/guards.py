@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +48,9 @@ def _shape_env(program: torch.export.ExportedProgram) -> Any:
 
 
 def _where(sloc: Any) -> str:
-    """A guard's origin in words: the user's line, the dynamic_shapes given, or torch's
-    convention."""
+    """A guard's origin in words: the user's line, the dynamic_shapes given, torch's
+    convention, or the ranges a loaded program was saved with; never a line of torch's
+    own code (a loaded ``.pt2`` names its deserializer's)."""
     text = str(sloc or "").strip()
     if not text:
         return ""
@@ -56,7 +58,36 @@ def _where(sloc: Any) -> str:
         return "torch's 0/1 specialization"
     if "fakify" in text or "non_strict_utils" in text:
         return "the dynamic_shapes given to the export"
+    if getattr(sloc, "maybe_user_loc", None) is None and _in_torch(sloc):
+        if "serde" in text:
+            return "the ranges the program was saved with"
+        return "torch's export"  # a frame of torch's own, which says nothing to the user
     return f"the line {text.strip('()')}"
+
+
+def _in_torch(sloc: Any) -> bool:
+    """Whether a guard's only location is a frame of torch's own code."""
+    frame = getattr(sloc, "framework_loc", None)
+    filename = getattr(frame, "filename", None)
+    if not isinstance(filename, str):
+        return False
+    root = os.path.dirname(os.path.abspath(torch.__file__))
+    return os.path.abspath(filename).startswith(root + os.sep)
+
+
+def _dim_names(env: Any) -> dict[Any, str]:
+    """symbol -> the name the user gave its dimension (``Dim("L")``), where the export's
+    shape environment still knows it (a loaded ``.pt2`` does not): torch's ``s53`` means
+    nothing to the user."""
+    names = getattr(env, "source_name_to_debug_name", None) or {}
+    found: dict[Any, str] = {}
+    for symbol, sources in (getattr(env, "var_to_sources", None) or {}).items():
+        for source in sources:
+            name = names.get(getattr(source, "name", None))
+            if name:
+                found[symbol] = str(name)
+                break
+    return found
 
 
 @dataclass
@@ -66,6 +97,20 @@ class _Sizes:
     env: Any
     values: dict[Any, int] = field(default_factory=dict)  # symbol -> size
     seen: dict[Any, tuple[str, int, int]] = field(default_factory=dict)  # symbol -> first use
+
+    def in_words(self, expr: Any) -> str:
+        """``expr`` with each symbol under the name the user gave it ("L in "); "" for a
+        lone symbol whose name is lost (a loaded ``.pt2``): ``s53`` says nothing."""
+        names = _dim_names(self.env)
+        symbols = getattr(expr, "free_symbols", set())
+        if getattr(expr, "is_Symbol", False) and expr not in names:
+            return ""
+        subs = {s: names[s] for s in symbols if s in names}
+        if not subs:
+            return f"{expr} in "
+        import sympy
+
+        return f"{expr.subs({s: sympy.Symbol(n) for s, n in subs.items()})} in "
 
     def range_origin(self, symbol: Any, side: str) -> str:
         slocs = getattr(self.env, "var_to_range_sloc", None) or {}
@@ -87,7 +132,8 @@ def _refuse_range(name: str, d: int, got: int, expr: Any, vr: Any, sizes: _Sizes
     origin = f"; the bound comes from {', '.join(sorted(origins))}" if origins else ""
     raise SbsInputError(
         f"input {name!r} has size {got} in dimension {d}, outside the range the program "
-        f"was exported for ({expr} in [{vr.lower}, {vr.upper}]), which torch's own module "
+        f"was exported for ({sizes.in_words(expr)}[{vr.lower}, {vr.upper}]), which "
+        "torch's own module "
         f"refuses too{origin}: pass sizes in that range, or export with a wider Dim"
     )
 

@@ -401,3 +401,56 @@ def test_drift_between_two_onnx_models_speaks_of_the_reference_model():
     assert "torch" not in text.split("drift:")[1].splitlines()[0]
     assert "agrees with the reference model" in text
     assert "graph output" in text.split("drift:")[1].splitlines()[0]
+
+
+class _ConvHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.c(x)).reshape(x.shape[0], -1))
+
+
+def test_outputs_after_a_node_that_failed_to_run_are_not_said_to_agree():
+    """A node that cannot run (a Reshape to a shape the input does not divide into): the
+    run goes on from torch's value, so the graph output's record agrees, but the ONNX
+    model produces nothing; the summary must not say it agrees (trial 5, finding 05)."""
+    import copy
+
+    import numpy as np
+    from onnx import numpy_helper
+
+    from onnx_sbs_nb import run_aligned
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    ep = torch.export.export(_ConvHead().eval(), (x,))
+    model = copy.deepcopy(torch.onnx.export(ep, (x,), dynamo=True).model_proto)
+    reshape = next(n for n in model.graph.node if n.op_type == "Reshape")
+    for init in model.graph.initializer:
+        if init.name == reshape.input[1]:  # 288 elements do not split into 5 rows
+            init.CopyFrom(numpy_helper.from_array(np.array([5, -1], dtype=np.int64), init.name))
+    recs = list(run_aligned(ep, model, (x,), own_error=True))
+    assert any(r.status == STATUS_ERROR for r in recs)
+    text = summarize(recs).to_text()
+    assert "verdict: FAIL" in text and "culprit:" in text, text
+    assert "agrees with torch" not in text and "cancel out" not in text, text
+    assert "1 node failed to run" in text and "not what the ONNX model computes" in text, text
+
+
+def test_outputs_off_by_quantization_noise_are_not_said_to_agree():
+    """A failing run whose graph output is only within the quantization's noise: the
+    output does not agree with torch (trial 5, finding 03: "the graph output agrees" for an
+    output 19x the faithful model's error)."""
+    from onnx_sbs_nb.records import STATUS_QUANTIZATION_NOISE
+
+    recs = [
+        rec("dq", 0, 0.5, op="DequantizeLinear", err_abs2=0.5),
+        rec("y", 1, 0.3, kind=KIND_OUTPUT, passed=False, status=STATUS_QUANTIZATION_NOISE),
+    ]
+    text = summarize(recs).to_text()
+    assert "verdict: FAIL" in text, text
+    assert "agrees with torch" not in text, text
+    assert "the graph output is beyond tolerance, within what the model's quantization" in text
