@@ -21,6 +21,7 @@ from ...records import STATUS_FAIL, STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, 
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .conditioning import IllConditioned
+from .exact_weight import ExactWeight
 from .context import (
     STAGE_AFTER,
     STAGE_COMPARED,
@@ -171,6 +172,7 @@ RULES: tuple[Rule, ...] = (
     UnprovenPair(),
     PermutedPair(),
     TopKTies(),
+    ExactWeight(),  # a weight within tolerance, yet not a copy: before it
     Tolerance(),
     LinearCheck(),
     PrecisionLoss(),
