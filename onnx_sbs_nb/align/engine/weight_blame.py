@@ -19,7 +19,6 @@ from ..judge.weights import settle_weight
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
-
 # the ONNX element types of float initializers (FLOAT, FLOAT16, DOUBLE, BFLOAT16): a
 # folded consumer's weights, not its integer shapes or axes
 _FLOAT_TYPES = frozenset({1, 10, 11, 16})

@@ -21,7 +21,6 @@ from ...records import STATUS_FAIL, STATUS_NOT_COMPARED, STATUS_SHAPE_MISMATCH, 
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .conditioning import IllConditioned
-from .exact_weight import ExactWeight
 from .context import (
     STAGE_AFTER,
     STAGE_COMPARED,
@@ -33,6 +32,7 @@ from .context import (
     RuleContext,
     first_verdict,
 )
+from .exact_weight import ExactWeight
 from .failed import NodeFailed, ReferenceFailed, RunnerCannot, UpstreamFailure
 from .judging import comparable, fill_first_comparison
 from .linear import LinearCheck
