@@ -72,6 +72,12 @@ WEIGHT_UNTRIED_NOTE = "its rerun with the torch parameter could not be made"
 # ... and of one whose consumer agrees given either weight: the input does not read what
 # differs (a run over many inputs shows an input that does, when one does)
 WEIGHT_UNREAD_NOTE = "this input does not read what differs"
+# the comment of a weight within the tolerance of computed values but not a faithful copy
+# of its torch parameter (judge/exact_weight.py): a change of the model's data
+EXACT_WEIGHT_NOTE = "not a copy of its torch parameter"
+# the comment of a weight that differs while its consumer agrees, and disagrees given the
+# torch parameter: a change the consumer makes up for (a fold): the summary names it
+WEIGHT_COMPENSATED_NOTE = "its consumer makes up for it"
 # the comment of a precision loss that is float32's own rounding of an ill-conditioned
 # computation (judge/conditioning.py): torch's value is as far from the exact result
 ILL_CONDITIONED_NOTE = "ill-conditioned on these inputs"

@@ -35,8 +35,6 @@ from ...records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
-    WEIGHT_UNEXPLAINED_NOTE,
-    WEIGHT_UNTRIED_NOTE,
     Record,
 )
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
@@ -49,6 +47,7 @@ from .quantization_text import (
 )
 from .rules import RECORD_RULES, choose_culprit
 from .text import (
+    count_differing_weight,
     drift_text,
     dtype_of,
     failing_text,
@@ -60,7 +59,7 @@ from .text import (
     outputs_text,
     printable,
     suspect_name,
-    unexplained_weights_text,
+    weights_text,
 )
 
 TOP_SUSPECTS = 10
@@ -304,8 +303,8 @@ class Summary:
             lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
         if t.get("quantization_lossy_outputs"):
             lines.append(f"accuracy: {printable(lossy_outputs_text(t))}")
-        if t.get("weights_unexplained"):
-            lines.append(f"weights: {printable(unexplained_weights_text(t))}")
+        if t.get("weights_unexplained") or t.get("weights_compensated"):
+            lines.append(f"weights: {printable(weights_text(t))}")
         if self.nonfinite_inputs:
             names = ", ".join(printable(n) for n in self.nonfinite_inputs)
             lines.append(
@@ -440,10 +439,8 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
-        if rec.status == STATUS_WEIGHT_DIFFERS and any(
-            n in (rec.comment or "") for n in (WEIGHT_UNEXPLAINED_NOTE, WEIGHT_UNTRIED_NOTE)
-        ):
-            t.setdefault("weights_unexplained", {})[label(rec)] = rec.err_abs
+        if rec.status == STATUS_WEIGHT_DIFFERS:
+            count_differing_weight(t, rec)
         if rec.status == STATUS_CHECK_ERROR:
             t["check_errors"] = t.get("check_errors", 0) + 1
             if s.check_error is None:

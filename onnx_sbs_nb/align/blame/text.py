@@ -8,7 +8,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...records import KIND_OUTPUT, Record
+from ...records import (
+    KIND_OUTPUT,
+    WEIGHT_COMPENSATED_NOTE,
+    WEIGHT_UNEXPLAINED_NOTE,
+    WEIGHT_UNTRIED_NOTE,
+    Record,
+)
 
 
 def fmt(value: float | None) -> str:
@@ -147,15 +153,55 @@ def outputs_text(t: dict[str, Any]) -> str:
     return inner_failures_text(outs, bool(t.get("reran")))
 
 
+def count_differing_weight(t: dict[str, Any], rec: Record) -> None:
+    """Files weight ``rec`` (status weight_differs) in the summary's totals ``t`` for its
+    ``weights:`` line: one whose consumer agrees with nothing run to say why
+    (``weights_unexplained``), or one whose consumer was shown to make up for it
+    (``weights_compensated``: a rescaled weight and a Gemm's alpha, say, which no
+    structure names as a BatchNorm fold is named).  A fold the graph's structure shows
+    (a BatchNorm into its Conv) is the exporter's everyday work: not named."""
+    comment = rec.comment or ""
+    if any(n in comment for n in (WEIGHT_UNEXPLAINED_NOTE, WEIGHT_UNTRIED_NOTE)):
+        t.setdefault("weights_unexplained", {})[label(rec)] = rec.err_abs
+    elif WEIGHT_COMPENSATED_NOTE in comment:
+        t.setdefault("weights_compensated", {})[label(rec)] = rec.err_abs
+
+
+def weights_text(t: dict[str, Any]) -> str:
+    """The summary's ``weights:`` line: the weights that differ from their torch
+    parameters while their consumers agree (``count_differing_weight``)."""
+    parts = []
+    if t.get("weights_compensated"):
+        parts.append(compensated_weights_text(t))
+    if t.get("weights_unexplained"):
+        parts.append(unexplained_weights_text(t))
+    return "; ".join(parts)
+
+
+def _named(found: dict[str, Any], most: int) -> tuple[str, str]:
+    """Up to ``most`` weights with their differences ("fc1.weight (0.75)"), and the verb."""
+    named = ", ".join(f"{k} ({fmt(v)})" for k, v in list(found.items())[:most])
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return named + more, "differs" if len(found) == 1 else "differ"
+
+
+def compensated_weights_text(t: dict[str, Any], most: int = 3) -> str:
+    """The weights that differ from their torch parameters while their consumers agree,
+    and disagree given the torch parameters: a change the consumer makes up for."""
+    named, differ = _named(t["weights_compensated"], most)
+    return (
+        f"{named} {differ} from the torch parameter, and the consumer makes up for it: it "
+        "agrees with torch given the ONNX weight, not given the torch parameter (a fold, "
+        "a rescaling the consumer undoes)"
+    )
+
+
 def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
     """The weights that differ from their torch parameters while their consumers agree,
     with nothing run to say why (no own errors)."""
-    found = t["weights_unexplained"]
-    named = ", ".join(f"{k} ({fmt(v)})" for k, v in list(found.items())[:most])
-    more = f" and {len(found) - most} more" if len(found) > most else ""
-    differ = "differs" if len(found) == 1 else "differ"
+    named, differ = _named(t["weights_unexplained"], most)
     return (
-        f"{named}{more} {differ} from the torch parameter while the consumer agrees on "
+        f"{named} {differ} from the torch parameter while the consumer agrees on "
         "these inputs: a fold the consumer makes up for, or rows these inputs do not read "
         "(a fault other inputs meet)"
         + (
@@ -167,8 +213,11 @@ def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
 
 
 __all__ = [
+    "compensated_weights_text",
+    "count_differing_weight",
     "inner_failures_text",
     "outputs_text",
+    "weights_text",
     "unexplained_weights_text",
     "drift_text",
     "dtype_of",

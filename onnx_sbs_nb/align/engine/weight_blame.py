@@ -19,6 +19,10 @@ from ..judge.weights import settle_weight
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
+# the ONNX element types of float initializers (FLOAT, FLOAT16, DOUBLE, BFLOAT16): a
+# folded consumer's weights, not its integer shapes or axes
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})
+
 
 class WeightBlame:
     """The differing weights of one run, held until a consumer is judged."""
@@ -181,6 +185,21 @@ class WeightBlame:
             self._by_tolerance(want),
             lambda: self._rows_that_differ(wrec),
             self.own_error,
+            self._float_initializers(consumer) if folded else (),
+        )
+
+    def _float_initializers(self, consumer: Record) -> tuple[str, ...]:
+        """The float initializers the node computing ``consumer`` reads, in its input
+        order: a folded consumer's weights, those paired with no torch parameter too (the
+        bias the exporter made from a BatchNorm)."""
+        cand, k = self.candidate, consumer.onnx_id_node
+        if k is None or not 0 <= k < len(cand.nodes):
+            return ()
+        inits = cand.initializers
+        return tuple(
+            n
+            for n in cand.node_inputs(cand.nodes[k])
+            if n in inits and getattr(inits[n], "data_type", None) in _FLOAT_TYPES
         )
 
     def _rows_that_differ(self, wrec: Record) -> str | None:

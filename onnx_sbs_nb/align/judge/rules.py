@@ -32,6 +32,7 @@ from .context import (
     RuleContext,
     first_verdict,
 )
+from .exact_weight import ExactWeight
 from .failed import NodeFailed, ReferenceFailed, RunnerCannot, UpstreamFailure
 from .judging import comparable, fill_first_comparison
 from .linear import LinearCheck
@@ -171,6 +172,7 @@ RULES: tuple[Rule, ...] = (
     UnprovenPair(),
     PermutedPair(),
     TopKTies(),
+    ExactWeight(),  # a weight within tolerance, yet not a copy: before it
     Tolerance(),
     LinearCheck(),
     PrecisionLoss(),

@@ -12,12 +12,14 @@ import torch
 
 from ...compare.value_facts import largest_magnitude, smallest_normal
 from ...records import (
+    EXACT_WEIGHT_NOTE,
     FOLDED_CONSUMER_NOTE,
     KIND_WEIGHT,
     STATUS_DTYPE_MISMATCH,
     STATUS_QUANTIZATION_NOISE,
     STATUS_SHAPE_MISMATCH,
     STATUS_WEIGHT_DIFFERS,
+    WEIGHT_COMPENSATED_NOTE,
     WEIGHT_UNEXPLAINED_NOTE,
     WEIGHT_UNREAD_NOTE,
     WEIGHT_UNTRIED_NOTE,
@@ -65,6 +67,7 @@ def settle_weight(
     by_tolerance: bool = True,
     differs_where: Callable[[], str | None] = lambda: None,
     own_error: bool = False,
+    folded_weights: tuple[str, ...] = (),
 ) -> bool:
     """The verdict on weight ``wrec`` from its ``consumer``'s record (``want``: the
     consumer's torch value).  ``with_torch_weight`` runs the consumer again with the torch
@@ -75,7 +78,9 @@ def settle_weight(
     function, which decide it exactly as they decide the first comparison).  Returns
     whether the weight's record comes before its consumer's (it is then the answer).
     ``differs_where``: where the weight differs, in words (" in rows 12-63 of 64"), asked
-    only for a difference its consumer does not read."""
+    only for a difference its consumer does not read.  ``folded_weights``: the
+    initializers the consumer reads, all of which carry a fold (a Conv's weight and the
+    bias the exporter made from its BatchNorm), named when the consumer disagrees."""
     wrec.decided_by = WEIGHT_BLAME
     node = consumer.onnx_node_name or consumer.onnx_name
     # a quantized model's consumer agrees when it is within the model's quantization
@@ -87,7 +92,7 @@ def settle_weight(
     if folded and (consumer.passed is not None or consumer.passed2 is not None):
         # no scale check: the folded weight says nothing of its own, its consumer's
         # verdict is the verdict on both
-        return _folded(wrec, consumer, node, folded, agrees, noise)
+        return _folded(wrec, consumer, node, folded, agrees, noise, folded_weights)
     if agrees and not noise and by_tolerance and not agrees_at_its_scale(consumer, want):
         agrees = False
         wrec.comment = _join(
@@ -100,6 +105,11 @@ def settle_weight(
         # a consumer that agrees with the torch parameter too does not read what differs
         # on these inputs (a Gather of a few rows): no transformation it compensates
         with_torch = with_torch_weight() if wrec.kind == KIND_WEIGHT and not noise else None
+        if EXACT_WEIGHT_NOTE in (wrec.comment or "") and with_torch is not False:
+            # within tolerance, yet not a copy (exact_weight.py): a change too small for
+            # its consumer's tolerance is still a change of the model's data
+            wrec.comment = _join(wrec.comment, _small_change(node, with_torch, own_error))
+            return True
         if with_torch is True:
             wrec.comment = _join(
                 wrec.comment,
@@ -145,11 +155,29 @@ def settle_weight(
     return True
 
 
+def _small_change(node: str | None, with_torch: bool | None, own_error: bool) -> str:
+    """Why a weight off its parameter by less than the tolerance of computed values still
+    fails while its consumer agrees (``with_torch``: the consumer's verdict given the
+    torch parameter, None when not tried)."""
+    if with_torch is True:
+        return (
+            f"its consumer {node} agrees with torch given this weight or torch's alike: "
+            "the change is below its tolerance on these inputs, and still a change of the "
+            "model's weights"
+        )
+    why = WEIGHT_UNTRIED_NOTE if own_error else WEIGHT_UNEXPLAINED_NOTE
+    return (
+        f"its consumer {node} agrees with torch on these inputs: a change below its "
+        "tolerance, unless the exporter made it and its consumer makes up for it "
+        f"({why})"
+    )
+
+
 # why an unfolded weight differs while its consumer agrees, by the consumer's verdict given
 # the torch parameter instead (None: not tried, no own-error rerun to take inputs from)
 _WHY_AGREES: dict[bool | str | None, str] = {
-    False: " and disagrees given the torch parameter: the exporter changed it and its "
-    "consumer makes up for it (a BatchNorm folded into a Conv, say)",
+    False: " and disagrees given the torch parameter: the exporter changed it and "
+    f"{WEIGHT_COMPENSATED_NOTE} (a BatchNorm folded into a Conv, say)",
     None: " on these inputs: the exporter changed it (a fold), or these inputs do not "
     f"read what differs ({WEIGHT_UNEXPLAINED_NOTE})",
     "untried": f" on these inputs ({WEIGHT_UNTRIED_NOTE}: a fold, or what differs is "
@@ -166,9 +194,12 @@ def _folded(
     folded: tuple[str, ...],
     agrees: bool,
     noise: bool = False,
+    folded_weights: tuple[str, ...] = (),
 ) -> bool:
     """A weight the exporter folded other fx nodes into: it differs by design, and its
-    consumer, which computes those nodes at once, is judged for both."""
+    consumer, which computes those nodes at once, is judged for both; a consumer that
+    disagrees names every weight it reads (``folded_weights`` and this one): the error
+    may be in any of them (a bias the exporter made, paired with no torch parameter)."""
     wrec.status = STATUS_WEIGHT_DIFFERS
     # a quantized weight's own rerun (its DequantizeLinear on the torch parameter) differs
     # by the same folding: no error of its own, never a culprit by itself
@@ -198,10 +229,11 @@ def _folded(
                 consumer.comment[:end] + f", {wrec.onnx_name}" + consumer.comment[end:]
             )
         return False
+    names = [wrec.onnx_name or "", *(n for n in folded_weights if n != wrec.onnx_name)]
     consumer.comment = _join(
         consumer.comment,
         f"{FOLDED_CONSUMER_NOTE} {', '.join(folded)}, {_FOLDED_WEIGHTS}"
-        f"({wrec.onnx_name}): the error is in a folded weight or in the computation",
+        f"({', '.join(names)}): the error is in a folded weight or in the computation",
     )
     return False
 
