@@ -25,6 +25,9 @@ part of it (one channel of N costs ~10·log10(N) dB); this bound does not:
      decoder, 15 weights, blocks of 16); round to nearest's 0.96 to 1.04, 0.2 step.  Otherwise the weight
      is another algorithm's rounding: a comment says so, and the SQNR floor decides.
 
+  A weight that is round to nearest once each unit is divided by its own gain has a
+  scale off by that gain, however small (x1.03 moves most elements of an int8 weight
+  several steps): a fault; GPTQ's moves are not undone by any one gain per unit.
   A lone element a few steps off in a GPTQ weight is beyond what this can tell from the
   algorithm's own moves: not claimed;
 - a quantized **activation** whose own rerun (the node on torch's inputs, quantized as
@@ -82,6 +85,10 @@ STEP_FAULT_NOTE = QUANTIZATION_STEP_FAULT + (
 STEP_UNIT_NOTE = (
     ", whose values are off as a whole (gain {gain:.2f}, mean error {mean:+.2f} steps: "
     "no rounding, GPTQ's included, moves a block by that much)"
+)
+STEP_SCALED_NOTE = (
+    ", whose values are round to nearest once divided by their gain {gain:.4g} (mean error "
+    "{mean:+.2f} steps): its scale is off by that factor, which no rounding does"
 )
 STEP_OTHER_ROUNDING_NOTE = (
     "not round to nearest (GPTQ/HQQ-style rounding): {bad} of {size} elements beyond half "
@@ -316,6 +323,29 @@ def _unit_stats(
     return gain, mean
 
 
+def _allowed(e: np.ndarray, g: np.ndarray, grid: Grid, eps: float, gain: Any = 1.0) -> Any:
+    """How far each element of ``g`` may be from ``e`` (half its step, what clipping to
+    the grid takes, float rounding) on the grid scaled by ``gain``, and the clipping."""
+    low, high = grid.low / gain, grid.high / gain
+    clipped = np.maximum(0.0, np.maximum(low - e, e - high))
+    allowed = 0.5 * grid.step / np.abs(gain) * (1 + STEP_SLACK) + clipped
+    return allowed + eps * (np.abs(e) + np.abs(g)), clipped
+
+
+def _round_to_nearest_but_scales(
+    e: np.ndarray, g: np.ndarray, grid: Grid, eps: float, units: np.ndarray, gain: np.ndarray
+) -> bool:
+    """Whether ``g`` is round to nearest once each unit is divided by its gain: its
+    scales are off, its rounding is not (another algorithm's rounding, GPTQ's, moves
+    elements that no one gain per unit brings back within half a step)."""
+    per = gain[units]
+    if np.any(per == 0):
+        return False
+    rescaled = g / per
+    allowed, _ = _allowed(e, rescaled, grid, eps, per)
+    return float((np.abs(rescaled - e) > allowed).mean()) <= RTN_STRAYS
+
+
 def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid, eps: float) -> bool:
     """Fails ``record`` (and returns True) when an element of weight ``g`` is further from
     ``e`` than half its step, what clipping takes and float rounding (``eps``) allow, and
@@ -323,8 +353,7 @@ def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid, eps:
     (module docstring: the two tiers); another algorithm's rounding gets a comment."""
     g = g.astype(np.float32)
     err = np.abs(g - e)
-    clipped = np.maximum(0.0, np.maximum(grid.low - e, e - grid.high))
-    allowed = 0.5 * grid.step * (1 + STEP_SLACK) + clipped + eps * (np.abs(e) + np.abs(g))
+    allowed, clipped = _allowed(e, g, grid, eps)
     bad = err > allowed
     if not bad.any():
         return False
@@ -335,6 +364,9 @@ def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid, eps:
         units = _units(grid, g.shape)
         gain, mean = _unit_stats(e, g, grid, units)
         off = ((np.abs(gain - 1) > GAIN_TOLERANCE) | (np.abs(mean) > MEAN_TOLERANCE))[units]
+        scaled = _round_to_nearest_but_scales(e, g, grid, eps, units, gain)
+        if scaled:
+            off[:] = True  # a scale off by a little (x1.03) is still a wrong scale
         if not (bad & off).any():
             note = STEP_OTHER_ROUNDING_NOTE.format(
                 bad=int(bad.sum()),
@@ -346,13 +378,14 @@ def _weight_fault(record: Record, e: np.ndarray, g: np.ndarray, grid: Grid, eps:
             record.comment = _join(record.comment, note)
             return False
         bad &= off
-        stats = units, gain, mean
+        stats = units, gain, mean, scaled
     worst = np.unravel_index(int(np.argmax(np.where(bad, steps, -1.0))), g.shape)
     index = tuple(int(i) for i in worst)
     how = ""
     if stats is not None:
         unit = stats[0][worst]
-        how = STEP_UNIT_NOTE.format(gain=float(stats[1][unit]), mean=float(stats[2][unit]))
+        note = STEP_SCALED_NOTE if stats[3] else STEP_UNIT_NOTE
+        how = note.format(gain=float(stats[1][unit]), mean=float(stats[2][unit]))
     record.status = STATUS_FAIL
     record.comment = _join(
         record.comment,

@@ -168,6 +168,35 @@ def test_one_bad_channel_of_many_is_a_fault(param, change, where, tmp):
     assert where in c.why and "steps" in c.why, c.why
 
 
+def test_every_scale_three_percent_off_is_a_fault(tmp):
+    """Trial 5, finding 01: every scale of a weight x1.03 moves most elements several
+    steps, as GPTQ's rounding does, but the weight is round to nearest again once divided
+    by that gain: a wrong scale, not another algorithm's rounding (whose moves no gain
+    undoes: tests/align/judge/test_quantization_step_gptq.py)."""
+    model = Wide()
+    x = _xs("wide")[0]
+    ep, onx = export(model, (x,))
+    src, out = f"{tmp}/wide_dyn.onnx", f"{tmp}/wide_dyn_q.onnx"
+    onnx.save(onx, src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q.quantize_dynamic(src, out)  # one scale per weight, round to nearest
+    onx = onnx.load(out)
+    s = summarize(list(run_aligned(ep, onx, (x,), own_error=True)))
+    assert s.verdict == "pass", s.to_text()
+    scale = next(
+        i.name
+        for i in onx.graph.initializer
+        if i.name.startswith("fc1.weight") and i.name.endswith("_scale")
+    )
+    _edit(onx, scale, lambda a: a * 1.03)
+    recs, s, c = _culprit(ep, onx, x)
+    text = s.to_text()
+    assert c.ep_name == "p_fc1_weight" and c.status == STATUS_FAIL, text
+    assert c.record.decided_by == STEP_RULE, text
+    assert "round to nearest once divided by their gain 1.03" in c.why, c.why
+
+
 def _nbits(k: int) -> onnx.NodeProto:
     return [n for n in _int4(False).graph.node if n.op_type == "MatMulNBits"][k]
 
