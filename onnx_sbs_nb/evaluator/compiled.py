@@ -15,6 +15,7 @@ import torch
 
 from .codegen import script_source
 from .fixed import plan_fixed
+from .fused import plan_fused
 from .inline import HELPER_SOURCE
 from .inplace import plan_inplace, probe, signature
 from .protos import sparse_to_dense, string_array, tensor_from_proto
@@ -277,7 +278,11 @@ def _scripted(
     if meta is not None:
         # in-place steps first: their forms have no run-time checks either
         forms = {**plan_fixed(cg, cg.forms, meta), **plan_inplace(cg, cg.forms, meta, inputs)}
-        res = script_source(cg.steps, cg.template, cg.input_slots, cg.output_slots, cg.forms, forms)
+        fused, extra = plan_fused(cg, cg.forms, meta)
+        forms.update(fused)
+        res = script_source(
+            cg.steps, cg.template, cg.input_slots, cg.output_slots, cg.forms, forms, extra=extra
+        )
         if res is not None:
             fn, fast_constants = _script(res[0]), res[1]
             fast_source = res[0]

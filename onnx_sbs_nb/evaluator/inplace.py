@@ -85,6 +85,8 @@ def _writers(op: str, entry: tuple, dtype: torch.dtype) -> list[tuple[int, Calla
     if op == "Div":  # the form's float branch
         return [(0, lambda a: f"{a[0]}.div_({a[1]})")]
     if op == "Pow" and isinstance(consts[1], torch.Tensor):
+        if dtype in (torch.float32, torch.float64) and consts[1].item() == 2:
+            return [(0, lambda a: f"{a[0]}.mul_({a[0]})")]  # as fixed.is_square
         value = consts[1].item()  # what the form writes
         return [(0, lambda a: f"{a[0]}.pow_({value!r})")]
     return []
