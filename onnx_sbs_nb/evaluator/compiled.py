@@ -18,6 +18,7 @@ from .fixed import plan_fixed
 from .fused import plan_fused
 from .inline import HELPER_SOURCE
 from .inplace import plan_inplace, probe, signature
+from .layout import plan_layout
 from .protos import sparse_to_dense, string_array, tensor_from_proto
 
 
@@ -277,7 +278,10 @@ def _scripted(
     fn, fast_constants, fast_source = None, constants, None
     if meta is not None:
         # in-place steps first: their forms have no run-time checks either
-        forms = {**plan_fixed(cg, cg.forms, meta), **plan_inplace(cg, cg.forms, meta, inputs)}
+        # contiguous results first: the other plans read the layouts they give
+        layout, meta = plan_layout(cg, cg.forms, meta, inputs)
+        forms = {**plan_fixed(cg, cg.forms, meta), **layout}
+        forms.update(plan_inplace(cg, cg.forms, meta, inputs))
         fused, extra = plan_fused(cg, cg.forms, meta)
         forms.update(fused)
         res = script_source(

@@ -92,11 +92,18 @@ def _writers(op: str, entry: tuple, dtype: torch.dtype) -> list[tuple[int, Calla
     return []
 
 
-def probe(cg: Any, inline: list[tuple | None], inputs: Sequence[Any]) -> dict[int, Meta] | None:
+def probe(
+    cg: Any,
+    inline: list[tuple | None],
+    inputs: Sequence[Any],
+    forms: dict[int, Callable[[list[str]], str]] | None = None,
+) -> dict[int, Meta] | None:
     """slot -> (shape, strides, dtype, storage address) of every feed and computed value
     of a run of the plan's expressions on ``inputs`` (None when the run fails or holds
-    too much memory)."""
-    res = script_source(cg.steps, cg.template, cg.input_slots, cg.output_slots, inline, record=True)
+    too much memory); ``forms[k]``, when given, is step k's expression instead."""
+    res = script_source(
+        cg.steps, cg.template, cg.input_slots, cg.output_slots, inline, forms, record=True
+    )
     if res is None:
         return None
     source, constants = res
