@@ -106,6 +106,13 @@ def plan_layout(
         chosen[k] = lambda a, fn=fn, shape=shape, dtype=dtype: (
             f"{fn}({a[0]}, {a[1]}, out=torch.empty({shape!r}, dtype=torch.{dtype}))"
         )
+    # each probe costs a run of the plan in Python: leave out at once the candidates whose
+    # layout visibly reaches a step that reads it as it is
+    readers: dict[int, list[int]] = {}
+    for j, (_, ins, _, _, _) in enumerate(cg.steps):
+        for s in ins:
+            readers.setdefault(s, []).append(j)
+    chosen = {k: v for k, v in chosen.items() if _only_copied(cg, k, readers, meta)}
     # a candidate whose new layout reaches a step that could compute other values
     # (a reduction, a MatMul reading it as it is) is dropped, and the rest probed again
     for _ in range(4):
@@ -123,6 +130,30 @@ def plan_layout(
     if _copies(cg, meta) - _copies(cg, after) < len(chosen):
         return {}, meta
     return chosen, after
+
+
+def _only_copied(cg: Any, k: int, readers: dict, meta: dict) -> bool:
+    """Whether step k's result, through the elementwise steps and views after it, is only
+    read by steps indifferent to its layout, and copied by a Reshape or batched MatMul."""
+    todo, seen = [cg.steps[k][2][0]], set()
+    while todo:
+        s = todo.pop()
+        if s in seen or s in cg.output_slots or len(seen) > 64:
+            return False
+        seen.add(s)
+        for j in readers.get(s, ()):
+            node, (_, ins, outs, _, _) = cg.nodes[j], cg.steps[j]
+            op = node.op_type if node.domain in ("", "ai.onnx") else None
+            if op == "MatMul":
+                if not all(_batched_copy(meta, ins, p) for p, x in enumerate(ins) if x == s):
+                    return False
+            elif op == "Reshape" and meta.get(outs[0], (0,) * 4)[3] != meta.get(s, (1,) * 4)[3]:
+                continue  # copied: contiguous before and after
+            elif op in _ELEMENTWISE or op in _VIEWS:
+                todo.append(outs[0])
+            else:
+                return False
+    return True
 
 
 def _culprits(cg: Any, chosen: dict, before: dict, after: dict) -> set[int]:
