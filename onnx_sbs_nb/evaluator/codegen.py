@@ -127,6 +127,7 @@ def script_source(
     inline: list[tuple | None],
     inplace: dict[int, Callable[[list[str]], str]] | None = None,
     record: bool = False,
+    extra: dict[str, torch.Tensor] | None = None,
 ) -> tuple[str, list[torch.Tensor]] | None:
     """TorchScript source of a plan every step of which has an inline form:
     ``run(inputs..., constants...) -> List[Tensor]``, and the constant tensors it takes
@@ -136,7 +137,8 @@ def script_source(
     interpreter then calls the same aten ops without a Python frame per node.
 
     ``inplace[k]``, when given, writes step k as the in-place call it returns (inplace.py).
-    ``record``: after each step, ``_m(k, value)`` (the Python probe of inplace.py)."""
+    ``record``: after each step, ``_m(k, value)`` (the Python probe of inplace.py).
+    ``extra``: constants the ``inplace`` forms name (``e0``...), taken after the others."""
     local = set(input_slots) | {s for _, _, outs, _, _ in steps for s in outs}
 
     def name(slot: int) -> str:
@@ -159,9 +161,11 @@ def script_source(
     used += [s for s in output_slots if s not in local and s not in used]
     if any(not isinstance(template[s], torch.Tensor) for s in used):
         return None
+    extra = extra or {}
     params = [f"s{s}: Tensor" for s in input_slots] + [f"c{s}: Tensor" for s in used]
+    params += [f"{n}: Tensor" for n in extra]
     source = "\n".join(
         [f"def run({', '.join(params)}) -> List[Tensor]:", *body]
         + [f"    return [{', '.join(name(s) for s in output_slots)}]"]
     )
-    return source + "\n", [template[s] for s in used]
+    return source + "\n", [template[s] for s in used] + list(extra.values())

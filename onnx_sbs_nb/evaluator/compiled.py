@@ -15,8 +15,10 @@ import torch
 
 from .codegen import script_source
 from .fixed import plan_fixed
+from .fused import plan_fused
 from .inline import HELPER_SOURCE
 from .inplace import plan_inplace, probe, signature
+from .layout import plan_layout
 from .protos import sparse_to_dense, string_array, tensor_from_proto
 
 
@@ -276,8 +278,15 @@ def _scripted(
     fn, fast_constants, fast_source = None, constants, None
     if meta is not None:
         # in-place steps first: their forms have no run-time checks either
-        forms = {**plan_fixed(cg, cg.forms, meta), **plan_inplace(cg, cg.forms, meta, inputs)}
-        res = script_source(cg.steps, cg.template, cg.input_slots, cg.output_slots, cg.forms, forms)
+        # contiguous results first: the other plans read the layouts they give
+        layout, meta = plan_layout(cg, cg.forms, meta, inputs)
+        forms = {**plan_fixed(cg, cg.forms, meta), **layout}
+        forms.update(plan_inplace(cg, cg.forms, meta, inputs))
+        fused, extra = plan_fused(cg, cg.forms, meta)
+        forms.update(fused)
+        res = script_source(
+            cg.steps, cg.template, cg.input_slots, cg.output_slots, cg.forms, forms, extra=extra
+        )
         if res is not None:
             fn, fast_constants = _script(res[0]), res[1]
             fast_source = res[0]

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 _GUARD_END = " else _fallback())"
 
 
@@ -25,6 +27,18 @@ def _unguarded(expr: str) -> str | None:
     head = expr[1 : -len(_GUARD_END)]
     e, _, _ = head.partition(" if ")
     return e if e.count("(") == e.count(")") else None
+
+
+def is_square(consts: list, x: tuple | None) -> bool:
+    """Whether a Pow is ``x ** 2`` on a float32/float64 ``x``: torch's pow kernel computes
+    that exponent as ``x * x`` for those dtypes (``pow_tensor_scalar_optimized_kernel``),
+    the very product ``torch.mul`` computes, without pow's dtype conversion around it."""
+    e = consts[1] if len(consts) > 1 else None
+    if x is None or x[2] not in (torch.float32, torch.float64):
+        return False
+    if not isinstance(e, torch.Tensor) or e.dim() or e.is_complex() or e.dtype == torch.bool:
+        return False
+    return e.item() == 2
 
 
 def _narrow(shape: tuple, ints: list) -> tuple[int, int, int] | None:
@@ -48,6 +62,8 @@ def fixed_form(
     expr = form(args, consts, attrs)
     if expr is None:
         return None
+    if op == "Pow" and ins_meta and is_square(consts, ins_meta[0]):
+        return lambda a: f"torch.mul({a[0]}, {a[0]})"
     plain = _unguarded(expr)
     if plain is not None:
         return lambda a: form(a, consts, attrs)[1 : -len(_GUARD_END)].partition(" if ")[0]

@@ -85,16 +85,25 @@ def _writers(op: str, entry: tuple, dtype: torch.dtype) -> list[tuple[int, Calla
     if op == "Div":  # the form's float branch
         return [(0, lambda a: f"{a[0]}.div_({a[1]})")]
     if op == "Pow" and isinstance(consts[1], torch.Tensor):
+        if dtype in (torch.float32, torch.float64) and consts[1].item() == 2:
+            return [(0, lambda a: f"{a[0]}.mul_({a[0]})")]  # as fixed.is_square
         value = consts[1].item()  # what the form writes
         return [(0, lambda a: f"{a[0]}.pow_({value!r})")]
     return []
 
 
-def probe(cg: Any, inline: list[tuple | None], inputs: Sequence[Any]) -> dict[int, Meta] | None:
+def probe(
+    cg: Any,
+    inline: list[tuple | None],
+    inputs: Sequence[Any],
+    forms: dict[int, Callable[[list[str]], str]] | None = None,
+) -> dict[int, Meta] | None:
     """slot -> (shape, strides, dtype, storage address) of every feed and computed value
     of a run of the plan's expressions on ``inputs`` (None when the run fails or holds
-    too much memory)."""
-    res = script_source(cg.steps, cg.template, cg.input_slots, cg.output_slots, inline, record=True)
+    too much memory); ``forms[k]``, when given, is step k's expression instead."""
+    res = script_source(
+        cg.steps, cg.template, cg.input_slots, cg.output_slots, inline, forms, record=True
+    )
     if res is None:
         return None
     source, constants = res
