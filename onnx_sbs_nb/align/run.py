@@ -8,6 +8,8 @@ replay bundles, node details) live in ``post/actions.py``.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -30,6 +32,7 @@ from .engine.setup_cache import (
 from .engine.sides import FxSide, OnnxSide
 from .engine.user_outputs import UserOutputs
 from .judge.judging import SbsMismatchError, as_candidate
+from . import screen, warm_screen
 from .many_inputs import ManyInputsRun, ModelReuse
 from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
@@ -193,6 +196,11 @@ class AlignedRun(SideBySideRun, RunContract):
         self.status.extra["program_source"] = self.prepared.source
         if self.prepared.detail:
             self.status.extra["program_detail"] = self.prepared.detail
+        # a rerun of a program and model whose screen is kept (``warm_screen.py``); not
+        # within a run over many inputs (that screens its inputs itself)
+        self._warm = warm_screen.lookup(self) if reuse is None and screen.ENABLED else None
+        self._warm_kept = reuse is None and screen.ENABLED
+        self.screened = False  # whether the screen made this run's records
 
     def _watch_decompositions(
         self, program: Any, provenance: dict[str, Any], bound: Any, reference: FxSide
@@ -257,7 +265,39 @@ class AlignedRun(SideBySideRun, RunContract):
         rec = self.user_outputs.check()
         return () if rec is None else (rec,)
 
+    def _records(self) -> Iterator[Record]:
+        if self._warm is None:
+            return super()._records()
+        return self._warm_records()
+
+    def _warm_records(self) -> Iterator[Record]:
+        """The screen's records (``warm_screen.py``), as the engine's loop gives them
+        (every node ran: the screen ran them all); the engine's where it refuses."""
+        t0 = time.perf_counter()
+        records = warm_screen.screened_records(self._warm, self)
+        if records is None:
+            yield from super()._records()
+            return
+        status = self.status
+        self.screened = True
+        status.extra["screened"] = True
+        status.done_onnx_nodes = status.total_onnx_nodes
+        status.done_ep_nodes = status.total_ep_nodes
+        try:
+            for rec in records:
+                if self._stop.is_set():
+                    status.stopped = True
+                    break
+                yield self._emit(rec)
+                status.elapsed = time.perf_counter() - t0
+        finally:
+            status.elapsed = time.perf_counter() - t0
+            status.current = None
+            status.finished = True
+
     def _after_run(self) -> None:
+        if self._warm_kept and not self.screened:
+            warm_screen.remember(self)
         if self.options.replay is not None:
             written, errors = self.actions.write_selected_replays()
             if errors:

@@ -184,6 +184,9 @@ class Screen:
         so = ort.SessionOptions()
         # the engine runs each node alone: no fusion may change a value here
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        # nor may a weight be prepacked: the engine feeds the weights as inputs, and a
+        # MatMul on a prepacked weight sums in another order (a 256-wide Llama's differ)
+        so.add_session_config_entry("session.disable_prepacking", "1")
         so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1
         self.session = ort.InferenceSession(
