@@ -17,6 +17,7 @@ import torch
 
 from ..device import device_name
 from ..records import KIND_INPUT, Record, RunStatus, join_comments
+from . import screen, warm_screen
 from .contract import PROGRAM_ACTIONS, RecordStream, RunContract
 from .engine.decomposed_values import DecomposedValues
 from .engine.loop import SideBySideRun
@@ -32,7 +33,6 @@ from .engine.setup_cache import (
 from .engine.sides import FxSide, OnnxSide
 from .engine.user_outputs import UserOutputs
 from .judge.judging import SbsMismatchError, as_candidate
-from . import screen, warm_screen
 from .many_inputs import ManyInputsRun, ModelReuse
 from .pairing.bounded import bounded_lowerings
 from .pairing.deployed import deploy
@@ -271,8 +271,8 @@ class AlignedRun(SideBySideRun, RunContract):
         return self._warm_records()
 
     def _warm_records(self) -> Iterator[Record]:
-        """The screen's records (``warm_screen.py``), as the engine's loop gives them
-        (every node ran: the screen ran them all); the engine's where it refuses."""
+        """The screen's records (``warm_screen.py``), emitted as the engine's loop emits
+        them (a stop keeps those yielded); the engine's where the screen refuses."""
         t0 = time.perf_counter()
         records = warm_screen.screened_records(self._warm, self)
         if records is None:
@@ -281,13 +281,18 @@ class AlignedRun(SideBySideRun, RunContract):
         status = self.status
         self.screened = True
         status.extra["screened"] = True
-        status.done_onnx_nodes = status.total_onnx_nodes
-        status.done_ep_nodes = status.total_ep_nodes
+        n, onnx_nodes, ep_nodes = len(records), status.total_onnx_nodes, status.total_ep_nodes
         try:
-            for rec in records:
+            for k, rec in enumerate(records, 1):
                 if self._stop.is_set():
                     status.stopped = True
                     break
+                # the progress a view shows: the nodes as far as the records go (the
+                # engine's records come in the order of its nodes)
+                status.done_onnx_nodes, status.done_ep_nodes = (
+                    onnx_nodes * k // n,
+                    ep_nodes * k // n,
+                )
                 yield self._emit(rec)
                 status.elapsed = time.perf_counter() - t0
         finally:

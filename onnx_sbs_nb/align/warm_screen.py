@@ -34,8 +34,8 @@ from typing import Any
 import onnx
 import torch
 
-from ..records import Record, copy_record
-from .screen import Screen, _leaf_key, _options_allow, _run_allows, _template_allows
+from ..records import Record
+from .screen import Screen, _fields, _leaf_key, _options_allow, _run_allows, _template_allows
 
 # the ONNX weights a screen may keep a copy of (to see a weight changed in place)
 MAX_WEIGHT_BYTES = 256 << 20
@@ -114,18 +114,10 @@ def screened_records(warm: Warm, run: Any) -> list[Record] | None:
     screen = warm.screen
     if screen is None:
         return None
-    found = screen.screened(run)
-    if found is None:
+    try:
+        return screen.every_record(run)
+    except Exception:  # anything the screen cannot run: the engine runs it and says why
         return None
-    records = []
-    for i, t in enumerate(screen.templates):
-        if i in found.errors:
-            rec = screen.record(i, found)
-        else:  # a weight or an unpaired value: what the template run said of it
-            rec = copy_record(t)
-            rec.ep_time_run = rec.onnx_time_run = None
-        records.append(rec)
-    return records
 
 
 def remember(run: Any) -> None:
@@ -155,8 +147,11 @@ def remember(run: Any) -> None:
         return
     onnx_weights = _onnx_weights(model)  # before the session reads them
     torch_weights = _torch_weights(run)
-    screen = Screen.of_first(run, list(run.records))
-    if screen is None:
+    records = list(run.records)
+    screen = Screen.of_first(run, records)
+    # the records a warm run is given, made on this run's own input, are this run's
+    mine = None if screen is None else screened_records(Warm(key, run.options, screen), run)
+    if mine is None or [_fields(r) for r in mine] != [_fields(r) for r in records]:
         kept.remove(warm)
         return
     # a warm run binds its input itself, and the session holds the weights it needs: the

@@ -193,6 +193,7 @@ def test_a_stopped_warm_run_keeps_its_records():
     rest = list(it)
     assert run.screened and not rest
     assert run.records == first and run.status.stopped and run.status.records == 3
+    assert run.status.done_onnx_nodes < run.status.total_onnx_nodes
 
 
 def test_the_kept_screen_does_not_keep_the_program_alive():
