@@ -8,6 +8,8 @@ replay bundles, node details) live in ``post/actions.py``.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -15,6 +17,7 @@ import torch
 
 from ..device import device_name
 from ..records import KIND_INPUT, Record, RunStatus, join_comments
+from . import screen, warm_screen
 from .contract import PROGRAM_ACTIONS, RecordStream, RunContract
 from .engine.decomposed_values import DecomposedValues
 from .engine.loop import SideBySideRun
@@ -193,6 +196,11 @@ class AlignedRun(SideBySideRun, RunContract):
         self.status.extra["program_source"] = self.prepared.source
         if self.prepared.detail:
             self.status.extra["program_detail"] = self.prepared.detail
+        # a rerun of a program and model whose screen is kept (``warm_screen.py``); not
+        # within a run over many inputs (that screens its inputs itself)
+        self._warm = warm_screen.lookup(self) if reuse is None and screen.ENABLED else None
+        self._warm_kept = reuse is None and screen.ENABLED
+        self.screened = False  # whether the screen made this run's records
 
     def _watch_decompositions(
         self, program: Any, provenance: dict[str, Any], bound: Any, reference: FxSide
@@ -257,7 +265,44 @@ class AlignedRun(SideBySideRun, RunContract):
         rec = self.user_outputs.check()
         return () if rec is None else (rec,)
 
+    def _records(self) -> Iterator[Record]:
+        if self._warm is None:
+            return super()._records()
+        return self._warm_records()
+
+    def _warm_records(self) -> Iterator[Record]:
+        """The screen's records (``warm_screen.py``), emitted as the engine's loop emits
+        them (a stop keeps those yielded); the engine's where the screen refuses."""
+        t0 = time.perf_counter()
+        records = warm_screen.screened_records(self._warm, self)
+        if records is None:
+            yield from super()._records()
+            return
+        status = self.status
+        self.screened = True
+        status.extra["screened"] = True
+        n, onnx_nodes, ep_nodes = len(records), status.total_onnx_nodes, status.total_ep_nodes
+        try:
+            for k, rec in enumerate(records, 1):
+                if self._stop.is_set():
+                    status.stopped = True
+                    break
+                # the progress a view shows: the nodes as far as the records go (the
+                # engine's records come in the order of its nodes)
+                status.done_onnx_nodes, status.done_ep_nodes = (
+                    onnx_nodes * k // n,
+                    ep_nodes * k // n,
+                )
+                yield self._emit(rec)
+                status.elapsed = time.perf_counter() - t0
+        finally:
+            status.elapsed = time.perf_counter() - t0
+            status.current = None
+            status.finished = True
+
     def _after_run(self) -> None:
+        if self._warm_kept and not self.screened:
+            warm_screen.remember(self)
         if self.options.replay is not None:
             written, errors = self.actions.write_selected_replays()
             if errors:

@@ -24,6 +24,11 @@ the first input, own-error reruns, resets, user verdicts, deployed or optimized 
 external data, other devices, the decomposition value checks) leaves the run to the
 engine for every input.  The screened records carry no timings (``ep_time_run``,
 ``onnx_time_run`` are None): no node was timed.
+
+A warm run (the same program and model run again on an input of the same shapes,
+``warm_screen.py``) is made by the same screen, built from an earlier run's records:
+there every record is kept, so each pair is compared once, with the measures
+(:meth:`Screen.every_record`).
 """
 
 from __future__ import annotations
@@ -184,6 +189,9 @@ class Screen:
         so = ort.SessionOptions()
         # the engine runs each node alone: no fusion may change a value here
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        # nor may a weight be prepacked: the engine feeds the weights as inputs, and a
+        # MatMul on a prepacked weight sums in another order (a 256-wide Llama's differ)
+        so.add_session_config_entry("session.disable_prepacking", "1")
         so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1
         self.session = ort.InferenceSession(
@@ -268,10 +276,7 @@ class Screen:
 
     def _measure(self, values: dict[str, Any], feeds: dict[str, Any]) -> Screened | None:
         """:meth:`measure` on the program's placeholder values and the session's feeds."""
-        with torch.no_grad():
-            kept = self.module(*[values[n] for n in self.placeholders])
-        fx = dict(zip(self.fx_wanted, kept, strict=True))
-        outs = dict(zip(self.onnx_wanted, self.session.run(self.onnx_wanted, feeds), strict=True))
+        fx, outs = self._values(values, feeds)
         from ..compare.diff import compare
 
         learn = self._routes is None
@@ -306,6 +311,43 @@ class Screen:
         if learn:
             self._routes = routes
         return Screened(errors, pairs)
+
+    def _values(
+        self, values: dict[str, Any], feeds: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Every paired fx value (one program run) and ONNX value (one session run)."""
+        with torch.no_grad():
+            kept = self.module(*[values[n] for n in self.placeholders])
+        fx = dict(zip(self.fx_wanted, kept, strict=True))
+        outs = dict(zip(self.onnx_wanted, self.session.run(self.onnx_wanted, feeds), strict=True))
+        return fx, outs
+
+    def every_record(self, run: Any) -> list[Record] | None:
+        """All of ``run``'s records (an AlignedRun made, not iterated, on an input of the
+        template's shapes), each pair's values compared once, as the engine compares
+        them (with the measures); None where a pair does not pass or the input differs
+        from the template's in shape: the engine then runs it.  A warm run's records
+        (``warm_screen.py``, which checks them on the template's own input first)."""
+        if _input_shapes(run) != self.shapes or getattr(run, "_nonfinite", None):
+            return None
+        feeds = {n: _numpy(run.candidate.feeds[n]) for n in self.input_names}
+        fx, outs = self._values(run.bound.values, feeds)
+        from ..compare.diff import compare
+
+        records = [copy_record(t) for t in self.templates]
+        for i, onnx_name, fx_name, pair, _plain, atol, rtol in self._plan:
+            got = outs[onnx_name] if onnx_name in outs else feeds[onnx_name]
+            expected, got = comparable(as_expected(pair, fx[fx_name]), got)
+            if expected is None:
+                return None
+            d = compare(in_layout_of(pair, expected, got), got, atol, rtol)
+            if d.passed is not True or d.shape_mismatch or d.dtype_mismatch:
+                return None
+            fill_first_comparison(records[i], d)
+        for rec in records:
+            rec.ep_time_run = rec.onnx_time_run = None  # no node was timed
+            rec.extra = {}  # (empty in every template: not shared between runs)
+        return records
 
     def record(self, i: int, found: Screened) -> Record:
         """The record of the pair at position ``i`` on the screened input, as the

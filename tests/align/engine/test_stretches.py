@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from onnx_sbs_nb.align import screen
 from onnx_sbs_nb.align.engine.stretches import ALONE_OPS, MAX_NODES
 from onnx_sbs_nb.align.run import AlignedRun
 from onnx_sbs_nb.records import RECORD_FIELDS
@@ -18,6 +19,13 @@ from ...models import export
 # timings, and the place in the stream: with own errors, a stretch's nodes wait together
 # for the torch values they read, so a value only torch computes may be listed earlier
 _NOT_COMPARED = ("ep_time_run", "onnx_time_run", "step")
+
+
+@pytest.fixture(autouse=True)
+def _engine_only(monkeypatch):
+    """The warm runs here are the engine's (a warm run where every pair passes is
+    otherwise the screen's, ``warm_screen.py``)."""
+    monkeypatch.setattr(screen, "ENABLED", False)
 
 
 def _fields(records):
