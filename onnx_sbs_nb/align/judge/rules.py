@@ -32,6 +32,7 @@ from .context import (
     RuleContext,
     first_verdict,
 )
+from .decisions import NearTieFlip
 from .failed import NodeFailed, ReferenceFailed, RunnerCannot, UpstreamFailure
 from .judging import comparable, fill_first_comparison
 from .linear import LinearCheck
@@ -173,6 +174,7 @@ RULES: tuple[Rule, ...] = (
     TopKTies(),
     Tolerance(),
     LinearCheck(),
+    NearTieFlip(),  # indices: a decision the inputs' rounding flips, before any loss
     PrecisionLoss(),
     IllConditioned(),  # after it: a low-precision node's loss is precision_loss's
     QuantizationStep(),  # before the noise: a weight beyond its step is no noise
