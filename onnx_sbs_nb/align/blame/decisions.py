@@ -64,20 +64,19 @@ def before_failure(flips: list[Record], first: Record | None, upstream: set[str]
     )
 
 
-def carried_from(totals: dict[str, Any], culprit: bool, flips: bool) -> str:
-    """What the values that only inherit their error carry: "upstream" (a value before
-    them fails or loses precision, or a culprit makes an error under tolerance),
-    "decision" (only a decision a tie flipped) or "none" (nothing before them fails:
-    differences within tolerance grew beyond it)."""
-    t = totals
-    if (
-        culprit
-        or t.get("failed", 0) > t.get("inherited", 0)
-        or any(t.get(k, 0) for k in ("precision_loss", "quantization_noise", "errors"))
-        or t.get("not_computed", 0)
-    ):
+def carried_from(
+    totals: dict[str, Any], culprit: bool, first: Record | None, before: list[Record], flips: bool
+) -> str:
+    """What the values that only inherit their error carry: "upstream" (a culprit makes
+    an error, under tolerance or not; the first failure does not inherit its own; a value
+    before it lost precision or failed to run), "decision" (only a decision a tie flipped
+    before it) or "none" (nothing before them fails: differences within tolerance grew
+    beyond it).  ``before``: the losses and errors of the run, with their steps."""
+    if culprit or first is None or not first.inherits or totals.get("quantization_noise", 0):
         return "upstream"
-    return "decision" if flips and t.get("decision_origin") else "none"
+    if any(r.step < first.step for r in before):
+        return "upstream"
+    return "decision" if flips and totals.get("decision_origin") else "none"
 
 
 def decision_text(flips: list[Record], totals: dict[str, Any], verdict: str) -> str:

@@ -255,7 +255,9 @@ class Summary:
         p.text(self.to_text())
 
     def _carried(self) -> str:
-        return carried_from(self.totals, self.culprit is not None, bool(self.decision_flips))
+        before = [*self.precision_losses, *self.errors]
+        has_culprit, flips = self.culprit is not None, bool(self.decision_flips)
+        return carried_from(self.totals, has_culprit, self.first_failure, before, flips)
 
     def to_text(self, max_suspects: int = 5) -> str:
         """A few lines for a terminal: verdict, culprit, top suspects, counts."""

@@ -94,7 +94,7 @@ def failing_text(failed: int, inherited: int, carried: str = "upstream") -> str:
     if carried == "none":
         return (
             f"{failed} failing, of which {inherited} agree with torch when rerun on its "
-            "inputs, with no value before them failing"
+            "inputs (no value before them fails)"
         )
     return f"{failed} failing, of which {inherited} only inherit their error"
 
