@@ -91,7 +91,11 @@ def decision_text(flips: list[Record], totals: dict[str, Any], verdict: str) -> 
     text = f"{suspect_name(first)} [{first.onnx_op_type}]{where}{others}: {note}"
     if failed:
         outs = totals.get("failed_outputs", 0)
-        reach = f" ({outs} of them graph outputs)" if outs else ""
+        reach = (
+            f" ({'1 of them a graph output' if outs == 1 else f'{outs} of them graph outputs'})"
+            if outs
+            else ""
+        )
         text += (
             f"; the {failed} failing values after it{reach} read the indices and carry the "
             "flipped decision: torch's choice and ONNX's are equally right, the export is "

@@ -171,6 +171,7 @@ class Summary:
             return None if r is None else r.to_dict()
 
         totals = json_safe(self.totals)
+        totals["carried"] = self._carried()  # what the views' failing counts say is inherited
         if self.completion is not None:
             totals["nodes_done"] = self.completion.nodes_done
             totals["nodes_total"] = self.completion.nodes_total
