@@ -217,7 +217,8 @@ class Summary:
             unpaired_ep=list(d.get("unpaired_ep", [])),
             unpaired_onnx=list(d.get("unpaired_onnx", [])),
             errors=[Record.from_dict(r) for r in d.get("errors", [])],
-            totals=dict(d.get("totals", {})),
+            # "carried" is said anew from the rest (to_dict's, for the views)
+            totals={k: v for k, v in d.get("totals", {}).items() if k != "carried"},
             max_err_abs=float_or_none(d.get("max_err_abs")),
             max_err_name=d.get("max_err_name"),
             max_own_err=float_or_none(d.get("max_own_err")),
