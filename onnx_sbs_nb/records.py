@@ -81,6 +81,14 @@ WEIGHT_COMPENSATED_NOTE = "its consumer makes up for it"
 # the comment of a precision loss that is float32's own rounding of an ill-conditioned
 # computation (judge/conditioning.py): torch's value is as far from the exact result
 ILL_CONDITIONED_NOTE = "ill-conditioned on these inputs"
+# the comment of TopK indices that differ from torch's only among equal values (ties):
+# both select the same values (judge/ties.py); where they differ, a tie broken the other
+# way, which the values after it may show (blame/decisions.py)
+TIE_NOTE = "indices differ only among equal values (ties): both select the same values"
+# the comment of an index decision (ArgMax, ArgMin, TopK) that flips where torch's
+# candidates are closer than the difference its input carries within tolerance
+# (judge/decisions.py): no fault of the export, the model is unstable on these inputs
+NEAR_TIE_NOTE = "a near tie flips the decision"
 # the comment of a record failed by the user's verdict policy or compare function, not by
 # atol/rtol: the culprit's why names what failed it
 JUDGED_BY_NOTE = "failed by "

@@ -216,8 +216,12 @@ export function coverageText(c) {
 }
 
 // "N failing, of which M only inherit their error": the wording of summary.failing_text,
-// so a red count never reads as that many culprits (the same in the terminal and reports)
-export function failingText(failed, inherited) {
+// so a red count never reads as that many culprits (the same in the terminal and reports);
+// carried (summary.totals.carried): "decision" (a tie flipped one), "none" (nothing fails
+// before them: nothing to inherit), else an error upstream
+export function failingText(failed, inherited, carried = "upstream") {
   if (!inherited) return `${failed} failing`;
+  if (carried === "decision") return `${failed} failing, of which ${inherited} only carry a flipped decision`;
+  if (carried === "none") return `${failed} failing, of which ${inherited} agree with torch when rerun on its inputs (no value before them fails)`;
   return `${failed} failing, of which ${inherited} only inherit their error`;
 }

@@ -25,7 +25,7 @@ export class StatusLine {
     parts.push(h("span", { class: "sbs-nrows", text: `${this.store.count} records` }));
     if (st.elapsed) parts.push(h("span", { text: fmtTime(st.elapsed) }));
     if (st.max_err_abs) parts.push(h("span", { class: "sbs-worst", text: `worst ${fmtNum(st.max_err_abs)}${st.max_err_name ? ` at ${st.max_err_name}` : ""}` }));
-    parts.push(h("span", { class: `sbs-failing${st.failures ? " sbs-bad" : ""}`, text: failingText(st.failures ?? 0, (sm && sm.totals && (sm.totals.inherited ?? sm.totals.drifted)) || 0) }));
+    parts.push(h("span", { class: `sbs-failing${st.failures ? " sbs-bad" : ""}`, text: failingText(st.failures ?? 0, (sm && sm.totals && (sm.totals.inherited ?? sm.totals.drifted)) || 0, (sm && sm.totals && sm.totals.carried) || "upstream") }));
     if (c) {
       const i = this.view.card.row(c);
       parts.push(h("span", { class: "sbs-answer" }, "culprit: ", h("button", { class: "sbs-link", title: "select the culprit", onclick: () => this.view.select(i, "link"), disabled: i < 0 }, culpritName(c))));

@@ -583,7 +583,8 @@ class SbsWidget(anywidget.AnyWidget):
         inherited = totals.get("inherited", totals.get("drifted", 0))
         head = (
             f"SbsWidget({s['state']}: {s['rows']} records, "
-            f"{failing_text(s.get('failures', 0), inherited)}, worst err_abs {worst:.3g}{where}"
+            f"{failing_text(s.get('failures', 0), inherited, totals.get('carried', 'upstream'))}, "
+            f"worst err_abs {worst:.3g}{where}"
         )
         culprit = culprit_of(summary)
         if culprit is not None:

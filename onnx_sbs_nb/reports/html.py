@@ -165,7 +165,8 @@ def _counts_line(
     worst = max(
         (r.err_abs for r in records if is_finite(r.err_abs) and not _by_design(r)), default=None
     )
-    s = f"{len(records)} records, {failing_text(failed, inherited)}"
+    carried = ((d or {}).get("totals") or {}).get("carried", "upstream")
+    s = f"{len(records)} records, {failing_text(failed, inherited, carried)}"
     if worst is not None:
         s += f", worst err_abs {worst:.3g}"
     state = (status or {}).get("state")

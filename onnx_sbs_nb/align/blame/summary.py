@@ -24,6 +24,7 @@ from ...records import (
     KIND_INPUT,
     KIND_NODE,
     KIND_OUTPUT,
+    NEAR_TIE_NOTE,
     NONFINITE_INPUT_NOTE,
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
@@ -40,6 +41,7 @@ from ...records import (
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
 from .coverage import Coverage, CoverageCount
 from .culprit import Culprit
+from .decisions import Decisions, before_failure, carried_from, decision_text
 from .quantization_text import (
     count_quantization_noise,
     lossy_outputs_text,
@@ -132,6 +134,9 @@ class Summary:
     precision_losses: list[Record] = field(default_factory=list)
     # the first failure of the user's compare function (status check_error), if any
     check_error: str | None = None
+    # decisions (ArgMax, ArgMin, TopK) whose indices a tie or a near tie flipped, in run
+    # order (blame/decisions.py): no culprit, the origin of what fails after them
+    decision_flips: list[Record] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -165,6 +170,7 @@ class Summary:
             return None if r is None else r.to_dict()
 
         totals = json_safe(self.totals)
+        totals["carried"] = self._carried()  # what the views' failing counts say is inherited
         if self.completion is not None:
             totals["nodes_done"] = self.completion.nodes_done
             totals["nodes_total"] = self.completion.nodes_total
@@ -193,6 +199,7 @@ class Summary:
             "nonfinite_inputs": list(self.nonfinite_inputs),
             "precision_losses": [r.to_dict() for r in self.precision_losses],
             "check_error": self.check_error,
+            "decision_flips": [r.to_dict() for r in self.decision_flips],
         }
 
     @classmethod
@@ -209,7 +216,8 @@ class Summary:
             unpaired_ep=list(d.get("unpaired_ep", [])),
             unpaired_onnx=list(d.get("unpaired_onnx", [])),
             errors=[Record.from_dict(r) for r in d.get("errors", [])],
-            totals=dict(d.get("totals", {})),
+            # "carried" is said anew from the rest (to_dict's, for the views)
+            totals={k: v for k, v in d.get("totals", {}).items() if k != "carried"},
             max_err_abs=float_or_none(d.get("max_err_abs")),
             max_err_name=d.get("max_err_name"),
             max_own_err=float_or_none(d.get("max_own_err")),
@@ -221,6 +229,7 @@ class Summary:
             nonfinite_inputs=list(d.get("nonfinite_inputs", [])),
             precision_losses=[Record.from_dict(r) for r in d.get("precision_losses", [])],
             check_error=d.get("check_error") if isinstance(d.get("check_error"), str) else None,
+            decision_flips=[Record.from_dict(r) for r in d.get("decision_flips", [])],
         )
 
     # -- read like the dict it is saved as: ``w.summary["culprit"]["ep_module"]`` (what
@@ -246,12 +255,18 @@ class Summary:
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's display
         p.text(self.to_text())
 
+    def _carried(self) -> str:
+        before = [*self.precision_losses, *self.errors]
+        has_culprit, flips = self.culprit is not None, bool(self.decision_flips)
+        return carried_from(self.totals, has_culprit, self.first_failure, before, flips)
+
     def to_text(self, max_suspects: int = 5) -> str:
         """A few lines for a terminal: verdict, culprit, top suspects, counts."""
         t = self.totals
         counts = (
             f"{t.get('records', 0)} records, {t.get('compared', 0)} compared, "
-            f"{failing_text(t.get('failed', 0), t.get('inherited', 0))}, {len(self.errors)} errors"
+            f"{failing_text(t.get('failed', 0), t.get('inherited', 0), self._carried())}, "
+            f"{len(self.errors)} errors"
         )
         if t.get("not_computed", 0):
             counts += f", {t['not_computed']} not computed"
@@ -286,13 +301,23 @@ class Summary:
             lines.append(f"  why: {printable(c.why)}")
             if c.bundle:
                 lines.append(f"  replay bundle: {printable(c.bundle)}")
+        elif self.decision_flips and self._carried() == "decision":
+            flips, verdict = self.decision_flips, self.verdict
+            lines.append(f"origin: {decision_text(flips, t, verdict)}")
         elif self.first_failure is not None:
             where = on_input_text(self.first_failure)
             where = f" ({printable(where)})" if where else ""
             lines.append(f"first failure: {_printable_label(self.first_failure)}{where}")
         if t.get("drifted", 0):
             carried = t.get("inherited", 0) - t["drifted"]
-            drift = drift_text(t["drifted"], self.verdict, carried, self.coverage.reference_onnx)
+            drift = drift_text(
+                t["drifted"],
+                self.verdict,
+                carried,
+                self.coverage.reference_onnx,
+                self._carried(),
+                _printable_label(self.decision_flips[0]) if self.decision_flips else None,
+            )
             lines.append(f"drift: {drift}")
         if self.verdict == "fail" and t.get("failed") and not t.get("failed_outputs"):
             if t["by_kind"].get(KIND_OUTPUT):
@@ -363,6 +388,7 @@ class Summarizer:
         self._count = 0
         # what the culprit rules read (context.py), and the coverage (coverage.py)
         self._blame = BlameContext(RECORD_RULES, node_inputs)
+        self._decisions = Decisions()  # decisions a tie flipped (decisions.py)
         self._coverage = CoverageCount()
         self._totals: dict[str, Any] = {
             "records": 0,
@@ -387,6 +413,8 @@ class Summarizer:
         is_failed = failed(rec)
         # no fault of the export: precision loss, quantization noise
         lost = rec.status in (STATUS_PRECISION_LOSS, STATUS_QUANTIZATION_NOISE)
+        if self._decisions.add(rec):
+            self._totals["decision_flips"] = self._decisions.count
         self._count_totals(rec, is_failed, lost)
         self._coverage.add(rec)
         self._blame.add(rec, is_failed, lost)
@@ -449,7 +477,7 @@ class Summarizer:
             s.nonfinite_inputs.append(rec.ep_user_name or rec.ep_name or rec.onnx_name or "")
         if rec.status == STATUS_QUANTIZATION_NOISE:
             count_quantization_noise(t, rec)
-        elif lost:
+        elif lost and NEAR_TIE_NOTE not in (rec.comment or ""):  # a flip: decisions.py
             t["precision_loss"] = t.get("precision_loss", 0) + 1
             if ILL_CONDITIONED_NOTE in (rec.comment or ""):
                 t["ill_conditioned"] = t.get("ill_conditioned", 0) + 1
@@ -476,6 +504,9 @@ class Summarizer:
         suspects = [item[3] for item in sorted(self._heap, key=lambda i: i[:2], reverse=True)]
         coverage = self.coverage()
         culprit = choose_culprit(self._blame, coverage)
+        first, flips = self._blame.first_failure, self._decisions.records
+        up = self._blame.upstream(first.onnx_name) if first is not None and flips else None
+        self._totals["decision_origin"] = before_failure(flips, first, up)
         return Summary(
             first_own_failure=culprit.record if culprit is not None else None,
             first_own_failure_rule=culprit.rule if culprit is not None else None,
@@ -495,6 +526,7 @@ class Summarizer:
             nonfinite_inputs=list(s.nonfinite_inputs),
             precision_losses=list(s.precision_losses),
             check_error=s.check_error,
+            decision_flips=list(self._decisions.records),
         )
 
 
@@ -559,12 +591,14 @@ def summarize(
 
 
 def _only_rounding(t: dict[str, Any]) -> bool:
-    """Whether every failure of a run only carries ill-conditioned rounding: each loss is
-    one (``judge/conditioning.py``: torch's own value is as far from the exact result),
-    each failing value inherits its error, none fails its own rerun."""
+    """Whether every failure of a run only carries ill-conditioned rounding or a decision
+    a tie flipped: each loss is ill-conditioned (``judge/conditioning.py``: torch's own
+    value is as far from the exact result), or there is none and a tie or a near tie
+    flipped an ArgMax or a TopK (``decisions.py``: both choices are right), each failing
+    value inherits its error, none fails its own rerun."""
     ill = t.get("ill_conditioned", 0)
     return (
-        ill > 0
+        (ill > 0 or t.get("decision_origin", False))
         and ill == t.get("precision_loss", 0)
         and not t.get("own_failed", 0)
         and t.get("failed", 0) == t.get("inherited", 0)

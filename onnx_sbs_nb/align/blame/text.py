@@ -87,29 +87,57 @@ def suspect_name(rec: Record) -> str:
     return f"{name}{where}{value}"
 
 
-def failing_text(failed: int, inherited: int) -> str:
+def failing_text(failed: int, inherited: int, carried: str = "upstream") -> str:
     """How many values fail, and how many of them only inherit their error
     (:attr:`Record.inherits`, graph outputs included): the one wording of the terminal, the
-    widget and the reports, so a red count never reads as that many culprits."""
+    widget and the reports, so a red count never reads as that many culprits.
+    ``carried``: what they carry (``decisions.carried_from``): an error "upstream", a
+    flipped "decision", or "none" when no value before them fails (nothing to inherit)."""
     if not inherited:
         return f"{failed} failing"
+    if carried == "decision":
+        return f"{failed} failing, of which {inherited} only carry a flipped decision"
+    if carried == "none":
+        return (
+            f"{failed} failing, of which {inherited} agree with torch when rerun on its "
+            "inputs (no value before them fails)"
+        )
     return f"{failed} failing, of which {inherited} only inherit their error"
 
 
-def drift_text(drifted: int, verdict: str, outputs: int = 0, onnx_reference: bool = False) -> str:
+def drift_text(
+    drifted: int,
+    verdict: str,
+    outputs: int = 0,
+    onnx_reference: bool = False,
+    carried: str = "upstream",
+    origin: str | None = None,
+) -> str:
     """What drifted values mean for the verdict, in a sentence (``outputs``: the graph
     outputs that carry an error too, counted among those that only inherit it;
-    ``onnx_reference``: the reference is an ONNX model, not torch)."""
+    ``onnx_reference``: the reference is an ONNX model, not torch; ``carried`` as
+    :func:`failing_text`'s, ``origin``: the flipped decision's name)."""
     values = "1 value is" if drifted == 1 else f"{drifted} values are"
     ref = "the reference model" if onnx_reference else "torch"
     ref_values = "the reference model's values" if onnx_reference else "the torch values"
+    if carried == "decision":
+        source = f"the difference comes from the decision flipped at {origin or 'a tie'}"
+    elif carried == "none":
+        # nothing before them fails: no error to inherit, only differences within
+        # tolerance (rounding) that these nodes let grow beyond it
+        source = (
+            "no value before them fails, so the difference is made of differences within "
+            "tolerance that grow beyond it on the way"
+        )
+    else:
+        source = "the difference is carried from upstream"
     why = (
         f"{values} beyond tolerance while each node, rerun on {ref_values} of its "
-        f"inputs, agrees with {ref}: the difference is carried from upstream"
+        f"inputs, agrees with {ref}: {source}"
     )
     if outputs:
         why += f", and on to {'1 graph output' if outputs == 1 else f'{outputs} graph outputs'}"
-    if verdict == "pass":
+    if verdict == "pass" and carried != "decision":
         return f"{why} (rounding the graph amplifies), and the outputs agree"
     return why
 

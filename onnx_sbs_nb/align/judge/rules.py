@@ -32,6 +32,7 @@ from .context import (
     RuleContext,
     first_verdict,
 )
+from .decisions import NearTieFlip
 from .exact_weight import ExactWeight
 from .failed import NodeFailed, ReferenceFailed, RunnerCannot, UpstreamFailure
 from .judging import comparable, fill_first_comparison
@@ -175,6 +176,7 @@ RULES: tuple[Rule, ...] = (
     ExactWeight(),  # a weight within tolerance, yet not a copy: before it
     Tolerance(),
     LinearCheck(),
+    NearTieFlip(),  # indices: a decision the inputs' rounding flips, before any loss
     PrecisionLoss(),
     IllConditioned(),  # after it: a low-precision node's loss is precision_loss's
     QuantizationStep(),  # before the noise: a weight beyond its step is no noise

@@ -13,13 +13,11 @@ import onnx
 
 from ...compare.diff import Diff
 from ...convert import to_numpy
-from ...records import Record
+from ...records import TIE_NOTE, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .context import STAGE_COMPARED, RuleContext
 from .judging import fill_first_comparison
-
-TIE_NOTE = "indices differ only among equal values (ties): both select the same values"
 
 
 def tie_axes(nodes: Sequence[onnx.NodeProto]) -> dict[int, int]:
@@ -58,6 +56,29 @@ def same_choice(x: Any, expected: Any, got: Any, axis: int) -> bool:
     return bool(np.array_equal(a, b))
 
 
+def flipped_rows(expected: Any, got: Any, axis: int) -> tuple[int, int]:
+    """(rows whose indices differ, rows): the slices of index arrays ``expected`` and
+    ``got`` along ``axis`` (each one decision) in which any index differs."""
+    e, g = (np.asarray(to_numpy(v)) for v in (expected, got))
+    if e.shape != g.shape or e.ndim == 0:
+        return 0, 0
+    axis %= e.ndim
+    differs = np.any(e != g, axis=axis)
+    return int(np.count_nonzero(differs)), int(differs.size)
+
+
+def tie_note(expected: Any, got: Any, axis: int) -> str:
+    """The tie note, with on how many rows the indices differ (a tie broken the other
+    way: what the values after it show when the model reads the indices)."""
+    n, m = flipped_rows(expected, got, axis)
+    if not n:
+        return TIE_NOTE
+    return (
+        f"{TIE_NOTE} (they differ on {n} of {m} rows, where torch's top values tie: a tie "
+        "broken the other way, torch documents no order for ties, ONNX takes the lower index)"
+    )
+
+
 def tied(d: Diff, tie: tuple[int, Any], expected: Any, got: Any) -> bool:
     """A failed comparison of TopK indices that select the same values."""
     if d.passed or d.shape_mismatch or d.dtype_mismatch:
@@ -82,9 +103,9 @@ class TopKTies:
         if not tied(d, ctx.tie, expected, got):
             return False
         d.passed = True
-        record.comment = _join(record.comment, TIE_NOTE)
+        record.comment = _join(record.comment, tie_note(expected, got, ctx.tie[0]))
         fill_first_comparison(record, d)
         return True
 
 
-__all__ = ["TIE_NOTE", "TopKTies", "same_choice", "tie_axes", "tied"]
+__all__ = ["TIE_NOTE", "TopKTies", "flipped_rows", "same_choice", "tie_axes", "tie_note", "tied"]

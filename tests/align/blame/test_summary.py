@@ -148,7 +148,9 @@ def test_passed2_true_never_qualifies_even_when_first_comparison_fails():
     assert s.first_failure.onnx_name == "a"
     assert s.verdict == "fail"  # the outputs differ, though no node makes an error
     assert s.totals["drifted"] == 2 and s.totals["failed"] == 3
-    assert "no node" not in s.to_text() and "carried from upstream" in s.to_text()
+    # nothing before them fails: nothing to inherit, no "carried from upstream"
+    assert "no node" not in s.to_text() and "carried from upstream" not in s.to_text()
+    assert "no value before them fails" in s.to_text()
 
 
 def test_drift_alone_fails_no_verdict():
@@ -161,7 +163,8 @@ def test_drift_alone_fails_no_verdict():
     assert s.verdict == "pass" and s.culprit is None
     assert s.totals["failed"] == 2 and s.totals["drifted"] == 2
     text = s.to_text()
-    assert "verdict: PASS" in text and "2 failing, of which 2 only inherit their error" in text
+    assert "verdict: PASS" in text and "2 failing, of which 2 agree with torch" in text
+    assert "only inherit" not in text  # nothing before them fails
     assert "the outputs agree" in text
     assert Summary.from_dict(json.loads(json.dumps(s.to_dict()))).verdict == "pass"
 
