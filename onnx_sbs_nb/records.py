@@ -78,6 +78,10 @@ EXACT_WEIGHT_NOTE = "not a copy of its torch parameter"
 # the comment of a weight that differs while its consumer agrees, and disagrees given the
 # torch parameter: a change the consumer makes up for (a fold): the summary names it
 WEIGHT_COMPENSATED_NOTE = "its consumer makes up for it"
+# the comment of a node that reads a differing weight (perhaps one the exporter stored once
+# for equal parameters) and agrees with torch once given the torch parameter its torch twin
+# reads: its own error is the weight's, never a suspect of its own (judge/weights.py)
+WEIGHT_READER_NOTE = "its own error is that of the weight"
 # the comment of a precision loss that is float32's own rounding of an ill-conditioned
 # computation (judge/conditioning.py): torch's value is as far from the exact result
 ILL_CONDITIONED_NOTE = "ill-conditioned on these inputs"

@@ -41,6 +41,7 @@ from .coverage import LEAF_KINDS, Coverage
 from .culprit import Culprit
 from .shape_origin import RULE_SHAPE_ORIGIN
 from .text import fmt, fused_list
+from .weight_reader import WeightReader
 from .why import beyond, folded_note, mismatch_text, with_evidence
 
 
@@ -249,6 +250,7 @@ CULPRIT_RULES: tuple[CulpritRule, ...] = (
     QuantizationNoiseNoFault(),
     NodeFailed(),
     UnpairedOutput(),
+    WeightReader(),  # its own error is a weight's it reads (before its rerun says it makes it)
     OwnRerun(),
     Leaf(),
     InputsPassed(),
@@ -300,6 +302,7 @@ __all__ = [
     "PrecisionLossNoFault",
     "ShapeOrigin",
     "UnpairedOutput",
+    "WeightReader",
     "by_stage",
     "choose_culprit",
 ]

@@ -63,6 +63,7 @@ from .text import (
     suspect_name,
     weights_text,
 )
+from .weight_reader import explained_by_weight
 
 TOP_SUSPECTS = 10
 
@@ -431,7 +432,10 @@ class Summarizer:
         own = own_error(rec)
         if is_failed and own is None:
             own = math.inf  # a shape/dtype mismatch or a crash is worse than any number
+        # a reader whose own error is a weight's it reads is no suspect (weight_reader.py)
         if (is_failed or rec.passed2 is False) and own is not None and not lost:
+            if explained_by_weight(rec):
+                return
             # ties keep the earlier record: the heap pops the smallest (own, -count)
             keep_largest(self._heap, (own, -self._count, self._count, rec), self._top)
 

@@ -1,13 +1,16 @@
 """The engine's half of the weight blame (``judge/weights.py`` gives the verdict): a
 weight that differs from its torch parameter waits for the verdict of its first paired
 consumer, which the engine may run once more with the torch parameter to tell whose
-error it is."""
+error it is.  Every other node reading it (the exporter stores equal parameters once:
+two fresh LayerNorms read one initializer) is probed the same way, with the parameter
+its own torch twin reads, so that the error it inherits from the weight is not its own."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import torch
 
 from ...compare.diff import compare
 from ...compare.value_facts import value_dtype_name
@@ -15,7 +18,7 @@ from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..judge.folding import Folding
 from ..judge.judging import as_candidate, comparable
-from ..judge.weights import settle_weight
+from ..judge.weights import explain_reader, readers_text, settle_weight
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
 
@@ -53,6 +56,9 @@ class WeightBlame:
         self.probe_inputs: dict[int, list[Any]] = {}
         self._consumers: dict[str, list[int]] | None = None
         self._folded: dict[str, list[str]] = {}  # quantized weight -> folded consumers
+        # a differing initializer read by several nodes, with how many are still to be
+        # compared: each is probed with its torch twin's parameter (explain_reader)
+        self._read_by: dict[str, tuple[Record, int]] = {}
         # own errors on: a consumer not rerun is not for want of asking (the why says so)
         self.own_error = own_error
 
@@ -80,6 +86,8 @@ class WeightBlame:
         self.pending[name] = rec
         for o in outs:
             self.awaiting.setdefault(o, []).append(name)
+        if len(outs) > 1 and name in self.candidate.initializers:
+            self._read_by[name] = (rec, len(outs))
         return True
 
     def settled_by(
@@ -93,12 +101,25 @@ class WeightBlame:
             wrec = self.pending.pop(w, None)
             if wrec is not None:
                 (before if self.settle(wrec, rec, ref_env) else after).append(wrec)
+            elif w in self._read_by:
+                # a later reader of a weight its first consumer settled: its own error
+                # may be the weight's, as the first consumer's was
+                self._explain(self._read_by[w][0], rec, ref_env)
+            if w in self._read_by:
+                wrec, left = self._read_by[w]
+                if left > 1:
+                    self._read_by[w] = (wrec, left - 1)
+                else:
+                    del self._read_by[w]
         return before, after
 
     def reads_pending(self, idx: int) -> bool:
-        """Whether candidate node ``idx`` reads a weight that waits for a verdict."""
-        pending = self.pending
-        return bool(pending) and any(n in pending for n in self.candidate.graph.inputs[idx])
+        """Whether candidate node ``idx`` reads a weight that waits for a verdict, or one
+        with readers still to be probed (its own-error inputs are then kept)."""
+        pending, read_by = self.pending, self._read_by
+        return (bool(pending) or bool(read_by)) and any(
+            n in pending or n in read_by for n in self.candidate.graph.inputs[idx]
+        )
 
     def folded_weight(self, name: str) -> bool:
         """Whether ``name``, a quantized weight (a ``DequantizeLinear`` of an initializer
@@ -171,22 +192,94 @@ class WeightBlame:
         want = ref_env.get(consumer.ep_name or "")
         weight = self.pairing.by_onnx.get(wrec.onnx_name)
         value = self.pairing.by_onnx.get(consumer.onnx_name)
+        # the parameter the consumer's torch twin reads (another, equal one where the
+        # exporter stored equal parameters once): the fold is looked for from it
+        param = self._stands_for(wrec, consumer.onnx_name) if wrec.kind == KIND_WEIGHT else None
         folded = (
-            self.folding.folded(weight.fx_name, value.fx_name)
+            self.folding.folded(param or weight.fx_name, value.fx_name)
             if weight is not None and value is not None
             else ()
         )
-        return settle_weight(
+        # a parameter's consumer (not a folded one's, nor a computed constant's) is probed
+        # with that parameter, and its own error may be the weight's
+        param = None if folded else param
+        probed: list[bool | None] = []  # the probe's answer, once asked
+
+        def probe() -> bool | None:
+            if not probed:
+                probed.append(self._consumer_with_torch_weight(wrec, consumer, ref_env, param))
+            return probed[0]
+
+        first = settle_weight(
             wrec,
             consumer,
             want,
-            lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env),
+            probe,
             tuple(self._in_user_words(n) for n in folded),
             self._by_tolerance(want),
             lambda: self._rows_that_differ(wrec),
             self.own_error,
             self._float_initializers(consumer) if folded else (),
         )
+        if weight is not None and param is not None:
+            text = readers_text(wrec.onnx_name or "", weight.fx_name, self._readers(wrec))
+            wrec.comment = _join(wrec.comment, text)
+            if probed and probed[0] is True:
+                explain_reader(consumer, wrec.onnx_name or "", param, weight.fx_name, probe)
+        return first
+
+    def _explain(self, wrec: Record, consumer: Record, ref_env: dict[str, Any]) -> None:
+        """Probes ``consumer``, a reader of weight ``wrec`` after the one that settled it,
+        with the torch parameter its torch twin reads (``judge/weights.explain_reader``)."""
+        weight = self.pairing.by_onnx.get(wrec.onnx_name)
+        value = self.pairing.by_onnx.get(consumer.onnx_name)
+        if consumer.passed2 is not False or weight is None or value is None:
+            return
+        if wrec.kind != KIND_WEIGHT:
+            return  # a computed constant: its readers' twins read the same fx value
+        param = self._stands_for(wrec, consumer.onnx_name)
+        if self.folding.folded(param, value.fx_name):
+            # the exporter folded fx nodes into it on this reader's way (or this reader's
+            # twin reads the weight only through other computations): not this case
+            return
+        explain_reader(
+            consumer,
+            wrec.onnx_name or "",
+            param,
+            weight.fx_name,
+            lambda: self._consumer_with_torch_weight(wrec, consumer, ref_env, param),
+        )
+
+    def _readers(self, wrec: Record) -> list[tuple[str, str]]:
+        """Each node reading initializer ``wrec`` (through values without a partner) and
+        the torch parameter its torch twin reads in its place."""
+        cand, found = self.candidate, []
+        for o in self.consumer_outputs(wrec.onnx_name or ""):
+            k = cand.producer.get(o)
+            if k is not None:
+                found.append((cand.node_name(k), self._stands_for(wrec, o)))
+        return found
+
+    def _stands_for(self, wrec: Record, value: str | None) -> str:
+        """The torch parameter the torch twin of ONNX value ``value`` reads where its
+        node reads weight ``wrec``: the one the weight pairs with, or, when the exporter
+        stored equal parameters once, the equal parameter the twin reads instead."""
+        weight = self.pairing.by_onnx.get(wrec.onnx_name)
+        pair = self.pairing.by_onnx.get(value) if value else None
+        if weight is None:
+            return ""
+        if pair is None or wrec.kind != KIND_WEIGHT:
+            return weight.fx_name
+        read = self.folding.weights_read(pair.fx_name, getattr(self.reference, "weights", ()))
+        if not read or weight.fx_name in read:
+            return weight.fx_name
+        try:
+            want = self.reference.leaf_value(weight.fx_name)
+            return next((q for q in read if _equal(self.reference.leaf_value(q), want)), "") or (
+                weight.fx_name
+            )
+        except Exception:  # a parameter that cannot be read: the one it pairs with
+            return weight.fx_name
 
     def _float_initializers(self, consumer: Record) -> tuple[str, ...]:
         """The float initializers the node computing ``consumer`` reads, in its input
@@ -239,10 +332,11 @@ class WeightBlame:
         return judge.policy is None or judge.policy.conditions(value_dtype_name(want)) is None
 
     def _consumer_with_torch_weight(
-        self, wrec: Record, consumer: Record, ref_env: dict[str, Any]
+        self, wrec: Record, consumer: Record, ref_env: dict[str, Any], param: str | None = None
     ) -> bool | None:
-        """Whether the consumer agrees with torch when fed the torch parameter instead of
-        the differing weight (None when that cannot be tried)."""
+        """Whether the consumer agrees with torch when fed the torch parameter (``param``,
+        the one its torch twin reads; the weight's partner when None) instead of the
+        differing weight (None when that cannot be tried)."""
         cand = self.candidate
         k = consumer.onnx_id_node
         inputs = self.probe_inputs.get(k) if k is not None else None
@@ -257,7 +351,7 @@ class WeightBlame:
         if torch_value is None:
             if wrec.kind != KIND_WEIGHT:
                 return None
-            torch_value = self.reference.leaf_value(pair.fx_name)
+            torch_value = self.reference.leaf_value(param or pair.fx_name)
         torch_value = cand.as_runner_value(as_candidate(pair, torch_value))
         fed = [torch_value if n == wrec.onnx_name else v for n, v in zip(names, inputs)]
         try:
@@ -285,6 +379,18 @@ def describe_rows(rows: np.ndarray, total: int, most: int = 3) -> str | None:
     runs = [str(a) if a == b else f"{a}-{b}" for a, b in zip(starts, ends)]
     word = "row" if len(rows) == 1 else "rows"
     return f" in {word} {', '.join(runs)} of {total}"
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Whether two torch parameters hold the same values (what makes the exporter store
+    them once)."""
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and bool(torch.equal(a, b.to(a.device)))
+    )
 
 
 def _scalars(got: Any, want: Any) -> str | None:

@@ -126,6 +126,32 @@ class Folding:
                     return True
         return False
 
+    def weights_read(self, value: str, weights: Container[str], depth: int = 4) -> list[str]:
+        """The weights (``weights``: the program's parameters, buffers and constants) fx
+        node ``value`` reads, directly or through nodes that only move or view them (a
+        ``t`` before a ``linear``), in the order of its arguments ([] when the reference
+        is no torch program)."""
+        nodes = self._nodes
+        node = nodes.get(value) if nodes else None
+        if node is not None and str(getattr(node, "target", "")) == _GETITEM and node.args:
+            node = node.args[0]  # one output of a node computing several: that node's
+        found: list[str] = []
+        frontier = list(getattr(node, "all_input_nodes", ()))
+        for _ in range(depth):
+            nxt = []
+            for n in frontier:
+                if getattr(n, "op", None) == "placeholder":
+                    if n.name in weights and n.name not in found:
+                        found.append(n.name)
+                elif not _computes(n):
+                    nxt.extend(getattr(n, "all_input_nodes", ()))
+            if not nxt:
+                break
+            frontier = nxt
+        return found
+
+
+_GETITEM = "<built-in function getitem>"
 
 # fx targets that fold a number into a weight (``x * 0.5`` folded into a MatMul's weight)
 _SCALING = ("aten.mul", "aten.div")

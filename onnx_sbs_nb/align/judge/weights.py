@@ -5,7 +5,7 @@ exporter folds a BatchNorm into a Conv's weight, and its consumer still agrees).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from ...records import (
     STATUS_SHAPE_MISMATCH,
     STATUS_WEIGHT_DIFFERS,
     WEIGHT_COMPENSATED_NOTE,
+    WEIGHT_READER_NOTE,
     WEIGHT_UNEXPLAINED_NOTE,
     WEIGHT_UNREAD_NOTE,
     WEIGHT_UNTRIED_NOTE,
@@ -238,4 +239,48 @@ def _folded(
     return False
 
 
-__all__ = ["WEIGHT_BLAME", "agrees_at_its_scale", "settle_weight"]
+# why one initializer stands for another parameter: the dynamo exporter keeps one copy of
+# equal tensors (two fresh LayerNorms' weights, all ones)
+_STORED_ONCE = "the exporter stored the equal parameters once"
+
+
+def readers_text(weight: str, param: str, readers: Sequence[tuple[str, str]]) -> str | None:
+    """ "ln1.weight is read by node_a (for p_ln1_weight) and node_b (for p_ln2_weight: the
+    exporter stored the equal parameters once)": every node reading initializer
+    ``weight`` (paired with torch parameter ``param``) and the parameter its torch twin
+    reads in its place (``readers``: (node, parameter) pairs); None unless one of them
+    stands for another parameter than ``param`` (nothing then to tell beyond the
+    consumer's verdict)."""
+    if len(readers) < 2 or all(p == param for _, p in readers):
+        return None
+    parts = [f"{node} (for {p}{'' if p == param else ': ' + _STORED_ONCE})" for node, p in readers]
+    listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return f"{weight} is read by {listed}"
+
+
+def explain_reader(
+    consumer: Record,
+    weight: str,
+    param: str,
+    paired: str,
+    with_torch_weight: Callable[[], bool | None],
+) -> bool:
+    """Whether the own error of ``consumer``, a node reading the differing initializer
+    ``weight`` (paired with torch parameter ``paired``) in place of torch parameter
+    ``param`` (its torch twin's; ``paired`` unless the exporter stored equal parameters
+    once), is the weight's: its rerun on torch inputs fails, and agrees given ``param``
+    instead (``with_torch_weight``, called only then).  Its comment then says so
+    (``WEIGHT_READER_NOTE``): the culprit rules and the suspects pass over it, as over a
+    value that inherits its error."""
+    if consumer.passed2 is not False or with_torch_weight() is not True:
+        return False
+    stands = "" if param == paired else f" (equal to {paired}: {_STORED_ONCE})"
+    consumer.comment = _join(
+        consumer.comment,
+        f"{WEIGHT_READER_NOTE} {weight}, which it reads for {param}{stands}: given the "
+        f"torch parameter {param} instead, it agrees with torch",
+    )
+    return True
+
+
+__all__ = ["WEIGHT_BLAME", "agrees_at_its_scale", "explain_reader", "readers_text", "settle_weight"]

@@ -85,6 +85,7 @@ def test_the_registry_is_ordered_named_and_split_by_stage():
         "quantization_noise",
         "error",
         "unpaired_output",
+        "weight_reader",
         "rerun",
         "leaf",
         "inputs_passed",
