@@ -267,6 +267,8 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
         enum { KL = 32 / sizeof(UT) };                                                     \
         NAME##_kv vb[8];                                                                   \
         for (int s = 0; s < nb; s++) vb[s] = (NAME##_kv){0} + (UT)bins[s];                 \
+        NAME##_kv lane_bit; /* lane t: 1 << t */                                           \
+        for (int t = 0; t < KL; t++) lane_bit[t] = (UT)1 << t;                             \
         int64_t j = 0;                                                                     \
         for (; j + KL <= n; j += KL) {                                                     \
             NAME##_kv k;                                                                   \
@@ -278,10 +280,15 @@ SBS_COMPARE(sbs_plain_f64, double, int64_t, uint64_t, 4, DBL_MAX, 0x7fffffffffff
             uint64_t w[4];                                                                 \
             memcpy(w, &hit, sizeof w);                                                     \
             if ((w[0] | w[1] | w[2] | w[3]) == 0) continue;                                \
-            for (int t = 0; t < KL; t++) {                                                 \
-                UT kk = keys[j + t];                                                       \
-                int s = slot[kk >> shift];                                                 \
-                if (s != 0 && kk != 0) x[s - 1][fill[s - 1]++] = kk;                       \
+            /* one bit per lane that hits: only those keys are looked up again */         \
+            NAME##_kv lit = (NAME##_kv)hit & lane_bit;                                     \
+            unsigned mask = 0;                                                             \
+            for (int t = 0; t < KL; t++) mask |= (unsigned)lit[t];                         \
+            while (mask != 0) {                                                            \
+                UT kk = keys[j + __builtin_ctz(mask)];                                     \
+                int s = slot[kk >> shift]; /* not 0: its bin is one of bins[] */           \
+                x[s - 1][fill[s - 1]++] = kk;                                              \
+                mask &= mask - 1;                                                          \
             }                                                                              \
         }                                                                                  \
         for (; j < n; j++) {                                                               \

@@ -13,6 +13,11 @@ follow a pair through its judgement:
   (precision loss: ``expected`` is then the reference value, ``got`` the candidate's).
 
 ``own_error``: whether the node's own error is still judged after the rule decided.
+
+A rule may also have ``inert(ctx)``: True when it applies to no pair of the run, from what
+the context holds when the run's judge is made (``verdict.Verdicts``): a quantization rule
+in a model that quantizes nothing.  Such a rule is left out of the run's stages, and each
+pair is spared asking it.
 """
 
 from __future__ import annotations

@@ -256,6 +256,9 @@ class QuantizationStep:
     stage = STAGE_AFTER
     own_error = False
 
+    def inert(self, ctx: RuleContext) -> bool:
+        return ctx.quant_bits is None  # not a quantized model (set with the run's judge)
+
     def applies(self, pair: Pair, ctx: RuleContext) -> bool:
         return ctx.quant_bits is not None
 

@@ -158,6 +158,10 @@ class Saturation:
     stage = STAGE_AFTER
     own_error = False
 
+    def inert(self, ctx: RuleContext) -> bool:
+        # no QDQ pair in the model (both are set once, with the run's judge)
+        return not ctx.clip_ranges and not ctx.interior_clips
+
     def applies(self, pair: Pair, ctx: RuleContext) -> bool:
         return ctx.name in ctx.clip_ranges or ctx.name in ctx.interior_clips
 

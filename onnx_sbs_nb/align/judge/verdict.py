@@ -28,11 +28,18 @@ from .own import judge_own
 from .rules import RULES, by_stage
 
 
+def _inert(rule: Rule, ctx: RuleContext) -> bool:
+    inert = getattr(rule, "inert", None)
+    return inert is not None and inert(ctx)
+
+
 class Verdicts:
     """The rules of a run by stage; :meth:`first` is the first that decides a stage."""
 
     def __init__(self, ctx: RuleContext, rules: tuple[Rule, ...] = RULES) -> None:
         self.ctx = ctx
+        # the rules that may apply to some pair of this run (context.py: ``inert``)
+        rules = tuple(r for r in rules if not _inert(r, ctx))
         self.stages = stages = by_stage(rules)
         # each stage's rules, read once per pair
         self._pair, self._raw = stages[STAGE_PAIR], stages[STAGE_RAW]

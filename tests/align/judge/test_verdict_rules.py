@@ -260,3 +260,32 @@ def test_an_unpaired_fused_node_the_runner_cannot_run_is_not_blamed(tmp_path):
         pytest.skip("this onnxruntime fused no contrib op here")
     s = summarize(list(run_aligned(ep, fused, (x,), runner="reference")))
     assert s.verdict == "incomplete" and s.culprit is None, s.to_text()
+
+
+def test_rules_that_apply_to_no_pair_of_the_run_are_left_out():
+    """A run of a model that quantizes nothing asks no quantization rule about any pair
+    (verdict.Verdicts drops the rules whose ``inert`` says so); a quantized model's run
+    keeps them, and a model with QDQ pairs keeps the saturation rule."""
+    from onnx_sbs_nb.align.judge.context import STAGE_AFTER
+    from onnx_sbs_nb.align.judge.quantization_noise import QuantizationNoise
+    from onnx_sbs_nb.align.judge.quantization_step import QuantizationStep
+    from onnx_sbs_nb.align.judge.rules import RULES
+    from onnx_sbs_nb.align.judge.saturation import Saturation
+    from onnx_sbs_nb.align.judge.verdict import Verdicts
+
+    quantized = (QuantizationStep, QuantizationNoise, Saturation)
+
+    def after(ctx: RuleContext) -> set[type]:
+        return {type(r) for r in Verdicts(ctx).stages[STAGE_AFTER]}
+
+    plain = after(RuleContext())
+    assert not plain & set(quantized)
+    # every other rule is still there, in the registry's order
+    kept = [r for r in RULES if type(r) not in quantized]
+    assert [r for stage in Verdicts(RuleContext()).stages.values() for r in stage] == kept
+    assert after(RuleContext(quant_bits=8)) & set(quantized) == {
+        QuantizationStep,
+        QuantizationNoise,
+    }
+    with_pairs = RuleContext(quant_bits=8, clip_ranges={"v": None})
+    assert set(quantized) <= after(with_pairs)
