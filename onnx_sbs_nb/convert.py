@@ -160,9 +160,8 @@ def initializer_value(
     return convert(tensor_array(init), kind, device)
 
 
-def tensor_array(t: onnx.TensorProto) -> np.ndarray:
-    """``numpy_helper.to_array(t)``; a tensor of a numpy type with its raw bytes in the
-    model is read straight from them (the same read-only array)."""
+def _raw_dtype(t: onnx.TensorProto) -> np.dtype | None:
+    """The array type of a tensor whose raw bytes are its array, None for any other."""
     dtype = _RAW_NP.get(t.data_type)
     if (
         dtype is not None
@@ -171,8 +170,27 @@ def tensor_array(t: onnx.TensorProto) -> np.ndarray:
         and t.HasField("raw_data")
         and not t.HasField("segment")
     ):
+        return dtype
+    return None
+
+
+def tensor_array(t: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array(t)``; a tensor of a numpy type with its raw bytes in the
+    model is read straight from them (the same read-only array)."""
+    dtype = _raw_dtype(t)
+    if dtype is not None:
         return np.frombuffer(t.raw_data, dtype=dtype).reshape(t.dims)
     return numpy_helper.to_array(t)
+
+
+def raw_tensor_array(t: onnx.TensorProto, raw: bytes) -> np.ndarray | None:
+    """:func:`tensor_array` of ``t`` from ``raw``, its ``raw_data`` already read (each
+    read copies the bytes: protobuf hands out a new bytes object); None for a tensor
+    :func:`tensor_array` reads otherwise.  ``raw`` must be the bytes ``t`` holds."""
+    dtype = _raw_dtype(t)
+    if dtype is None:
+        return None
+    return np.frombuffer(raw, dtype=dtype).reshape(t.dims)
 
 
 def device_of(v: Any) -> str:
@@ -181,4 +199,12 @@ def device_of(v: Any) -> str:
     return "cpu"
 
 
-__all__ = ["convert", "device_of", "initializer_value", "tensor_array", "to_numpy", "to_torch"]
+__all__ = [
+    "convert",
+    "device_of",
+    "initializer_value",
+    "raw_tensor_array",
+    "tensor_array",
+    "to_numpy",
+    "to_torch",
+]

@@ -148,12 +148,17 @@ def cached_onnx_tables(
         model.ir_version,
         functions.hexdigest(),
     )
-    return _kept(
+    tables = _kept(
         _ONNX_TABLES,
         program,
         key,
         lambda: OnnxTables.of(model, ModelContext.from_model(model), metadata=metadata),
     )
+    reads = metadata.take_reads() if metadata is not None else None
+    if reads:
+        # the initializers checked_model read this run: the side made next takes them
+        tables.hand_reads(model, reads)
+    return tables
 
 
 def checked_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str, FxMetadata]:
@@ -163,20 +168,28 @@ def checked_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str, FxMetad
     reordered, no view added) skips what depends on its structure alone: the nesting, the
     graph's order, its constants' data and the node metadata.  Its initializers' data is
     checked again on every run: the digest leaves their values out, and an initializer's
-    bytes can be replaced in place (a weight truncated)."""
+    bytes can be replaced in place (a weight truncated, a value changed).  The bytes that
+    check reads are the run's weights: the metadata hands them to the run's tables
+    (:func:`cached_onnx_tables`), the side made with them takes them; nothing read is
+    kept for another run."""
     try:
         digest = structure_digest(model)
     except Exception:  # noqa: BLE001 - one the checks name better (they run first then)
         digest = None
     key = None if digest is None else _check_key(model, digest)
     kept = _CHECKED.get(key) if key is not None else None
+    # the bytes the check reads are the run's weights (a read copies them: one is enough)
+    reads: dict[str, Any] = {}
     if kept is not None:
-        check_tensors(model, initializers_only=True)
-        return model, digest, FxMetadata(model, names=kept)  # type: ignore[return-value]
-    checked = with_float_views(check_model(model))
+        check_tensors(model, initializers_only=True, reads=reads)
+        metadata = FxMetadata(model, names=kept)
+        metadata.keep_reads(reads)
+        return model, digest, metadata  # type: ignore[return-value]
+    checked = with_float_views(check_model(model, reads=reads))
     if checked is not model or digest is None or key is None:
         return checked, structure_digest(checked), FxMetadata(checked)
     metadata = FxMetadata(model)
+    metadata.keep_reads(reads)
     if len(_CHECKED) >= _CHECKED_KEPT:
         _CHECKED.pop(next(iter(_CHECKED), None), None)  # the oldest
     _CHECKED[key] = metadata.names

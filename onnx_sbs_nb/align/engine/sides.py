@@ -352,6 +352,18 @@ class OnnxTables:
     # ... except these fx nodes, each of whose tensor inputs was paired too: their nodes
     # lie between compared values on both sides, so they are covered by the comparison
     lowering_bounded: frozenset[str] = frozenset()
+    # (model, its initializers' arrays) the model's check read this run, until the side
+    # made next takes them: held for the few lines between (run.py), never across runs
+    _handed: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+
+    def hand_reads(self, model: onnx.ModelProto, reads: dict[str, Any]) -> None:
+        """The initializers of ``model`` as its check read them now, for the next side."""
+        self._handed = (model, reads)
+
+    def take_reads(self, model: onnx.ModelProto) -> dict[str, Any]:
+        """What :meth:`hand_reads` handed, if for this very model object; once."""
+        handed, self._handed = self._handed, None
+        return handed[1] if handed is not None and handed[0] is model else {}
 
     @classmethod
     def of(
@@ -441,6 +453,9 @@ class OnnxSide:
         self.ctx = ModelContext.from_model(model, device)
         g = model.graph
         self.nodes = list(g.node)
+        # the initializers the model's check read this run (setup_cache.checked_model):
+        # read again they would be copied again (twice or more per weight and run)
+        self._checked_reads = tables.take_reads(model) if tables is not None else {}
         self.tables = tables = tables or OnnxTables.of(model, self.ctx, self.nodes)
         self.graph = tables.graph
         self.initializers = {i.name: i for i in g.initializer}
@@ -494,14 +509,19 @@ class OnnxSide:
     def initializer(self, name: str) -> Any:
         v = self._init_cache.get(name)
         if v is None:
-            v = initializer_value(
-                self.initializers[name], self.value_kind, self.device, self.folder
-            )
+            read = self._checked_reads.get(name)
+            if read is not None:
+                v = convert(read, self.value_kind, self.device)
+            else:
+                v = initializer_value(
+                    self.initializers[name], self.value_kind, self.device, self.folder
+                )
             self._init_cache[name] = v
         return v
 
     def forget(self, name: str) -> None:
-        """Our copy of an initializer goes (the ModelProto still holds its bytes)."""
+        """Our copy of an initializer goes (the ModelProto still holds its bytes; the
+        check's read of a small model's weights stays, for the run)."""
         self._init_cache.pop(name, None)
 
     def leaf_value(self, name: str) -> Any:

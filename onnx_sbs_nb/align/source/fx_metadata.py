@@ -9,6 +9,7 @@ paired), so they live with the source, below the pairing that uses them most.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import onnx
 
@@ -51,6 +52,19 @@ class FxMetadata:
         self._nodes = model.graph.node
         self._texts: list[str | None] | None = texts
         self._names: list[str | None] | None = names
+        # the initializers' arrays the model's check read this run (model_check.py's
+        # check_tensors), until the run's tables take them (engine/setup_cache.py)
+        self._reads: dict[str, Any] | None = None
+
+    def keep_reads(self, reads: dict[str, Any]) -> None:
+        """Hands this run the initializers' arrays the model's check just read."""
+        self._reads = reads or None
+
+    def take_reads(self) -> dict[str, Any] | None:
+        """The arrays :meth:`keep_reads` kept, once: metadata kept for later runs (a run
+        over many inputs) must not hand out values read before the model could change."""
+        reads, self._reads = self._reads, None
+        return reads
 
     @property
     def texts(self) -> list[str | None]:

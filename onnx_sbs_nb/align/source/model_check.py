@@ -28,10 +28,12 @@ import hashlib
 import heapq
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import onnx
 import onnx.helper as oh
 
+from ...convert import raw_tensor_array
 from ...errors import SbsInputError
 from ...external import np_dtype, tensors_of
 
@@ -44,6 +46,9 @@ NODE_GAPS = (
     "In Node,",
     "in node (",
 )
+# the initializers' bytes a check keeps for the run at most (a copy of the weights, alive
+# for the run: a larger model's weights are read again, one at a time, where used)
+READS_KEPT_BYTES = 256 << 20
 # the oldest ai.onnx opset onnxruntime has kernels for
 ORT_MIN_OPSET = 7
 
@@ -247,8 +252,10 @@ _TYPED_FIELDS: dict[int, tuple[str, int]] = {
 }
 
 
-def _tensor_defect(t: onnx.TensorProto) -> str | None:
-    """Why the data of ``t`` does not match its dims and type (None when it does)."""
+def _tensor_defect(t: onnx.TensorProto, reads: dict[str, Any] | None = None) -> str | None:
+    """Why the data of ``t`` does not match its dims and type (None when it does).
+    ``reads``: where a sound tensor whose raw bytes are its array is kept, by name, as
+    :func:`.convert.tensor_array` reads it (the check reads the bytes anyway)."""
     if any(d < 0 for d in t.dims):
         return f"has a negative dimension in {list(t.dims)}"
     n = 1
@@ -260,12 +267,17 @@ def _tensor_defect(t: onnx.TensorProto) -> str | None:
     if t.HasField("raw_data"):
         if dtype is None:
             return None  # packed and other types: sized by onnx itself
-        size = len(t.raw_data)
+        raw = t.raw_data  # a copy: the length alone cannot be had for less
+        size = len(raw)
         if size != n * dtype.itemsize:
             return (
                 f"declares {n} elements of {dtype.name} ({list(t.dims)}, {n * dtype.itemsize} "
                 f"bytes) but holds {size} bytes"
             )
+        if reads is not None:
+            array = raw_tensor_array(t, raw)
+            if array is not None:
+                reads[t.name] = array
         return None
     field = _TYPED_FIELDS.get(t.data_type)
     if field is None:
@@ -276,14 +288,28 @@ def _tensor_defect(t: onnx.TensorProto) -> str | None:
     return None
 
 
-def check_tensors(model: onnx.ModelProto, initializers_only: bool = False) -> None:
+def check_tensors(
+    model: onnx.ModelProto,
+    initializers_only: bool = False,
+    reads: dict[str, Any] | None = None,
+) -> None:
     """Refuses an initializer or constant whose data does not match its dims and type
     (declared 1e12 elements with 512 bytes, raw_data shorter than its shape says).
     ``initializers_only``: the main graph's initializers alone (a model whose nodes, their
-    constants included, passed before: ``engine/setup_cache.py``)."""
+    constants included, passed before: ``engine/setup_cache.py``).  ``reads``: filled
+    with the main graph's initializers as arrays, the bytes this check read (about
+    :data:`READS_KEPT_BYTES` of them): a run takes its weights from there instead of
+    reading (copying) each one again (``engine/sides.py``)."""
     tensors = ((t, True) for t in model.graph.initializer) if initializers_only else None
-    for t, _ in tensors or tensors_of(model.graph, True):
-        why = _tensor_defect(t)
+    kept = 0
+    for t, top in tensors or tensors_of(model.graph, True):
+        keep = None
+        if top and reads is not None:
+            reads.pop(t.name, None)  # a name given twice: the run takes the last one
+            keep = reads if kept < READS_KEPT_BYTES else None
+        why = _tensor_defect(t, keep)
+        if keep is not None and t.name in keep:
+            kept += keep[t.name].nbytes
         if why is not None:
             raise SbsInputError(
                 f"tensor {t.name or '<constant>'!r} of the ONNX model {why}: the model is "
@@ -291,13 +317,14 @@ def check_tensors(model: onnx.ModelProto, initializers_only: bool = False) -> No
             )
 
 
-def check_model(model: onnx.ModelProto) -> onnx.ModelProto:
+def check_model(model: onnx.ModelProto, reads: dict[str, Any] | None = None) -> onnx.ModelProto:
     """The checks that need no runtime: nesting, graph order, tensors' data; returns the
-    model to run (:func:`in_run_order`)."""
+    model to run (:func:`in_run_order`); ``reads``: see :func:`check_tensors` (the arrays
+    are those of the model returned)."""
     check_nesting(model)
     model = in_run_order(model)
     check_graph(model)
-    check_tensors(model)
+    check_tensors(model, reads=reads)
     return model
 
 

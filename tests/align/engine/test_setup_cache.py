@@ -474,3 +474,23 @@ def test_a_second_run_with_the_torch_runner_compiles_no_node(mlp):
     assert any(r.onnx_op_type == "Relu" and r.status == "fail" for r in found)
     # and the shared nodes were not replaced by the custom ones
     assert all(r.status == "ok" for r in AlignedRun(ep, onx, args, runner="torch") if r.err_abs)
+
+
+def test_a_digest_taken_again_is_that_of_the_model_as_it_is_now(mlp):
+    """structure_digest answers a structure digested lately from the bytes it kept: a
+    node renamed in place (the same length of bytes) gets another digest, the one a
+    fresh hash gives, and the original structure its original digest."""
+    from onnx_sbs_nb.align.source.prepare import check
+
+    onx = onnx.ModelProto()
+    onx.CopyFrom(mlp[1])
+    first = setup_cache.structure_digest(onx)
+    assert setup_cache.structure_digest(onx) == first  # kept: a memcmp
+    name = onx.graph.node[0].name
+    onx.graph.node[0].name = name[:-1] + ("x" if name[-1] != "x" else "y")
+    renamed = setup_cache.structure_digest(onx)
+    assert renamed != first
+    check._DIGESTED.clear()
+    assert setup_cache.structure_digest(onx) == renamed
+    onx.graph.node[0].name = name
+    assert setup_cache.structure_digest(onx) == first

@@ -49,9 +49,9 @@ def _counting_checks(monkeypatch) -> list[int]:
     calls: list[int] = []
     real = setup_cache.check_model
 
-    def counted(model):
+    def counted(model, **kwargs):
         calls.append(1)
-        return real(model)
+        return real(model, **kwargs)
 
     monkeypatch.setattr(setup_cache, "check_model", counted)
     return calls
@@ -176,3 +176,74 @@ def test_order_free_values_are_found_again_on_a_warm_run():
     assert second._order_free is not first._order_free
     assert _fields(second) == cold
     assert any("compared as sets" in (r["comment"] or "") for r in cold)
+
+
+def test_a_run_takes_its_weights_from_the_bytes_its_check_read(mlp):
+    """The check reads every initializer's bytes (a copy per read): the run takes its
+    weights from that read, cold or warm, and reads nothing the check did not."""
+    ep, onx, args = mlp
+    model = _copy(onx)
+    for _ in range(2):  # cold, then warm
+        run = AlignedRun(ep, model, args)
+        reads = run.candidate._checked_reads
+        assert set(reads) == {i.name for i in model.graph.initializer}
+        for init in model.graph.initializer:
+            assert np.array_equal(reads[init.name], onnx.numpy_helper.to_array(init))
+        list(run)
+
+
+def test_read_weights_are_handed_to_one_run_only(mlp):
+    """What a check read goes to the run that checked: neither the tables kept for later
+    runs nor another side of the same model hand it out again, so a weight changed in
+    place after that check is read as it is now."""
+    from onnx_sbs_nb.align.engine.sides import OnnxSide
+
+    ep, onx, args = mlp
+    model = _copy(onx)
+    run = AlignedRun(ep, model, args)
+    tables = run.candidate.tables
+    assert run.candidate._checked_reads and tables._handed is None
+    init = next(i for i in model.graph.initializer if len(i.dims) == 2)
+    values = onnx.numpy_helper.to_array(init) + np.float32(0.5)
+    init.raw_data = values.tobytes()
+    side = OnnxSide(model, run.candidate.runner, "cpu", tables=tables)
+    assert not side._checked_reads
+    assert np.array_equal(side.initializer(init.name), values)
+    # metadata a run over many inputs keeps hands its reads out once
+    metadata = setup_cache.checked_model(model)[2]
+    assert metadata.take_reads() and metadata.take_reads() is None
+
+
+def test_reads_follow_the_last_initializer_of_a_name(mlp):
+    """A name given to two initializers: the run reads the last one (OnnxSide's); where
+    the check cannot keep the last one (not raw bytes), it keeps none for that name."""
+    from onnx_sbs_nb.align.source import model_check
+
+    ep, onx, args = mlp
+    model = _copy(onx)
+    init = next(i for i in model.graph.initializer if len(i.dims) == 2)
+    twin = model.graph.initializer.add()
+    twin.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init) * 2, init.name))
+    reads: dict = {}
+    model_check.check_tensors(model, initializers_only=True, reads=reads)
+    assert np.array_equal(reads[init.name], onnx.numpy_helper.to_array(twin))
+    zeros = [0.0] * int(np.prod(init.dims))
+    twin.CopyFrom(oh.make_tensor(init.name, init.data_type, init.dims, zeros))
+    model_check.check_tensors(model, initializers_only=True, reads=reads)
+    assert init.name not in reads  # float_data: read by numpy_helper, where used
+
+
+def test_a_check_keeps_no_more_bytes_than_its_budget(mlp, monkeypatch):
+    """A model with more weights than the check keeps: they are read where used."""
+    from onnx_sbs_nb.align.source import model_check
+
+    ep, onx, args = mlp
+    model = _copy(onx)
+    monkeypatch.setattr(model_check, "READS_KEPT_BYTES", 1)
+    reads: dict = {}
+    model_check.check_tensors(model, initializers_only=True, reads=reads)
+    assert len(reads) == 1
+    monkeypatch.setattr(model_check, "READS_KEPT_BYTES", 0)
+    run = AlignedRun(ep, model, args)
+    assert not run.candidate._checked_reads
+    assert _fields(run) == _fields(AlignedRun(ep, _copy(onx), args))
