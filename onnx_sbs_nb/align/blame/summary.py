@@ -28,6 +28,7 @@ from ...records import (
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
     STATUS_FAIL,
+    STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
     STATUS_OK,
     STATUS_PRECISION_LOSS,
@@ -35,6 +36,7 @@ from ...records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
+    UNPAIRED,
     WEIGHT_UNEXPLAINED_NOTE,
     WEIGHT_UNTRIED_NOTE,
     Record,
@@ -157,7 +159,9 @@ class Summary:
             return "fail"
         # values the model could not compute were compared with nothing, pairs the user's
         # compare function failed on were judged by nothing: no pass
-        return "incomplete" if t.get("not_computed", 0) or t.get("check_errors", 0) else "pass"
+        # (and graph outputs with no twin in the other ONNX model: onnx-sbs diff)
+        unjudged = t.get("not_computed", 0) or t.get("check_errors", 0)
+        return "incomplete" if unjudged or t.get("unmatched_outputs", 0) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
@@ -256,6 +260,9 @@ class Summary:
         )
         if t.get("not_computed", 0):
             counts += f", {t['not_computed']} not computed"
+        if t.get("unmatched_outputs", 0):
+            n = t["unmatched_outputs"]
+            counts += f", {n} output{'s' if n != 1 else ''} with no twin"
         if t.get("inputs"):
             counts += f", worst of {t['inputs']} inputs"
         c = self.completion
@@ -301,7 +308,8 @@ class Summary:
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):
-            lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
+            noise = quantization_noise_text(t, self.coverage.reference_onnx)
+            lines.append(f"quantization noise: {printable(noise)}")
         if t.get("quantization_lossy_outputs"):
             lines.append(f"accuracy: {printable(lossy_outputs_text(t))}")
         if t.get("weights_unexplained"):
@@ -440,6 +448,12 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+        if (
+            rec.status == STATUS_NOT_COMPARED
+            and rec.kind == KIND_OUTPUT
+            and rec.paired_by == UNPAIRED
+        ):
+            t["unmatched_outputs"] = t.get("unmatched_outputs", 0) + 1
         if rec.status == STATUS_WEIGHT_DIFFERS and any(
             n in (rec.comment or "") for n in (WEIGHT_UNEXPLAINED_NOTE, WEIGHT_UNTRIED_NOTE)
         ):
