@@ -13,7 +13,7 @@ import onnx
 import pytest
 import torch
 
-from onnx_sbs_nb.cli.main import EXIT_PASS, main
+from onnx_sbs_nb.cli.main import EXIT_INCOMPLETE, EXIT_PASS, main
 
 
 def _quiet_export(m, args):
@@ -56,3 +56,24 @@ def test_diff_of_a_float16_conversion_with_float32_outputs_passes(tmp_path):
     )
     assert code == EXIT_PASS, out
     assert "verdict: PASS" in out and "culprit" not in out, out
+
+
+def test_run_with_a_runner_that_fails_where_onnxruntime_runs_is_incomplete(tmp_path):
+    """`onnx-sbs run ... --runner reference` on a grouped ConvTranspose the reference
+    evaluator's kernel cannot run (onnxruntime runs it): exit 3, no culprit (it was exit 1
+    naming the faithful node)."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2),
+        torch.nn.ReLU(),
+    ).eval()
+    b = torch.randn(1, 4, 9, 9)
+    ep, onx = _quiet_export(m, (b,))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    onnx.save(onx, tmp_path / "m.onnx")
+    torch.save((b,), tmp_path / "in.pt")
+    files = [str(tmp_path / n) for n in ("m.pt2", "m.onnx", "in.pt")]
+    code, out = _main(["run", *files, "--runner", "reference", "-o", str(tmp_path / "r.jsonl")])
+    assert code == EXIT_INCOMPLETE, out
+    assert "verdict: INCOMPLETE" in out and "culprit" not in out, out
+    assert "runner failed: " in out and "ValueError" in out, out

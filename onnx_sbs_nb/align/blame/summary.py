@@ -25,6 +25,7 @@ from ...records import (
     KIND_NODE,
     KIND_OUTPUT,
     NONFINITE_INPUT_NOTE,
+    ONNXRUNTIME_RUNS_IT,
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
     STATUS_FAIL,
@@ -61,6 +62,7 @@ from .text import (
     on_input_text,
     outputs_text,
     printable,
+    runner_failed_text,
     suspect_name,
     unexplained_weights_text,
 )
@@ -286,6 +288,8 @@ class Summary:
             )
         if self.coverage.onnx_nodes:
             lines.append(f"coverage: {self.coverage.to_text()}")
+        if t.get("runner_failed"):
+            lines.append(f"runner failed: {printable(runner_failed_text(t))}")
         if self.culprit is not None:
             c = self.culprit
             lines.append(f"culprit: {printable(c.label())}")
@@ -448,6 +452,9 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+            if rec.error and rec.error.endswith(ONNXRUNTIME_RUNS_IT):  # the runner's failure
+                t["runner_failed"] = t.get("runner_failed", 0) + 1
+                t.setdefault("runner_failed_first", f"{label(rec)}: {rec.error}")
         if (
             rec.status == STATUS_NOT_COMPARED
             and rec.kind == KIND_OUTPUT

@@ -22,7 +22,7 @@ from ...records import (
     UNPAIRED,
     Record,
 )
-from ..judge.failed import RUNNER_LACKS_NOTE, runner_lacks
+from ..judge.failed import runner_lacks, runner_note
 from ..judge.judging import proto_shape_type
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
@@ -104,7 +104,7 @@ def candidate_only_record(
     if status == STATUS_UNPAIRED_OUTPUT:
         rec.comment = "this output of the ONNX model matches no output of the program"
     elif lacks:
-        rec.comment = RUNNER_LACKS_NOTE
+        rec.comment = runner_note(cand_errors.get(name))
     return rec
 
 
