@@ -77,9 +77,9 @@ RUNNER_LACKS_NOTE = (
 
 def runner_note(error: str | None) -> str:
     """The comment of a value its runner could not compute (:func:`runner_lacks`)."""
-    if error is None or ONNXRUNTIME_RUNS_IT not in error:
+    raised = (error or "").replace(ONNXRUNTIME_RUNS_IT, "")
+    if error is None or raised == error or _lacks_kernel(raised):  # no kernel: sharper note
         return RUNNER_LACKS_NOTE
-    raised = error.replace(ONNXRUNTIME_RUNS_IT, "")
     return (
         f"the runner failed on this node ({raised}) while onnxruntime runs it on the same "
         "inputs: the runner's failure, not the model's error (--runner onnxruntime runs it)"
@@ -94,8 +94,11 @@ def runner_lacks(error: str | None) -> bool:
     the tool: the precision advisor keeps such a node in float32."""
     if error is None:
         return False
-    if error.endswith(ONNXRUNTIME_RUNS_IT):  # the runner's failure: onnxruntime runs it
-        return True
+    # the runner's failure on a node onnxruntime runs (engine/second_opinion.py)
+    return error.endswith(ONNXRUNTIME_RUNS_IT) or _lacks_kernel(error)
+
+
+def _lacks_kernel(error: str) -> bool:
     return _NOT_IMPLEMENTED[1] in error or (_NOT_IMPLEMENTED[0] in error and " is unknown" in error)
 
 
