@@ -212,14 +212,28 @@ class SameFxNode(MetadataRule):
             c_out = next((o for o in reversed(c_node.output) if o), None)
             r_out = next((o for o in reversed(r_node.output) if o), None)
             if c_out and r_out:
-                # a graph output pairs with the other's graph output, through the casts a
-                # converter puts between the node and the output (keep_io_types)
-                c_to, r_to = ctx.candidate.output_of.get(c_out), ctx.reference.output_of.get(r_out)
-                if c_to and (r_to or r_out in ctx.reference.outputs):
-                    c_out, r_out = c_to, r_to or r_out
-                elif r_to and c_out in ctx.candidate.outputs:
-                    r_out = r_to
-                ctx.try_pair(c_out, r_out, MetadataRule.name)
+                _pair_last_values(ctx, c_out, r_out)
+
+
+def _pair_last_values(ctx: OnnxPairingContext, c_out: str, r_out: str) -> None:
+    """Pairs the last values of one fx node's lowerings, and the graph outputs a
+    converter's casts hand them to (float16 with keep_io_types: the Add, then its Cast
+    back to float32 under the output's name): outputs pair with outputs; the candidate's
+    value the Cast reads pairs with the same reference output too, so the node that
+    computes it is still compared (and rerun on the reference's values)."""
+    cand, ref, rule = ctx.candidate, ctx.reference, MetadataRule.name
+    c_to, r_to = cand.output_of.get(c_out), ref.output_of.get(r_out)
+    if c_to and r_to:
+        ctx.try_pair(c_to, r_to, rule)
+    elif c_to and r_out in ref.outputs:
+        ctx.try_pair(c_to, r_out, rule)
+        pair = ctx.pairing.by_onnx.get(c_to)
+        if pair is not None and pair.fx_name == r_out:
+            ctx.try_pair(c_out, r_out, rule, again=True)
+        return
+    elif r_to and c_out in cand.outputs:
+        r_out = r_to  # the reference's value inside stays its own (one partner each)
+    ctx.try_pair(c_out, r_out, rule)
 
 
 # The ONNX-to-ONNX pairing: its rules, in the order they run.
@@ -233,8 +247,9 @@ def onnx_pairing_context(reference: Any, candidate: Any) -> OnnxPairingContext:
     pairing = Pairing()
     taken_ref: set[str] = set()
 
-    def try_pair(c: str, r: str, rule: str) -> bool:
-        if c in pairing.by_onnx or r in taken_ref:
+    def try_pair(c: str, r: str, rule: str, again: bool = False) -> bool:
+        """``again``: ``r`` may have a partner already (a value and its cast output)."""
+        if c in pairing.by_onnx or (r in taken_ref and not again):
             return False
         ok, transform = _compatibility(ref.types.get(r), cand.types.get(c))
         if not ok:
