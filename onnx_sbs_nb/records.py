@@ -61,6 +61,10 @@ STATUS_CHECK_ERROR = "check_error"
 
 # the comment of a graph input holding NaN or infinities (read back by the summary)
 NONFINITE_INPUT_NOTE = "holds NaN or infinite values"
+# how the engine ends the error message of a node that raised in a runner other than
+# onnxruntime while onnxruntime runs it on the same inputs: the runner's failure, not the
+# model's (align/engine/second_opinion.py; the judge makes it not computed)
+ONNXRUNTIME_RUNS_IT = " [onnxruntime runs this node on the same inputs]"
 # the comment of a node computing at once fx nodes whose weights the exporter folded into
 # its own (a Conv and its BatchNorm): read back by the summary's why
 FOLDED_CONSUMER_NOTE = "computes at once the fx nodes"

@@ -20,12 +20,14 @@ from ..convert import to_torch
 from ..device import device_name
 from ..dtypes import ONNX_TO_TORCH
 from ..errors import SbsInputError
-from ..records import RunStatus
+from ..records import KIND_WEIGHT, Record, RunStatus
 from .contract import MODEL_ACTIONS, RecordStream, RunContract
 from .engine.loop import SideBySideRun
 from .engine.options import RunOptions
 from .engine.runners import OnnxruntimeRunner, make_runner
 from .engine.sides import OnnxSide
+from .engine.unpaired import unmatched_output_of_two_models
+from .judge.precision import onnx_inherited_precision
 from .pairing.deployed import deploy
 from .pairing.onnx_pairing import cast_value, pair_onnx_models
 from .pairing.pairs import Pairing
@@ -101,6 +103,10 @@ class TwoModelRun(SideBySideRun, RunContract):
     APPLIES = MODEL_ACTIONS
     NOT_HERE = "it compares two ONNX models, with no torch program to rerun a node in"
 
+    def _emit(self, rec: Record) -> Record:
+        unmatched_output_of_two_models(rec)
+        return super()._emit(rec)
+
 
 def two_model_run(
     onx_a: Any,
@@ -157,6 +163,11 @@ def two_model_run(
             f"reset_names {sorted(unknown)[:5]} name no paired value of either model"
         )
     reference = OnnxSide(a, make_runner(options.runner, device), device, feeds_a)
+    if any(p.cast_to is not None and p.kind == KIND_WEIGHT for p in pairing.by_onnx.values()):
+        # models of two precisions, the reference the float16 one (float32 kept at its
+        # outputs): its float32 values inherit float16's tolerance, as a candidate's do
+        g = reference.graph
+        reference.inherited = onnx_inherited_precision(a, g.inputs, g.outputs)
     feeds_b = candidate_feeds(a, b, pairing, feeds_a)
     candidate = OnnxSide(b, make_runner(options.runner, device), device, feeds_b)
     run = TwoModelRun(reference, candidate, pairing, options, status)

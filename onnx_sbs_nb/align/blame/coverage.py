@@ -19,6 +19,7 @@ from ...records import (
     STATUS_NOT_COMPUTED,
     STATUS_UNPAIRED_ONNX,
     STATUSES,
+    UNPAIRED,
     Record,
 )
 
@@ -179,6 +180,8 @@ def _uncompared_reason(rec: Record) -> str:
         return "no torch twin"
     if rec.status in (STATUS_ERROR, STATUS_NOT_COMPUTED):
         return "not computed"
+    if rec.paired_by == UNPAIRED:  # a graph output with no twin in the other ONNX model
+        return "no torch twin"
     if rec.status == STATUS_INTERNAL:
         return "internal to a fused node"
     if rec.status == STATUS_CHECK_ERROR:

@@ -24,8 +24,10 @@ def count_quantization_noise(t: dict[str, Any], rec: Record) -> None:
         t["quantization_min_snr"], t["quantization_min_at"] = snr, label(rec)
 
 
-def quantization_noise_text(t: dict[str, Any]) -> str:
-    """The values of a quantized model off by quantization noise only, in a sentence."""
+def quantization_noise_text(t: dict[str, Any], onnx_reference: bool = False) -> str:
+    """The values of a quantized model off by quantization noise only, in a sentence
+    (``onnx_reference``: the reference is an ONNX model, not torch)."""
+    inputs = "the reference model's inputs" if onnx_reference else "torch's inputs"
     n = t["quantization_noise"]
     values = "1 value is" if n == 1 else f"{n} values are"
     lowest = t.get("quantization_min_snr")
@@ -34,12 +36,12 @@ def quantization_noise_text(t: dict[str, Any]) -> str:
     if not amplified:
         return (
             f"{values} beyond tolerance only by the model's quantization{at}: each SQNR, and "
-            "its own rerun's on torch's inputs, is above what the bit width allows for; no fault"
+            f"its own rerun's on {inputs}, is above what the bit width allows for; no fault"
         )
     fall = "1 of them falls" if amplified == 1 else f"{amplified} of them fall"
     return (
         f"{values} beyond tolerance only by the model's quantization{at}: each own rerun's "
-        f"SQNR on torch's inputs is above what the bit width allows for; {fall} "
+        f"SQNR on {inputs} is above what the bit width allows for; {fall} "
         "under it in total SQNR, amplifying the quantization noise of their inputs (a loss "
         "of accuracy of the quantized model); no fault"
     )

@@ -26,9 +26,11 @@ from ...records import (
     KIND_OUTPUT,
     NEAR_TIE_NOTE,
     NONFINITE_INPUT_NOTE,
+    ONNXRUNTIME_RUNS_IT,
     STATUS_CHECK_ERROR,
     STATUS_ERROR,
     STATUS_FAIL,
+    STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
     STATUS_OK,
     STATUS_PRECISION_LOSS,
@@ -36,12 +38,14 @@ from ...records import (
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
     STATUS_WEIGHT_DIFFERS,
+    UNPAIRED,
     Record,
 )
 from .context import QUIET_KEPT, BlameContext, failed, keep_largest, own_error
 from .coverage import Coverage, CoverageCount
 from .culprit import Culprit
 from .decisions import Decisions, before_failure, carried_from, decision_text
+from .precision_text import only_rounding, precision_loss_text
 from .quantization_text import (
     count_quantization_noise,
     lossy_outputs_text,
@@ -51,7 +55,6 @@ from .rules import RECORD_RULES, choose_culprit
 from .text import (
     count_differing_weight,
     drift_text,
-    dtype_of,
     failing_text,
     float_or_none,
     fmt,
@@ -60,6 +63,7 @@ from .text import (
     on_input_text,
     outputs_text,
     printable,
+    runner_failed_text,
     suspect_name,
     weights_text,
 )
@@ -156,13 +160,15 @@ class Summary:
             return self.completion.state
         t = self.totals
         failed = t.get("failed", 0) - t.get("drifted", 0)
-        if failed > 0 and _only_rounding(t):
+        if failed > 0 and only_rounding(t):
             failed = 0  # every failure carries rounding torch's own value shares
         if failed > 0 or t.get("own_failed", 0):
             return "fail"
         # values the model could not compute were compared with nothing, pairs the user's
         # compare function failed on were judged by nothing: no pass
-        return "incomplete" if t.get("not_computed", 0) or t.get("check_errors", 0) else "pass"
+        # (and graph outputs with no twin in the other ONNX model: onnx-sbs diff)
+        unjudged = t.get("not_computed", 0) or t.get("check_errors", 0)
+        return "incomplete" if unjudged or t.get("unmatched_outputs", 0) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (records as :meth:`Record.to_dict`, non-finite floats as str)."""
@@ -271,6 +277,9 @@ class Summary:
         )
         if t.get("not_computed", 0):
             counts += f", {t['not_computed']} not computed"
+        if t.get("unmatched_outputs", 0):
+            n = t["unmatched_outputs"]
+            counts += f", {n} output{'s' if n != 1 else ''} with no twin"
         if t.get("inputs"):
             counts += f", worst of {t['inputs']} inputs"
         c = self.completion
@@ -294,6 +303,8 @@ class Summary:
             )
         if self.coverage.onnx_nodes:
             lines.append(f"coverage: {self.coverage.to_text()}")
+        if t.get("runner_failed"):
+            lines.append(f"runner failed: {printable(runner_failed_text(t))}")
         if self.culprit is not None:
             c = self.culprit
             lines.append(f"culprit: {printable(c.label())}")
@@ -326,7 +337,8 @@ class Summary:
         if self.precision_losses:
             lines.append(f"precision loss: {printable(precision_loss_text(self))}")
         if t.get("quantization_noise"):
-            lines.append(f"quantization noise: {printable(quantization_noise_text(t))}")
+            noise = quantization_noise_text(t, self.coverage.reference_onnx)
+            lines.append(f"quantization noise: {printable(noise)}")
         if t.get("quantization_lossy_outputs"):
             lines.append(f"accuracy: {printable(lossy_outputs_text(t))}")
         if t.get("weights_unexplained") or t.get("weights_compensated"):
@@ -471,6 +483,15 @@ class Summarizer:
             s.errors.append(rec)
         if rec.status == STATUS_NOT_COMPUTED:
             t["not_computed"] += 1
+            if rec.error and rec.error.endswith(ONNXRUNTIME_RUNS_IT):  # the runner's failure
+                t["runner_failed"] = t.get("runner_failed", 0) + 1
+                t.setdefault("runner_failed_first", f"{label(rec)}: {rec.error}")
+        if (
+            rec.status == STATUS_NOT_COMPARED
+            and rec.kind == KIND_OUTPUT
+            and rec.paired_by == UNPAIRED
+        ):
+            t["unmatched_outputs"] = t.get("unmatched_outputs", 0) + 1
         if rec.status == STATUS_WEIGHT_DIFFERS:
             count_differing_weight(t, rec)
         if rec.status == STATUS_CHECK_ERROR:
@@ -592,62 +613,6 @@ def summarize(
     summary.completion = completion
     summary.strict = strict
     return summary
-
-
-def _only_rounding(t: dict[str, Any]) -> bool:
-    """Whether every failure of a run only carries ill-conditioned rounding or a decision
-    a tie flipped: each loss is ill-conditioned (``judge/conditioning.py``: torch's own
-    value is as far from the exact result), or there is none and a tie or a near tie
-    flipped an ArgMax or a TopK (``decisions.py``: both choices are right), each failing
-    value inherits its error, none fails its own rerun."""
-    ill = t.get("ill_conditioned", 0)
-    return (
-        (ill > 0 or t.get("decision_origin", False))
-        and ill == t.get("precision_loss", 0)
-        and not t.get("own_failed", 0)
-        and t.get("failed", 0) == t.get("inherited", 0)
-    )
-
-
-def precision_loss_text(summary: Summary, most: int = 4) -> str:
-    """The precision losses of a run in a sentence: which nodes, by how much, and what
-    that means for the values after them."""
-    losses = summary.precision_losses
-    count = summary.totals.get("precision_loss", len(losses))
-    named = ", ".join(
-        f"{label(r)} [{r.onnx_op_type or r.kind}] ({fmt(own_error(r))})" for r in losses[:most]
-    )
-    more = f" and {count - most} more" if count > most else ""
-    nodes = "1 node loses" if count == 1 else f"{count} nodes lose"
-    t = summary.totals
-    own = t.get("reran", 0) > t.get("precision_loss", 0)  # reruns besides the rule's
-    dtype = dtype_of(losses[0]) if losses else "its dtype"
-    if t.get("ill_conditioned", 0) == count:
-        return (
-            f"{nodes} precision in {dtype}: {named}{more}; ill-conditioned on these inputs "
-            f"({dtype} rounding alone moves their exact result beyond tolerance, and torch's "
-            "value is as far from it): no fault of the export, and none smaller than the "
-            "rounding can be told apart"
-            + ("; the values after them that fail carry it" if t.get("failed", 0) else "")
-        )
-    text = (
-        f"{nodes} precision in {dtype}: {named}{more}; their inputs' rounding, which the op "
-        "amplifies, is the whole error (computed exactly they agree): no fault of the "
-        "export; keep them in float32 (onnx-sbs precision) to avoid it"
-    )
-    if summary.culprit is None and t.get("failed_nodes", 0):
-        text += (
-            f"; {t['failed_nodes']} value(s) after them fail that no rerun on torch's "
-            "inputs told apart from the loss they carry"
-        )
-        if not own:
-            text += " (own_error=True, --own-error, reruns every node)"
-    elif summary.culprit is None and summary.verdict == "fail":
-        text += (
-            "; the loss reaches the outputs beyond tolerance: in this precision the model "
-            "does not compute the program within it"
-        )
-    return text
 
 
 def first_own_failure(records: Iterable[Record], **kwargs: Any) -> Record | None:

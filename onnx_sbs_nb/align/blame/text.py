@@ -10,6 +10,7 @@ from typing import Any
 
 from ...records import (
     KIND_OUTPUT,
+    ONNXRUNTIME_RUNS_IT,
     WEIGHT_COMPENSATED_NOTE,
     WEIGHT_UNEXPLAINED_NOTE,
     WEIGHT_UNTRIED_NOTE,
@@ -240,9 +241,21 @@ def unexplained_weights_text(t: dict[str, Any], most: int = 3) -> str:
     )
 
 
+def runner_failed_text(t: dict[str, Any]) -> str:
+    """The nodes the runner failed on while onnxruntime runs them (not computed)."""
+    n = t["runner_failed"]
+    first = str(t.get("runner_failed_first", "")).replace(ONNXRUNTIME_RUNS_IT, "")
+    more = f" (and {n - 1} more nodes)" if n > 1 else ""
+    return (
+        f"{first}{more}; onnxruntime runs it on the same inputs: the runner's failure, "
+        "not the model's (not computed)"
+    )
+
+
 __all__ = [
     "compensated_weights_text",
     "count_differing_weight",
+    "runner_failed_text",
     "inner_failures_text",
     "outputs_text",
     "weights_text",

@@ -34,6 +34,7 @@ from .plan import REF, Plan, schedule
 from .randomness import random_values
 from .resets import Resets
 from .run_ahead import RunAhead
+from .second_opinion import second_opinion
 from .side import ReferenceSide
 from .sides import FxSide, OnnxSide
 from .unpaired import candidate_only_record, reference_only_record, unpaired_initializers
@@ -351,6 +352,7 @@ class SideBySideRun:
             except Exception as e:
                 node = cand.nodes[idx]
                 msg = f"{node.op_type} failed: {type(e).__name__}: {e}"
+                msg += second_opinion(cand, idx, inputs)  # the runner's failure, or the model's
                 status.errors += 1
                 for o in outputs:
                     v.cand_errors[o] = msg

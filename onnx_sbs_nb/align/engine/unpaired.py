@@ -14,6 +14,7 @@ from ...records import (
     KIND_OUTPUT,
     KIND_WEIGHT,
     STATUS_ERROR,
+    STATUS_NOT_COMPARED,
     STATUS_NOT_COMPUTED,
     STATUS_UNPAIRED_EP,
     STATUS_UNPAIRED_ONNX,
@@ -21,7 +22,7 @@ from ...records import (
     UNPAIRED,
     Record,
 )
-from ..judge.failed import RUNNER_LACKS_NOTE, runner_lacks
+from ..judge.failed import runner_lacks, runner_note
 from ..judge.judging import proto_shape_type
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
@@ -103,8 +104,36 @@ def candidate_only_record(
     if status == STATUS_UNPAIRED_OUTPUT:
         rec.comment = "this output of the ONNX model matches no output of the program"
     elif lacks:
-        rec.comment = RUNNER_LACKS_NOTE
+        rec.comment = runner_note(cand_errors.get(name))
     return rec
 
 
-__all__ = ["candidate_only_record", "reference_only_record", "unpaired_initializers"]
+# the comments of a graph output with no twin in a run of two ONNX models (onnx-sbs diff)
+UNMATCHED_CANDIDATE_OUTPUT = (
+    "this output of the candidate model matches no output of the reference model: not compared"
+)
+UNMATCHED_REFERENCE_OUTPUT = (
+    "no output of the candidate model matches this output of the reference model: not compared"
+)
+
+
+def unmatched_output_of_two_models(rec: Record) -> None:
+    """In a run of two ONNX models, a graph output with no twin is not compared: the models
+    may name or order their outputs apart, so nothing is said of either (the run is
+    incomplete, never a fail, no culprit)."""
+    if rec.status != STATUS_UNPAIRED_OUTPUT:
+        return
+    rec.status = STATUS_NOT_COMPARED
+    rec.comment = (
+        UNMATCHED_REFERENCE_OUTPUT if rec.onnx_name is None else UNMATCHED_CANDIDATE_OUTPUT
+    )
+
+
+__all__ = [
+    "UNMATCHED_CANDIDATE_OUTPUT",
+    "UNMATCHED_REFERENCE_OUTPUT",
+    "candidate_only_record",
+    "reference_only_record",
+    "unmatched_output_of_two_models",
+    "unpaired_initializers",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...records import STATUS_ERROR, STATUS_NOT_COMPUTED, Record
+from ...records import ONNXRUNTIME_RUNS_IT, STATUS_ERROR, STATUS_NOT_COMPUTED, Record
 from ...records import join_comments as _join
 from ..pairing.pairs import Pair
 from .context import STAGE_PAIR, RuleContext
@@ -65,7 +65,7 @@ class RunnerCannot:
     def judge(self, record: Record, expected: Any, got: Any, ctx: RuleContext) -> bool:
         record.error = ctx.cand_error
         record.status = STATUS_NOT_COMPUTED
-        record.comment = _join(record.comment, RUNNER_LACKS_NOTE)
+        record.comment = _join(record.comment, runner_note(ctx.cand_error))
         return True
 
 
@@ -75,13 +75,30 @@ RUNNER_LACKS_NOTE = (
 )
 
 
+def runner_note(error: str | None) -> str:
+    """The comment of a value its runner could not compute (:func:`runner_lacks`)."""
+    raised = (error or "").replace(ONNXRUNTIME_RUNS_IT, "")
+    if error is None or raised == error or _lacks_kernel(raised):  # no kernel: sharper note
+        return RUNNER_LACKS_NOTE
+    return (
+        f"the runner failed on this node ({raised}) while onnxruntime runs it on the same "
+        "inputs: the runner's failure, not the model's error (--runner onnxruntime runs it)"
+    )
+
+
 def runner_lacks(error: str | None) -> bool:
     """Whether a node's error message is its runner's missing implementation of the op:
-    the torch evaluator's missing kernel, the reference evaluator's unknown op.  A kernel
+    the torch evaluator's missing kernel, the reference evaluator's unknown op, or a
+    runner's failure on a node onnxruntime runs on the same inputs.  A kernel
     missing for one dtype (torch's bfloat16 LU) is a fact of that runtime, not a gap of
     the tool: the precision advisor keeps such a node in float32."""
     if error is None:
         return False
+    # the runner's failure on a node onnxruntime runs (engine/second_opinion.py)
+    return error.endswith(ONNXRUNTIME_RUNS_IT) or _lacks_kernel(error)
+
+
+def _lacks_kernel(error: str) -> bool:
     return _NOT_IMPLEMENTED[1] in error or (_NOT_IMPLEMENTED[0] in error and " is unknown" in error)
 
 
@@ -102,10 +119,12 @@ class NodeFailed:
 
 
 __all__ = [
+    "ONNXRUNTIME_RUNS_IT",
     "RUNNER_LACKS_NOTE",
     "NodeFailed",
     "ReferenceFailed",
     "RunnerCannot",
     "UpstreamFailure",
     "runner_lacks",
+    "runner_note",
 ]

@@ -96,6 +96,10 @@ def _fx_of_initializer(init: onnx.TensorProto) -> str | None:
     return None
 
 
+# metadata-less nodes a converter adds around the computation, not in place of it
+_PLUMBING = frozenset({"::Cast", "::CastLike", "::Identity"})
+
+
 class _Side:
     def __init__(self, model: onnx.ModelProto):
         self.graph = g = model.graph
@@ -116,6 +120,27 @@ class _Side:
                 if o:
                     self.producer[o] = (op, fx, name, replaced)
         self.produced = list(self.producer)
+        # a value -> the graph output a converter's plumbing (Cast, Identity: no fx
+        # metadata) hands it to, e.g. float16's Cast back to float32 (keep_io_types)
+        self.output_of: dict[str, str] = {}
+        plumbing = [
+            n
+            for n in g.node
+            if f"{n.domain}::{n.op_type}" in _PLUMBING
+            and len(n.input) >= 1
+            and len(n.output) == 1
+            and not fx_name_from_metadata(n)
+        ]
+        for _ in range(len(plumbing)):  # a chain of casts, followed back from the output
+            added = False
+            for n in plumbing:
+                out = n.output[0]
+                reached = out if out in self.outputs else self.output_of.get(out)
+                if reached and n.input[0] not in self.output_of and n.input[0] != reached:
+                    self.output_of[n.input[0]] = reached
+                    added = True
+            if not added:
+                break
         self.values = set(self.inputs) | set(self.inits) | set(self.produced)
         # a constant onnxruntime folded keeps the fx node of the node it replaced
         # (optimize_model writes it on the initializer)
@@ -131,15 +156,15 @@ class _Side:
         return KIND_NODE
 
 
-# metadata-less nodes a converter adds around the computation, not in place of it
-_PLUMBING = frozenset({"::Cast", "::CastLike", "::Identity"})
-
-
 def _same_thing(name: str, ref: _Side, cand: _Side) -> bool:
     """Whether a name shared by both models names the same computation (see rule 1)."""
     r_in, c_in = name in ref.inputs, name in cand.inputs
     if r_in or c_in:
         return r_in and c_in
+    if name in ref.outputs and name in cand.outputs:
+        # the models' interface, which a converter keeps even where its own Cast takes an
+        # output over (float16 with keep_io_types): the same output
+        return True
     r_init, c_init = ref.inits.get(name), cand.inits.get(name)
     if r_init is not None and c_init is not None:
         return list(r_init.dims) == list(c_init.dims)
@@ -187,7 +212,28 @@ class SameFxNode(MetadataRule):
             c_out = next((o for o in reversed(c_node.output) if o), None)
             r_out = next((o for o in reversed(r_node.output) if o), None)
             if c_out and r_out:
-                ctx.try_pair(c_out, r_out, MetadataRule.name)
+                _pair_last_values(ctx, c_out, r_out)
+
+
+def _pair_last_values(ctx: OnnxPairingContext, c_out: str, r_out: str) -> None:
+    """Pairs the last values of one fx node's lowerings, and the graph outputs a
+    converter's casts hand them to (float16 with keep_io_types: the Add, then its Cast
+    back to float32 under the output's name): outputs pair with outputs; the candidate's
+    value the Cast reads pairs with the same reference output too, so the node that
+    computes it is still compared (and rerun on the reference's values)."""
+    cand, ref, rule = ctx.candidate, ctx.reference, MetadataRule.name
+    c_to, r_to = cand.output_of.get(c_out), ref.output_of.get(r_out)
+    if c_to and r_to:
+        ctx.try_pair(c_to, r_to, rule)
+    elif c_to and r_out in ref.outputs:
+        ctx.try_pair(c_to, r_out, rule)
+        pair = ctx.pairing.by_onnx.get(c_to)
+        if pair is not None and pair.fx_name == r_out:
+            ctx.try_pair(c_out, r_out, rule, again=True)
+        return
+    elif r_to and c_out in cand.outputs:
+        r_out = r_to  # the reference's value inside stays its own (one partner each)
+    ctx.try_pair(c_out, r_out, rule)
 
 
 # The ONNX-to-ONNX pairing: its rules, in the order they run.
@@ -201,8 +247,9 @@ def onnx_pairing_context(reference: Any, candidate: Any) -> OnnxPairingContext:
     pairing = Pairing()
     taken_ref: set[str] = set()
 
-    def try_pair(c: str, r: str, rule: str) -> bool:
-        if c in pairing.by_onnx or r in taken_ref:
+    def try_pair(c: str, r: str, rule: str, again: bool = False) -> bool:
+        """``again``: ``r`` may have a partner already (a value and its cast output)."""
+        if c in pairing.by_onnx or (r in taken_ref and not again):
             return False
         ok, transform = _compatibility(ref.types.get(r), cand.types.get(c))
         if not ok:
