@@ -19,19 +19,8 @@ from onnx_sbs_nb.align import warm_screen
 from onnx_sbs_nb.align.run import AlignedRun
 from onnx_sbs_nb.align.screen import _fields
 from onnx_sbs_nb.records import KIND_NODE, KIND_WEIGHT
+from tests.align.test_screen import Mlp
 from tests.models import export, tiny_llama
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(16, 32)
-        self.norm = torch.nn.LayerNorm(32)
-        self.fc2 = torch.nn.Linear(32, 8)
-
-    def forward(self, x):
-        h = self.norm(torch.nn.functional.gelu(self.fc1(x)))
-        return torch.softmax(self.fc2(h) * 3.0, dim=-1) + torch.abs(x).mean()
 
 
 def _mlp(planted: bool = False, dynamic: bool = False):

@@ -15,6 +15,8 @@ from torch import nn
 
 from onnx_sbs_nb import run_aligned, summarize
 
+from .test_foreign_exports import torchscript_bert
+
 D, HEADS, T = 16, 2, 8  # a head of 8, a sequence of 8
 
 
@@ -135,34 +137,7 @@ def test_a_pair_found_permuted_is_not_fed_to_a_stretch_rerun():
     # it (judge/shapes.PermutedPair).  The second run reruns stretches of nodes as one
     # session, their inputs set before the pairs inside are compared: the scores MatMul
     # was fed torch's K for its K^T, and the faithful export failed on that run only
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-
-    class Bert(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = BertModel(cfg).eval()
-
-        def forward(self, input_ids, attention_mask):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
-
-    m = Bert().eval()
-    args = (torch.randint(0, 100, (2, 8)), torch.ones(2, 8, dtype=torch.long))
-    ep = torch.export.export(m, args, strict=False)
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(m, args, buf, dynamo=False, opset_version=17)
-    onx = onnx.load_from_string(buf.getvalue())
+    ep, onx, args = torchscript_bert()
     runs = [list(run_aligned(ep, onx, args, own_error=True)) for _ in range(2)]
     assert any("swapped" in (r.comment or "") for r in runs[1]), "no pair found permuted"
     for records in runs:

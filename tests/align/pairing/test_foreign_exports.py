@@ -620,10 +620,9 @@ def test_an_inferred_lowering_covers_only_between_paired_values():
     assert out_node in bounded and "sin" in bounded, (names, bounded)
 
 
-def test_structural_pair_equal_only_by_a_swap_of_equal_dims_is_no_pair():
-    """TorchScript's BERT makes K transposed ([B,H,d,T]) where torch has [B,H,T,d]: with
-    a sequence as long as a head (8 and 8) the shapes match, the structural pair compared
-    two layouts and a faithful export failed (trial 3, finding 06)."""
+def torchscript_bert() -> tuple:
+    """(program, TorchScript export, args) of a 1-layer BERT whose sequence is as long as
+    a head (8 and 8): K transposed has torch's K's shape."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
@@ -651,7 +650,15 @@ def test_structural_pair_equal_only_by_a_swap_of_equal_dims_is_no_pair():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(m, args, buf, dynamo=False, opset_version=17)
-    records = list(run_aligned(ep, onnx.load_from_string(buf.getvalue()), args, own_error=True))
+    return ep, onnx.load_from_string(buf.getvalue()), args
+
+
+def test_structural_pair_equal_only_by_a_swap_of_equal_dims_is_no_pair():
+    """TorchScript's BERT makes K transposed ([B,H,d,T]) where torch has [B,H,T,d]: with
+    a sequence as long as a head (8 and 8) the shapes match, the structural pair compared
+    two layouts and a faithful export failed (trial 3, finding 06)."""
+    ep, onx, args = torchscript_bert()
+    records = list(run_aligned(ep, onx, args, own_error=True))
     s = summarize(records)
     assert s.verdict == "pass", s.to_text()
     swapped = [r for r in records if "dimensions 2 and 3 swapped" in (r.comment or "")]
