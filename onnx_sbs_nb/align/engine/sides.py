@@ -519,6 +519,11 @@ class OnnxSide:
             self._init_cache[name] = v
         return v
 
+    def checked_read(self, name: str) -> Any:
+        """The array of initializer ``name`` as the model's check read its raw bytes this
+        run (None: not read there), for a caller that would read them again."""
+        return self._checked_reads.get(name)
+
     def forget(self, name: str) -> None:
         """Our copy of an initializer goes (the ModelProto still holds its bytes; the
         check's read of a small model's weights stays, for the run)."""
