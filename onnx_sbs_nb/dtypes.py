@@ -36,6 +36,10 @@ for _name, _onnx in (
 
 TORCH_TO_ONNX: dict[torch.dtype, int] = {v: k for k, v in ONNX_TO_TORCH.items()}
 
+# the ONNX element types of real floating-point values (a model's weights and activations
+# in float; the 8-bit float types are quantized data, not floats a converter writes)
+ONNX_FLOAT_TYPES = frozenset({TP.FLOAT, TP.FLOAT16, TP.BFLOAT16, TP.DOUBLE})
+
 
 def onnx_to_torch_dtype(elem_type: int) -> torch.dtype:
     try:

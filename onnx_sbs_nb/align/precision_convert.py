@@ -9,16 +9,12 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..dtypes import ONNX_FLOAT_TYPES
 from ..errors import SbsInputError
 from .precision_casts import repair_round_trips
 
 LOW_DTYPES = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
-_FLOAT_TYPES = {
-    onnx.TensorProto.FLOAT,
-    onnx.TensorProto.FLOAT16,
-    onnx.TensorProto.BFLOAT16,
-    onnx.TensorProto.DOUBLE,
-}
+_FLOAT_TYPES = ONNX_FLOAT_TYPES
 INSTALL_HINT = "pip install 'onnx_sbs_nb[precision]'"
 
 

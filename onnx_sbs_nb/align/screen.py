@@ -334,7 +334,7 @@ class Screen:
         fx, outs = self._values(run.bound.values, feeds)
         from ..compare.diff import compare
 
-        records = [copy_record(t) for t in self.templates]
+        records = [_untimed(t) for t in self.templates]
         for i, onnx_name, fx_name, pair, _plain, atol, rtol in self._plan:
             got = outs[onnx_name] if onnx_name in outs else feeds[onnx_name]
             expected, got = comparable(as_expected(pair, fx[fx_name]), got)
@@ -344,9 +344,6 @@ class Screen:
             if d.passed is not True or d.shape_mismatch or d.dtype_mismatch:
                 return None
             fill_first_comparison(records[i], d)
-        for rec in records:
-            rec.ep_time_run = rec.onnx_time_run = None  # no node was timed
-            rec.extra = {}  # (empty in every template: not shared between runs)
         return records
 
     def record(self, i: int, found: Screened) -> Record:
@@ -355,12 +352,19 @@ class Screen:
         from ..compare.diff import compare
 
         t = self.templates[i]
-        rec = copy_record(t)
-        rec.ep_time_run = rec.onnx_time_run = None
-        rec.extra = {}
+        rec = _untimed(t)
         expected, got = found.values[i]
         fill_first_comparison(rec, compare(expected, got, t.atol, t.rtol))
         return rec
+
+
+def _untimed(template: Record) -> Record:
+    """A screened record: the template's copy, with no timings (no node was timed) and
+    its own ``extra`` (empty in every template: not shared between runs)."""
+    rec = copy_record(template)
+    rec.ep_time_run = rec.onnx_time_run = None
+    rec.extra = {}
+    return rec
 
 
 class _Binding:

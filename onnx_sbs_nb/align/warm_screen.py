@@ -173,8 +173,13 @@ def _size(t: onnx.TensorProto) -> int:
 
 
 def _onnx_weights(model: onnx.ModelProto) -> tuple[bytes, ...]:
-    """Each initializer's bytes (its raw data, else the whole message: typed fields)."""
-    return tuple(t.raw_data or t.SerializeToString() for t in model.graph.initializer)
+    """Each initializer's bytes (:func:`_bytes_of`)."""
+    return tuple(_bytes_of(t) for t in model.graph.initializer)
+
+
+def _bytes_of(t: onnx.TensorProto) -> bytes:
+    """An initializer's bytes: its raw data, else the whole message (typed fields)."""
+    return t.raw_data or t.SerializeToString()
 
 
 def _onnx_unchanged(side: Any, kept: tuple[bytes, ...]) -> bool:
@@ -191,7 +196,7 @@ def _onnx_unchanged(side: Any, kept: tuple[bytes, ...]) -> bool:
         if isinstance(read, np.ndarray) and read.flags.c_contiguous and read.nbytes == len(was):
             if not _same_bits(read.reshape(-1).view(np.uint8), np.frombuffer(was, np.uint8)):
                 return False
-        elif (t.raw_data or t.SerializeToString()) != was:
+        elif _bytes_of(t) != was:
             return False
     return True
 

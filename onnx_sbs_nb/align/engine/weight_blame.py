@@ -14,6 +14,7 @@ import torch
 
 from ...compare.diff import compare
 from ...compare.value_facts import value_dtype_name
+from ...dtypes import ONNX_FLOAT_TYPES
 from ...records import KIND_WEIGHT, Record
 from ...records import join_comments as _join
 from ..judge.folding import Folding
@@ -21,10 +22,6 @@ from ..judge.judging import as_candidate, comparable
 from ..judge.weights import explain_reader, readers_text, settle_weight
 from ..pairing.pairs import Pairing
 from .sides import OnnxSide
-
-# the ONNX element types of float initializers (FLOAT, FLOAT16, DOUBLE, BFLOAT16): a
-# folded consumer's weights, not its integer shapes or axes
-_FLOAT_TYPES = frozenset({1, 10, 11, 16})
 
 
 class WeightBlame:
@@ -292,7 +289,7 @@ class WeightBlame:
         return tuple(
             n
             for n in cand.node_inputs(cand.nodes[k])
-            if n in inits and getattr(inits[n], "data_type", None) in _FLOAT_TYPES
+            if n in inits and getattr(inits[n], "data_type", None) in ONNX_FLOAT_TYPES
         )
 
     def _rows_that_differ(self, wrec: Record) -> str | None:

@@ -46,7 +46,7 @@ import torch
 
 from ...compare.value_facts import value_dtype_name
 from ...convert import to_torch
-from ...dtypes import ONNX_TO_TORCH, onnx_to_np_dtype
+from ...dtypes import ONNX_FLOAT_TYPES, ONNX_TO_TORCH, onnx_to_np_dtype
 from ...records import KIND_INPUT, KIND_NODE, KIND_OUTPUT, KIND_WEIGHT
 from ..source.fx_metadata import _FX_NAME, FX_NODE_KEY, fx_name_from_metadata
 from ..source.loading import load_onnx_model
@@ -57,14 +57,7 @@ from .pairs import Pair, Pairing
 from .rules import MetadataRule, PairingStep
 from .values import TRANSFORM_CAST, onnx_value_types
 
-_FLOATS = frozenset(
-    {
-        onnx.TensorProto.FLOAT,
-        onnx.TensorProto.FLOAT16,
-        onnx.TensorProto.BFLOAT16,
-        onnx.TensorProto.DOUBLE,
-    }
-)
+_FLOATS = ONNX_FLOAT_TYPES
 
 
 def _compatibility(ref_type: Any, cand_type: Any) -> tuple[bool, str | None]:
